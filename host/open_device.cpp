@@ -1,0 +1,22 @@
+#include "host/open_device.h"
+
+#include "host/error.h"
+
+namespace gpunvme::host {
+
+const char* device_string_help() {
+  return "Device strings:\n"
+         "  emu:PATH[,key=value...]  the built-in emulated NVMe controller (no hardware, no root).\n"
+         "                           PATH is a raw image file, or `ram` / `null` (no data).\n"
+         "                           keys: size=1G lba=512|4096 mdts=N queues=N mqes=N dstrd=N\n"
+         "                                 namespaces=N threads=N poll=adaptive|spin\n"
+         "                           e.g. emu:/tmp/disk.img,size=1G   emu:ram,size=256M,lba=4096\n"
+         "  vfio:DDDD:BB:DD.F        a real NVMe controller bound to vfio-pci\n"
+         "                           (bind it with `scripts/setup_vfio.sh bind DDDD:BB:DD.F`)\n";
+}
+
+std::unique_ptr<Transport> open_transport(std::string_view device) {
+  throw Error(ErrorKind::kInvalidArgument, "unknown device string '" + std::string(device) + "'\n" + device_string_help());
+}
+
+}  // namespace gpunvme::host
