@@ -7,6 +7,7 @@
 
 #include "driver/commands.h"
 #include "driver/memory_order.h"
+#include "driver/prp.h"
 #include "host/error.h"
 
 namespace gpunvme::host {
