@@ -1,0 +1,36 @@
+// A small, strict argument parser for the gpunvme tools: --key value / --key=value / --flag,
+// unknown options are errors that point to --help.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace gpunvme::cli {
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Args {
+ public:
+  // `flags` are options without a value; `options` take one.
+  Args(int argc, char** argv, int first, const std::vector<std::string>& options, const std::vector<std::string>& flags);
+
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+  uint64_t get_size(const std::string& name, uint64_t fallback) const;  // accepts K/M/G/T suffixes
+  uint64_t get_u64(const std::string& name, uint64_t fallback) const;
+  const std::vector<std::string>& positional() const { return positional_; }
+
+ private:
+  std::map<std::string, std::string> values_;
+  std::vector<std::string> positional_;
+};
+
+// "1G" / "128K" / "4096" -> bytes; throws UsageError naming the option.
+uint64_t parse_size_arg(const std::string& option, const std::string& text);
+
+}  // namespace gpunvme::cli

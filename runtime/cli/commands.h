@@ -1,0 +1,9 @@
+// The gpunvme command-line tool: one function per subcommand, registered in main.cpp.
+#pragma once
+
+namespace gpunvme::cli {
+
+int cmd_identify(int argc, char** argv);
+int cmd_demo(int argc, char** argv);
+
+}  // namespace gpunvme::cli

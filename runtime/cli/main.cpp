@@ -1,0 +1,61 @@
+// gpunvme: bring NVMe controllers up from user space, move data, deploy and stream models.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "host/error.h"
+#include "host/open_device.h"
+#include "runtime/cli/args.h"
+#include "runtime/cli/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* summary;
+  int (*run)(int, char**);
+};
+
+const Command kCommands[] = {
+    {"demo", "bring up a controller, write and read back patterns, report (default: emulated, on a file)",
+     gpunvme::cli::cmd_demo},
+    {"identify", "print controller and namespace data, like `nvme id-ctrl` / `id-ns`", gpunvme::cli::cmd_identify},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: gpunvme COMMAND [options]\n\n"
+               "A user-space NVMe driver whose I/O can be issued by the GPU. Every command runs on the\n"
+               "built-in emulated controller (no hardware, no root) or on a real drive through VFIO.\n\n"
+               "commands:\n");
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
+  std::fprintf(out, "\n`gpunvme COMMAND --help` explains each command.\n\n%s", gpunvme::host::device_string_help());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc, argv);
+    } catch (const gpunvme::cli::UsageError& e) {
+      std::fprintf(stderr, "gpunvme %s: %s\n", c.name, e.what());
+      return 2;
+    } catch (const gpunvme::Error& e) {
+      std::fprintf(stderr, "gpunvme %s: error: %s\n", c.name, e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpunvme %s: error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "gpunvme: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
