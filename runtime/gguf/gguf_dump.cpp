@@ -48,7 +48,7 @@ void put_scalar(const Value& v) {
     case ValueType::INT8: case ValueType::INT16: case ValueType::INT32: case ValueType::INT64:
       std::printf("%" PRId64, v.as_int());
       break;
-    case ValueType::FLOAT32: put_double(v.as<float>(), 9); break;
+    case ValueType::FLOAT32: put_double(v.as<float>(), 17); break;  // exact as a double
     case ValueType::FLOAT64: put_double(v.as<double>(), 17); break;
     case ValueType::BOOL: std::fputs(v.raw_bits() ? "true" : "false", stdout); break;
     case ValueType::STRING: put_json_string(v.as_string()); break;
