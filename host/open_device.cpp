@@ -1,5 +1,7 @@
 #include "host/open_device.h"
 
+#include "host/emulator/config.h"
+#include "host/emulator/controller.h"
 #include "host/error.h"
 
 namespace gpunvme::host {
@@ -15,7 +17,17 @@ const char* device_string_help() {
          "                           (bind it with `scripts/setup_vfio.sh bind DDDD:BB:DD.F`)\n";
 }
 
+namespace {
+
+std::unique_ptr<Transport> open_vfio(std::string_view bdf) {
+  throw Error(ErrorKind::kUnsupported, "vfio:" + std::string(bdf) + ": this build has no VFIO transport yet");
+}
+
+}  // namespace
+
 std::unique_ptr<Transport> open_transport(std::string_view device) {
+  if (emu::is_emu_device(device)) return emu::open_emulated(device);
+  if (device.substr(0, 5) == "vfio:") return open_vfio(device.substr(5));
   throw Error(ErrorKind::kInvalidArgument, "unknown device string '" + std::string(device) + "'\n" + device_string_help());
 }
 
