@@ -1,0 +1,60 @@
+// Configuration of the emulated NVMe controller and the "emu:" device-string parser.
+// The device string is what every tool accepts, e.g. "emu:ram,size=256M,lba=4096" or "emu:/tmp/disk.img,size=1G".
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpunvme::emu {
+
+enum class Backing : uint8_t {
+  kFile,  // a plain raw image, read and written with pread/pwrite (dd onto it works)
+  kRam,   // anonymous memory, lazily committed
+  kNull,  // no data at all: commands are validated (NSID, LBA range, sizes) and complete at once
+};
+
+struct NamespaceConfig {
+  Backing backing = Backing::kRam;
+  std::string path;         // kFile only
+  uint64_t size_bytes = 0;  // 0 for kFile: the file's current size (it must exist)
+  uint32_t lba_bytes = 512; // 512 or 4096
+};
+
+enum class PollPolicy : uint8_t {
+  kAdaptive,  // spin briefly, then sleep with growing back-off (up to max_idle_sleep)
+  kSpin,      // never sleep (benchmarks; burns one core per thread)
+};
+
+struct ControllerConfig {
+  std::string name = "emu:ram";  // the device string, reported by Transport::name()
+  std::vector<NamespaceConfig> namespaces{NamespaceConfig{}};
+  uint8_t mdts = 8;               // Identify MDTS: max transfer 2^mdts * 4 KiB; 0 = no limit
+  uint32_t max_io_queues = 64;    // I/O SQ/CQ pairs the controller can grant (QIDs 1..max)
+  uint32_t mqes = 4095;           // CAP.MQES, 0's based: the largest queue has mqes+1 entries
+  uint32_t dstrd = 0;             // CAP.DSTRD: doorbell stride 4 << dstrd bytes
+  uint32_t to_500ms = 4;          // CAP.TO in 500 ms units: the host's bound for RDY transitions
+  std::chrono::microseconds ready_delay{1000};  // CC.EN -> CSTS.RDY (both directions), and SHN
+  uint32_t io_threads = 1;        // controller threads serving I/O queues (plus one admin thread)
+  PollPolicy poll = PollPolicy::kAdaptive;
+  std::chrono::microseconds max_idle_sleep{100};  // adaptive policy's longest sleep
+  bool contiguous_queues_required = true;  // CAP.CQR: PC=1 is required on Create I/O SQ/CQ
+  uint16_t vid = 0x1b36;          // Identify VID (QEMU/Red Hat's id, as emulated NVMe devices use)
+  std::string serial = "GPUNVME-EMU-0001";
+};
+
+// Parses "emu:PATH[,key=value...]" (the "emu:" prefix is optional). PATH is a file, or "ram" / "null".
+// Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms.
+// Throws gpunvme::Error(kInvalidArgument) naming the bad part and listing the valid keys;
+// throws kNotFound when the file is missing and no size was given.
+ControllerConfig parse_emu_device(std::string_view spec);
+
+// "1G" -> 1073741824; accepts a plain number of bytes or K/M/G/T (binary) suffixes, optional "iB"/"B".
+// Returns false on syntax errors or overflow.
+bool parse_size(std::string_view text, uint64_t* out);
+
+// Whether a device string names the emulator ("emu:" prefix).
+inline bool is_emu_device(std::string_view spec) { return spec.substr(0, 4) == "emu:"; }
+
+}  // namespace gpunvme::emu

@@ -1,0 +1,76 @@
+// Fault injection: per-test plans of controller misbehaviour, checked at register and queue level.
+// A plan is empty in normal runs; the I/O path then pays one relaxed load per batch.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+namespace gpunvme::emu {
+
+enum class FaultKind : uint8_t {
+  // Command faults (scoped by SQ id, opcode, and which matching command):
+  kDelayCompletion,  // the command executes; its CQE is posted `delay` later
+  kDropCompletion,   // the command executes; no CQE is ever posted
+  kErrorStatus,      // the command is not executed; it completes with sct/sc/dnr
+  kFatalOnCommand,   // CSTS.CFS is set when the command is fetched; nothing more is processed until reset
+  kWrongCid,         // the command executes; its CQE carries cid ^ cid_xor
+  // Enable faults (at a CC.EN 0 -> 1 transition; `nth` counts enables):
+  kFatalAtEnable,    // CSTS.CFS is set instead of CSTS.RDY
+  kSlowReady,        // CSTS.RDY follows `delay` later than the configured ready delay
+  kNeverReady,       // CSTS.RDY is never set
+};
+
+struct Fault {
+  FaultKind kind = FaultKind::kErrorStatus;
+  int32_t qid = -1;        // SQ id (0 = admin); -1 any queue
+  int32_t opcode = -1;     // -1 any opcode
+  uint64_t nth = 1;        // fires first on the nth matching command (or enable), 1-based
+  uint64_t times = 1;      // then on this many consecutive matches in all; 0 = every match from nth on
+  std::chrono::microseconds delay{0};  // kDelayCompletion, kSlowReady
+  uint8_t sct = 0;         // kErrorStatus
+  uint8_t sc = 0x06;       // kErrorStatus (default Internal Error)
+  bool dnr = false;        // kErrorStatus
+  uint16_t cid_xor = 0x8000;  // kWrongCid
+};
+
+class FaultPlan {
+ public:
+  // Arms a fault; returns its id.
+  int add(const Fault& f);
+  void remove(int id);
+  void clear();
+  // How many times fault `id` fired so far.
+  uint64_t fired(int id) const;
+
+  // Controller side. Whether any command fault is armed (hot path, relaxed).
+  bool commands_armed() const { return commands_armed_.load(std::memory_order_relaxed); }
+  // The fault that applies to this command, if any; counts the match for every armed command fault.
+  std::optional<Fault> on_command(uint16_t sqid, uint8_t opcode);
+  // The fault that applies to this enable, if any.
+  std::optional<Fault> on_enable();
+
+ private:
+  struct Armed {
+    int id;
+    Fault f;
+    uint64_t seen = 0;
+    uint64_t fired = 0;
+  };
+  static bool is_enable_fault(FaultKind k) {
+    return k == FaultKind::kFatalAtEnable || k == FaultKind::kSlowReady || k == FaultKind::kNeverReady;
+  }
+  bool exhausted(const Armed& a) const { return a.f.times != 0 && a.fired >= a.f.times; }
+  std::optional<Fault> match(bool enable, uint16_t sqid, uint8_t opcode);
+  void refresh_armed();
+
+  mutable std::mutex mu_;
+  std::vector<Armed> faults_;
+  std::vector<std::pair<int, uint64_t>> retired_;  // fired counts of removed/cleared faults
+  int next_id_ = 1;
+  std::atomic<bool> commands_armed_{false};
+};
+
+}  // namespace gpunvme::emu

@@ -1,0 +1,219 @@
+// The I/O path: controller threads serving I/O queues, and the NVM command set (NVM Command Set 1.0
+// section 3). Lean by design: per SQ one doorbell read, a batch of entries, CQE fields for the whole
+// batch, one fence, then the phase-carrying status words; no lock, allocation or ring translation per
+// command. Faults, when armed, divert to a per-command path.
+#include <algorithm>
+#include <thread>
+
+#include "host/emulator/complete.h"
+#include "host/emulator/prp_dma.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define GPUNVME_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define GPUNVME_CPU_RELAX() asm volatile("yield")
+#else
+#define GPUNVME_CPU_RELAX() ((void)0)
+#endif
+
+namespace gpunvme::emu {
+namespace {
+
+using nvme::Status;
+namespace sc = nvme::sc;
+
+constexpr uint16_t status_field(uint8_t code) { return Status::make(nvme::sct::kGeneric, code, true).field; }
+constexpr uint16_t kMediaWriteFault = Status::make(nvme::sct::kMediaError, sc::kWriteFault, false).field;
+constexpr uint16_t kMediaReadError = Status::make(nvme::sct::kMediaError, sc::kUnrecoveredReadError, false).field;
+
+inline void bump(std::atomic<uint64_t>& a, uint64_t n) {
+  // Single writer (the owning thread): a plain load/store pair, no locked instruction.
+  a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
+constexpr uint32_t kBatch = 64;
+constexpr unsigned kSpinPasses = 256;  // idle passes before the first sleep
+
+}  // namespace
+
+void EmulatedController::io_thread_main(unsigned index) {
+  const int slot = qsbr_.register_thread();
+  IoContext ctx;
+  ctx.index = index;
+  ctx.counters = counters_[index].get();
+  ctx.iov.reserve(1024);
+  unsigned idle = 0;
+  auto sleep = std::chrono::microseconds(1);
+  const bool spin = config_.poll == PollPolicy::kSpin;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    qsbr_.enter(slot);
+    size_t did = 0;
+    if (!fatal_.load(std::memory_order_seq_cst) && !halted_.load(std::memory_order_relaxed)) {
+      const WorkList* work = work_[index].load(std::memory_order_seq_cst);
+      for (const WorkList::Item& item : work->items) did += serve_cq(item, ctx);
+    }
+    qsbr_.leave(slot);
+    if (did != 0) {
+      idle = 0;
+      sleep = std::chrono::microseconds(1);
+      continue;
+    }
+    if (spin || ++idle < kSpinPasses) {
+      GPUNVME_CPU_RELAX();
+      continue;
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, config_.max_idle_sleep);
+  }
+  qsbr_.unregister_thread(slot);
+}
+
+size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) {
+  CqState& cq = *item.cq;
+  cq.refresh_head();
+  size_t did = cq.delayed.empty() ? 0 : flush_delayed(cq);
+  const bool faulty = faults_.commands_armed();
+  for (SqState* sq : item.sqs) did += faulty ? serve_sq_faulty(*sq, cq, ctx) : serve_sq(*sq, cq, ctx);
+  return did;
+}
+
+size_t EmulatedController::flush_delayed(CqState& cq) {
+  const auto now = std::chrono::steady_clock::now();
+  size_t n = 0;
+  for (auto it = cq.delayed.begin(); it != cq.delayed.end();) {
+    // room() already reserves a slot for every delayed entry, so posting one never overruns.
+    if (it->due <= now && nvme::ring_free(cq.prod.head, cq.prod.tail, cq.entries) > 0) {
+      cq.post(it->dw0, it->sqhd, it->sqid, it->cid, it->status);
+      it = cq.delayed.erase(it);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return n;
+}
+
+size_t EmulatedController::serve_sq(SqState& sq, CqState& cq, IoContext& ctx) {
+  const uint32_t tail = nvme::mmio_read32(sq.tail_db);
+  if (tail == sq.head || tail >= sq.entries) return 0;  // an out-of-range tail is ignored
+  nvme::read_entries_after_doorbell();
+  uint32_t todo = std::min(nvme::ring_used(sq.head, tail, sq.entries), cq.room());
+  if (todo == 0) return 0;  // CQ full: hold the commands until the host frees slots
+  const size_t total = todo;
+  CommandResult results[kBatch];
+  uint16_t cids[kBatch];
+  while (todo > 0) {
+    const uint32_t n = std::min(todo, kBatch);
+    for (uint32_t i = 0; i < n; ++i) {
+      const nvme::SubmissionEntry& e = sq.ring[sq.head];
+      sq.head = nvme::ring_next(sq.head, sq.entries);
+      cids[i] = e.cid;
+      results[i] = exec_io(e, sq.qid, ctx);
+    }
+    // The whole batch was fetched: SQHD may report the new head in every CQE.
+    const uint16_t sqhd = uint16_t(sq.head);
+    uint32_t first_index = cq.prod.tail;
+    uint32_t phase = cq.prod.phase;
+    uint32_t errors = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      nvme::CompletionEntry* c = cq.ring + cq.prod.post().index;
+      c->dw0 = results[i].dw0;
+      c->dw1 = 0;
+      c->sqhd = sqhd;
+      c->sqid = sq.qid;
+      c->cid = cids[i];
+    }
+    nvme::publish_cqe_fields_before_phase();
+    for (uint32_t i = 0; i < n; ++i) {
+      *reinterpret_cast<volatile uint16_t*>(&cq.ring[first_index].status) =
+          uint16_t((results[i].status << 1) | phase);
+      if (results[i].status != 0) {
+        ++errors;
+        log_error(sq.qid, cids[i], results[i].status, results[i].nsid, results[i].lba);
+      }
+      first_index = nvme::ring_next(first_index, cq.entries);
+      if (first_index == 0) phase ^= 1u;
+    }
+    if (errors != 0) bump(ctx.counters->errors, errors);
+    todo -= n;
+  }
+  bump(ctx.counters->commands, total);
+  bump(queue_counters_[sq.qid].n, total);
+  return total;
+}
+
+// One command at a time, through the fault plan.
+size_t EmulatedController::serve_sq_faulty(SqState& sq, CqState& cq, IoContext& ctx) {
+  const uint32_t tail = nvme::mmio_read32(sq.tail_db);
+  if (tail == sq.head || tail >= sq.entries) return 0;
+  nvme::read_entries_after_doorbell();
+  size_t done = 0;
+  while (sq.head != tail && cq.room() > 0) {
+    const nvme::SubmissionEntry e = sq.ring[sq.head];
+    sq.head = nvme::ring_next(sq.head, sq.entries);
+    ++done;
+    bump(queue_counters_[sq.qid].n, 1);
+    if (!complete_with_faults(sq, cq, e, *ctx.counters,
+                              [&](const nvme::SubmissionEntry& c) { return exec_io(c, sq.qid, ctx); }))
+      break;
+  }
+  return done;
+}
+
+EmulatedController::CommandResult EmulatedController::exec_io(const nvme::SubmissionEntry& e, uint16_t /*sqid*/,
+                                                              IoContext& ctx) {
+  // PSDT != 0 asks for SGLs, which Identify SGLS says we lack; fused operations are not supported.
+  if (e.flags != 0) return {status_field(sc::kInvalidField), 0, false, e.nsid};
+  const uint8_t op = e.opcode;
+  if (op == nvme::nvm_op::kRead || op == nvme::nvm_op::kWrite || op == nvme::nvm_op::kWriteZeroes) {
+    if (e.nsid - 1u >= namespaces_.size()) return {status_field(sc::kInvalidNamespaceOrFormat), 0, false, e.nsid};
+    Namespace& ns = *namespaces_[e.nsid - 1];
+    const uint64_t slba = nvme::rw_slba(e);
+    const uint32_t nlb = nvme::rw_nblocks(e);
+    if (slba >= ns.blocks() || nlb > ns.blocks() - slba)
+      return {status_field(sc::kLbaOutOfRange), 0, false, e.nsid, slba};
+    const uint64_t bytes = uint64_t(nlb) << ns.lba_shift();
+    const uint64_t off = slba << ns.lba_shift();
+    ThreadCounters& tc = *ctx.counters;
+    if (op == nvme::nvm_op::kWriteZeroes) {  // no data transfer, so MDTS does not apply
+      if (!ns.write_zeroes(off, bytes)) return {kMediaWriteFault, 0, false, e.nsid, slba};
+      bump(tc.write_zeroes, 1);
+      return {};
+    }
+    if (max_transfer_ != 0 && bytes > max_transfer_) return {status_field(sc::kInvalidField), 0, false, e.nsid, slba};
+    const bool read = op == nvme::nvm_op::kRead;
+    // A null namespace moves no data and does not look at the PRPs: it exists to measure command rate.
+    if (!ns.is_null()) {
+      const uint8_t code =
+          resolve_prps(dma_, e.prp1, e.prp2, bytes, page_bytes_io_.load(std::memory_order_relaxed), ctx.iov);
+      if (code != sc::kSuccess) return {status_field(code), 0, false, e.nsid, slba};
+      const bool ok = read ? ns.read(off, ctx.iov.data(), int(ctx.iov.size()))
+                           : ns.write(off, ctx.iov.data(), int(ctx.iov.size()));
+      if (!ok) return {read ? kMediaReadError : kMediaWriteFault, 0, false, e.nsid, slba};
+    }
+    if (read) {
+      bump(tc.reads, 1);
+      bump(tc.bytes_read, bytes);
+    } else {
+      bump(tc.writes, 1);
+      bump(tc.bytes_written, bytes);
+    }
+    return {};
+  }
+  if (op == nvme::nvm_op::kFlush) {
+    // NSID FFFFFFFFh flushes every namespace (section 7.1 of the NVM Command Set).
+    if (e.nsid == 0xFFFFFFFFu) {
+      for (auto& ns : namespaces_)
+        if (!ns->flush()) return {kMediaWriteFault, 0, false, e.nsid};
+    } else {
+      if (e.nsid - 1u >= namespaces_.size()) return {status_field(sc::kInvalidNamespaceOrFormat), 0, false, e.nsid};
+      if (!namespaces_[e.nsid - 1]->flush()) return {kMediaWriteFault, 0, false, e.nsid};
+    }
+    bump(ctx.counters->flushes, 1);
+    return {};
+  }
+  return {status_field(sc::kInvalidOpcode), 0, false, e.nsid};
+}
+
+}  // namespace gpunvme::emu

@@ -1,0 +1,177 @@
+#include "host/emulator/namespace.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+
+#include "host/error.h"
+
+namespace gpunvme::emu {
+namespace {
+
+[[noreturn]] void io_error(const std::string& what) {
+  throw Error(ErrorKind::kIo, "emu: " + what + ": " + std::strerror(errno));
+}
+
+// preadv/pwritev until done; iovecs are consumed in place on short transfers.
+template <class Fn>
+bool vector_io(Fn fn, uint64_t off, const iovec* iov_in, int n) {
+  iovec local[64];
+  while (n > 0) {
+    const int take = n < 64 ? n : 64;
+    std::memcpy(local, iov_in, sizeof(iovec) * size_t(take));
+    iovec* iov = local;
+    int left = take;
+    while (left > 0) {
+      const ssize_t r = fn(iov, left, off_t(off));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return false;
+      }
+      if (r == 0) return false;  // past the end of a file that shrank under us
+      off += uint64_t(r);
+      size_t done = size_t(r);
+      while (left > 0 && done >= iov->iov_len) {
+        done -= iov->iov_len;
+        ++iov;
+        --left;
+      }
+      if (left > 0) {
+        iov->iov_base = static_cast<char*>(iov->iov_base) + done;
+        iov->iov_len -= done;
+      }
+    }
+    iov_in += take;
+    n -= take;
+  }
+  return true;
+}
+
+}  // namespace
+
+Namespace::Namespace(const NamespaceConfig& cfg)
+    : backing_(cfg.backing), path_(cfg.path), lba_bytes_(cfg.lba_bytes) {
+  if (lba_bytes_ != 512 && lba_bytes_ != 4096)
+    throw Error(ErrorKind::kInvalidArgument, "emu: LBA size " + std::to_string(lba_bytes_) + " is not 512 or 4096");
+  lba_shift_ = lba_bytes_ == 512 ? 9 : 12;
+  uint64_t bytes = cfg.size_bytes;
+  switch (backing_) {
+    case Backing::kNull:
+      break;
+    case Backing::kRam: {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) io_error("cannot reserve " + std::to_string(bytes) + " bytes of RAM for a namespace");
+      ram_ = static_cast<char*>(p);
+      ram_bytes_ = bytes;
+      break;
+    }
+    case Backing::kFile: {
+      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd_ < 0) io_error("cannot open " + path_);
+      struct stat st{};
+      if (::fstat(fd_, &st) != 0) io_error("fstat " + path_);
+      uint64_t have = uint64_t(st.st_size);
+      if (S_ISBLK(st.st_mode) && ::ioctl(fd_, BLKGETSIZE64, &have) != 0) io_error("BLKGETSIZE64 " + path_);
+      if (bytes == 0) {
+        bytes = have - have % lba_bytes_;
+        if (bytes == 0) {
+          ::close(fd_);
+          throw Error(ErrorKind::kInvalidArgument,
+                      "emu: " + path_ + " holds less than one " + std::to_string(lba_bytes_) +
+                          "-byte block; pass size=... to extend it");
+        }
+      } else if (have < bytes) {
+        if (!S_ISREG(st.st_mode) || ::ftruncate(fd_, off_t(bytes)) != 0) {
+          const int e = errno;
+          ::close(fd_);
+          errno = e;
+          io_error("cannot extend " + path_ + " to " + std::to_string(bytes) + " bytes");
+        }
+      }
+      break;
+    }
+  }
+  blocks_ = bytes >> lba_shift_;
+}
+
+Namespace::~Namespace() {
+  if (ram_ != nullptr) ::munmap(ram_, ram_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool Namespace::read(uint64_t off, const iovec* iov, int n) {
+  switch (backing_) {
+    case Backing::kNull:
+      return true;
+    case Backing::kRam:
+      for (int i = 0; i < n; ++i) {
+        std::memcpy(iov[i].iov_base, ram_ + off, iov[i].iov_len);
+        off += iov[i].iov_len;
+      }
+      return true;
+    case Backing::kFile:
+      return vector_io([this](const iovec* v, int c, off_t o) { return ::preadv(fd_, v, c, o); }, off, iov, n);
+  }
+  return false;
+}
+
+bool Namespace::write(uint64_t off, const iovec* iov, int n) {
+  switch (backing_) {
+    case Backing::kNull:
+      return true;
+    case Backing::kRam:
+      for (int i = 0; i < n; ++i) {
+        std::memcpy(ram_ + off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+      }
+      return true;
+    case Backing::kFile: {
+      const uint64_t start = off;
+      uint64_t len = 0;
+      for (int i = 0; i < n; ++i) len += iov[i].iov_len;
+      if (!vector_io([this](const iovec* v, int c, off_t o) { return ::pwritev(fd_, v, c, o); }, off, iov, n))
+        return false;
+      if (write_through_.load(std::memory_order_relaxed))
+        return ::sync_file_range(fd_, off_t(start), off_t(len),
+                                 SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) == 0 &&
+               ::fdatasync(fd_) == 0;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Namespace::write_zeroes(uint64_t off, uint64_t len) {
+  switch (backing_) {
+    case Backing::kNull:
+      return true;
+    case Backing::kRam:
+      std::memset(ram_ + off, 0, len);
+      return true;
+    case Backing::kFile: {
+      if (::fallocate(fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, off_t(off), off_t(len)) == 0) return true;
+      static const char zeros[65536] = {};
+      while (len > 0) {
+        const size_t n = len < sizeof zeros ? size_t(len) : sizeof zeros;
+        const ssize_t w = ::pwrite(fd_, zeros, n, off_t(off));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return false;
+        off += uint64_t(w);
+        len -= uint64_t(w);
+      }
+      return true;
+    }
+  }
+  return false;
+}
+
+bool Namespace::flush() { return backing_ != Backing::kFile || ::fdatasync(fd_) == 0; }
+
+}  // namespace gpunvme::emu

@@ -1,0 +1,51 @@
+// Namespace backings: a raw image file (pread/pwrite), anonymous RAM, or null (no data at all).
+// One concrete class with a switch on the backing, so the I/O path pays no virtual call.
+#pragma once
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "host/emulator/config.h"
+
+namespace gpunvme::emu {
+
+class Namespace {
+ public:
+  // Opens or creates the backing; throws gpunvme::Error naming the file and the failing call.
+  explicit Namespace(const NamespaceConfig& cfg);
+  ~Namespace();
+  Namespace(const Namespace&) = delete;
+  Namespace& operator=(const Namespace&) = delete;
+
+  Backing backing() const { return backing_; }
+  bool is_null() const { return backing_ == Backing::kNull; }
+  uint64_t blocks() const { return blocks_; }
+  uint32_t lba_bytes() const { return lba_bytes_; }
+  uint32_t lba_shift() const { return lba_shift_; }
+  const std::string& path() const { return path_; }
+
+  // Data movement between the medium at byte offset `off` and host segments. false: the medium
+  // failed (the caller reports a media error); the range was validated by the caller.
+  bool read(uint64_t off, const iovec* iov, int n);
+  bool write(uint64_t off, const iovec* iov, int n);
+  bool write_zeroes(uint64_t off, uint64_t len);
+  bool flush();
+  // Volatile Write Cache disabled: every write reaches stable storage before it completes.
+  void set_write_through(bool on) { write_through_.store(on, std::memory_order_relaxed); }
+
+ private:
+  Backing backing_;
+  std::string path_;
+  uint64_t blocks_ = 0;
+  uint32_t lba_bytes_ = 512;
+  uint32_t lba_shift_ = 9;
+  int fd_ = -1;
+  char* ram_ = nullptr;
+  uint64_t ram_bytes_ = 0;
+  std::atomic<bool> write_through_{false};
+};
+
+}  // namespace gpunvme::emu
