@@ -1,6 +1,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <string>
 
+#include "driver/memory_order.h"
 #include "driver/registers.h"
 #include "host/error.h"
 #include "host/open_device.h"

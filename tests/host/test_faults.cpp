@@ -1,6 +1,7 @@
 // Every injected controller fault becomes a clear, bounded error on the host side, and data that
 // was not part of the failed command stays intact.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_predicate.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <chrono>
 #include <cstring>
