@@ -1,0 +1,36 @@
+// Finds a model on a device from the device alone:
+//   1. a deploy record at LBA 0 (deploy_record.h) -> its start LBA and exact byte length;
+//   2. else GGUF magic at LBA 0 (plain `dd if=model.gguf of=/dev/nvme0n1`);
+//   3. else GGUF magic at the caller's start LBA hint, then at the 1 MiB default
+//      (`dd ... bs=1M seek=1` without a record).
+// A record that is present but damaged is an error, not a fallback: silently reading the wrong
+// bytes as a model would be worse.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/block_io.h"
+#include "runtime/model/deploy_record.h"
+
+namespace gpunvme::model {
+
+struct DetectedModel {
+  enum class Kind { kNone, kRecord, kRawGguf };
+  Kind kind = Kind::kNone;
+  uint64_t start_lba = 0;
+  // Exact byte length when a record exists; for raw GGUF, the bytes from start_lba to the end of
+  // the device (an upper bound the header parser checks tensors against).
+  uint64_t byte_bound = 0;
+  std::optional<DeployRecord> record;
+  std::string describe() const;
+};
+
+DetectedModel detect_model(const BlockIo& io, std::optional<uint64_t> start_lba_hint = std::nullopt);
+
+// Parses the GGUF header of a detected model through the block callbacks (throws ModelError when
+// nothing was detected, GgufError for a bad header).
+gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m);
+
+}  // namespace gpunvme::model
