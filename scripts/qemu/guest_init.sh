@@ -62,7 +62,7 @@ if /bin/gpunvme_vfio_probe vfio:$bdf; then probe=ok; fi
 say "uptime-probe $(up)"
 
 # shellcheck disable=SC2086
-/bin/gpunvme_vfio_suite --device vfio:$bdf $args --durations yes $filter > /tmp/suite.log 2>&1
+/bin/gpunvme_vfio_suite --device vfio:$bdf --expect-fault-log $args --durations yes $filter > /tmp/suite.log 2>&1
 rc=$?
 cat /tmp/suite.log
 # Catch2's summary: "All tests passed (A assertions in N test cases)" or

@@ -3,8 +3,10 @@
 # per NVMe configuration, binds QEMU's NVMe controller to vfio-pci inside it, and runs our
 # integration suite (tests/vfio/guest_suite.cpp) through VFIO. Results come back on the serial console.
 #
-#   scripts/qemu/run_vfio_suite.sh [--only NAME[,NAME]] [--jobs N] [--timeout S] [--keep-logs]
-#                                  [--binaries DIR] [--list]
+#   scripts/qemu/run_vfio_suite.sh [--only NAME[,NAME]] [--jobs N] [--timeout S] [--binaries DIR] [--list]
+#     --only      run these configurations (see --list); --jobs: guests at once (default 2 on >= 2 cores)
+#     --timeout   seconds one guest may run before QEMU is killed (default 150)
+#     --binaries  use prebuilt static gpunvme_vfio_probe / gpunvme_vfio_suite from DIR
 #
 # Idempotent: the guest kernel is cached under build-qemu-vfio/ (or $GPUNVME_QEMU_DIR).
 # Ends with "N passed, N failed" (N = configurations); exit 0 only if every guest ran its whole suite
@@ -14,7 +16,7 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 out=${GPUNVME_QEMU_DIR:-$repo/build-qemu-vfio}
 only=""
-jobs=1
+jobs=$(( $(nproc) >= 2 ? 2 : 1 ))
 boot_timeout=150
 binaries=()
 list=0
@@ -28,16 +30,16 @@ configs=(
   "lba4096|@lba4096||--expect-lba,4096"
   "two-namespaces|@twons||--expect-namespaces,2"
   "cmb16|cmb_size_mb=16||--expect-cmb,16"
+  "mdts0|mdts=0||--expect-mdts,0"
 )
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --only) only=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --timeout) boot_timeout=$2; shift 2 ;;
     --binaries) binaries=(--binaries "$2"); shift 2 ;;
-    --keep-logs) shift ;;  # logs are always kept
     --list) list=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_vfio_suite.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
