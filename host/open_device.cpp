@@ -3,6 +3,7 @@
 #include "host/emulator/config.h"
 #include "host/emulator/controller.h"
 #include "host/error.h"
+#include "host/vfio/vfio_transport.h"
 
 namespace gpunvme::host {
 
@@ -17,17 +18,9 @@ const char* device_string_help() {
          "                           (bind it with `scripts/setup_vfio.sh bind DDDD:BB:DD.F`)\n";
 }
 
-namespace {
-
-std::unique_ptr<Transport> open_vfio(std::string_view bdf) {
-  throw Error(ErrorKind::kUnsupported, "vfio:" + std::string(bdf) + ": this build has no VFIO transport yet");
-}
-
-}  // namespace
-
 std::unique_ptr<Transport> open_transport(std::string_view device) {
   if (emu::is_emu_device(device)) return emu::open_emulated(device);
-  if (device.substr(0, 5) == "vfio:") return open_vfio(device.substr(5));
+  if (vfio::is_vfio_device_string(device)) return vfio::open_vfio_transport(device);
   throw Error(ErrorKind::kInvalidArgument, "unknown device string '" + std::string(device) + "'\n" + device_string_help());
 }
 
