@@ -21,7 +21,10 @@ EmulatedController::EmulatedController(ControllerConfig config) : config_(std::m
   if (config_.dstrd > 8) throw Error(ErrorKind::kInvalidArgument, "emu: dstrd must be 0..8");
   if (config_.io_threads + 1 > uint32_t(Qsbr::kMaxThreads))
     throw Error(ErrorKind::kInvalidArgument, "emu: too many controller threads");
-  for (const NamespaceConfig& ns : config_.namespaces) namespaces_.push_back(std::make_unique<Namespace>(ns));
+  for (const NamespaceConfig& ns : config_.namespaces) {
+    namespaces_.push_back(std::make_unique<Namespace>(ns));
+    ns_fast_.push_back(NsFast{namespaces_.back()->blocks(), namespaces_.back()->lba_shift(), namespaces_.back()->is_null()});
+  }
 
   cap_ = nvme::Cap::make({.mqes = config_.mqes,
                           .cqr = config_.contiguous_queues_required,
@@ -98,6 +101,8 @@ void EmulatedController::dma_unmap(void* vaddr, uint64_t len) noexcept {
 // and the controller stops touching every ring before dma_unmap returns.
 void EmulatedController::on_unmapped(uint64_t iova, uint64_t len) {
   const auto overlaps = [&](uint64_t base, uint64_t bytes) { return base < iova + len && iova < base + bytes; };
+  // After a completed shutdown the controller touches no queue memory, so freeing it is fine.
+  if (halted_.load(std::memory_order_seq_cst)) return;
   std::string why;
   if (state_ == State::kReady) {
     if (admin_sq_.ring && overlaps(admin_sq_.ring_iova, uint64_t(admin_sq_.entries) * nvme::kSqeBytes))

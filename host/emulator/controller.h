@@ -140,8 +140,16 @@ class EmulatedController final : public host::Transport {
   template <class Exec>
   bool complete_with_faults(SqState& sq, CqState& cq, const nvme::SubmissionEntry& e, ThreadCounters& tc, Exec exec);
 
+  // What the I/O fast path needs of a namespace, packed (namespaces never change after construction).
+  struct NsFast {
+    uint64_t blocks;
+    uint32_t shift;
+    bool null;
+  };
+
   ControllerConfig config_;
   std::vector<std::unique_ptr<Namespace>> namespaces_;
+  std::vector<NsFast> ns_fast_;
   nvme::Cap cap_{};
   nvme::Vs vs_{};
   uint64_t max_transfer_ = 0;  // bytes; 0 = no limit

@@ -96,50 +96,97 @@ size_t EmulatedController::flush_delayed(CqState& cq) {
 
 size_t EmulatedController::serve_sq(SqState& sq, CqState& cq, IoContext& ctx) {
   const uint32_t tail = nvme::mmio_read32(sq.tail_db);
-  if (tail == sq.head || tail >= sq.entries) return 0;  // an out-of-range tail is ignored
+  uint32_t head = sq.head;
+  const uint32_t entries = sq.entries;
+  if (tail == head || tail >= entries) return 0;  // an out-of-range tail is ignored
   nvme::read_entries_after_doorbell();
-  uint32_t todo = std::min(nvme::ring_used(sq.head, tail, sq.entries), cq.room());
+  uint32_t todo = std::min(nvme::ring_used(head, tail, entries), cq.room());
   if (todo == 0) return 0;  // CQ full: hold the commands until the host frees slots
   const size_t total = todo;
-  CommandResult results[kBatch];
-  uint16_t cids[kBatch];
+  const nvme::SubmissionEntry* const ring = sq.ring;
+  nvme::CompletionEntry* const cring = cq.ring;
+  const uint32_t centries = cq.entries;
+  const uint16_t sqid = sq.qid;
+  const NsFast* const fast = ns_fast_.data();
+  const uint32_t nns = uint32_t(ns_fast_.size());
+  uint64_t reads = 0, writes = 0, bytes_read = 0, bytes_written = 0, errors = 0;
+  uint16_t status[kBatch];
   while (todo > 0) {
     const uint32_t n = std::min(todo, kBatch);
+    // The whole batch is fetched before any CQE is visible: SQHD reports the batch's end in all.
+    const uint16_t sqhd = uint16_t(nvme::ring_advance(head, n, entries));
+    const uint32_t first = cq.prod.tail;
+    uint32_t ci = first;
     for (uint32_t i = 0; i < n; ++i) {
-      const nvme::SubmissionEntry& e = sq.ring[sq.head];
-      sq.head = nvme::ring_next(sq.head, sq.entries);
-      cids[i] = e.cid;
-      results[i] = exec_io(e, sq.qid, ctx);
-    }
-    // The whole batch was fetched: SQHD may report the new head in every CQE.
-    const uint16_t sqhd = uint16_t(sq.head);
-    uint32_t first_index = cq.prod.tail;
-    uint32_t phase = cq.prod.phase;
-    uint32_t errors = 0;
-    for (uint32_t i = 0; i < n; ++i) {
-      nvme::CompletionEntry* c = cq.ring + cq.prod.post().index;
-      c->dw0 = results[i].dw0;
+      const nvme::SubmissionEntry& e = ring[head];
+      head = nvme::ring_next(head, entries);
+      uint32_t dw0 = 0;
+      uint16_t st;
+      const uint8_t op = e.opcode;
+      const uint32_t nsx = e.nsid - 1u;
+      // Fast path: a plain Read/Write on a null namespace is all validation, no data.
+      if ((op == nvme::nvm_op::kRead || op == nvme::nvm_op::kWrite) && e.flags == 0 && nsx < nns && fast[nsx].null) {
+        const NsFast& ns = fast[nsx];
+        const uint64_t slba = nvme::rw_slba(e);
+        const uint32_t nlb = nvme::rw_nblocks(e);
+        const uint64_t bytes = uint64_t(nlb) << ns.shift;
+        if (slba >= ns.blocks || nlb > ns.blocks - slba) {
+          st = status_field(sc::kLbaOutOfRange);
+        } else if (max_transfer_ != 0 && bytes > max_transfer_) {
+          st = status_field(sc::kInvalidField);
+        } else {
+          st = 0;
+          if (op == nvme::nvm_op::kRead) {
+            ++reads;
+            bytes_read += bytes;
+          } else {
+            ++writes;
+            bytes_written += bytes;
+          }
+        }
+        if (st != 0) log_error(sqid, e.cid, st, e.nsid, slba);
+      } else {
+        const CommandResult r = exec_io(e, sqid, ctx);
+        st = r.status;
+        dw0 = r.dw0;
+        if (st != 0) log_error(sqid, e.cid, st, r.nsid, r.lba);
+      }
+      errors += st != 0;
+      status[i] = st;
+      nvme::CompletionEntry* c = cring + ci;
+      c->dw0 = dw0;
       c->dw1 = 0;
       c->sqhd = sqhd;
-      c->sqid = sq.qid;
-      c->cid = cids[i];
+      c->sqid = sqid;
+      c->cid = e.cid;
+      ci = nvme::ring_next(ci, centries);
     }
+    // Every field of the batch's CQEs, then (one fence) the status words that carry the phase.
     nvme::publish_cqe_fields_before_phase();
+    uint32_t phase = cq.prod.phase;
+    ci = first;
     for (uint32_t i = 0; i < n; ++i) {
-      *reinterpret_cast<volatile uint16_t*>(&cq.ring[first_index].status) =
-          uint16_t((results[i].status << 1) | phase);
-      if (results[i].status != 0) {
-        ++errors;
-        log_error(sq.qid, cids[i], results[i].status, results[i].nsid, results[i].lba);
-      }
-      first_index = nvme::ring_next(first_index, cq.entries);
-      if (first_index == 0) phase ^= 1u;
+      *reinterpret_cast<volatile uint16_t*>(&cring[ci].status) = uint16_t((status[i] << 1) | phase);
+      ci = nvme::ring_next(ci, centries);
+      if (ci == 0) phase ^= 1u;
     }
-    if (errors != 0) bump(ctx.counters->errors, errors);
+    cq.prod.tail = ci;
+    cq.prod.phase = phase;
     todo -= n;
   }
-  bump(ctx.counters->commands, total);
-  bump(queue_counters_[sq.qid].n, total);
+  sq.head = head;
+  ThreadCounters& tc = *ctx.counters;
+  bump(tc.commands, total);
+  bump(queue_counters_[sqid].n, total);
+  if (reads) {
+    bump(tc.reads, reads);
+    bump(tc.bytes_read, bytes_read);
+  }
+  if (writes) {
+    bump(tc.writes, writes);
+    bump(tc.bytes_written, bytes_written);
+  }
+  if (errors) bump(tc.errors, errors);
   return total;
 }
 
