@@ -68,6 +68,9 @@ TEST_CASE("Number of Queues: grant, remember, refuse after queues exist", "[emul
   REQUIRE(status_of(c).ok());
   CHECK(nvme::decode_num_queues(c.dw0).sq_count == 8);  // default: the maximum
 
+  auto too_many = nvme::make_set_num_queues(1, 1);
+  too_many.cdw11 = 0x0000FFFF;  // NSQR 65535 is invalid (section 5.27.1.5)
+  CHECK(is_status(h.admin_cmd(too_many), sct::kGeneric, sc::kInvalidField));
   c = h.admin_cmd(nvme::make_set_num_queues(32, 3));
   REQUIRE(status_of(c).ok());
   auto g = nvme::decode_num_queues(c.dw0);

@@ -1,4 +1,6 @@
 // BAR0 layout and the CC/CSTS handshake: enable, disable, CC validation, shutdown.
+#include <sys/resource.h>
+
 #include "tests/emulator/harness.h"
 
 using namespace emutest;
@@ -114,4 +116,21 @@ TEST_CASE("disable drops I/O queues", "[emulator][registers]") {
   auto c = h.admin_cmd(nvme::make_delete_io_sq(1));
   CHECK(is_status(c, nvme::sct::kCommandSpecific, nvme::sc::kInvalidQueueIdentifier));
   h.create_pair(1, 16);
+}
+
+TEST_CASE("an idle controller sleeps instead of spinning", "[emulator][registers]") {
+  Harness h("emu:null,threads=2,ready_ms=0");
+  h.enable();
+  h.create_pair(1, 8);
+  std::this_thread::sleep_for(20ms);  // past the brief spin
+  rusage r0{}, r1{};
+  getrusage(RUSAGE_SELF, &r0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(300ms);
+  getrusage(RUSAGE_SELF, &r1);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto secs = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  const double cpu = secs(r1.ru_utime) - secs(r0.ru_utime) + secs(r1.ru_stime) - secs(r0.ru_stime);
+  INFO("cpu " << cpu << " s over " << wall << " s with 3 controller threads");
+  CHECK(cpu < 0.25 * wall);
 }
