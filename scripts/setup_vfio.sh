@@ -106,7 +106,7 @@ uses_of() {
 root_dev() {
   # The block device holding /, by major:minor, through sysfs (works for partitions; dm/md show as holders).
   local mm
-  mm=$(mountpoint -d / 2>/dev/null || true)
+  mm=$(awk '$5 == "/" {print $3}' /proc/self/mountinfo 2>/dev/null | tail -n1)
   [[ -n $mm && -e $SYS/dev/block/$mm ]] && basename "$(readlink -f "$SYS/dev/block/$mm")"
   return 0
 }

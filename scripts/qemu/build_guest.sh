@@ -90,22 +90,43 @@ rm -rf "$stage"
 mkdir -p "$stage"/{bin,sbin,proc,sys,dev,tmp,run,modules}
 cp /bin/busybox "$stage/bin/busybox"
 ln -s busybox "$stage/bin/sh"
-# Load order matters: each module needs the ones before it.
-modules=(drivers/vfio/vfio.ko drivers/vfio/vfio_iommu_type1.ko drivers/vfio/vfio_virqfd.ko virt/lib/irqbypass.ko
-         drivers/vfio/pci/vfio-pci-core.ko drivers/vfio/pci/vfio-pci.ko)
+# Kernel modules with their dependencies first (read from each module's .modinfo "depends=";
+# no depmod needed). Two load lists: vfio (always) and the kernel's nvme driver plus a small
+# filesystem (for the setup_vfio.sh test, loaded only when the guest is asked to run it).
+declare -A modpath=()
+while IFS= read -r f; do
+  n=$(basename "$f"); n=${n%%.ko*}; modpath[${n//-/_}]=$f
+done < <(find "$moddir" -name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst')
+mod_bytes() {  # print the plain .ko
+  case $1 in *.xz) xz -dc "$1" ;; *.zst) zstd -qdc "$1" ;; *) cat "$1" ;; esac
+}
+declare -A loaded=()
+add_module() {  # add_module NAME LISTFILE: dependencies first, each once
+  local n=${1//-/_} f deps d
+  [[ -n ${loaded[$n]:-} ]] && return 0
+  f=${modpath[$n]:-}
+  if [[ -z $f ]]; then log "note: module $1 not in $kpkg (built in?)"; loaded[$n]=1; return 0; fi
+  deps=$(mod_bytes "$f" | tr '\0' '\n' | sed -n 's/^depends=//p' | head -n1 | tr ',' ' ')
+  for d in $deps; do add_module "$d" "$2"; done
+  loaded[$n]=1
+  mod_bytes "$f" > "$stage/modules/$n.ko"
+  echo "$n.ko" >> "$2"
+}
 : > "$stage/modules/order"
-for m in "${modules[@]}"; do
-  src=$moddir/$m
-  name=$(basename "$m")
-  if [[ -f $src ]]; then cp "$src" "$stage/modules/$name"
-  elif [[ -f $src.xz ]]; then xz -dc "$src.xz" > "$stage/modules/$name"
-  elif [[ -f $src.zst ]]; then zstd -qdc "$src.zst" > "$stage/modules/$name"
-  else
-    # Built in, or missing: say which (some kernels build vfio in; that is fine).
-    log "note: $m not in $kpkg (built in?)"; continue
-  fi
-  echo "$name" >> "$stage/modules/order"
-done
+for m in vfio vfio_iommu_type1 vfio_virqfd irqbypass vfio_pci_core vfio_pci; do add_module "$m" "$stage/modules/order"; done
+: > "$stage/modules/order-nvme"
+for m in nvme nls_cp437 msdos; do add_module "$m" "$stage/modules/order-nvme"; done
+# bash and its libraries, for scripts/setup_vfio.sh (a bash script) inside the guest.
+if command -v bash >/dev/null; then
+  bash_bin=$(command -v bash)
+  mkdir -p "$stage/usr/bin"
+  cp "$bash_bin" "$stage/usr/bin/bash"
+  for lib in $(ldd "$bash_bin" | grep -o '/[^ ]*'); do
+    mkdir -p "$stage$(dirname "$lib")"
+    cp -L "$lib" "$stage$lib"
+  done
+  cp "$repo/scripts/setup_vfio.sh" "$stage/bin/setup_vfio.sh"
+fi
 cp "$binaries/gpunvme_vfio_probe" "$binaries/gpunvme_vfio_suite" "$stage/bin/"
 cp "$repo/scripts/qemu/guest_init.sh" "$stage/init"
 chmod +x "$stage/init"

@@ -21,10 +21,10 @@ boot_timeout=150
 binaries=()
 list=0
 
-# name | nvme device properties | extra -device/-drive options | suite arguments (commas for spaces)
+# name | nvme device properties | extra kernel command line | suite arguments (commas for spaces)
 # Each configuration gets disk images nsN.img (64 MiB, sparse) created fresh.
 configs=(
-  "default|||--expect-mdts,7"
+  "default||gpunvme.setup_test=1|--expect-mdts,7"
   "mdts3|mdts=3||--expect-mdts,3"
   "ioqpairs4|max_ioqpairs=4||--expect-queues,4"
   "lba4096|@lba4096||--expect-lba,4096"
@@ -74,15 +74,13 @@ run_config() {
       q+=(-device "$nvme,drive=ns1${props:+,$props}")
       ;;
   esac
-  # shellcheck disable=SC2206
-  [[ -n $extra ]] && q+=($extra)
   local t0 t1 rc=0
   t0=$(date +%s.%N)
   timeout --kill-after=5 "$boot_timeout" qemu-system-x86_64 \
     -machine q35,kernel-irqchip=split -accel tcg -cpu max -smp 1 -m 768M \
     -nographic -no-reboot -nodefaults -serial stdio -monitor none \
     -kernel "$kernel" -initrd "$initrd" \
-    -append "console=ttyS0 intel_iommu=on iommu=nopt quiet loglevel=4 panic=-1 gpunvme.config=$name gpunvme.args=$args" \
+    -append "console=ttyS0 intel_iommu=on iommu=nopt quiet loglevel=4 panic=-1 gpunvme.config=$name gpunvme.args=$args $extra" \
     -device intel-iommu,intremap=on,caching-mode=on \
     "${q[@]}" </dev/null >"$log" 2>&1 || rc=$?
   t1=$(date +%s.%N)
@@ -107,28 +105,32 @@ done
 wait || true
 
 pass=0; fail=0
-printf '\n%-16s %-6s %-6s %-6s %-7s %-6s %-8s %-8s %s\n' config result probe passed failed skipped boot_s total_s note
+printf '\n%-16s %-6s %-6s %-8s %-6s %-7s %-7s %-7s %-8s %-8s %s\n' config result probe setup passed failed skipped boot_s bound_s total_s note
 for c in "${selected[@]}"; do
   name=${c%%|*}
   log=$out/logs/$name.log
   tr -d '\r' < "$log" > "$log.txt" && mv "$log.txt" "$log"
   res=$(grep -a '^GPUNVME-RESULT' "$log" | tail -n1 || true)
   field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<" $res"; }
-  boot=$(grep -a '^GPUNVME-GUEST uptime-bound' "$log" | awk '{print $3}' || true)
+  boot=$(grep -a '^GPUNVME-GUEST uptime-init' "$log" | awk '{print $3}' || true)
+  ready=$(grep -a '^GPUNVME-GUEST uptime-bound' "$log" | awk '{print $3}' || true)
   wall=$(sed -n 's/.*wall_s=\([0-9.]*\).*/\1/p' "$log" | tail -n1)
   qrc=$(sed -n 's/.*qemu_rc=\([0-9]*\).*/\1/p' "$log" | tail -n1)
   note=""
   if [[ -z $res ]]; then
     note="no result line (qemu rc $qrc$([[ $qrc == 124 || $qrc == 137 ]] && echo ', timed out'))"
     verdict=FAIL
+  elif [[ $(field setup) == fail ]]; then
+    verdict=FAIL
+    note="scripts/setup_vfio.sh checks failed (GPUNVME-GUEST setup lines)"
   elif [[ $(field suite_rc) == 0 && $(field probe) == ok && $(field cases_failed) == 0 ]]; then
     verdict=PASS
   else
     verdict=FAIL
     note="suite rc $(field suite_rc)"
   fi
-  printf '%-16s %-6s %-6s %-6s %-7s %-6s %-8s %-8s %s\n' "$name" "$verdict" "$(field probe)" "$(field cases_passed)" \
-    "$(field cases_failed)" "$(field cases_skipped)" "${boot:--}" "${wall:--}" "$note"
+  printf '%-16s %-6s %-6s %-8s %-6s %-7s %-7s %-7s %-8s %-8s %s\n' "$name" "$verdict" "$(field probe)" "$(field setup)" \
+    "$(field cases_passed)" "$(field cases_failed)" "$(field cases_skipped)" "${boot:--}" "${ready:--}" "${wall:--}" "$note"
   if [[ $verdict == PASS ]]; then pass=$((pass + 1)); else
     fail=$((fail + 1))
     echo "---- $name: last 40 lines of $log"
@@ -137,7 +139,8 @@ for c in "${selected[@]}"; do
 done
 t_end=$(date +%s.%N)
 echo
-echo "boot_s = guest uptime when the NVMe function was bound to vfio-pci; total_s = QEMU wall time"
+echo "boot_s: guest uptime at /init (kernel boot); bound_s: uptime once the NVMe function sat on vfio-pci"
+echo "(default also runs the setup_vfio.sh checks before that); total_s: QEMU wall time, boot to power-off"
 awk -v a="$t_start" -v b="$t_built" -v c="$t_end" 'BEGIN {printf "build %.1f s, boots+suites %.1f s\n", b - a, c - b}'
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
