@@ -24,7 +24,19 @@ std::string value_type_name(uint32_t t);
 // Bytes of one scalar element, 0 for STRING/ARRAY.
 size_t scalar_size(ValueType t);
 
-struct Array;
+class Value;
+
+// Array elements of one type; nested arrays may differ in element type from each other.
+struct Array {
+  ValueType elem_type = ValueType::UINT8;
+  uint64_t count = 0;
+  std::vector<uint8_t> raw;          // scalar elements, packed little-endian as in the file
+  std::vector<std::string> strings;  // elem_type == STRING
+  std::vector<Array> arrays;         // elem_type == ARRAY
+
+  // Element i of a scalar array as a Value (bounds- and type-checked).
+  Value at(uint64_t i) const;
+};
 
 class Value {
  public:
@@ -53,16 +65,6 @@ class Value {
   std::vector<Array> arr_;  // exactly one element when type_ == ARRAY (vector breaks the recursion)
 };
 
-struct Array {
-  ValueType elem_type = ValueType::UINT8;
-  uint64_t count = 0;
-  std::vector<uint8_t> raw;          // scalar elements, packed little-endian as in the file
-  std::vector<std::string> strings;  // elem_type == STRING
-  std::vector<Array> arrays;         // elem_type == ARRAY
-
-  // Element i of a scalar array as a Value (bounds- and type-checked).
-  Value at(uint64_t i) const;
-};
 
 class Metadata {
  public:

@@ -84,8 +84,13 @@ void LbaMap::add_experts(const gguf::GgufFile& file) {
                        file.architecture() + ".expert_count is " + std::to_string(*declared) +
                        "; the file is inconsistent");
     }
-    if (n == 0) continue;
-    uint64_t slice = t.size_bytes / n;  // exact: size = row_bytes * ne1 * n
+    if (t.size_bytes == 0) {
+      // Also what bounds the work here: with non-empty slices that lie inside the file without
+      // overlapping (the parser checks both), a hostile ne[2] cannot yield more slices than bytes.
+      throw ModelError("expert tensor '" + t.name + "' holds no data (ne = [" + std::to_string(t.ne[0]) + ", " +
+                       std::to_string(t.ne[1]) + ", " + std::to_string(n) + "]); the file is corrupt");
+    }
+    uint64_t slice = t.size_bytes / n;  // exact and >= 1 byte: size = row_bytes * ne1 * n
     for (uint64_t k = 0; k < n; ++k) {
       uint64_t off = t.file_offset + k * slice;
       experts_.push_back({en->layer, static_cast<uint32_t>(k), en->proj, true, i, off,

@@ -156,6 +156,10 @@ TEST_CASE("LBA map errors", "[lba]") {
   s.tensors = {{"blk.0.ffn_up_exps.weight", {32, 8}, 0, 32 * 8 * 4}};
   auto two_d = gguf::GgufFile::parse(build(s).bytes);
   CHECK_THROWS_WITH(LbaMap(two_d, 512, 0), ContainsSubstring("has 2 dimensions, expected 3"));
+  // Found by the fuzzer: ne[2] = 2^40 experts of zero bytes each must not build 2^40 extents.
+  s.tensors = {{"blk.0.ffn_up_exps.weight", {32, 0, 1ull << 40}, 0, 0}};
+  auto empty = gguf::GgufFile::parse(build(s).bytes);
+  CHECK_THROWS_WITH(LbaMap(empty, 512, 0), ContainsSubstring("holds no data"));
 }
 
 TEST_CASE("tensor name conventions", "[lba]") {
