@@ -38,8 +38,11 @@ inline constexpr uint8_t kNamespaceNotReady = 0x82;
 inline constexpr uint8_t kCompletionQueueInvalid = 0x00;
 inline constexpr uint8_t kInvalidQueueIdentifier = 0x01;
 inline constexpr uint8_t kInvalidQueueSize = 0x02;
+inline constexpr uint8_t kAsyncEventLimitExceeded = 0x05;
+inline constexpr uint8_t kInvalidInterruptVector = 0x08;
 inline constexpr uint8_t kInvalidLogPage = 0x09;
 inline constexpr uint8_t kInvalidQueueDeletion = 0x0C;
+inline constexpr uint8_t kFeatureNotSaveable = 0x0D;
 inline constexpr uint8_t kFeatureNotChangeable = 0x0E;
 // Media and data integrity errors (SCT 2).
 inline constexpr uint8_t kWriteFault = 0x80;

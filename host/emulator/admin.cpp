@@ -13,10 +13,6 @@ using nvme::Status;
 namespace sct = nvme::sct;
 namespace sc = nvme::sc;
 
-// Command specific status codes driver/status.h does not name (figure 101).
-constexpr uint8_t kScAsyncEventLimitExceeded = 0x05;
-constexpr uint8_t kScInvalidInterruptVector = 0x08;
-constexpr uint8_t kScFeatureNotSaveable = 0x0D;
 constexpr uint32_t kAerLimit = 4;  // Identify AERL = 3 (0's based)
 
 uint16_t generic(uint8_t code) { return Status::make(sct::kGeneric, code, true).field; }
@@ -69,7 +65,7 @@ EmulatedController::CommandResult EmulatedController::exec_admin(const nvme::Sub
       return {0, 1};
     case nvme::admin_op::kAsyncEventRequest:
       // Held outstanding: we raise no events. They vanish at reset, like on a real controller.
-      if (aer_outstanding_ >= kAerLimit) return {specific(kScAsyncEventLimitExceeded)};
+      if (aer_outstanding_ >= kAerLimit) return {specific(sc::kAsyncEventLimitExceeded)};
       ++aer_outstanding_;
       return {0, 0, true};
     default:
@@ -168,7 +164,7 @@ EmulatedController::CommandResult EmulatedController::admin_create_cq(const nvme
   if (qid == 0 || qid > (queues_allocated_ ? granted_cqs_ : config_.max_io_queues) || qid >= cqs_.size() || cqs_[qid]) return {specific(sc::kInvalidQueueIdentifier)};
   if (entries < 2 || entries > cap_.max_queue_entries()) return {specific(sc::kInvalidQueueSize)};
   if (!pc && cap_.contiguous_queues_required()) return {generic(sc::kInvalidField)};
-  if (ien && iv != 0) return {specific(kScInvalidInterruptVector)};  // one (unused) vector: we poll
+  if (ien && iv != 0) return {specific(sc::kInvalidInterruptVector)};  // one (unused) vector: we poll
   if ((e.prp1 & (page_bytes_ - 1)) != 0) return {generic(sc::kPrpOffsetInvalid)};
   const uint64_t bytes = uint64_t(entries) * nvme::kCqeBytes;
   auto* ring = static_cast<nvme::CompletionEntry*>(dma_.translate(e.prp1, bytes));
@@ -284,7 +280,7 @@ EmulatedController::CommandResult EmulatedController::admin_set_features(const n
   const bool save = e.cdw10 >> 31;
   if (save && (fid == nvme::feature::kArbitration || fid == nvme::feature::kVolatileWriteCache ||
                fid == nvme::feature::kNumberOfQueues))
-    return {specific(kScFeatureNotSaveable)};
+    return {specific(sc::kFeatureNotSaveable)};
   switch (fid) {
     case nvme::feature::kArbitration:
       arbitration_ = e.cdw11;
