@@ -127,7 +127,10 @@ if command -v bash >/dev/null; then
   done
   cp "$repo/scripts/setup_vfio.sh" "$stage/bin/setup_vfio.sh"
 fi
-cp "$binaries/gpunvme_vfio_probe" "$binaries/gpunvme_vfio_suite" "$stage/bin/"
+# Without debug info: half the initramfs otherwise, and unpacking it is part of every boot.
+for b in gpunvme_vfio_probe gpunvme_vfio_suite; do
+  strip --strip-debug -o "$stage/bin/$b" "$binaries/$b" 2>/dev/null || cp "$binaries/$b" "$stage/bin/$b"
+done
 cp "$repo/scripts/qemu/guest_init.sh" "$stage/init"
 chmod +x "$stage/init"
 echo "$kpkg" > "$stage/kernel-package"
