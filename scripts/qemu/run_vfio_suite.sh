@@ -48,7 +48,11 @@ done
 if [[ $list -eq 1 ]]; then for c in "${configs[@]}"; do echo "${c%%|*}"; done; exit 0; fi
 
 t_start=$(date +%s.%N)
-paths=$("$repo/scripts/qemu/build_guest.sh" --out "$out" "${binaries[@]}")
+if ! paths=$("$repo/scripts/qemu/build_guest.sh" --out "$out" "${binaries[@]}"); then
+  echo "run_vfio_suite.sh: building the guest failed (see above); no configuration ran"
+  echo "0 passed, ${#configs[@]} failed"
+  exit 1
+fi
 kernel=$(sed -n 's/^KERNEL=//p' <<<"$paths")
 initrd=$(sed -n 's/^INITRD=//p' <<<"$paths")
 t_built=$(date +%s.%N)
