@@ -1,0 +1,162 @@
+#include "device/queue_set.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "driver/prp.h"
+#include "host/error.h"
+
+namespace gpunvme::device {
+
+void check_cuda(int error, const char* what) {
+  const auto e = static_cast<cudaError_t>(error);
+  if (e == cudaSuccess) return;
+  cudaGetLastError();
+  throw Error(ErrorKind::kIo, std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+std::string describe_faults(uint32_t faults) {
+  std::string s;
+  auto add = [&](uint32_t bit, const char* text) {
+    if (!(faults & bit)) return;
+    if (!s.empty()) s += ", ";
+    s += text;
+  };
+  add(fault::kTimedOut, "timed out");
+  add(fault::kWrongCid, "completion with a command id not in flight");
+  add(fault::kBadSqHead, "completion with an SQ head outside the ring");
+  add(fault::kNotOwner, "queue held by another warp");
+  add(fault::kBadRequest, "invalid extent");
+  return s.empty() ? "none" : s;
+}
+
+namespace {
+
+uint32_t pow2_at_least(uint64_t n) {
+  uint32_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+uint32_t log2_exact(uint64_t v) {
+  uint32_t s = 0;
+  while ((uint64_t(1) << s) < v) ++s;
+  return s;
+}
+
+}  // namespace
+
+DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<host::QueuePair*>& queues,
+                               uint32_t nsid, const DeviceQueueOptions& options)
+    : nsid_(nsid), page_bytes_(controller.page_bytes()) {
+  std::string why;
+  if (!host::cuda_device_available(&why)) throw Error(ErrorKind::kUnsupported, "GPU-initiated I/O needs a GPU: " + why);
+  if (queues.empty()) throw Error(ErrorKind::kInvalidArgument, "DeviceQueueSet: no queues given");
+  volatile uint32_t* bar = controller.transport().bar0_for_gpu(&why);
+  if (bar == nullptr)
+    throw Error(ErrorKind::kUnsupported, controller.transport().name() + ": BAR0 cannot be mapped into the GPU: " + why);
+  const host::NamespaceInfo& ns = controller.namespace_info(nsid);
+  lba_bytes_ = ns.lba_bytes;
+  const uint64_t page = page_bytes_;
+  // PRP list area per command id: one entry per page of the largest command, a power of two that
+  // divides the page, so a list never reaches a page's last slot with more to follow (no chaining).
+  uint64_t max_bytes = std::max<uint64_t>(options.max_command_bytes, page);
+  max_bytes = std::min<uint64_t>(max_bytes, page * (page / 8));
+  const uint32_t list_bytes = std::max<uint32_t>(8, pow2_at_least(max_bytes / page * 8));
+  max_blocks_ = std::min<uint32_t>(controller.max_blocks_per_command(nsid), uint32_t(max_bytes / ns.lba_bytes));
+  max_blocks_ = std::min<uint32_t>(max_blocks_, nvme::kMaxBlocksPerCommand);
+
+  uint64_t total_cids = 0;
+  std::vector<uint32_t> cid_counts;
+  for (host::QueuePair* qp : queues) {
+    const host::QueueMemoryView v = qp->view();
+    if (v.sq_device == nullptr || v.cq_device == nullptr)
+      throw Error(ErrorKind::kUnsupported, "queue " + std::to_string(v.qid) +
+                                               ": ring memory is not mapped into the GPU; create the queue pair "
+                                               "with DmaOptions::gpu_mapped = true");
+    if (qp->in_flight() != 0)
+      throw Error(ErrorKind::kInvalidArgument, "queue " + std::to_string(v.qid) + " has commands in flight on the CPU path");
+    cid_counts.push_back(std::min<uint32_t>(65536, pow2_at_least(v.entries)));
+    total_cids += cid_counts.back();
+  }
+  host::DmaOptions lists;
+  lists.gpu_mapped = true;
+  prp_lists_ = host::DmaBuffer(controller.transport(), std::max<uint64_t>(page, total_cids * list_bytes), lists);
+  std::memset(prp_lists_.host(), 0, prp_lists_.size());
+  uint64_t list_off = 0;
+  for (size_t i = 0; i < queues.size(); ++i) {
+    const host::QueueMemoryView v = queues[i]->view();
+    DeviceQueue q{};
+    q.sq = static_cast<nvme::SubmissionEntry*>(v.sq_device);
+    q.cq = static_cast<nvme::CompletionEntry*>(v.cq_device);
+    q.sq_doorbell = bar + v.sq_doorbell_offset / 4;
+    q.cq_doorbell = bar + v.cq_doorbell_offset / 4;
+    q.cid_count = cid_counts[i];
+    void* mem = nullptr;
+    check_cuda(cudaMalloc(&mem, q.cid_count * (1 + sizeof(uint32_t))), "cudaMalloc(command id tables)");
+    device_allocs_.push_back(mem);
+    check_cuda(cudaMemset(mem, 0, q.cid_count * (1 + sizeof(uint32_t))), "cudaMemset(command id tables)");
+    q.cid_tag = static_cast<uint32_t*>(mem);
+    q.cid_busy = static_cast<uint8_t*>(mem) + q.cid_count * sizeof(uint32_t);
+    q.prp_lists = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(prp_lists_.device()) + list_off);
+    q.prp_lists_bus = prp_lists_.bus(list_off);
+    // A queue's list area must be bus-contiguous (always under an IOMMU; per chunk otherwise).
+    if (prp_lists_.translation().contiguous_bytes_from(list_off, uint64_t(q.cid_count) * list_bytes) <
+        uint64_t(q.cid_count) * list_bytes)
+      throw Error(ErrorKind::kResource, "PRP list memory is not bus-contiguous per queue; use hugepages");
+    q.prp_list_bytes = list_bytes;
+    list_off += uint64_t(q.cid_count) * list_bytes;
+    q.entries = v.entries;
+    q.qid = v.qid;
+    q.nsid = nsid;
+    q.lba_shift = log2_exact(ns.lba_bytes);
+    q.max_blocks = max_blocks_;
+    q.page_shift = log2_exact(page);
+    q.sq_ring.entries = v.entries;
+    q.cq_ring.entries = v.entries;
+    q.owner = kNoOwner;
+    host_.push_back(q);
+  }
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(DeviceQueue) * host_.size()), "cudaMalloc(queues)");
+  check_cuda(cudaMemcpy(device_, host_.data(), sizeof(DeviceQueue) * host_.size(), cudaMemcpyHostToDevice),
+             "cudaMemcpy(queues)");
+}
+
+DeviceQueueSet::~DeviceQueueSet() {
+  cudaDeviceSynchronize();
+  for (void* p : device_allocs_) cudaFree(p);
+  if (device_) cudaFree(device_);
+}
+
+std::vector<DeviceQueue> DeviceQueueSet::snapshot() const {
+  std::vector<DeviceQueue> out(host_.size());
+  check_cuda(cudaDeviceSynchronize(), "kernel");
+  check_cuda(cudaMemcpy(out.data(), device_, sizeof(DeviceQueue) * out.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy(queue state)");
+  return out;
+}
+
+DeviceBufferMap::DeviceBufferMap(const host::DmaBuffer& buffer, uint64_t page_bytes) {
+  if (buffer.device() == nullptr)
+    throw Error(ErrorKind::kUnsupported, "destination buffer is not mapped into the GPU (DmaOptions::gpu_mapped)");
+  desc_.gpu = static_cast<uint8_t*>(buffer.device());
+  desc_.bytes = buffer.size();
+  desc_.page_shift = log2_exact(page_bytes);
+  desc_.bus_base = buffer.bus(0);
+  if (!buffer.translation().is_contiguous()) {
+    const uint64_t pages = (buffer.size() + page_bytes - 1) / page_bytes;
+    std::vector<uint64_t> table(pages);
+    for (uint64_t k = 0; k < pages; ++k) table[k] = buffer.bus(k * page_bytes);
+    check_cuda(cudaMalloc(reinterpret_cast<void**>(&table_), pages * 8), "cudaMalloc(page table)");
+    check_cuda(cudaMemcpy(table_, table.data(), pages * 8, cudaMemcpyHostToDevice), "cudaMemcpy(page table)");
+    desc_.page_bus = table_;
+  }
+}
+
+DeviceBufferMap::~DeviceBufferMap() {
+  if (table_) cudaFree(table_);
+}
+
+}  // namespace gpunvme::device

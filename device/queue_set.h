@@ -1,0 +1,78 @@
+// Host side of GPU-initiated I/O: hands I/O queue pairs to kernels as DeviceQueue structs in device
+// memory, and describes DMA buffers to kernels (DeviceBuffer). Requires a CUDA build.
+//
+// A DeviceQueue is built from host::QueuePair::view() (rings in DMA memory mapped into the GPU: create
+// the queue pairs with DmaOptions::gpu_mapped), the GPU mapping of BAR0 (Transport::bar0_for_gpu) plus
+// the doorbell offsets, command-id tables in device memory and a PRP-list area in GPU-mapped DMA memory.
+// From then on the queue pair belongs to kernels: do not use its CPU path (enqueue/poll/wait).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "device/device_queue.h"
+#include "host/controller.h"
+#include "host/dma_memory.h"
+#include "host/queue_pair.h"
+
+namespace gpunvme::device {
+
+struct DeviceQueueOptions {
+  // Largest transfer of one command (further capped by MDTS and NLB). Sets the PRP-list area per
+  // command id: (max_command_bytes / page) * 8 bytes, rounded up to a power of two.
+  uint64_t max_command_bytes = 1ull << 20;
+};
+
+class DeviceQueueSet {
+ public:
+  // Throws gpunvme::Error (kUnsupported without a GPU or without GPU-mapped queue memory).
+  DeviceQueueSet(host::Controller& controller, const std::vector<host::QueuePair*>& queues, uint32_t nsid,
+                 const DeviceQueueOptions& options = {});
+  ~DeviceQueueSet();
+  DeviceQueueSet(const DeviceQueueSet&) = delete;
+  DeviceQueueSet& operator=(const DeviceQueueSet&) = delete;
+
+  uint32_t size() const { return uint32_t(host_.size()); }
+  // The array of queues in device memory: pass to kernels; queue i belongs to one warp at a time.
+  DeviceQueue* device() const { return device_; }
+  DeviceQueue* device(uint32_t i) const { return device_ + i; }
+  uint32_t max_blocks_per_command() const { return max_blocks_; }
+  uint32_t lba_bytes() const { return lba_bytes_; }
+  uint32_t nsid() const { return nsid_; }
+  uint64_t page_bytes() const { return page_bytes_; }
+  // Current state of every queue, copied back from the device (synchronizes the device).
+  std::vector<DeviceQueue> snapshot() const;
+
+ private:
+  std::vector<DeviceQueue> host_;
+  DeviceQueue* device_ = nullptr;
+  std::vector<void*> device_allocs_;
+  host::DmaBuffer prp_lists_;
+  uint32_t max_blocks_ = 0;
+  uint32_t lba_bytes_ = 0;
+  uint32_t nsid_ = 0;
+  uint64_t page_bytes_ = 4096;
+};
+
+// A DMA buffer described for kernels: the GPU view plus the bus address of each page (a table in
+// device memory, built once, only where the IOVA range is not contiguous).
+class DeviceBufferMap {
+ public:
+  DeviceBufferMap(const host::DmaBuffer& buffer, uint64_t page_bytes);
+  ~DeviceBufferMap();
+  DeviceBufferMap(const DeviceBufferMap&) = delete;
+  DeviceBufferMap& operator=(const DeviceBufferMap&) = delete;
+  const DeviceBuffer& get() const { return desc_; }
+
+ private:
+  DeviceBuffer desc_;
+  uint64_t* table_ = nullptr;
+};
+
+// Text of a queue's fault bits, e.g. "timed out, wrong command id".
+std::string describe_faults(uint32_t faults);
+
+// Throws gpunvme::Error(kIo) naming `what` if a CUDA call failed.
+void check_cuda(int error, const char* what);
+
+}  // namespace gpunvme::device

@@ -1,0 +1,313 @@
+// GPU-initiated NVMe I/O, the C++ device API: a warp drives one DeviceQueue (see device_queue.h for
+// the ownership model). Header-only so that engines' .cu files inline it; needs nvcc, sm_70 or newer.
+//
+// One pass of warp_pump():
+//   1. reap: every lane loads the status word of up to kPollRounds CQ slots past the head and checks
+//      its phase tag; a ballot finds the run of new entries; read_fields_after_phase(); the lanes read
+//      SQHD and CID, check each id is in flight exactly once (busy table + __match_any_sync), hand the
+//      status to the caller and free the ids.
+//   2. submit: up to kSubmitRounds * 32 commands, one SQE per lane per round written with four 16-byte
+//      stores; command ids come round-robin from the busy table (an id still in flight is never reused).
+//   3. one system-scope fence, then the SQ tail and CQ head doorbells (lane 0).
+//   4. bound: no progress for `timeout_ns` on %globaltimer ends the pass with fault::kTimedOut.
+#pragma once
+#include <cstdint>
+
+#include "device/device_queue.h"
+#include "driver/commands.h"
+#include "driver/memory_order.h"
+#include "driver/prp.h"
+#include "driver/queue_ring.h"
+#include "driver/status.h"
+
+namespace gpunvme::device {
+
+inline constexpr uint32_t kFullMask = 0xFFFFFFFFu;
+inline constexpr uint32_t kPollRounds = 8;    // CQ slots examined per pass: 8 x 32
+inline constexpr uint32_t kSubmitRounds = 8;  // SQEs written per pass: up to 8 x 32
+
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ uint32_t lane_id() { return threadIdx.x & 31u; }
+
+// 32-bit / 64-bit loads that always go to memory (the controller writes the CQ behind our back).
+__device__ __forceinline__ uint32_t load_volatile32(const void* p) {
+  return *static_cast<const volatile uint32_t*>(p);
+}
+__device__ __forceinline__ uint2 load_volatile64(const void* p) {
+  uint2 v;
+  asm volatile("ld.volatile.global.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// Writes one SQE into the ring with four 16-byte vector stores.
+__device__ __forceinline__ void store_sqe(nvme::SubmissionEntry* slot, const nvme::SubmissionEntry& e) {
+  const uint4* src = reinterpret_cast<const uint4*>(&e);
+  uint4* dst = reinterpret_cast<uint4*>(slot);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) dst[k] = src[k];
+}
+
+// CQE dword 3: CID in bits 15:0, status half-word (phase in bit 16) in bits 31:16.
+__device__ __forceinline__ uint32_t cqe_phase(uint32_t dw3) { return (dw3 >> 16) & 1u; }
+
+// Claims the queue for `who` (lane 0 of a warp, or a single thread). Returns false if held by another.
+__device__ __forceinline__ bool try_own(DeviceQueue* q, int32_t who) {
+  const int32_t prev = atomicCAS(&q->owner, kNoOwner, who);
+  return prev == kNoOwner || prev == who;
+}
+__device__ __forceinline__ void disown(DeviceQueue* q, int32_t who) { atomicCAS(&q->owner, who, kNoOwner); }
+
+// Builds PRP1/PRP2 for `bytes` at `dst_offset` of `dst`, with the list (if any) in the id's list area.
+__device__ __forceinline__ bool prps_for(const DeviceQueue& q, uint16_t cid, const DeviceBuffer& dst,
+                                         uint64_t dst_offset, uint64_t bytes, nvme::PrpPair* out) {
+  const uint64_t page = uint64_t(1) << q.page_shift;
+  const uint64_t first_page = dst_offset >> q.page_shift;
+  uint64_t* list = q.prp_lists + uint64_t(cid) * (q.prp_list_bytes / 8);
+  const uint64_t list_bus = q.prp_lists_bus + uint64_t(cid) * q.prp_list_bytes;
+  return nvme::build_prps(
+      dst_offset & (page - 1), bytes, page, [&](uint64_t k) { return dst.bus_of_page(first_page + k); },
+      [&](uint32_t) { return nvme::PrpListMemory{list, list_bus}; }, out);
+}
+
+// The warp's private copy of a queue's mutable state, uniform across lanes.
+struct WarpState {
+  nvme::SqRing sq;
+  nvme::CqRing cq;
+  uint32_t next_cid;
+  uint32_t in_flight;
+  uint64_t submitted, completed, failed;
+  uint32_t faults;
+  uint16_t first_error_status;
+  uint16_t first_error_cid;
+  uint32_t first_error_tag;
+};
+
+__device__ __forceinline__ WarpState load_state(const DeviceQueue* q) {
+  WarpState s;
+  s.sq = q->sq_ring;
+  s.cq = q->cq_ring;
+  s.next_cid = q->next_cid;
+  s.in_flight = q->in_flight;
+  s.submitted = q->submitted;
+  s.completed = q->completed;
+  s.failed = q->failed;
+  s.faults = q->faults;
+  s.first_error_status = q->first_error_status;
+  s.first_error_cid = q->first_error_cid;
+  s.first_error_tag = q->first_error_tag;
+  return s;
+}
+__device__ __forceinline__ void store_state(DeviceQueue* q, const WarpState& s) {
+  q->sq_ring = s.sq;
+  q->cq_ring = s.cq;
+  q->next_cid = s.next_cid;
+  q->in_flight = s.in_flight;
+  q->submitted = s.submitted;
+  q->completed = s.completed;
+  q->failed = s.failed;
+  q->faults = s.faults;
+  q->first_error_status = s.first_error_status;
+  q->first_error_cid = s.first_error_cid;
+  q->first_error_tag = s.first_error_tag;
+}
+
+// Drives `count` commands through queue `q` with the calling (full) warp and waits for all of them.
+//   make(i, cid, &tag) -> nvme::SubmissionEntry   builds the warp's i-th command (0 <= i < count);
+//                                                  the pump stores cid; tag comes back in done().
+//   done(tag, status)                              called by the lane that reaped the completion.
+// depth caps the commands in flight (besides the ring: entries - 1). Returns this run's report;
+// the queue's state is written back, and the queue given up, before returning.
+template <class Make, class Done>
+__device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth, uint64_t timeout_ns, Make make,
+                                 Done done) {
+  const uint32_t lane = lane_id();
+  const int32_t who = int32_t(blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32);
+  QueueReport rep;
+  rep.qid = q->qid;
+  bool owned = false;
+  if (lane == 0) owned = try_own(q, who);
+  owned = __shfl_sync(kFullMask, owned, 0);
+  if (!owned) {
+    rep.faults = fault::kNotOwner;
+    return rep;
+  }
+  WarpState s = load_state(q);
+  const uint32_t entries = q->entries;
+  const uint32_t cid_mask = q->cid_count - 1;
+  uint8_t* const busy = q->cid_busy;
+  uint32_t* const tags = q->cid_tag;
+  const nvme::CompletionEntry* const cq = q->cq;
+  nvme::SubmissionEntry* const sq = q->sq;
+  uint32_t max_in_flight = entries - 1;
+  if (depth != 0 && depth < max_in_flight) max_in_flight = depth;
+  const uint64_t submitted0 = s.submitted, completed0 = s.completed, failed0 = s.failed;
+  const uint32_t faults0 = s.faults;
+  uint64_t issued = 0, reaped_total = 0;
+  // A queue with a sticky fault does nothing more until the host rebuilds it.
+  const bool usable = s.faults == 0;
+  uint64_t t0 = global_timer_ns();
+  uint64_t last_progress = t0;
+  t0 = __shfl_sync(kFullMask, t0, 0);
+  while (usable && (reaped_total < count || s.in_flight > 0)) {
+    // ---- 1. reap ----
+    uint32_t reaped = 0;
+    if (s.in_flight > 0) {
+      const uint32_t window = s.in_flight;
+      uint32_t ok_mask[kPollRounds];
+#pragma unroll
+      for (uint32_t r = 0; r < kPollRounds; ++r) {
+        const uint32_t ahead = r * 32 + lane;
+        bool ok = false;
+        if (r * 32 < window && ahead < window) {
+          const uint32_t dw3 = load_volatile32(reinterpret_cast<const uint8_t*>(cq + s.cq.slot(ahead)) + 12);
+          ok = cqe_phase(dw3) == s.cq.expected_phase(ahead);
+        }
+        ok_mask[r] = __ballot_sync(kFullMask, ok);
+      }
+#pragma unroll
+      for (uint32_t r = 0; r < kPollRounds; ++r) {
+        if (ok_mask[r] != kFullMask) {
+          reaped += __ffs(~ok_mask[r]) - 1;
+          break;
+        }
+        reaped += 32;
+      }
+    }
+    if (reaped > 0) {
+      nvme::read_fields_after_phase();
+      uint32_t my_sqhd = 0;
+      uint32_t bad = 0, good = 0, errs = 0;
+      for (uint32_t r = 0; r * 32 < reaped; ++r) {
+        const uint32_t ahead = r * 32 + lane;
+        const bool active = ahead < reaped;
+        uint32_t cid = 0x10000u + lane;  // never matches a real id
+        uint16_t status = 0;
+        if (active) {
+          const uint2 f = load_volatile64(reinterpret_cast<const uint8_t*>(cq + s.cq.slot(ahead)) + 8);
+          my_sqhd = f.x & 0xFFFFu;
+          cid = f.y & 0xFFFFu;
+          status = uint16_t(f.y >> 16);
+        }
+        const uint32_t same = __match_any_sync(kFullMask, cid);
+        const bool valid = active && cid <= cid_mask && __popc(same) == 1 && busy[cid] != 0;
+        const nvme::Status st = nvme::Status::from_cqe_status(status);
+        uint32_t tag = 0;
+        if (active && !valid) ++bad;
+        if (valid) {
+          busy[cid] = 0;
+          tag = tags[cid];
+          ++good;
+          errs += !st.ok();
+          done(tag, st);
+        }
+        // Remember the queue's first failed command (lowest lane of the earliest round).
+        const uint32_t err_mask = __ballot_sync(kFullMask, valid && !st.ok());
+        if (err_mask != 0 && s.failed == 0 && s.first_error_status == 0) {
+          const uint32_t src = __ffs(err_mask) - 1;
+          s.first_error_status = uint16_t(__shfl_sync(kFullMask, uint32_t(st.field), src));
+          s.first_error_cid = uint16_t(__shfl_sync(kFullMask, cid, src));
+          s.first_error_tag = __shfl_sync(kFullMask, tag, src);
+        }
+        __syncwarp();  // frees of this round are visible to the next round's checks
+      }
+      const uint32_t last = reaped - 1;
+      const uint32_t sqhd = __shfl_sync(kFullMask, my_sqhd, last & 31);
+      const uint32_t nbad = __reduce_add_sync(kFullMask, bad);
+      const uint32_t ngood = __reduce_add_sync(kFullMask, good);
+      const uint32_t nerr = __reduce_add_sync(kFullMask, errs);
+      if (nbad) s.faults |= fault::kWrongCid;
+      if (sqhd >= entries) s.faults |= fault::kBadSqHead; else s.sq.update_head(sqhd);
+      s.cq.consume(reaped);
+      s.in_flight -= reaped;
+      s.completed += ngood;
+      s.failed += nerr;
+      reaped_total += reaped;
+    }
+
+    // ---- 2. submit ----
+    uint32_t n = 0;
+    if (s.faults == 0 && issued < count && s.in_flight < max_in_flight) {
+      uint64_t want64 = count - issued;
+      const uint32_t room = max_in_flight - s.in_flight;
+      const uint32_t ring_room = s.sq.free_slots();
+      uint32_t want = uint32_t(want64 < room ? want64 : room);
+      if (ring_room < want) want = ring_room;
+      if (want > kSubmitRounds * 32) want = kSubmitRounds * 32;
+      for (uint32_t r = 0; r * 32 < want; ++r) {
+        const uint32_t idx = r * 32 + lane;
+        const bool active = idx < want;
+        const uint32_t cid = (s.next_cid + idx) & cid_mask;
+        const bool free_id = active && busy[cid] == 0;
+        const uint32_t m = __ballot_sync(kFullMask, free_id);
+        const uint32_t run = m == kFullMask ? 32u : uint32_t(__ffs(~m) - 1);
+        if (lane < run) {
+          busy[cid] = 1;
+          uint32_t tag = 0;
+          nvme::SubmissionEntry e = make(issued + idx, uint16_t(cid), &tag);
+          e.cid = uint16_t(cid);
+          tags[cid] = tag;
+          store_sqe(sq + nvme::ring_advance(s.sq.tail, idx, entries), e);
+        }
+        n += run;
+        if (run < 32) break;
+      }
+      if (n > 0) {
+        s.sq.claim(n);
+        s.next_cid += n;
+        s.in_flight += n;
+        s.submitted += n;
+        issued += n;
+      }
+    }
+
+    // ---- 3. one fence, then the doorbells ----
+    if (n > 0 || reaped > 0) {
+      // Both doorbells follow one system-scope fence: it publishes the SQEs (and PRP lists) written
+      // above, and it also orders the CQE reads above before the CQ head doorbell hands the slots back.
+      if (n > 0) nvme::publish_entries_before_doorbell();
+      else nvme::release_slots_before_head_doorbell();
+      if (lane == 0) {
+        if (n > 0) nvme::mmio_write32(q->sq_doorbell, s.sq.tail);
+        if (reaped > 0) nvme::mmio_write32(q->cq_doorbell, s.cq.head);
+      }
+    }
+
+    // ---- 4. bound ----
+    if (s.faults != 0) break;
+    uint64_t now = 0;
+    if (lane == 0) now = global_timer_ns();
+    now = __shfl_sync(kFullMask, now, 0);
+    if (n > 0 || reaped > 0) {
+      last_progress = now;
+    } else if (now - last_progress > timeout_ns) {
+      s.faults |= fault::kTimedOut;
+      break;
+    }
+    if (reaped_total >= count && s.in_flight == 0) break;
+  }
+  uint64_t t1 = 0;
+  if (lane == 0) t1 = global_timer_ns();
+  t1 = __shfl_sync(kFullMask, t1, 0);
+  if (lane == 0) store_state(q, s);
+  __syncwarp();
+  if (lane == 0) {
+    __threadfence();
+    disown(q, who);
+  }
+  rep.submitted = s.submitted - submitted0;
+  rep.completed = s.completed - completed0;
+  rep.failed = s.failed - failed0;
+  rep.elapsed_ns = t1 - t0;
+  rep.faults = s.faults & ~faults0;
+  if (!usable) rep.faults = s.faults;
+  rep.first_error_status = s.first_error_status;
+  rep.first_error_tag = s.first_error_tag;
+  return rep;
+}
+
+}  // namespace gpunvme::device
