@@ -1,0 +1,224 @@
+/* gpunvme C API: a thin, exception-free layer over the C++ library (host/, runtime/plan,
+ * runtime/stream). Every call returns a gpunvme_err_t; on failure gpunvme_last_error_message()
+ * (per thread) says what went wrong and, where there is one, the fix.
+ *
+ * Lifetimes: destroy streamers and fetchers before the queue they use, queues and models before
+ * their controller. Handles are not thread-safe; use one per thread or lock around them.
+ *
+ *   gpunvme_ctrl_t* c;  gpunvme_queue_t* q;
+ *   gpunvme_ctrl_init(&c, "emu:ram,size=256M");
+ *   gpunvme_create_io_queue(c, 1, 256, &q);
+ *   ... streamer / fetcher ...
+ *   gpunvme_delete_io_queue(q);
+ *   gpunvme_ctrl_shutdown(c);
+ *
+ * Build: pkg-config --cflags --libs gpunvme
+ */
+#ifndef GPUNVME_H
+#define GPUNVME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUNVME_API_VERSION 1
+
+typedef enum gpunvme_err {
+  GPUNVME_OK = 0,
+  GPUNVME_ERR_INVALID_ARGUMENT = 1, /* bad device string, option, index or size */
+  GPUNVME_ERR_NOT_FOUND = 2,        /* device, file, namespace, tensor missing */
+  GPUNVME_ERR_PERMISSION = 3,       /* not root, /dev/vfio not accessible */
+  GPUNVME_ERR_RESOURCE = 4,         /* memory, hugepages, queue slots exhausted */
+  GPUNVME_ERR_TIMEOUT = 5,          /* a bounded wait expired */
+  GPUNVME_ERR_CONTROLLER_FATAL = 6, /* CSTS.CFS, or the device disappeared */
+  GPUNVME_ERR_COMMAND_FAILED = 7,   /* a command completed with an error status */
+  GPUNVME_ERR_PROTOCOL = 8,         /* the controller broke a protocol rule */
+  GPUNVME_ERR_UNSUPPORTED = 9,      /* the platform or device lacks a feature */
+  GPUNVME_ERR_IO = 10,              /* a host file or system call failed */
+  GPUNVME_ERR_MODEL = 11,           /* no model on the device, or a bad GGUF header */
+  GPUNVME_ERR_INTERNAL = 12         /* anything else (a bug: please report the message) */
+} gpunvme_err_t;
+
+/* Static text for a code ("invalid argument", ...). Never NULL. */
+const char* gpunvme_strerror(gpunvme_err_t err);
+/* The calling thread's last error message ("" when the last call succeeded). Valid until the
+ * thread's next gpunvme call. */
+const char* gpunvme_last_error_message(void);
+
+typedef struct gpunvme_ctrl gpunvme_ctrl_t;
+typedef struct gpunvme_queue gpunvme_queue_t;
+typedef struct gpunvme_model gpunvme_model_t;
+typedef struct gpunvme_streamer gpunvme_streamer_t;
+typedef struct gpunvme_fetcher gpunvme_fetcher_t;
+
+/* ---- Controller and queues ---- */
+
+/* device: "emu:ram,size=256M", "emu:/path/disk.img", "vfio:0000:0b:00.0" (see README). */
+gpunvme_err_t gpunvme_ctrl_init(gpunvme_ctrl_t** out, const char* device);
+/* Orderly shutdown and free; NULL is a no-op. */
+gpunvme_err_t gpunvme_ctrl_shutdown(gpunvme_ctrl_t* ctrl);
+
+typedef struct gpunvme_ctrl_info {
+  uint32_t io_queues;          /* I/O queue pairs granted (qids 1..io_queues) */
+  uint32_t max_queue_entries;  /* CAP.MQES + 1 */
+  uint64_t page_bytes;         /* CC.MPS */
+  uint64_t max_transfer_bytes; /* MDTS; 0 = unlimited */
+  uint32_t namespaces;
+  uint32_t reserved;
+} gpunvme_ctrl_info_t;
+gpunvme_err_t gpunvme_ctrl_info(gpunvme_ctrl_t* ctrl, gpunvme_ctrl_info_t* out);
+gpunvme_err_t gpunvme_ns_info(gpunvme_ctrl_t* ctrl, uint32_t nsid, uint64_t* blocks, uint32_t* lba_bytes);
+
+gpunvme_err_t gpunvme_create_io_queue(gpunvme_ctrl_t* ctrl, uint16_t qid, uint32_t entries, gpunvme_queue_t** out);
+gpunvme_err_t gpunvme_delete_io_queue(gpunvme_queue_t* queue);
+
+/* Synchronous whole-block transfers through a bounce buffer (set-up, deployment, checks):
+ * nblocks * lba_bytes bytes from/to host memory. */
+gpunvme_err_t gpunvme_write(gpunvme_queue_t* queue, uint32_t nsid, uint64_t slba, uint64_t nblocks, const void* src);
+gpunvme_err_t gpunvme_read(gpunvme_queue_t* queue, uint32_t nsid, uint64_t slba, uint64_t nblocks, void* dst);
+
+/* ---- Extents: bytes as whole blocks ---- */
+
+typedef struct gpunvme_extent {
+  uint64_t first_lba;
+  uint64_t lba_count;
+  uint64_t byte_length;    /* the bytes wanted */
+  uint32_t byte_in_first;  /* where they start in the first block */
+  uint32_t reserved;
+} gpunvme_extent_t;
+
+/* ---- A GGUF model on a namespace (deploy record, raw dd at LBA 0, or at a start LBA) ---- */
+
+/* start_lba_hint < 0: detect (record at LBA 0, GGUF at LBA 0, then the 1 MiB default). */
+gpunvme_err_t gpunvme_model_open(gpunvme_queue_t* queue, uint32_t nsid, int64_t start_lba_hint, gpunvme_model_t** out);
+gpunvme_err_t gpunvme_model_close(gpunvme_model_t* model);
+/* Layers are numbered 0..count-1 (blk.N). */
+gpunvme_err_t gpunvme_model_layer_count(gpunvme_model_t* model, uint32_t* count);
+gpunvme_err_t gpunvme_model_expert_count(gpunvme_model_t* model, uint32_t* count);
+/* A tensor's extent and its absolute byte offset in the GGUF file. */
+gpunvme_err_t gpunvme_model_tensor(gpunvme_model_t* model, const char* name, gpunvme_extent_t* extent,
+                                   uint64_t* file_offset);
+gpunvme_err_t gpunvme_model_start_lba(gpunvme_model_t* model, uint64_t* start_lba);
+
+/* ---- Layer streamer ---- */
+
+typedef struct gpunvme_streamer_opts {
+  uint32_t slots;             /* 0: 2 */
+  uint32_t nsid;              /* 0: 1 */
+  uint32_t max_command_bytes; /* 0: MDTS alone */
+  int pump_thread;            /* nonzero: a host thread keeps the queue fed while the caller computes */
+} gpunvme_streamer_opts_t;
+
+/* Layer i reads extents[layer_first[i] .. layer_first[i+1]); layer_first has n_layers + 1 entries.
+ * Slots, PRP tables and every (layer, slot) command plan are built here, once. opts may be NULL. */
+gpunvme_err_t gpunvme_streamer_create(gpunvme_queue_t* queue, const gpunvme_extent_t* extents, const uint32_t* layer_first,
+                                      uint32_t n_layers, const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out);
+/* Every blk.N layer of a model; skip_experts nonzero leaves MoE expert tensors to the fetcher. */
+gpunvme_err_t gpunvme_streamer_create_from_model(gpunvme_queue_t* queue, gpunvme_model_t* model, int skip_experts,
+                                                 const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out);
+gpunvme_err_t gpunvme_streamer_destroy(gpunvme_streamer_t* s);
+
+/* Slot life cycle: free -> begin -> loading -> wait -> held -> release -> free. */
+gpunvme_err_t gpunvme_streamer_begin(gpunvme_streamer_t* s, uint32_t layer, uint32_t slot);
+gpunvme_err_t gpunvme_streamer_ready(gpunvme_streamer_t* s, uint32_t slot, int* ready);
+
+typedef struct gpunvme_slot_view {
+  const void* host;    /* CPU view of the slot */
+  const void* device;  /* GPU view, or NULL without a GPU */
+  uint64_t bytes;      /* bytes of the slot this layer used */
+  uint32_t layer;
+  uint32_t n_pieces;   /* one per extent of the layer, in order */
+} gpunvme_slot_view_t;
+gpunvme_err_t gpunvme_streamer_wait(gpunvme_streamer_t* s, uint32_t slot, gpunvme_slot_view_t* view);
+/* Where piece i's bytes start in the slot and how many there are. */
+gpunvme_err_t gpunvme_streamer_piece(gpunvme_streamer_t* s, uint32_t slot, uint32_t index, uint64_t* data_offset,
+                                     uint64_t* byte_length);
+/* Slot offset of a file byte of the model (streamers made from a model), for tensor lookup. */
+gpunvme_err_t gpunvme_streamer_locate(gpunvme_streamer_t* s, uint32_t slot, uint64_t file_offset, uint64_t* slot_offset);
+gpunvme_err_t gpunvme_streamer_release(gpunvme_streamer_t* s, uint32_t slot);
+
+typedef struct gpunvme_stream_stats {
+  uint64_t layers;
+  uint64_t bytes;
+  double io_seconds;       /* sum over layers of begin -> last completion */
+  double wait_seconds;     /* time spent inside gpunvme_streamer_wait */
+  double elapsed_seconds;  /* first begin -> latest wait */
+  double last_layer_ms;    /* io time of the latest layer waited for */
+  uint64_t prp_bytes;      /* PRP list memory of all slots */
+  uint64_t template_bytes; /* command templates of all plans */
+  uint64_t slot_bytes;
+} gpunvme_stream_stats_t;
+gpunvme_err_t gpunvme_streamer_stats(gpunvme_streamer_t* s, gpunvme_stream_stats_t* out);
+
+/* ---- Expert fetcher (MoE) ---- */
+
+typedef enum gpunvme_expert_parts { GPUNVME_EXPERTS_ALL = 0, GPUNVME_EXPERTS_DOWN_ONLY = 1 } gpunvme_expert_parts_t;
+typedef enum gpunvme_projection {
+  GPUNVME_PROJ_GATE = 0,
+  GPUNVME_PROJ_UP = 1,
+  GPUNVME_PROJ_DOWN = 2,
+  GPUNVME_PROJ_GATE_UP = 3
+} gpunvme_projection_t;
+
+typedef struct gpunvme_fetcher_opts {
+  uint32_t max_experts_per_fetch; /* 0: 8 */
+  uint32_t nsid;                  /* 0: 1 */
+  uint64_t cache_bytes;           /* 0: no cache (packed scratchpad); else LRU cache budget */
+  uint32_t warmup_tokens;         /* steady-state metrics start after this many fetches (0: once the cache is full) */
+  int pump_thread;
+} gpunvme_fetcher_opts_t;
+
+gpunvme_err_t gpunvme_fetcher_create_from_model(gpunvme_queue_t* queue, gpunvme_model_t* model,
+                                                gpunvme_expert_parts_t parts, const gpunvme_fetcher_opts_t* opts,
+                                                gpunvme_fetcher_t** out);
+/* Synthetic catalogs: expert (l, e) has parts_per_expert extents at
+ * parts[(l * n_experts + e) * parts_per_expert + k], projection k (0 gate, 1 up, 2 down). */
+gpunvme_err_t gpunvme_fetcher_create(gpunvme_queue_t* queue, const gpunvme_extent_t* parts, uint32_t n_layers,
+                                     uint32_t n_experts, uint32_t parts_per_expert, const gpunvme_fetcher_opts_t* opts,
+                                     gpunvme_fetcher_t** out);
+gpunvme_err_t gpunvme_fetcher_destroy(gpunvme_fetcher_t* f);
+
+/* Issues the reads of `experts` (duplicates collapse) of `layer` and returns at once; *n_selected:
+ * the distinct experts, in request order, indexed 0..n_selected-1 below. Ends the previous fetch. */
+gpunvme_err_t gpunvme_fetcher_fetch(gpunvme_fetcher_t* f, uint32_t layer, const uint32_t* experts, uint32_t n,
+                                    uint32_t* n_selected);
+gpunvme_err_t gpunvme_fetcher_ready(gpunvme_fetcher_t* f, uint32_t index, int* ready);
+gpunvme_err_t gpunvme_fetcher_wait(gpunvme_fetcher_t* f, uint32_t index);
+gpunvme_err_t gpunvme_fetcher_wait_all(gpunvme_fetcher_t* f);
+
+typedef struct gpunvme_fetched_expert {
+  uint32_t expert;
+  uint32_t hit;      /* nonzero: was resident, no I/O */
+  uint64_t offset;   /* scratchpad offset of its first block */
+  uint64_t bytes;    /* scratchpad bytes it spans */
+  uint32_t n_parts;
+  uint32_t reserved;
+} gpunvme_fetched_expert_t;
+gpunvme_err_t gpunvme_fetcher_expert(gpunvme_fetcher_t* f, uint32_t index, gpunvme_fetched_expert_t* out);
+gpunvme_err_t gpunvme_fetcher_part(gpunvme_fetcher_t* f, uint32_t index, uint32_t part, gpunvme_projection_t* proj,
+                                   uint64_t* offset, uint64_t* bytes);
+gpunvme_err_t gpunvme_fetcher_scratchpad(gpunvme_fetcher_t* f, const void** host, const void** device, uint64_t* bytes);
+
+typedef struct gpunvme_fetch_metrics {
+  uint64_t tokens;
+  uint64_t requested;
+  uint64_t faults;
+  uint64_t hits;
+  uint64_t bytes_read;
+  uint64_t steady_tokens;
+  uint64_t steady_faults;
+  uint32_t last_faults;
+  uint32_t cache_capacity; /* experts; 0 without cache */
+} gpunvme_fetch_metrics_t;
+gpunvme_err_t gpunvme_fetcher_metrics(gpunvme_fetcher_t* f, gpunvme_fetch_metrics_t* out);
+/* counts[l] = experts of layer l resident in the cache, for l < n (n = layers of the catalog). */
+gpunvme_err_t gpunvme_fetcher_resident(gpunvme_fetcher_t* f, uint32_t* counts, uint32_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUNVME_H */
