@@ -1,0 +1,180 @@
+// Shared by the examples: a generated GGUF-like model (dense or MoE) or a real GGUF file, written
+// onto namespace 1 at the 1 MiB default (as `dd bs=1M seek=1` would), then found again from the
+// device alone (detect_model + the GGUF header read through the driver) and mapped to LBAs.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "host/cpu_io.h"
+#include "host/open_device.h"
+#include "runtime/gguf/gguf_file.h"
+#include "runtime/model/block_io.h"
+#include "runtime/model/detect.h"
+#include "runtime/model/lba_map.h"
+
+namespace example {
+
+struct Writer {
+  std::vector<uint8_t> b;
+  template <class T> void put(T v) {
+    uint8_t t[sizeof(T)];
+    std::memcpy(t, &v, sizeof(T));
+    b.insert(b.end(), t, t + sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<uint64_t>(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
+};
+
+struct GenTensor {
+  std::string name;
+  std::vector<uint64_t> ne;  // F32
+};
+
+// GGUF v3, F32 tensors, alignment 32, data = a position-dependent pattern.
+inline std::vector<uint8_t> make_gguf(const std::string& arch, uint32_t expert_count, const std::vector<GenTensor>& ts) {
+  Writer w;
+  w.put<uint32_t>(0x46554747);
+  w.put<uint32_t>(3);
+  w.put<uint64_t>(ts.size());
+  w.put<uint64_t>(expert_count ? 3 : 2);
+  w.str("general.architecture");
+  w.put<uint32_t>(8);
+  w.str(arch);
+  w.str("general.name");
+  w.put<uint32_t>(8);
+  w.str("generated-" + arch);
+  if (expert_count) {
+    w.str(arch + ".expert_count");
+    w.put<uint32_t>(4);
+    w.put<uint32_t>(expert_count);
+  }
+  uint64_t off = 0;
+  for (const auto& t : ts) {
+    w.str(t.name);
+    w.put<uint32_t>(uint32_t(t.ne.size()));
+    uint64_t n = 4;
+    for (uint64_t d : t.ne) {
+      w.put<uint64_t>(d);
+      n *= d;
+    }
+    w.put<uint32_t>(0);  // F32
+    w.put<uint64_t>(off);
+    off = (off + n + 31) / 32 * 32;
+  }
+  const uint64_t data = (w.b.size() + 31) / 32 * 32;
+  w.b.resize(data + off, 0);
+  for (uint64_t i = data; i < w.b.size(); ++i) {
+    uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 29;
+    w.b[i] = uint8_t(x >> ((i & 7) * 8));
+  }
+  return w.b;
+}
+
+// A dense model of `layers` blocks with tensors of uneven sizes (~`mb_per_layer` MB per layer).
+inline std::vector<uint8_t> dense_model(uint32_t layers, double mb_per_layer) {
+  const uint64_t row = std::max<uint64_t>(64, uint64_t(mb_per_layer * 1e6 / 4 / 20));
+  std::vector<GenTensor> ts = {{"token_embd.weight", {row, 4}}};
+  for (uint32_t l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    ts.push_back({p + "attn_norm.weight", {row / 8 + 3}});
+    ts.push_back({p + "attn_q.weight", {row, 4}});
+    ts.push_back({p + "attn_k.weight", {row, 1}});
+    ts.push_back({p + "attn_v.weight", {row, 1}});
+    ts.push_back({p + "attn_output.weight", {row, 4}});
+    ts.push_back({p + "ffn_gate.weight", {row + 7, 3}});
+    ts.push_back({p + "ffn_up.weight", {row + 7, 3}});
+    ts.push_back({p + "ffn_down.weight", {row + 7, 3}});
+  }
+  ts.push_back({"output.weight", {row, 4}});
+  return make_gguf("llama", 0, ts);
+}
+
+// A qwen3moe-like model: stacked gate/up/down experts per layer.
+inline std::vector<uint8_t> moe_model(uint32_t layers, uint32_t experts, uint64_t ne0) {
+  std::vector<GenTensor> ts = {{"token_embd.weight", {ne0, 4}}};
+  for (uint32_t l = 0; l < layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    ts.push_back({p + "attn_q.weight", {ne0, 4}});
+    ts.push_back({p + "ffn_gate_inp.weight", {ne0, experts}});
+    ts.push_back({p + "ffn_gate_exps.weight", {ne0, 6, experts}});
+    ts.push_back({p + "ffn_up_exps.weight", {ne0, 6, experts}});
+    ts.push_back({p + "ffn_down_exps.weight", {ne0 + 5, 3, experts}});
+  }
+  return make_gguf("qwen3moe", experts, ts);
+}
+
+inline std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot open " + path);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+// Block callbacks over CPU I/O (a bounce buffer), for detect_model and the header read.
+inline gpunvme::model::BlockIo block_io(gpunvme::host::Controller& c, gpunvme::host::CpuIo& io) {
+  gpunvme::model::BlockIo b;
+  b.lba_size = io.lba_bytes();
+  b.n_lbas = io.blocks();
+  b.name = c.transport().name();
+  auto bounce = std::make_shared<gpunvme::host::DmaBuffer>(c.transport(), 4u << 20);
+  b.read = [&io, bounce](uint64_t lba, uint32_t n, void* dst) {
+    const uint64_t per = bounce->size() / io.lba_bytes();
+    for (uint64_t done = 0; done < n;) {
+      const uint64_t k = std::min<uint64_t>(per, n - done);
+      io.read(lba + done, k, *bounce, 0);
+      std::memcpy(static_cast<uint8_t*>(dst) + done * io.lba_bytes(), bounce->host(), k * io.lba_bytes());
+      done += k;
+    }
+  };
+  b.write = [&io, bounce](uint64_t lba, uint32_t n, const void* src) {
+    const uint64_t per = bounce->size() / io.lba_bytes();
+    for (uint64_t done = 0; done < n;) {
+      const uint64_t k = std::min<uint64_t>(per, n - done);
+      std::memset(bounce->host(), 0, bounce->size());
+      std::memcpy(bounce->host(), static_cast<const uint8_t*>(src) + done * io.lba_bytes(), k * io.lba_bytes());
+      io.write(lba + done, k, *bounce, 0);
+      done += k;
+    }
+  };
+  return b;
+}
+
+struct OnDevice {
+  gpunvme::model::DetectedModel detected;
+  std::unique_ptr<gpunvme::gguf::GgufFile> file;
+  std::unique_ptr<gpunvme::model::LbaMap> map;
+};
+
+// Writes `bytes` at the 1 MiB default unless `already_there`, then finds the model from the device.
+inline OnDevice put_and_find(gpunvme::host::Controller& c, gpunvme::host::QueuePair& qp, const std::vector<uint8_t>& bytes,
+                             bool already_there) {
+  gpunvme::host::CpuIo io(c, qp, 1);
+  gpunvme::model::BlockIo b = block_io(c, io);
+  if (!already_there) {
+    const uint64_t start = (1u << 20) / io.lba_bytes();
+    std::vector<uint8_t> padded(bytes);
+    padded.resize((bytes.size() + io.lba_bytes() - 1) / io.lba_bytes() * io.lba_bytes(), 0);
+    if (start + padded.size() / io.lba_bytes() > io.blocks())
+      throw std::runtime_error("the model (" + std::to_string(bytes.size() >> 20) + " MiB) does not fit the " +
+                               std::to_string((io.blocks() * io.lba_bytes()) >> 20) +
+                               " MiB namespace at 1 MiB; use a larger size= in --device");
+    b.write(start, uint32_t(padded.size() / io.lba_bytes()), padded.data());
+  }
+  OnDevice d;
+  d.detected = gpunvme::model::detect_model(b);
+  d.file = std::make_unique<gpunvme::gguf::GgufFile>(gpunvme::model::read_model_header(b, d.detected));
+  d.map = std::make_unique<gpunvme::model::LbaMap>(*d.file, io.lba_bytes(), d.detected.start_lba);
+  return d;
+}
+
+}  // namespace example
