@@ -34,7 +34,7 @@ struct DeviceQueue {
   nvme::CompletionEntry* cq = nullptr;   // GPU view of the CQ ring
   volatile uint32_t* sq_doorbell = nullptr;  // GPU view of BAR0 + SQ tail doorbell offset
   volatile uint32_t* cq_doorbell = nullptr;  // GPU view of BAR0 + CQ head doorbell offset
-  uint8_t* cid_busy = nullptr;    // [cid_count] device memory: 1 while that command id is in flight
+  uint32_t* cid_busy = nullptr;   // [cid_count] device memory: 1 while that command id is in flight
   uint32_t* cid_tag = nullptr;    // [cid_count] device memory: the submitter's tag for each id in flight
   uint64_t* prp_lists = nullptr;  // GPU view of per-id PRP list areas (DMA memory), prp_list_bytes each
   uint64_t prp_lists_bus = 0;     // bus address of prp_lists[0]

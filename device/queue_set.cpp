@@ -95,11 +95,11 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
     q.cq_doorbell = bar + v.cq_doorbell_offset / 4;
     q.cid_count = cid_counts[i];
     void* mem = nullptr;
-    check_cuda(cudaMalloc(&mem, q.cid_count * (1 + sizeof(uint32_t))), "cudaMalloc(command id tables)");
+    check_cuda(cudaMalloc(&mem, q.cid_count * 2 * sizeof(uint32_t)), "cudaMalloc(command id tables)");
     device_allocs_.push_back(mem);
-    check_cuda(cudaMemset(mem, 0, q.cid_count * (1 + sizeof(uint32_t))), "cudaMemset(command id tables)");
+    check_cuda(cudaMemset(mem, 0, q.cid_count * 2 * sizeof(uint32_t)), "cudaMemset(command id tables)");
     q.cid_tag = static_cast<uint32_t*>(mem);
-    q.cid_busy = static_cast<uint8_t*>(mem) + q.cid_count * sizeof(uint32_t);
+    q.cid_busy = static_cast<uint32_t*>(mem) + q.cid_count;
     q.prp_lists = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(prp_lists_.device()) + list_off);
     q.prp_lists_bus = prp_lists_.bus(list_off);
     // A queue's list area must be bus-contiguous (always under an IOMMU; per chunk otherwise).

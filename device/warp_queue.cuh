@@ -4,7 +4,7 @@
 // One pass of warp_pump():
 //   1. reap: every lane loads the status word of up to kPollRounds CQ slots past the head and checks
 //      its phase tag; a ballot finds the run of new entries; read_fields_after_phase(); the lanes read
-//      SQHD and CID, check each id is in flight exactly once (busy table + __match_any_sync), hand the
+//      SQHD and CID, check each id is in flight exactly once (atomicExch on its busy word), hand the
 //      status to the caller and free the ids.
 //   2. submit: up to kSubmitRounds * 32 commands, one SQE per lane per round written with four 16-byte
 //      stores; command ids come round-robin from the busy table (an id still in flight is never reused).
@@ -23,8 +23,8 @@
 namespace gpunvme::device {
 
 inline constexpr uint32_t kFullMask = 0xFFFFFFFFu;
-inline constexpr uint32_t kPollRounds = 8;    // CQ slots examined per pass: 8 x 32
-inline constexpr uint32_t kSubmitRounds = 8;  // SQEs written per pass: up to 8 x 32
+inline constexpr uint32_t kPollRounds = 16;    // CQ slots examined per pass: 16 x 32
+inline constexpr uint32_t kSubmitRounds = 16;  // SQEs written per pass: up to 16 x 32
 
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t t;
@@ -139,7 +139,7 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
   WarpState s = load_state(q);
   const uint32_t entries = q->entries;
   const uint32_t cid_mask = q->cid_count - 1;
-  uint8_t* const busy = q->cid_busy;
+  uint32_t* const busy = q->cid_busy;
   uint32_t* const tags = q->cid_tag;
   const nvme::CompletionEntry* const cq = q->cq;
   nvme::SubmissionEntry* const sq = q->sq;
@@ -180,42 +180,51 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
     }
     if (reaped > 0) {
       nvme::read_fields_after_phase();
+      // All field loads of the pass first (one round trip), then the checks.
+      uint2 f[kPollRounds];
+#pragma unroll
+      for (uint32_t r = 0; r < kPollRounds; ++r) {
+        const uint32_t ahead = r * 32 + lane;
+        f[r] = make_uint2(0, 0);
+        if (ahead < reaped) f[r] = load_volatile64(reinterpret_cast<const uint8_t*>(cq + s.cq.slot(ahead)) + 8);
+      }
+      // Every id must be in flight exactly once: clearing its busy word with an exchange catches an id
+      // that is not in flight and a duplicate (in this pass or a later one), in whatever order they come.
+      uint32_t was[kPollRounds];
+#pragma unroll
+      for (uint32_t r = 0; r < kPollRounds; ++r) {
+        const uint32_t ahead = r * 32 + lane;
+        const uint32_t cid = f[r].y & 0xFFFFu;
+        was[r] = (ahead < reaped && cid <= cid_mask) ? atomicExch(&busy[cid], 0u) : 0u;
+      }
       uint32_t my_sqhd = 0;
       uint32_t bad = 0, good = 0, errs = 0;
-      for (uint32_t r = 0; r * 32 < reaped; ++r) {
-        const uint32_t ahead = r * 32 + lane;
-        const bool active = ahead < reaped;
-        uint32_t cid = 0x10000u + lane;  // never matches a real id
-        uint16_t status = 0;
-        if (active) {
-          const uint2 f = load_volatile64(reinterpret_cast<const uint8_t*>(cq + s.cq.slot(ahead)) + 8);
-          my_sqhd = f.x & 0xFFFFu;
-          cid = f.y & 0xFFFFu;
-          status = uint16_t(f.y >> 16);
-        }
-        const uint32_t same = __match_any_sync(kFullMask, cid);
-        const bool valid = active && cid <= cid_mask && __popc(same) == 1 && busy[cid] != 0;
-        const nvme::Status st = nvme::Status::from_cqe_status(status);
-        uint32_t tag = 0;
-        if (active && !valid) ++bad;
-        if (valid) {
-          busy[cid] = 0;
-          tag = tags[cid];
-          ++good;
-          errs += !st.ok();
-          done(tag, st);
-        }
-        // Remember the queue's first failed command (lowest lane of the earliest round).
-        const uint32_t err_mask = __ballot_sync(kFullMask, valid && !st.ok());
-        if (err_mask != 0 && s.failed == 0 && s.first_error_status == 0) {
-          const uint32_t src = __ffs(err_mask) - 1;
-          s.first_error_status = uint16_t(__shfl_sync(kFullMask, uint32_t(st.field), src));
-          s.first_error_cid = uint16_t(__shfl_sync(kFullMask, cid, src));
-          s.first_error_tag = __shfl_sync(kFullMask, tag, src);
-        }
-        __syncwarp();  // frees of this round are visible to the next round's checks
-      }
       const uint32_t last = reaped - 1;
+#pragma unroll
+      for (uint32_t r = 0; r < kPollRounds; ++r) {
+        if (r * 32 < reaped) {
+          const uint32_t ahead = r * 32 + lane;
+          const bool active = ahead < reaped;
+          const bool valid = active && was[r] != 0;
+          const uint32_t cid = f[r].y & 0xFFFFu;
+          const nvme::Status st = nvme::Status::from_cqe_status(uint16_t(f[r].y >> 16));
+          if (r == last / 32) my_sqhd = f[r].x & 0xFFFFu;
+          bad += active && !valid;
+          if (valid) {
+            ++good;
+            errs += !st.ok();
+            done(tags[cid], st);
+          }
+          // Remember the queue's first failed command (lowest lane of the earliest round).
+          const uint32_t err_mask = __ballot_sync(kFullMask, valid && !st.ok());
+          if (err_mask != 0 && s.failed == 0 && s.first_error_status == 0) {
+            const uint32_t src = __ffs(err_mask) - 1;
+            s.first_error_status = uint16_t(__shfl_sync(kFullMask, uint32_t(st.field), src));
+            s.first_error_cid = uint16_t(__shfl_sync(kFullMask, cid, src));
+            s.first_error_tag = tags[s.first_error_cid];
+          }
+        }
+      }
       const uint32_t sqhd = __shfl_sync(kFullMask, my_sqhd, last & 31);
       const uint32_t nbad = __reduce_add_sync(kFullMask, bad);
       const uint32_t ngood = __reduce_add_sync(kFullMask, good);
@@ -238,27 +247,42 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
       uint32_t want = uint32_t(want64 < room ? want64 : room);
       if (ring_room < want) want = ring_room;
       if (want > kSubmitRounds * 32) want = kSubmitRounds * 32;
-      for (uint32_t r = 0; r * 32 < want; ++r) {
-        const uint32_t idx = r * 32 + lane;
-        const bool active = idx < want;
-        const uint32_t cid = (s.next_cid + idx) & cid_mask;
-        const bool free_id = active && busy[cid] == 0;
-        const uint32_t m = __ballot_sync(kFullMask, free_id);
-        const uint32_t run = m == kFullMask ? 32u : uint32_t(__ffs(~m) - 1);
-        if (lane < run) {
-          busy[cid] = 1;
-          uint32_t tag = 0;
-          nvme::SubmissionEntry e = make(issued + idx, uint16_t(cid), &tag);
-          e.cid = uint16_t(cid);
-          tags[cid] = tag;
-          store_sqe(sq + nvme::ring_advance(s.sq.tail, idx, entries), e);
+      // Ids come round-robin; one still in flight (a slow or lost command) is skipped, never reused.
+      // Each candidate is examined once per pass (at most cid_count of them).
+      const uint32_t base = s.next_cid;
+      uint32_t bz[kSubmitRounds];
+#pragma unroll
+      for (uint32_t r = 0; r < kSubmitRounds; ++r) {
+        const uint32_t k = r * 32 + lane;
+        bz[r] = 1;
+        if (r * 32 < want + 32 && k <= cid_mask) bz[r] = busy[(base + k) & cid_mask];
+      }
+      uint32_t next = base;
+#pragma unroll
+      for (uint32_t r = 0; r < kSubmitRounds; ++r) {
+        if (n < want) {
+          const uint32_t k = r * 32 + lane;
+          const uint32_t cid = (base + k) & cid_mask;
+          const bool free_id = bz[r] == 0;
+          const uint32_t m = __ballot_sync(kFullMask, free_id);
+          const uint32_t idx = n + __popc(m & ((1u << lane) - 1u));
+          const bool take = free_id && idx < want;
+          if (take) {
+            busy[cid] = 1;
+            uint32_t tag = 0;
+            nvme::SubmissionEntry e = make(issued + idx, uint16_t(cid), &tag);
+            e.cid = uint16_t(cid);
+            tags[cid] = tag;
+            store_sqe(sq + nvme::ring_advance(s.sq.tail, idx, entries), e);
+          }
+          const uint32_t took = __ballot_sync(kFullMask, take);
+          if (took != 0) next = base + r * 32 + (31 - __clz(took)) + 1;
+          n += __popc(took);
         }
-        n += run;
-        if (run < 32) break;
       }
       if (n > 0) {
         s.sq.claim(n);
-        s.next_cid += n;
+        s.next_cid = next & cid_mask;
         s.in_flight += n;
         s.submitted += n;
         issued += n;

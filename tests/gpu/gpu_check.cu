@@ -37,7 +37,7 @@ __global__ void c_api_kernel(gpunvme_queue* q, const uint64_t* lbas, uint64_t co
   while (next < count || in_flight > 0) {
     if (next < count && in_flight < depth) {
       const uint64_t bus = dst_bus + next * stride;
-      const uint64_t page_end = (bus | 4095) + 1;
+      const uint64_t page_end = (bus | 4095) + 1;  // transfers span at most two pages here
       const uint64_t prp2 = bus + bytes > page_end ? page_end : 0;
       const int cid = sq_submit_read(q, lbas[next], blocks - 1, bus, prp2);
       if (cid >= 0) {
