@@ -26,6 +26,7 @@ using namespace gpunvme;
 
 struct gpunvme_ctrl {
   std::unique_ptr<host::Controller> ctrl;
+  uint32_t queues = 0;  // I/O queues not yet deleted
 };
 
 struct gpunvme_queue {
@@ -111,7 +112,7 @@ gpunvme_err_t guard(F&& f) {
 
 #define GPUNVME_NEED(p)                                                                     \
   do {                                                                                      \
-    if (!(p)) return fail(GPUNVME_ERR_INVALID_ARGUMENT, std::string(__func__) + ": " #p " is NULL"); \
+    if (!(p)) return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme: argument '" #p "' is NULL");     \
   } while (0)
 
 model::Extent to_extent(const gpunvme_extent_t& e) {
@@ -225,6 +226,9 @@ gpunvme_err_t gpunvme_ctrl_init(gpunvme_ctrl_t** out, const char* device) {
 gpunvme_err_t gpunvme_ctrl_shutdown(gpunvme_ctrl_t* ctrl) {
   return guard([&] {
     if (!ctrl) return GPUNVME_OK;
+    if (ctrl->queues > 0)
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_ctrl_shutdown: " + std::to_string(ctrl->queues) +
+                                                    " I/O queues are still open; gpunvme_delete_io_queue them first");
     std::unique_ptr<gpunvme_ctrl> owned(ctrl);
     owned->ctrl->shutdown();
     return GPUNVME_OK;
@@ -263,6 +267,7 @@ gpunvme_err_t gpunvme_create_io_queue(gpunvme_ctrl_t* ctrl, uint16_t qid, uint32
     auto q = std::make_unique<gpunvme_queue>();
     q->ctrl = ctrl;
     q->qp = ctrl->ctrl->create_io_queue_pair(qid, entries);
+    ++ctrl->queues;
     *out = q.release();
     return GPUNVME_OK;
   });
@@ -276,6 +281,7 @@ gpunvme_err_t gpunvme_delete_io_queue(gpunvme_queue_t* queue) {
                                                     " streamers/fetchers still use this queue; destroy them first");
     std::unique_ptr<gpunvme_queue> owned(queue);
     owned->sub.reset();
+    --owned->ctrl->queues;
     owned->ctrl->ctrl->delete_io_queue_pair(*owned->qp);
     return GPUNVME_OK;
   });

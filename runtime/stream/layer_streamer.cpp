@@ -54,6 +54,16 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
     for (const Slot& s : slots_) plans_.push_back(plan::build_plan(layers_[l], geometry_, s.table, align));
 }
 
+LayerStreamer::~LayerStreamer() {
+  for (Slot& s : slots_) {
+    if (s.state != State::kLoading) continue;
+    try {
+      submitter_.wait(s.ticket);
+    } catch (...) {
+    }
+  }
+}
+
 const plan::CommandPlan& LayerStreamer::plan(uint32_t layer, uint32_t slot) const {
   if (layer >= layers_.size() || slot >= slots_.size())
     throw Error(ErrorKind::kInvalidArgument, "streamer: no plan for layer " + std::to_string(layer) + " slot " +

@@ -68,6 +68,10 @@ class LayerStreamer {
   // layers[i]: the extents of layer i (plan::layer_extents(map) or a synthetic layout).
   LayerStreamer(host::Controller& controller, Submitter& submitter, std::vector<std::vector<model::Extent>> layers,
                 const StreamerOptions& options = {});
+  // Waits for reads still landing in a slot (they must not outlive the slot memory or the plans).
+  ~LayerStreamer();
+  LayerStreamer(const LayerStreamer&) = delete;
+  LayerStreamer& operator=(const LayerStreamer&) = delete;
 
   uint32_t layer_count() const { return uint32_t(layers_.size()); }
   uint32_t slot_count() const { return uint32_t(slots_.size()); }

@@ -195,6 +195,9 @@ int main(void) {
     OK(gpunvme_fetcher_destroy(f));
   }
 
+  CHECK(gpunvme_ctrl_shutdown(ctrl) == GPUNVME_ERR_INVALID_ARGUMENT); /* a queue is still open */
+  CHECK(gpunvme_streamer_begin(NULL, 0, 0) == GPUNVME_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(gpunvme_last_error_message(), "NULL") != NULL);
   OK(gpunvme_delete_io_queue(q));
   OK(gpunvme_ctrl_shutdown(ctrl));
   free(area);
