@@ -5,5 +5,8 @@ namespace gpunvme::cli {
 
 int cmd_identify(int argc, char** argv);
 int cmd_demo(int argc, char** argv);
+int cmd_deploy(int argc, char** argv);
+int cmd_verify(int argc, char** argv);
+int cmd_ls(int argc, char** argv);
 
 }  // namespace gpunvme::cli

@@ -21,6 +21,10 @@ const Command kCommands[] = {
     {"demo", "bring up a controller, write and read back patterns, report (default: emulated, on a file)",
      gpunvme::cli::cmd_demo},
     {"identify", "print controller and namespace data, like `nvme id-ctrl` / `id-ns`", gpunvme::cli::cmd_identify},
+    {"deploy", "write a GGUF model onto a namespace with a checksummed record (or print the dd command)",
+     gpunvme::cli::cmd_deploy},
+    {"verify", "re-read a deployed model and check every chunk's CRC-32C", gpunvme::cli::cmd_verify},
+    {"ls", "list the model on a device: layers, tensors, experts and their LBA ranges", gpunvme::cli::cmd_ls},
 };
 
 void usage(FILE* out) {

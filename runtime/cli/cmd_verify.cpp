@@ -1,0 +1,106 @@
+// `gpunvme verify`: re-reads a deployed model through the driver and checks every chunk's CRC-32C.
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "host/open_device.h"
+#include "runtime/cli/args.h"
+#include "runtime/cli/commands.h"
+#include "runtime/cli/format.h"
+#include "runtime/deploy/verify.h"
+
+namespace gpunvme::cli {
+namespace {
+
+const char* kVerifyHelp =
+    "usage: gpunvme verify --device DEVICE [--nsid N] [--start-lba N] [--against MODEL.gguf] [--progress]\n"
+    "\n"
+    "Finds the model on a namespace (the deploy record at LBA 0, or a GGUF written by plain dd at\n"
+    "LBA 0, --start-lba or the 1 MiB default), re-reads every byte of it through the driver and\n"
+    "checks the CRC-32C of every chunk against the deploy record. Prints one line per chunk with its\n"
+    "LBA range and pass/fail, then a summary; exits 1 if anything differs.\n"
+    "\n"
+    "A model written by dd without a record has no checksums: verify then checks that its GGUF header\n"
+    "parses and that every tensor lies on the device, and reads every byte back; add --against to\n"
+    "compare the bytes with the file (or write a record: gpunvme deploy MODEL.gguf --record-only ...).\n"
+    "\n"
+    "  --device DEVICE      the namespace to read (required); nothing is written\n"
+    "  --nsid N             namespace id (default 1)\n"
+    "  --start-lba N        where dd put a model that has no deploy record\n"
+    "  --against FILE       also compare every chunk with this GGUF file\n"
+    "  --progress           show the progress line even when stderr is not a terminal\n"
+    "\n"
+    "example:\n"
+    "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
+    "  gpunvme verify --device emu:/tmp/models.img --against model.gguf\n"
+    "\n";
+
+}  // namespace
+
+int cmd_verify(int argc, char** argv) {
+  Args args(argc, argv, 2, {"device", "nsid", "start-lba", "against"}, {"help", "progress"});
+  if (args.has("help")) {
+    std::printf("%s%s", kVerifyHelp, host::device_string_help());
+    return 0;
+  }
+  if (!args.positional().empty()) {
+    throw UsageError("verify takes no file arguments; to compare with a file use --against " + args.positional()[0]);
+  }
+  if (!args.has("device")) throw UsageError("--device is required, e.g. --device emu:/tmp/models.img (see --help)");
+  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)));
+  deploy::VerifyOptions opt;
+  if (args.has("start-lba")) opt.start_lba = args.get_u64("start-lba", 0);
+  opt.against = args.get("against");
+  deploy::ProgressLine bar("verify", args.has("progress") || isatty(2));
+  opt.progress = bar.fn();
+  const auto rep = deploy::verify_device(dev, opt);
+  bar.finish();
+
+  const auto& d = rep.detected;
+  std::printf("verifying %s%s on %s: %s\n", rep.model_name.empty() ? "(unnamed model)" : ("'" + rep.model_name + "'").c_str(),
+              "", dev.name().c_str(), d.describe().c_str());
+  std::printf("%s in %zu chunk%s of %s, %llu tensors; compared with: %s\n", human_bytes(double(rep.model_bytes)).c_str(),
+              rep.chunks.size(), rep.chunks.size() == 1 ? "" : "s",
+              human_bytes(double(uint64_t{1} << rep.chunk_shift)).c_str(), (unsigned long long)rep.n_tensors,
+              d.record && !opt.against.empty() ? ("deploy record and " + opt.against).c_str()
+              : d.record                       ? "deploy record"
+              : !opt.against.empty()           ? opt.against.c_str()
+                                               : "nothing (no record, no --against): bytes only read back");
+  for (const auto& c : rep.chunks) {
+    std::string status;
+    if (!c.expected && !c.file) {
+      status = "read";
+    } else if (c.ok()) {
+      status = "ok";
+    } else {
+      char b[96];
+      std::snprintf(b, sizeof b, "FAIL (expected %08x, read %08x)", c.expected ? *c.expected : *c.file, c.actual);
+      status = b;
+    }
+    std::printf("  chunk %-4llu LBA %llu..%llu  %s  crc32c %08x  %s\n", (unsigned long long)c.index,
+                (unsigned long long)c.first_lba, (unsigned long long)(c.end_lba - 1),
+                human_bytes(double(c.bytes)).c_str(), c.actual, status.c_str());
+  }
+  for (const auto& p : rep.problems) std::printf("  problem: %s\n", p.c_str());
+  const double rate = rep.seconds > 0 ? double(rep.model_bytes) / rep.seconds : 0;
+  if (!rep.ok()) {
+    std::printf("FAILED: %llu of %zu chunks differ, %zu other problem%s (%s re-read in %.2f s, %s)\n",
+                (unsigned long long)rep.failed_chunks(), rep.chunks.size(), rep.problems.size(),
+                rep.problems.size() == 1 ? "" : "s", human_bytes(double(rep.model_bytes)).c_str(), rep.seconds,
+                human_bytes(rate).c_str());
+    std::printf("re-deploy the model (gpunvme deploy MODEL.gguf --device %s) to repair it\n", args.get("device").c_str());
+    return 1;
+  }
+  if (!rep.checked_bytes()) {
+    std::printf("OK (header only): the GGUF header parses and all %llu tensors lie on the device; %s read back in "
+                "%.2f s but not compared. Add --against MODEL.gguf to compare bytes.\n",
+                (unsigned long long)rep.n_tensors, human_bytes(double(rep.model_bytes)).c_str(), rep.seconds);
+  } else {
+    std::printf("OK: %zu/%zu chunks match (%s re-read in %.2f s, %s/s)\n", rep.chunks.size(), rep.chunks.size(),
+                human_bytes(double(rep.model_bytes)).c_str(), rep.seconds, human_bytes(rate).c_str());
+  }
+  return 0;
+}
+
+}  // namespace gpunvme::cli
