@@ -58,8 +58,7 @@ int cmd_verify(int argc, char** argv) {
   bar.finish();
 
   const auto& d = rep.detected;
-  std::printf("verifying %s%s on %s: %s\n", rep.model_name.empty() ? "(unnamed model)" : ("'" + rep.model_name + "'").c_str(),
-              "", dev.name().c_str(), d.describe().c_str());
+  std::printf("verifying %s: %s\n", dev.name().c_str(), d.describe().c_str());
   std::printf("%s in %zu chunk%s of %s, %llu tensors; compared with: %s\n", human_bytes(double(rep.model_bytes)).c_str(),
               rep.chunks.size(), rep.chunks.size() == 1 ? "" : "s",
               human_bytes(double(uint64_t{1} << rep.chunk_shift)).c_str(), (unsigned long long)rep.n_tensors,
