@@ -1,5 +1,6 @@
 #include "host/vfio/sysfs_pci.h"
 
+#include <cstdint>
 #include <dirent.h>
 #include <unistd.h>
 
