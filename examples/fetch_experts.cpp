@@ -5,13 +5,13 @@
 //   fetch_experts [--device emu:ram,size=128M,lba=4096] [--gguf moe.gguf [--deployed]]
 //                 [--layers 8] [--experts 32] [--top-k 4] [--tokens 64] [--cache-mb 0] [--down-only]
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "example_model.h"
 #include "host/error.h"
+#include "runtime/cli/args.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/expert_fetcher.h"
 
@@ -24,37 +24,38 @@ uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
+
+const char* kUsage =
+    "usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] "
+    "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only]\n";
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string device = "emu:ram,size=128M,lba=4096", gguf_path;
+  std::string device, gguf_path;
   bool deployed = false, down_only = false;
-  uint32_t layers = 8, experts = 32, top_k = 4, tokens = 64;
+  uint32_t layers = 0, experts = 0, top_k = 0, tokens = 0;
   double cache_mb = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--device") device = next();
-    else if (a == "--gguf") gguf_path = next();
-    else if (a == "--deployed") deployed = true;
-    else if (a == "--layers") layers = uint32_t(std::stoul(next()));
-    else if (a == "--experts") experts = uint32_t(std::stoul(next()));
-    else if (a == "--top-k") top_k = uint32_t(std::stoul(next()));
-    else if (a == "--tokens") tokens = uint32_t(std::stoul(next()));
-    else if (a == "--cache-mb") cache_mb = std::stod(next());
-    else if (a == "--down-only") down_only = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] "
-                   "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only]\n");
-      return 2;
+  try {
+    const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "experts", "top-k", "tokens", "cache-mb"},
+                         {"deployed", "down-only", "help"});
+    if (args.has("help")) {
+      std::printf("%s", kUsage);
+      return 0;
     }
+    if (!args.positional().empty())
+      throw cli::UsageError("unexpected argument '" + args.positional().front() + "' (see --help)");
+    device = args.get("device", "emu:ram,size=128M,lba=4096");
+    gguf_path = args.get("gguf");
+    deployed = args.has("deployed");
+    down_only = args.has("down-only");
+    layers = args.get_u32("layers", 8);
+    experts = args.get_u32("experts", 32);
+    top_k = args.get_u32("top-k", 4);
+    tokens = args.get_u32("tokens", 64);
+    cache_mb = args.get_double("cache-mb", 0);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "fetch_experts: %s\n%s", e.what(), kUsage);
+    return 2;
   }
   try {
     auto ctrl = host::open_controller(device);

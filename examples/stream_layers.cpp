@@ -10,46 +10,48 @@
 // alone: detect_model, the GGUF header read through the driver, the tensor -> LBA map.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "example_model.h"
 #include "host/error.h"
+#include "runtime/cli/args.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
 
 using namespace gpunvme;
 
+namespace {
+const char* kUsage =
+    "usage: stream_layers [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--mb-per-layer MB] "
+    "[--slots N] [--pump]\n";
+}  // namespace
+
 int main(int argc, char** argv) {
-  std::string device = "emu:ram,size=256M,lba=4096", gguf_path;
+  std::string device, gguf_path;
   bool deployed = false, pump = false;
-  uint32_t layers = 24, slots = 2;
-  double mb = 4;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--device") device = next();
-    else if (a == "--gguf") gguf_path = next();
-    else if (a == "--deployed") deployed = true;
-    else if (a == "--layers") layers = uint32_t(std::stoul(next()));
-    else if (a == "--mb-per-layer") mb = std::stod(next());
-    else if (a == "--slots") slots = uint32_t(std::stoul(next()));
-    else if (a == "--pump") pump = true;
-    else {
-      std::fprintf(stderr,
-                   "usage: stream_layers [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--mb-per-layer MB] "
-                   "[--slots N] [--pump]\n%s\n",
-                   host::device_string_help());
-      return 2;
+  uint32_t layers = 0, slots = 0;
+  double mb = 0;
+  try {
+    const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "mb-per-layer", "slots"},
+                         {"deployed", "pump", "help"});
+    if (args.has("help")) {
+      std::printf("%s%s\n", kUsage, host::device_string_help());
+      return 0;
     }
+    if (!args.positional().empty())
+      throw cli::UsageError("unexpected argument '" + args.positional().front() + "' (see --help)");
+    device = args.get("device", "emu:ram,size=256M,lba=4096");
+    gguf_path = args.get("gguf");
+    deployed = args.has("deployed");
+    pump = args.has("pump");
+    layers = args.get_u32("layers", 24);
+    mb = args.get_double("mb-per-layer", 4);
+    slots = args.get_u32("slots", 2);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "stream_layers: %s\n%s", e.what(), kUsage);
+    return 2;
   }
   try {
     auto ctrl = host::open_controller(device);

@@ -1,6 +1,10 @@
 #include "runtime/cli/args.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
 
 namespace gpunvme::cli {
 
@@ -85,6 +89,22 @@ uint64_t Args::get_u64(const std::string& name, uint64_t fallback) const {
     pos = 0;
   }
   if (pos != v.size() || v.empty()) throw UsageError("--" + name + ": '" + v + "' is not a number");
+  return x;
+}
+
+uint32_t Args::get_u32(const std::string& name, uint32_t fallback) const {
+  const uint64_t x = get_u64(name, fallback);
+  if (x > std::numeric_limits<uint32_t>::max()) throw UsageError("--" + name + ": '" + get(name) + "' is too large");
+  return uint32_t(x);
+}
+
+double Args::get_double(const std::string& name, double fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  char* end = nullptr;
+  const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x))
+    throw UsageError("--" + name + ": '" + v + "' is not a number");
   return x;
 }
 

@@ -23,6 +23,8 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback = "") const;
   uint64_t get_size(const std::string& name, uint64_t fallback) const;  // accepts K/M/G/T suffixes
   uint64_t get_u64(const std::string& name, uint64_t fallback) const;
+  uint32_t get_u32(const std::string& name, uint32_t fallback) const;  // get_u64, refusing values above 2^32-1
+  double get_double(const std::string& name, double fallback) const;   // a finite decimal number, e.g. 4 or 0.5
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:
