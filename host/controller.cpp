@@ -9,17 +9,9 @@
 #include "driver/memory_order.h"
 #include "driver/prp.h"
 #include "host/error.h"
+#include "host/format.h"
 
 namespace gpunvme::host {
-namespace {
-
-std::string hex(uint64_t v) {
-  char b[24];
-  std::snprintf(b, sizeof b, "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
-
-}  // namespace
 
 uint32_t Controller::read32(uint32_t off) const { return nvme::mmio_read32(transport_->bar0() + off / 4); }
 void Controller::write32(uint32_t off, uint32_t v) { nvme::mmio_write32(transport_->bar0() + off / 4, v); }

@@ -13,15 +13,12 @@
 #include <sstream>
 
 #include "host/error.h"
+#include "host/format.h"
 
 namespace gpunvme::vfio {
 namespace {
 
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using host::hex;
 
 struct Fd {
   int fd = -1;

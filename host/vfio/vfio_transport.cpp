@@ -16,6 +16,7 @@
 #include "driver/memory_order.h"
 #include "driver/registers.h"
 #include "host/error.h"
+#include "host/format.h"
 #include "host/vfio/pagemap.h"
 #include "host/vfio/sysfs_pci.h"
 
@@ -26,11 +27,7 @@
 namespace gpunvme::vfio {
 namespace {
 
-std::string hex(uint64_t v) {
-  char b[32];
-  std::snprintf(b, sizeof(b), "0x%llx", static_cast<unsigned long long>(v));
-  return b;
-}
+using host::hex;
 
 std::string errno_text(int e) { return std::string(std::strerror(e)); }
 
