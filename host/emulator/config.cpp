@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 
 #include <charconv>
+#include <cmath>
 #include <limits>
 
+#include "host/emulator/drive_keys.h"
 #include "host/error.h"
 
 namespace gpunvme::emu {
@@ -13,12 +15,13 @@ namespace {
 
 constexpr const char* kValidKeys =
     "valid keys: lba=512|4096, size=N[K|M|G|T], mdts=0..15, queues=1..1024, mqes=1..65535, dstrd=0..8, "
-    "namespaces=1..16, threads=1..64, poll=spin|adaptive, to=1..255 (CAP.TO, 500 ms units), ready_ms=0..10000";
+    "namespaces=1..16, threads=1..64, poll=spin|adaptive, to=1..255 (CAP.TO, 500 ms units), ready_ms=0..10000; "
+    "modeled drive: ";
 
 [[noreturn]] void bad(std::string_view spec, const std::string& what) {
   throw Error(ErrorKind::kInvalidArgument,
               "emu device string \"" + std::string(spec) + "\": " + what + " (form: emu:PATH|ram|null[,key=value...]; " +
-                  kValidKeys + ")");
+                  kValidKeys + DriveKeys::help() + ")");
 }
 
 bool parse_uint(std::string_view text, uint64_t* out) {
@@ -38,7 +41,63 @@ uint64_t ranged(std::string_view spec, std::string_view key, std::string_view va
   return v;
 }
 
+// A non-negative decimal number ("7", "7.3", ".5"); the rest of `text` is left in *rest.
+bool parse_decimal(std::string_view text, double* out, std::string_view* rest) {
+  size_t n = 0;
+  while (n < text.size() && ((text[n] >= '0' && text[n] <= '9') || text[n] == '.')) ++n;
+  if (n == 0) return false;
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + n, v, std::chars_format::fixed);
+  if (r.ec != std::errc() || r.ptr != text.data() + n || !std::isfinite(v) || v < 0) return false;
+  *out = v;
+  *rest = text.substr(n);
+  return true;
+}
+
 }  // namespace
+
+bool parse_rate(std::string_view text, double* out) {
+  double v = 0;
+  std::string_view suffix;
+  if (!parse_decimal(text, &v, &suffix)) return false;
+  int power = 0;  // of 1000 (or of 1024 with "i")
+  if (!suffix.empty()) {
+    switch (suffix[0]) {
+      case 'k': case 'K': power = 1; break;
+      case 'M': power = 2; break;
+      case 'G': power = 3; break;
+      case 'T': power = 4; break;
+      default: return false;
+    }
+    suffix.remove_prefix(1);
+  }
+  double base = 1000;
+  if (power != 0 && !suffix.empty() && suffix[0] == 'i') {
+    base = 1024;
+    suffix.remove_prefix(1);
+  }
+  if (!suffix.empty()) return false;
+  v *= std::pow(base, power);
+  if (!std::isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+bool parse_duration_ns(std::string_view text, uint64_t* out) {
+  double v = 0;
+  std::string_view unit;
+  if (!parse_decimal(text, &v, &unit)) return false;
+  double scale = 0;
+  if (unit == "ns") scale = 1;
+  else if (unit == "us") scale = 1e3;
+  else if (unit == "ms") scale = 1e6;
+  else if (unit == "s") scale = 1e9;
+  else return false;
+  v = std::round(v * scale);
+  if (!(v < 1.8e19)) return false;  // beyond uint64_t
+  *out = uint64_t(v);
+  return true;
+}
 
 bool parse_size(std::string_view text, uint64_t* out) {
   size_t digits = 0;
@@ -84,6 +143,8 @@ ControllerConfig parse_emu_device(std::string_view spec) {
   uint32_t lba = 512;
   uint32_t namespaces = 1;
   bool size_given = false;
+  DriveKeys drive;
+  std::string drive_error;
   while (!rest.empty()) {
     const size_t next = rest.find(',');
     const std::string_view item = rest.substr(0, next);
@@ -120,10 +181,13 @@ ControllerConfig parse_emu_device(std::string_view spec) {
       if (value == "spin") cfg.poll = PollPolicy::kSpin;
       else if (value == "adaptive") cfg.poll = PollPolicy::kAdaptive;
       else bad(original, "poll=" + std::string(value) + " must be spin or adaptive");
+    } else if (drive.take(key, value, &drive_error)) {
+      if (!drive_error.empty()) bad(original, drive_error);
     } else {
       bad(original, "unknown key \"" + std::string(key) + "\"");
     }
   }
+  if (!drive.resolve(&cfg.drive, &drive_error)) bad(original, drive_error);
 
   if (size_given && size % lba != 0)
     bad(original, "size " + std::to_string(size) + " is not a multiple of the LBA size " + std::to_string(lba));

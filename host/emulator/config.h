@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "host/emulator/drive_params.h"
+
 namespace gpunvme::emu {
 
 enum class Backing : uint8_t {
@@ -42,10 +44,13 @@ struct ControllerConfig {
   bool contiguous_queues_required = true;  // CAP.CQR: PC=1 is required on Create I/O SQ/CQ
   uint16_t vid = 0x1b36;          // Identify VID (QEMU/Red Hat's id, as emulated NVMe devices use)
   std::string serial = "GPUNVME-EMU-0001";
+  // Modeled drive (drive_model.h): when it limits anything, completions are paced like that drive's.
+  DriveParams drive;
 };
 
 // Parses "emu:PATH[,key=value...]" (the "emu:" prefix is optional). PATH is a file, or "ram" / "null".
-// Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms.
+// Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms; and the modeled
+// drive: drive (a profile), bw, wbw, iops, wiops, lat, lat99, wlat, wlat99, par, seed (docs/drives.md).
 // Throws gpunvme::Error(kInvalidArgument) naming the bad part and listing the valid keys;
 // throws kNotFound when the file is missing and no size was given.
 ControllerConfig parse_emu_device(std::string_view spec);
@@ -53,6 +58,14 @@ ControllerConfig parse_emu_device(std::string_view spec);
 // "1G" -> 1073741824; accepts a plain number of bytes or K/M/G/T (binary) suffixes, optional "iB"/"B".
 // Returns false on syntax errors or overflow.
 bool parse_size(std::string_view text, uint64_t* out);
+
+// "7G" -> 7e9, "1.5M" -> 1.5e6, "6.5Gi" -> 6.5 * 2^30: a decimal number with an optional SI
+// suffix (k/K, M, G, T; decimal like drive spec sheets, binary with a following "i"). Returns false on
+// syntax errors or a negative or non-finite value.
+bool parse_rate(std::string_view text, double* out);
+
+// "80us" -> 80000: a decimal number with a unit ns, us, ms or s. Returns false otherwise.
+bool parse_duration_ns(std::string_view text, uint64_t* out);
 
 // Whether a device string names the emulator ("emu:" prefix).
 inline bool is_emu_device(std::string_view spec) { return spec.substr(0, 4) == "emu:"; }

@@ -36,6 +36,9 @@ EmulatedController::EmulatedController(ControllerConfig config) : config_(std::m
                           .cmbs = false});
   vs_ = nvme::Vs::make(1, 4, 0);
   max_transfer_ = nvme::max_transfer_bytes(config_.mdts, cap_.min_page_bytes());
+  if (config_.drive.limits_anything())
+    model_ = std::make_unique<DriveModel>(
+        config_.drive, std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count());
 
   bar0_bytes_ = (nvme::bar0_bytes_for(config_.max_io_queues, config_.dstrd) + 4095) & ~uint64_t(4095);
   void* p = ::mmap(nullptr, bar0_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -22,6 +22,7 @@
 #include "driver/status.h"
 #include "host/emulator/config.h"
 #include "host/emulator/dma_table.h"
+#include "host/emulator/drive_model.h"
 #include "host/emulator/faults.h"
 #include "host/emulator/namespace.h"
 #include "host/emulator/qsbr.h"
@@ -64,6 +65,8 @@ class EmulatedController final : public host::Transport {
   Stats stats() const;
   uint32_t namespace_count() const { return uint32_t(namespaces_.size()); }
   const Namespace& namespace_at(uint32_t nsid) const { return *namespaces_.at(nsid - 1); }
+  // The drive model pacing completions, or nullptr (config().drive limits nothing: the fast path).
+  const DriveModel* drive_model() const { return model_.get(); }
   // Diagnostics for tests: live DMA mappings, and the host pointer behind an IOVA range (nullptr if unmapped).
   size_t dma_mappings() const { return dma_.mappings(); }
   void* dma_translate(uint64_t iova, uint64_t len) const { return dma_.translate_locked(iova, len); }
@@ -90,6 +93,7 @@ class EmulatedController final : public host::Transport {
     unsigned index = 0;
     ThreadCounters* counters = nullptr;
     std::vector<iovec> iov;
+    int64_t next_due_ns = INT64_MAX;  // earliest paced completion still held on this thread's CQs
   };
 
   // registers.cpp / controller.cpp
@@ -134,6 +138,9 @@ class EmulatedController final : public host::Transport {
   size_t serve_sq(SqState& sq, CqState& cq, IoContext& ctx);
   size_t serve_sq_faulty(SqState& sq, CqState& cq, IoContext& ctx);
   size_t flush_delayed(CqState& cq);
+  // io_paced.cpp: the path taken when a drive model is configured.
+  size_t serve_sq_paced(SqState& sq, CqState& cq, IoContext& ctx);
+  size_t flush_paced(const WorkList::Item& item);
   CommandResult exec_io(const nvme::SubmissionEntry& e, uint16_t sqid, IoContext& ctx);
   // Shared by admin and I/O queues: applies command faults around `exec`. Returns false when the
   // controller turned fatal and the caller must stop.
@@ -159,6 +166,7 @@ class EmulatedController final : public host::Transport {
   Qsbr qsbr_;
   DmaTable dma_;
   FaultPlan faults_;
+  std::unique_ptr<DriveModel> model_;  // shared by every I/O thread; nullptr: unpaced
 
   // Admin-thread state (guarded by dma_.write_mutex() while the admin thread runs a pass).
   State state_ = State::kDisabled;

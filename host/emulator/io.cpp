@@ -2,6 +2,8 @@
 // section 3). Lean by design: per SQ one doorbell read, a batch of entries, CQE fields for the whole
 // batch, one fence, then the phase-carrying status words; no lock, allocation or ring translation per
 // command. Faults, when armed, divert to a per-command path.
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <thread>
 
@@ -46,8 +48,12 @@ void EmulatedController::io_thread_main(unsigned index) {
   unsigned idle = 0;
   auto sleep = std::chrono::microseconds(1);
   const bool spin = config_.poll == PollPolicy::kSpin;
+  // Paced completions are due at µs granularity; Linux's default 50 µs timer slack would make every
+  // sleep overshoot them.
+  if (model_) ::prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
   while (!stop_.load(std::memory_order_relaxed)) {
     qsbr_.enter(slot);
+    ctx.next_due_ns = INT64_MAX;
     size_t did = 0;
     if (!fatal_.load(std::memory_order_seq_cst) && !halted_.load(std::memory_order_relaxed)) {
       const WorkList* work = work_[index].load(std::memory_order_seq_cst);
@@ -63,7 +69,19 @@ void EmulatedController::io_thread_main(unsigned index) {
       GPUNVME_CPU_RELAX();
       continue;
     }
-    std::this_thread::sleep_for(sleep);
+    auto nap = sleep;
+    if (ctx.next_due_ns != INT64_MAX) {
+      // A held completion falls due: never sleep past it.
+      const auto now = std::chrono::steady_clock::now().time_since_epoch();
+      const auto left = std::chrono::nanoseconds(ctx.next_due_ns) - now;
+      if (left <= std::chrono::nanoseconds(0)) continue;
+      nap = std::min(nap, std::chrono::duration_cast<std::chrono::microseconds>(left));
+      if (nap.count() == 0) {
+        std::this_thread::yield();
+        continue;
+      }
+    }
+    std::this_thread::sleep_for(nap);
     sleep = std::min(sleep * 2, config_.max_idle_sleep);
   }
   qsbr_.unregister_thread(slot);
@@ -73,8 +91,14 @@ size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) 
   CqState& cq = *item.cq;
   cq.refresh_head();
   size_t did = cq.delayed.empty() ? 0 : flush_delayed(cq);
+  if (!cq.paced.empty()) did += flush_paced(item);
   const bool faulty = faults_.commands_armed();
-  for (SqState* sq : item.sqs) did += faulty ? serve_sq_faulty(*sq, cq, ctx) : serve_sq(*sq, cq, ctx);
+  if (model_ && !faulty) {
+    for (SqState* sq : item.sqs) did += serve_sq_paced(*sq, cq, ctx);
+  } else {
+    for (SqState* sq : item.sqs) did += faulty ? serve_sq_faulty(*sq, cq, ctx) : serve_sq(*sq, cq, ctx);
+  }
+  if (!cq.paced.empty()) ctx.next_due_ns = std::min(ctx.next_due_ns, cq.paced.front().due);
   return did;
 }
 

@@ -5,6 +5,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <algorithm>
 #include <deque>
 #include <vector>
 
@@ -23,6 +24,22 @@ struct DelayedCqe {
   uint16_t status;  // Status::field (no phase)
 };
 
+// A completion held back by the drive model until `due` (steady_clock ns). `seq` keeps completions
+// with equal due times in fetch order.
+struct PacedCqe {
+  int64_t due;
+  uint64_t seq;
+  uint32_t dw0;
+  uint16_t sqhd;  // the SQ head when fetched; posted with the SQ's head at posting time when it still exists
+  uint16_t sqid;
+  uint16_t cid;
+  uint16_t status;  // Status::field (no phase)
+  // std::push_heap builds a max-heap: "less" here means "due later", so the earliest is on top.
+  friend bool operator<(const PacedCqe& a, const PacedCqe& b) {
+    return a.due != b.due ? a.due > b.due : a.seq > b.seq;
+  }
+};
+
 struct CqState {
   uint16_t qid = 0;
   uint32_t entries = 0;
@@ -33,6 +50,8 @@ struct CqState {
   uint32_t sq_refs = 0;        // SQs posting here (admin thread only)
   unsigned owner = 0;          // controller thread index
   std::deque<DelayedCqe> delayed;  // fault-injected late completions, in due order per fault delay
+  std::vector<PacedCqe> paced;     // drive-model completions not yet due: a heap, earliest on top
+  uint64_t paced_seq = 0;
 
   // Takes the host's CQ head doorbell. A value that is not inside the posted window is ignored
   // (spec: Invalid Doorbell Write Value, reported by an asynchronous event we do not raise).
@@ -41,10 +60,22 @@ struct CqState {
     if (h == prod.head || h >= entries) return;
     if (nvme::ring_used(prod.head, h, entries) <= nvme::ring_used(prod.head, prod.tail, entries)) prod.head = h;
   }
-  // Slots that may still be posted, keeping room for completions already promised (delayed).
+  // Slots that may still be posted, keeping room for completions already promised (delayed, paced):
+  // a command is fetched only when its CQE is sure to fit, as the CQ-full rule requires.
   uint32_t room() const {
     const uint32_t free = nvme::ring_free(prod.head, prod.tail, entries);
-    return free > delayed.size() ? free - uint32_t(delayed.size()) : 0;
+    const size_t promised = delayed.size() + paced.size();
+    return free > promised ? free - uint32_t(promised) : 0;
+  }
+  void hold(const PacedCqe& c) {
+    paced.push_back(c);
+    std::push_heap(paced.begin(), paced.end());
+  }
+  PacedCqe take_earliest() {
+    std::pop_heap(paced.begin(), paced.end());
+    const PacedCqe c = paced.back();
+    paced.pop_back();
+    return c;
   }
   // Writes one CQE: fields first, then (after the fence) the status half-word with the phase tag.
   void post(uint32_t dw0, uint16_t sqhd, uint16_t sqid, uint16_t cid, uint16_t status_field) {
