@@ -13,7 +13,11 @@ const char* device_string_help() {
          "                           PATH is a raw image file, or `ram` / `null` (no data).\n"
          "                           keys: size=1G lba=512|4096 mdts=N queues=N mqes=N dstrd=N\n"
          "                                 namespaces=N threads=N poll=adaptive|spin\n"
+         "                           modeled drive (docs/drives.md): drive=sn530|pcie4|pcie5|none\n"
+         "                                 bw=7G wbw=6G (bytes/s, decimal) iops=1M wiops=1M\n"
+         "                                 lat=60us lat99=150us wlat=20us wlat99=60us par=N seed=N\n"
          "                           e.g. emu:/tmp/disk.img,size=1G   emu:ram,size=256M,lba=4096\n"
+         "                                emu:ram,size=4G,drive=pcie4,threads=4\n"
          "  vfio:DDDD:BB:DD.F        a real NVMe controller bound to vfio-pci\n"
          "                           (bind it with `scripts/setup_vfio.sh bind DDDD:BB:DD.F`)\n";
 }
