@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "host/cpu_io.h"
+#include "host/io_patterns.h"
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/commands.h"
@@ -26,25 +27,6 @@ const char* kDemoHelp =
     "  --bytes SIZE      bytes for the bulk pattern (default 64M)\n"
     "  --queue-depth N   commands in flight (default 32)\n"
     "\n";
-
-// xorshift64*: a cheap pattern that differs per byte offset, so a misplaced block is caught.
-void fill_pattern(uint8_t* p, uint64_t bytes, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (uint64_t i = 0; i + 8 <= bytes; i += 8) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    const uint64_t v = x * 0x2545F4914F6CDD1Dull;
-    std::memcpy(p + i, &v, 8);
-  }
-  for (uint64_t i = bytes & ~7ull; i < bytes; ++i) p[i] = uint8_t(seed + i);
-}
-
-uint64_t fnv1a(const uint8_t* p, uint64_t n) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -102,7 +84,7 @@ int cmd_demo(int argc, char** argv) {
   for (const auto& s : shapes) {
     const uint64_t bytes = s.blocks * lba;
     if (s.slba + s.blocks > ns.blocks || bytes + s.buf_offset > out.size()) continue;
-    fill_pattern(out.as<uint8_t>() + s.buf_offset, bytes, s.slba);
+    host::fill_pattern(out.as<uint8_t>() + s.buf_offset, bytes, s.slba);
     std::memset(in.host(), 0, bytes + s.buf_offset);
     io.write(s.slba, s.blocks, out, s.buf_offset);
     io.read(s.slba, s.blocks, in, s.buf_offset);
@@ -112,8 +94,8 @@ int cmd_demo(int argc, char** argv) {
     if (!same) throw std::runtime_error("read-back mismatch: data corruption on the path under test");
   }
 
-  fill_pattern(out.as<uint8_t>(), bulk, 42);
-  const uint64_t want = fnv1a(out.as<uint8_t>(), bulk);
+  host::fill_pattern(out.as<uint8_t>(), bulk, 42);
+  const uint64_t want = host::fnv1a(out.as<uint8_t>(), bulk);
   std::memset(in.host(), 0, bulk);
   t0 = std::chrono::steady_clock::now();
   io.write(0, bulk / lba, out, 0);
@@ -122,7 +104,7 @@ int cmd_demo(int argc, char** argv) {
   t0 = std::chrono::steady_clock::now();
   io.read(0, bulk / lba, in, 0);
   const double rsec = seconds_since(t0);
-  const uint64_t got = fnv1a(in.as<uint8_t>(), bulk);
+  const uint64_t got = host::fnv1a(in.as<uint8_t>(), bulk);
   std::printf("[5/5] bulk: wrote %s in %.1f ms (%.2f GB/s), read back in %.1f ms (%.2f GB/s), FNV-1a %016llx %s\n",
               human_bytes(double(bulk)).c_str(), wsec * 1e3, double(bulk) / wsec / 1e9, rsec * 1e3,
               double(bulk) / rsec / 1e9, static_cast<unsigned long long>(got), got == want ? "matches" : "DIFFERS");

@@ -15,7 +15,7 @@
 #include "host/cpu_io.h"
 #include "host/error.h"
 #include "host/open_device.h"
-#include "io_patterns.h"
+#include "host/io_patterns.h"
 
 using namespace gpunvme;
 
@@ -37,11 +37,11 @@ TEST_CASE("patterns read back byte-exact at many sizes, offsets and both LBA siz
     for (uint64_t off : buf_offsets) {
       const uint64_t slba = (seed * 977) % (ctrl->namespaces()[0].blocks - size / lba);
       INFO("lba " << lba << " mdts " << mdts << " size " << size << " buffer offset " << off << " slba " << slba);
-      test::fill_pattern(out.as<uint8_t>() + off, size, seed);
+      host::fill_pattern(out.as<uint8_t>() + off, size, seed);
       std::memset(in.host(), 0xEE, size + off + 16);
       io.write(slba, size / lba, out, off);
       io.read(slba, size / lba, in, off);
-      REQUIRE(test::checksum(in.as<uint8_t>() + off, size) == test::checksum(out.as<uint8_t>() + off, size));
+      REQUIRE(host::fnv1a(in.as<uint8_t>() + off, size) == host::fnv1a(out.as<uint8_t>() + off, size));
       // Bytes around the destination are untouched.
       if (off > 0) CHECK(in.as<uint8_t>()[off - 1] == 0xEE);
       CHECK(in.as<uint8_t>()[off + size] == 0xEE);
@@ -62,12 +62,12 @@ TEST_CASE("a file-backed namespace holds the bytes at LBA * block size (dd compa
     auto qp = ctrl->create_io_queue_pair(1, 32);
     host::CpuIo io(*ctrl, *qp, 1);
     host::DmaBuffer buf(ctrl->transport(), 1 << 20);
-    test::fill_pattern(buf.as<uint8_t>(), 1 << 20, 77);
+    host::fill_pattern(buf.as<uint8_t>(), 1 << 20, 77);
     io.write(100, (1 << 20) / 512, buf, 0);
     io.flush();
   }
   std::vector<uint8_t> file(1 << 20), want(1 << 20);
-  test::fill_pattern(want.data(), want.size(), 77);
+  host::fill_pattern(want.data(), want.size(), 77);
   const int rfd = open(path, O_RDONLY);
   REQUIRE(rfd >= 0);
   REQUIRE(pread(rfd, file.data(), file.size(), 100 * 512) == ssize_t(file.size()));
@@ -99,7 +99,7 @@ TEST_CASE("concurrent I/O on several queues keeps every stream intact", "[host][
         host::CpuIo io(*ctrl, *qps[q], 1, {.queue_depth = 32});
         host::DmaBuffer out(ctrl->transport(), per), in(ctrl->transport(), per);
         for (int round = 0; round < 3; ++round) {
-          test::fill_pattern(out.as<uint8_t>(), per, uint64_t(q * 100 + round));
+          host::fill_pattern(out.as<uint8_t>(), per, uint64_t(q * 100 + round));
           const uint64_t slba = uint64_t(q) * per / 4096;
           io.write(slba, per / 4096, out, 0);
           io.read(slba, per / 4096, in, 0);

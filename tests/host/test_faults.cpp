@@ -12,7 +12,7 @@
 #include "host/emulator/controller.h"
 #include "host/error.h"
 #include "host/open_device.h"
-#include "io_patterns.h"
+#include "host/io_patterns.h"
 
 using namespace gpunvme;
 using Catch::Matchers::ContainsSubstring;
@@ -42,14 +42,14 @@ struct Rig {
   }
   // Writes a known pattern over the first MiB and returns its checksum.
   uint64_t seed_data() {
-    test::fill_pattern(buf->as<uint8_t>(), 1 << 20, 9);
+    host::fill_pattern(buf->as<uint8_t>(), 1 << 20, 9);
     io->write(0, (1 << 20) / 512, *buf, 0);
-    return test::checksum(buf->as<uint8_t>(), 1 << 20);
+    return host::fnv1a(buf->as<uint8_t>(), 1 << 20);
   }
   uint64_t read_back() {
     std::memset(buf->host(), 0, 1 << 20);
     io->read(0, (1 << 20) / 512, *buf, 0);
-    return test::checksum(buf->as<uint8_t>(), 1 << 20);
+    return host::fnv1a(buf->as<uint8_t>(), 1 << 20);
   }
 };
 
@@ -102,7 +102,7 @@ TEST_CASE("a dropped completion ends in a bounded timeout, not a hang", "[host][
   host::CpuIo io2(*r.ctrl, *qp2, 1);
   std::memset(r.buf->host(), 0, 1 << 20);
   io2.read(0, (1 << 20) / 512, *r.buf, 0);
-  CHECK(test::checksum(r.buf->as<uint8_t>(), 1 << 20) == sum);
+  CHECK(host::fnv1a(r.buf->as<uint8_t>(), 1 << 20) == sum);
 }
 
 TEST_CASE("a delayed completion is waited for", "[host][faults]") {

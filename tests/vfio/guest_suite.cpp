@@ -29,7 +29,7 @@
 #include "host/error.h"
 #include "host/open_device.h"
 #include "host/vfio/vfio_transport.h"
-#include "../host/io_patterns.h"
+#include "host/io_patterns.h"
 
 using namespace gpunvme;
 using namespace std::chrono_literals;
@@ -111,11 +111,11 @@ void round_trip(host::CpuIo& io, host::DmaBuffer& out, host::DmaBuffer& in, uint
                 uint64_t off, uint64_t seed) {
   const uint32_t lba = io.lba_bytes();
   INFO("slba " << slba << " bytes " << bytes << " buffer offset " << off << " seed " << seed);
-  test::fill_pattern(out.as<uint8_t>() + off, bytes, seed);
+  host::fill_pattern(out.as<uint8_t>() + off, bytes, seed);
   std::memset(in.host(), 0xEE, std::min<uint64_t>(in.size(), bytes + off + 64));
   io.write(slba, bytes / lba, out, off);
   io.read(slba, bytes / lba, in, off);
-  REQUIRE(test::checksum(in.as<uint8_t>() + off, bytes) == test::checksum(out.as<uint8_t>() + off, bytes));
+  REQUIRE(host::fnv1a(in.as<uint8_t>() + off, bytes) == host::fnv1a(out.as<uint8_t>() + off, bytes));
   if (off > 0) CHECK(in.as<uint8_t>()[off - 1] == 0xEE);
   if (off + bytes < in.size()) CHECK(in.as<uint8_t>()[off + bytes] == 0xEE);
 }
@@ -268,7 +268,7 @@ TEST_CASE("a PRP list that chains across list pages, built by hand", "[vfio][prp
     for (uint64_t k = 3; k < pages; ++k) next[k - 3] = buf.bus(k * page);
     return lists.bus(page - 24);
   };
-  test::fill_pattern(data.as<uint8_t>(), bytes, 4242);
+  host::fill_pattern(data.as<uint8_t>(), bytes, 4242);
   auto w = nvme::make_write(1, 100, uint32_t(bytes / lba), data.bus(), build(data));
   nvme::publish_entries_before_doorbell();
   host::Completion c = qp->wait(qp->submit(w), 10s);
@@ -277,12 +277,12 @@ TEST_CASE("a PRP list that chains across list pages, built by hand", "[vfio][prp
   auto r = nvme::make_read(1, 100, uint32_t(bytes / lba), back.bus(), build(back));
   c = qp->wait(qp->submit(r), 10s);
   REQUIRE(c.ok());
-  CHECK(test::checksum(back.as<uint8_t>(), bytes) == test::checksum(data.as<uint8_t>(), bytes));
+  CHECK(host::fnv1a(back.as<uint8_t>(), bytes) == host::fnv1a(data.as<uint8_t>(), bytes));
   // The same data through CpuIo's own lists reads back equal.
   host::CpuIo io(*ctrl, *qp, 1, {.queue_depth = 4, .max_command_bytes = 8u << 20});
   std::memset(back.host(), 0, bytes);
   io.read(100, bytes / lba, back, 0);
-  CHECK(test::checksum(back.as<uint8_t>(), bytes) == test::checksum(data.as<uint8_t>(), bytes));
+  CHECK(host::fnv1a(back.as<uint8_t>(), bytes) == host::fnv1a(data.as<uint8_t>(), bytes));
   ctrl->delete_io_queue_pair(*qp);
 }
 
@@ -320,13 +320,13 @@ TEST_CASE("namespaces are separate address spaces", "[vfio][namespaces]") {
   for (const auto& ns : ctrl->namespaces()) ios.push_back(std::make_unique<host::CpuIo>(*ctrl, *qp, ns.nsid));
   host::DmaBuffer out(ctrl->transport(), 65536), in(ctrl->transport(), 65536);
   for (size_t i = 0; i < ios.size(); ++i) {
-    test::fill_pattern(out.as<uint8_t>(), 65536, 500 + i);
+    host::fill_pattern(out.as<uint8_t>(), 65536, 500 + i);
     ios[i]->write(0, 65536 / ios[i]->lba_bytes(), out, 0);
   }
   for (size_t i = 0; i < ios.size(); ++i) {
-    test::fill_pattern(out.as<uint8_t>(), 65536, 500 + i);
+    host::fill_pattern(out.as<uint8_t>(), 65536, 500 + i);
     ios[i]->read(0, 65536 / ios[i]->lba_bytes(), in, 0);
-    CHECK(test::checksum(in.as<uint8_t>(), 65536) == test::checksum(out.as<uint8_t>(), 65536));
+    CHECK(host::fnv1a(in.as<uint8_t>(), 65536) == host::fnv1a(out.as<uint8_t>(), 65536));
   }
   ctrl->delete_io_queue_pair(*qp);
 }
@@ -353,7 +353,7 @@ TEST_CASE("data survives an orderly shutdown and a new bring-up", "[vfio][shutdo
     auto qp = ctrl->create_io_queue_pair(1, 16);
     host::CpuIo io(*ctrl, *qp, 1);
     host::DmaBuffer out(ctrl->transport(), 65536);
-    test::fill_pattern(out.as<uint8_t>(), 65536, 2024);
+    host::fill_pattern(out.as<uint8_t>(), 65536, 2024);
     io.write(2048, 65536 / io.lba_bytes(), out, 0);
     io.flush();
     ctrl->delete_io_queue_pair(*qp);
@@ -368,9 +368,9 @@ TEST_CASE("data survives an orderly shutdown and a new bring-up", "[vfio][shutdo
   auto qp = ctrl->create_io_queue_pair(1, 16);
   host::CpuIo io(*ctrl, *qp, 1);
   host::DmaBuffer in(ctrl->transport(), 65536), expect(ctrl->transport(), 65536);
-  test::fill_pattern(expect.as<uint8_t>(), 65536, 2024);
+  host::fill_pattern(expect.as<uint8_t>(), 65536, 2024);
   io.read(2048, 65536 / io.lba_bytes(), in, 0);
-  CHECK(test::checksum(in.as<uint8_t>(), 65536) == test::checksum(expect.as<uint8_t>(), 65536));
+  CHECK(host::fnv1a(in.as<uint8_t>(), 65536) == host::fnv1a(expect.as<uint8_t>(), 65536));
   ctrl->delete_io_queue_pair(*qp);
 }
 
