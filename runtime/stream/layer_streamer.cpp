@@ -5,6 +5,15 @@
 
 #include "host/error.h"
 
+#if GPUNVME_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include <thread>
+
+#include "device/queue_set.h"
+#include "runtime/stream/gpu_submitter.h"
+#endif
+
 namespace gpunvme::stream {
 
 namespace {
@@ -52,16 +61,31 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
   plans_.reserve(layers_.size() * slots_.size());
   for (size_t l = 0; l < layers_.size(); ++l)
     for (const Slot& s : slots_) plans_.push_back(plan::build_plan(layers_[l], geometry_, s.table, align));
+#if GPUNVME_HAVE_CUDA
+  // A GPU submitter gets every template in device memory now, so begin() only launches a kernel.
+  if (auto* g = dynamic_cast<GpuSubmitter*>(&submitter_))
+    for (const auto& p : plans_) g->prepare(p.commands);
+#endif
 }
 
 LayerStreamer::~LayerStreamer() {
   for (Slot& s : slots_) {
-    if (s.state != State::kLoading) continue;
+    if (s.state != State::kLoading || s.gpu_ordered) continue;
     try {
       submitter_.wait(s.ticket);
     } catch (...) {
     }
   }
+  for (GpuLoad& g : gpu_loads_) {
+    if (g.ticket_retired) continue;
+    try {
+      submitter_.wait(g.ticket);
+    } catch (...) {
+    }
+  }
+#if GPUNVME_HAVE_CUDA
+  for (void* e : all_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
 }
 
 const plan::CommandPlan& LayerStreamer::plan(uint32_t layer, uint32_t slot) const {
@@ -95,8 +119,7 @@ LayerStreamer::Slot& LayerStreamer::slot_at(uint32_t slot, const char* what) {
   return slots_[slot];
 }
 
-void LayerStreamer::begin(uint32_t layer, uint32_t slot) {
-  Slot& s = slot_at(slot, "begin");
+void LayerStreamer::begin_checks(Slot& s, uint32_t layer, uint32_t slot) {
   if (layer >= layers_.size())
     throw Error(ErrorKind::kInvalidArgument, "streamer begin: layer " + std::to_string(layer) + " does not exist (" +
                                                  std::to_string(layers_.size()) + " layers)");
@@ -108,14 +131,27 @@ void LayerStreamer::begin(uint32_t layer, uint32_t slot) {
     throw Error(ErrorKind::kInvalidArgument, "streamer begin(layer " + std::to_string(layer) + ", slot " +
                                                  std::to_string(slot) + "): the consumer still holds layer " +
                                                  std::to_string(s.layer) + " in it; release() it first");
-  const auto now = std::chrono::steady_clock::now();
+}
+
+void LayerStreamer::start_clock() {
   if (!started_) {
     started_ = true;
-    first_begin_ = now;
+    first_begin_ = std::chrono::steady_clock::now();
   }
+}
+
+void LayerStreamer::begin(uint32_t layer, uint32_t slot) {
+  Slot& s = slot_at(slot, "begin");
+  begin_checks(s, layer, slot);
+  if (s.release_pending)
+    throw Error(ErrorKind::kInvalidArgument, "streamer begin(layer " + std::to_string(layer) + ", slot " +
+                                                 std::to_string(slot) +
+                                                 "): the slot was released on a CUDA stream; begin it on a stream too");
+  start_clock();
   s.layer = layer;
-  s.began = now;
+  s.began = std::chrono::steady_clock::now();
   s.state = State::kLoading;
+  s.gpu_ordered = false;
   s.ticket = submitter_.issue(plan(layer, slot).commands);
 }
 
@@ -130,6 +166,9 @@ SlotView LayerStreamer::wait(uint32_t slot) {
   Slot& s = slot_at(slot, "wait");
   if (s.state == State::kFree)
     throw Error(ErrorKind::kInvalidArgument, "streamer wait: nothing was begun in slot " + std::to_string(slot));
+  if (s.gpu_ordered && s.state == State::kLoading)
+    throw Error(ErrorKind::kInvalidArgument, "streamer wait: slot " + std::to_string(slot) +
+                                                 " was begun on a CUDA stream; wait(slot, stream) for it");
   const plan::CommandPlan& p = plan(s.layer, slot);
   if (s.state == State::kLoading) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -167,7 +206,210 @@ void LayerStreamer::release(uint32_t slot) {
   if (s.state == State::kLoading)
     throw Error(ErrorKind::kInvalidArgument, "streamer release: slot " + std::to_string(slot) +
                                                  " is still loading layer " + std::to_string(s.layer) + "; wait() first");
+  if (s.gpu_ordered && s.state == State::kHeld)
+    throw Error(ErrorKind::kInvalidArgument, "streamer release: slot " + std::to_string(slot) +
+                                                 " holds a GPU-ordered load; release(slot, stream) it");
   s.state = State::kFree;
 }
+
+#if GPUNVME_HAVE_CUDA
+
+namespace {
+cudaStream_t cu(cuda_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
+cudaEvent_t ev(void* e) { return static_cast<cudaEvent_t>(e); }
+}  // namespace
+
+GpuSubmitter* LayerStreamer::gpu_submitter(const char* what) {
+  auto* g = dynamic_cast<GpuSubmitter*>(&submitter_);
+  if (!g)
+    throw Error(ErrorKind::kUnsupported, std::string("streamer ") + what +
+                                             " on a CUDA stream needs a GPU submitter (stream::GpuSubmitter); "
+                                             "this streamer was built with a CPU submitter");
+  return g;
+}
+
+void* LayerStreamer::take_event() {
+  if (!spare_events_.empty()) {
+    void* e = spare_events_.back();
+    spare_events_.pop_back();
+    return e;
+  }
+  cudaEvent_t e = nullptr;
+  device::check_cuda(cudaEventCreate(&e), "cudaEventCreate(streamer)");
+  all_events_.push_back(e);
+  return e;
+}
+
+void LayerStreamer::begin(uint32_t layer, uint32_t slot, cuda_stream_t io) {
+  GpuSubmitter* g = gpu_submitter("begin");
+  Slot& s = slot_at(slot, "begin");
+  begin_checks(s, layer, slot);
+  retire_gpu_loads(false);
+  start_clock();
+  // The reads must not land while a kernel released on the compute stream may still read the slot.
+  if (s.release_pending) {
+    device::check_cuda(cudaStreamWaitEvent(cu(io), ev(s.released), 0), "cudaStreamWaitEvent(slot release)");
+    s.release_pending = false;
+  }
+  const plan::CommandPlan& p = plan(layer, slot);
+  s.ticket = g->issue_on(p.commands, io);
+  s.status = g->device_state(s.ticket);
+  s.landed = false;
+  s.layer = layer;
+  s.began = std::chrono::steady_clock::now();
+  s.state = State::kLoading;
+  s.gpu_ordered = true;
+  GpuLoad load;
+  load.layer = layer;
+  load.slot = slot;
+  load.ticket = s.ticket;
+  load.bytes = p.read_bytes;
+  gpu_loads_.push_back(load);
+}
+
+SlotView LayerStreamer::wait(uint32_t slot, cuda_stream_t compute) {
+  GpuSubmitter* g = gpu_submitter("wait");
+  Slot& s = slot_at(slot, "wait");
+  if (s.state == State::kFree)
+    throw Error(ErrorKind::kInvalidArgument, "streamer wait: nothing was begun in slot " + std::to_string(slot));
+  if (s.state == State::kLoading && !s.gpu_ordered) {
+    wait(slot);  // a host-issued load: the data is there when this returns
+  } else if (s.state == State::kLoading && s.landed) {
+    s.state = State::kHeld;  // sync() already saw these reads end
+  } else if (s.state == State::kLoading) {
+    GpuLoad* load = nullptr;
+    for (auto it = gpu_loads_.rbegin(); it != gpu_loads_.rend(); ++it)
+      if (it->ticket == s.ticket) {
+        load = &*it;
+        break;
+      }
+    void* a = take_event();
+    void* b = take_event();
+    device::check_cuda(cudaEventRecord(ev(a), cu(compute)), "cudaEventRecord(stall begin)");
+    g->order_after(s.ticket, compute);
+    device::check_cuda(cudaEventRecord(ev(b), cu(compute)), "cudaEventRecord(stall end)");
+    if (load) {
+      load->stall_begin = a;
+      load->stall_end = b;
+    }
+    s.state = State::kHeld;
+  }
+  const plan::CommandPlan& p = plan(s.layer, slot);
+  SlotView v;
+  v.slot = slot;
+  v.layer = s.layer;
+  v.host = s.buffer.as<uint8_t>();
+  v.device = s.buffer.device();
+  v.bytes = p.dest_bytes;
+  v.plan = &p;
+  if (s.gpu_ordered) v.status = s.status;
+  return v;
+}
+
+void LayerStreamer::release(uint32_t slot, cuda_stream_t compute) {
+  gpu_submitter("release");
+  Slot& s = slot_at(slot, "release");
+  if (s.state == State::kLoading)
+    throw Error(ErrorKind::kInvalidArgument, "streamer release: slot " + std::to_string(slot) +
+                                                 " is still loading layer " + std::to_string(s.layer) + "; wait() first");
+  if (!s.released) s.released = take_event();
+  device::check_cuda(cudaEventRecord(ev(s.released), cu(compute)), "cudaEventRecord(slot release)");
+  s.release_pending = true;
+  s.state = State::kFree;
+}
+
+bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
+  // Bounded like every wait: the submitter's wait() bounds the reads; a compute stream that never
+  // reaches the end of its stall (a consumer kernel that hangs) is reported after the same bound.
+  if (!g.ticket_retired) {
+    if (!block && !submitter_.done(g.ticket)) return false;
+    auto* sub = gpu_submitter("sync");
+    const GpuTicketTimes t = sub->times(g.ticket);
+    g.ticket_retired = true;  // wait() forgets the ticket even when it throws
+    if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
+    sub->wait(g.ticket);
+    LayerTiming lt;
+    lt.layer = g.layer;
+    lt.bytes = g.bytes;
+    lt.io_ms = t.ms();
+    stats_.layers += 1;
+    stats_.bytes += g.bytes;
+    stats_.io_seconds += lt.io_ms / 1e3;
+    stats_.per_layer.push_back(lt);
+  }
+  if (g.stall_end) {
+    if (block) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (cudaEventQuery(ev(g.stall_end)) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error(ErrorKind::kTimeout, "streamer sync: the compute stream has not reached layer " +
+                                               std::to_string(g.layer) + "'s wait after 60 s");
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+    } else if (cudaEventQuery(ev(g.stall_end)) == cudaErrorNotReady) {
+      return false;
+    }
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, ev(g.stall_begin), ev(g.stall_end)) == cudaSuccess) {
+      stats_.wait_seconds += ms / 1e3;
+      for (auto it = stats_.per_layer.rbegin(); it != stats_.per_layer.rend(); ++it)
+        if (it->layer == g.layer) {
+          it->wait_ms = ms;
+          break;
+        }
+    }
+    spare_events_.push_back(g.stall_begin);
+    spare_events_.push_back(g.stall_end);
+    g.stall_begin = g.stall_end = nullptr;
+    return true;
+  }
+  // Not waited on yet: keep it until its stall is known (sync() collects it either way).
+  return block;
+}
+
+void LayerStreamer::retire_gpu_loads(bool block) {
+  size_t keep = 0;
+  for (size_t i = 0; i < gpu_loads_.size(); ++i) {
+    GpuLoad& g = gpu_loads_[i];
+    // A load nobody waited on yet is left alone here: wait(slot, stream) still needs its ticket.
+    if (g.stall_end != nullptr && retire_gpu_load(g, block)) continue;
+    gpu_loads_[keep++] = g;
+  }
+  gpu_loads_.resize(keep);
+}
+
+void LayerStreamer::sync() {
+  gpu_submitter("sync");
+  std::exception_ptr first;
+  for (GpuLoad& g : gpu_loads_) {
+    try {
+      retire_gpu_load(g, true);  // loads nobody waited for yet stay in their slot, marked landed
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  gpu_loads_.clear();
+  stats_.elapsed_seconds = ms_since(first_begin_) / 1e3;
+  if (first) std::rethrow_exception(first);
+}
+
+#else  // !GPUNVME_HAVE_CUDA
+
+GpuSubmitter* LayerStreamer::gpu_submitter(const char* what) {
+  throw Error(ErrorKind::kUnsupported, std::string("streamer ") + what +
+                                           " on a CUDA stream: gpunvme was built without CUDA (meson -Dcuda=enabled)");
+}
+void LayerStreamer::begin(uint32_t, uint32_t, cuda_stream_t) { gpu_submitter("begin"); }
+SlotView LayerStreamer::wait(uint32_t, cuda_stream_t) {
+  gpu_submitter("wait");
+  return {};
+}
+void LayerStreamer::release(uint32_t, cuda_stream_t) { gpu_submitter("release"); }
+void LayerStreamer::sync() { gpu_submitter("sync"); }
+bool LayerStreamer::retire_gpu_load(GpuLoad&, bool) { return true; }
+void LayerStreamer::retire_gpu_loads(bool) {}
+void* LayerStreamer::take_event() { return nullptr; }
+
+#endif
 
 }  // namespace gpunvme::stream

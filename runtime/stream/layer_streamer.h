@@ -15,6 +15,19 @@
 //     compute(v);
 //     s.release(l % 2);
 //   }
+//
+// GPU-ordered streaming (a GpuSubmitter; CUDA builds): the host only enqueues, the GPU issues the
+// reads and the compute stream waits on them; nothing blocks the host until sync().
+//   s.begin(0, 0, io);
+//   for (l = 0; l < L; ++l) {
+//     if (l + 1 < L) s.begin(l + 1, (l + 1) % 2, io);  // a kernel on `io` reads the next layer ...
+//     auto v = s.wait(l % 2, compute);                  // ... `compute` waits only for this one
+//     my_kernel<<<..., compute>>>(v.device, v.status);
+//     s.release(l % 2, compute);                        // the slot is refilled after my_kernel
+//   }
+//   s.sync();                                           // errors and stats
+// A begin() into a slot waits (on `io`) for that slot's last release(slot, compute): data a kernel
+// is still reading is never overwritten.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -24,6 +37,7 @@
 #include "host/dma_memory.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/plan/prp_table.h"
+#include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/submitter.h"
 
 namespace gpunvme::stream {
@@ -44,13 +58,16 @@ struct SlotView {
   const void* device = nullptr;    // GPU view, or nullptr
   uint64_t bytes = 0;              // bytes of the slot this layer used
   const plan::CommandPlan* plan = nullptr;  // pieces: where each extent's bytes start
+  // GPU-ordered loads: device pointer to the reads' state word (stream::ticket_state: 1 = every
+  // read succeeded, 2 = failed), for kernels that refuse to compute on bad data; else nullptr.
+  const uint32_t* status = nullptr;
 };
 
 struct LayerTiming {
   uint32_t layer = 0;
   uint64_t bytes = 0;
   double io_ms = 0;    // begin() until wait() saw the last completion
-  double wait_ms = 0;  // time the consumer spent inside wait()
+  double wait_ms = 0;  // time the consumer spent inside wait() (GPU-ordered: time the compute stream stalled)
 };
 
 struct StreamStats {
@@ -62,6 +79,8 @@ struct StreamStats {
   std::vector<LayerTiming> per_layer;  // in wait() order
   double gb_per_s() const { return elapsed_seconds > 0 ? bytes / elapsed_seconds / 1e9 : 0; }
 };
+
+class GpuSubmitter;
 
 class LayerStreamer {
  public:
@@ -87,6 +106,14 @@ class LayerStreamer {
   SlotView wait(uint32_t slot);
   void release(uint32_t slot);
 
+  // GPU-ordered (needs a GpuSubmitter; kUnsupported otherwise). Same slot life cycle as above.
+  void begin(uint32_t layer, uint32_t slot, cuda_stream_t io);  // a kernel on `io` issues the reads
+  SlotView wait(uint32_t slot, cuda_stream_t compute);          // `compute` waits for them; returns at once
+  void release(uint32_t slot, cuda_stream_t compute);           // refill only after `compute`'s work so far
+  // Blocks (bounded) until every GPU-ordered read ended and the compute stream passed every wait;
+  // throws the first failure; fills stats(). Call before reading stats() of GPU-ordered streaming.
+  void sync();
+
   const StreamStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
@@ -98,9 +125,30 @@ class LayerStreamer {
     State state = State::kFree;
     uint32_t layer = 0;
     uint64_t ticket = 0;
+    bool gpu_ordered = false;        // the current load was begun on a stream
+    void* released = nullptr;        // cudaEvent_t recorded by release(slot, compute)
+    bool release_pending = false;    // `released` was recorded and not yet waited for by a begin
+    bool landed = false;             // sync() saw this GPU-ordered load end (its ticket is retired)
+    const uint32_t* status = nullptr;  // device state word of the current GPU-ordered load
     std::chrono::steady_clock::time_point began;
   };
+  // A GPU-ordered load until its timings were collected (sync / retire_gpu_loads).
+  struct GpuLoad {
+    uint32_t layer = 0;
+    uint32_t slot = 0;
+    uint64_t ticket = 0;
+    uint64_t bytes = 0;
+    void* stall_begin = nullptr;  // cudaEvent_t on compute before it waited for the ticket, or nullptr
+    void* stall_end = nullptr;    // ... after
+    bool ticket_retired = false;
+  };
   Slot& slot_at(uint32_t slot, const char* what);
+  void begin_checks(Slot& s, uint32_t layer, uint32_t slot);
+  void start_clock();
+  GpuSubmitter* gpu_submitter(const char* what);
+  bool retire_gpu_load(GpuLoad& g, bool block);  // true once its stats are in
+  void retire_gpu_loads(bool block);
+  void* take_event();
 
   host::Controller& controller_;
   Submitter& submitter_;
@@ -113,6 +161,9 @@ class LayerStreamer {
   StreamStats stats_;
   bool started_ = false;
   std::chrono::steady_clock::time_point first_begin_;
+  std::vector<GpuLoad> gpu_loads_;   // in begin order
+  std::vector<void*> spare_events_;  // timing events for stalls, reused
+  std::vector<void*> all_events_;    // every event this streamer created (destroyed with it)
 };
 
 // Per-command block limit for a namespace: MDTS, NLB, and an optional byte cap.

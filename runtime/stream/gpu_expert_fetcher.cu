@@ -1,0 +1,524 @@
+#include "runtime/stream/gpu_expert_fetcher.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "device/queue_set.h"
+#include "host/error.h"
+#include "runtime/plan/command_plan.h"
+#include "runtime/stream/gpu_ticket_pump.cuh"
+#include "runtime/stream/layer_streamer.h"
+
+namespace gpunvme::stream {
+
+// One slice of an expert, as the place kernel needs it.
+struct GpuPart {
+  uint64_t lba = 0;
+  uint64_t dest_rel = 0;      // its first block, relative to the expert's start in the scratchpad
+  uint32_t blocks = 0;
+  uint32_t proj = 0;
+  uint32_t byte_in_first = 0;
+  uint32_t pad = 0;
+  uint64_t bytes = 0;
+};
+
+// One read the pump issues: `blocks` from `lba` into scratchpad offset `dst`, for distinct expert `sel`.
+struct FetchCmd {
+  uint64_t lba = 0;
+  uint64_t dst = 0;
+  uint32_t blocks = 0;
+  uint32_t sel = 0;
+};
+
+struct DeviceFetchMetrics {
+  unsigned long long tokens, requested, faults, hits, bytes_read, steady_tokens, steady_faults;
+  uint32_t last_faults, pad;
+};
+
+struct GpuFetcherState {
+  // Tables, built once.
+  uint32_t n_layers = 0, n_experts = 0;
+  uint32_t max_experts = 0, capacity = 0, max_commands = 0, lba_shift = 0;
+  uint32_t max_blocks = 0, warmup_tokens = 0;
+  uint64_t expert_stride = 0;
+  const uint32_t* part_first = nullptr;  // [L*E + 1]
+  const GpuPart* parts = nullptr;
+  const uint64_t* packed = nullptr;      // [L*E] scratchpad bytes of each expert, page rounded
+  // Cache (LRU by a touch clock; slot_used of untouched slots stays below the clock).
+  int32_t* where = nullptr;        // [L*E] slot or -1
+  long long* slot_key = nullptr;   // [capacity] key or -1
+  unsigned long long* slot_used = nullptr;  // [capacity]
+  unsigned long long clock = 0;
+  uint32_t resident = 0;
+  uint32_t ncmds = 0;
+  // Per fetch.
+  GpuFetchResult* result = nullptr;
+  GpuFetchedExpert* experts = nullptr;  // [max_experts]
+  uint32_t* selection = nullptr;        // [max_ids]
+  FetchCmd* cmds = nullptr;             // [max_commands]
+  uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
+  DeviceFetchMetrics metrics{};
+};
+
+namespace {
+
+using device::check_cuda;
+using device::kFullMask;
+
+cudaStream_t cu(cuda_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// Least recently touched slot not touched by this fetch (slot_used <= fetch_start); ties: lowest index.
+__device__ uint32_t lru_victim(const GpuFetcherState& s, unsigned long long fetch_start) {
+  const uint32_t lane = threadIdx.x & 31u;
+  unsigned long long best = ~0ull;
+  uint32_t best_i = ~0u;
+  for (uint32_t i = lane; i < s.capacity; i += 32) {
+    const unsigned long long u = s.slot_used[i];
+    if (u <= fetch_start && u < best) {
+      best = u;
+      best_i = i;
+    }
+  }
+  for (int d = 16; d > 0; d >>= 1) {
+    const unsigned long long ob = __shfl_xor_sync(kFullMask, best, d);
+    const uint32_t oi = __shfl_xor_sync(kFullMask, best_i, d);
+    if (ob < best || (ob == best && oi < best_i)) {
+      best = ob;
+      best_i = oi;
+    }
+  }
+  return best_i;
+}
+
+// One warp: selection, cache placement, result and the reads of this fetch.
+__global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t* ids, uint32_t n_ids) {
+  GpuFetcherState& s = *S;
+  const uint32_t lane = threadIdx.x & 31u;
+  GpuFetchResult* r = s.result;
+  GpuFetchedExpert* ex = s.experts;
+  __shared__ uint32_t count, error, token;
+  __shared__ unsigned long long fetch_start;
+  __shared__ bool steady;
+  if (lane == 0) {
+    // A previous fetch's failed read leaves the cache: its slot's bytes are undefined.
+    if (s.capacity > 0 && r->error == fetch_error::kNone) {
+      for (uint32_t d = 0; d < r->count; ++d) {
+        if (ex[d].failed == 0 || ex[d].hit) continue;
+        const uint64_t key = uint64_t(r->layer) * s.n_experts + ex[d].expert;
+        const int32_t slot = s.where[key];
+        if (slot >= 0) {
+          s.where[key] = -1;
+          s.slot_key[slot] = -1;
+          s.slot_used[slot] = 0;
+          s.resident -= 1;
+        }
+      }
+    }
+    token = r->token + 1;
+    r->token = token;
+    r->layer = layer;
+    r->error = fetch_error::kNone;
+    r->error_value = 0;
+    count = 0;
+    error = fetch_error::kNone;
+    for (uint32_t i = 0; i < n_ids && error == fetch_error::kNone; ++i) {
+      const uint32_t id = ids[i];
+      if (id >= s.n_experts || layer >= s.n_layers) {
+        error = fetch_error::kBadExpertId;
+        r->error_value = id;
+        break;
+      }
+      uint32_t d = 0;
+      while (d < count && ex[d].expert != id) ++d;
+      if (d == count) {
+        const uint64_t key = uint64_t(layer) * s.n_experts + id;
+        if (count == s.max_experts) {
+          error = fetch_error::kTooMany;
+          r->error_value = id;
+          break;
+        }
+        if (s.part_first[key + 1] == s.part_first[key]) {
+          error = fetch_error::kNoSlices;
+          r->error_value = id;
+          break;
+        }
+        GpuFetchedExpert e{};
+        e.expert = id;
+        ex[count++] = e;
+      }
+      s.selection[i] = d;
+    }
+    r->error = error;
+    steady = s.warmup_tokens > 0 ? s.metrics.tokens >= s.warmup_tokens
+                                 : (s.capacity == 0 || s.resident == s.capacity);
+    fetch_start = s.clock;
+    // Hits first (touched in selection order), so no victim below is an expert of this fetch.
+    if (error == fetch_error::kNone && s.capacity > 0)
+      for (uint32_t d = 0; d < count; ++d) {
+        const int32_t slot = s.where[uint64_t(layer) * s.n_experts + ex[d].expert];
+        if (slot < 0) continue;
+        ex[d].hit = 1;
+        ex[d].offset = uint64_t(slot) * s.expert_stride;
+        s.slot_used[slot] = ++s.clock;
+      }
+  }
+  __syncwarp();
+  if (error != fetch_error::kNone) {
+    if (lane == 0) {
+      r->count = 0;
+      r->commands = 0;
+      s.ncmds = 0;
+    }
+    return;
+  }
+  // Faults: each takes the least recently used slot (warp-wide search), or the next packed position.
+  uint64_t packed_at = 0;
+  for (uint32_t d = 0; d < count; ++d) {
+    if (ex[d].hit) continue;
+    const uint64_t key = uint64_t(layer) * s.n_experts + ex[d].expert;
+    if (s.capacity > 0) {
+      const uint32_t v = lru_victim(s, fetch_start);
+      if (lane == 0) {
+        const long long old = s.slot_key[v];
+        if (old >= 0) s.where[old] = -1; else s.resident += 1;
+        s.slot_key[v] = (long long)key;
+        s.where[key] = int32_t(v);
+        s.slot_used[v] = ++s.clock;
+        ex[d].offset = uint64_t(v) * s.expert_stride;
+      }
+    } else if (lane == 0) {
+      ex[d].offset = packed_at;
+    }
+    packed_at += s.packed[key];
+    __syncwarp();
+  }
+  // Results and reads: parts by lane 0, read commands spread over the lanes.
+  uint32_t n = 0, faults = 0;
+  uint64_t bytes_read = 0;
+  for (uint32_t d = 0; d < count; ++d) {
+    const uint64_t key = uint64_t(layer) * s.n_experts + ex[d].expert;
+    const uint32_t p0 = s.part_first[key], p1 = s.part_first[key + 1];
+    const uint64_t base = ex[d].offset;
+    const bool fault = !ex[d].hit;
+    uint32_t mine = 0;
+    for (uint32_t p = p0; p < p1; ++p) {
+      const GpuPart part = s.parts[p];
+      if (lane == 0) {
+        const uint32_t k = p - p0;
+        ex[d].part_proj[k] = part.proj;
+        ex[d].part_offset[k] = base + part.dest_rel + part.byte_in_first;
+        ex[d].part_bytes[k] = part.bytes;
+      }
+      if (!fault) continue;
+      const uint32_t chunks = (part.blocks + s.max_blocks - 1) / s.max_blocks;
+      for (uint32_t c = lane; c < chunks; c += 32) {
+        const uint64_t b0 = uint64_t(c) * s.max_blocks;
+        FetchCmd cmd;
+        cmd.lba = part.lba + b0;
+        cmd.blocks = uint32_t(min(uint64_t(s.max_blocks), uint64_t(part.blocks) - b0));
+        cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
+        cmd.sel = d;
+        s.cmds[n + c] = cmd;
+      }
+      n += chunks;
+      mine += chunks;
+      bytes_read += uint64_t(part.blocks) << s.lba_shift;
+    }
+    if (lane == 0) {
+      ex[d].part_count = p1 - p0;
+      ex[d].bytes = s.packed[key];
+      ex[d].failed = 0;
+      ex[d].ready = fault ? 0u : token;
+      s.remaining[d] = mine;
+    }
+    faults += fault;
+  }
+  if (lane == 0) {
+    r->count = count;
+    r->commands = n;
+    s.ncmds = n;
+    s.metrics.tokens += 1;
+    s.metrics.requested += count;
+    s.metrics.faults += faults;
+    s.metrics.hits += count - faults;
+    s.metrics.bytes_read += bytes_read;
+    s.metrics.last_faults = faults;
+    if (steady) {
+      s.metrics.steady_tokens += 1;
+      s.metrics.steady_faults += faults;
+    }
+    __threadfence();
+  }
+}
+
+// One warp per queue: the reads placed above; the last read of an expert publishes its readiness.
+__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, device::DeviceBuffer dst) {
+  const uint32_t w = blockIdx.x;
+  if (w >= launch.queue_count) return;
+  const GpuFetcherState* s = S;
+  const uint32_t count = *const_cast<volatile uint32_t*>(&S->ncmds);
+  const uint32_t token = s->result->token;
+  const FetchCmd* cmds = s->cmds;
+  GpuFetchedExpert* ex = s->experts;
+  uint32_t* remaining = s->remaining;
+  const device::DeviceQueue qc = launch.queues[w];
+  pump_ticket(
+      launch, w, count,
+      [&](uint64_t g, uint16_t cid) {
+        const FetchCmd c = cmds[g];
+        nvme::PrpPair p;
+        device::prps_for(qc, cid, dst, c.dst, uint64_t(c.blocks) << qc.lba_shift, &p);
+        return nvme::make_read(qc.nsid, c.lba, c.blocks, p.prp1, p.prp2);
+      },
+      [&](uint64_t g, nvme::Status st) {
+        const uint32_t sel = cmds[g].sel;
+        if (!st.ok()) atomicCAS(&ex[sel].failed, 0u, uint32_t(st.field) | 0x10000u);
+        if (atomicSub(&remaining[sel], 1u) == 1u) {
+          __threadfence_system();  // the expert's bytes and flags before its ready word
+          if (*const_cast<volatile uint32_t*>(&ex[sel].failed) == 0)
+            *const_cast<volatile uint32_t*>(&ex[sel].ready) = token;
+        }
+      });
+}
+
+template <class T>
+T* device_alloc(std::vector<void*>& owned, size_t n) {
+  void* p = nullptr;
+  check_cuda(cudaMalloc(&p, sizeof(T) * std::max<size_t>(n, 1)), "cudaMalloc(expert fetcher)");
+  owned.push_back(p);
+  return static_cast<T*>(p);
+}
+
+template <class T>
+T* device_copy(std::vector<void*>& owned, const std::vector<T>& v) {
+  T* p = device_alloc<T>(owned, v.size());
+  if (!v.empty()) check_cuda(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), "cudaMemcpy(expert fetcher)");
+  return p;
+}
+
+}  // namespace
+
+GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
+                                   const FetcherOptions& options)
+    : controller_(controller), submitter_(submitter), catalog_(std::move(catalog)), options_(options) {
+  if (catalog_.n_experts == 0) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: the model has no experts");
+  if (options_.max_experts_per_fetch == 0)
+    throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: max_experts_per_fetch must be at least 1");
+  const auto& ns = controller.namespace_info(options_.nsid);
+  lba_bytes_ = ns.lba_bytes;
+  page_ = controller.page_bytes();
+  const uint32_t max_blocks = std::min(command_block_limit(controller, options_.nsid, options_.max_command_bytes),
+                                       submitter.queues().max_blocks_per_command());
+  // Tables: every (layer, expert)'s parts packed from 0 as the CPU fetcher packs them.
+  std::vector<uint32_t> part_first(1, 0);
+  std::vector<GpuPart> parts;
+  std::vector<uint64_t> packed(catalog_.parts.size(), 0);
+  uint64_t max_cmds_per_expert = 0;
+  for (size_t k = 0; k < catalog_.parts.size(); ++k) {
+    const auto& ps = catalog_.parts[k];
+    if (ps.size() > kMaxExpertParts)
+      throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert has " + std::to_string(ps.size()) +
+                                                   " slices; at most " + std::to_string(kMaxExpertParts) + " are supported");
+    std::vector<model::Extent> ex;
+    for (const auto& p : ps) {
+      if (p.extent.end_lba() > ns.blocks)
+        throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert slice at LBA " +
+                                                     std::to_string(p.extent.first_lba) + " runs past the namespace end");
+      if (p.extent.lba_count > 0xFFFFFFFFull)
+        throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert slice is larger than 2^32 blocks");
+      ex.push_back(p.extent);
+    }
+    uint64_t end = 0;
+    const std::vector<uint64_t> at = plan::pack_extents(ex, lba_bytes_, page_, 0, &end);
+    uint64_t cmds = 0;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      GpuPart g;
+      g.lba = ps[i].extent.first_lba;
+      g.blocks = uint32_t(ps[i].extent.lba_count);
+      g.dest_rel = at[i];
+      g.proj = uint32_t(ps[i].proj);
+      g.byte_in_first = ps[i].extent.byte_in_first;
+      g.bytes = ps[i].extent.byte_length;
+      parts.push_back(g);
+      cmds += (g.blocks + max_blocks - 1) / max_blocks;
+    }
+    part_first.push_back(uint32_t(parts.size()));
+    packed[k] = (end + page_ - 1) / page_ * page_;
+    expert_bytes_ = std::max(expert_bytes_, packed[k]);
+    max_cmds_per_expert = std::max(max_cmds_per_expert, cmds);
+  }
+  if (expert_bytes_ == 0) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: every expert slice is empty");
+  uint64_t scratch_bytes;
+  if (options_.cache_bytes > 0) {
+    capacity_ = uint32_t(std::min<uint64_t>(options_.cache_bytes / expert_bytes_, catalog_.parts.size()));
+    if (capacity_ < options_.max_experts_per_fetch)
+      throw Error(ErrorKind::kInvalidArgument,
+                  "GPU expert fetcher: a cache of " + std::to_string(options_.cache_bytes) + " bytes holds " +
+                      std::to_string(capacity_) + " experts of " + std::to_string(expert_bytes_) +
+                      " bytes; one fetch needs room for " + std::to_string(options_.max_experts_per_fetch));
+    scratch_bytes = uint64_t(capacity_) * expert_bytes_;
+  } else {
+    scratch_bytes = uint64_t(options_.max_experts_per_fetch) * expert_bytes_;
+  }
+  const uint64_t max_cmds = max_cmds_per_expert * options_.max_experts_per_fetch;
+  if (max_cmds > 0xFFFFFFFFull) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: too many reads per fetch");
+  max_commands_ = uint32_t(max_cmds);
+  host::DmaOptions mem{host::HugePages::kAuto};
+  mem.gpu_mapped = true;
+  scratch_ = host::DmaBuffer(controller.transport(), scratch_bytes, mem);
+  scratch_map_ = std::make_unique<device::DeviceBufferMap>(scratch_, page_);
+
+  GpuFetcherState st;
+  st.n_layers = catalog_.n_layers;
+  st.n_experts = catalog_.n_experts;
+  st.max_experts = options_.max_experts_per_fetch;
+  st.capacity = capacity_;
+  st.max_commands = max_commands_;
+  st.lba_shift = uint32_t(__builtin_ctz(lba_bytes_));
+  st.max_blocks = max_blocks;
+  st.warmup_tokens = options_.warmup_tokens;
+  st.expert_stride = expert_bytes_;
+  st.part_first = device_copy(allocations_, part_first);
+  st.parts = device_copy(allocations_, parts);
+  st.packed = device_copy(allocations_, packed);
+  st.where = device_copy(allocations_, std::vector<int32_t>(catalog_.parts.size(), -1));
+  st.slot_key = device_copy(allocations_, std::vector<long long>(capacity_, -1));
+  std::vector<unsigned long long> used(capacity_);
+  // Untouched slots rank as the CPU fetcher's empty slots do: the last slot is evicted first.
+  for (uint32_t i = 0; i < capacity_; ++i) used[i] = capacity_ - 1 - i;
+  st.slot_used = device_copy(allocations_, used);
+  st.clock = capacity_;
+  const size_t result_bytes = sizeof(GpuFetchResult) + sizeof(GpuFetchedExpert) * options_.max_experts_per_fetch;
+  char* res = device_alloc<char>(allocations_, result_bytes);
+  check_cuda(cudaMemset(res, 0, result_bytes), "cudaMemset(fetch result)");
+  st.result = reinterpret_cast<GpuFetchResult*>(res);
+  st.experts = reinterpret_cast<GpuFetchedExpert*>(res + sizeof(GpuFetchResult));
+  st.selection = device_alloc<uint32_t>(allocations_, max_ids_);
+  st.cmds = device_alloc<FetchCmd>(allocations_, max_commands_);
+  st.remaining = device_alloc<uint32_t>(allocations_, options_.max_experts_per_fetch);
+  result_ = st.result;
+  experts_ = st.experts;
+  selection_ = st.selection;
+  state_ = device_alloc<GpuFetcherState>(allocations_, 1);
+  check_cuda(cudaMemcpy(state_, &st, sizeof(st), cudaMemcpyHostToDevice), "cudaMemcpy(expert fetcher state)");
+}
+
+GpuExpertFetcher::~GpuExpertFetcher() {
+  // Reads must not land in a freed scratchpad: drain what is still in flight.
+  for (uint64_t t : tickets_) {
+    try {
+      submitter_.wait(t);
+    } catch (...) {
+    }
+  }
+  cudaDeviceSynchronize();
+  for (void* p : allocations_) cudaFree(p);
+}
+
+void GpuExpertFetcher::retire_done(bool block) {
+  while (!tickets_.empty() && (block || submitter_.done(tickets_.front()))) {
+    const uint64_t t = tickets_.front();
+    tickets_.pop_front();
+    try {
+      submitter_.wait(t);
+    } catch (...) {
+      if (!pending_error_) pending_error_ = std::current_exception();
+    }
+  }
+}
+
+void GpuExpertFetcher::fetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {
+  if (n_ids > max_ids_)
+    throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: " + std::to_string(n_ids) +
+                                                 " routing ids in one fetch; at most " + std::to_string(max_ids_));
+  if (layer >= catalog_.n_layers)
+    throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: layer " + std::to_string(layer) +
+                                                 " has no experts (" + std::to_string(catalog_.n_layers) + " layers)");
+  retire_done(false);
+  place_experts<<<1, 32, 0, cu(stream)>>>(state_, layer, device_ids, n_ids);
+  check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the place kernel");
+  GpuFetcherState* state = state_;
+  const device::DeviceBuffer dst = scratch_map_->get();
+  const uint64_t t = submitter_.issue_kernel(
+      stream,
+      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count, 32, 0, cu(stream)>>>(l, state, dst); },
+      [state, layer](uint64_t g) {
+        GpuFetcherState st;
+        FetchCmd c;
+        if (cudaMemcpy(&st, state, sizeof(st), cudaMemcpyDeviceToHost) != cudaSuccess ||
+            cudaMemcpy(&c, st.cmds + g, sizeof(c), cudaMemcpyDeviceToHost) != cudaSuccess)
+          return std::string("expert read #") + std::to_string(g);
+        return "expert read #" + std::to_string(g) + " of layer " + std::to_string(layer) + ", LBA " +
+               std::to_string(c.lba) + ".." + std::to_string(c.lba + c.blocks - 1);
+      });
+  tickets_.push_back(t);
+}
+
+std::vector<FetchedExpert> GpuExpertFetcher::wait() {
+  retire_done(true);
+  if (pending_error_) {
+    std::exception_ptr e = pending_error_;
+    pending_error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+  GpuFetchResult r;
+  check_cuda(cudaMemcpy(&r, result_, sizeof(r), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch result)");
+  if (r.error != fetch_error::kNone) {
+    const char* what = r.error == fetch_error::kBadExpertId ? "is not an expert of this model"
+                       : r.error == fetch_error::kTooMany  ? "is one distinct expert more than max_experts_per_fetch"
+                                                           : "has no slices in the model";
+    throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: routing id " + std::to_string(r.error_value) +
+                                                 " of layer " + std::to_string(r.layer) + " " + what +
+                                                 " (" + std::to_string(catalog_.n_experts) + " experts per layer, " +
+                                                 std::to_string(options_.max_experts_per_fetch) + " per fetch); nothing was read");
+  }
+  std::vector<GpuFetchedExpert> ex(r.count);
+  if (r.count)
+    check_cuda(cudaMemcpy(ex.data(), experts_, sizeof(GpuFetchedExpert) * r.count, cudaMemcpyDeviceToHost),
+               "cudaMemcpy(fetched experts)");
+  std::vector<FetchedExpert> out;
+  for (const GpuFetchedExpert& e : ex) {
+    FetchedExpert f;
+    f.expert = e.expert;
+    f.offset = e.offset;
+    f.bytes = e.bytes;
+    f.hit = e.hit != 0;
+    for (uint32_t k = 0; k < e.part_count; ++k)
+      f.parts.push_back(FetchedPart{model::Projection(e.part_proj[k]), e.part_offset[k], e.part_bytes[k]});
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+FetcherMetrics GpuExpertFetcher::metrics() const {
+  check_cuda(cudaDeviceSynchronize(), "expert fetcher metrics");
+  GpuFetcherState st;
+  check_cuda(cudaMemcpy(&st, state_, sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch state)");
+  FetcherMetrics m;
+  m.tokens = st.metrics.tokens;
+  m.requested = st.metrics.requested;
+  m.faults = st.metrics.faults;
+  m.hits = st.metrics.hits;
+  m.bytes_read = st.metrics.bytes_read;
+  m.last_faults = st.metrics.last_faults;
+  m.steady_tokens = st.metrics.steady_tokens;
+  m.steady_faults = st.metrics.steady_faults;
+  return m;
+}
+
+std::vector<uint32_t> GpuExpertFetcher::resident_per_layer() const {
+  check_cuda(cudaDeviceSynchronize(), "expert fetcher residency");
+  GpuFetcherState st;
+  check_cuda(cudaMemcpy(&st, state_, sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch state)");
+  std::vector<int32_t> where(catalog_.parts.size());
+  check_cuda(cudaMemcpy(where.data(), st.where, sizeof(int32_t) * where.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy(cache table)");
+  std::vector<uint32_t> out(catalog_.n_layers, 0);
+  for (size_t k = 0; k < where.size(); ++k)
+    if (where[k] >= 0) out[k / catalog_.n_experts] += 1;
+  return out;
+}
+
+}  // namespace gpunvme::stream

@@ -1,0 +1,96 @@
+// The GPU expert fetcher (MoE): routing ids in GPU memory -> the selected experts' slices read into a
+// scratchpad, with no host round trip between the router and the reads. One fetch is two kernels on
+// the caller's stream, enqueued by the host without waiting on anything:
+//   1. place (one warp): collapses duplicate ids, looks each expert up in the cache (LRU by a touch
+//      clock, same policy as the CPU ExpertFetcher: hits are touched first, a fault evicts the least
+//      recently used expert not selected by this fetch; without a cache the experts are packed with
+//      cumulative offsets), writes the result (GpuFetchResult + GpuFetchedExpert[]) and the reads;
+//   2. pump (one warp per queue of the GpuSubmitter): issues the reads, and as the last read of an
+//      expert completes sets its `ready` word to the fetch's token (per-expert readiness).
+// A consumer kernel on the same stream (or any kernel polling `ready`) finds each expert's parts at
+// their scratchpad offsets through scratchpad().device().
+//
+//   GpuExpertFetcher f(ctrl, gpu, ExpertCatalog::from_map(map), {.max_experts_per_fetch = 8, .cache_bytes = 64 << 20});
+//   router<<<..., s>>>(..., ids);                     // ids live in GPU memory
+//   f.fetch(layer, ids, n_ids, s);                    // reads start as soon as the router is done
+//   expert_ffn<<<..., s>>>(f.device_result(), f.device_experts(), f.scratchpad().device());
+//
+// The next fetch on the stream reuses the result memory and (without a cache) the scratchpad, so a
+// token's consumers must be enqueued on that stream before the next fetch. A failed read marks its
+// expert failed (never ready) and the expert leaves the cache; wait() on the host throws it.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "host/controller.h"
+#include "host/dma_memory.h"
+#include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/expert_fetcher.h"
+#include "runtime/stream/gpu_fetch_types.h"
+#include "runtime/stream/gpu_submitter.h"
+
+namespace gpunvme::device {
+class DeviceBufferMap;
+}
+
+namespace gpunvme::stream {
+
+// Device-side state of the fetcher (tables built once, cache, per-fetch scratch); gpu_expert_fetcher.cu.
+struct GpuFetcherState;
+
+class GpuExpertFetcher {
+ public:
+  // options: max_experts_per_fetch, cache_bytes, warmup_tokens, nsid as for ExpertFetcher (the
+  // scratchpad is GPU mapped; max_command_bytes is taken from the submitter's queues).
+  GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
+                   const FetcherOptions& options = {});
+  ~GpuExpertFetcher();
+  GpuExpertFetcher(const GpuExpertFetcher&) = delete;
+  GpuExpertFetcher& operator=(const GpuExpertFetcher&) = delete;
+
+  // Enqueues the fetch of layer `layer`'s experts named by device_ids[0..n_ids) on `stream`.
+  // n_ids <= max_ids(); ids may repeat (top-k of several tokens). Returns at once.
+  void fetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
+  // Host: waits (bounded) for the latest fetch's reads; throws on a bad id, too many experts or a
+  // failed read; returns the result as FetchedExpert (offsets, parts, hit).
+  std::vector<FetchedExpert> wait();
+
+  const GpuFetchResult* device_result() const { return result_; }  // for kernels after fetch() on its stream
+  const GpuFetchedExpert* device_experts() const { return experts_; }  // [max_experts_per_fetch]
+  const uint32_t* device_selection() const { return selection_; }     // [n_ids]: distinct index of each id
+  uint32_t max_ids() const { return max_ids_; }
+
+  const host::DmaBuffer& scratchpad() const { return scratch_; }
+  uint64_t expert_slot_bytes() const { return expert_bytes_; }
+  uint32_t cache_capacity() const { return capacity_; }
+  // Copied from the device (synchronizes with the device).
+  FetcherMetrics metrics() const;
+  std::vector<uint32_t> resident_per_layer() const;
+  const ExpertCatalog& catalog() const { return catalog_; }
+
+ private:
+  void retire_done(bool block);
+
+  host::Controller& controller_;
+  GpuSubmitter& submitter_;
+  ExpertCatalog catalog_;
+  FetcherOptions options_;
+  uint64_t page_ = 4096;
+  uint32_t lba_bytes_ = 512;
+  uint64_t expert_bytes_ = 0;
+  uint32_t capacity_ = 0;
+  uint32_t max_ids_ = 1024;
+  uint32_t max_commands_ = 0;
+  host::DmaBuffer scratch_;
+  std::unique_ptr<device::DeviceBufferMap> scratch_map_;
+  GpuFetcherState* state_ = nullptr;  // device memory
+  GpuFetchResult* result_ = nullptr;  // device memory, inside the state's allocations
+  GpuFetchedExpert* experts_ = nullptr;
+  uint32_t* selection_ = nullptr;
+  std::vector<void*> allocations_;    // device memory to free
+  std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
+  std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
+};
+
+}  // namespace gpunvme::stream

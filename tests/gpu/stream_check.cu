@@ -1,0 +1,96 @@
+#include "stream_check.h"
+
+#include <cuda_runtime.h>
+
+#include "device/queue_set.h"
+#include "device/warp_queue.cuh"
+#include "gpu_check.h"
+
+namespace gpunvme::test {
+namespace {
+
+cudaStream_t cu(stream::cuda_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+__device__ uint8_t pattern_byte(uint64_t seed, uint64_t ns_offset) {
+  return uint8_t(pattern_qword(seed, ns_offset >> 3) >> ((ns_offset & 7) * 8));
+}
+
+__device__ uint64_t count_bad(const uint8_t* base, uint64_t ns_offset, uint64_t bytes, uint64_t seed) {
+  uint64_t bad = 0;
+  const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;
+  for (uint64_t i = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes; i += stride)
+    bad += base[i] != pattern_byte(seed, ns_offset + i);
+  return bad;
+}
+
+__global__ void verify_slot(const uint8_t* slot, const BytePiece* pieces, uint32_t n, uint64_t seed, uint64_t spin_ns,
+                            const uint32_t* status, uint64_t* mismatches, uint32_t* status_seen) {
+  if (spin_ns) {
+    const uint64_t t0 = device::global_timer_ns();
+    while (device::global_timer_ns() - t0 < spin_ns) {
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) *status_seen = status ? *const_cast<const volatile uint32_t*>(status) : 0;
+  uint64_t bad = 0;
+  for (uint32_t p = 0; p < n; ++p) bad += count_bad(slot + pieces[p].dst_offset, pieces[p].ns_offset, pieces[p].bytes, seed);
+  if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), static_cast<unsigned long long>(bad));
+}
+
+__global__ void toy_router(uint32_t* ids, uint32_t k, uint32_t token, uint32_t n_experts, uint32_t distinct) {
+  for (uint32_t i = threadIdx.x; i < k; i += blockDim.x) ids[i] = toy_route(token, i, n_experts, distinct);
+}
+
+__global__ void verify_experts(const stream::GpuFetchResult* result, const stream::GpuFetchedExpert* experts,
+                               const uint8_t* scratch, const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts,
+                               uint64_t seed, uint64_t* mismatches) {
+  const uint32_t token = result->token;
+  const uint32_t count = result->count;
+  uint64_t bad = 0;
+  for (uint32_t d = 0; d < count; ++d) {
+    const stream::GpuFetchedExpert* e = experts + d;
+    // Per-expert readiness: spin on the expert's ready word (bounded), as a consumer kernel would.
+    const uint64_t t0 = device::global_timer_ns();
+    bool ready = true;
+    while (*const_cast<const volatile uint32_t*>(&e->ready) != token) {
+      if (device::global_timer_ns() - t0 > 2'000'000'000ull) {
+        ready = false;
+        break;
+      }
+    }
+    if (!ready) {
+      if (blockIdx.x == 0 && threadIdx.x == 0) bad += 1;
+      continue;
+    }
+    __threadfence_system();
+    for (uint32_t k = 0; k < e->part_count; ++k) {
+      const uint64_t ns = ns_offsets[(uint64_t(layer) * n_experts + e->expert) * 4 + k];
+      bad += count_bad(scratch + e->part_offset[k], ns, e->part_bytes[k], seed);
+    }
+  }
+  if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), static_cast<unsigned long long>(bad));
+}
+
+}  // namespace
+
+void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const BytePiece* pieces, uint32_t n,
+                         uint64_t seed, uint64_t spin_ns, const uint32_t* status, uint64_t* mismatches,
+                         uint32_t* status_seen) {
+  verify_slot<<<64, 256, 0, cu(s)>>>(slot, pieces, n, seed, spin_ns, status, mismatches, status_seen);
+  device::check_cuda(cudaGetLastError(), "verify_slot launch");
+}
+
+void enqueue_toy_router(stream::cuda_stream_t s, uint32_t* ids, uint32_t k, uint32_t token, uint32_t n_experts,
+                        uint32_t distinct) {
+  toy_router<<<1, 64, 0, cu(s)>>>(ids, k, token, n_experts, distinct);
+  device::check_cuda(cudaGetLastError(), "toy_router launch");
+}
+
+void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResult* result,
+                            const stream::GpuFetchedExpert* experts, const uint8_t* scratch,
+                            const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint64_t seed,
+                            uint64_t* mismatches) {
+  verify_experts<<<32, 256, 0, cu(s)>>>(result, experts, scratch, ns_offsets, layer, n_experts, seed, mismatches);
+  device::check_cuda(cudaGetLastError(), "verify_experts launch");
+}
+
+}  // namespace gpunvme::test

@@ -1,0 +1,49 @@
+// Kernels the GPU streaming suite enqueues on CUDA streams (behind plain host functions): consumers
+// that check every byte of a slot or of fetched experts against the namespace pattern, and a toy
+// router that writes expert ids into GPU memory.
+#pragma once
+#include <cstdint>
+
+#include "driver/compiler.h"
+#include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/gpu_fetch_types.h"
+
+namespace gpunvme::test {
+
+// One consumer-visible byte range: `bytes` at slot offset `dst_offset` must equal the namespace's
+// bytes from `ns_offset` (any alignment).
+struct BytePiece {
+  uint64_t dst_offset;
+  uint64_t ns_offset;
+  uint64_t bytes;
+};
+
+// Enqueues on `s`: spin `spin_ns` first (a kernel still using the slot), then compare every byte of
+// `pieces` and add the mismatching bytes to *mismatches; *status_seen gets *status (or 0 if null).
+void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const BytePiece* pieces, uint32_t n,
+                         uint64_t seed, uint64_t spin_ns, const uint32_t* status, uint64_t* mismatches,
+                         uint32_t* status_seen);
+
+// The toy router's choice for token `token`: k ids over n_experts with repeats, at most `distinct`
+// distinct ones. Same function on host and GPU.
+GPUNVME_HD inline uint32_t toy_route(uint32_t token, uint32_t i, uint32_t n_experts, uint32_t distinct) {
+  uint32_t h = token * 2654435761u + (i % distinct) * 40503u + 0x9E37u;
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  // A hot set of experts (half the ids) and a tail, so an LRU cache sees hits and faults.
+  const uint32_t hot = n_experts / 3 + 1;
+  return (h & 1) ? (h >> 1) % hot : (h >> 1) % n_experts;
+}
+// Enqueues on `s`: ids[i] = toy_route(token, i, ...) for i < k.
+void enqueue_toy_router(stream::cuda_stream_t s, uint32_t* ids, uint32_t k, uint32_t token, uint32_t n_experts,
+                        uint32_t distinct);
+// Enqueues on `s`: waits (<= 2 s on %globaltimer) until every fetched expert is ready, then checks
+// its parts' bytes: part k of expert e of `layer` starts at namespace byte ns_offsets[(layer * n_experts
+// + e) * 4 + k]. Adds mismatching bytes (and 1 per expert never ready) to *mismatches.
+void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResult* result,
+                            const stream::GpuFetchedExpert* experts, const uint8_t* scratch,
+                            const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint64_t seed,
+                            uint64_t* mismatches);
+
+}  // namespace gpunvme::test
