@@ -1,6 +1,11 @@
 // Generated GGUF models written onto an emulated namespace, and the byte checks the runtime tests
 // share. Tensor data is a position-dependent pseudo-random pattern (no period), so a slice read
 // from the wrong LBA or placed at the wrong offset never compares equal by accident.
+//
+// ModelOnDevice is the usual starting point: an emulated controller, a generated model written at
+// the 1 MiB default, its GGUF and LbaMap, and checks of what a plan / a fetch put in memory:
+//   rt_test::ModelOnDevice m("emu:ram,size=32M,lba=512", rt_test::dense_model(6));
+//   stream::CpuSubmitter sub(*m.ctrl, *m.qp);   // or a GPU submitter on queues of its own (qid 2+)
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -10,10 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "host/controller.h"
 #include "host/cpu_io.h"
 #include "host/open_device.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/lba_map.h"
+#include "runtime/plan/command_plan.h"
+#include "runtime/stream/expert_fetcher.h"
 #include "tests/gguf/gguf_builder.h"
 
 namespace rt_test {
@@ -99,6 +107,70 @@ inline size_t mismatched_pieces(const Plan& plan, const uint8_t* dest, const std
   }
   return bad;
 }
+
+// An emulated (or any) controller with one CPU I/O queue pair (qid 1, used to write the model), the
+// model file written onto namespace 1 at the 1 MiB default of deploy_record.h, parsed, and mapped.
+// Members stay public so a test can add queues, submitters or buffers of its own.
+struct ModelOnDevice {
+  std::unique_ptr<gpunvme::host::Controller> ctrl;
+  std::unique_ptr<gpunvme::host::QueuePair> qp;
+  std::vector<uint8_t> file;
+  std::unique_ptr<gpunvme::gguf::GgufFile> gguf;
+  std::unique_ptr<gpunvme::model::LbaMap> map;
+  uint64_t start_lba = 0;
+  uint32_t lba = 0;
+
+  ModelOnDevice(const std::string& device, std::vector<uint8_t> bytes, uint32_t queue_entries = 64)
+      : ctrl(gpunvme::host::open_controller(device)), file(std::move(bytes)) {
+    qp = ctrl->create_io_queue_pair(1, queue_entries);
+    lba = ctrl->namespace_info(1).lba_bytes;
+    start_lba = (1u << 20) / lba;
+    write_model(*ctrl, *qp, file, start_lba);
+    gguf = std::make_unique<gpunvme::gguf::GgufFile>(gpunvme::gguf::GgufFile::parse(file));
+    map = std::make_unique<gpunvme::model::LbaMap>(*gguf, lba, start_lba);
+  }
+
+  // Pieces of `plan`, read into `dest`, that differ from the file (0 = byte-exact).
+  size_t bad_pieces(const gpunvme::plan::CommandPlan& plan, const uint8_t* dest) const {
+    return mismatched_pieces(plan, dest, file, lba, start_lba);
+  }
+
+  // Tensors of `layer`, found through `plan` in `dest`, that differ from the file.
+  size_t bad_tensors(uint32_t layer, const gpunvme::plan::CommandPlan& plan, const uint8_t* dest) const {
+    size_t bad = 0;
+    const auto* L = map->layer(layer);
+    for (size_t ti : L->tensors) {
+      const auto& t = map->tensors()[ti];
+      const auto at = plan.locate(t.extent.first_lba * lba + t.extent.byte_in_first, lba);
+      if (!at || std::memcmp(dest + *at, file.data() + t.tensor->file_offset, t.tensor->size_bytes) != 0) ++bad;
+    }
+    return bad;
+  }
+
+  // Fetched experts of `layer` (a fetcher's result() over its scratchpad `sp`) whose parts differ from
+  // the file's slices, or that lack / add a part for `which`.
+  size_t bad_experts(uint32_t layer, const std::vector<gpunvme::stream::FetchedExpert>& result, const uint8_t* sp,
+                     gpunvme::stream::ExpertParts which) const {
+    using gpunvme::model::Projection;
+    size_t bad = 0;
+    for (const auto& r : result) {
+      size_t want_parts = 0;
+      for (Projection p : {Projection::kGate, Projection::kUp, Projection::kDown}) {
+        if (which == gpunvme::stream::ExpertParts::kDownOnly && p != Projection::kDown) continue;
+        ++want_parts;
+        const gpunvme::model::ExpertExtent* e = map->expert(layer, r.expert, p);
+        const gpunvme::stream::FetchedPart* got = nullptr;
+        for (const auto& fp : r.parts)
+          if (fp.proj == p) got = &fp;
+        if (!e || !got || got->bytes != e->extent.byte_length ||
+            std::memcmp(sp + got->offset, file.data() + e->file_offset, e->extent.byte_length) != 0)
+          ++bad;
+      }
+      if (r.parts.size() != want_parts) ++bad;
+    }
+    return bad;
+  }
+};
 
 inline std::string gemma_path() {
   if (const char* env = std::getenv("GPUNVME_GEMMA_GGUF")) return env;

@@ -22,44 +22,12 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-struct MoeRig {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<host::QueuePair> qp;
-  std::vector<uint8_t> file;
-  std::unique_ptr<gguf::GgufFile> gguf;
-  std::unique_ptr<model::LbaMap> map;
-  uint64_t start_lba = 0;
-  uint32_t lba = 0;
-
-  MoeRig(const std::string& device, std::vector<uint8_t> bytes) : ctrl(host::open_controller(device)), file(std::move(bytes)) {
-    qp = ctrl->create_io_queue_pair(1, 32);
-    lba = ctrl->namespace_info(1).lba_bytes;
-    start_lba = (1u << 20) / lba;
-    rt_test::write_model(*ctrl, *qp, file, start_lba);
-    gguf = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(file));
-    map = std::make_unique<model::LbaMap>(*gguf, lba, start_lba);
-  }
-
+// The shared fixture (32-entry queue), with the check of a fetch.
+struct MoeRig : rt_test::ModelOnDevice {
+  MoeRig(const std::string& device, std::vector<uint8_t> bytes) : ModelOnDevice(device, std::move(bytes), 32) {}
   // Every part of every fetched expert equals the file's slice of that expert.
   size_t bad(const stream::ExpertFetcher& f, uint32_t layer, stream::ExpertParts which) const {
-    size_t bad = 0;
-    const uint8_t* sp = f.scratchpad().as<uint8_t>();
-    for (const auto& r : f.result()) {
-      size_t want_parts = 0;
-      for (model::Projection p : {model::Projection::kGate, model::Projection::kUp, model::Projection::kDown}) {
-        if (which == stream::ExpertParts::kDownOnly && p != model::Projection::kDown) continue;
-        ++want_parts;
-        const model::ExpertExtent* e = map->expert(layer, r.expert, p);
-        const stream::FetchedPart* got = nullptr;
-        for (const auto& fp : r.parts)
-          if (fp.proj == p) got = &fp;
-        if (!e || !got || got->bytes != e->extent.byte_length ||
-            std::memcmp(sp + got->offset, file.data() + e->file_offset, e->extent.byte_length) != 0)
-          ++bad;
-      }
-      if (r.parts.size() != want_parts) ++bad;
-    }
-    return bad;
+    return bad_experts(layer, f.result(), f.scratchpad().as<uint8_t>(), which);
   }
 };
 

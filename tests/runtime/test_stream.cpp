@@ -22,38 +22,12 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-struct Rig {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<host::QueuePair> qp;
-  std::vector<uint8_t> file;
-  std::unique_ptr<gguf::GgufFile> gguf;
-  std::unique_ptr<model::LbaMap> map;
-  uint64_t start_lba = 0;
-  uint32_t lba = 0;
-
-  Rig(const std::string& device, std::vector<uint8_t> bytes, uint32_t queue_entries = 64)
-      : ctrl(host::open_controller(device)), file(std::move(bytes)) {
-    qp = ctrl->create_io_queue_pair(1, queue_entries);
-    lba = ctrl->namespace_info(1).lba_bytes;
-    start_lba = (1u << 20) / lba;  // the 1 MiB default of deploy_record.h
-    rt_test::write_model(*ctrl, *qp, file, start_lba);
-    gguf = std::make_unique<gguf::GgufFile>(gguf::GgufFile::parse(file));
-    map = std::make_unique<model::LbaMap>(*gguf, lba, start_lba);
-  }
-  size_t bad(const stream::SlotView& v) const {
-    return rt_test::mismatched_pieces(*v.plan, v.host, file, lba, start_lba);
-  }
+// The shared fixture, with checks of a streamed slot.
+struct Rig : rt_test::ModelOnDevice {
+  using ModelOnDevice::ModelOnDevice;
+  size_t bad(const stream::SlotView& v) const { return bad_pieces(*v.plan, v.host); }
   // Every tensor of the layer, found through the plan, equals the file.
-  size_t bad_tensors(const stream::SlotView& v) const {
-    size_t bad = 0;
-    const auto* L = map->layer(v.layer);
-    for (size_t ti : L->tensors) {
-      const auto& t = map->tensors()[ti];
-      const auto at = v.plan->locate(t.extent.first_lba * lba + t.extent.byte_in_first, lba);
-      if (!at || std::memcmp(v.host + *at, file.data() + t.tensor->file_offset, t.tensor->size_bytes) != 0) ++bad;
-    }
-    return bad;
-  }
+  size_t bad_tensors(const stream::SlotView& v) const { return ModelOnDevice::bad_tensors(v.layer, *v.plan, v.host); }
 };
 
 }  // namespace
