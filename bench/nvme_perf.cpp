@@ -1,204 +1,721 @@
 // nvme_perf: block I/O throughput and latency, like spdk_nvme_perf / fio, on any gpunvme device.
-// CPU-initiated path: one host thread per I/O queue pair keeps `--qd` commands in flight.
+//   --path cpu: one host thread per I/O queue pair keeps --qd commands in flight (host::CpuIo).
+//   --path gpu: one GPU warp per queue pair (device::warp_pump, bench/nvme_perf_gpu.cu).
+// --device may be given up to 4 times: the same workload runs on every device at once, with results
+// per device and in total. Latencies go into the same log-bucketed histogram on both paths.
+#include <dirent.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <random>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bench/nvme_perf.h"
 #include "host/cpu_io.h"
+#include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
 
 using namespace gpunvme;
+using perf::DeviceResult;
+using perf::Job;
 using Clock = std::chrono::steady_clock;
+
+#if !GPUNVME_HAVE_CUDA
+namespace gpunvme::perf {
+bool gpu_path_built() { return false; }
+bool gpu_path_usable(std::string* why) {
+  if (why) *why = "this build has no CUDA (configure with -Dcuda=enabled on a machine with nvcc)";
+  return false;
+}
+void gpu_init() {
+  throw Error(ErrorKind::kUnsupported,
+              "--path gpu: this build has no CUDA (configure with -Dcuda=enabled on a machine with nvcc)");
+}
+std::vector<DeviceResult> run_gpu(const std::vector<GpuDevice>&, const Job&, const std::function<void()>&,
+                                  const std::function<void()>&) {
+  gpu_init();
+  return {};
+}
+}  // namespace gpunvme::perf
+#endif
 
 namespace {
 
 const char* kHelp =
     "usage: nvme_perf [options]\n"
     "\n"
-    "Measures IOPS, bandwidth and latency percentiles of CPU-initiated NVMe I/O through gpunvme's\n"
-    "queue pairs. Each I/O queue is driven by its own host thread keeping --qd commands in flight.\n"
+    "IOPS, bandwidth, latency percentiles and CPU time of NVMe I/O through gpunvme's queue pairs, issued\n"
+    "by host threads (--path cpu: a thread per queue) or by the GPU (--path gpu: a warp per queue).\n"
     "\n"
-    "  --device DEV      device string (default emu:ram,size=1G). See below.\n"
-    "  --bs SIZE         block size per command, e.g. 4K, 128K (default 128K)\n"
-    "  --qd N            queue depth per queue (default 32)\n"
-    "  --queues N        number of I/O queue pairs / threads (default 1)\n"
-    "  --rw MODE         read | write | randread | randwrite | randrw (default read)\n"
-    "  --mix PCT         reads as a percentage of randrw (default 70)\n"
-    "  --time SEC        run for SEC seconds (default 3) ...\n"
-    "  --count N         ... or for N commands in total\n"
-    "  --span SIZE       bytes of the namespace to address (default: all of it)\n"
-    "  --json            print one JSON object instead of the table\n"
+    "  --device DEV      device string (default emu:ram,size=1G); repeat for up to 4 devices, which all\n"
+    "                    run the same workload at once (same LBA size needed; span = the smallest)\n"
+    "  --path P          cpu | gpu (default cpu; gpu needs a CUDA build and a GPU)\n"
+    "  --bs SIZE         bytes per command, e.g. 4K, 128K (default 128K)\n"
+    "  --qd N            commands in flight per queue (default 32)\n"
+    "  --queues N        I/O queue pairs per device (default 1): host threads or GPU warps\n"
+    "  --rw MODE         read | write | randread | randwrite | rw | randrw (default read);\n"
+    "                    rw/randrw mix reads and writes, sequential/random\n"
+    "  --mix PCT         reads as a percentage of rw / randrw commands (default 70)\n"
+    "  --time SEC        run for SEC seconds, decimals allowed (default 3) ...\n"
+    "  --count N         ... or for N commands per device in total (split over the queues)\n"
+    "  --span SIZE       bytes of the namespace to address from LBA 0 (default: all of it)\n"
+    "  --seed N          random LBA / mix seed (default 1)\n"
+    "  --fill            first write the span (each block starts with an LBA stamp); not measured\n"
+    "  --verify          check the stamp of the first and last block of every read (implies --fill;\n"
+    "                    writes stamp their blocks); mismatches are errors. Slows the GPU path.\n"
+    "  --no-fill         with --verify: skip the fill, the span was filled by an earlier --fill run\n"
+    "  --timeout-ms N    a queue with no completion for N ms stops with an error (default 5000)\n"
+    "  --allow-write     permit writes (write/rw modes, --fill, --verify) on a device that is not emu:\n"
+    "  --json            print one JSON object (one line) instead of the table\n"
+    "  --gpu-check       print whether the GPU path can run here; exit 0 if so, 1 if not\n"
     "\n"
-    "Writes are destructive on real devices. Latency is submission to reaped completion, per command.\n"
+    "Latency: submission to reaped completion per successful command (CPU: steady_clock; GPU:\n"
+    "%globaltimer from SQE build to reap), in a histogram with 16 buckets per power of two of ns:\n"
+    "percentiles are the middle of the nearest-rank bucket (within 3.2%). The GPU path stops issuing\n"
+    "when --time has passed (checked every ~10 ms of commands) and drains what is in flight.\n"
+    "\n"
+    "JSON keys (stable): tool, version, path, devices[], device (first), rw, mix (read %), bs, qd,\n"
+    "  queues, time_s, count, span_bytes, seed, fill, verify, seconds, ios, reads, writes, errors,\n"
+    "  verify_errors, iops, gbps (10^9 B/s), lat_us{mean,p50,p99,p999,max}, cpu_seconds (process, run\n"
+    "  window), controller_cpu_seconds (emulator controller threads; null when unknown),\n"
+    "  host_cpu_seconds (the rest: I/O threads or the GPU path's waiting thread), per_device[] (device,\n"
+    "  seconds, ios, reads, writes, errors, verify_errors, iops, gbps, lat_us, controller_cpu_seconds,\n"
+    "  buffer_slots, first_error, faults, chunks), first_error. Totals: ios summed; seconds from the\n"
+    "  first submission to the last completion on any device.\n"
+    "\n"
+    "Exit status: 0 ok; 1 errors (failed commands, faults, verify mismatches); 2 usage; 3 a GPU kernel\n"
+    "stopped progressing (the process ends; a running kernel cannot be cancelled).\n"
     "\n";
 
-struct Worker {
-  uint64_t ios = 0, bytes = 0, errors = 0;
-  std::vector<float> lat_us;  // sampled latencies
-  std::string error;
+// ---------- CPU time of the emulator's controller threads ----------
+
+std::vector<pid_t> thread_ids() {
+  std::vector<pid_t> t;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') t.push_back(pid_t(std::atoi(e->d_name)));
+    closedir(d);
+  }
+  std::sort(t.begin(), t.end());
+  return t;
+}
+
+// CPU time of one thread of this process (Linux per-thread CPU clock, as pthread_getcpuclockid makes).
+double thread_cpu_s(pid_t tid) {
+  const clockid_t c = clockid_t((~unsigned(tid)) << 3) | 6;  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+  timespec ts{};
+  if (clock_gettime(c, &ts) != 0) return -1;
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+struct CpuWindow {
+  std::vector<std::vector<pid_t>> ctrl_threads;  // per device
+  rusage ru0{}, ru1{};
+  std::vector<std::vector<double>> t0;
+  std::vector<double> ctrl_s;  // per device, -1 unknown
+  void start() {
+    t0.clear();
+    for (auto& v : ctrl_threads) {
+      std::vector<double> x;
+      for (pid_t t : v) x.push_back(thread_cpu_s(t));
+      t0.push_back(x);
+    }
+    getrusage(RUSAGE_SELF, &ru0);
+  }
+  void end() {
+    getrusage(RUSAGE_SELF, &ru1);
+    ctrl_s.assign(ctrl_threads.size(), 0);
+    for (size_t d = 0; d < ctrl_threads.size(); ++d) {
+      for (size_t k = 0; k < ctrl_threads[d].size(); ++k) {
+        const double a = t0[d][k], b = thread_cpu_s(ctrl_threads[d][k]);
+        if (a < 0) ctrl_s[d] = -1;
+        else if (ctrl_s[d] >= 0 && b >= a) ctrl_s[d] += b - a;  // a thread that ended counts as 0
+      }
+    }
+  }
+  double process_s() const {
+    auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+    return tv(ru1.ru_utime) - tv(ru0.ru_utime) + tv(ru1.ru_stime) - tv(ru0.ru_stime);
+  }
 };
+
+// ---------- options ----------
+
+struct Options {
+  std::vector<std::string> devices;
+  std::string path = "cpu";
+  uint64_t bs = 128 * 1024;
+  uint32_t qd = 32, nq = 1;
+  std::string rw = "read";
+  uint32_t mix = 70;
+  double seconds = 3;
+  uint64_t count = 0;
+  uint64_t span = 0;  // 0: whole namespace
+  uint64_t seed = 1;
+  bool fill = false, verify = false, allow_write = false, json = false;
+  uint64_t timeout_ms = 5000;
+};
+
+uint32_t read_pct_of(const Options& o) {
+  if (o.rw == "read" || o.rw == "randread") return 100;
+  if (o.rw == "write" || o.rw == "randwrite") return 0;
+  return o.mix;
+}
+
+// --device may repeat; cli::Args keeps one value per option, so the devices are taken out first.
+std::vector<std::string> take_devices(int argc, char** argv, std::vector<char*>* rest) {
+  std::vector<std::string> d;
+  rest->push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--device") {
+      if (i + 1 >= argc) throw cli::UsageError("option --device needs a value");
+      d.push_back(argv[++i]);
+    } else if (a.rfind("--device=", 0) == 0) {
+      d.push_back(a.substr(9));
+    } else {
+      rest->push_back(argv[i]);
+    }
+  }
+  return d;
+}
+
+double parse_seconds(const std::string& v) {
+  char* end = nullptr;
+  const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x <= 0 || x > 1e6)
+    throw cli::UsageError("--time: '" + v + "' is not a positive number of seconds");
+  return x;
+}
+
+// ---------- a device, opened ----------
+
+struct Dev {
+  std::string name;
+  std::unique_ptr<host::Controller> ctrl;
+  host::NamespaceInfo ns;
+  std::vector<std::unique_ptr<host::QueuePair>> qps;
+};
+
+std::string human_bytes(uint64_t b) {
+  char s[32];
+  if (b >= (1ull << 30) && b % (1ull << 30) == 0) std::snprintf(s, sizeof s, "%lluG", (unsigned long long)(b >> 30));
+  else if (b >= (1ull << 20) && b % (1ull << 20) == 0) std::snprintf(s, sizeof s, "%lluM", (unsigned long long)(b >> 20));
+  else if (b >= 1024 && b % 1024 == 0) std::snprintf(s, sizeof s, "%lluK", (unsigned long long)(b >> 10));
+  else std::snprintf(s, sizeof s, "%llu", (unsigned long long)b);
+  return s;
+}
+
+// Writes the first span_blocks of the namespace with stamped blocks through an extra CPU queue.
+void fill_span(Dev& d, uint16_t qid, uint64_t span_blocks, bool quiet) {
+  auto qp = d.ctrl->create_io_queue_pair(qid, std::min<uint32_t>(d.ctrl->max_queue_entries(), 64));
+  {
+    host::CpuIoOptions o;
+    o.queue_depth = 32;
+    o.max_command_bytes = 1ull << 20;
+    host::CpuIo io(*d.ctrl, *qp, d.ns.nsid, o);
+    const uint32_t lba = d.ns.lba_bytes;
+    host::DmaBuffer buf(d.ctrl->transport(), 8ull << 20);
+    std::memset(buf.host(), 0xA5, buf.size());
+    const uint64_t per = buf.size() / lba;
+    const auto t0 = Clock::now();
+    if (!quiet) std::fprintf(stderr, "nvme_perf: filling %s of %s ...\n", human_bytes(span_blocks * lba).c_str(), d.name.c_str());
+    for (uint64_t b = 0; b < span_blocks; b += per) {
+      const uint64_t n = std::min(per, span_blocks - b);
+      for (uint64_t k = 0; k < n; ++k) *reinterpret_cast<uint64_t*>(buf.as<uint8_t>() + k * lba) = perf::stamp(b + k);
+      io.write(b, n, buf, 0);
+    }
+    if (!quiet)
+      std::fprintf(stderr, "nvme_perf: filled in %.2f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  d.ctrl->delete_io_queue_pair(*qp);
+}
+
+// ---------- CPU path ----------
+
+struct CpuWorker {
+  uint64_t ios = 0, reads = 0, writes = 0, errors = 0, verify_bad = 0;
+  uint64_t t_start = ~0ull, t_end = 0;
+  std::vector<uint64_t> hist = std::vector<uint64_t>(perf::hist::kBuckets, 0);
+  uint64_t lat_n = 0, lat_sum = 0, lat_max = 0;
+  std::string error, verify_error;
+};
+
+uint64_t ns_of(Clock::time_point t) {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::atomic<uint32_t>& ready, bool& counted,
+               CpuWorker& w) {
+  host::CpuIoOptions o;
+  o.queue_depth = job.qd;
+  o.max_command_bytes = job.bs;
+  host::CpuIo io(*d.ctrl, *d.qps[q], d.ns.nsid, o);
+  if (io.max_blocks_per_command() < job.pattern.blocks)
+    throw Error(ErrorKind::kInvalidArgument, "--bs exceeds the controller's max transfer (MDTS)");
+  host::DmaBuffer buf(d.ctrl->transport(), job.bs * job.qd);
+  std::memset(buf.host(), 0xA5, buf.size());
+  const uint32_t entries = d.qps[q]->entries();
+  std::vector<Clock::time_point> started(entries);
+  std::vector<uint32_t> slot_of(entries);
+  std::vector<uint64_t> lba_of(entries);
+  std::vector<uint8_t> read_of(entries);
+  std::vector<uint32_t> free_slots;
+  for (uint32_t i = 0; i < job.qd; ++i) free_slots.push_back(job.qd - 1 - i);
+  host::Completion done[64];
+  const uint32_t blocks = job.pattern.blocks, lba_bytes = job.lba_bytes;
+  auto slot_ptr = [&](uint32_t s) { return buf.as<uint8_t>() + uint64_t(s) * job.bs; };
+  const auto timeout = std::chrono::nanoseconds(job.timeout_ns);
+  counted = true;
+  ++ready;
+  while (!go.load()) std::this_thread::yield();
+  const auto t_begin = Clock::now();
+  const auto deadline = t_begin + std::chrono::duration<double>(job.seconds);
+  w.t_start = ns_of(t_begin);
+  uint64_t issued = 0;
+  uint32_t in_flight = 0;
+  auto last_progress = t_begin;
+  for (;;) {
+    const bool more = job.per_queue_count ? issued < job.per_queue_count : Clock::now() < deadline;
+    bool rang = false;
+    while (more && in_flight < job.qd && (!job.per_queue_count || issued < job.per_queue_count)) {
+      const uint64_t lba = job.pattern.lba(q, issued);
+      const bool rd = job.pattern.is_read(q, issued);
+      const uint32_t s = free_slots.back();
+      free_slots.pop_back();
+      if (!rd && job.verify)
+        for (uint32_t k = 0; k < blocks; ++k)
+          *reinterpret_cast<uint64_t*>(slot_ptr(s) + uint64_t(k) * lba_bytes) = perf::stamp(lba + k);
+      const auto t = Clock::now();
+      const uint16_t cid = io.submit(
+          host::IoRequest{rd ? nvme::nvm_op::kRead : nvme::nvm_op::kWrite, lba, blocks, &buf, uint64_t(s) * job.bs}, false);
+      started[cid] = t;
+      slot_of[cid] = s;
+      lba_of[cid] = lba;
+      read_of[cid] = rd;
+      if (rd) ++w.reads; else ++w.writes;
+      ++issued;
+      ++in_flight;
+      rang = true;
+    }
+    if (rang) io.ring();
+    if (in_flight == 0 && !more) break;
+    const uint32_t n = io.reap(done, 64);
+    const auto now = Clock::now();
+    if (n == 0) {
+      if (in_flight > 0 && now - last_progress > timeout)
+        throw Error(ErrorKind::kTimeout, "no completion for " + std::to_string(job.timeout_ns / 1000000) + " ms with " +
+                                             std::to_string(in_flight) + " commands in flight on queue " +
+                                             std::to_string(d.qps[q]->qid()));
+      continue;
+    }
+    last_progress = now;
+    w.t_end = ns_of(now);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint16_t cid = done[i].cid;
+      --in_flight;
+      free_slots.push_back(slot_of[cid]);
+      if (!done[i].ok()) {
+        ++w.errors;
+        if (w.error.empty())
+          w.error = nvme::describe(done[i].status) + " on queue " + std::to_string(d.qps[q]->qid()) + ", LBA " +
+                    std::to_string(lba_of[cid]);
+        continue;
+      }
+      ++w.ios;
+      const uint64_t lat = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(now - started[cid]).count());
+      ++w.hist[perf::hist::bucket(lat)];
+      ++w.lat_n;
+      w.lat_sum += lat;
+      w.lat_max = std::max(w.lat_max, lat);
+      if (job.verify && read_of[cid]) {
+        const uint8_t* p = slot_ptr(slot_of[cid]);
+        const uint64_t lba = lba_of[cid];
+        const uint64_t first = *reinterpret_cast<const uint64_t*>(p);
+        const uint64_t last = *reinterpret_cast<const uint64_t*>(p + uint64_t(blocks - 1) * lba_bytes);
+        const bool ok_first = first == perf::stamp(lba), ok_last = last == perf::stamp(lba + blocks - 1);
+        if (!ok_first || !ok_last) {
+          if (w.verify_bad == 0) {
+            char b[160];
+            std::snprintf(b, sizeof b, "queue %u: LBA %llu read 0x%016llx, expected 0x%016llx", d.qps[q]->qid(),
+                          (unsigned long long)(ok_first ? lba + blocks - 1 : lba),
+                          (unsigned long long)(ok_first ? last : first),
+                          (unsigned long long)perf::stamp(ok_first ? lba + blocks - 1 : lba));
+            w.verify_error = b;
+          }
+          ++w.verify_bad;
+        }
+      }
+    }
+  }
+}
+
+std::vector<DeviceResult> run_cpu(std::vector<Dev>& devs, const Job& job, CpuWindow& window) {
+  const uint32_t nq = job.pattern.queues;
+  std::vector<std::vector<CpuWorker>> workers(devs.size(), std::vector<CpuWorker>(nq));
+  std::atomic<bool> go{false};
+  std::atomic<uint32_t> ready{0};
+  std::vector<std::thread> threads;
+  for (size_t d = 0; d < devs.size(); ++d)
+    for (uint32_t q = 0; q < nq; ++q)
+      threads.emplace_back([&, d, q] {
+        CpuWorker& w = workers[d][q];
+        bool counted = false;
+        try {
+          cpu_queue(devs[d], q, job, go, ready, counted, w);
+        } catch (const std::exception& e) {
+          if (w.error.empty()) w.error = e.what();
+          ++w.errors;
+        }
+        if (!counted) ++ready;
+      });
+  // The window opens once every worker has set up (CpuIo, buffers) or failed.
+  while (ready.load() < threads.size()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  window.start();
+  go = true;
+  for (auto& t : threads) t.join();
+  window.end();
+  std::vector<DeviceResult> out;
+  for (size_t d = 0; d < devs.size(); ++d) {
+    DeviceResult r;
+    r.device = devs[d].name;
+    r.t_start_ns = ~0ull;
+    r.buffer_slots = job.qd;
+    for (const CpuWorker& w : workers[d]) {
+      r.ios += w.ios;
+      r.reads += w.reads;
+      r.writes += w.writes;
+      r.errors += w.errors;
+      r.verify_errors += w.verify_bad;
+      r.lat_count += w.lat_n;
+      r.lat_sum_ns += w.lat_sum;
+      r.lat_max_ns = std::max(r.lat_max_ns, w.lat_max);
+      if (w.t_end) {
+        r.t_start_ns = std::min(r.t_start_ns, w.t_start);
+        r.t_end_ns = std::max(r.t_end_ns, w.t_end);
+      }
+      for (uint32_t b = 0; b < perf::hist::kBuckets; ++b) r.hist[b] += w.hist[b];
+      if (r.first_error.empty()) r.first_error = w.error;
+      if (r.first_verify_error.empty()) r.first_verify_error = w.verify_error;
+    }
+    if (r.t_start_ns == ~0ull) r.t_start_ns = 0;
+    r.bytes = r.ios * job.bs;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// ---------- output ----------
+
+struct Summary {
+  double seconds = 0, iops = 0, gbps = 0;
+  double mean = 0, p50 = 0, p99 = 0, p999 = 0, max = 0;  // µs
+};
+
+Summary summarize(const DeviceResult& r) {
+  Summary s;
+  s.seconds = r.seconds();
+  if (s.seconds > 0) {
+    s.iops = double(r.ios) / s.seconds;
+    s.gbps = double(r.bytes) / s.seconds / 1e9;
+  }
+  s.mean = r.lat_count ? double(r.lat_sum_ns) / double(r.lat_count) / 1e3 : 0;
+  s.p50 = perf::hist::percentile_ns(r.hist.data(), 0.50) / 1e3;
+  s.p99 = perf::hist::percentile_ns(r.hist.data(), 0.99) / 1e3;
+  s.p999 = perf::hist::percentile_ns(r.hist.data(), 0.999) / 1e3;
+  s.max = double(r.lat_max_ns) / 1e3;
+  return s;
+}
+
+DeviceResult total_of(const std::vector<DeviceResult>& rs) {
+  DeviceResult t;
+  t.device = "total";
+  t.t_start_ns = ~0ull;
+  t.controller_cpu_s = 0;
+  for (const DeviceResult& r : rs) {
+    t.ios += r.ios;
+    t.reads += r.reads;
+    t.writes += r.writes;
+    t.errors += r.errors;
+    t.bytes += r.bytes;
+    t.verify_errors += r.verify_errors;
+    t.lat_count += r.lat_count;
+    t.lat_sum_ns += r.lat_sum_ns;
+    t.lat_max_ns = std::max(t.lat_max_ns, r.lat_max_ns);
+    if (r.t_end_ns) {
+      t.t_start_ns = std::min(t.t_start_ns, r.t_start_ns);
+      t.t_end_ns = std::max(t.t_end_ns, r.t_end_ns);
+    }
+    for (uint32_t b = 0; b < perf::hist::kBuckets; ++b) t.hist[b] += r.hist[b];
+    if (t.first_error.empty() && !r.first_error.empty()) t.first_error = r.device + ": " + r.first_error;
+    if (t.first_verify_error.empty() && !r.first_verify_error.empty())
+      t.first_verify_error = r.device + ": " + r.first_verify_error;
+    if (r.controller_cpu_s < 0 || t.controller_cpu_s < 0) t.controller_cpu_s = -1;
+    else t.controller_cpu_s += r.controller_cpu_s;
+    t.chunks += r.chunks;
+  }
+  if (t.t_start_ns == ~0ull) t.t_start_ns = 0;
+  return t;
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\', o += c;
+    else if (uint8_t(c) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", c);
+      o += b;
+    } else o += c;
+  }
+  return o + "\"";
+}
+
+std::string num(double v, int prec) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+std::string u64(uint64_t v) { return std::to_string(v); }
+std::string cpu_or_null(double v) { return v < 0 ? "null" : num(v, 3); }
+
+std::string lat_json(const Summary& s) {
+  return "{\"mean\":" + num(s.mean, 2) + ",\"p50\":" + num(s.p50, 2) + ",\"p99\":" + num(s.p99, 2) +
+         ",\"p999\":" + num(s.p999, 2) + ",\"max\":" + num(s.max, 2) + "}";
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
-    cli::Args args(argc, argv, 1, {"device", "bs", "qd", "queues", "rw", "mix", "time", "count", "span"}, {"json", "help"});
+    std::vector<char*> rest;
+    Options o;
+    o.devices = take_devices(argc, argv, &rest);
+    cli::Args args(int(rest.size()), rest.data(), 1,
+                   {"path", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed", "timeout-ms"},
+                   {"json", "help", "fill", "verify", "no-fill", "allow-write", "gpu-check"});
+    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
     if (args.has("help")) {
       std::printf("%s%s", kHelp, host::device_string_help());
       return 0;
     }
-    const std::string device = args.get("device", "emu:ram,size=1G");
-    const uint64_t bs = args.get_size("bs", 128 * 1024);
-    const uint32_t qd = uint32_t(args.get_u64("qd", 32));
-    const uint32_t nq = uint32_t(args.get_u64("queues", 1));
-    const std::string rw = args.get("rw", "read");
-    const uint32_t mix = uint32_t(args.get_u64("mix", 70));
-    const double seconds = double(args.get_u64("time", 3));
-    const uint64_t count = args.get_u64("count", 0);
-    const bool json = args.has("json");
-    if (rw != "read" && rw != "write" && rw != "randread" && rw != "randwrite" && rw != "randrw")
-      throw cli::UsageError("--rw must be read, write, randread, randwrite or randrw");
-    if (qd == 0 || nq == 0) throw cli::UsageError("--qd and --queues must be at least 1");
-
-    host::ControllerOptions copts;
-    copts.io_queues_wanted = nq;
-    auto ctrl = host::open_controller(device, copts);
-    const auto& ns = ctrl->namespaces().at(0);
-    if (bs % ns.lba_bytes) throw cli::UsageError("--bs must be a multiple of the " + std::to_string(ns.lba_bytes) + "-byte block");
-    if (nq > ctrl->io_queues_granted())
-      throw cli::UsageError("--queues " + std::to_string(nq) + ": the controller granted only " +
-                            std::to_string(ctrl->io_queues_granted()));
-    const uint64_t span_blocks = std::min<uint64_t>(ns.blocks, args.get_size("span", ns.bytes()) / ns.lba_bytes);
-    const uint32_t blocks_per_io = uint32_t(bs / ns.lba_bytes);
-    if (span_blocks < blocks_per_io) throw cli::UsageError("--span is smaller than one block of --bs");
-    const uint32_t entries = std::min<uint32_t>(ctrl->max_queue_entries(), std::max<uint32_t>(qd + 1, 64));
-    std::vector<std::unique_ptr<host::QueuePair>> qps;
-    for (uint32_t q = 0; q < nq; ++q) qps.push_back(ctrl->create_io_queue_pair(uint16_t(q + 1), entries));
-
-    std::vector<Worker> workers(nq);
-    std::atomic<bool> go{false};
-    const uint64_t per_queue_count = count ? (count + nq - 1) / nq : 0;
-    rusage ru0{};
-    getrusage(RUSAGE_SELF, &ru0);
-    auto t_start = Clock::now();
-    std::vector<std::thread> threads;
-    for (uint32_t q = 0; q < nq; ++q) {
-      threads.emplace_back([&, q] {
-        Worker& w = workers[q];
-        try {
-          host::CpuIoOptions o;
-          o.queue_depth = qd;
-          o.max_command_bytes = bs;
-          host::CpuIo io(*ctrl, *qps[q], ns.nsid, o);
-          if (io.max_blocks_per_command() < blocks_per_io)
-            throw Error(ErrorKind::kInvalidArgument, "--bs exceeds the controller's max transfer (MDTS)");
-          host::DmaBuffer buf(ctrl->transport(), bs * qd);
-          std::memset(buf.host(), 0xA5, buf.size());
-          std::mt19937_64 rng(1234 + q);
-          const uint64_t slots = span_blocks / blocks_per_io;
-          uint64_t seq = (slots / nq) * q;
-          std::vector<Clock::time_point> started(qps[q]->entries());
-          std::vector<uint32_t> buf_slot_of(qps[q]->entries());
-          std::vector<uint32_t> free_buf;
-          for (uint32_t i = 0; i < qd; ++i) free_buf.push_back(i);
-          host::Completion done[64];
-          while (!go.load()) std::this_thread::yield();
-          const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-          uint64_t issued = 0;
-          uint32_t in_flight = 0;
-          uint32_t sample = 0;
-          for (;;) {
-            const bool more = per_queue_count ? issued < per_queue_count : Clock::now() < deadline;
-            bool rang = false;
-            while (more && in_flight < qd && (!per_queue_count || issued < per_queue_count)) {
-              const bool random = rw.rfind("rand", 0) == 0;
-              const uint64_t slot = random ? rng() % slots : (seq++ % slots);
-              bool is_read = rw == "read" || rw == "randread" || (rw == "randrw" && rng() % 100 < mix);
-              const uint32_t b = free_buf.back();
-              free_buf.pop_back();
-              const uint16_t cid = io.submit(host::IoRequest{is_read ? nvme::nvm_op::kRead : nvme::nvm_op::kWrite,
-                                                             slot * blocks_per_io, blocks_per_io, &buf, uint64_t(b) * bs},
-                                             false);
-              started[cid] = Clock::now();
-              buf_slot_of[cid] = b;
-              ++issued;
-              ++in_flight;
-              rang = true;
-            }
-            if (rang) io.ring();
-            if (in_flight == 0 && !more) break;
-            const uint32_t n = io.reap(done, 64);
-            const auto now = Clock::now();
-            for (uint32_t i = 0; i < n; ++i) {
-              --in_flight;
-              free_buf.push_back(buf_slot_of[done[i].cid]);
-              if (!done[i].ok()) {
-                ++w.errors;
-                if (w.error.empty()) w.error = nvme::describe(done[i].status);
-                continue;
-              }
-              ++w.ios;
-              w.bytes += bs;
-              if ((++sample & 7) == 0 || w.lat_us.size() < 100000)
-                w.lat_us.push_back(float(std::chrono::duration<double, std::micro>(now - started[done[i].cid]).count()));
-            }
-          }
-        } catch (const std::exception& e) {
-          w.error = e.what();
-          ++w.errors;
-        }
-      });
+    if (args.has("gpu-check")) {
+      std::string why;
+      const bool ok = perf::gpu_path_usable(&why);
+      std::printf("nvme_perf: GPU path %s%s\n", ok ? "usable" : "not usable: ", ok ? "" : why.c_str());
+      return ok ? 0 : 1;
     }
-    t_start = Clock::now();
-    go = true;
-    for (auto& t : threads) t.join();
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t_start).count();
-    rusage ru1{};
-    getrusage(RUSAGE_SELF, &ru1);
-    auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
-    const double cpu_s = tv(ru1.ru_utime) - tv(ru0.ru_utime) + tv(ru1.ru_stime) - tv(ru0.ru_stime);
+    if (o.devices.empty()) o.devices.push_back("emu:ram,size=1G");
+    if (o.devices.size() > 4) throw cli::UsageError("--device: at most 4 devices (got " + std::to_string(o.devices.size()) + ")");
+    o.path = args.get("path", "cpu");
+    o.bs = args.get_size("bs", 128 * 1024);
+    o.qd = uint32_t(std::min<uint64_t>(args.get_u64("qd", 32), 1u << 20));
+    o.nq = uint32_t(std::min<uint64_t>(args.get_u64("queues", 1), 1u << 16));
+    o.rw = args.get("rw", "read");
+    o.mix = uint32_t(std::min<uint64_t>(args.get_u64("mix", 70), 1000));
+    o.seconds = args.has("time") ? parse_seconds(args.get("time")) : 3.0;
+    o.count = args.get_u64("count", 0);
+    o.span = args.get_size("span", 0);
+    o.seed = args.get_u64("seed", 1);
+    o.timeout_ms = args.get_u64("timeout-ms", 5000);
+    o.verify = args.has("verify");
+    o.fill = args.has("fill") || (o.verify && !args.has("no-fill"));
+    if (args.has("no-fill") && (args.has("fill") || !o.verify)) throw cli::UsageError("--no-fill goes with --verify, without --fill");
+    o.allow_write = args.has("allow-write");
+    o.json = args.has("json");
+    if (o.path != "cpu" && o.path != "gpu") throw cli::UsageError("--path must be cpu or gpu");
+    if (o.rw != "read" && o.rw != "write" && o.rw != "randread" && o.rw != "randwrite" && o.rw != "rw" && o.rw != "randrw")
+      throw cli::UsageError("--rw must be read, write, randread, randwrite, rw or randrw");
+    if (o.mix > 100) throw cli::UsageError("--mix is a percentage: 0..100");
+    if (o.qd == 0 || o.nq == 0) throw cli::UsageError("--qd and --queues must be at least 1");
+    if (o.bs == 0 || o.bs % 512) throw cli::UsageError("--bs must be a positive multiple of 512");
+    if (o.timeout_ms == 0 || o.timeout_ms > 3600000) throw cli::UsageError("--timeout-ms must be 1..3600000");
+    const uint32_t read_pct = read_pct_of(o);
+    const bool writes = read_pct < 100 || o.fill;
+    for (const std::string& d : o.devices)
+      if (writes && !emu::is_emu_device(d) && !o.allow_write)
+        throw cli::UsageError(d + ": this run writes (--rw " + o.rw + (o.fill ? ", --fill/--verify" : "") +
+                              ") and would overwrite data on a real device; add --allow-write to permit it");
 
-    uint64_t ios = 0, bytes = 0, errors = 0;
-    std::vector<float> lat;
-    std::string first_error;
-    for (auto& w : workers) {
-      ios += w.ios;
-      bytes += w.bytes;
-      errors += w.errors;
-      lat.insert(lat.end(), w.lat_us.begin(), w.lat_us.end());
-      if (first_error.empty()) first_error = w.error;
+    const bool gpu = o.path == "gpu";
+    if (gpu) perf::gpu_init();  // before the devices open: CUDA's own threads are not controller threads
+
+    // Open every device, noting the threads that appear meanwhile (the emulator's controller threads).
+    std::vector<Dev> devs(o.devices.size());
+    CpuWindow window;
+    const uint32_t extra = o.fill ? 1 : 0;
+    for (size_t k = 0; k < o.devices.size(); ++k) {
+      Dev& d = devs[k];
+      d.name = o.devices[k];
+      host::ControllerOptions copts;
+      copts.io_queues_wanted = o.nq + extra;
+      const auto before = thread_ids();
+      d.ctrl = host::open_controller(d.name, copts);
+      const auto after = thread_ids();
+      std::vector<pid_t> fresh;
+      std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(fresh));
+      window.ctrl_threads.push_back(fresh);
+      d.ns = d.ctrl->namespaces().at(0);
+      if (o.nq + extra > d.ctrl->io_queues_granted())
+        throw cli::UsageError(d.name + ": --queues " + std::to_string(o.nq) + (extra ? " (+1 to fill)" : "") +
+                              ": the controller granted only " + std::to_string(d.ctrl->io_queues_granted()));
     }
-    std::sort(lat.begin(), lat.end());
-    auto pct = [&](double p) { return lat.empty() ? 0.0 : double(lat[std::min<size_t>(lat.size() - 1, size_t(p * lat.size()))]); };
-    for (auto& qp : qps) ctrl->delete_io_queue_pair(*qp);
-    const double iops = double(ios) / elapsed, gbs = double(bytes) / elapsed / 1e9;
-    if (json) {
-      std::printf(
-          "{\"device\":\"%s\",\"path\":\"cpu\",\"rw\":\"%s\",\"bs\":%llu,\"qd\":%u,\"queues\":%u,\"seconds\":%.3f,"
-          "\"ios\":%llu,\"errors\":%llu,\"iops\":%.1f,\"gbps\":%.4f,\"lat_us\":{\"p50\":%.2f,\"p99\":%.2f,\"p999\":%.2f},"
-          "\"cpu_seconds\":%.3f}\n",
-          device.c_str(), rw.c_str(), static_cast<unsigned long long>(bs), qd, nq, elapsed,
-          static_cast<unsigned long long>(ios), static_cast<unsigned long long>(errors), iops, gbs, pct(0.5), pct(0.99),
-          pct(0.999), cpu_s);
+    const uint32_t lba_bytes = devs[0].ns.lba_bytes;
+    uint64_t span_blocks = ~0ull;
+    for (const Dev& d : devs) {
+      if (d.ns.lba_bytes != lba_bytes)
+        throw cli::UsageError("--device: all devices need the same LBA size (" + devs[0].name + ": " +
+                              std::to_string(lba_bytes) + ", " + d.name + ": " + std::to_string(d.ns.lba_bytes) + ")");
+      span_blocks = std::min(span_blocks, d.ns.blocks);
+      const uint64_t max_bytes = uint64_t(d.ctrl->max_blocks_per_command(d.ns.nsid)) * lba_bytes;
+      if (o.bs > max_bytes)
+        throw cli::UsageError(d.name + ": --bs " + human_bytes(o.bs) + " is more than one command can move (" +
+                              human_bytes(max_bytes) + ", MDTS" +
+                              (emu::is_emu_device(d.name) ? "; for emu: add mdts=9 for 2M or mdts=0 for no limit)" : ")"));
+    }
+    if (o.bs % lba_bytes) throw cli::UsageError("--bs must be a multiple of the " + std::to_string(lba_bytes) + "-byte block");
+    if (o.span) span_blocks = std::min(span_blocks, o.span / lba_bytes);
+    const uint32_t blocks = uint32_t(o.bs / lba_bytes);
+    if (span_blocks < blocks) throw cli::UsageError("--span is smaller than one command of --bs");
+
+    const uint32_t max_entries = devs[0].ctrl->max_queue_entries();
+    for (const Dev& d : devs)
+      if (o.qd + 1 > d.ctrl->max_queue_entries())
+        throw cli::UsageError(d.name + ": --qd " + std::to_string(o.qd) + " needs " + std::to_string(o.qd + 1) +
+                              "-entry queues; the controller allows " + std::to_string(d.ctrl->max_queue_entries()));
+    (void)max_entries;
+
+    Job job;
+    job.pattern.first_lba = 0;
+    job.pattern.blocks = blocks;
+    job.pattern.slots = span_blocks / blocks;
+    job.pattern.queues = o.nq;
+    job.pattern.read_pct = read_pct;
+    job.pattern.random = o.rw.rfind("rand", 0) == 0 ? 1 : 0;
+    job.pattern.seed = o.seed;
+    job.bs = o.bs;
+    job.lba_bytes = lba_bytes;
+    job.qd = o.qd;
+    job.seconds = o.seconds;
+    job.per_queue_count = o.count ? (o.count + o.nq - 1) / o.nq : 0;
+    job.timeout_ns = o.timeout_ms * 1000000ull;
+    job.verify = o.verify;
+
+    if (o.fill)
+      for (Dev& d : devs) fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * blocks, o.json);
+
+    host::DmaOptions gm;
+    gm.gpu_mapped = gpu;
+    for (Dev& d : devs) {
+      const uint32_t entries = std::min<uint32_t>(d.ctrl->max_queue_entries(), std::max<uint32_t>(o.qd + 1, 64));
+      for (uint32_t q = 0; q < o.nq; ++q)
+        d.qps.push_back(gpu ? d.ctrl->create_io_queue_pair(uint16_t(q + 1), entries, gm)
+                            : d.ctrl->create_io_queue_pair(uint16_t(q + 1), entries));
+    }
+
+    std::vector<DeviceResult> results;
+    if (gpu) {
+      std::vector<perf::GpuDevice> gd;
+      for (Dev& d : devs) {
+        perf::GpuDevice g;
+        g.name = d.name;
+        g.controller = d.ctrl.get();
+        g.nsid = d.ns.nsid;
+        for (auto& qp : d.qps) g.queues.push_back(qp.get());
+        gd.push_back(std::move(g));
+      }
+      results = perf::run_gpu(gd, job, [&] { window.start(); }, [&] { window.end(); });
     } else {
-      std::printf("device %s  path cpu  rw %s  bs %llu  qd %u  queues %u\n", device.c_str(), rw.c_str(),
-                  static_cast<unsigned long long>(bs), qd, nq);
-      std::printf("  %-12s %14s %10s %10s %10s %10s %10s\n", "ios", "IOPS", "GB/s", "p50 us", "p99 us", "p99.9 us", "CPU s");
-      std::printf("  %-12llu %14.0f %10.3f %10.1f %10.1f %10.1f %10.2f\n", static_cast<unsigned long long>(ios), iops, gbs,
-                  pct(0.5), pct(0.99), pct(0.999), cpu_s);
-      if (errors) std::printf("  %llu errors; first: %s\n", static_cast<unsigned long long>(errors), first_error.c_str());
+      results = run_cpu(devs, job, window);
     }
-    return errors ? 1 : 0;
+    for (size_t k = 0; k < results.size(); ++k) results[k].controller_cpu_s = window.ctrl_s.at(k);
+    if (!gpu)
+      for (Dev& d : devs)
+        for (auto& qp : d.qps) d.ctrl->delete_io_queue_pair(*qp);
+
+    const DeviceResult total = total_of(results);
+    const Summary ts = summarize(total);
+    const double cpu_s = window.process_s();
+    const double ctrl_s = total.controller_cpu_s;
+    const double host_s = ctrl_s < 0 ? -1 : std::max(0.0, cpu_s - ctrl_s);
+    const bool failed = total.errors != 0 || total.verify_errors != 0 || total.ios == 0 ||
+                        std::any_of(results.begin(), results.end(), [](const DeviceResult& r) { return !r.faults.empty(); });
+    std::string first_error = total.first_error.empty() ? total.first_verify_error : total.first_error;
+    if (first_error.empty() && total.ios == 0) first_error = "no command completed";
+
+    if (o.json) {
+      std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"path\":" + json_str(o.path) + ",\"devices\":[";
+      for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_str(devs[k].name);
+      j += "],\"device\":" + json_str(devs[0].name) + ",\"rw\":" + json_str(o.rw) + ",\"mix\":" + u64(read_pct) +
+           ",\"bs\":" + u64(o.bs) + ",\"qd\":" + u64(o.qd) + ",\"queues\":" + u64(o.nq) +
+           ",\"time_s\":" + (o.count ? std::string("null") : num(o.seconds, 3)) + ",\"count\":" + u64(o.count) +
+           ",\"span_bytes\":" + u64(job.pattern.slots * o.bs) + ",\"seed\":" + u64(o.seed) +
+           ",\"fill\":" + (o.fill ? "true" : "false") + ",\"verify\":" + (o.verify ? "true" : "false") +
+           ",\"seconds\":" + num(ts.seconds, 4) + ",\"ios\":" + u64(total.ios) + ",\"reads\":" + u64(total.reads) +
+           ",\"writes\":" + u64(total.writes) + ",\"errors\":" + u64(total.errors) +
+           ",\"verify_errors\":" + u64(total.verify_errors) + ",\"iops\":" + num(ts.iops, 1) +
+           ",\"gbps\":" + num(ts.gbps, 4) + ",\"lat_us\":" + lat_json(ts) + ",\"cpu_seconds\":" + num(cpu_s, 3) +
+           ",\"controller_cpu_seconds\":" + cpu_or_null(ctrl_s) + ",\"host_cpu_seconds\":" + cpu_or_null(host_s) +
+           ",\"per_device\":[";
+      for (size_t k = 0; k < results.size(); ++k) {
+        const DeviceResult& r = results[k];
+        const Summary s = summarize(r);
+        j += std::string(k ? "," : "") + "{\"device\":" + json_str(r.device) + ",\"seconds\":" + num(s.seconds, 4) +
+             ",\"ios\":" + u64(r.ios) + ",\"reads\":" + u64(r.reads) + ",\"writes\":" + u64(r.writes) +
+             ",\"errors\":" + u64(r.errors) + ",\"verify_errors\":" + u64(r.verify_errors) + ",\"iops\":" + num(s.iops, 1) +
+             ",\"gbps\":" + num(s.gbps, 4) + ",\"lat_us\":" + lat_json(s) +
+             ",\"controller_cpu_seconds\":" + cpu_or_null(r.controller_cpu_s) + ",\"buffer_slots\":" + u64(r.buffer_slots) +
+             ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_str(r.first_verify_error)) : json_str(r.first_error)) +
+             ",\"faults\":" + (r.faults.empty() ? "null" : json_str(r.faults)) + ",\"chunks\":" + u64(r.chunks) + "}";
+      }
+      j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_str(first_error)) + "}";
+      std::printf("%s\n", j.c_str());
+    } else {
+      std::printf("nvme_perf  path %s  rw %s (%u%% reads)  bs %s  qd %u  queues %u  %s%s%s\n", o.path.c_str(), o.rw.c_str(),
+                  read_pct, human_bytes(o.bs).c_str(), o.qd, o.nq,
+                  o.count ? ("count " + u64(o.count)).c_str() : ("time " + num(o.seconds, 2) + " s").c_str(),
+                  o.fill ? "  filled" : "", o.verify ? "  verified" : "");
+      const int wdev = 34;
+      std::printf("  %-*s %12s %12s %9s %9s %9s %9s %9s %9s %7s\n", wdev, "device", "ios", "IOPS", "GB/s", "mean us",
+                  "p50 us", "p99 us", "p99.9 us", "max us", "errors");
+      auto row = [&](const DeviceResult& r) {
+        const Summary s = summarize(r);
+        std::string name = r.device;
+        if (int(name.size()) > wdev) name = name.substr(0, wdev - 3) + "...";
+        std::printf("  %-*s %12llu %12.0f %9.3f %9.1f %9.1f %9.1f %9.1f %9.1f %7llu\n", wdev, name.c_str(),
+                    (unsigned long long)r.ios, s.iops, s.gbps, s.mean, s.p50, s.p99, s.p999, s.max,
+                    (unsigned long long)(r.errors + r.verify_errors));
+      };
+      for (const DeviceResult& r : results) row(r);
+      if (results.size() > 1) row(total);
+      std::printf("  CPU time %.2f s over %.2f s: ", cpu_s, ts.seconds);
+      if (ctrl_s >= 0)
+        std::printf("%.2f s emulator controller threads, %.2f s the rest (%s)\n", ctrl_s, host_s,
+                    gpu ? "host waiting on the GPU, CUDA runtime" : "host I/O threads");
+      else
+        std::printf("process total (controller threads not separable)\n");
+      for (const DeviceResult& r : results) {
+        if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", r.device.c_str(), r.first_error.c_str());
+        if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", r.device.c_str(), r.faults.c_str());
+        if (r.verify_errors)
+          std::printf("  %s: %llu verify mismatches; first: %s\n", r.device.c_str(), (unsigned long long)r.verify_errors,
+                      r.first_verify_error.c_str());
+      }
+      if (total.ios == 0) std::printf("  no command completed\n");
+    }
+    return failed ? 1 : 0;
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "nvme_perf: %s\n", e.what());
     return 2;
