@@ -167,16 +167,6 @@ const uint32_t* GpuSubmitter::device_state(uint64_t ticket) const {
   return &records_device_[at(ticket, "device_state").record].state;
 }
 
-GpuTicketTimes GpuSubmitter::times(uint64_t ticket) const {
-  const GpuTicketRecord& r = records_host_[at(ticket, "times").record];
-  GpuTicketTimes t;
-  if (r.state != ticket_state::kPending && r.start_ns != ~0ull) {
-    t.start_ns = r.start_ns;
-    t.end_ns = r.end_ns;
-  }
-  return t;
-}
-
 bool GpuSubmitter::done(uint64_t ticket) {
   const cudaError_t e = cudaEventQuery(ev(at(ticket, "done").event));
   return e != cudaErrorNotReady;  // an error also ends the ticket: wait() reports it
@@ -203,9 +193,13 @@ std::string GpuSubmitter::describe_failure(const Ticket& t, const GpuTicketRecor
   return s;
 }
 
-void GpuSubmitter::retire(uint64_t ticket, Ticket& t) {
+void GpuSubmitter::retire(uint64_t ticket, Ticket& t, GpuTicketTimes* times) {
   const cudaError_t e = cudaEventQuery(ev(t.event));
   const GpuTicketRecord r = records_host_[t.record];
+  if (times && r.state != ticket_state::kPending && r.start_ns != ~0ull) {
+    times->start_ns = r.start_ns;
+    times->end_ns = r.end_ns;
+  }
   const std::string failure =
       e != cudaSuccess ? std::string("GPU submitter: the read kernel failed: ") + cudaGetErrorString(e)
       : r.state == ticket_state::kOk ? std::string()
@@ -221,7 +215,7 @@ void GpuSubmitter::retire(uint64_t ticket, Ticket& t) {
                 nvme::Status{uint16_t(r.first_error != ~0ull ? r.first_error & 0xFFFF : 0)});
 }
 
-void GpuSubmitter::wait(uint64_t ticket) {
+void GpuSubmitter::wait(uint64_t ticket, GpuTicketTimes* times) {
   auto it = tickets_.find(ticket);
   if (it == tickets_.end())
     throw Error(ErrorKind::kInvalidArgument, "GPU submitter wait: unknown ticket " + std::to_string(ticket));
@@ -235,7 +229,7 @@ void GpuSubmitter::wait(uint64_t ticket) {
                       " ms; its stream may be waiting on other work (a consumer kernel that never releases a slot?)");
     if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  retire(ticket, it->second);
+  retire(ticket, it->second, times);
 }
 
 }  // namespace gpunvme::stream

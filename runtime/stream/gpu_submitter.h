@@ -74,8 +74,6 @@ class GpuSubmitter final : public Submitter {
   // Device pointer to the ticket's state word (ticket_state::*); stays this ticket's until
   // max_tickets - 1 later tickets were issued (records are reused oldest first).
   const uint32_t* device_state(uint64_t ticket) const;
-  // GPU start/end of a finished ticket (call after done() or before wait() forgets it).
-  GpuTicketTimes times(uint64_t ticket) const;
 
   // For other components' kernels (the GPU expert fetcher): allocates a ticket, calls `launch` to
   // enqueue kernels on `stream` that finish the ticket through pump_ticket (gpu_ticket_pump.cuh),
@@ -87,7 +85,9 @@ class GpuSubmitter final : public Submitter {
   uint64_t issue(std::span<const nvme::SubmissionEntry> commands) override;
   void progress() override {}
   bool done(uint64_t ticket) override;
-  void wait(uint64_t ticket) override;
+  void wait(uint64_t ticket) override { wait(ticket, nullptr); }
+  // Same, and the ticket's GPU timestamps (filled also when it throws for a failed read).
+  void wait(uint64_t ticket, GpuTicketTimes* times);
 
   uint32_t queue_count() const;
   device::DeviceQueueSet& queues() { return *set_; }
@@ -103,7 +103,7 @@ class GpuSubmitter final : public Submitter {
   };
   uint64_t new_ticket(Ticket t, cuda_stream_t stream, const std::function<void(const TicketLaunch&)>& launch);
   const Ticket& at(uint64_t ticket, const char* what) const;
-  void retire(uint64_t ticket, Ticket& t);  // frees the ticket's resources; throws on its error
+  void retire(uint64_t ticket, Ticket& t, GpuTicketTimes* times);  // frees the ticket; throws on its error
   std::string describe_failure(const Ticket& t, const GpuTicketRecord& r) const;
 
   host::Controller& controller_;

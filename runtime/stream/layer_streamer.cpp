@@ -324,10 +324,10 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
   if (!g.ticket_retired) {
     if (!block && !submitter_.done(g.ticket)) return false;
     auto* sub = gpu_submitter("sync");
-    const GpuTicketTimes t = sub->times(g.ticket);
+    GpuTicketTimes t;
     g.ticket_retired = true;  // wait() forgets the ticket even when it throws
     if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
-    sub->wait(g.ticket);
+    sub->wait(g.ticket, &t);
     LayerTiming lt;
     lt.layer = g.layer;
     lt.bytes = g.bytes;
