@@ -3,10 +3,11 @@
 GB/s vs block size (sequential read), CPU and GPU paths on one figure each, PNGs into docs/img/.
 
 usage: python3 scripts/plot_perf.py [SWEEP.jsonl] [--out-dir docs/img] [--prefix perf] [--note TEXT]
-                                    [--all] [--markdown]
+                                    [--watermark TEXT] [--all] [--markdown]
 
 Uses the points after the last "sweep" record of the file (--all: every point; a later point with the
 same path and x wins). --note adds a line under the title (e.g. "sample from the 2-core dev box").
+--watermark writes TEXT large and faint across the plot (e.g. "DEV BOX SAMPLE").
 --markdown also prints both tables in Markdown, for docs/performance.md. Needs matplotlib
 (pip install matplotlib); the JSON can come from another machine.
 """
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 
 def load(path, use_all):
@@ -65,8 +67,16 @@ STYLE = {"cpu": dict(color="tab:blue", marker="o", label="CPU-initiated (host th
          "gpu": dict(color="tab:green", marker="s", label="GPU-initiated (warp per queue)")}
 
 
-def figure(plt, data, value, xlabel, ylabel, title, subtitle, xfmt, path, yscale):
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+def si(v, _pos=None):
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(v) >= div:
+            return f"{v / div:g}{unit}"
+    return f"{v:g}"
+
+
+def figure(plt, data, value, xlabel, ylabel, title, subtitle, xfmt, path, yscale, watermark, ysi):
+    from matplotlib.ticker import FuncFormatter
+    fig, ax = plt.subplots(figsize=(8, 5.4), dpi=110)
     for p in sorted(data):
         xs = sorted(data[p])
         ax.plot(xs, [value(data[p][x]) for x in xs], **STYLE.get(p, dict(label=p, marker="^")))
@@ -76,12 +86,18 @@ def figure(plt, data, value, xlabel, ylabel, title, subtitle, xfmt, path, yscale
     xs_all = sorted({x for p in data for x in data[p]})
     ax.set_xticks(xs_all)
     ax.set_xticklabels([xfmt(x) for x in xs_all])
-    ax.minorticks_off() if yscale is None else None
+    if ysi:
+        ax.yaxis.set_major_formatter(FuncFormatter(si))
+    ax.set_ylim(bottom=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="best")
-    ax.set_title(title + ("\n" + subtitle if subtitle else ""), fontsize=10)
+    lines = [title] + [w for part in subtitle for w in textwrap.wrap(part, 95)]
+    ax.set_title("\n".join(lines), fontsize=9)
+    if watermark:
+        ax.text(0.5, 0.5, watermark, transform=ax.transAxes, fontsize=34, color="gray", alpha=0.18,
+                ha="center", va="center", rotation=20, fontweight="bold")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -110,9 +126,10 @@ def markdown(data, xname, xfmt):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("input", nargs="?", default="perf_sweep.jsonl")
-    ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img"))
+    ap.add_argument("--out-dir", default=os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "img")))
     ap.add_argument("--prefix", default="perf")
     ap.add_argument("--note", default="")
+    ap.add_argument("--watermark", default="")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
@@ -133,19 +150,21 @@ def main():
     bs = series(points, lambda r: r["bs"] if r.get("rw") == "read" else None)
     dev = meta.get("device") or (points[0].get("devices") or [points[0].get("device", "?")])[0]
     queues = meta.get("queues", points[0].get("queues", 1))
-    sub = "; ".join(s for s in (meta.get("machine", ""), f"{dev}, {queues} queue(s), {meta.get('time_s', '?')} s per point",
-                                a.note) if s)
+    sub = [s for s in (meta.get("machine", ""),
+                       f"{dev}, {queues} queue(s), {meta.get('time_s', '?')} s per point"
+                       + (", filled" if meta.get("fill") else "") + (f", git {meta['git']}" if meta.get("git") else ""),
+                       a.note) if s]
     if qd:
         figure(plt, qd, lambda r: r["iops"], "queue depth (per queue)", "IOPS",
                "nvme_perf: IOPS vs queue depth, 4 KiB random reads", sub, str,
-               os.path.join(a.out_dir, f"{a.prefix}_iops_vs_qd.png"), None)
+               os.path.join(a.out_dir, f"{a.prefix}_iops_vs_qd.png"), None, a.watermark, True)
     else:
         print("plot_perf: no 4K randread points: IOPS vs QD not drawn", file=sys.stderr)
     if bs:
         bs_qd = sorted({r["qd"] for p in bs for r in bs[p].values()})
         figure(plt, bs, lambda r: r["gbps"], "block size", "GB/s (10^9 B/s)",
                f"nvme_perf: bandwidth vs block size, sequential reads, QD {','.join(map(str, bs_qd))}", sub, size_label,
-               os.path.join(a.out_dir, f"{a.prefix}_gbps_vs_bs.png"), None)
+               os.path.join(a.out_dir, f"{a.prefix}_gbps_vs_bs.png"), None, a.watermark, False)
     else:
         print("plot_perf: no sequential read points: GB/s vs block size not drawn", file=sys.stderr)
     if a.markdown:
