@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "host/io_patterns.h"
 #include "tests/gguf/gguf_builder.h"
 #include "tests/test_files.h"
 
@@ -30,16 +31,6 @@ struct TempPath {
   ~TempPath() { ::unlink(path.c_str()); }
   TempPath(const TempPath&) = delete;
 };
-
-inline void fill_xorshift(uint8_t* p, uint64_t n, uint64_t seed) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (uint64_t i = 0; i < n; ++i) {
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    p[i] = uint8_t((x * 0x2545F4914F6CDD1Dull) >> 56);
-  }
-}
 
 // A small MoE-style model: token_embd sized to reach about `bytes`, 3 layers with attention and
 // stacked experts (4 experts), output tensors. F32 (type 0) throughout; alignment 32.
@@ -61,7 +52,7 @@ inline std::vector<uint8_t> make_model(uint64_t bytes, const std::string& name =
   s.tensors.push_back({"output_norm.weight", {96}, 0, 4 * 96});
   s.tensors.push_back({"output.weight", {96, 13}, 0, 4 * 96 * 13});
   auto built = build(s);
-  fill_xorshift(built.bytes.data() + built.data_offset, built.bytes.size() - built.data_offset, seed);
+  gpunvme::host::fill_pattern(built.bytes.data() + built.data_offset, built.bytes.size() - built.data_offset, seed);
   return built.bytes;
 }
 
