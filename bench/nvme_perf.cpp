@@ -79,6 +79,7 @@ const char* kHelp =
     "  --timeout-ms N    a queue with no completion for N ms stops with an error (default 5000)\n"
     "  --allow-write     permit writes (write/rw modes, --fill, --verify) on a device that is not emu:\n"
     "  --json            print one JSON object (one line) instead of the table\n"
+    "  --label TEXT      free text copied into the JSON (\"label\") and the table's title line\n"
     "  --gpu-check       print whether the GPU path can run here; exit 0 if so, 1 if not\n"
     "\n"
     "Latency: submission to reaped completion per successful command (CPU: steady_clock; GPU:\n"
@@ -86,7 +87,7 @@ const char* kHelp =
     "percentiles are the middle of the nearest-rank bucket (within 3.2%). The GPU path stops issuing\n"
     "when --time has passed (checked every ~10 ms of commands) and drains what is in flight.\n"
     "\n"
-    "JSON keys (stable): tool, version, path, devices[], device (first), rw, mix (read %), bs, qd,\n"
+    "JSON keys (stable): tool, version, label, path, devices[], device (first), rw, mix (read %), bs, qd,\n"
     "  queues, time_s, count, span_bytes, seed, fill, verify, seconds, ios, reads, writes, errors,\n"
     "  verify_errors, iops, gbps (10^9 B/s), lat_us{mean,p50,p99,p999,max}, cpu_seconds (process, run\n"
     "  window), controller_cpu_seconds (emulator controller threads; null when unknown),\n"
@@ -166,6 +167,7 @@ struct Options {
   uint64_t seed = 1;
   bool fill = false, verify = false, allow_write = false, json = false;
   uint64_t timeout_ms = 5000;
+  std::string label;
 };
 
 uint32_t read_pct_of(const Options& o) {
@@ -504,7 +506,7 @@ int main(int argc, char** argv) {
     Options o;
     o.devices = take_devices(argc, argv, &rest);
     cli::Args args(int(rest.size()), rest.data(), 1,
-                   {"path", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed", "timeout-ms"},
+                   {"path", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed", "timeout-ms", "label"},
                    {"json", "help", "fill", "verify", "no-fill", "allow-write", "gpu-check"});
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
     if (args.has("help")) {
@@ -535,6 +537,7 @@ int main(int argc, char** argv) {
     if (args.has("no-fill") && (args.has("fill") || !o.verify)) throw cli::UsageError("--no-fill goes with --verify, without --fill");
     o.allow_write = args.has("allow-write");
     o.json = args.has("json");
+    o.label = args.get("label", "");
     if (o.path != "cpu" && o.path != "gpu") throw cli::UsageError("--path must be cpu or gpu");
     if (o.rw != "read" && o.rw != "write" && o.rw != "randread" && o.rw != "randwrite" && o.rw != "rw" && o.rw != "randrw")
       throw cli::UsageError("--rw must be read, write, randread, randwrite, rw or randrw");
@@ -656,7 +659,9 @@ int main(int argc, char** argv) {
     if (first_error.empty() && total.ios == 0) first_error = "no command completed";
 
     if (o.json) {
-      std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"path\":" + json_str(o.path) + ",\"devices\":[";
+      std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"label\":" +
+                      (o.label.empty() ? std::string("null") : json_str(o.label)) + ",\"path\":" + json_str(o.path) +
+                      ",\"devices\":[";
       for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_str(devs[k].name);
       j += "],\"device\":" + json_str(devs[0].name) + ",\"rw\":" + json_str(o.rw) + ",\"mix\":" + u64(read_pct) +
            ",\"bs\":" + u64(o.bs) + ",\"qd\":" + u64(o.qd) + ",\"queues\":" + u64(o.nq) +
@@ -683,6 +688,7 @@ int main(int argc, char** argv) {
       j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_str(first_error)) + "}";
       std::printf("%s\n", j.c_str());
     } else {
+      if (!o.label.empty()) std::printf("%s\n", o.label.c_str());
       std::printf("nvme_perf  path %s  rw %s (%u%% reads)  bs %s  qd %u  queues %u  %s%s%s\n", o.path.c_str(), o.rw.c_str(),
                   read_pct, human_bytes(o.bs).c_str(), o.qd, o.nq,
                   o.count ? ("count " + u64(o.count)).c_str() : ("time " + num(o.seconds, 2) + " s").c_str(),

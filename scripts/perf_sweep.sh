@@ -3,6 +3,9 @@
 #   1. IOPS vs queue depth: 4K randread at QD 1..256
 #   2. bandwidth vs block size: sequential read, 4K..2M at QD $BS_QD
 # for the CPU path and, where a GPU is present (nvme_perf --gpu-check), the GPU path.
+# Before the sweep, each path runs a self-check (CHECK=1, default): mixed random reads and writes
+# with --verify (every read's block stamps compared), a --count run and, with one device, the same
+# workload on two devices at once; they are labelled "check" and reported PASS/FAIL.
 # The first line appended is a "sweep" record (machine, device, settings); plot_perf.py plots the
 # points after the last such record. A point that fails is reported on stderr and skipped.
 #
@@ -23,6 +26,7 @@
 #   PATHS      "cpu gpu" / "cpu" / "gpu" (default: cpu, plus gpu when nvme_perf --gpu-check passes)
 #   MACHINE    free text for the plots' titles (default: core count, CPU model, GPU name)
 #   EXTRA      more nvme_perf options, e.g. "--allow-write" (not needed for reads)
+#   CHECK      1: self-checks first (default 1 on emu:, 0 elsewhere: they write)
 set -uo pipefail
 
 OUT=${1:-perf_sweep.jsonl}
@@ -48,8 +52,9 @@ EXTRA=${EXTRA:-}
 case "$DEVICE" in
   emu:*)
     FILL=${FILL:-1}
+    CHECK=${CHECK:-1}
     case ",$DEVICE," in *,mdts=*|*,drive=*) ;; *) DEVICE="$DEVICE,mdts=9" ;; esac ;;
-  *) FILL=${FILL:-0} ;;
+  *) FILL=${FILL:-0}; CHECK=${CHECK:-0} ;;
 esac
 if [ -z "${PATHS:-}" ]; then
   PATHS=cpu
@@ -80,7 +85,7 @@ point() {  # label, then nvme_perf options
   local label=$1; shift
   local line err rc
   err=$(mktemp)
-  line=$(timeout "$limit" "$NVME_PERF" "${common[@]}" "$@" 2>"$err")
+  line=$(timeout "$limit" "$NVME_PERF" "${common[@]}" "$@" --label "$label" 2>"$err")
   rc=$?
   if [ -n "$line" ] && [ "${line:0:1}" = "{" ]; then
     echo "$line" >> "$OUT"
@@ -98,9 +103,19 @@ point() {  # label, then nvme_perf options
 }
 
 start=$(date +%s)
+if [ "$CHECK" = 1 ]; then
+  for path in $PATHS; do
+    before=$failures
+    point "check $path randrw verify" --path "$path" --rw randrw --mix 70 --bs 16K --qd 32 --queues 2 --verify
+    point "check $path count" --path "$path" --rw randread --bs 4K --qd 64 --count 200000
+    point "check $path 2 devices" --path "$path" --rw randread --bs 4K --qd 32 --device "$DEVICE"
+    if [ $failures -eq $before ]; then echo "perf_sweep: self-check $path: PASS" >&2
+    else echo "perf_sweep: self-check $path: FAIL ($((failures - before)) of 3; see above and the JSON)" >&2; fi
+  done
+fi
 for path in $PATHS; do
-  for qd in $QDS; do point "$path randread 4K qd $qd" --path "$path" --rw randread --bs 4K --qd "$qd"; done
-  for bs in $BSS; do point "$path read $bs qd $BS_QD" --path "$path" --rw read --bs "$bs" --qd "$BS_QD"; done
+  for qd in $QDS; do point "qd-sweep $path randread 4K qd $qd" --path "$path" --rw randread --bs 4K --qd "$qd"; done
+  for bs in $BSS; do point "bs-sweep $path read $bs qd $BS_QD" --path "$path" --rw read --bs "$bs" --qd "$BS_QD"; done
 done
 echo "perf_sweep: done in $(( $(date +%s) - start )) s, $failures failed point(s); appended to $OUT" >&2
 echo "perf_sweep: plot with: python3 scripts/plot_perf.py $OUT" >&2

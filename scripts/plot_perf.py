@@ -146,8 +146,25 @@ def main():
         sys.exit(f"plot_perf: {a.input}: no nvme_perf points" + ("" if a.all else " after the last sweep record"))
     os.makedirs(a.out_dir, exist_ok=True)
 
-    qd = series(points, lambda r: r["qd"] if r.get("rw") == "randread" and r.get("bs") == 4096 else None)
-    bs = series(points, lambda r: r["bs"] if r.get("rw") == "read" else None)
+    # perf_sweep.sh labels its points "qd-sweep ..." / "bs-sweep ..." ("check ..." are self-checks);
+    # unlabelled points are picked by workload.
+    def kind(r):
+        lab = r.get("label") or ""
+        if lab:
+            return lab.split()[0]
+        if r.get("rw") == "randread" and r.get("bs") == 4096:
+            return "qd-sweep"
+        if r.get("rw") == "read":
+            return "bs-sweep"
+        return None
+
+    qd = series(points, lambda r: r["qd"] if kind(r) == "qd-sweep" else None)
+    bs = series(points, lambda r: r["bs"] if kind(r) == "bs-sweep" else None)
+    for r in points:
+        if kind(r) == "check":
+            ok = r.get("errors", 1) == 0 and r.get("verify_errors", 1) == 0 and r.get("ios", 0) > 0
+            print(f"plot_perf: self-check {'PASS' if ok else 'FAIL'}: {r.get('label')}"
+                  + ("" if ok else f" ({r.get('first_error')})"), file=sys.stderr)
     dev = meta.get("device") or (points[0].get("devices") or [points[0].get("device", "?")])[0]
     queues = meta.get("queues", points[0].get("queues", 1))
     sub = [s for s in (meta.get("machine", ""),
