@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "host/cpu_io.h"
+#include "host/dma_memory.h"
 #include "host/open_device.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/block_io.h"
@@ -19,6 +20,17 @@
 #include "runtime/model/lba_map.h"
 
 namespace example {
+
+// "auto" (the GPU when one is present), "gpu" or "cpu"; throws on anything else.
+inline bool use_gpu_path(const std::string& path) {
+  if (path == "cpu") return false;
+  std::string why;
+  const bool have = gpunvme::host::cuda_device_available(&why);
+  if (path == "gpu" && !have) throw std::runtime_error("--path gpu: " + why);
+  if (path != "gpu" && path != "auto") throw std::runtime_error("--path must be auto, gpu or cpu, not '" + path + "'");
+  return have;
+}
+
 
 struct Writer {
   std::vector<uint8_t> b;

@@ -4,6 +4,11 @@
 //
 //   fetch_experts [--device emu:ram,size=128M,lba=4096] [--gguf moe.gguf [--deployed]]
 //                 [--layers 8] [--experts 32] [--top-k 4] [--tokens 64] [--cache-mb 0] [--down-only]
+//                 [--path auto|gpu|cpu]
+//
+// --path gpu (the default where a GPU is present): the router is a kernel that writes the expert ids
+// into GPU memory, the GpuExpertFetcher's kernels place and read them, and a consumer kernel waits
+// for each expert's readiness and checksums its parts: no host round trip per token.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,6 +19,12 @@
 #include "runtime/cli/args.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/expert_fetcher.h"
+#if GPUNVME_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gpu_toys.h"
+#include "runtime/stream/gpu_expert_fetcher.h"
+#endif
 
 using namespace gpunvme;
 
@@ -27,16 +38,75 @@ uint64_t mix(uint64_t x) {
 
 const char* kUsage =
     "usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] "
-    "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only]\n";
+    "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only] [--path auto|gpu|cpu]\n";
+
+void print_metrics(const stream::FetcherMetrics& mt, const std::vector<uint32_t>& resident) {
+  std::printf("fetches %llu, experts requested %llu: %llu faulted (%.2f per fetch), %llu hits (%.1f%%), %.1f MB read\n",
+              (unsigned long long)mt.tokens, (unsigned long long)mt.requested, (unsigned long long)mt.faults,
+              mt.faults_per_token(), (unsigned long long)mt.hits, 100 * mt.hit_rate(), mt.bytes_read / 1e6);
+  std::printf("steady state: %llu fetches, %.2f faults per fetch; resident per layer:", (unsigned long long)mt.steady_tokens,
+              mt.steady_faults_per_token());
+  for (uint32_t n : resident) std::printf(" %u", n);
+  std::printf("\n");
+}
+
+#if GPUNVME_HAVE_CUDA
+// The GPU path: router, fetch and consumer kernels on one stream for every (token, layer).
+int fetch_on_gpu(host::Controller& ctrl, const example::OnDevice& m, const std::vector<uint8_t>& file,
+                 const stream::ExpertCatalog& cat, uint32_t top_k, uint32_t tokens, double cache_mb) {
+  example::GpuQueues q(ctrl, 2, 4, 256);
+  stream::GpuSubmitter gpu(ctrl, q.raw, 1);
+  stream::GpuExpertFetcher f(ctrl, gpu, cat, {.max_experts_per_fetch = top_k, .cache_bytes = uint64_t(cache_mb * 1e6)});
+  std::printf("GPU path: %zu queues; scratchpad %.2f MB, %.1f KB per expert, cache %u experts\n", q.raw.size(),
+              f.scratchpad().size() / 1e6, f.expert_slot_bytes() / 1e3, f.cache_capacity());
+  // What the consumer must find: every part's checksum from the file, and which experts exist.
+  std::vector<uint64_t> expected(size_t(cat.n_layers) * cat.n_experts * 4, 0);
+  std::vector<uint8_t> has(size_t(cat.n_layers) * cat.n_experts, 0);
+  for (uint32_t l = 0; l < cat.n_layers; ++l)
+    for (uint32_t e = 0; e < cat.n_experts; ++e) {
+      const auto& parts = cat.of(l, e);
+      has[size_t(l) * cat.n_experts + e] = !parts.empty();
+      for (size_t k = 0; k < parts.size(); ++k) {
+        const model::ExpertExtent* x = m.map->expert(l, e, parts[k].proj);
+        if (!x) throw std::runtime_error("an expert slice of the catalog is not in the map");
+        expected[(size_t(l) * cat.n_experts + e) * 4 + k] = example::toy_checksum(file.data() + x->file_offset, x->extent.byte_length);
+      }
+    }
+  example::DeviceVec<uint64_t> d_expected(expected);
+  example::DeviceVec<uint8_t> d_has(has);
+  example::DeviceVec<uint32_t> ids(top_k);
+  example::DeviceVec<unsigned long long> counters(2);  // parts checked, bad parts
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  auto ss = reinterpret_cast<stream::cuda_stream_t>(s);
+  const uint8_t* scratch = static_cast<const uint8_t*>(f.scratchpad().device());
+  for (uint32_t t = 0; t < tokens; ++t)
+    for (uint32_t l = 0; l < cat.n_layers; ++l) {
+      example::enqueue_router(ss, ids.p, top_k, t, l, cat.n_experts, d_has.p);
+      f.fetch(l, ids.p, top_k, ss);
+      example::enqueue_check_experts(ss, f.device_result(), f.device_experts(), scratch, d_expected.p, l, cat.n_experts,
+                                     counters.p, counters.p + 1);
+    }
+  f.wait();
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  const std::vector<unsigned long long> c = counters.get();
+  print_metrics(f.metrics(), f.resident_per_layer());
+  std::printf("verified %llu expert parts on the GPU against the file's checksums: %llu mismatches\n", c[0], c[1]);
+  std::printf(c[1] == 0 && c[0] > 0 ? "OK\n" : "FAIL\n");
+  return c[1] == 0 && c[0] > 0 ? 0 : 1;
+}
+#endif
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string device, gguf_path;
   bool deployed = false, down_only = false;
+  std::string path;
   uint32_t layers = 0, experts = 0, top_k = 0, tokens = 0;
   double cache_mb = 0;
   try {
-    const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "experts", "top-k", "tokens", "cache-mb"},
+    const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "experts", "top-k", "tokens", "cache-mb", "path"},
                          {"deployed", "down-only", "help"});
     if (args.has("help")) {
       std::printf("%s", kUsage);
@@ -53,6 +123,7 @@ int main(int argc, char** argv) {
     top_k = args.get_u32("top-k", 4);
     tokens = args.get_u32("tokens", 64);
     cache_mb = args.get_double("cache-mb", 0);
+    path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "fetch_experts: %s\n%s", e.what(), kUsage);
     return 2;
@@ -68,6 +139,11 @@ int main(int argc, char** argv) {
     std::printf("model: %s, %u layers with experts, %u experts each, %.1f MB; found: %s\n", m.file->model_name().c_str(),
                 cat.n_layers, cat.n_experts, file.size() / 1e6, m.detected.describe().c_str());
     if (cat.n_experts == 0) throw std::runtime_error("the model has no MoE experts");
+    if (example::use_gpu_path(path)) {
+#if GPUNVME_HAVE_CUDA
+      return fetch_on_gpu(*ctrl, m, file, cat, top_k, tokens, cache_mb);
+#endif
+    }
     stream::CpuSubmitter sub(*ctrl, *qp);
     stream::ExpertFetcher f(*ctrl, sub, cat,
                             {.max_experts_per_fetch = top_k, .cache_bytes = uint64_t(cache_mb * 1e6)});
@@ -104,14 +180,8 @@ int main(int argc, char** argv) {
       }
     }
     f.wait_all();
-    const auto& mt = f.metrics();
-    std::printf("fetches %llu, experts requested %llu: %llu faulted (%.2f per fetch), %llu hits (%.1f%%), %.1f MB read\n",
-                (unsigned long long)mt.tokens, (unsigned long long)mt.requested, (unsigned long long)mt.faults,
-                mt.faults_per_token(), (unsigned long long)mt.hits, 100 * mt.hit_rate(), mt.bytes_read / 1e6);
-    std::printf("steady state: %llu fetches, %.2f faults per fetch; resident per layer:", (unsigned long long)mt.steady_tokens,
-                mt.steady_faults_per_token());
-    for (uint32_t n : f.resident_per_layer()) std::printf(" %u", n);
-    std::printf("\nverified %llu expert parts against the file: %llu mismatches\n", (unsigned long long)parts,
+    print_metrics(f.metrics(), f.resident_per_layer());
+    std::printf("verified %llu expert parts against the file: %llu mismatches\n", (unsigned long long)parts,
                 (unsigned long long)bad);
     ctrl->delete_io_queue_pair(*qp);
     std::printf(bad == 0 && parts > 0 ? "OK\n" : "FAIL\n");

@@ -2,7 +2,12 @@
 // every byte against the GGUF file.
 //
 //   stream_layers [--device emu:ram,size=256M,lba=4096] [--gguf model.gguf [--deployed]]
-//                 [--layers 24] [--mb-per-layer 4] [--slots 2] [--pump]
+//                 [--layers 24] [--mb-per-layer 4] [--slots 2] [--pump] [--path auto|gpu|cpu]
+//
+// --path gpu (the default where a GPU is present): a GpuSubmitter's kernels issue each layer's reads
+// on an I/O stream, the toy compute kernel (a checksum of every tensor, read by the GPU straight from
+// the slot) runs on a compute stream that waits only for its own layer, and the host just enqueues.
+// --path cpu: the CPU submitter, and the toy compute on the CPU.
 //
 // Without --gguf a generated model is written onto the namespace first. With --gguf the file is
 // written at the 1 MiB default unless --deployed says it is there already (e.g. an emu: image file
@@ -19,22 +24,89 @@
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
+#if GPUNVME_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gpu_toys.h"
+#include "runtime/stream/gpu_submitter.h"
+#endif
 
 using namespace gpunvme;
 
 namespace {
 const char* kUsage =
     "usage: stream_layers [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--mb-per-layer MB] "
-    "[--slots N] [--pump]\n";
+    "[--slots N] [--pump] [--path auto|gpu|cpu]\n";
+
+#if GPUNVME_HAVE_CUDA
+// The GPU path: returns the number of mismatching tensors (or throws).
+uint64_t stream_on_gpu(host::Controller& ctrl, const example::OnDevice& m, const std::vector<uint8_t>& file,
+                       uint32_t slots, uint64_t* tensors) {
+  example::GpuQueues q(ctrl, 2, 4, 256);
+  stream::GpuSubmitter gpu(ctrl, q.raw, 1);
+  stream::LayerStreamer s(ctrl, gpu, plan::layer_extents(*m.map), {.slots = slots});
+  std::printf("GPU path: %zu queues driven by GPU warps; slots GPU mapped; plans %.2f MB of templates on the GPU\n",
+              q.raw.size(), s.template_bytes() / 1e6);
+  const uint32_t L = s.layer_count();
+  // Every layer's tensors (slot offsets) and their checksums computed from the file.
+  std::vector<std::vector<example::ToyTensor>> toys(L);
+  std::vector<uint64_t> expected;
+  std::vector<uint32_t> first(L + 1, 0);
+  for (uint32_t l = 0; l < L; ++l) {
+    const model::LayerExtent* le = m.map->layer(l);
+    for (size_t ti : le ? le->tensors : std::vector<size_t>{}) {
+      const auto& t = m.map->tensors()[ti];
+      const auto at = s.plan(l, 0).locate(t.extent.first_lba * m.map->lba_size() + t.extent.byte_in_first, m.map->lba_size());
+      if (!at) throw std::runtime_error("tensor " + t.tensor->name + " is not in layer " + std::to_string(l) + "'s plan");
+      toys[l].push_back({*at, t.tensor->size_bytes});
+      expected.push_back(example::toy_checksum(file.data() + t.tensor->file_offset, t.tensor->size_bytes));
+    }
+    first[l + 1] = first[l] + uint32_t(toys[l].size());
+  }
+  std::vector<example::ToyTensor> all;
+  for (const auto& v : toys) all.insert(all.end(), v.begin(), v.end());
+  example::DeviceVec<example::ToyTensor> d_toys(all);
+  example::DeviceVec<uint64_t> sums(all.size());
+  cudaStream_t io = nullptr, compute = nullptr;
+  int lo = 0, hi = 0;
+  cudaDeviceGetStreamPriorityRange(&lo, &hi);
+  cudaStreamCreateWithPriority(&io, cudaStreamNonBlocking, hi);
+  cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking);
+  auto sio = reinterpret_cast<stream::cuda_stream_t>(io), scomp = reinterpret_cast<stream::cuda_stream_t>(compute);
+  for (uint32_t k = 0; k < std::min(slots, L); ++k) s.begin(k, k, sio);
+  for (uint32_t l = 0; l < L; ++l) {
+    const uint32_t slot = l % slots;
+    const stream::SlotView v = s.wait(slot, scomp);  // returns at once: `compute` waits on the GPU
+    example::enqueue_layer_checksums(scomp, static_cast<const uint8_t*>(v.device), d_toys.p + first[l],
+                                     first[l + 1] - first[l], sums.p + first[l]);
+    s.release(slot, scomp);
+    if (l + slots < L) s.begin(l + slots, slot, sio);  // waits (on `io`) for the checksum kernel above
+  }
+  s.sync();
+  cudaStreamSynchronize(compute);
+  const std::vector<uint64_t> got = sums.get();
+  cudaStreamDestroy(io);
+  cudaStreamDestroy(compute);
+  uint64_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != expected[i];
+  *tensors = got.size();
+  const auto& st = s.stats();
+  std::printf("streamed %u layers, %.1f MB in %.3f s (%.2f GB/s); the compute stream stalled %.3f ms for I/O; mean layer I/O %.2f ms (GPU clock)\n",
+              L, st.bytes / 1e6, st.elapsed_seconds, st.gb_per_s(), st.wait_seconds * 1e3,
+              st.layers ? st.io_seconds * 1e3 / st.layers : 0.0);
+  return bad;
+}
+#endif
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string device, gguf_path;
   bool deployed = false, pump = false;
+  std::string path;
   uint32_t layers = 0, slots = 0;
   double mb = 0;
   try {
-    const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "mb-per-layer", "slots"},
+    const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "mb-per-layer", "slots", "path"},
                          {"deployed", "pump", "help"});
     if (args.has("help")) {
       std::printf("%s%s\n", kUsage, host::device_string_help());
@@ -49,6 +121,7 @@ int main(int argc, char** argv) {
     layers = args.get_u32("layers", 24);
     mb = args.get_double("mb-per-layer", 4);
     slots = args.get_u32("slots", 2);
+    path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "stream_layers: %s\n%s", e.what(), kUsage);
     return 2;
@@ -63,6 +136,16 @@ int main(int argc, char** argv) {
                 m.file->architecture().c_str(), file.size() / 1e6, ctrl->transport().name().c_str(),
                 m.detected.describe().c_str());
 
+    if (example::use_gpu_path(path)) {
+#if GPUNVME_HAVE_CUDA
+      uint64_t tensors = 0;
+      const uint64_t bad = stream_on_gpu(*ctrl, m, file, slots, &tensors);
+      std::printf("verified %llu tensors on the GPU against the file's checksums: %llu mismatches\n",
+                  (unsigned long long)tensors, (unsigned long long)bad);
+      std::printf(bad == 0 && tensors > 0 ? "OK\n" : "FAIL\n");
+      return bad == 0 && tensors > 0 ? 0 : 1;
+#endif
+    }
     stream::CpuSubmitter sub(*ctrl, *qp, {.pump_thread = pump});
     const auto p0 = std::chrono::steady_clock::now();
     stream::LayerStreamer s(*ctrl, sub, plan::layer_extents(*m.map), {.slots = slots});

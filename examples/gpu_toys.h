@@ -1,0 +1,101 @@
+// The examples' GPU side (CUDA builds): a toy compute kernel that checksums every tensor of a
+// streamed layer, a toy router that picks top-k experts on the GPU, and a toy expert consumer that
+// waits for each fetched expert's readiness and checksums its parts. The host computes the same
+// checksums from the GGUF file and compares.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "driver/compiler.h"
+#include "host/controller.h"
+#include "host/dma_memory.h"
+#include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/gpu_fetch_types.h"
+
+namespace example {
+
+// Order-independent, position-weighted byte sum: the GPU adds it up in any order.
+GPUNVME_HD inline uint64_t toy_term(uint8_t byte, uint64_t i) { return uint64_t(byte) * (i * 2654435761ull + 1); }
+inline uint64_t toy_checksum(const uint8_t* p, uint64_t n) {
+  uint64_t s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += toy_term(p[i], i);
+  return s;
+}
+
+// The example router's score for expert e of layer l at token t: a few popular experts per layer.
+GPUNVME_HD inline uint64_t toy_mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+GPUNVME_HD inline uint64_t toy_score(uint32_t t, uint32_t l, uint32_t e, uint32_t n_experts) {
+  const uint64_t popular = (e * 7 + l) % n_experts < n_experts / 4 ? 3 : 0;
+  return (toy_mix(t * 1000003ull + l * 1009 + e) & 0xFFFF) * (1 + popular);
+}
+
+struct ToyTensor {
+  uint64_t offset;  // in the slot
+  uint64_t bytes;
+};
+
+// sums[i] = toy_checksum of tensor i of the slot (sums zeroed by this call, on the stream).
+void enqueue_layer_checksums(gpunvme::stream::cuda_stream_t s, const uint8_t* slot, const ToyTensor* tensors,
+                             uint32_t n, uint64_t* sums);
+// ids[0..k) = the k best-scoring experts of layer l at token t among those with has_parts[l * E + e].
+void enqueue_router(gpunvme::stream::cuda_stream_t s, uint32_t* ids, uint32_t k, uint32_t t, uint32_t l,
+                    uint32_t n_experts, const uint8_t* has_parts);
+// For every fetched expert: wait for it (bounded), checksum part k and compare with
+// expected[(l * E + expert) * 4 + k]; adds to *parts and, on a mismatch or a timeout, to *bad.
+void enqueue_check_experts(gpunvme::stream::cuda_stream_t s, const gpunvme::stream::GpuFetchResult* result,
+                           const gpunvme::stream::GpuFetchedExpert* experts, const uint8_t* scratch,
+                           const uint64_t* expected, uint32_t l, uint32_t n_experts, unsigned long long* parts,
+                           unsigned long long* bad);
+
+// Device memory holding a copy of a host vector (or zeros), freed at scope end.
+template <class T>
+struct DeviceVec {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DeviceVec(size_t count) : n(count) {
+    if (cudaMalloc(reinterpret_cast<void**>(&p), sizeof(T) * (n ? n : 1)) != cudaSuccess ||
+        cudaMemset(p, 0, sizeof(T) * (n ? n : 1)) != cudaSuccess)
+      throw std::runtime_error("cudaMalloc of " + std::to_string(sizeof(T) * n) + " bytes failed");
+  }
+  explicit DeviceVec(const std::vector<T>& v) : DeviceVec(v.size()) {
+    if (n && cudaMemcpy(p, v.data(), sizeof(T) * n, cudaMemcpyHostToDevice) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy to the GPU failed");
+  }
+  ~DeviceVec() { cudaFree(p); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  std::vector<T> get() const {
+    std::vector<T> v(n);
+    if (n && cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost) != cudaSuccess)
+      throw std::runtime_error("cudaMemcpy from the GPU failed");
+    return v;
+  }
+};
+
+// GPU-mapped I/O queue pairs from `first_qid` on, for a stream::GpuSubmitter.
+struct GpuQueues {
+  std::vector<std::unique_ptr<gpunvme::host::QueuePair>> owned;
+  std::vector<gpunvme::host::QueuePair*> raw;
+  GpuQueues(gpunvme::host::Controller& c, uint16_t first_qid, uint32_t n, uint32_t entries) {
+    gpunvme::host::DmaOptions mem;
+    mem.gpu_mapped = true;
+    for (uint32_t i = 0; i < n && first_qid + i <= c.io_queues_granted(); ++i) {
+      owned.push_back(c.create_io_queue_pair(uint16_t(first_qid + i), std::min(entries, c.max_queue_entries()), mem));
+      raw.push_back(owned.back().get());
+    }
+    if (raw.empty()) throw std::runtime_error("the controller granted no I/O queue for the GPU");
+  }
+};
+
+
+}  // namespace example
