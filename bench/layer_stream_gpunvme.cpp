@@ -1,0 +1,232 @@
+// The gpunvme modes of bench/layer_stream: stream::LayerStreamer (two slots in DMA memory, GPU mapped
+// where a GPU is present) per drive, all drives in lockstep.
+//   gpunvme-cpu  stream::CpuSubmitter with its pump thread (CPU-initiated NVMe commands, one queue
+//                per drive); the host waits for each layer, then enqueues the copy and the kernel
+//   gpunvme-gpu  stream::GpuSubmitter (CUDA builds): kernels on one highest-priority `io` stream per
+//                drive issue the reads; the copy stream waits for them on the GPU; the host only
+//                enqueues and never blocks until the end of the pass (LayerStreamer::sync)
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "bench/layer_stream.h"
+#include "bench/layer_stream_modes.h"
+#include "host/open_device.h"
+#include "runtime/stream/cpu_submitter.h"
+#include "runtime/stream/layer_streamer.h"
+
+#if GPUNVME_HAVE_CUDA && __has_include("runtime/stream/gpu_submitter.h")
+#include <cuda_runtime.h>
+
+#include "runtime/stream/gpu_submitter.h"
+#define GPUNVME_LS_HAVE_GPU_SUBMITTER 1
+#else
+#define GPUNVME_LS_HAVE_GPU_SUBMITTER 0
+#endif
+
+namespace gpunvme::bench::ls {
+namespace {
+
+stream::StreamerOptions streamer_options(const GpunvmeContext& ctx) {
+  stream::StreamerOptions o;
+  o.slots = 2;
+  o.align = ctx.layout->align;
+  o.max_command_bytes = ctx.max_command_bytes;
+  o.gpu_mapped = ctx.consumer->on_gpu();
+  return o;
+}
+
+// The streamer packs a layer's extents exactly like the layout did; check it, so every mode's bytes
+// land at the same layer-buffer offsets.
+void check_plans(const GpunvmeContext& ctx, uint32_t d, const stream::LayerStreamer& s) {
+  const Layout& L = *ctx.layout;
+  for (uint32_t l = 0; l < L.layers(); ++l) {
+    std::vector<const Span*> mine;
+    for (const Span& sp : L.spans[l])
+      if (sp.drive == d) mine.push_back(&sp);
+    for (uint32_t slot = 0; slot < s.slot_count(); ++slot) {
+      const plan::CommandPlan& p = s.plan(l, slot);
+      bool ok = p.pieces.size() == mine.size();
+      for (size_t i = 0; ok && i < mine.size(); ++i)
+        ok = L.drive_base[d] + p.pieces[i].dest_offset == mine[i]->dest &&
+             p.pieces[i].source.lba_count * L.lba_bytes == mine[i]->bytes;
+      if (!ok)
+        throw std::logic_error("layer_stream: the streamer packs layer " + std::to_string(l) + " of drive " +
+                               std::to_string(d) + " differently from the benchmark's layout (bug)");
+    }
+  }
+}
+
+void add_parts(const GpunvmeContext& ctx, uint32_t d, const stream::SlotView& v, std::vector<HostPart>& parts) {
+  for (const plan::Piece& pc : v.plan->pieces)
+    parts.push_back(HostPart{v.host + pc.dest_offset, pc.source.lba_count * ctx.layout->lba_bytes,
+                             ctx.layout->drive_base[d] + pc.dest_offset});
+}
+
+class CpuMode final : public Mode {
+ public:
+  explicit CpuMode(const GpunvmeContext& ctx) : ctx_(ctx) {
+    for (uint32_t d = 0; d < ctx.devices.size(); ++d) {
+      auto dr = std::make_unique<Drive>();
+      host::ControllerOptions co;
+      co.io_queues_wanted = 1;
+      dr->ctrl = host::open_controller(ctx.devices[d], co);
+      dr->qp = dr->ctrl->create_io_queue_pair(1, std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries()));
+      stream::CpuSubmitterOptions so;
+      so.pump_thread = true;
+      dr->sub = std::make_unique<stream::CpuSubmitter>(*dr->ctrl, *dr->qp, so);
+      dr->s = std::make_unique<stream::LayerStreamer>(*dr->ctrl, *dr->sub, ctx.layout->extents[d], streamer_options(ctx));
+      check_plans(ctx, d, *dr->s);
+      drives_.push_back(std::move(dr));
+    }
+  }
+
+  PassResult stream(uint32_t n, uint64_t compute_ns) override {
+    Consumer& c = *ctx_.consumer;
+    for (auto& d : drives_) d->s->reset_stats();
+    c.begin_pass(n, compute_ns);
+    const auto t0 = Clock::now();
+    for (auto& d : drives_) d->s->begin(0, 0);
+    std::vector<HostPart> parts;
+    for (uint32_t l = 0; l < n; ++l) {
+      if (l + 1 < n)
+        for (auto& d : drives_) d->s->begin(l + 1, (l + 1) % 2);
+      parts.clear();
+      for (uint32_t d = 0; d < drives_.size(); ++d) add_parts(ctx_, d, drives_[d]->s->wait(l % 2), parts);
+      c.consume_host(l, parts, /*wait_copy=*/true);
+      for (auto& d : drives_) d->s->release(l % 2);
+    }
+    PassResult r;
+    r.consumer = c.end_pass();
+    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+
+ private:
+  struct Drive {
+    std::unique_ptr<host::Controller> ctrl;
+    std::unique_ptr<host::QueuePair> qp;
+    std::unique_ptr<stream::CpuSubmitter> sub;
+    std::unique_ptr<stream::LayerStreamer> s;
+    ~Drive() {
+      s.reset();
+      sub.reset();
+      if (qp) try {
+          ctrl->delete_io_queue_pair(*qp);
+        } catch (...) {
+        }
+    }
+  };
+  GpunvmeContext ctx_;
+  std::vector<std::unique_ptr<Drive>> drives_;
+};
+
+#if GPUNVME_LS_HAVE_GPU_SUBMITTER
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw std::runtime_error(std::string("gpunvme-gpu: ") + what + ": " + cudaGetErrorString(e));
+  }
+}
+
+class GpuMode final : public Mode {
+ public:
+  explicit GpuMode(const GpunvmeContext& ctx) : ctx_(ctx) {
+    if (!ctx.consumer->on_gpu()) throw Unavailable("no CUDA GPU in this process (the GPU submitter needs one)");
+    int least = 0, greatest = 0;
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    for (uint32_t d = 0; d < ctx.devices.size(); ++d) {
+      auto dr = std::make_unique<Drive>();
+      host::ControllerOptions co;
+      co.io_queues_wanted = ctx.gpu_queues;
+      dr->ctrl = host::open_controller(ctx.devices[d], co);
+      const uint32_t nq = std::min(ctx.gpu_queues, dr->ctrl->io_queues_granted());
+      if (nq == 0) throw std::runtime_error("gpunvme-gpu: the controller granted no I/O queues");
+      host::DmaOptions mem;
+      mem.gpu_mapped = true;
+      std::vector<host::QueuePair*> raw;
+      for (uint32_t q = 0; q < nq; ++q) {
+        dr->qps.push_back(dr->ctrl->create_io_queue_pair(
+            uint16_t(q + 1), std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries()), mem));
+        raw.push_back(dr->qps.back().get());
+      }
+      stream::GpuSubmitterOptions go;
+      go.max_command_bytes = std::max<uint64_t>(ctx.max_command_bytes, 1ull << 20);
+      dr->sub = std::make_unique<stream::GpuSubmitter>(*dr->ctrl, raw, 1, go);
+      dr->s = std::make_unique<stream::LayerStreamer>(*dr->ctrl, *dr->sub, ctx.layout->extents[d], streamer_options(ctx));
+      check_plans(ctx, d, *dr->s);
+      // One io stream per drive: a submitter's kernels run one after another on their stream, and
+      // the drives must read at the same time. Highest priority, so the reads are not queued behind
+      // compute blocks.
+      cuda_check(cudaStreamCreateWithPriority(&dr->io, cudaStreamNonBlocking, greatest), "cudaStreamCreateWithPriority(io)");
+      queues_ = nq;
+      drives_.push_back(std::move(dr));
+    }
+  }
+
+  std::string note() const override { return std::to_string(queues_) + " GPU-driven queue(s) per drive"; }
+
+  PassResult stream(uint32_t n, uint64_t compute_ns) override {
+    Consumer& c = *ctx_.consumer;
+    for (auto& d : drives_) d->s->reset_stats();
+    c.begin_pass(n, compute_ns);
+    auto* copy = static_cast<stream::cuda_stream_t>(c.copy_stream());
+    const auto t0 = Clock::now();
+    for (auto& d : drives_) d->s->begin(0, 0, io(*d));
+    std::vector<HostPart> parts;
+    for (uint32_t l = 0; l < n; ++l) {
+      if (l + 1 < n)
+        for (auto& d : drives_) d->s->begin(l + 1, (l + 1) % 2, io(*d));
+      parts.clear();
+      for (uint32_t d = 0; d < drives_.size(); ++d) add_parts(ctx_, d, drives_[d]->s->wait(l % 2, copy), parts);
+      c.consume_host(l, parts, /*wait_copy=*/false);  // copy + kernel enqueued behind the reads
+      for (auto& d : drives_) d->s->release(l % 2, copy);
+    }
+    for (auto& d : drives_) d->s->sync();  // throws the first failed read
+    PassResult r;
+    r.consumer = c.end_pass();
+    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return r;
+  }
+
+ private:
+  struct Drive {
+    std::unique_ptr<host::Controller> ctrl;
+    std::vector<std::unique_ptr<host::QueuePair>> qps;
+    std::unique_ptr<stream::GpuSubmitter> sub;
+    std::unique_ptr<stream::LayerStreamer> s;
+    cudaStream_t io = nullptr;
+    ~Drive() {
+      s.reset();
+      sub.reset();
+      if (io) cudaStreamDestroy(io);
+      for (auto& q : qps) try {
+          ctrl->delete_io_queue_pair(*q);
+        } catch (...) {
+        }
+    }
+  };
+  static stream::cuda_stream_t io(Drive& d) { return reinterpret_cast<stream::cuda_stream_t>(d.io); }
+  GpunvmeContext ctx_;
+  uint32_t queues_ = 0;
+  std::vector<std::unique_ptr<Drive>> drives_;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<Mode> make_gpunvme_cpu_mode(const GpunvmeContext& ctx) { return std::make_unique<CpuMode>(ctx); }
+
+std::unique_ptr<Mode> make_gpunvme_gpu_mode(const GpunvmeContext& ctx) {
+#if GPUNVME_LS_HAVE_GPU_SUBMITTER
+  return std::make_unique<GpuMode>(ctx);
+#elif GPUNVME_HAVE_CUDA
+  (void)ctx;
+  throw Unavailable("this tree has no runtime/stream/gpu_submitter.h (GPU submitter not written yet)");
+#else
+  (void)ctx;
+  throw Unavailable("this build has no CUDA (configure with -Dcuda=enabled on a machine with nvcc)");
+#endif
+}
+
+}  // namespace gpunvme::bench::ls
