@@ -83,9 +83,10 @@ const char* kHelp =
     "  --gpu-check       print whether the GPU path can run here; exit 0 if so, 1 if not\n"
     "\n"
     "Latency: submission to reaped completion per successful command (CPU: steady_clock; GPU:\n"
-    "%globaltimer from SQE build to reap), in a histogram with 16 buckets per power of two of ns:\n"
-    "percentiles are the middle of the nearest-rank bucket (within 3.2%). The GPU path stops issuing\n"
-    "when --time has passed (checked every ~10 ms of commands) and drains what is in flight.\n"
+    "%globaltimer from SQE build to reap, quantized to the timer's update period), in a histogram\n"
+    "with 16 buckets per power of two of ns: percentiles are the middle of the nearest-rank bucket\n"
+    "(within 3.2%). The GPU path stops issuing when --time has passed (checked every ~10 ms of\n"
+    "commands) and drains what is in flight.\n"
     "\n"
     "JSON keys (stable): tool, version, label, path, devices[], device (first), rw, mix (read %), bs, qd,\n"
     "  queues, time_s, count, span_bytes, seed, fill, verify, seconds, ios, reads, writes, errors,\n"
@@ -93,7 +94,7 @@ const char* kHelp =
     "  window), controller_cpu_seconds (emulator controller threads; null when unknown),\n"
     "  host_cpu_seconds (the rest: I/O threads or the GPU path's waiting thread), per_device[] (device,\n"
     "  seconds, ios, reads, writes, errors, verify_errors, iops, gbps, lat_us, controller_cpu_seconds,\n"
-    "  buffer_slots, first_error, faults, chunks), first_error. Totals: ios summed; seconds from the\n"
+    "  buffer_slots, first_error, faults, chunks, untimed), first_error. Totals: ios summed; seconds from the\n"
     "  first submission to the last completion on any device.\n"
     "\n"
     "Exit status: 0 ok; 1 errors (failed commands, faults, verify mismatches); 2 usage; 3 a GPU kernel\n"
@@ -683,7 +684,8 @@ int main(int argc, char** argv) {
              ",\"gbps\":" + num(s.gbps, 4) + ",\"lat_us\":" + lat_json(s) +
              ",\"controller_cpu_seconds\":" + cpu_or_null(r.controller_cpu_s) + ",\"buffer_slots\":" + u64(r.buffer_slots) +
              ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_str(r.first_verify_error)) : json_str(r.first_error)) +
-             ",\"faults\":" + (r.faults.empty() ? "null" : json_str(r.faults)) + ",\"chunks\":" + u64(r.chunks) + "}";
+             ",\"faults\":" + (r.faults.empty() ? "null" : json_str(r.faults)) + ",\"chunks\":" + u64(r.chunks) +
+             ",\"untimed\":" + u64(r.untimed) + "}";
       }
       j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_str(first_error)) + "}";
       std::printf("%s\n", j.c_str());
@@ -715,6 +717,9 @@ int main(int argc, char** argv) {
       for (const DeviceResult& r : results) {
         if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", r.device.c_str(), r.first_error.c_str());
         if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", r.device.c_str(), r.faults.c_str());
+        if (r.untimed)
+          std::printf("  %s: %llu completions had no visible submit time (left out of the latencies)\n", r.device.c_str(),
+                      (unsigned long long)r.untimed);
         if (r.verify_errors)
           std::printf("  %s: %llu verify mismatches; first: %s\n", r.device.c_str(), (unsigned long long)r.verify_errors,
                       r.first_verify_error.c_str());

@@ -38,6 +38,7 @@ struct DeviceResult {
   std::vector<uint64_t> hist = std::vector<uint64_t>(hist::kBuckets, 0);  // latency of successful commands
   uint64_t lat_count = 0, lat_sum_ns = 0, lat_max_ns = 0;
   uint64_t verify_errors = 0;
+  uint64_t untimed = 0;        // GPU path: successful commands left out of the latency histogram
   std::string first_verify_error;
   std::string first_error;     // text of the first failed command or fault; empty when none
   std::string faults;          // GPU path: device::describe_faults() of all queues ("" when none)

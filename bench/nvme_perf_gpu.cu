@@ -38,6 +38,7 @@ struct QueueOut {
   uint64_t lat_count, lat_sum_ns, lat_max_ns;
   uint64_t t_start, t_end, chunks;
   uint64_t verify_bad, first_bad_lba, first_bad_got;
+  uint64_t untimed;          // successful completions whose submit time was missing (not in the histogram)
   uint32_t faults, bad_prps;
   uint16_t first_error_status, qid;
   uint32_t first_error_tag;
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(32) perf_kernel(device::DeviceQueue* qs, uint3
   // Per-lane tallies, summed over the warp at the end.
   uint64_t my_reads = 0, my_writes = 0, lat_n = 0, lat_sum = 0, lat_max = 0, bad = 0, bad_lba = 0, bad_got = 0;
   uint32_t bad_prps = 0;
+  uint64_t untimed = 0;
   uint64_t base = 0;  // commands issued by earlier chunks
 
   auto make = [&](uint64_t i, uint16_t cid, uint32_t* tag) {
@@ -126,7 +128,12 @@ __global__ void __launch_bounds__(32) perf_kernel(device::DeviceQueue* qs, uint3
     const uint64_t now = device::global_timer_ns();
     const uint32_t cid = tag;
     if (!st.ok() || cid >= a.cid_stride) return;
-    const uint64_t lat = now - ctime[cid];
+    const uint64_t t_sub = ctime[cid];
+    if (t_sub == 0 || t_sub > now) {  // never expected: the id's submit time is not visible
+      ++untimed;
+      return;
+    }
+    const uint64_t lat = now - t_sub;
     atomicAdd(&h[hist::bucket(lat)], 1ull);
     ++lat_n;
     lat_sum += lat;
@@ -196,7 +203,7 @@ __global__ void __launch_bounds__(32) perf_kernel(device::DeviceQueue* qs, uint3
   for (uint32_t b = lane; b < hist::kBuckets; b += 32) a.hist[uint64_t(w) * hist::kBuckets + b] = h[b];
   const uint64_t s_reads = warp_sum(my_reads), s_writes = warp_sum(my_writes), s_n = warp_sum(lat_n),
                  s_sum = warp_sum(lat_sum), s_max = warp_max(lat_max), s_bad = warp_sum(bad),
-                 s_prps = warp_sum(bad_prps);
+                 s_prps = warp_sum(bad_prps), s_untimed = warp_sum(untimed);
   // The first verify failure of the lowest lane that saw one.
   const uint32_t bad_mask = __ballot_sync(device::kFullMask, bad != 0);
   const uint32_t src = bad_mask ? __ffs(bad_mask) - 1 : 0;
@@ -220,6 +227,7 @@ __global__ void __launch_bounds__(32) perf_kernel(device::DeviceQueue* qs, uint3
     o.first_bad_got = f_got;
     o.faults = faults | (s_prps ? device::fault::kBadRequest : 0u);
     o.bad_prps = uint32_t(s_prps);
+    o.untimed = s_untimed;
     o.first_error_status = first_error_status;
     o.qid = qc.qid;
     o.first_error_tag = first_error_tag;
@@ -440,6 +448,7 @@ std::vector<DeviceResult> run_gpu(const std::vector<GpuDevice>& devices, const J
         d.first_verify_error = "queue " + std::to_string(o.qid) + ": LBA " + std::to_string(o.first_bad_lba) +
                                " read " + hex(o.first_bad_got) + ", expected " + hex(stamp(o.first_bad_lba));
       d.verify_errors += o.verify_bad;
+      d.untimed += o.untimed;
       if (o.bad_prps && d.first_error.empty())
         d.first_error = "queue " + std::to_string(o.qid) + ": " + std::to_string(o.bad_prps) + " commands without valid PRPs";
       for (uint32_t b = 0; b < hist::kBuckets; ++b) d.hist[b] += h[size_t(w) * hist::kBuckets + b];
