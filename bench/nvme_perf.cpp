@@ -439,6 +439,12 @@ Summary summarize(const DeviceResult& r) {
   s.p99 = perf::hist::percentile_ns(r.hist.data(), 0.99) / 1e3;
   s.p999 = perf::hist::percentile_ns(r.hist.data(), 0.999) / 1e3;
   s.max = double(r.lat_max_ns) / 1e3;
+  // A bucket's middle can lie above the largest sample: never report a percentile above the max.
+  if (r.lat_count) {
+    s.p50 = std::min(s.p50, s.max);
+    s.p99 = std::min(s.p99, s.max);
+    s.p999 = std::min(s.p999, s.max);
+  }
   return s;
 }
 
@@ -594,12 +600,10 @@ int main(int argc, char** argv) {
     const uint32_t blocks = uint32_t(o.bs / lba_bytes);
     if (span_blocks < blocks) throw cli::UsageError("--span is smaller than one command of --bs");
 
-    const uint32_t max_entries = devs[0].ctrl->max_queue_entries();
     for (const Dev& d : devs)
       if (o.qd + 1 > d.ctrl->max_queue_entries())
         throw cli::UsageError(d.name + ": --qd " + std::to_string(o.qd) + " needs " + std::to_string(o.qd + 1) +
                               "-entry queues; the controller allows " + std::to_string(d.ctrl->max_queue_entries()));
-    (void)max_entries;
 
     Job job;
     job.pattern.first_lba = 0;
