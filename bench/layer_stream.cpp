@@ -91,7 +91,11 @@ const char* kHelp =
     "  --passes N          timed passes per mode (default 1; the best is reported), after a 2-layer warm-up\n"
     "  --threads N         reader threads of odirect and cufile (default 4)\n"
     "  --chunk SIZE        bytes per baseline read / copy step and per paced request (default 4M)\n"
-    "  --gpu-queues N      NVMe queues per drive driven by the GPU (default 4; emulator threads = N)\n"
+    "  --gpu-queues N      NVMe queues per drive driven by the GPU (default 4)\n"
+    "  --cpu-queues N      CpuSubmitters (a queue and a pump thread each) per drive for gpunvme-cpu,\n"
+    "                      each reading a contiguous part of every layer (default 2)\n"
+    "                      Generated images get emulator threads = max(gpu, cpu queues): queue q is\n"
+    "                      served by emulator thread (q-1) %% threads\n"
     "  --max-command SIZE  cap on bytes per NVMe read command (default: the controller's MDTS)\n"
     "  --emu-opts KEYS     extra emulator keys for generated images, e.g. poll=spin or mdts=9\n"
     "  --keep              keep generated images (and reuse them next time when they match)\n"
@@ -99,23 +103,28 @@ const char* kHelp =
     "  --json              one JSON object instead of the tables\n"
     "\n"
     "What is reported, per drive profile and mode (n layers, B bytes read, S = 701,956,096):\n"
-    "  I/O GB/s     B / T_io, T_io = wall time of a pass with no synthetic compute (the kernel still\n"
-    "               checks every byte); layer ms = T_io / n\n"
+    "  read GB/s    B / T_read, T_read = from the first read to the last layer's bytes landing in host\n"
+    "               memory (DMA slot or staging buffer; GPU memory for cufile): the read stage alone\n"
+    "  GPU GB/s     B / T_io, T_io = wall time of a pass with no synthetic compute: every layer in GPU\n"
+    "               memory and checked (the kernel still reads every byte); layer ms = T_io / n\n"
     "  pipe GB/s    B / T_pipe, T_pipe = wall time of a pass with --compute-us per layer\n"
     "  hidden       share of the I/O time hidden behind compute: 1 - (T_pipe - C) / T_io, where C is the\n"
     "               summed kernel time (CUDA events) and T_pipe - C the time the compute stream starved.\n"
     "               At most 1 - 1/n (the first layer's read cannot overlap anything); when compute is\n"
     "               shorter than I/O it is at most C / T_io\n"
-    "  tok/s        70B Q6_K tokens/s this implies: 1 / (80 x max(S / IO_GBps, t_compute)), t_compute =\n"
+    "  tok/s        70B Q6_K tokens/s this implies: 1 / (80 x max(S / GPU_GBps, t_compute)), t_compute =\n"
     "               --compute-us (auto: 0, i.e. compute is hidden); tok/s meas = pipe GB/s / (80 x S)\n"
-    "  efficiency   I/O GB/s / (drives x the modeled drive's limit for these reads: bytes / the drive\n"
+    "  efficiency   read GB/s / (drives x the modeled drive's limit for these reads: bytes / the drive\n"
     "               model's channel floor for the layer's bytes and commands); target >= 97%%\n"
-    "  vs X         I/O GB/s ratio of the row to baseline X in the same drive profile\n"
+    "  vs X         GPU GB/s ratio of the row to baseline X in the same drive profile\n"
+    "The copy into GPU memory crosses the GPU's PCIe link (H100: Gen5 x16, ~50 GB/s in practice): with\n"
+    "4 pcie5 drives (58.8 GB/s) that link, not the drives, bounds GPU GB/s and, through slot reuse,\n"
+    "read GB/s too.\n"
     "Baselines on profile none read a RAM-backed file (unless --image is on disk): they and the\n"
     "unthrottled gpunvme rows compare software paths at memory speed, not drives.\n"
     "\n"
     "Examples:\n"
-    "  layer_stream                                    # defaults, about 30-40 s on an H100 host\n"
+    "  layer_stream                                    # the defaults: see docs/performance.md\n"
     "  layer_stream --drives 4 --drive pcie5 --modes gpunvme-gpu,gpunvme-cpu\n"
     "  layer_stream --layers 4 --layer-bytes 64M --drive none --modes gpunvme-cpu,mmap,odirect\n"
     "  layer_stream --gguf model.gguf --drive none,pcie4 --compute-us 300\n"
@@ -169,6 +178,7 @@ struct Options {
   uint32_t threads = 4;
   uint64_t chunk = 4ull << 20;
   uint32_t gpu_queues = 4;
+  uint32_t cpu_queues = 2;
   uint64_t max_command = 0;
   std::string emu_opts;
   bool keep = false;
@@ -186,7 +196,7 @@ Options parse(int argc, char** argv) {
   }
   const cli::Args args(argc, argv, 1,
                        {"device", "drives", "image", "layers", "layer-bytes", "gguf", "compute-us", "modes", "drive",
-                        "passes", "threads", "chunk", "gpu-queues", "max-command", "emu-opts"},
+                        "passes", "threads", "chunk", "gpu-queues", "cpu-queues", "max-command", "emu-opts"},
                        {"deployed", "pace-baselines", "keep", "allow-write", "json", "help"});
   if (args.has("help")) {
     std::printf(kHelp, drive_profile_names().c_str());
@@ -239,6 +249,7 @@ Options parse(int argc, char** argv) {
   o.chunk = args.get_size("chunk", o.chunk);
   if (o.chunk < 4096 || o.chunk % 4096) throw cli::UsageError("--chunk must be a multiple of 4K");
   o.gpu_queues = u32("gpu-queues", 4, 1, 64);
+  o.cpu_queues = u32("cpu-queues", 2, 1, 64);
   o.max_command = args.get_size("max-command", 0);
   o.emu_opts = args.get("emu-opts");
   if (!o.emu_opts.empty() && o.emu_opts[0] == ',') o.emu_opts.erase(0, 1);
@@ -519,10 +530,11 @@ struct Row {
   std::string mismatch;
   uint32_t layers = 0;
   uint64_t bytes = 0;
-  double io_s = 0, pipe_s = 0, compute_s = 0, copy_s = 0;
+  double io_s = 0, read_s = 0, pipe_s = 0, compute_s = 0, copy_s = 0;
   uint64_t compute_ns = 0;
   double limit_bps = 0;  // drives x modeled limit, 0 = unlimited
   double gbps_io() const { return io_s > 0 ? double(bytes) / io_s / 1e9 : 0; }
+  double gbps_read() const { return read_s > 0 ? double(bytes) / read_s / 1e9 : 0; }
   double gbps_pipe() const { return pipe_s > 0 ? double(bytes) / pipe_s / 1e9 : 0; }
   double layer_ms() const { return layers ? io_s * 1e3 / layers : 0; }
   double hidden() const { return io_s > 0 ? std::clamp(1.0 - (pipe_s - compute_s) / io_s, 0.0, 1.0) : 0; }
@@ -534,7 +546,8 @@ struct Row {
     return 1.0 / (kQ6kLayers * std::max(t_io, t_c));
   }
   double tok_s_meas() const { return gbps_pipe() * 1e9 / (double(kQ6kLayers) * kQ6kLayerBytes); }
-  double efficiency() const { return limit_bps > 0 ? gbps_io() * 1e9 / limit_bps : 0; }
+  // The read stage against the drives' limit (the copy to the GPU is not the drives' business).
+  double efficiency() const { return limit_bps > 0 ? (read_s > 0 ? gbps_read() : gbps_io()) * 1e9 / limit_bps : 0; }
 };
 
 bool check_sums(const Layout& L, uint32_t n, const ConsumerPass& p, Row& row, const char* pass) {
@@ -613,7 +626,7 @@ int main(int argc, char** argv) {
         if (o.keep && generated && stat(dv.file.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes)
           reuse[d] = image_holds_pattern(L, d, dv.file);
         dv.base = "emu:" + dv.file + ",size=" + std::to_string(bytes) + ",lba=4096,queues=" +
-                  std::to_string(std::max<uint32_t>(8, o.gpu_queues)) + ",threads=" + std::to_string(o.gpu_queues) + extra;
+                  std::to_string(std::max<uint32_t>(8, std::max(o.gpu_queues, o.cpu_queues))) + ",threads=" + std::to_string(std::max(o.gpu_queues, o.cpu_queues)) + extra;
         created.push_back(dv.file);
         devs.push_back(dv);
       }
@@ -766,6 +779,7 @@ int main(int argc, char** argv) {
             c.layout = &L;
             c.consumer = consumer.get();
             c.gpu_queues = o.gpu_queues;
+            c.cpu_queues = o.cpu_queues;
             c.max_command_bytes = o.max_command;
             for (uint32_t d = 0; d < n_drives; ++d) {
               if (profile != "none" && !devs[d].emu)
@@ -778,13 +792,14 @@ int main(int argc, char** argv) {
           // Warm-up: two layers, verified, not timed.
           const uint32_t warm = std::min<uint32_t>(2, n);
           check_sums(L, warm, m->stream(warm, 0).consumer, row, "warm-up");
-          double best_io = 1e300, best_pipe = 1e300;
+          double best_io = 1e300, best_read = 1e300, best_pipe = 1e300;
           for (uint32_t p = 0; p < o.passes; ++p) {
             row.cache = before_pass();
             const PassResult io = m->stream(n, 0);
             check_sums(L, n, io.consumer, row, "I/O pass");
             if (!io.note.empty()) row.note = io.note;
             best_io = std::min(best_io, io.wall_s);
+            if (io.landed_s > 0) best_read = std::min(best_read, io.landed_s);
             const uint64_t cns = o.compute_ns ? *o.compute_ns : uint64_t(io.wall_s / n * 1e9);
             before_pass();
             const PassResult pp = m->stream(n, cns);
@@ -797,6 +812,7 @@ int main(int argc, char** argv) {
             }
           }
           row.io_s = best_io;
+          row.read_s = best_read < 1e300 ? best_read : 0;
           row.pipe_s = best_pipe;
           row.ran = true;
         } catch (const Unavailable& e) {
@@ -807,8 +823,9 @@ int main(int argc, char** argv) {
         }
         if (!o.json) {
           if (row.ran)
-            std::printf("  [%s] %-11s %7.2f GB/s I/O, %7.2f GB/s with compute, %s%s\n", profile.c_str(), mode.c_str(),
-                        row.gbps_io(), row.gbps_pipe(), row.verified ? "verified" : "MISMATCH", "");
+            std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n",
+                        profile.c_str(), mode.c_str(), row.gbps_read(), row.gbps_io(), row.gbps_pipe(),
+                        row.verified ? "verified" : "MISMATCH");
           else if (!row.unavailable.empty())
             std::printf("  [%s] %-11s not available: %s\n", profile.c_str(), mode.c_str(), row.unavailable.c_str());
           else
@@ -844,6 +861,7 @@ int main(int argc, char** argv) {
         if (!r.unavailable.empty()) std::printf(",\"unavailable\":\"%s\"", json_escape(r.unavailable).c_str());
         if (!r.error.empty()) std::printf(",\"error\":\"%s\"", json_escape(r.error).c_str());
         if (r.ran) {
+          std::printf(",\"read_s\":%.6f,\"read_gbps\":%.4f", r.read_s, r.gbps_read());
           std::printf(",\"verified\":%s,\"io_s\":%.6f,\"io_gbps\":%.4f,\"layer_io_ms\":%.4f,\"pipe_s\":%.6f,\"pipe_gbps\":%.4f,"
                       "\"compute_us_per_layer\":%.1f,\"compute_s\":%.6f,\"copy_s\":%.6f,\"hidden\":%.4f,\"hidden_max\":%.4f,"
                       "\"tok_s\":%.4f,\"tok_s_meas\":%.4f",
@@ -882,8 +900,8 @@ int main(int argc, char** argv) {
           std::printf("drive %s: modeled, %.2f GB/s rated per drive; limit for these reads %.2f GB/s (%u drive%s)%s\n",
                       profile.c_str(), drive_read_bandwidth(profile) / 1e9, any->limit_bps / 1e9, n_drives,
                       n_drives > 1 ? "s" : "", o.pace_baselines ? "; baselines paced by the same model" : "");
-        std::printf("  %-11s %8s %9s %9s %10s %7s %7s %9s %6s", "mode", "I/O GB/s", "layer ms", "pipe GB/s", "compute ms",
-                    "hidden", "tok/s", "tok/s meas", "eff");
+        std::printf("  %-11s %9s %8s %8s %9s %10s %7s %7s %10s %6s", "mode", "read GB/s", "GPU GB/s", "layer ms",
+                    "pipe GB/s", "compute ms", "hidden", "tok/s", "tok/s meas", "eff");
         std::vector<std::string> bl;
         for (const char* b : {"mmap", "odirect", "cufile"})
           if (baseline_of(profile, b)) bl.push_back(b);
@@ -896,7 +914,8 @@ int main(int argc, char** argv) {
                         (r.unavailable.empty() ? "FAILED: " + r.error : "not available: " + r.unavailable).c_str());
             continue;
           }
-          std::printf("  %-11s %8.2f %9.2f %9.2f %10.2f %6.1f%% %7.3f %9.3f %6s", r.mode.c_str(), r.gbps_io(), r.layer_ms(),
+          std::printf("  %-11s %9.2f %8.2f %8.2f %9.2f %10.2f %6.1f%% %7.3f %10.3f %6s", r.mode.c_str(), r.gbps_read(),
+                      r.gbps_io(), r.layer_ms(),
                       r.gbps_pipe(), r.layers ? r.compute_s * 1e3 / r.layers : 0.0, 100 * r.hidden(), r.tok_s(compute_auto),
                       r.tok_s_meas(), r.limit_bps > 0 ? (fmt("%.1f", 100 * r.efficiency()) + "%").c_str() : "-");
           for (const auto& b : bl) {
@@ -907,7 +926,7 @@ int main(int argc, char** argv) {
           if (!r.note.empty()) std::printf("  %-11s   (%s; cache: %s)\n", "", r.note.c_str(), r.cache.c_str());
         }
       }
-      std::printf("\nhidden: at most %.1f%% here (1 - 1/%u layers). tok/s: 70B Q6_K, 1/(80 x max(%.1f MB / I/O GB/s, "
+      std::printf("\nhidden: at most %.1f%% here (1 - 1/%u layers). tok/s: 70B Q6_K, 1/(80 x max(%.1f MB / GPU GB/s, "
                   "t_compute)), t_compute = %s; tok/s meas: pipe GB/s / 56.16 GB. eff target >= 97%%.\n",
                   100.0 * (1.0 - 1.0 / n), n, kQ6kLayerBytes / 1e6,
                   compute_auto ? "0 (auto: compute assumed hidden)" : (fmt("%.0f", double(*o.compute_ns) / 1e3) + " us").c_str());

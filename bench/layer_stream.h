@@ -140,6 +140,9 @@ class Consumer {
   virtual void* copy_stream() = 0;
   // Waits for every copy and kernel of the pass; returns the checksums and times.
   virtual ConsumerPass end_pass() = 0;
+  // Waits for whatever was enqueued, ignoring errors: modes call it before freeing memory a copy may
+  // still read (after an exception in the middle of a pass).
+  virtual void quiesce() noexcept {}
 };
 
 // CPU consumer (always available).
@@ -161,6 +164,8 @@ class Unavailable : public std::runtime_error {
 // One timed pass of a mode over layers [0, n).
 struct PassResult {
   double wall_s = 0;        // first read issued .. last compute finished
+  double landed_s = 0;      // first read issued .. the last layer's bytes landed (host memory: slot or
+                            // staging; device memory for cuFile) - the read stage alone; 0 = unknown
   ConsumerPass consumer;
   std::string note;         // anything the mode wants said (e.g. cuFile's mode)
 };

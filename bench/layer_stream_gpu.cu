@@ -10,6 +10,7 @@
 // The kernel therefore lasts max(compute_ns, time to read the layer from HBM) + launch overhead.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
@@ -157,7 +158,10 @@ class GpuConsumer final : public Consumer {
     check(cudaSetDevice(device_), "cudaSetDevice");
     if (l >= 2) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return enqueued_ >= l - 1; });  // kernel(l-2) was enqueued
+      // kernel(l-2) was enqueued; bounded, so a main thread that died cannot hang the reader for ever
+      if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return enqueued_ >= l - 1; }))
+        throw std::runtime_error("layer_stream GPU consumer: layer " + std::to_string(l - 2) +
+                                 " was not handed to the GPU within 60 s (the main loop stopped?)");
       lock.unlock();
       check(cudaEventSynchronize(k_done_[l - 2]), "compute kernel (waiting for a layer buffer)");
     }
@@ -170,6 +174,12 @@ class GpuConsumer final : public Consumer {
   }
 
   void* copy_stream() override { return copy_; }
+
+  void quiesce() noexcept override {
+    cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(compute_);
+    cudaGetLastError();
+  }
 
   ConsumerPass end_pass() override {
     check(cudaStreamSynchronize(copy_), "copy stream");

@@ -6,8 +6,10 @@
 //                drive issue the reads; the copy stream waits for them on the GPU; the host only
 //                enqueues and never blocks until the end of the pass (LayerStreamer::sync)
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "bench/layer_stream.h"
 #include "bench/layer_stream_modes.h"
@@ -57,6 +59,54 @@ void check_plans(const GpunvmeContext& ctx, uint32_t d, const stream::LayerStrea
   }
 }
 
+// One layer's commands spread over several CPU submitters (one queue pair and pump thread each), in
+// contiguous parts: what the CpuSubmitter, one queue by design, needs to use more than one
+// emulator thread (queue q is served by emulator thread (q - 1) % threads).
+class FanoutSubmitter final : public stream::Submitter {
+ public:
+  explicit FanoutSubmitter(std::vector<stream::Submitter*> subs) : subs_(std::move(subs)) {}
+  uint64_t issue(std::span<const nvme::SubmissionEntry> commands) override {
+    std::vector<uint64_t> t(subs_.size(), 0);
+    const size_t n = commands.size(), k = subs_.size();
+    for (size_t i = 0; i < k; ++i) {
+      const size_t b = n * i / k, e = n * (i + 1) / k;
+      if (e > b) t[i] = subs_[i]->issue(commands.subspan(b, e - b));
+    }
+    tickets_.emplace(next_, std::move(t));
+    return next_++;
+  }
+  void progress() override {
+    for (auto* s : subs_) s->progress();
+  }
+  bool done(uint64_t ticket) override {
+    const auto& t = tickets_.at(ticket);
+    for (size_t i = 0; i < t.size(); ++i)
+      if (t[i] && !subs_[i]->done(t[i])) return false;
+    return true;
+  }
+  void wait(uint64_t ticket) override {
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) throw std::logic_error("layer_stream fan-out: unknown ticket");
+    const std::vector<uint64_t> t = std::move(it->second);
+    tickets_.erase(it);
+    std::exception_ptr first;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (!t[i]) continue;
+      try {
+        subs_[i]->wait(t[i]);  // every part is waited for, so no command outlives the call
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+
+ private:
+  std::vector<stream::Submitter*> subs_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> tickets_;
+  uint64_t next_ = 1;
+};
+
 void add_parts(const GpunvmeContext& ctx, uint32_t d, const stream::SlotView& v, std::vector<HostPart>& parts) {
   for (const plan::Piece& pc : v.plan->pieces)
     parts.push_back(HostPart{v.host + pc.dest_offset, pc.source.lba_count * ctx.layout->lba_bytes,
@@ -69,23 +119,36 @@ class CpuMode final : public Mode {
     for (uint32_t d = 0; d < ctx.devices.size(); ++d) {
       auto dr = std::make_unique<Drive>();
       host::ControllerOptions co;
-      co.io_queues_wanted = 1;
+      co.io_queues_wanted = ctx.cpu_queues;
       dr->ctrl = host::open_controller(ctx.devices[d], co);
-      dr->qp = dr->ctrl->create_io_queue_pair(1, std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries()));
+      const uint32_t nq = std::min(ctx.cpu_queues, dr->ctrl->io_queues_granted());
+      if (nq == 0) throw std::runtime_error("gpunvme-cpu: the controller granted no I/O queues");
       stream::CpuSubmitterOptions so;
       so.pump_thread = true;
-      dr->sub = std::make_unique<stream::CpuSubmitter>(*dr->ctrl, *dr->qp, so);
-      dr->s = std::make_unique<stream::LayerStreamer>(*dr->ctrl, *dr->sub, ctx.layout->extents[d], streamer_options(ctx));
+      std::vector<stream::Submitter*> subs;
+      for (uint32_t q = 0; q < nq; ++q) {
+        dr->qps.push_back(dr->ctrl->create_io_queue_pair(
+            uint16_t(q + 1), std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries())));
+        dr->subs.push_back(std::make_unique<stream::CpuSubmitter>(*dr->ctrl, *dr->qps.back(), so));
+        subs.push_back(dr->subs.back().get());
+      }
+      dr->fan = std::make_unique<FanoutSubmitter>(subs);
+      stream::Submitter& sub = nq == 1 ? *subs[0] : static_cast<stream::Submitter&>(*dr->fan);
+      dr->s = std::make_unique<stream::LayerStreamer>(*dr->ctrl, sub, ctx.layout->extents[d], streamer_options(ctx));
+      queues_ = nq;
       check_plans(ctx, d, *dr->s);
       drives_.push_back(std::move(dr));
     }
   }
+
+  ~CpuMode() override { ctx_.consumer->quiesce(); }  // no copy may still read a slot
 
   PassResult stream(uint32_t n, uint64_t compute_ns) override {
     Consumer& c = *ctx_.consumer;
     for (auto& d : drives_) d->s->reset_stats();
     c.begin_pass(n, compute_ns);
     const auto t0 = Clock::now();
+    Clock::time_point landed = t0;
     for (auto& d : drives_) d->s->begin(0, 0);
     std::vector<HostPart> parts;
     for (uint32_t l = 0; l < n; ++l) {
@@ -93,31 +156,39 @@ class CpuMode final : public Mode {
         for (auto& d : drives_) d->s->begin(l + 1, (l + 1) % 2);
       parts.clear();
       for (uint32_t d = 0; d < drives_.size(); ++d) add_parts(ctx_, d, drives_[d]->s->wait(l % 2), parts);
+      if (l + 1 == n) landed = Clock::now();
       c.consume_host(l, parts, /*wait_copy=*/true);
       for (auto& d : drives_) d->s->release(l % 2);
     }
     PassResult r;
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.landed_s = std::chrono::duration<double>(landed - t0).count();
     return r;
   }
 
  private:
   struct Drive {
     std::unique_ptr<host::Controller> ctrl;
-    std::unique_ptr<host::QueuePair> qp;
-    std::unique_ptr<stream::CpuSubmitter> sub;
+    std::vector<std::unique_ptr<host::QueuePair>> qps;
+    std::vector<std::unique_ptr<stream::CpuSubmitter>> subs;
+    std::unique_ptr<FanoutSubmitter> fan;
     std::unique_ptr<stream::LayerStreamer> s;
     ~Drive() {
-      s.reset();
-      sub.reset();
-      if (qp) try {
-          ctrl->delete_io_queue_pair(*qp);
+      s.reset();  // drains its reads first
+      fan.reset();
+      subs.clear();
+      for (auto& q : qps) try {
+          ctrl->delete_io_queue_pair(*q);
         } catch (...) {
         }
     }
   };
+  std::string note() const override {
+    return std::to_string(queues_) + " CPU queue(s) + pump thread(s) per drive";
+  }
   GpunvmeContext ctx_;
+  uint32_t queues_ = 0;
   std::vector<std::unique_ptr<Drive>> drives_;
 };
 
@@ -162,6 +233,17 @@ class GpuMode final : public Mode {
       queues_ = nq;
       drives_.push_back(std::move(dr));
     }
+    cuda_check(cudaEventCreate(&ev_start_), "cudaEventCreate");
+    cuda_check(cudaEventCreate(&ev_landed_), "cudaEventCreate");
+  }
+  ~GpuMode() override {
+    ctx_.consumer->quiesce();  // no copy may still read a slot
+    for (auto& d : drives_)
+      if (d->io) cudaStreamSynchronize(d->io);
+    cudaGetLastError();
+    drives_.clear();
+    if (ev_start_) cudaEventDestroy(ev_start_);
+    if (ev_landed_) cudaEventDestroy(ev_landed_);
   }
 
   std::string note() const override { return std::to_string(queues_) + " GPU-driven queue(s) per drive"; }
@@ -172,6 +254,9 @@ class GpuMode final : public Mode {
     c.begin_pass(n, compute_ns);
     auto* copy = static_cast<stream::cuda_stream_t>(c.copy_stream());
     const auto t0 = Clock::now();
+    // GPU-side read-stage timing: from before the first read kernel to the point where the copy
+    // stream has waited for the last layer's reads.
+    cuda_check(cudaEventRecord(ev_start_, drives_[0]->io), "cudaEventRecord(start)");
     for (auto& d : drives_) d->s->begin(0, 0, io(*d));
     std::vector<HostPart> parts;
     for (uint32_t l = 0; l < n; ++l) {
@@ -179,6 +264,7 @@ class GpuMode final : public Mode {
         for (auto& d : drives_) d->s->begin(l + 1, (l + 1) % 2, io(*d));
       parts.clear();
       for (uint32_t d = 0; d < drives_.size(); ++d) add_parts(ctx_, d, drives_[d]->s->wait(l % 2, copy), parts);
+      if (l + 1 == n) cuda_check(cudaEventRecord(ev_landed_, static_cast<cudaStream_t>(c.copy_stream())), "cudaEventRecord(landed)");
       c.consume_host(l, parts, /*wait_copy=*/false);  // copy + kernel enqueued behind the reads
       for (auto& d : drives_) d->s->release(l % 2, copy);
     }
@@ -186,6 +272,9 @@ class GpuMode final : public Mode {
     PassResult r;
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    float ms = 0;
+    if (n > 0 && cudaEventElapsedTime(&ms, ev_start_, ev_landed_) == cudaSuccess) r.landed_s = ms / 1e3;
+    cudaGetLastError();
     return r;
   }
 
@@ -209,6 +298,7 @@ class GpuMode final : public Mode {
   static stream::cuda_stream_t io(Drive& d) { return reinterpret_cast<stream::cuda_stream_t>(d.io); }
   GpunvmeContext ctx_;
   uint32_t queues_ = 0;
+  cudaEvent_t ev_start_ = nullptr, ev_landed_ = nullptr;
   std::vector<std::unique_ptr<Drive>> drives_;
 };
 #endif

@@ -13,6 +13,7 @@ struct GpunvmeContext {
   Consumer* consumer = nullptr;
   std::vector<std::string> devices;  // [drive] device strings, `drive=` included for modeled drives
   uint32_t gpu_queues = 4;           // I/O queues per drive driven by the GPU (gpunvme-gpu)
+  uint32_t cpu_queues = 2;           // CpuSubmitters (queue + pump thread each) per drive (gpunvme-cpu)
   uint32_t queue_entries = 1024;
   uint64_t max_command_bytes = 0;    // 0: the controller's MDTS
 };

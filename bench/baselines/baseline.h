@@ -73,6 +73,11 @@ class StagedPipeline {
   ~StagedPipeline();
   uint8_t* wait(uint32_t l);
   void release(uint32_t l);
+  // When the worker finished filling the last layer it filled.
+  Clock::time_point last_filled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_filled_;
+  }
 
  private:
   void run();
@@ -84,6 +89,7 @@ class StagedPipeline {
   int64_t filled_[2] = {-1, -1};  // layer in the buffer, -1 = free
   bool stop_ = false;
   std::exception_ptr error_;
+  Clock::time_point last_filled_{};
   std::thread worker_;
 };
 

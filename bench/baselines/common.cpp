@@ -69,6 +69,7 @@ void StagedPipeline::run() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         filled_[b] = l;
+        last_filled_ = Clock::now();
       }
       cv_.notify_all();
     }

@@ -86,7 +86,10 @@ class CufileMode final : public Mode {
                                            : "compatibility mode (nvidia-fs not loaded)") +
             (direct_ ? ", O_DIRECT fds" : ", buffered fds") + ", " + config_;
   }
-  ~CufileMode() override { close_all(); }
+  ~CufileMode() override {
+    ctx_.consumer->quiesce();
+    close_all();
+  }
 
   std::string note() const override { return note_; }
 
@@ -94,6 +97,7 @@ class CufileMode final : public Mode {
     Consumer& c = *ctx_.consumer;
     c.begin_pass(n, compute_ns);
     const auto t0 = Clock::now();
+    Clock::time_point landed = t0;
     {
       StagedPipeline pipe(n, nullptr, nullptr, [&](uint32_t l, uint8_t*) { fill(l); });
       for (uint32_t l = 0; l < n; ++l) {
@@ -101,10 +105,12 @@ class CufileMode final : public Mode {
         c.consume_device(l);
         pipe.release(l);
       }
+      landed = pipe.last_filled();
     }
     PassResult r;
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.landed_s = std::chrono::duration<double>(landed - t0).count();
     r.note = note_;
     return r;
   }

@@ -40,6 +40,7 @@ class OdirectMode final : public Mode {
     }
   }
   ~OdirectMode() override {
+    ctx_.consumer->quiesce();  // no copy may still read the staging buffers
     for (int fd : fds_) close(fd);
   }
 
@@ -48,6 +49,7 @@ class OdirectMode final : public Mode {
     Consumer& c = *ctx_.consumer;
     c.begin_pass(n, compute_ns);
     const auto t0 = Clock::now();
+    Clock::time_point landed = t0;
     {
       StagedPipeline pipe(n, staging0_.data(), staging1_.data(), [&](uint32_t l, uint8_t* buf) { fill(l, buf); });
       for (uint32_t l = 0; l < n; ++l) {
@@ -56,10 +58,12 @@ class OdirectMode final : public Mode {
         c.consume_host(l, parts, /*wait_copy=*/true);
         pipe.release(l);
       }
+      landed = pipe.last_filled();
     }
     PassResult r;
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.landed_s = std::chrono::duration<double>(landed - t0).count();
     return r;
   }
 
