@@ -29,12 +29,6 @@
 using namespace gpunvme;
 
 namespace {
-uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 const char* kUsage =
     "usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] "
@@ -157,8 +151,7 @@ int main(int argc, char** argv) {
         std::vector<std::pair<uint64_t, uint32_t>> score;
         for (uint32_t e = 0; e < cat.n_experts; ++e) {
           if (cat.of(l, e).empty()) continue;
-          const uint64_t popular = (e * 7 + l) % cat.n_experts < cat.n_experts / 4 ? 3 : 0;
-          score.push_back({(mix(t * 1000003ull + l * 1009 + e) & 0xFFFF) * (1 + popular), e});
+          score.push_back({example::toy_score(t, l, e, cat.n_experts), e});
         }
         std::sort(score.rbegin(), score.rend());
         std::vector<uint32_t> sel;

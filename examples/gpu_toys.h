@@ -11,33 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "driver/compiler.h"
+#include "example_model.h"
 #include "host/controller.h"
 #include "host/dma_memory.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_fetch_types.h"
 
 namespace example {
-
-// Order-independent, position-weighted byte sum: the GPU adds it up in any order.
-GPUNVME_HD inline uint64_t toy_term(uint8_t byte, uint64_t i) { return uint64_t(byte) * (i * 2654435761ull + 1); }
-inline uint64_t toy_checksum(const uint8_t* p, uint64_t n) {
-  uint64_t s = 0;
-  for (uint64_t i = 0; i < n; ++i) s += toy_term(p[i], i);
-  return s;
-}
-
-// The example router's score for expert e of layer l at token t: a few popular experts per layer.
-GPUNVME_HD inline uint64_t toy_mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-GPUNVME_HD inline uint64_t toy_score(uint32_t t, uint32_t l, uint32_t e, uint32_t n_experts) {
-  const uint64_t popular = (e * 7 + l) % n_experts < n_experts / 4 ? 3 : 0;
-  return (toy_mix(t * 1000003ull + l * 1009 + e) & 0xFFFF) * (1 + popular);
-}
 
 struct ToyTensor {
   uint64_t offset;  // in the slot
