@@ -101,6 +101,7 @@ const char* kHelp =
     "  --keep              keep generated images (and reuse them next time when they match)\n"
     "  --allow-write       permit writing the generated pattern onto a non-emulated device\n"
     "  --json              one JSON object instead of the tables\n"
+    "  --json-out FILE     also write that JSON object to FILE (tables still printed)\n"
     "\n"
     "What is reported, per drive profile and mode (n layers, B bytes read, S = 701,956,096):\n"
     "  read GB/s    B / T_read, T_read = from the first read to the last layer's bytes landing in host\n"
@@ -184,6 +185,7 @@ struct Options {
   bool keep = false;
   bool allow_write = false;
   bool json = false;
+  std::string json_out;
 };
 
 Options parse(int argc, char** argv) {
@@ -196,7 +198,7 @@ Options parse(int argc, char** argv) {
   }
   const cli::Args args(argc, argv, 1,
                        {"device", "drives", "image", "layers", "layer-bytes", "gguf", "compute-us", "modes", "drive",
-                        "passes", "threads", "chunk", "gpu-queues", "cpu-queues", "max-command", "emu-opts"},
+                        "passes", "threads", "chunk", "gpu-queues", "cpu-queues", "max-command", "emu-opts", "json-out"},
                        {"deployed", "pace-baselines", "keep", "allow-write", "json", "help"});
   if (args.has("help")) {
     std::printf(kHelp, drive_profile_names().c_str());
@@ -256,6 +258,7 @@ Options parse(int argc, char** argv) {
   o.keep = args.has("keep");
   o.allow_write = args.has("allow-write");
   o.json = args.has("json");
+  o.json_out = args.get("json-out");
   return o;
 }
 
@@ -846,8 +849,8 @@ int main(int argc, char** argv) {
         if (r.profile == profile && r.mode == mode && r.ran && r.verified) return &r;
       return nullptr;
     };
-    if (o.json) {
-      std::printf("{\"layout\":\"%s\",\"drives\":%u,\"layers\":%u,\"bytes\":%llu,\"q6k_layer_bytes\":%llu,"
+    auto emit_json = [&](FILE* jf) {
+      std::fprintf(jf, "{\"layout\":\"%s\",\"drives\":%u,\"layers\":%u,\"bytes\":%llu,\"q6k_layer_bytes\":%llu,"
                   "\"consumer\":\"%s\",\"compute\":\"%s\",\"files\":\"%s\",\"tmpfs\":%s,\"setup_s\":%.2f,\"rows\":[",
                   json_escape(L.what).c_str(), n_drives, n, (unsigned long long)bytes, (unsigned long long)kQ6kLayerBytes,
                   json_escape(consumer->describe() + (consumer_note.empty() ? "" : "; " + consumer_note)).c_str(),
@@ -855,36 +858,45 @@ int main(int argc, char** argv) {
                   all_tmpfs ? "true" : "false", setup_s);
       bool first = true;
       for (const Row& r : rows) {
-        std::printf("%s{\"drive\":\"%s\",\"mode\":\"%s\",\"ran\":%s", first ? "" : ",", r.profile.c_str(), r.mode.c_str(),
+        std::fprintf(jf, "%s{\"drive\":\"%s\",\"mode\":\"%s\",\"ran\":%s", first ? "" : ",", r.profile.c_str(), r.mode.c_str(),
                     r.ran ? "true" : "false");
         first = false;
-        if (!r.unavailable.empty()) std::printf(",\"unavailable\":\"%s\"", json_escape(r.unavailable).c_str());
-        if (!r.error.empty()) std::printf(",\"error\":\"%s\"", json_escape(r.error).c_str());
+        if (!r.unavailable.empty()) std::fprintf(jf, ",\"unavailable\":\"%s\"", json_escape(r.unavailable).c_str());
+        if (!r.error.empty()) std::fprintf(jf, ",\"error\":\"%s\"", json_escape(r.error).c_str());
         if (r.ran) {
-          std::printf(",\"read_s\":%.6f,\"read_gbps\":%.4f", r.read_s, r.gbps_read());
-          std::printf(",\"verified\":%s,\"io_s\":%.6f,\"io_gbps\":%.4f,\"layer_io_ms\":%.4f,\"pipe_s\":%.6f,\"pipe_gbps\":%.4f,"
+          std::fprintf(jf, ",\"read_s\":%.6f,\"read_gbps\":%.4f", r.read_s, r.gbps_read());
+          std::fprintf(jf, ",\"verified\":%s,\"io_s\":%.6f,\"io_gbps\":%.4f,\"layer_io_ms\":%.4f,\"pipe_s\":%.6f,\"pipe_gbps\":%.4f,"
                       "\"compute_us_per_layer\":%.1f,\"compute_s\":%.6f,\"copy_s\":%.6f,\"hidden\":%.4f,\"hidden_max\":%.4f,"
                       "\"tok_s\":%.4f,\"tok_s_meas\":%.4f",
                       r.verified ? "true" : "false", r.io_s, r.gbps_io(), r.layer_ms(), r.pipe_s, r.gbps_pipe(),
                       double(r.compute_ns) / 1e3, r.compute_s, r.copy_s, r.hidden(), 1.0 - 1.0 / n, r.tok_s(compute_auto),
                       r.tok_s_meas());
           if (r.limit_bps > 0)
-            std::printf(",\"limit_gbps\":%.4f,\"efficiency\":%.4f,\"efficiency_target_met\":%s", r.limit_bps / 1e9,
+            std::fprintf(jf, ",\"limit_gbps\":%.4f,\"efficiency\":%.4f,\"efficiency_target_met\":%s", r.limit_bps / 1e9,
                         r.efficiency(), r.efficiency() >= 0.97 ? "true" : "false");
-          std::printf(",\"cache\":\"%s\",\"note\":\"%s\"", json_escape(r.cache).c_str(), json_escape(r.note).c_str());
-          std::printf(",\"ratios\":{");
+          std::fprintf(jf, ",\"cache\":\"%s\",\"note\":\"%s\"", json_escape(r.cache).c_str(), json_escape(r.note).c_str());
+          std::fprintf(jf, ",\"ratios\":{");
           bool f2 = true;
           for (const char* b : {"mmap", "odirect", "cufile"})
             if (const Row* br = baseline_of(r.profile, b); br && r.mode != b && br->gbps_io() > 0) {
-              std::printf("%s\"%s\":%.3f", f2 ? "" : ",", b, r.gbps_io() / br->gbps_io());
+              std::fprintf(jf, "%s\"%s\":%.3f", f2 ? "" : ",", b, r.gbps_io() / br->gbps_io());
               f2 = false;
             }
-          std::printf("}");
+          std::fprintf(jf, "}");
         }
-        if (!r.mismatch.empty()) std::printf(",\"mismatch\":\"%s\"", json_escape(r.mismatch).c_str());
-        std::printf("}");
+        if (!r.mismatch.empty()) std::fprintf(jf, ",\"mismatch\":\"%s\"", json_escape(r.mismatch).c_str());
+        std::fprintf(jf, "}");
       }
-      std::printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
+      std::fprintf(jf, "],\"ok\":%s}\n", all_ok ? "true" : "false");
+    };
+    if (!o.json_out.empty()) {
+      FILE* jf = std::fopen(o.json_out.c_str(), "w");
+      if (!jf) throw std::runtime_error("cannot write " + o.json_out + ": " + std::strerror(errno));
+      emit_json(jf);
+      std::fclose(jf);
+    }
+    if (o.json) {
+      emit_json(stdout);
     } else {
       std::printf("\n");
       for (const auto& profile : o.profiles) {
