@@ -221,10 +221,15 @@ class GpuMode final : public Mode {
             uint16_t(q + 1), std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries()), mem));
         raw.push_back(dr->qps.back().get());
       }
+      // Each command id's PRP-list area must cover the largest command the plans hold.
+      const uint64_t mdts = dr->ctrl->max_transfer_bytes();
       stream::GpuSubmitterOptions go;
-      go.max_command_bytes = std::max<uint64_t>(ctx.max_command_bytes, 1ull << 20);
+      go.max_command_bytes = ctx.max_command_bytes ? (mdts ? std::min(ctx.max_command_bytes, mdts) : ctx.max_command_bytes)
+                                                   : (mdts ? mdts : (1ull << 20));
       dr->sub = std::make_unique<stream::GpuSubmitter>(*dr->ctrl, raw, 1, go);
-      dr->s = std::make_unique<stream::LayerStreamer>(*dr->ctrl, *dr->sub, ctx.layout->extents[d], streamer_options(ctx));
+      stream::StreamerOptions so = streamer_options(ctx);
+      so.max_command_bytes = go.max_command_bytes;
+      dr->s = std::make_unique<stream::LayerStreamer>(*dr->ctrl, *dr->sub, ctx.layout->extents[d], so);
       check_plans(ctx, d, *dr->s);
       // One io stream per drive: a submitter's kernels run one after another on their stream, and
       // the drives must read at the same time. Highest priority, so the reads are not queued behind
