@@ -139,7 +139,7 @@ class EmulatedController final : public host::Transport {
   size_t serve_sq_faulty(SqState& sq, CqState& cq, IoContext& ctx);
   size_t flush_delayed(CqState& cq);
   // io_paced.cpp: the path taken when a drive model is configured.
-  size_t serve_sq_paced(SqState& sq, CqState& cq, IoContext& ctx);
+  size_t serve_sq_paced(const WorkList::Item& item, SqState& sq, IoContext& ctx);
   size_t flush_paced(const WorkList::Item& item);
   CommandResult exec_io(const nvme::SubmissionEntry& e, uint16_t sqid, IoContext& ctx);
   // Shared by admin and I/O queues: applies command faults around `exec`. Returns false when the

@@ -94,7 +94,7 @@ size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) 
   if (!cq.paced.empty()) did += flush_paced(item);
   const bool faulty = faults_.commands_armed();
   if (model_ && !faulty) {
-    for (SqState* sq : item.sqs) did += serve_sq_paced(*sq, cq, ctx);
+    for (SqState* sq : item.sqs) did += serve_sq_paced(item, *sq, ctx);
   } else {
     for (SqState* sq : item.sqs) did += faulty ? serve_sq_faulty(*sq, cq, ctx) : serve_sq(*sq, cq, ctx);
   }
