@@ -73,7 +73,8 @@ const char* kHelp =
     "  --image PREFIX      generated images PREFIX-dN.img (default /dev/shm/gpunvme-ls); deleted at\n"
     "                      the end unless --keep. On a disk filesystem the page cache is dropped\n"
     "                      (posix_fadvise DONTNEED) before every pass, and the report says how much stayed\n"
-    "  --layers N          layers to stream (default 12; --gguf: all of the model's)\n"
+    "  --layers N          layers to stream (default 10: 7.0 GB, enough for steady state and a default\n"
+    "                      run under a minute; --gguf: all of the model's)\n"
     "  --layer-bytes SIZE  bytes per generated layer (default 701956096 = one Llama-3-70B Q6_K layer:\n"
     "                      855,638,016 weights x 210 B/256 + 64 KiB of norms; 80 of them = 56.2 GB of\n"
     "                      the 57.9 GB GGUF). K/M/G suffixes are binary (669M = 701,497,344)\n"
@@ -99,7 +100,7 @@ const char* kHelp =
     "  --max-command SIZE  cap on bytes per NVMe read command (default: the controller's MDTS)\n"
     "  --emu-opts KEYS     extra emulator keys for generated images, e.g. poll=spin or mdts=9\n"
     "  --keep              keep generated images (and reuse them next time when they match)\n"
-    "  --allow-write       permit writing the generated pattern onto a non-emulated device\n"
+    "  --allow-write       permit writing the generated pattern (or --gguf) onto a non-emulated device\n"
     "  --json              one JSON object instead of the tables\n"
     "  --json-out FILE     also write that JSON object to FILE (tables still printed)\n"
     "\n"
@@ -166,7 +167,7 @@ struct Options {
   std::vector<std::string> devices;  // explicit
   uint32_t drives = 1;
   std::string image = "/dev/shm/gpunvme-ls";
-  uint32_t layers = 12;
+  uint32_t layers = 10;
   bool layers_given = false;
   uint64_t layer_bytes = kQ6kLayerBytes;
   std::string gguf;
@@ -643,9 +644,11 @@ int main(int argc, char** argv) {
           if (!cfg.namespaces.empty() && cfg.namespaces[0].backing == emu::Backing::kFile) dv.file = cfg.namespaces[0].path;
           if (s.find("drive=") != std::string::npos)
             throw cli::UsageError("--device " + s + ": leave drive= out, --drive PROFILE adds it per run");
-        } else if (generated && !o.allow_write) {
-          throw cli::UsageError("--device " + s + " is not emulated: writing the generated layout onto it destroys its "
-                                "contents; add --allow-write if that is what you want (or use --gguf FILE --deployed)");
+        } else if ((generated || !o.deployed) && !o.allow_write) {
+          throw cli::UsageError("--device " + s + " is not emulated: writing the " +
+                                (generated ? std::string("generated layout") : "GGUF") +
+                                " onto it destroys its contents; add --allow-write if that is what you want "
+                                "(or use --gguf FILE --deployed to read a model that is there already)");
         }
         devs.push_back(dv);
       }

@@ -37,8 +37,8 @@ using Clock = std::chrono::steady_clock;
 // KV heads of 128 -> q 8192x8192, k and v 8192x1024, o 8192x8192, gate/up/down 8192x28672 =
 // 855,638,016 weights; ggml Q6_K stores 256 weights in 210 bytes (6.5625 bits/weight) -> 701,890,560
 // bytes, plus two F32 norm vectors (65,536 bytes) = 701,956,096 bytes (669.4 MiB) per layer.
-// 80 such layers = 56.16 GB; with token_embd and output.weight (862 MB each) the file is 57.88 GB,
-// the size of published Meta-Llama-3-70B Q6_K GGUFs ("57.9 GB").
+// 80 such layers = 56.16 GB; with token_embd and output.weight (128256 x 8192, 862 MB each in Q6_K)
+// the file is 57.88 GB, in line with the ~57.8-57.9 GB listed for published Llama-3(.1)-70B Q6_K GGUFs.
 constexpr uint64_t kQ6kLayerBytes = 701'956'096;
 constexpr uint32_t kQ6kLayers = 80;
 
