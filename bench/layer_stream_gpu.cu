@@ -34,10 +34,10 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-// 256 threads x 4 blocks per SM, at most 64 registers (40 with nvcc 13): the whole grid is resident at
+// 256 threads x 4 blocks per SM, at most 40 registers (launch bound for 6 blocks): the whole grid is resident at
 // once (so every block's spin starts together and the kernel lasts compute_ns), and half the SM's
 // threads and a third of its registers stay free for the gpunvme-gpu read kernels on the io streams.
-__global__ void __launch_bounds__(256, 4) consume_kernel(const uint8_t* __restrict__ buf, const Range* __restrict__ ranges,
+__global__ void __launch_bounds__(256, 6) consume_kernel(const uint8_t* __restrict__ buf, const Range* __restrict__ ranges,
                                                       uint32_t n_ranges, unsigned long long* __restrict__ sum,
                                                       uint64_t compute_ns) {
   __shared__ uint64_t start;
