@@ -2,8 +2,8 @@
  * runtime/stream). Every call returns a gpunvme_err_t; on failure gpunvme_last_error_message()
  * (per thread) says what went wrong and, where there is one, the fix.
  *
- * Lifetimes: destroy streamers and fetchers before the queue they use, queues and models before
- * their controller. Handles are not thread-safe; use one per thread or lock around them.
+ * Lifetimes: destroy streamers and fetchers before the queue (or GPU queues) they use, queues and
+ * models before their controller. Handles are not thread-safe; use one per thread or lock around them.
  *
  *   gpunvme_ctrl_t* c;  gpunvme_queue_t* q;
  *   gpunvme_ctrl_init(&c, "emu:ram,size=256M");
@@ -12,7 +12,28 @@
  *   gpunvme_delete_io_queue(q);
  *   gpunvme_ctrl_shutdown(c);
  *
- * Build: pkg-config --cflags --libs gpunvme
+ * GPU path (CUDA builds, a GPU present; see "GPU path" below): GPU kernels issue the reads on a
+ * CUDA stream and the consumer's stream waits for them, with no host round trip:
+ *
+ *   gpunvme_gpu_queues_t* gq;  gpunvme_streamer_t* s;  gpunvme_slot_view_t v;  const uint32_t* st;
+ *   gpunvme_gpu_queues_create(c, 2, 4, 256, &gq);              // qids 2..5, driven by GPU warps
+ *   gpunvme_streamer_create_gpu_from_model(gq, model, 0, NULL, &s);
+ *   gpunvme_streamer_begin_on(s, 0, 0, io);
+ *   for (l = 0; l < L; ++l) {
+ *     if (l + 1 < L) gpunvme_streamer_begin_on(s, l + 1, (l + 1) % 2, io);
+ *     gpunvme_streamer_wait_on(s, l % 2, compute, &v);         // returns at once
+ *     gpunvme_streamer_status(s, l % 2, &st);
+ *     layer_kernel<<<g, b, 0, compute>>>(v.device, st);        // st: 1 = every read succeeded
+ *     gpunvme_streamer_release_on(s, l % 2, compute);
+ *   }
+ *   gpunvme_streamer_sync(s);                                  // errors, stats
+ *   ... gpunvme_streamer_destroy(s); gpunvme_gpu_queues_destroy(gq);
+ *
+ * Without CUDA or without a GPU every GPU-path call returns GPUNVME_ERR_UNSUPPORTED and the
+ * last-error message gives the reason (gpunvme_gpu_available() asks up front).
+ *
+ * Build: pkg-config --cflags --libs gpunvme (the GPU path also needs -lcudart in the application
+ * for its own streams and kernels)
  */
 #ifndef GPUNVME_H
 #define GPUNVME_H
@@ -24,7 +45,7 @@
 extern "C" {
 #endif
 
-#define GPUNVME_API_VERSION 1
+#define GPUNVME_API_VERSION 2 /* 2: the GPU path */
 
 typedef enum gpunvme_err {
   GPUNVME_OK = 0,
@@ -216,6 +237,126 @@ typedef struct gpunvme_fetch_metrics {
 gpunvme_err_t gpunvme_fetcher_metrics(gpunvme_fetcher_t* f, gpunvme_fetch_metrics_t* out);
 /* counts[l] = experts of layer l resident in the cache, for l < n (n = layers of the catalog). */
 gpunvme_err_t gpunvme_fetcher_resident(gpunvme_fetcher_t* f, uint32_t* counts, uint32_t n);
+
+/* ---- GPU path (CUDA builds with a GPU) ----
+ *
+ * Reads are issued by GPU kernels (one warp per GPU queue) enqueued on a CUDA stream; consumers
+ * order themselves after them on their own stream. The host only enqueues and never blocks on the
+ * hot path. Without CUDA support or a usable GPU every call in this section (except destroying
+ * NULL) returns GPUNVME_ERR_UNSUPPORTED with the reason in gpunvme_last_error_message(). */
+
+/* cudaStream_t without the CUDA headers: the same type (struct CUstream_st*), so a cudaStream_t
+ * is passed as is. NULL is the legacy default stream. */
+typedef struct CUstream_st* gpunvme_cuda_stream_t;
+typedef struct gpunvme_gpu_queues gpunvme_gpu_queues_t;
+
+/* GPUNVME_OK when the GPU path can be used in this process; else GPUNVME_ERR_UNSUPPORTED and the
+ * reason ("gpunvme was built without CUDA ...", "CUDA reports: ...") as the last-error message. */
+gpunvme_err_t gpunvme_gpu_available(void);
+
+/* `count` I/O queue pairs (qids first_qid .. first_qid + count - 1, `entries` deep) in GPU-mapped
+ * memory, handed to GPU kernels (a GPU submitter); the host never touches them again. They count
+ * as open queues of ctrl (gpunvme_ctrl_shutdown refuses while they exist). The kernels' own reads
+ * (the expert fetcher's) go to namespace 1.
+ * The kernels of one gpunvme_gpu_queues_t must not overlap in time: issue everything that uses it
+ * (a streamer's begin_on, a fetcher's fetch_on) on one CUDA stream, or give each concurrently used
+ * stream its own gpunvme_gpu_queues_t (an overlapping kernel fails its reads: "queue held by
+ * another warp"). */
+gpunvme_err_t gpunvme_gpu_queues_create(gpunvme_ctrl_t* ctrl, uint16_t first_qid, uint32_t count, uint32_t entries,
+                                        gpunvme_gpu_queues_t** out);
+/* Refused while a streamer or fetcher uses it; NULL is a no-op. Frees the memory of the GPU
+ * streamers that used it (see gpunvme_streamer_destroy). */
+gpunvme_err_t gpunvme_gpu_queues_destroy(gpunvme_gpu_queues_t* gq);
+
+/* GPU layer streamer: arguments as gpunvme_streamer_create(_from_model); opts->pump_thread is
+ * ignored. Every plan's command templates go to device memory here. The host calls (begin, wait,
+ * release) work on it too (reads on an internal stream), but a slot begun with begin_on is waited
+ * for with wait_on and released with release_on, and a slot released with release_on is begun
+ * again with begin_on. Synchronize the compute stream before gpunvme_streamer_destroy; it waits
+ * for the streamer's reads and keeps its slot memory until gpunvme_gpu_queues_destroy (the GPU
+ * queues cache its command templates by address). */
+gpunvme_err_t gpunvme_streamer_create_gpu(gpunvme_gpu_queues_t* gq, const gpunvme_extent_t* extents,
+                                          const uint32_t* layer_first, uint32_t n_layers,
+                                          const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out);
+gpunvme_err_t gpunvme_streamer_create_gpu_from_model(gpunvme_gpu_queues_t* gq, gpunvme_model_t* model,
+                                                     int skip_experts, const gpunvme_streamer_opts_t* opts,
+                                                     gpunvme_streamer_t** out);
+/* A kernel on `io` reads `layer` into `slot` (after the slot's last release_on on its stream). */
+gpunvme_err_t gpunvme_streamer_begin_on(gpunvme_streamer_t* s, uint32_t layer, uint32_t slot,
+                                        gpunvme_cuda_stream_t io);
+/* Work enqueued on `compute` after this call runs after the slot's reads; returns at once. The view
+ * is as gpunvme_streamer_wait's (view->device for kernels; view->host is the same memory, valid for
+ * the CPU only once `compute` passed this point, e.g. after cudaStreamSynchronize). view may be NULL.
+ * gpunvme_streamer_piece / _locate work on the slot from here until it is released. */
+gpunvme_err_t gpunvme_streamer_wait_on(gpunvme_streamer_t* s, uint32_t slot, gpunvme_cuda_stream_t compute,
+                                       gpunvme_slot_view_t* view);
+/* Device pointer to the state word of the slot's reads, for consumer kernels: 0 pending, 1 every
+ * read succeeded, 2 a read failed (do not compute on the slot). NULL unless the slot holds a load
+ * begun with begin_on and waited for with wait_on. (A getter, not a new gpunvme_slot_view_t field,
+ * so the view's size stays that of API version 1.) */
+gpunvme_err_t gpunvme_streamer_status(gpunvme_streamer_t* s, uint32_t slot, const uint32_t** status);
+/* The slot is refilled only after the work enqueued on `compute` so far. */
+gpunvme_err_t gpunvme_streamer_release_on(gpunvme_streamer_t* s, uint32_t slot, gpunvme_cuda_stream_t compute);
+/* Host: blocks (bounded) until every begin_on's reads ended and `compute` passed every wait_on;
+ * returns the first failure (GPUNVME_ERR_COMMAND_FAILED naming the LBA range, GPUNVME_ERR_TIMEOUT);
+ * fills gpunvme_streamer_stats (wait_seconds: time the compute stream stalled for I/O). */
+gpunvme_err_t gpunvme_streamer_sync(gpunvme_streamer_t* s);
+
+/* What the GPU fetcher leaves in device memory for consumer kernels (same layout as the library's
+ * GpuFetchResult / GpuFetchedExpert, checked at compile time): the result (24 bytes) is followed
+ * directly by experts[max_experts_per_fetch] (120 bytes each, 8-byte aligned), entries
+ * 0 .. result->count - 1 valid for the latest fetch on its stream. */
+#define GPUNVME_MAX_EXPERT_PARTS 4
+#define GPUNVME_FETCH_ERROR_NONE 0
+#define GPUNVME_FETCH_ERROR_BAD_EXPERT_ID 1 /* an id >= the model's experts per layer */
+#define GPUNVME_FETCH_ERROR_TOO_MANY 2      /* more distinct experts than max_experts_per_fetch */
+#define GPUNVME_FETCH_ERROR_NO_SLICES 3     /* the expert has no slices in the model */
+typedef struct gpunvme_gpu_fetch_result {
+  uint32_t token;       /* fetch number, from 1; experts[i].ready == token once expert i is in */
+  uint32_t count;       /* distinct experts (entries of experts[]) */
+  uint32_t error;       /* GPUNVME_FETCH_ERROR_*; nothing was read when set */
+  uint32_t error_value; /* the offending id */
+  uint32_t commands;    /* reads issued */
+  uint32_t layer;
+} gpunvme_gpu_fetch_result_t;
+typedef struct gpunvme_gpu_fetched_expert {
+  uint32_t expert;
+  uint32_t hit;      /* 1: was resident in the cache, no read */
+  uint64_t offset;   /* scratchpad offset of its first block */
+  uint64_t bytes;    /* scratchpad bytes it spans */
+  uint32_t ready;    /* == result->token once its bytes are in the scratchpad (read it volatile) */
+  uint32_t failed;   /* nonzero (status field | 0x10000): a read failed; ready never matches */
+  uint32_t part_count;
+  uint32_t part_proj[GPUNVME_MAX_EXPERT_PARTS]; /* gpunvme_projection_t */
+  uint32_t reserved;                            /* padding */
+  uint64_t part_offset[GPUNVME_MAX_EXPERT_PARTS]; /* scratchpad offset of each part's first byte */
+  uint64_t part_bytes[GPUNVME_MAX_EXPERT_PARTS];
+} gpunvme_gpu_fetched_expert_t;
+
+/* GPU expert fetcher over a model's experts; opts as for the CPU fetcher (opts->nsid must be 1,
+ * pump_thread is ignored). The scratchpad is GPU mapped. */
+gpunvme_err_t gpunvme_fetcher_create_gpu_from_model(gpunvme_gpu_queues_t* gq, gpunvme_model_t* model,
+                                                    gpunvme_expert_parts_t parts, const gpunvme_fetcher_opts_t* opts,
+                                                    gpunvme_fetcher_t** out);
+/* Enqueues on `stream` the fetch of `layer`'s experts named by device_ids[0 .. n) (GPU memory, e.g.
+ * written by a router kernel on the same stream; duplicates collapse; n <= 1024); returns at once.
+ * Consumers enqueued on `stream` afterwards find the result at gpunvme_fetcher_device_result and
+ * the bytes in the scratchpad's device view. The next fetch on the stream reuses the result memory
+ * (and, without a cache, the scratchpad): enqueue a fetch's consumers before the next fetch. */
+gpunvme_err_t gpunvme_fetcher_fetch_on(gpunvme_fetcher_t* f, uint32_t layer, const uint32_t* device_ids, uint32_t n,
+                                       gpunvme_cuda_stream_t stream);
+/* Host: waits (bounded) for the latest fetch_on; returns a bad id / too many experts
+ * (GPUNVME_ERR_INVALID_ARGUMENT) or a failed read. Afterwards gpunvme_fetcher_expert / _part / the
+ * scratchpad's host view describe that fetch as for the CPU fetcher. n_selected may be NULL. */
+gpunvme_err_t gpunvme_fetcher_wait_gpu(gpunvme_fetcher_t* f, uint32_t* n_selected);
+/* Device pointers (stable for the fetcher's life): the result, experts[], and selection[n] (for
+ * each routing id of the latest fetch, the index of its distinct expert). Any may be NULL. */
+gpunvme_err_t gpunvme_fetcher_device_result(gpunvme_fetcher_t* f, const gpunvme_gpu_fetch_result_t** result,
+                                            const gpunvme_gpu_fetched_expert_t** experts,
+                                            const uint32_t** selection);
+/* On a GPU fetcher gpunvme_fetcher_fetch / _ready / _wait / _wait_all return GPUNVME_ERR_UNSUPPORTED
+ * (use fetch_on / wait_gpu; per-expert readiness lives on the GPU); _expert, _part, _scratchpad,
+ * _metrics (synchronizes the device), _resident and _destroy work on both kinds. */
 
 #ifdef __cplusplus
 }

@@ -3,11 +3,13 @@
 #include "runtime/capi/gpunvme.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "host/cpu_io.h"
@@ -19,10 +21,95 @@
 #include "runtime/model/model_error.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/cpu_submitter.h"
+#include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/expert_fetcher.h"
+#include "runtime/stream/gpu_fetch_types.h"
 #include "runtime/stream/layer_streamer.h"
 
+#if GPUNVME_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/stream/gpu_expert_fetcher.h"
+#include "runtime/stream/gpu_submitter.h"
+#endif
+
 using namespace gpunvme;
+
+// ---- The GPU path's types: the real ones in CUDA builds, stand-ins that are never constructed
+// (every GPU entry point checks gpu_unavailable() first) so the code below is the same in both.
+namespace capi_gpu {
+#if GPUNVME_HAVE_CUDA
+using GpuSubmitter = stream::GpuSubmitter;
+using GpuExpertFetcher = stream::GpuExpertFetcher;
+static_assert(std::is_same_v<gpunvme_cuda_stream_t, cudaStream_t>);
+#else
+[[noreturn]] inline void no_cuda() {
+  throw Error(ErrorKind::kUnsupported, "gpunvme was built without CUDA (meson option -Dcuda=enabled needs nvcc)");
+}
+class GpuSubmitter final : public stream::Submitter {
+ public:
+  GpuSubmitter(host::Controller&, std::vector<host::QueuePair*>, uint32_t) { no_cuda(); }
+  uint64_t issue(std::span<const nvme::SubmissionEntry>) override { no_cuda(); }
+  void progress() override {}
+  bool done(uint64_t) override { no_cuda(); }
+  void wait(uint64_t) override { no_cuda(); }
+};
+class GpuExpertFetcher {
+ public:
+  GpuExpertFetcher(host::Controller&, GpuSubmitter&, stream::ExpertCatalog, const stream::FetcherOptions&) { no_cuda(); }
+  void fetch(uint32_t, const uint32_t*, uint32_t, stream::cuda_stream_t) { no_cuda(); }
+  std::vector<stream::FetchedExpert> wait() { no_cuda(); }
+  const stream::GpuFetchResult* device_result() const { return nullptr; }
+  const stream::GpuFetchedExpert* device_experts() const { return nullptr; }
+  const uint32_t* device_selection() const { return nullptr; }
+  const host::DmaBuffer& scratchpad() const { no_cuda(); }
+  uint32_t cache_capacity() const { return 0; }
+  stream::FetcherMetrics metrics() const { no_cuda(); }
+  std::vector<uint32_t> resident_per_layer() const { no_cuda(); }
+};
+#endif
+}  // namespace capi_gpu
+
+// The C mirrors of the structs the GPU fetcher leaves in device memory (gpu_fetch_types.h).
+static_assert(std::is_same_v<gpunvme_cuda_stream_t, stream::cuda_stream_t>);
+static_assert(std::is_standard_layout_v<stream::GpuFetchResult> && std::is_standard_layout_v<stream::GpuFetchedExpert>);
+static_assert(sizeof(gpunvme_gpu_fetch_result_t) == sizeof(stream::GpuFetchResult));
+static_assert(alignof(gpunvme_gpu_fetch_result_t) == alignof(stream::GpuFetchResult));
+static_assert(offsetof(gpunvme_gpu_fetch_result_t, token) == offsetof(stream::GpuFetchResult, token));
+static_assert(offsetof(gpunvme_gpu_fetch_result_t, count) == offsetof(stream::GpuFetchResult, count));
+static_assert(offsetof(gpunvme_gpu_fetch_result_t, error) == offsetof(stream::GpuFetchResult, error));
+static_assert(offsetof(gpunvme_gpu_fetch_result_t, error_value) == offsetof(stream::GpuFetchResult, error_value));
+static_assert(offsetof(gpunvme_gpu_fetch_result_t, commands) == offsetof(stream::GpuFetchResult, commands));
+static_assert(offsetof(gpunvme_gpu_fetch_result_t, layer) == offsetof(stream::GpuFetchResult, layer));
+static_assert(sizeof(gpunvme_gpu_fetch_result_t) == 24);
+static_assert(GPUNVME_MAX_EXPERT_PARTS == stream::kMaxExpertParts);
+static_assert(sizeof(gpunvme_gpu_fetched_expert_t) == sizeof(stream::GpuFetchedExpert));
+static_assert(sizeof(gpunvme_gpu_fetched_expert_t) == 120);
+static_assert(alignof(gpunvme_gpu_fetched_expert_t) == alignof(stream::GpuFetchedExpert));
+#define GPUNVME_SAME_FIELD(f) \
+  static_assert(offsetof(gpunvme_gpu_fetched_expert_t, f) == offsetof(stream::GpuFetchedExpert, f), #f)
+GPUNVME_SAME_FIELD(expert);
+GPUNVME_SAME_FIELD(hit);
+GPUNVME_SAME_FIELD(offset);
+GPUNVME_SAME_FIELD(bytes);
+GPUNVME_SAME_FIELD(ready);
+GPUNVME_SAME_FIELD(failed);
+GPUNVME_SAME_FIELD(part_count);
+GPUNVME_SAME_FIELD(part_proj);
+GPUNVME_SAME_FIELD(part_offset);
+GPUNVME_SAME_FIELD(part_bytes);
+#undef GPUNVME_SAME_FIELD
+static_assert(offsetof(gpunvme_gpu_fetched_expert_t, reserved) + sizeof(uint32_t) ==
+              offsetof(stream::GpuFetchedExpert, part_offset));  // the C++ struct's implicit padding
+static_assert(sizeof(stream::GpuFetchedExpert::part_proj) == sizeof(gpunvme_gpu_fetched_expert_t::part_proj));
+static_assert(sizeof(stream::GpuFetchedExpert::part_offset) == sizeof(gpunvme_gpu_fetched_expert_t::part_offset));
+static_assert(sizeof(stream::GpuFetchedExpert::part_bytes) == sizeof(gpunvme_gpu_fetched_expert_t::part_bytes));
+static_assert(GPUNVME_FETCH_ERROR_NONE == stream::fetch_error::kNone);
+static_assert(GPUNVME_FETCH_ERROR_BAD_EXPERT_ID == stream::fetch_error::kBadExpertId);
+static_assert(GPUNVME_FETCH_ERROR_TOO_MANY == stream::fetch_error::kTooMany);
+static_assert(GPUNVME_FETCH_ERROR_NO_SLICES == stream::fetch_error::kNoSlices);
+static_assert(GPUNVME_PROJ_GATE == int(model::Projection::kGate) && GPUNVME_PROJ_UP == int(model::Projection::kUp) &&
+              GPUNVME_PROJ_DOWN == int(model::Projection::kDown));
 
 struct gpunvme_ctrl {
   std::unique_ptr<host::Controller> ctrl;
@@ -52,17 +139,36 @@ struct gpunvme_model {
   std::unique_ptr<model::LbaMap> map;
 };
 
+// Queue pairs handed to GPU kernels, and the GPU submitter over them.
+struct gpunvme_gpu_queues {
+  gpunvme_ctrl* ctrl = nullptr;
+  std::vector<std::unique_ptr<host::QueuePair>> qps;
+  std::unique_ptr<capi_gpu::GpuSubmitter> sub;
+  uint32_t nsid = 1;   // of the kernels' own reads (DeviceQueueSet)
+  uint32_t users = 0;  // streamers/fetchers using the submitter
+  // Destroyed GPU streamers, kept until the queues go: the submitter caches device copies of a
+  // streamer's command templates keyed by their host address (GpuSubmitter::prepare), with no way
+  // to forget them, so a later streamer whose plans reused that memory would issue stale templates.
+  std::vector<std::unique_ptr<stream::LayerStreamer>> retired;
+};
+
 struct gpunvme_streamer {
-  gpunvme_queue* queue = nullptr;
+  gpunvme_queue* queue = nullptr;     // CPU streamers
+  gpunvme_gpu_queues* gq = nullptr;   // GPU streamers
   std::unique_ptr<stream::LayerStreamer> s;
+  std::vector<const uint32_t*> status;  // per slot: the state word of a held GPU-ordered load
   uint32_t lba = 0;
   uint64_t model_start_lba = 0;
   bool from_model = false;
 };
 
 struct gpunvme_fetcher {
-  gpunvme_queue* queue = nullptr;
+  gpunvme_queue* queue = nullptr;     // CPU fetchers
   std::unique_ptr<stream::ExpertFetcher> f;
+  gpunvme_gpu_queues* gq = nullptr;   // GPU fetchers
+  std::unique_ptr<capi_gpu::GpuExpertFetcher> g;
+  std::vector<stream::FetchedExpert> gpu_result;  // of the latest fetch_on, once wait_gpu returned
+  bool gpu_pending = false;                       // a fetch_on not yet waited for
 };
 
 namespace {
@@ -186,6 +292,73 @@ stream::FetcherOptions fetcher_options(const gpunvme_fetcher_opts_t* o) {
   return fo;
 }
 
+// Why the GPU path cannot be used in this process (asked once), or nullptr when it can.
+const std::string* gpu_unavailable() {
+  static const std::optional<std::string> why = []() -> std::optional<std::string> {
+    std::string w;
+    if (host::cuda_device_available(&w)) return std::nullopt;
+    return w.empty() ? std::string("no usable CUDA GPU") : w;
+  }();
+  return why ? &*why : nullptr;
+}
+
+#define GPUNVME_NEED_GPU(fn)                                                                             \
+  do {                                                                                                  \
+    if (const std::string* why_ = gpu_unavailable())                                                    \
+      return fail(GPUNVME_ERR_UNSUPPORTED, std::string(fn) + ": the GPU path is unavailable: " + *why_); \
+  } while (0)
+
+std::vector<std::vector<model::Extent>> extent_layers(const gpunvme_extent_t* extents, const uint32_t* layer_first,
+                                                      uint32_t n_layers, const char* fn) {
+  std::vector<std::vector<model::Extent>> layers(n_layers);
+  for (uint32_t l = 0; l < n_layers; ++l) {
+    if (layer_first[l + 1] < layer_first[l])
+      throw Error(ErrorKind::kInvalidArgument,
+                  std::string(fn) + ": layer_first is not ascending at layer " + std::to_string(l));
+    for (uint32_t i = layer_first[l]; i < layer_first[l + 1]; ++i) layers[l].push_back(to_extent(extents[i]));
+  }
+  return layers;
+}
+
+gpunvme_err_t make_gpu_streamer(gpunvme_gpu_queues* gq, std::vector<std::vector<model::Extent>> layers,
+                                const gpunvme_streamer_opts_t* opts, gpunvme_model* model, gpunvme_streamer_t** out) {
+  auto s = std::make_unique<gpunvme_streamer>();
+  s->gq = gq;
+  s->s = std::make_unique<stream::LayerStreamer>(*gq->ctrl->ctrl, *gq->sub, std::move(layers), streamer_options(opts));
+  s->lba = s->s->lba_bytes();
+  s->status.assign(s->s->slot_count(), nullptr);
+  if (model) {
+    s->model_start_lba = model->detected.start_lba;
+    s->from_model = true;
+  }
+  ++gq->users;
+  *out = s.release();
+  return GPUNVME_OK;
+}
+
+// The fetched experts the expert/part calls describe: the CPU fetcher's result, or the GPU
+// fetcher's latest waited-for one.
+const std::vector<stream::FetchedExpert>& fetched(gpunvme_fetcher* f, const char* fn) {
+  if (!f->g) return f->f->result();
+  if (f->gpu_pending)
+    throw Error(ErrorKind::kInvalidArgument, std::string(fn) + ": the latest gpunvme_fetcher_fetch_on was not waited "
+                                                               "for; call gpunvme_fetcher_wait_gpu first");
+  return f->gpu_result;
+}
+
+gpunvme_err_t gpu_fetcher_refuses(const char* fn) {
+  return fail(GPUNVME_ERR_UNSUPPORTED, std::string(fn) +
+                                           ": this is a GPU fetcher (gpunvme_fetcher_create_gpu_from_model); use "
+                                           "gpunvme_fetcher_fetch_on / gpunvme_fetcher_wait_gpu (per-expert readiness "
+                                           "is the experts' ready words on the GPU)");
+}
+
+gpunvme_err_t cpu_fetcher_refuses(const char* fn) {
+  return fail(GPUNVME_ERR_UNSUPPORTED, std::string(fn) +
+                                           ": this fetcher reads through a CPU queue (gpunvme_fetcher_create*); "
+                                           "create it with gpunvme_fetcher_create_gpu_from_model for the GPU path");
+}
+
 }  // namespace
 
 extern "C" {
@@ -228,7 +401,8 @@ gpunvme_err_t gpunvme_ctrl_shutdown(gpunvme_ctrl_t* ctrl) {
     if (!ctrl) return GPUNVME_OK;
     if (ctrl->queues > 0)
       return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_ctrl_shutdown: " + std::to_string(ctrl->queues) +
-                                                    " I/O queues are still open; gpunvme_delete_io_queue them first");
+                                                    " I/O queues are still open; gpunvme_delete_io_queue / "
+                                                    "gpunvme_gpu_queues_destroy them first");
     std::unique_ptr<gpunvme_ctrl> owned(ctrl);
     owned->ctrl->shutdown();
     return GPUNVME_OK;
@@ -388,19 +562,14 @@ gpunvme_err_t gpunvme_streamer_create(gpunvme_queue_t* queue, const gpunvme_exte
     GPUNVME_NEED(layer_first);
     GPUNVME_NEED(out);
     *out = nullptr;
-    std::vector<std::vector<model::Extent>> layers(n_layers);
-    for (uint32_t l = 0; l < n_layers; ++l) {
-      if (layer_first[l + 1] < layer_first[l])
-        return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_streamer_create: layer_first is not ascending at layer " +
-                                                      std::to_string(l));
-      for (uint32_t i = layer_first[l]; i < layer_first[l + 1]; ++i) layers[l].push_back(to_extent(extents[i]));
-    }
+    auto layers = extent_layers(extents, layer_first, n_layers, "gpunvme_streamer_create");
     auto s = std::make_unique<gpunvme_streamer>();
     s->queue = queue;
     const auto so = streamer_options(opts);
     s->s = std::make_unique<stream::LayerStreamer>(*queue->ctrl->ctrl, queue->submitter(opts && opts->pump_thread),
                                                    std::move(layers), so);
     s->lba = s->s->lba_bytes();
+    s->status.assign(s->s->slot_count(), nullptr);
     ++queue->users;
     *out = s.release();
     return GPUNVME_OK;
@@ -420,6 +589,7 @@ gpunvme_err_t gpunvme_streamer_create_from_model(gpunvme_queue_t* queue, gpunvme
                                                    plan::layer_extents(*model->map, skip_experts != 0),
                                                    streamer_options(opts));
     s->lba = s->s->lba_bytes();
+    s->status.assign(s->s->slot_count(), nullptr);
     s->model_start_lba = model->detected.start_lba;
     s->from_model = true;
     ++queue->users;
@@ -432,6 +602,23 @@ gpunvme_err_t gpunvme_streamer_destroy(gpunvme_streamer_t* s) {
   return guard([&] {
     if (!s) return GPUNVME_OK;
     std::unique_ptr<gpunvme_streamer> owned(s);
+    if (owned->gq) {
+      // Reads issued on streams end (bounded) before the slots could go; the streamer itself stays
+      // with its GPU queues (see gpunvme_gpu_queues::retired).
+      try {
+        owned->s->sync();
+      } catch (...) {
+      }
+      for (uint32_t k = 0; k < owned->s->slot_count(); ++k) {
+        try {
+          if (!owned->s->ready(k)) owned->s->wait(k);  // host-begun loads
+        } catch (...) {
+        }
+      }
+      --owned->gq->users;
+      owned->gq->retired.push_back(std::move(owned->s));
+      return GPUNVME_OK;
+    }
     // Reads must not land in freed slots: let everything in flight finish.
     for (uint32_t k = 0; k < owned->s->slot_count(); ++k) {
       try {
@@ -448,6 +635,7 @@ gpunvme_err_t gpunvme_streamer_begin(gpunvme_streamer_t* s, uint32_t layer, uint
   return guard([&] {
     GPUNVME_NEED(s);
     s->s->begin(layer, slot);
+    s->status[slot] = nullptr;
     return GPUNVME_OK;
   });
 }
@@ -509,6 +697,7 @@ gpunvme_err_t gpunvme_streamer_release(gpunvme_streamer_t* s, uint32_t slot) {
   return guard([&] {
     GPUNVME_NEED(s);
     s->s->release(slot);
+    s->status[slot] = nullptr;
     return GPUNVME_OK;
   });
 }
@@ -589,9 +778,10 @@ gpunvme_err_t gpunvme_fetcher_destroy(gpunvme_fetcher_t* f) {
   return guard([&] {
     if (!f) return GPUNVME_OK;
     std::unique_ptr<gpunvme_fetcher> owned(f);
-    gpunvme_queue* q = owned->queue;
     owned->f.reset();  // drains reads in flight
-    --q->users;
+    owned->g.reset();
+    if (owned->queue) --owned->queue->users;
+    if (owned->gq) --owned->gq->users;
     return GPUNVME_OK;
   });
 }
@@ -600,6 +790,7 @@ gpunvme_err_t gpunvme_fetcher_fetch(gpunvme_fetcher_t* f, uint32_t layer, const 
                                     uint32_t* n_selected) {
   return guard([&] {
     GPUNVME_NEED(f);
+    if (f->g) return gpu_fetcher_refuses("gpunvme_fetcher_fetch");
     if (n > 0) GPUNVME_NEED(experts);
     const auto& r = f->f->fetch(layer, std::span<const uint32_t>(experts, n));
     if (n_selected) *n_selected = uint32_t(r.size());
@@ -611,6 +802,7 @@ gpunvme_err_t gpunvme_fetcher_ready(gpunvme_fetcher_t* f, uint32_t index, int* r
   return guard([&] {
     GPUNVME_NEED(f);
     GPUNVME_NEED(ready);
+    if (f->g) return gpu_fetcher_refuses("gpunvme_fetcher_ready");
     *ready = f->f->ready(index) ? 1 : 0;
     return GPUNVME_OK;
   });
@@ -619,6 +811,7 @@ gpunvme_err_t gpunvme_fetcher_ready(gpunvme_fetcher_t* f, uint32_t index, int* r
 gpunvme_err_t gpunvme_fetcher_wait(gpunvme_fetcher_t* f, uint32_t index) {
   return guard([&] {
     GPUNVME_NEED(f);
+    if (f->g) return gpu_fetcher_refuses("gpunvme_fetcher_wait");
     f->f->wait(index);
     return GPUNVME_OK;
   });
@@ -627,6 +820,7 @@ gpunvme_err_t gpunvme_fetcher_wait(gpunvme_fetcher_t* f, uint32_t index) {
 gpunvme_err_t gpunvme_fetcher_wait_all(gpunvme_fetcher_t* f) {
   return guard([&] {
     GPUNVME_NEED(f);
+    if (f->g) return gpu_fetcher_refuses("gpunvme_fetcher_wait_all");
     f->f->wait_all();
     return GPUNVME_OK;
   });
@@ -636,7 +830,7 @@ gpunvme_err_t gpunvme_fetcher_expert(gpunvme_fetcher_t* f, uint32_t index, gpunv
   return guard([&] {
     GPUNVME_NEED(f);
     GPUNVME_NEED(out);
-    const auto& r = f->f->result();
+    const auto& r = fetched(f, "gpunvme_fetcher_expert");
     if (index >= r.size())
       return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_fetcher_expert: the last fetch selected " +
                                                     std::to_string(r.size()) + " experts");
@@ -654,7 +848,7 @@ gpunvme_err_t gpunvme_fetcher_part(gpunvme_fetcher_t* f, uint32_t index, uint32_
                                    uint64_t* offset, uint64_t* bytes) {
   return guard([&] {
     GPUNVME_NEED(f);
-    const auto& r = f->f->result();
+    const auto& r = fetched(f, "gpunvme_fetcher_part");
     if (index >= r.size() || part >= r[index].parts.size())
       return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_fetcher_part: no part " + std::to_string(part) +
                                                     " of selection " + std::to_string(index));
@@ -669,9 +863,10 @@ gpunvme_err_t gpunvme_fetcher_part(gpunvme_fetcher_t* f, uint32_t index, uint32_
 gpunvme_err_t gpunvme_fetcher_scratchpad(gpunvme_fetcher_t* f, const void** host, const void** device, uint64_t* bytes) {
   return guard([&] {
     GPUNVME_NEED(f);
-    if (host) *host = f->f->scratchpad().host();
-    if (device) *device = f->f->scratchpad().device();
-    if (bytes) *bytes = f->f->scratchpad().size();
+    const host::DmaBuffer& sp = f->g ? f->g->scratchpad() : f->f->scratchpad();
+    if (host) *host = sp.host();
+    if (device) *device = sp.device();
+    if (bytes) *bytes = sp.size();
     return GPUNVME_OK;
   });
 }
@@ -680,7 +875,7 @@ gpunvme_err_t gpunvme_fetcher_metrics(gpunvme_fetcher_t* f, gpunvme_fetch_metric
   return guard([&] {
     GPUNVME_NEED(f);
     GPUNVME_NEED(out);
-    const auto& m = f->f->metrics();
+    const stream::FetcherMetrics m = f->g ? f->g->metrics() : f->f->metrics();
     *out = {};
     out->tokens = m.tokens;
     out->requested = m.requested;
@@ -690,7 +885,7 @@ gpunvme_err_t gpunvme_fetcher_metrics(gpunvme_fetcher_t* f, gpunvme_fetch_metric
     out->steady_tokens = m.steady_tokens;
     out->steady_faults = m.steady_faults;
     out->last_faults = m.last_faults;
-    out->cache_capacity = f->f->cache_capacity();
+    out->cache_capacity = f->g ? f->g->cache_capacity() : f->f->cache_capacity();
     return GPUNVME_OK;
   });
 }
@@ -699,8 +894,245 @@ gpunvme_err_t gpunvme_fetcher_resident(gpunvme_fetcher_t* f, uint32_t* counts, u
   return guard([&] {
     GPUNVME_NEED(f);
     if (n > 0) GPUNVME_NEED(counts);
-    const auto r = f->f->resident_per_layer();
+    const auto r = f->g ? f->g->resident_per_layer() : f->f->resident_per_layer();
     for (uint32_t i = 0; i < n; ++i) counts[i] = i < r.size() ? r[i] : 0;
+    return GPUNVME_OK;
+  });
+}
+
+// ---- GPU path ----
+
+gpunvme_err_t gpunvme_gpu_available(void) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_gpu_available");
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_gpu_queues_create(gpunvme_ctrl_t* ctrl, uint16_t first_qid, uint32_t count, uint32_t entries,
+                                        gpunvme_gpu_queues_t** out) {
+  return guard([&] {
+    if (out) *out = nullptr;
+    GPUNVME_NEED_GPU("gpunvme_gpu_queues_create");
+    GPUNVME_NEED(ctrl);
+    GPUNVME_NEED(out);
+    if (count == 0) return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_gpu_queues_create: count must be at least 1");
+    if (first_qid == 0 || uint64_t(first_qid) + count - 1 > ctrl->ctrl->io_queues_granted())
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT,
+                  "gpunvme_gpu_queues_create: qids " + std::to_string(first_qid) + ".." +
+                      std::to_string(uint64_t(first_qid) + count - 1) + " are not all I/O queues the controller granted (1.." +
+                      std::to_string(ctrl->ctrl->io_queues_granted()) + ")");
+    auto gq = std::make_unique<gpunvme_gpu_queues>();
+    gq->ctrl = ctrl;
+    host::DmaOptions mem;
+    mem.gpu_mapped = true;
+    try {
+      for (uint32_t i = 0; i < count; ++i) {
+        gq->qps.push_back(ctrl->ctrl->create_io_queue_pair(uint16_t(first_qid + i), entries, mem));
+        ++ctrl->queues;
+      }
+      std::vector<host::QueuePair*> raw;
+      for (auto& qp : gq->qps) raw.push_back(qp.get());
+      gq->sub = std::make_unique<capi_gpu::GpuSubmitter>(*ctrl->ctrl, std::move(raw), gq->nsid);
+    } catch (...) {
+      gq->sub.reset();
+      for (auto& qp : gq->qps) {
+        --ctrl->queues;
+        try {
+          ctrl->ctrl->delete_io_queue_pair(*qp);
+        } catch (...) {
+        }
+      }
+      throw;
+    }
+    *out = gq.release();
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_gpu_queues_destroy(gpunvme_gpu_queues_t* gq) {
+  return guard([&] {
+    if (!gq) return GPUNVME_OK;
+    if (gq->users > 0)
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_gpu_queues_destroy: " + std::to_string(gq->users) +
+                                                    " streamers/fetchers still use these GPU queues; destroy them first");
+    std::unique_ptr<gpunvme_gpu_queues> owned(gq);
+    owned->retired.clear();
+    owned->sub.reset();  // waits (bounded) for kernels still running
+    std::exception_ptr first;
+    for (auto& qp : owned->qps) {
+      --owned->ctrl->queues;
+      try {
+        owned->ctrl->ctrl->delete_io_queue_pair(*qp);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_create_gpu(gpunvme_gpu_queues_t* gq, const gpunvme_extent_t* extents,
+                                          const uint32_t* layer_first, uint32_t n_layers,
+                                          const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out) {
+  return guard([&] {
+    if (out) *out = nullptr;
+    GPUNVME_NEED_GPU("gpunvme_streamer_create_gpu");
+    GPUNVME_NEED(gq);
+    GPUNVME_NEED(extents);
+    GPUNVME_NEED(layer_first);
+    GPUNVME_NEED(out);
+    return make_gpu_streamer(gq, extent_layers(extents, layer_first, n_layers, "gpunvme_streamer_create_gpu"), opts,
+                             nullptr, out);
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_create_gpu_from_model(gpunvme_gpu_queues_t* gq, gpunvme_model_t* model,
+                                                     int skip_experts, const gpunvme_streamer_opts_t* opts,
+                                                     gpunvme_streamer_t** out) {
+  return guard([&] {
+    if (out) *out = nullptr;
+    GPUNVME_NEED_GPU("gpunvme_streamer_create_gpu_from_model");
+    GPUNVME_NEED(gq);
+    GPUNVME_NEED(model);
+    GPUNVME_NEED(out);
+    if (model->queue->ctrl != gq->ctrl)
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT,
+                  "gpunvme_streamer_create_gpu_from_model: the model and the GPU queues belong to different controllers");
+    return make_gpu_streamer(gq, plan::layer_extents(*model->map, skip_experts != 0), opts, model, out);
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_begin_on(gpunvme_streamer_t* s, uint32_t layer, uint32_t slot,
+                                        gpunvme_cuda_stream_t io) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_streamer_begin_on");
+    GPUNVME_NEED(s);
+    s->s->begin(layer, slot, io);
+    s->status[slot] = nullptr;
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_wait_on(gpunvme_streamer_t* s, uint32_t slot, gpunvme_cuda_stream_t compute,
+                                       gpunvme_slot_view_t* view) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_streamer_wait_on");
+    GPUNVME_NEED(s);
+    const stream::SlotView v = s->s->wait(slot, compute);
+    s->status[slot] = v.status;
+    if (view) {
+      view->host = v.host;
+      view->device = v.device;
+      view->bytes = v.bytes;
+      view->layer = v.layer;
+      view->n_pieces = uint32_t(v.plan->pieces.size());
+    }
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_status(gpunvme_streamer_t* s, uint32_t slot, const uint32_t** status) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_streamer_status");
+    GPUNVME_NEED(s);
+    GPUNVME_NEED(status);
+    if (slot >= s->status.size())
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_streamer_status: slot " + std::to_string(slot) +
+                                                    " does not exist (" + std::to_string(s->status.size()) + " slots)");
+    *status = s->status[slot];
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_release_on(gpunvme_streamer_t* s, uint32_t slot, gpunvme_cuda_stream_t compute) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_streamer_release_on");
+    GPUNVME_NEED(s);
+    s->s->release(slot, compute);
+    s->status[slot] = nullptr;
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_streamer_sync(gpunvme_streamer_t* s) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_streamer_sync");
+    GPUNVME_NEED(s);
+    s->s->sync();
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_fetcher_create_gpu_from_model(gpunvme_gpu_queues_t* gq, gpunvme_model_t* model,
+                                                    gpunvme_expert_parts_t parts, const gpunvme_fetcher_opts_t* opts,
+                                                    gpunvme_fetcher_t** out) {
+  return guard([&] {
+    if (out) *out = nullptr;
+    GPUNVME_NEED_GPU("gpunvme_fetcher_create_gpu_from_model");
+    GPUNVME_NEED(gq);
+    GPUNVME_NEED(model);
+    GPUNVME_NEED(out);
+    if (model->queue->ctrl != gq->ctrl)
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT,
+                  "gpunvme_fetcher_create_gpu_from_model: the model and the GPU queues belong to different controllers");
+    const stream::FetcherOptions fo = fetcher_options(opts);
+    if (fo.nsid != gq->nsid)
+      return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_fetcher_create_gpu_from_model: opts->nsid " +
+                                                    std::to_string(fo.nsid) + ": the GPU queues read namespace " +
+                                                    std::to_string(gq->nsid));
+    auto f = std::make_unique<gpunvme_fetcher>();
+    f->gq = gq;
+    f->g = std::make_unique<capi_gpu::GpuExpertFetcher>(
+        *gq->ctrl->ctrl, *gq->sub,
+        stream::ExpertCatalog::from_map(*model->map, parts == GPUNVME_EXPERTS_DOWN_ONLY ? stream::ExpertParts::kDownOnly
+                                                                                        : stream::ExpertParts::kAll),
+        fo);
+    ++gq->users;
+    *out = f.release();
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_fetcher_fetch_on(gpunvme_fetcher_t* f, uint32_t layer, const uint32_t* device_ids, uint32_t n,
+                                       gpunvme_cuda_stream_t stream) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_fetcher_fetch_on");
+    GPUNVME_NEED(f);
+    if (!f->g) return cpu_fetcher_refuses("gpunvme_fetcher_fetch_on");
+    if (n > 0) GPUNVME_NEED(device_ids);
+    f->g->fetch(layer, device_ids, n, stream);
+    f->gpu_result.clear();
+    f->gpu_pending = true;
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_fetcher_wait_gpu(gpunvme_fetcher_t* f, uint32_t* n_selected) {
+  return guard([&] {
+    if (n_selected) *n_selected = 0;
+    GPUNVME_NEED_GPU("gpunvme_fetcher_wait_gpu");
+    GPUNVME_NEED(f);
+    if (!f->g) return cpu_fetcher_refuses("gpunvme_fetcher_wait_gpu");
+    f->gpu_result.clear();
+    f->gpu_pending = false;  // waited for, even when it failed: nothing of it is described
+    f->gpu_result = f->g->wait();
+    if (n_selected) *n_selected = uint32_t(f->gpu_result.size());
+    return GPUNVME_OK;
+  });
+}
+
+gpunvme_err_t gpunvme_fetcher_device_result(gpunvme_fetcher_t* f, const gpunvme_gpu_fetch_result_t** result,
+                                            const gpunvme_gpu_fetched_expert_t** experts,
+                                            const uint32_t** selection) {
+  return guard([&] {
+    GPUNVME_NEED_GPU("gpunvme_fetcher_device_result");
+    GPUNVME_NEED(f);
+    if (!f->g) return cpu_fetcher_refuses("gpunvme_fetcher_device_result");
+    if (result) *result = reinterpret_cast<const gpunvme_gpu_fetch_result_t*>(f->g->device_result());
+    if (experts) *experts = reinterpret_cast<const gpunvme_gpu_fetched_expert_t*>(f->g->device_experts());
+    if (selection) *selection = f->g->device_selection();
     return GPUNVME_OK;
   });
 }
