@@ -273,8 +273,7 @@ gpunvme_err_t gpunvme_gpu_queues_destroy(gpunvme_gpu_queues_t* gq);
  * release) work on it too (reads on an internal stream), but a slot begun with begin_on is waited
  * for with wait_on and released with release_on, and a slot released with release_on is begun
  * again with begin_on. Synchronize the compute stream before gpunvme_streamer_destroy; it waits
- * for the streamer's reads and keeps its slot memory until gpunvme_gpu_queues_destroy (the GPU
- * queues cache its command templates by address). */
+ * for the streamer's reads, then frees its slots and its templates' device copies. */
 gpunvme_err_t gpunvme_streamer_create_gpu(gpunvme_gpu_queues_t* gq, const gpunvme_extent_t* extents,
                                           const uint32_t* layer_first, uint32_t n_layers,
                                           const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out);

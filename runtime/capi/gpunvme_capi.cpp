@@ -146,10 +146,6 @@ struct gpunvme_gpu_queues {
   std::unique_ptr<capi_gpu::GpuSubmitter> sub;
   uint32_t nsid = 1;   // of the kernels' own reads (DeviceQueueSet)
   uint32_t users = 0;  // streamers/fetchers using the submitter
-  // Destroyed GPU streamers, kept until the queues go: the submitter caches device copies of a
-  // streamer's command templates keyed by their host address (GpuSubmitter::prepare), with no way
-  // to forget them, so a later streamer whose plans reused that memory would issue stale templates.
-  std::vector<std::unique_ptr<stream::LayerStreamer>> retired;
 };
 
 struct gpunvme_streamer {
@@ -603,8 +599,7 @@ gpunvme_err_t gpunvme_streamer_destroy(gpunvme_streamer_t* s) {
     if (!s) return GPUNVME_OK;
     std::unique_ptr<gpunvme_streamer> owned(s);
     if (owned->gq) {
-      // Reads issued on streams end (bounded) before the slots could go; the streamer itself stays
-      // with its GPU queues (see gpunvme_gpu_queues::retired).
+      // Reads issued on streams end (bounded) before the slots go.
       try {
         owned->s->sync();
       } catch (...) {
@@ -616,7 +611,6 @@ gpunvme_err_t gpunvme_streamer_destroy(gpunvme_streamer_t* s) {
         }
       }
       --owned->gq->users;
-      owned->gq->retired.push_back(std::move(owned->s));
       return GPUNVME_OK;
     }
     // Reads must not land in freed slots: let everything in flight finish.
@@ -957,7 +951,6 @@ gpunvme_err_t gpunvme_gpu_queues_destroy(gpunvme_gpu_queues_t* gq) {
       return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_gpu_queues_destroy: " + std::to_string(gq->users) +
                                                     " streamers/fetchers still use these GPU queues; destroy them first");
     std::unique_ptr<gpunvme_gpu_queues> owned(gq);
-    owned->retired.clear();
     owned->sub.reset();  // waits (bounded) for kernels still running
     std::exception_ptr first;
     for (auto& qp : owned->qps) {

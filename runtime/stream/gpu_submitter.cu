@@ -82,6 +82,14 @@ void GpuSubmitter::prepare(std::span<const nvme::SubmissionEntry> commands) {
   prepared_size_[commands.data()] = commands.size();
 }
 
+void GpuSubmitter::forget(std::span<const nvme::SubmissionEntry> commands) {
+  auto it = prepared_.find(commands.data());
+  if (it == prepared_.end()) return;
+  cudaFree(it->second);
+  prepared_.erase(it);
+  prepared_size_.erase(commands.data());
+}
+
 uint64_t GpuSubmitter::new_ticket(Ticket t, cuda_stream_t stream,
                                   const std::function<void(const TicketLaunch&)>& launch) {
   if (free_records_.empty())

@@ -67,6 +67,9 @@ class GpuSubmitter final : public Submitter {
   // Copies templates to device memory once; later issues of the same span (same address and size)
   // use that copy. The span must stay alive and unchanged while prepared.
   void prepare(std::span<const nvme::SubmissionEntry> commands);
+  // Drops the device copy of a prepared span (its owner is going away; its address may be reused).
+  // Tickets already issued from it must have been waited for.
+  void forget(std::span<const nvme::SubmissionEntry> commands);
   // Starts a kernel on `io` that reads `commands` (unprepared spans are copied for this ticket).
   uint64_t issue_on(std::span<const nvme::SubmissionEntry> commands, cuda_stream_t io);
   // Work enqueued on `consumer` after this call runs after the ticket's reads completed.

@@ -85,6 +85,10 @@ LayerStreamer::~LayerStreamer() {
   }
 #if GPUNVME_HAVE_CUDA
   for (void* e : all_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  // The submitter outlives this streamer: its device copies of our templates must not be found
+  // again by a later streamer whose plans happen to reuse the same host addresses.
+  if (auto* g = dynamic_cast<GpuSubmitter*>(&submitter_))
+    for (const auto& p : plans_) g->forget(p.commands);
 #endif
 }
 
