@@ -67,7 +67,7 @@ if [ -z "${MACHINE:-}" ]; then
   MACHINE="$(nproc) cores, ${cpu_model:-unknown CPU}, ${gpu_name:-no GPU}"
 fi
 json_escape() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
-rev=$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)
+rev=${GIT_REV:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)}  # GIT_REV: when the tree is a snapshot
 common=(--device "$DEVICE" --queues "$QUEUES" --time "$TIME" --json)
 [ -n "$SPAN" ] && common+=(--span "$SPAN")
 [ "$FILL" = 1 ] && common+=(--fill)
