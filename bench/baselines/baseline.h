@@ -93,6 +93,23 @@ class StagedPipeline {
   std::thread worker_;
 };
 
+// The double-buffered staging pipeline both host-staged baselines share: a worker fills staging
+// buffer l % 2 with layer l (fill(), the baseline's own way of reading), the caller hands each
+// filled buffer to the consumer (copy to the GPU + compute) and gives it back.
+class StagedMode : public Mode {
+ public:
+  explicit StagedMode(const BaselineContext& ctx);
+  ~StagedMode() override;  // no copy may still read the staging buffers
+  PassResult stream(uint32_t n, uint64_t compute_ns) override;
+
+ protected:
+  virtual void fill(uint32_t layer, uint8_t* buffer) = 0;
+  BaselineContext ctx_;
+
+ private:
+  Staging staging0_, staging1_;
+};
+
 // A fixed pool of threads that runs `count` jobs (job(i) for i in [0, count)) and waits for them.
 // The first exception is rethrown by run().
 class ThreadPool {

@@ -196,4 +196,34 @@ bool drop_cache(const std::string& path) {
   return ok;
 }
 
+StagedMode::StagedMode(const BaselineContext& ctx)
+    : ctx_(ctx),
+      staging0_(ctx.layout->layer_buffer_bytes, ctx.consumer->on_gpu()),
+      staging1_(ctx.layout->layer_buffer_bytes, ctx.consumer->on_gpu()) {}
+
+StagedMode::~StagedMode() { ctx_.consumer->quiesce(); }
+
+PassResult StagedMode::stream(uint32_t n, uint64_t compute_ns) {
+  const Layout& L = *ctx_.layout;
+  Consumer& c = *ctx_.consumer;
+  c.begin_pass(n, compute_ns);
+  const auto t0 = Clock::now();
+  Clock::time_point landed = t0;
+  {
+    StagedPipeline pipe(n, staging0_.data(), staging1_.data(), [&](uint32_t l, uint8_t* buf) { fill(l, buf); });
+    for (uint32_t l = 0; l < n; ++l) {
+      uint8_t* buf = pipe.wait(l);
+      const auto parts = staged_parts(L, l, buf);
+      c.consume_host(l, parts, /*wait_copy=*/true);
+      pipe.release(l);
+    }
+    landed = pipe.last_filled();
+  }
+  PassResult r;
+  r.consumer = c.end_pass();
+  r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  r.landed_s = std::chrono::duration<double>(landed - t0).count();
+  return r;
+}
+
 }  // namespace gpunvme::bench::ls

@@ -24,12 +24,9 @@ struct Mapping {
   }
 };
 
-class MmapMode final : public Mode {
+class MmapMode final : public StagedMode {
  public:
-  explicit MmapMode(const BaselineContext& ctx)
-      : ctx_(ctx),
-        staging0_(ctx.layout->layer_buffer_bytes, ctx.consumer->on_gpu()),
-        staging1_(ctx.layout->layer_buffer_bytes, ctx.consumer->on_gpu()) {
+  explicit MmapMode(const BaselineContext& ctx) : StagedMode(ctx) {
     for (const BaselineFile& f : ctx.files) {
       auto m = std::make_unique<Mapping>();
       const int fd = open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -46,33 +43,8 @@ class MmapMode final : public Mode {
     }
   }
 
-  ~MmapMode() override { ctx_.consumer->quiesce(); }  // no copy may still read the staging buffers
-
-  PassResult stream(uint32_t n, uint64_t compute_ns) override {
-    const Layout& L = *ctx_.layout;
-    Consumer& c = *ctx_.consumer;
-    c.begin_pass(n, compute_ns);
-    const auto t0 = Clock::now();
-    Clock::time_point landed = t0;
-    {
-      StagedPipeline pipe(n, staging0_.data(), staging1_.data(), [&](uint32_t l, uint8_t* buf) { fill(l, buf); });
-      for (uint32_t l = 0; l < n; ++l) {
-        uint8_t* buf = pipe.wait(l);
-        const auto parts = staged_parts(L, l, buf);
-        c.consume_host(l, parts, /*wait_copy=*/true);
-        pipe.release(l);
-      }
-      landed = pipe.last_filled();
-    }
-    PassResult r;
-    r.consumer = c.end_pass();
-    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    r.landed_s = std::chrono::duration<double>(landed - t0).count();
-    return r;
-  }
-
  private:
-  void fill(uint32_t l, uint8_t* buf) {
+  void fill(uint32_t l, uint8_t* buf) override {
     for (const Span& s : ctx_.layout->spans[l]) {
       const BaselineFile& f = ctx_.files.at(s.drive);
       const Mapping& m = *maps_.at(s.drive);
@@ -88,8 +60,6 @@ class MmapMode final : public Mode {
     }
   }
 
-  BaselineContext ctx_;
-  Staging staging0_, staging1_;
   std::vector<std::unique_ptr<Mapping>> maps_;
 };
 

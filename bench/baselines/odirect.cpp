@@ -15,13 +15,9 @@
 namespace gpunvme::bench::ls {
 namespace {
 
-class OdirectMode final : public Mode {
+class OdirectMode final : public StagedMode {
  public:
-  explicit OdirectMode(const BaselineContext& ctx)
-      : ctx_(ctx),
-        staging0_(ctx.layout->layer_buffer_bytes, ctx.consumer->on_gpu()),
-        staging1_(ctx.layout->layer_buffer_bytes, ctx.consumer->on_gpu()),
-        pool_(ctx.threads) {
+  explicit OdirectMode(const BaselineContext& ctx) : StagedMode(ctx), pool_(ctx.threads) {
     if (ctx.chunk % 4096) throw Unavailable("--chunk must be a multiple of 4 KiB for O_DIRECT");
     for (const BaselineFile& f : ctx.files) {
       const int fd = open(f.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
@@ -40,31 +36,8 @@ class OdirectMode final : public Mode {
     }
   }
   ~OdirectMode() override {
-    ctx_.consumer->quiesce();  // no copy may still read the staging buffers
+    ctx_.consumer->quiesce();  // before the files close: no read may still be running
     for (int fd : fds_) close(fd);
-  }
-
-  PassResult stream(uint32_t n, uint64_t compute_ns) override {
-    const Layout& L = *ctx_.layout;
-    Consumer& c = *ctx_.consumer;
-    c.begin_pass(n, compute_ns);
-    const auto t0 = Clock::now();
-    Clock::time_point landed = t0;
-    {
-      StagedPipeline pipe(n, staging0_.data(), staging1_.data(), [&](uint32_t l, uint8_t* buf) { fill(l, buf); });
-      for (uint32_t l = 0; l < n; ++l) {
-        uint8_t* buf = pipe.wait(l);
-        const auto parts = staged_parts(L, l, buf);
-        c.consume_host(l, parts, /*wait_copy=*/true);
-        pipe.release(l);
-      }
-      landed = pipe.last_filled();
-    }
-    PassResult r;
-    r.consumer = c.end_pass();
-    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    r.landed_s = std::chrono::duration<double>(landed - t0).count();
-    return r;
   }
 
  private:
@@ -75,7 +48,7 @@ class OdirectMode final : public Mode {
     uint64_t dest;
   };
 
-  void fill(uint32_t l, uint8_t* buf) {
+  void fill(uint32_t l, uint8_t* buf) override {
     chunks_.clear();
     for (const Span& s : ctx_.layout->spans[l])
       for (uint64_t off = 0; off < s.bytes; off += ctx_.chunk)
@@ -105,8 +78,6 @@ class OdirectMode final : public Mode {
     });
   }
 
-  BaselineContext ctx_;
-  Staging staging0_, staging1_;
   ThreadPool pool_;
   std::vector<int> fds_;
   std::vector<uint64_t> sizes_;
