@@ -8,17 +8,7 @@
 
 #include "gpunvme.h"
 
-static int checks = 0, failures = 0;
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    ++checks;                                                                        \
-    if (!(cond)) {                                                                   \
-      ++failures;                                                                    \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, \
-              gpunvme_last_error_message());                                         \
-    }                                                                                \
-  } while (0)
-#define OK(call) CHECK((call) == GPUNVME_OK)
+#include "capi_check.h"
 
 enum { LBA = 512, BASE_LBA = 2048, AREA_BLOCKS = 8192 };
 

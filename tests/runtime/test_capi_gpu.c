@@ -20,17 +20,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-static int checks = 0, failures = 0;
-#define CHECK(cond)                                                                           \
-  do {                                                                                        \
-    ++checks;                                                                                 \
-    if (!(cond)) {                                                                            \
-      ++failures;                                                                             \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, \
-              gpunvme_last_error_message());                                                  \
-    }                                                                                         \
-  } while (0)
-#define OK(call) CHECK((call) == GPUNVME_OK)
+#include "capi_check.h"
 
 enum { LBA = 512, START_LBA = (1 << 20) / LBA, LAYERS = 6, EXPERTS = 8, NE0 = 300 };
 
