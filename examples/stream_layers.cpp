@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
     const auto p0 = std::chrono::steady_clock::now();
     stream::LayerStreamer s(*ctrl, sub, plan::layer_extents(*m.map), {.slots = slots});
     const double plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - p0).count();
-    std::printf("plans: %u layers x %u slots built in %.2f ms; slot %.2f MB, PRP lists %llu B, templates %llu B\n",
-                s.layer_count(), s.slot_count(), plan_ms, s.slot_bytes() / 1e6, (unsigned long long)s.prp_bytes(),
+    std::printf("streamer set up in %.2f ms (slots in DMA memory, GPU mapped when a GPU is present; PRP lists; plans for %u layers x %u slots); slot %.2f MB, PRP lists %llu B, templates %llu B\n",
+                plan_ms, s.layer_count(), s.slot_count(), s.slot_bytes() / 1e6, (unsigned long long)s.prp_bytes(),
                 (unsigned long long)s.template_bytes());
     (void)t0;
 
