@@ -163,6 +163,7 @@ bool LayerStreamer::ready(uint32_t slot) {
   Slot& s = slot_at(slot, "ready");
   if (s.state == State::kHeld) return true;
   if (s.state == State::kFree) return false;
+  if (s.gpu_ordered && s.landed) return true;  // sync() saw these reads end and retired the ticket
   return submitter_.done(s.ticket);
 }
 
