@@ -330,3 +330,28 @@ TEST_CASE("GPU expert fetcher: routing in GPU memory, LRU placement identical to
     CHECK(gf.metrics().bytes_read == before);
   }
 }
+
+TEST_CASE("GPU layer streamer: sync() before wait() leaves the load ready in its slot", "[gpu][stream]") {
+  REQUIRE_GPU();
+  GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, {}, false);
+  const uint64_t seed = 8;
+  rig.write_pattern(0, 48ull << 20, seed);
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  stream::LayerStreamer s(*rig.ctrl, gpu, make_layers(3, rig.lba), {.slots = 2});
+  Streams st;
+  s.begin(2, 1, st.s_io());
+  s.sync();  // the reads ended; nobody waited for them yet
+  CHECK(s.ready(1));
+  const stream::SlotView v = s.wait(1, st.s_compute());
+  const std::vector<BytePiece> p = pieces_of(v, rig.lba);
+  DeviceBlob d(p.data(), p.size() * sizeof(BytePiece));
+  DeviceZeros<uint64_t> bad(1);
+  DeviceZeros<uint32_t> seen(1);
+  test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), d.as<BytePiece>(), uint32_t(p.size()),
+                            seed, 0, v.status, bad.p, seen.p);
+  s.release(1, st.s_compute());
+  s.sync();
+  CHECK(bad.get()[0] == 0);
+  CHECK(seen.get()[0] == stream::ticket_state::kOk);
+  CHECK(s.stats().layers == 1);
+}
