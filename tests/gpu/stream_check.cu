@@ -23,7 +23,7 @@ __device__ uint64_t count_bad(const uint8_t* base, uint64_t ns_offset, uint64_t 
   return bad;
 }
 
-__global__ void verify_slot(const uint8_t* slot, const BytePiece* pieces, uint32_t n, uint64_t seed, uint64_t spin_ns,
+__global__ void verify_slot(const uint8_t* slot, const VerifySpan* pieces, uint32_t n, uint64_t seed, uint64_t spin_ns,
                             const uint32_t* status, uint64_t* mismatches, uint32_t* status_seen) {
   if (spin_ns) {
     const uint64_t t0 = device::global_timer_ns();
@@ -72,7 +72,7 @@ __global__ void verify_experts(const stream::GpuFetchResult* result, const strea
 
 }  // namespace
 
-void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const BytePiece* pieces, uint32_t n,
+void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const VerifySpan* pieces, uint32_t n,
                          uint64_t seed, uint64_t spin_ns, const uint32_t* status, uint64_t* mismatches,
                          uint32_t* status_seen) {
   verify_slot<<<64, 256, 0, cu(s)>>>(slot, pieces, n, seed, spin_ns, status, mismatches, status_seen);

@@ -5,22 +5,16 @@
 #include <cstdint>
 
 #include "driver/compiler.h"
+#include "gpu_check.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_fetch_types.h"
 
 namespace gpunvme::test {
 
-// One consumer-visible byte range: `bytes` at slot offset `dst_offset` must equal the namespace's
-// bytes from `ns_offset` (any alignment).
-struct BytePiece {
-  uint64_t dst_offset;
-  uint64_t ns_offset;
-  uint64_t bytes;
-};
-
 // Enqueues on `s`: spin `spin_ns` first (a kernel still using the slot), then compare every byte of
-// `pieces` and add the mismatching bytes to *mismatches; *status_seen gets *status (or 0 if null).
-void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const BytePiece* pieces, uint32_t n,
+// `pieces` (gpu_check.h VerifySpan, here at any alignment: unaligned tensor starts and ends) and add
+// the mismatching bytes to *mismatches; *status_seen gets *status (or 0 if null).
+void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const VerifySpan* pieces, uint32_t n,
                          uint64_t seed, uint64_t spin_ns, const uint32_t* status, uint64_t* mismatches,
                          uint32_t* status_seen);
 

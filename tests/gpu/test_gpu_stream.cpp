@@ -21,7 +21,7 @@
 #include "stream_check.h"
 
 using namespace gpunvme;
-using test::BytePiece;
+using test::VerifySpan;
 using test::DeviceBlob;
 using test::GpuRig;
 
@@ -74,10 +74,10 @@ std::vector<std::vector<model::Extent>> make_layers(uint32_t n, uint32_t lba) {
 }
 
 // The consumer's byte ranges of a slot view: where each piece's bytes start, and where they came from.
-std::vector<BytePiece> pieces_of(const stream::SlotView& v, uint32_t lba) {
-  std::vector<BytePiece> out;
+std::vector<VerifySpan> pieces_of(const stream::SlotView& v, uint32_t lba) {
+  std::vector<VerifySpan> out;
   for (const plan::Piece& p : v.plan->pieces)
-    out.push_back(BytePiece{p.data_offset, p.source.first_lba * lba + p.source.byte_in_first, p.source.byte_length});
+    out.push_back(VerifySpan{p.data_offset, p.source.first_lba * lba + p.source.byte_in_first, p.source.byte_length});
   return out;
 }
 
@@ -107,10 +107,10 @@ TEST_CASE("GPU layer streamer: double-buffered on CUDA streams, every byte check
     const stream::SlotView v = s.wait(l % 2, st.s_compute());
     REQUIRE(v.device != nullptr);
     REQUIRE(v.status != nullptr);
-    const std::vector<BytePiece> p = pieces_of(v, rig.lba);
-    pieces[l] = std::make_unique<DeviceBlob>(p.data(), p.size() * sizeof(BytePiece));
+    const std::vector<VerifySpan> p = pieces_of(v, rig.lba);
+    pieces[l] = std::make_unique<DeviceBlob>(p.data(), p.size() * sizeof(VerifySpan));
     n_pieces[l] = uint32_t(p.size());
-    test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), pieces[l]->as<BytePiece>(),
+    test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), pieces[l]->as<VerifySpan>(),
                               n_pieces[l], seed, spin_ns, v.status, bad.p + l, seen.p + l);
     s.release(l % 2, st.s_compute());
   }
@@ -140,7 +140,7 @@ TEST_CASE("GPU layer streamer: double-buffered on CUDA streams, every byte check
     const stream::SlotView v = s.wait(0, st.s_compute());
     DeviceZeros<uint64_t> bad2(1);
     DeviceZeros<uint32_t> seen2(1);
-    test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), pieces[0]->as<BytePiece>(),
+    test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), pieces[0]->as<VerifySpan>(),
                               n_pieces[0], seed, 20'000'000, v.status, bad2.p, seen2.p);
     cudaStream_t rogue = nullptr;
     REQUIRE(cudaStreamCreateWithFlags(&rogue, cudaStreamNonBlocking) == cudaSuccess);
@@ -343,11 +343,11 @@ TEST_CASE("GPU layer streamer: sync() before wait() leaves the load ready in its
   s.sync();  // the reads ended; nobody waited for them yet
   CHECK(s.ready(1));
   const stream::SlotView v = s.wait(1, st.s_compute());
-  const std::vector<BytePiece> p = pieces_of(v, rig.lba);
-  DeviceBlob d(p.data(), p.size() * sizeof(BytePiece));
+  const std::vector<VerifySpan> p = pieces_of(v, rig.lba);
+  DeviceBlob d(p.data(), p.size() * sizeof(VerifySpan));
   DeviceZeros<uint64_t> bad(1);
   DeviceZeros<uint32_t> seen(1);
-  test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), d.as<BytePiece>(), uint32_t(p.size()),
+  test::enqueue_verify_slot(st.s_compute(), static_cast<const uint8_t*>(v.device), d.as<VerifySpan>(), uint32_t(p.size()),
                             seed, 0, v.status, bad.p, seen.p);
   s.release(1, st.s_compute());
   s.sync();
