@@ -130,6 +130,16 @@ class ThreadPool {
   std::vector<std::thread> threads_;
 };
 
+// Layer l as file reads of at most ctx.chunk bytes: which drive's file, where in it, where in the
+// layer buffer (threaded readers take one each).
+struct FileChunk {
+  uint32_t drive;
+  uint64_t file_offset;
+  uint64_t bytes;
+  uint64_t dest;
+};
+void layer_chunks(const BaselineContext& ctx, uint32_t l, std::vector<FileChunk>* out);
+
 // Parts of layer l as they sit in a staging buffer laid out like the layer buffer.
 std::vector<HostPart> staged_parts(const Layout& layout, uint32_t l, const uint8_t* buffer);
 

@@ -6,6 +6,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -194,6 +195,14 @@ bool drop_cache(const std::string& path) {
   const bool ok = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
   close(fd);
   return ok;
+}
+
+void layer_chunks(const BaselineContext& ctx, uint32_t l, std::vector<FileChunk>* out) {
+  out->clear();
+  for (const Span& s : ctx.layout->spans[l])
+    for (uint64_t off = 0; off < s.bytes; off += ctx.chunk)
+      out->push_back(FileChunk{s.drive, s.device_byte + off - ctx.files.at(s.drive).delta,
+                               std::min(ctx.chunk, s.bytes - off), s.dest + off});
 }
 
 StagedMode::StagedMode(const BaselineContext& ctx)

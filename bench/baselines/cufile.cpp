@@ -116,22 +116,11 @@ class CufileMode final : public Mode {
   }
 
  private:
-  struct Chunk {
-    uint32_t drive;
-    uint64_t file_offset;
-    uint64_t bytes;
-    uint64_t dest;
-  };
-
   void fill(uint32_t l) {
     void* dev = ctx_.consumer->device_buffer_for(l);
-    chunks_.clear();
-    for (const Span& s : ctx_.layout->spans[l])
-      for (uint64_t off = 0; off < s.bytes; off += ctx_.chunk)
-        chunks_.push_back(Chunk{s.drive, s.device_byte + off - ctx_.files.at(s.drive).delta,
-                                std::min(ctx_.chunk, s.bytes - off), s.dest + off});
+    layer_chunks(ctx_, l, &chunks_);
     pool_.run(chunks_.size(), [&](uint64_t i) {
-      const Chunk& k = chunks_[i];
+      const FileChunk& k = chunks_[i];
       const int64_t due = ctx_.pacer ? ctx_.pacer->admit(k.drive, k.bytes) : 0;
       const ssize_t got = cuFileRead(handles_[k.drive], dev, k.bytes, off_t(k.file_offset), off_t(k.dest));
       if (got < 0) {
@@ -161,7 +150,7 @@ class CufileMode final : public Mode {
   bool direct_ = true;
   std::vector<int> fds_;
   std::vector<CUfileHandle_t> handles_;
-  std::vector<Chunk> chunks_;
+  std::vector<FileChunk> chunks_;
 };
 
 }  // namespace

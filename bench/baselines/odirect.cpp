@@ -41,21 +41,10 @@ class OdirectMode final : public StagedMode {
   }
 
  private:
-  struct Chunk {
-    uint32_t drive;
-    uint64_t file_offset;
-    uint64_t bytes;
-    uint64_t dest;
-  };
-
   void fill(uint32_t l, uint8_t* buf) override {
-    chunks_.clear();
-    for (const Span& s : ctx_.layout->spans[l])
-      for (uint64_t off = 0; off < s.bytes; off += ctx_.chunk)
-        chunks_.push_back(Chunk{s.drive, s.device_byte + off - ctx_.files.at(s.drive).delta,
-                                std::min(ctx_.chunk, s.bytes - off), s.dest + off});
+    layer_chunks(ctx_, l, &chunks_);
     pool_.run(chunks_.size(), [&](uint64_t i) {
-      const Chunk& k = chunks_[i];
+      const FileChunk& k = chunks_[i];
       const int64_t due = ctx_.pacer ? ctx_.pacer->admit(k.drive, k.bytes) : 0;
       uint64_t done = 0;
       while (done < k.bytes) {
@@ -81,7 +70,7 @@ class OdirectMode final : public StagedMode {
   ThreadPool pool_;
   std::vector<int> fds_;
   std::vector<uint64_t> sizes_;
-  std::vector<Chunk> chunks_;
+  std::vector<FileChunk> chunks_;
 };
 
 }  // namespace
