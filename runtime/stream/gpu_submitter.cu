@@ -63,7 +63,7 @@ GpuSubmitter::~GpuSubmitter() {
     if (t.own_copy) cudaFree(t.own_copy);
     cudaEventDestroy(ev(t.event));
   }
-  for (auto& [host, dev] : prepared_) cudaFree(dev);
+  for (auto& [host, p] : prepared_) cudaFree(p.device);
   cudaStreamDestroy(static_cast<cudaStream_t>(internal_stream_));
   cudaFreeHost(records_host_);
   cudaFree(records_device_);
@@ -78,16 +78,14 @@ void GpuSubmitter::prepare(std::span<const nvme::SubmissionEntry> commands) {
   const cudaError_t e = cudaMemcpy(dev, commands.data(), commands.size_bytes(), cudaMemcpyHostToDevice);
   if (e != cudaSuccess) cudaFree(dev);
   check_cuda(e, "cudaMemcpy(command templates)");
-  prepared_[commands.data()] = dev;
-  prepared_size_[commands.data()] = commands.size();
+  prepared_[commands.data()] = Prepared{dev, commands.size()};
 }
 
 void GpuSubmitter::forget(std::span<const nvme::SubmissionEntry> commands) {
   auto it = prepared_.find(commands.data());
   if (it == prepared_.end()) return;
-  cudaFree(it->second);
+  cudaFree(it->second.device);
   prepared_.erase(it);
-  prepared_size_.erase(commands.data());
 }
 
 uint64_t GpuSubmitter::new_ticket(Ticket t, cuda_stream_t stream,
@@ -133,8 +131,8 @@ uint64_t GpuSubmitter::issue_on(std::span<const nvme::SubmissionEntry> commands,
   t.commands = commands;
   const nvme::SubmissionEntry* dev = nullptr;
   auto it = prepared_.find(commands.data());
-  if (it != prepared_.end() && prepared_size_[commands.data()] == commands.size()) {
-    dev = static_cast<const nvme::SubmissionEntry*>(it->second);
+  if (it != prepared_.end() && it->second.count == commands.size()) {
+    dev = static_cast<const nvme::SubmissionEntry*>(it->second.device);
   } else if (!commands.empty()) {
     check_cuda(cudaMalloc(&t.own_copy, commands.size_bytes()), "cudaMalloc(command templates)");
     const cudaError_t e = cudaMemcpyAsync(t.own_copy, commands.data(), commands.size_bytes(), cudaMemcpyHostToDevice, st(io));

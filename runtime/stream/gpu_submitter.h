@@ -119,8 +119,11 @@ class GpuSubmitter final : public Submitter {
   // Freed records are reused oldest first, so a consumer kernel still reading a retired ticket's
   // state word (device_state) finds it unchanged until max_tickets - 1 later tickets have been issued.
   std::deque<uint32_t> free_records_;
-  std::unordered_map<const void*, void*> prepared_;  // host template address -> device copy
-  std::unordered_map<const void*, size_t> prepared_size_;
+  struct Prepared {
+    void* device = nullptr;
+    size_t count = 0;  // templates; a span at the same address with another size is not this copy
+  };
+  std::unordered_map<const void*, Prepared> prepared_;  // host template address -> device copy
   std::unordered_map<uint64_t, Ticket> tickets_;
   uint64_t next_ticket_ = 1;
   void* internal_stream_ = nullptr;
