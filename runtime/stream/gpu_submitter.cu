@@ -98,7 +98,6 @@ uint64_t GpuSubmitter::new_ticket(Ticket t, cuda_stream_t stream,
   check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(ticket)");
   // The record is free: its last kernel ended. A fresh copy goes to device memory ahead of the kernel.
   records_host_[idx] = GpuTicketRecord{};
-  records_host_[idx].warps = queue_count();
   cudaError_t err = cudaMemcpyAsync(records_device_ + idx, records_host_ + idx, sizeof(GpuTicketRecord),
                                     cudaMemcpyHostToDevice, st(stream));
   if (err == cudaSuccess) {

@@ -18,8 +18,8 @@ inline constexpr uint32_t kFailed = 2;  // a command failed, or a queue faulted 
 
 struct GpuTicketRecord {
   uint32_t state = ticket_state::kPending;  // what a consumer kernel reads (SlotView::status)
-  uint32_t warps_done = 0;
-  uint32_t warps = 0;
+  uint32_t warps_done = 0;           // the last of the launch's warps publishes the record
+  uint32_t pad = 0;
   uint32_t faults = 0;               // device::fault bits of any warp
   uint64_t first_error = ~0ull;      // (template index << 16) | status field, smallest index wins
   uint64_t start_ns = ~0ull;         // %globaltimer: first submission of any warp
