@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (the lent H100): release build with CUDA, the calibration probe, the GPU
+# suite, every meson suite, then the benchmarks whose numbers docs/performance.md quotes. Each step's
+# output is appended to $OUT/session.log under a header (JSON goes to $OUT where a tool writes it);
+# a summary line per step goes to stdout, so a failed step never hides behind a later one.
+#   STEPS="build probe gpu-suite meson cmd-rate layer-stream" bash scripts/gpu_session.sh
+# BD (build dir, default /tmp/bd), OUT (default ./gpu-out), JOBS (default nproc).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BD=${BD:-/tmp/bd}
+OUT=${OUT:-$PWD/gpu-out}
+JOBS=${JOBS:-$(nproc)}
+STEPS=${STEPS:-build probe gpu-suite meson cmd-rate layer-stream}
+mkdir -p "$OUT"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+step_build() {
+  { [ -f "$BD/build.ninja" ] || meson setup "$BD" -Dbuildtype=release -Dcuda=enabled; } &&
+    ninja -C "$BD" -j "$JOBS"
+}
+step_probe() {
+  nvcc -O2 -arch=sm_90 -o /tmp/warp_queue_probe shared/calibration/warp_queue_probe.cu &&
+    /tmp/warp_queue_probe > "$OUT/probe.txt"
+}
+step_gpu_suite() { "$BD/tests/gpu/gpu_tests" --durations yes; }
+step_meson() { meson test -C "$BD" --print-errorlogs --num-processes 8; }
+step_cmd_rate() { "$BD/bench/gpu_cmd_rate" --probe "$OUT/probe.txt"; }
+step_layer_stream() {
+  "$BD/bench/layer_stream" --drive sn530,pcie4,pcie5 --json-out "$OUT/layer_stream_1drive.json" &&
+    "$BD/bench/layer_stream" --drives 2 --drive pcie4 --modes gpunvme-gpu,gpunvme-cpu \
+      --json-out "$OUT/layer_stream_2drives.json"
+}
+
+fails=0
+for s in $STEPS; do
+  fn="step_${s//-/_}"
+  t0=$SECONDS
+  echo "===== step $s" >> "$OUT/session.log"
+  if "$fn" > /tmp/gpu_session_step.log 2>&1; then r=OK; else r=FAIL; fails=$((fails + 1)); fi
+  cat /tmp/gpu_session_step.log >> "$OUT/session.log"
+  echo "== $s: $r ($((SECONDS - t0)) s)"
+  if [ "$r" = FAIL ]; then tail -40 /tmp/gpu_session_step.log; else tail -${TAIL:-6} /tmp/gpu_session_step.log; fi
+done
+echo "== steps failed: $fails"
+exit $((fails > 0))

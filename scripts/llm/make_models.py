@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Small random-weight GGUF models for the engine's reference tests, written with llama.cpp's gguf-py.
+
+Every model is a real model of its architecture (llama.cpp loads it and computes it: see
+reference.py), so the engine's layer code, dequantization and routing are checked against llama.cpp
+on every weight type without shipping big files. Weights are random but chosen so that the greedy
+output does not collapse onto one token (see the k-quant packers below).
+
+  make_models.py OUTDIR [--only NAME ...]     writes OUTDIR/NAME.gguf for every model in MODELS
+
+Deterministic: the same gguf-py version writes the same bytes.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+try:
+    import gguf
+    from gguf import GGMLQuantizationType as T
+    from gguf import quants
+except ImportError as e:  # pragma: no cover
+    sys.exit(f"make_models.py: {e}; pip install gguf numpy")
+
+QK_K = 256
+
+# ---------------------------------------------------------------- weight blocks
+
+def f16(x):
+    return np.asarray(x, dtype=np.float16).view(np.uint8).reshape(*np.shape(x), 2)
+
+
+def pack_k_scales(sc, m):
+    """8 six-bit (scale, min) pairs per super-block -> the 12-byte scales field of Q4_K / Q5_K."""
+    out = np.zeros((sc.shape[0], 12), dtype=np.uint8)
+    for j in range(4):
+        out[:, j] = (sc[:, j] & 63) | ((sc[:, j + 4] >> 4) << 6)
+        out[:, j + 4] = (m[:, j] & 63) | ((m[:, j + 4] >> 4) << 6)
+        out[:, j + 8] = (sc[:, j + 4] & 15) | ((m[:, j + 4] & 15) << 4)
+    return out
+
+
+def k_quant_blocks(rng, qtype, n_blocks, std):
+    """Random k-quant super-blocks whose dequantized weights have mean ~0 and standard deviation ~std.
+
+    The quant values are uniform random bits; only the scale fields are chosen: a positive `dmin`
+    with random mins would push every weight one way (and llama.cpp's greedy output would repeat one
+    token), so each sub-block's min is set to the middle of its range (Q4_K: 7.5 steps, Q5_K: 15.5).
+    """
+    if qtype == T.Q6_K:
+        ql = rng.integers(0, 256, (n_blocks, 128), dtype=np.uint8)
+        qh = rng.integers(0, 256, (n_blocks, 64), dtype=np.uint8)
+        sc = rng.integers(-32, 33, (n_blocks, 16)).astype(np.int8)
+        sc[sc == 0] = 1
+        # value = d * sc * (q - 32), q uniform in 0..63 (std 18.5), |sc| ~ 16.5 on average
+        d = np.full((n_blocks, 1), std / (18.5 * 19.0), dtype=np.float32)
+        return np.concatenate([ql, qh, sc.view(np.uint8), f16(d).reshape(n_blocks, 2)], axis=1)
+    if qtype in (T.Q4_K, T.Q5_K):
+        levels, top = (16, 8) if qtype == T.Q4_K else (32, 4)
+        sc = rng.integers(1, top + 1, (n_blocks, 8)).astype(np.uint8)
+        m = np.round(sc * (levels - 1) / 2.0).astype(np.uint8)
+        q_std = levels / np.sqrt(12.0)
+        d = np.full((n_blocks,), std / (q_std * (top + 1) / 2.0), dtype=np.float32)
+        head = np.concatenate([f16(d), f16(d), pack_k_scales(sc, m)], axis=1)
+        if qtype == T.Q4_K:
+            body = rng.integers(0, 256, (n_blocks, 128), dtype=np.uint8)
+        else:
+            body = rng.integers(0, 256, (n_blocks, 32 + 128), dtype=np.uint8)
+        return np.concatenate([head, body], axis=1)
+    raise ValueError(qtype)
+
+
+def weight(rng, qtype, rows, cols, std=None):
+    """A [rows x cols] matrix (ggml: ne0 = cols, the input size) in `qtype`, as gguf-py's raw array."""
+    std = std if std is not None else 1.0 / np.sqrt(cols)
+    if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
+        assert cols % QK_K == 0, f"k-quant rows need a multiple of {QK_K} columns, not {cols}"
+        blocks = k_quant_blocks(rng, qtype, rows * cols // QK_K, std)
+        return blocks.reshape(rows, -1)
+    x = (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+    if qtype == T.F32:
+        return x
+    return quants.quantize(x, qtype)
+
+
+def norm(rng, n):
+    return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+def bias(rng, n):
+    return (0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
+# ---------------------------------------------------------------- models
+
+class Shape:
+    def __init__(self, **kw):
+        self.hidden, self.ffn, self.layers = 256, 512, 2
+        self.heads, self.kv_heads, self.vocab, self.ctx = 4, 2, 512, 512
+        self.experts, self.experts_used = 0, 0
+        self.__dict__.update(kw)
+
+    @property
+    def head_dim(self):
+        return self.hidden // self.heads
+
+
+def add(w, name, arr, qtype):
+    if qtype == T.F32 or arr.dtype == np.float32:
+        w.add_tensor(name, arr)
+    else:
+        w.add_tensor(name, arr, raw_dtype=qtype)
+
+
+def attention(w, rng, s, i, qt, qkv_bias=False):
+    kv = s.kv_heads * s.head_dim
+    add(w, f"blk.{i}.attn_q.weight", weight(rng, qt, s.hidden, s.hidden), qt)
+    add(w, f"blk.{i}.attn_k.weight", weight(rng, qt, kv, s.hidden), qt)
+    add(w, f"blk.{i}.attn_v.weight", weight(rng, qt, kv, s.hidden), qt)
+    add(w, f"blk.{i}.attn_output.weight", weight(rng, qt, s.hidden, s.hidden), qt)
+    if qkv_bias:
+        add(w, f"blk.{i}.attn_q.bias", bias(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.attn_k.bias", bias(rng, kv), T.F32)
+        add(w, f"blk.{i}.attn_v.bias", bias(rng, kv), T.F32)
+
+
+def dense_ffn(w, rng, s, i, qt):
+    add(w, f"blk.{i}.ffn_gate.weight", weight(rng, qt, s.ffn, s.hidden), qt)
+    add(w, f"blk.{i}.ffn_up.weight", weight(rng, qt, s.ffn, s.hidden), qt)
+    add(w, f"blk.{i}.ffn_down.weight", weight(rng, qt, s.hidden, s.ffn), qt)
+
+
+def moe_ffn(w, rng, s, i, qt):
+    def stack(rows, cols):
+        return np.stack([weight(rng, qt, rows, cols) for _ in range(s.experts)])
+    # Router logits with spread, so different tokens pick different experts.
+    add(w, f"blk.{i}.ffn_gate_inp.weight", weight(rng, T.F32, s.experts, s.hidden, std=1.0), T.F32)
+    add(w, f"blk.{i}.ffn_gate_exps.weight", stack(s.ffn, s.hidden), qt)
+    add(w, f"blk.{i}.ffn_up_exps.weight", stack(s.ffn, s.hidden), qt)
+    add(w, f"blk.{i}.ffn_down_exps.weight", stack(s.hidden, s.ffn), qt)
+
+
+def common_header(w, arch, s, name):
+    w.add_name(name)
+    w.add_context_length(s.ctx)
+    w.add_embedding_length(s.hidden)
+    w.add_block_count(s.layers)
+    w.add_feed_forward_length(s.ffn)
+    w.add_head_count(s.heads)
+    w.add_head_count_kv(s.kv_heads)
+    w.add_vocab_size(s.vocab)
+    # No vocabulary: the reference feeds token ids (llama.cpp needs vocab_size then).
+    w.add_tokenizer_model("none")
+
+
+def write_llama_like(path, arch, qt, s, seed, qkv_bias=False):
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, arch)
+    common_header(w, arch, s, os.path.basename(path)[:-5])
+    w.add_rope_dimension_count(s.head_dim)
+    w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
+    w.add_layer_norm_rms_eps(1e-5 if arch == "llama" else 1e-6)
+    if s.experts:
+        w.add_expert_count(s.experts)
+        w.add_expert_used_count(s.experts_used)
+    add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=1.0), qt)
+    for i in range(s.layers):
+        add(w, f"blk.{i}.attn_norm.weight", norm(rng, s.hidden), T.F32)
+        attention(w, rng, s, i, qt, qkv_bias)
+        add(w, f"blk.{i}.ffn_norm.weight", norm(rng, s.hidden), T.F32)
+        (moe_ffn if s.experts else dense_ffn)(w, rng, s, i, qt)
+    add(w, "output_norm.weight", norm(rng, s.hidden), T.F32)
+    add(w, "output.weight", weight(rng, qt, s.vocab, s.hidden), qt)
+    finish(w)
+
+
+def write_gemma3(path, qt, s, seed):
+    """Gemma 3 layout: QK norms, post-attention and post-FFN norms, GeGLU, tied output, sliding-window
+    layers with every 6th global (llama.cpp's pattern), so 6 layers cover both kinds."""
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, "gemma3")
+    common_header(w, "gemma3", s, os.path.basename(path)[:-5])
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(1000000.0)
+    w.add_sliding_window(s.window)
+    add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=0.05), qt)
+    for i in range(s.layers):
+        add(w, f"blk.{i}.attn_norm.weight", norm(rng, s.hidden), T.F32)
+        attention(w, rng, s, i, qt)
+        add(w, f"blk.{i}.attn_q_norm.weight", norm(rng, s.head_dim), T.F32)
+        add(w, f"blk.{i}.attn_k_norm.weight", norm(rng, s.head_dim), T.F32)
+        add(w, f"blk.{i}.post_attention_norm.weight", norm(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.ffn_norm.weight", norm(rng, s.hidden), T.F32)
+        dense_ffn(w, rng, s, i, qt)
+        add(w, f"blk.{i}.post_ffw_norm.weight", norm(rng, s.hidden), T.F32)
+    add(w, "output_norm.weight", norm(rng, s.hidden), T.F32)
+    finish(w)
+
+
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+DENSE_TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q5_K", "Q6_K"]
+
+# name -> writer(path); seeds differ per model so no two models share weights.
+MODELS = {}
+for k, tname in enumerate(DENSE_TYPES):
+    MODELS[f"llama-{tname.lower()}"] = (
+        lambda p, t=T[tname], k=k: write_llama_like(p, "llama", t, Shape(), 100 + k))
+MODELS["llama-moe-q4_k"] = lambda p: write_llama_like(
+    p, "llama", T.Q4_K, Shape(ffn=256, experts=8, experts_used=2), 200)
+MODELS["qwen2-q8_0"] = lambda p: write_llama_like(p, "qwen2", T.Q8_0, Shape(), 300, qkv_bias=True)
+MODELS["qwen2-q4_k"] = lambda p: write_llama_like(p, "qwen2", T.Q4_K, Shape(), 301, qkv_bias=True)
+MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16), 400)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir")
+    ap.add_argument("--only", nargs="*", help="model names (default: all): " + ", ".join(MODELS))
+    a = ap.parse_args()
+    os.makedirs(a.outdir, exist_ok=True)
+    names = a.only or list(MODELS)
+    for n in names:
+        if n not in MODELS:
+            sys.exit(f"make_models.py: no model named {n!r}; known: {', '.join(MODELS)}")
+        path = os.path.join(a.outdir, n + ".gguf")
+        MODELS[n](path)
+        print(f"{path}: {os.path.getsize(path)} bytes")
+
+
+if __name__ == "__main__":
+    main()
