@@ -41,14 +41,13 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
   geometry_.max_blocks = command_block_limit(controller, options_.nsid, options_.max_command_bytes);
   const uint64_t page = controller.page_bytes();
   const uint64_t align = options_.align ? options_.align : page;
+  geometry_.namespace_blocks = ns.blocks;
+  // Every extent obeys the rules before any slot is sized (a wrapped block range would size it wrong).
   for (size_t l = 0; l < layers_.size(); ++l)
-    for (const model::Extent& e : layers_[l])
-      if (e.end_lba() > ns.blocks || e.end_lba() < e.first_lba)
-        throw Error(ErrorKind::kInvalidArgument, "streamer: layer " + std::to_string(l) + " reads LBA " +
-                                                     std::to_string(e.first_lba) + " + " + std::to_string(e.lba_count) +
-                                                     " blocks, past the end of namespace " +
-                                                     std::to_string(options_.nsid) + " (" + std::to_string(ns.blocks) +
-                                                     " blocks)");
+    for (size_t i = 0; i < layers_[l].size(); ++i)
+      plan::check_extent(layers_[l][i], ns.lba_bytes, ns.blocks,
+                         "streamer: layer " + std::to_string(l) + " extent " + std::to_string(i) + " (namespace " +
+                             std::to_string(options_.nsid) + ")");
   for (const auto& L : layers_) slot_bytes_ = std::max(slot_bytes_, plan::packed_bytes(L, geometry_.lba_bytes, align));
   slot_bytes_ = std::max<uint64_t>((slot_bytes_ + page - 1) / page * page, page);
   host::DmaOptions mem{options_.hugepages};
