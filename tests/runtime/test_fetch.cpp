@@ -255,3 +255,39 @@ TEST_CASE("fetcher: an expert whose read was never issued or failed is never a h
   CHECK(f.resident(0, 2));
   CHECK(f.metrics().bytes_read > 0);
 }
+
+TEST_CASE("expert cache policy: fills from the last slot, hits first, LRU victims outside the fetch, forget",
+          "[runtime][fetch][policy]") {
+  stream::ExpertCachePolicy p(3, 10);
+  auto step = [&](std::vector<uint64_t> keys) {
+    const auto placed = p.choose(keys);
+    p.commit(keys, placed);
+    std::vector<std::pair<uint32_t, bool>> out;
+    for (const auto& c : placed) out.emplace_back(c.slot, c.hit);
+    return out;
+  };
+  using V = std::vector<std::pair<uint32_t, bool>>;
+  CHECK(step({1, 2}) == V{{2, false}, {1, false}});  // empty slots: the last one first
+  CHECK(p.resident_count() == 2);
+  CHECK_FALSE(p.full());
+  CHECK(step({2, 3}) == V{{1, true}, {0, false}});
+  CHECK(p.full());
+  // LRU (oldest first): 1 (slot 2), 2 (slot 1), 3 (slot 0). 1 is a hit, touched before 4 is placed,
+  // so 4 takes 2's slot, not 1's.
+  CHECK(step({4, 1}) == V{{1, false}, {2, true}});
+  CHECK_FALSE(p.resident(2));
+  CHECK(*p.slot_of(4) == 1);
+  // choose() alone changes nothing.
+  CHECK(p.choose(std::vector<uint64_t>{5})[0].slot == 0);
+  CHECK(p.choose(std::vector<uint64_t>{5})[0].slot == 0);
+  CHECK(p.resident(3));
+  // A failed read: the slot is empty and evicted before any touched one.
+  p.forget(1);
+  CHECK_FALSE(p.resident(1));
+  CHECK(p.resident_count() == 2);
+  CHECK(step({5}) == V{{2, false}});
+  CHECK(p.where() == std::vector<int32_t>{-1, -1, -1, 0, 1, 2, -1, -1, -1, -1});
+  CHECK_THROWS_AS(p.choose(std::vector<uint64_t>{6, 7, 8, 9}), Error);
+  // The GPU fetcher starts from the same clock.
+  CHECK(stream::ExpertCachePolicy::initial_slot_used(3) == std::vector<uint64_t>{2, 1, 0});
+}
