@@ -2,9 +2,9 @@
 //
 // Ownership model: a DeviceQueue is driven by exactly one agent at a time, either one whole warp (the
 // C++ warp API in device/warp_queue.cuh, used by every read kernel: the warp's 32 lanes write SQEs and
-// poll CQEs together) or one thread (the C API in device/gpunvme_device.cuh). The agent claims the
-// queue through `owner` (atomicCAS from kNoOwner) and gives it back when its kernel part ends; a
-// second claimant gets QueueFault::kNotOwner instead of racing on the rings. The host leaves the
+// poll CQEs together) or one thread (the single-thread device API in device/gpunvme_device.cuh). The
+// agent claims the queue through `owner` (atomicCAS from kNoOwner) and gives it back when its kernel
+// part ends; a second claimant gets QueueFault::kNotOwner instead of racing on the rings. The host leaves the
 // queue's memory alone while kernels own it (host::QueuePair's CPU path must not be used on it).
 // Ring, command-id and counter state lives here between kernels, so ownership can move from one kernel
 // (or warp) to the next with commands still in flight.

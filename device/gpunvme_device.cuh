@@ -1,8 +1,14 @@
-// The C-compatible device API for ntransformer-style engines: one thread submits a read and polls its
-// completion. Include from a .cu file; everything is inline (no relocatable device code needed).
+// The single-thread device API for ntransformer-style engines: one GPU thread submits a read and
+// polls its completion. C++ (CUDA) only: include from a .cu file; everything is inline (no
+// relocatable device code needed). It compiles together with the host C API (runtime/capi/gpunvme.h,
+// whose gpunvme_queue_t is a host queue handle): every name here is gpunvme_-prefixed and distinct.
 //
-//   int cid = sq_submit_read(q, lba, nlb_minus_1, prp1, prp2);   // < 0: queue full or unusable
-//   gpunvme_cq_result r = cq_poll_completion(q, timeout_ns);     // {timed_out, success, status, cid}
+//   gpunvme_device_queue_t* q = ...;                                     // a queue of a DeviceQueueSet
+//   int cid = gpunvme_sq_submit_read(q, lba, nlb_minus_1, prp1, prp2);    // < 0: queue full or unusable
+//   gpunvme_cq_result r = gpunvme_cq_poll_completion(q, timeout_ns);     // {timed_out, success, status, cid}
+//
+// Engines written against the unprefixed seed names (sq_submit_read / cq_poll_completion) define
+// GPUNVME_DEVICE_SHORT_NAMES before including this header to get those two names as aliases.
 //
 // Ownership: a single thread drives the queue between gpunvme_queue_acquire() and
 // gpunvme_queue_release() (the warp API in warp_queue.cuh uses the same claim); calls from two
@@ -14,7 +20,8 @@
 #include "device/device_queue.h"
 #include "device/warp_queue.cuh"
 
-typedef gpunvme::device::DeviceQueue gpunvme_queue;
+// A queue pair as kernels drive it (device memory; see device/device_queue.h).
+typedef gpunvme::device::DeviceQueue gpunvme_device_queue_t;
 
 typedef struct gpunvme_cq_result {
   bool timed_out;   // no completion within timeout_ns (%globaltimer)
@@ -26,21 +33,24 @@ typedef struct gpunvme_cq_result {
 // Status value reported when the controller breaks the protocol (a CQE naming an id not in flight).
 #define GPUNVME_STATUS_PROTOCOL_ERROR 0xFFFFu
 
-extern "C" {
+namespace gpunvme::device {
+// The claim id of the calling thread (disjoint from warp ids, which are small).
+__device__ __forceinline__ int32_t thread_owner_id() { return int32_t(0x40000000 + blockIdx.x * blockDim.x + threadIdx.x); }
+}  // namespace gpunvme::device
 
 // Claims `q` for the calling thread; false if another warp or thread holds it.
-__device__ inline bool gpunvme_queue_acquire(gpunvme_queue* q) {
-  return gpunvme::device::try_own(q, int32_t(0x40000000 + blockIdx.x * blockDim.x + threadIdx.x));
+__device__ inline bool gpunvme_queue_acquire(gpunvme_device_queue_t* q) {
+  return gpunvme::device::try_own(q, gpunvme::device::thread_owner_id());
 }
-__device__ inline void gpunvme_queue_release(gpunvme_queue* q) {
+__device__ inline void gpunvme_queue_release(gpunvme_device_queue_t* q) {
   __threadfence();
-  gpunvme::device::disown(q, int32_t(0x40000000 + blockIdx.x * blockDim.x + threadIdx.x));
+  gpunvme::device::disown(q, gpunvme::device::thread_owner_id());
 }
 
 // Submits one NVM Read of nlb_minus_1 + 1 blocks at `lba` with the caller's PRPs and rings the doorbell.
 // Returns the command id, or -1 when the queue is full (reap first) or has a sticky fault.
-__device__ inline int sq_submit_read(gpunvme_queue* q, uint64_t lba, uint32_t nlb_minus_1, uint64_t prp1,
-                                     uint64_t prp2) {
+__device__ inline int gpunvme_sq_submit_read(gpunvme_device_queue_t* q, uint64_t lba, uint32_t nlb_minus_1,
+                                             uint64_t prp1, uint64_t prp2) {
   using namespace gpunvme;
   device::DeviceQueue& d = *q;
   if (d.faults != 0 || d.in_flight >= d.entries - 1 || d.sq_ring.full() || nlb_minus_1 > 0xFFFFu) return -1;
@@ -60,18 +70,18 @@ __device__ inline int sq_submit_read(gpunvme_queue* q, uint64_t lba, uint32_t nl
   ++d.in_flight;
   ++d.submitted;
   nvme::publish_entries_before_doorbell();
-  nvme::mmio_write32(d.sq_doorbell, d.sq_ring.tail);
+  device::write_doorbells(&d, true, d.sq_ring.tail, false, 0);
   return int(cid);
 }
 
 // Waits (bounded) for the next completion on `q` and reaps it.
-__device__ inline gpunvme_cq_result cq_poll_completion(gpunvme_queue* q, uint64_t timeout_ns) {
+__device__ inline gpunvme_cq_result gpunvme_cq_poll_completion(gpunvme_device_queue_t* q, uint64_t timeout_ns) {
   using namespace gpunvme;
   device::DeviceQueue& d = *q;
   gpunvme_cq_result r{false, false, 0, 0};
-  const uint8_t* slot = reinterpret_cast<const uint8_t*>(d.cq + d.cq_ring.head);
+  const nvme::CompletionEntry* slot = d.cq + d.cq_ring.head;
   const uint64_t start = device::global_timer_ns();
-  while (device::cqe_phase(device::load_volatile32(slot + 12)) != d.cq_ring.phase) {
+  while (device::cqe_phase(device::load_cqe_cid_status(slot)) != d.cq_ring.phase) {
     if (device::global_timer_ns() - start > timeout_ns) {
       d.faults |= device::fault::kTimedOut;
       r.timed_out = true;
@@ -79,14 +89,14 @@ __device__ inline gpunvme_cq_result cq_poll_completion(gpunvme_queue* q, uint64_
     }
   }
   nvme::read_fields_after_phase();
-  const uint2 f = device::load_volatile64(slot + 8);
-  const uint32_t sqhd = f.x & 0xFFFFu;
-  const uint32_t cid = f.y & 0xFFFFu;
-  const nvme::Status st = nvme::Status::from_cqe_status(uint16_t(f.y >> 16));
+  const uint2 f = device::load_cqe_tail(slot);
+  const uint32_t sqhd = device::cqe_sqhd(f);
+  const uint32_t cid = device::cqe_cid(f.y);
+  const nvme::Status st = device::cqe_status(f.y);
   d.cq_ring.consume(1);
   if (d.in_flight > 0) --d.in_flight;
   nvme::release_slots_before_head_doorbell();
-  nvme::mmio_write32(d.cq_doorbell, d.cq_ring.head);
+  device::write_doorbells(&d, false, 0, true, d.cq_ring.head);
   r.cid = uint16_t(cid);
   if (cid >= d.cid_count || d.cid_busy[cid] == 0) {
     d.faults |= device::fault::kWrongCid;
@@ -113,4 +123,13 @@ __device__ inline gpunvme_cq_result cq_poll_completion(gpunvme_queue* q, uint64_
   return r;
 }
 
-}  // extern "C"
+#ifdef GPUNVME_DEVICE_SHORT_NAMES
+// The seed's unprefixed names, for engines written against them (opt-in; see the top of this file).
+__device__ inline int sq_submit_read(gpunvme_device_queue_t* q, uint64_t lba, uint32_t nlb_minus_1, uint64_t prp1,
+                                     uint64_t prp2) {
+  return gpunvme_sq_submit_read(q, lba, nlb_minus_1, prp1, prp2);
+}
+__device__ inline gpunvme_cq_result cq_poll_completion(gpunvme_device_queue_t* q, uint64_t timeout_ns) {
+  return gpunvme_cq_poll_completion(q, timeout_ns);
+}
+#endif

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "device/cuda_check.h"
 #include "device/device_queue.h"
 #include "host/controller.h"
 #include "host/dma_memory.h"
@@ -71,8 +72,5 @@ class DeviceBufferMap {
 
 // Text of a queue's fault bits, e.g. "timed out, wrong command id".
 std::string describe_faults(uint32_t faults);
-
-// Throws gpunvme::Error(kIo) naming `what` if a CUDA call failed.
-void check_cuda(int error, const char* what);
 
 }  // namespace gpunvme::device

@@ -72,7 +72,6 @@ DmaBuffer::DmaBuffer(Transport& transport, uint64_t bytes, const DmaOptions& opt
   if (want_huge) {
     mapped_size_ = round_up(bytes, kHugePage);
     host_ = map_anonymous(mapped_size_, true);
-    hugepage_ = host_ != nullptr;
     if (!host_ && options.hugepages == HugePages::kRequire)
       throw Error(ErrorKind::kResource,
                   "no free 2 MiB hugepages for a " + std::to_string(bytes) +
@@ -144,7 +143,6 @@ DmaBuffer& DmaBuffer::operator=(DmaBuffer&& o) noexcept {
     mapped_size_ = std::exchange(o.mapped_size_, 0);
     translation_ = std::move(o.translation_);
     device_ = std::exchange(o.device_, nullptr);
-    hugepage_ = std::exchange(o.hugepage_, false);
     cuda_registered_ = std::exchange(o.cuda_registered_, false);
   }
   return *this;

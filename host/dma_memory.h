@@ -35,7 +35,6 @@ class DmaBuffer {
   const DmaTranslation& translation() const { return translation_; }
   // GPU view (cudaHostGetDevicePointer), or nullptr when not GPU mapped.
   void* device() const { return device_; }
-  bool hugepage_backed() const { return hugepage_; }
   explicit operator bool() const { return host_ != nullptr; }
 
  private:
@@ -46,7 +45,6 @@ class DmaBuffer {
   uint64_t mapped_size_ = 0;
   DmaTranslation translation_;
   void* device_ = nullptr;
-  bool hugepage_ = false;
   bool cuda_registered_ = false;
 };
 

@@ -266,95 +266,106 @@ bool EmulatedController::admin_step() {
   const uint32_t prev_shn = last_shn_;
   last_shn_ = cc.shn();
   switch (state_) {
-    case State::kDisabled: {
-      // A shutdown request while disabled has nothing to do: complete at once (on the 0 -> N edge,
-      // so a host that leaves CC.SHN set while it resets does not see SHST change).
-      if (cc.shn() != nvme::cc::kShnNone && prev_shn == nvme::cc::kShnNone)
-        set_csts(csts().with_shst(nvme::csts::kShstComplete));
-      if (!cc.en()) return false;
-      std::string why;
-      set_csts(nvme::Csts{});
-      if (!start_enable(cc, &why)) {
-        raise_fatal("enable refused: " + why);
-        set_csts(nvme::Csts{}.with_cfs(true));
-        state_ = State::kEnableFailed;
-        return true;
-      }
-      const auto fault = faults_.on_enable();
-      auto delay = config_.ready_delay;
-      never_ready_ = false;
-      if (fault && fault->kind == FaultKind::kFatalAtEnable) {
-        raise_fatal("injected fault: CSTS.CFS at enable");
-        set_csts(nvme::Csts{}.with_cfs(true));
-        state_ = State::kEnableFailed;
-        return true;
-      }
-      if (fault && fault->kind == FaultKind::kSlowReady) delay += fault->delay;
-      if (fault && fault->kind == FaultKind::kNeverReady) never_ready_ = true;
-      deadline_ = now + delay;
-      state_ = State::kEnabling;
-      return true;
-    }
-    case State::kEnabling:
-      if (!cc.en()) {
-        teardown_queues();
-        deadline_ = now + config_.ready_delay;
-        state_ = State::kDisabling;
-        return true;
-      }
-      // The host may legally toggle EN 1 -> 0 -> 1 while RDY is still 0, faster than we poll. The
-      // admin queue registers may only change while EN is 0, so a change means exactly that:
-      // start this enable over with the new values.
-      if (admin_regs_changed()) {
-        state_ = State::kDisabled;
-        return true;
-      }
-      if (never_ready_ || now < deadline_) return false;
-      finish_enable();
-      return true;
+    case State::kDisabled: return step_disabled(cc, prev_shn, now);
+    case State::kEnabling: return step_enabling(cc, now);
     case State::kEnableFailed:
       if (cc.en()) return false;
-      teardown_queues();
-      deadline_ = now + config_.ready_delay;
-      state_ = State::kDisabling;
+      begin_reset(now);
       return true;
-    case State::kDisabling:
-      if (now < deadline_) return false;
-      // Reset complete: RDY, CFS and SHST clear; the controller is idle again.
-      fatal_.store(false, std::memory_order_seq_cst);
-      halted_.store(false, std::memory_order_seq_cst);
-      set_csts(nvme::Csts{});
-      state_ = State::kDisabled;
-      return true;
-    case State::kReady: {
-      if (!cc.en()) {
-        teardown_queues();
-        deadline_ = now + config_.ready_delay;
-        state_ = State::kDisabling;
-        return true;
-      }
-      // Shutdown (section 3.6): SHST goes occurring, data reaches the media, then complete.
-      // CSTS.RDY stays 1 while CC.EN is 1.
-      if (cc.shn() != nvme::cc::kShnNone && !shutdown_pending_ && csts().shst() == nvme::csts::kShstNormal) {
-        set_csts(csts().with_shst(nvme::csts::kShstOccurring));
-        shutdown_pending_ = true;
-        shutdown_at_ = now + config_.ready_delay;
-        return true;
-      }
-      if (shutdown_pending_) {
-        if (now < shutdown_at_) return false;
-        if (cc.shn() == nvme::cc::kShnNormal)
-          for (auto& ns : namespaces_) ns->flush();
-        halted_.store(true, std::memory_order_seq_cst);
-        shutdown_pending_ = false;
-        set_csts(csts().with_shst(nvme::csts::kShstComplete));
-        return true;
-      }
-      if (fatal_.load(std::memory_order_relaxed) || halted_.load(std::memory_order_relaxed)) return false;
-      return serve_admin_queue();
-    }
+    case State::kDisabling: return step_disabling(now);
+    case State::kReady: return step_ready(cc, now);
   }
   return false;
+}
+
+// CC.EN went to 0 (or an enable failed and the host cleared EN): queues go, RDY clears after the delay.
+void EmulatedController::begin_reset(StepTime now) {
+  teardown_queues();
+  deadline_ = now + config_.ready_delay;
+  state_ = State::kDisabling;
+}
+
+bool EmulatedController::step_disabled(const nvme::Cc& cc, uint32_t prev_shn, StepTime now) {
+  // A shutdown request while disabled has nothing to do: complete at once (on the 0 -> N edge,
+  // so a host that leaves CC.SHN set while it resets does not see SHST change).
+  if (cc.shn() != nvme::cc::kShnNone && prev_shn == nvme::cc::kShnNone)
+    set_csts(csts().with_shst(nvme::csts::kShstComplete));
+  if (!cc.en()) return false;
+  std::string why;
+  set_csts(nvme::Csts{});
+  if (!start_enable(cc, &why)) {
+    raise_fatal("enable refused: " + why);
+    set_csts(nvme::Csts{}.with_cfs(true));
+    state_ = State::kEnableFailed;
+    return true;
+  }
+  const auto fault = faults_.on_enable();
+  auto delay = config_.ready_delay;
+  never_ready_ = false;
+  if (fault && fault->kind == FaultKind::kFatalAtEnable) {
+    raise_fatal("injected fault: CSTS.CFS at enable");
+    set_csts(nvme::Csts{}.with_cfs(true));
+    state_ = State::kEnableFailed;
+    return true;
+  }
+  if (fault && fault->kind == FaultKind::kSlowReady) delay += fault->delay;
+  if (fault && fault->kind == FaultKind::kNeverReady) never_ready_ = true;
+  deadline_ = now + delay;
+  state_ = State::kEnabling;
+  return true;
+}
+
+bool EmulatedController::step_enabling(const nvme::Cc& cc, StepTime now) {
+  if (!cc.en()) {
+    begin_reset(now);
+    return true;
+  }
+  // The host may legally toggle EN 1 -> 0 -> 1 while RDY is still 0, faster than we poll. The
+  // admin queue registers may only change while EN is 0, so a change means exactly that:
+  // start this enable over with the new values.
+  if (admin_regs_changed()) {
+    state_ = State::kDisabled;
+    return true;
+  }
+  if (never_ready_ || now < deadline_) return false;
+  finish_enable();
+  return true;
+}
+
+bool EmulatedController::step_disabling(StepTime now) {
+  if (now < deadline_) return false;
+  // Reset complete: RDY, CFS and SHST clear; the controller is idle again.
+  fatal_.store(false, std::memory_order_seq_cst);
+  halted_.store(false, std::memory_order_seq_cst);
+  set_csts(nvme::Csts{});
+  state_ = State::kDisabled;
+  return true;
+}
+
+bool EmulatedController::step_ready(const nvme::Cc& cc, StepTime now) {
+  if (!cc.en()) {
+    begin_reset(now);
+    return true;
+  }
+  // Shutdown (section 3.6): SHST goes occurring, data reaches the media, then complete.
+  // CSTS.RDY stays 1 while CC.EN is 1.
+  if (cc.shn() != nvme::cc::kShnNone && !shutdown_pending_ && csts().shst() == nvme::csts::kShstNormal) {
+    set_csts(csts().with_shst(nvme::csts::kShstOccurring));
+    shutdown_pending_ = true;
+    shutdown_at_ = now + config_.ready_delay;
+    return true;
+  }
+  if (shutdown_pending_) {
+    if (now < shutdown_at_) return false;
+    if (cc.shn() == nvme::cc::kShnNormal)
+      for (auto& ns : namespaces_) ns->flush();
+    halted_.store(true, std::memory_order_seq_cst);
+    shutdown_pending_ = false;
+    set_csts(csts().with_shst(nvme::csts::kShstComplete));
+    return true;
+  }
+  if (fatal_.load(std::memory_order_relaxed) || halted_.load(std::memory_order_relaxed)) return false;
+  return serve_admin_queue();
 }
 
 void EmulatedController::log_error(uint16_t sqid, uint16_t cid, uint16_t status, uint32_t nsid, uint64_t lba) {

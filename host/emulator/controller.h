@@ -106,6 +106,13 @@ class EmulatedController final : public host::Transport {
   volatile uint32_t* cq_doorbell(uint32_t qid) const;
   void admin_thread_main();
   bool admin_step();  // one pass over registers and the admin queue; true when it did work
+  // admin_step, one CC/CSTS state at a time (true when it did work).
+  using StepTime = std::chrono::steady_clock::time_point;
+  bool step_disabled(const nvme::Cc& cc, uint32_t prev_shn, StepTime now);
+  bool step_enabling(const nvme::Cc& cc, StepTime now);
+  bool step_disabling(StepTime now);
+  bool step_ready(const nvme::Cc& cc, StepTime now);
+  void begin_reset(StepTime now);
   bool start_enable(nvme::Cc cc, std::string* why);
   void finish_enable();
   bool admin_regs_changed() const;

@@ -67,6 +67,21 @@ VfioTransport::VfioTransport(std::string_view device, const VfioOptions& options
 }
 
 void VfioTransport::open_all(std::string_view device, const VfioOptions& options) {
+  // 1. which device; 2. its sysfs state (vfio-pci, IOMMU group); 3. container and group;
+  // 4. IOMMU geometry; 5. the device itself.
+  info_.bdf = parse_device(device);
+  const SysfsPci sysfs(options.sysfs_root);
+  check_sysfs(sysfs);
+  open_container_and_group(options);
+  attach_group(sysfs);
+  if (!info_.noiommu) read_iommu_geometry();
+  open_device();
+  map_bar0();
+  enable_bus_master();
+}
+
+// "vfio:DOMAIN:BUS:DEV.FN" (or the bare BDF) -> the normalized BDF.
+std::string VfioTransport::parse_device(std::string_view device) {
   std::string_view bdf_text = device;
   if (is_vfio_device_string(bdf_text)) bdf_text.remove_prefix(5);
   const auto bdf = normalize_bdf(bdf_text);
@@ -75,9 +90,11 @@ void VfioTransport::open_all(std::string_view device, const VfioOptions& options
                 "bad VFIO device string '" + std::string(device) +
                     "': expected vfio:DOMAIN:BUS:DEV.FN, e.g. vfio:0000:0b:00.0 (list drives with "
                     "scripts/setup_vfio.sh status)");
-  info_.bdf = *bdf;
+  return *bdf;
+}
 
-  const SysfsPci sysfs(options.sysfs_root);
+// The device exists, is bound to vfio-pci and has an IOMMU group (sets info_.group).
+void VfioTransport::check_sysfs(const SysfsPci& sysfs) {
   if (!sysfs.exists(info_.bdf))
     throw Error(ErrorKind::kNotFound, "no PCI device " + info_.bdf + " (" + sysfs.device_dir(info_.bdf) +
                                           " is missing); list NVMe drives with scripts/setup_vfio.sh status");
@@ -94,8 +111,11 @@ void VfioTransport::open_all(std::string_view device, const VfioOptions& options
                     "/iommu_group link): the IOMMU is off. " + kNoVfioFix +
                     ". Without an IOMMU, vfio can run unsafely: modprobe vfio enable_unsafe_noiommu_mode=1 "
                     "(kernel needs CONFIG_VFIO_NOIOMMU)");
+}
 
-  open_container_and_group(options);
+// The group must be viable (no other member on a host driver); then it joins the container,
+// which gets its IOMMU type.
+void VfioTransport::attach_group(const SysfsPci& sysfs) {
   // Now the group is ours: a non-viable group (other members on host drivers) cannot be used.
   vfio_group_status status{};
   status.argsz = sizeof(status);
@@ -112,48 +132,44 @@ void VfioTransport::open_all(std::string_view device, const VfioOptions& options
   if (::ioctl(container_, VFIO_SET_IOMMU, type) != 0)
     throw Error(ErrorKind::kIo, std::string("VFIO_SET_IOMMU(") + (info_.noiommu ? "NOIOMMU" : "TYPE1v2") +
                                     "): " + errno_text(errno));
+}
 
-  if (!info_.noiommu) {
-    // Page sizes and the valid IOVA ranges (capability chain, Linux >= 5.4).
-    std::vector<uint8_t> buf(sizeof(vfio_iommu_type1_info));
-    auto* ii = reinterpret_cast<vfio_iommu_type1_info*>(buf.data());
-    ii->argsz = uint32_t(buf.size());
-    if (::ioctl(container_, VFIO_IOMMU_GET_INFO, ii) == 0) {
-      if (ii->argsz > buf.size()) {
-        const uint32_t need = ii->argsz;
-        buf.assign(need, 0);
-        ii = reinterpret_cast<vfio_iommu_type1_info*>(buf.data());
-        ii->argsz = need;
-        if (::ioctl(container_, VFIO_IOMMU_GET_INFO, ii) != 0) ii->flags = 0;
-      }
-      if (ii->flags & VFIO_IOMMU_INFO_PGSIZES) info_.iova_pgsizes = ii->iova_pgsizes;
-#if defined(VFIO_IOMMU_INFO_CAPS)
-      if ((ii->flags & VFIO_IOMMU_INFO_CAPS) && ii->cap_offset != 0) {
-        uint32_t off = ii->cap_offset;
-        while (off != 0 && off + sizeof(vfio_info_cap_header) <= buf.size()) {
-          const auto* hdr = reinterpret_cast<const vfio_info_cap_header*>(buf.data() + off);
-          if (hdr->id == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE &&
-              off + sizeof(vfio_iommu_type1_info_cap_iova_range) <= buf.size()) {
-            const auto* cap = reinterpret_cast<const vfio_iommu_type1_info_cap_iova_range*>(hdr);
-            for (uint32_t i = 0; i < cap->nr_iovas; ++i) {
-              const size_t at = off + sizeof(*cap) + i * sizeof(vfio_iova_range);
-              if (at + sizeof(vfio_iova_range) > buf.size()) break;
-              const auto* r = reinterpret_cast<const vfio_iova_range*>(buf.data() + at);
-              info_.iova_ranges.push_back({r->start, r->end});
-            }
-          }
-          if (hdr->next <= off) break;  // chains only move forward
-          off = hdr->next;
-        }
-      }
-#endif
+// Page sizes and the valid IOVA ranges (capability chain, Linux >= 5.4); sets up the IOVA allocator.
+void VfioTransport::read_iommu_geometry() {
+  std::vector<uint8_t> buf(sizeof(vfio_iommu_type1_info));
+  auto* ii = reinterpret_cast<vfio_iommu_type1_info*>(buf.data());
+  ii->argsz = uint32_t(buf.size());
+  if (::ioctl(container_, VFIO_IOMMU_GET_INFO, ii) == 0) {
+    if (ii->argsz > buf.size()) {
+      const uint32_t need = ii->argsz;
+      buf.assign(need, 0);
+      ii = reinterpret_cast<vfio_iommu_type1_info*>(buf.data());
+      ii->argsz = need;
+      if (::ioctl(container_, VFIO_IOMMU_GET_INFO, ii) != 0) ii->flags = 0;
     }
-    iova_ = IovaAllocator(info_.iova_ranges);
+    if (ii->flags & VFIO_IOMMU_INFO_PGSIZES) info_.iova_pgsizes = ii->iova_pgsizes;
+#if defined(VFIO_IOMMU_INFO_CAPS)
+    if ((ii->flags & VFIO_IOMMU_INFO_CAPS) && ii->cap_offset != 0) {
+      uint32_t off = ii->cap_offset;
+      while (off != 0 && off + sizeof(vfio_info_cap_header) <= buf.size()) {
+        const auto* hdr = reinterpret_cast<const vfio_info_cap_header*>(buf.data() + off);
+        if (hdr->id == VFIO_IOMMU_TYPE1_INFO_CAP_IOVA_RANGE &&
+            off + sizeof(vfio_iommu_type1_info_cap_iova_range) <= buf.size()) {
+          const auto* cap = reinterpret_cast<const vfio_iommu_type1_info_cap_iova_range*>(hdr);
+          for (uint32_t i = 0; i < cap->nr_iovas; ++i) {
+            const size_t at = off + sizeof(*cap) + i * sizeof(vfio_iova_range);
+            if (at + sizeof(vfio_iova_range) > buf.size()) break;
+            const auto* r = reinterpret_cast<const vfio_iova_range*>(buf.data() + at);
+            info_.iova_ranges.push_back({r->start, r->end});
+          }
+        }
+        if (hdr->next <= off) break;  // chains only move forward
+        off = hdr->next;
+      }
+    }
+#endif
   }
-
-  open_device();
-  map_bar0();
-  enable_bus_master();
+  iova_ = IovaAllocator(info_.iova_ranges);
 }
 
 void VfioTransport::open_container_and_group(const VfioOptions& options) {

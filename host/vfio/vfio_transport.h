@@ -14,6 +14,8 @@
 
 namespace gpunvme::vfio {
 
+class SysfsPci;
+
 struct VfioOptions {
   std::string sysfs_root = "/sys";      // for tests
   std::string dev_vfio = "/dev/vfio";   // for tests
@@ -57,7 +59,11 @@ class VfioTransport final : public host::Transport {
   uint64_t unmapped_iova() const;
 
  private:
-  void open_all(std::string_view device, const VfioOptions& options);
+  void open_all(std::string_view device, const VfioOptions& options);  // the phases below, in order
+  static std::string parse_device(std::string_view device);
+  void check_sysfs(const SysfsPci& sysfs);
+  void attach_group(const SysfsPci& sysfs);
+  void read_iommu_geometry();
   void release_all() noexcept;
   void open_container_and_group(const VfioOptions& options);
   void open_device();

@@ -50,6 +50,7 @@ uint64_t packed_bytes(std::span<const model::Extent> extents, uint32_t lba_bytes
 
 void append_extent(CommandPlan& plan, const model::Extent& e, uint64_t dest_offset, const PlanGeometry& g,
                    const PrpTable& table) {
+  check_extent(e, g.lba_bytes, g.namespace_blocks, "plan");
   const uint64_t lba = g.lba_bytes;
   const uint64_t bytes = e.lba_count * lba;
   if ((dest_offset & 3) != 0 || dest_offset + bytes > table.dest_bytes() || dest_offset + bytes < dest_offset)

@@ -14,6 +14,7 @@
 
 #include "driver/commands.h"
 #include "runtime/model/lba_map.h"
+#include "runtime/plan/extent_rules.h"
 #include "runtime/plan/prp_table.h"
 
 namespace gpunvme::plan {
@@ -22,6 +23,7 @@ struct PlanGeometry {
   uint32_t nsid = 1;
   uint32_t lba_bytes = 512;
   uint32_t max_blocks = 256;  // per command: min(MDTS, 65536, any cap)
+  uint64_t namespace_blocks = kUnknownNamespaceBlocks;  // NSZE, for the extent rules (extent_rules.h)
 };
 
 // One requested extent as laid out in the destination.
@@ -53,7 +55,8 @@ std::vector<uint64_t> pack_extents(std::span<const model::Extent> extents, uint3
 uint64_t packed_bytes(std::span<const model::Extent> extents, uint32_t lba_bytes, uint64_t align);
 
 // Appends the commands reading `extent` into the table's buffer at `dest_offset` (a multiple of 4)
-// and a Piece for it. Throws kInvalidArgument if it does not fit the buffer.
+// and a Piece for it. Throws kInvalidArgument if it breaks the extent rules (extent_rules.h) or does
+// not fit the buffer.
 void append_extent(CommandPlan& plan, const model::Extent& extent, uint64_t dest_offset, const PlanGeometry& g,
                    const PrpTable& table);
 

@@ -44,12 +44,9 @@ class PrpTable {
 
   uint64_t page() const { return page_; }
   uint64_t dest_bytes() const { return dest_bytes_; }
-  uint64_t data_pages() const { return pages_; }
   uint64_t list_bytes() const { return list_pages_ * page_; }  // PRP memory this table holds
   uint64_t per_list_page() const { return page_ / 8 - 1; }     // data entries per list page
 
-  // Bus address of byte `offset` of the destination.
-  uint64_t dest_bus(uint64_t offset) const { return dest_.bus(offset); }
   // Bus address of the list entry for data page k.
   uint64_t entry_bus(uint64_t k) const {
     const uint64_t per = per_list_page();

@@ -7,8 +7,10 @@
 //     overwritten by the next fetch.
 //   * LRU cache (cache_bytes > 0): the scratchpad is cut into cache_bytes / expert_slot_bytes()
 //     fixed slots; a resident expert is a hit (no I/O), a missing one is a fault that evicts the
-//     least recently used expert not selected by the current fetch. The budget must hold at least
-//     max_experts_per_fetch experts.
+//     least recently used expert not selected by the current fetch (expert_cache_policy.h, the
+//     same policy the GPU fetcher runs). The budget must hold at least max_experts_per_fetch experts.
+// Validation, packing and sizing: expert_layout.h (shared with the GPU fetcher). A failed read
+// (or one never issued) leaves the cache: an expert is never a hit unless its read succeeded.
 // Calling fetch() ends the previous token: it waits for that fetch's reads, and its experts may be
 // evicted or overwritten from then on. Results refer to the scratchpad until the next fetch().
 //
@@ -17,37 +19,18 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
-#include <list>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "host/controller.h"
 #include "host/dma_memory.h"
-#include "runtime/model/lba_map.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/plan/prp_table.h"
+#include "runtime/stream/expert_cache_policy.h"
+#include "runtime/stream/expert_layout.h"
 #include "runtime/stream/submitter.h"
 
 namespace gpunvme::stream {
-
-enum class ExpertParts : uint8_t { kAll, kDownOnly };
-
-struct ExpertPart {
-  model::Projection proj;
-  model::Extent extent;
-};
-
-// Where every (layer, expert) lives: its parts as block extents.
-struct ExpertCatalog {
-  uint32_t n_layers = 0;   // layer indices 0..n_layers-1 (layers without experts have no parts)
-  uint32_t n_experts = 0;  // experts per layer
-  std::vector<std::vector<ExpertPart>> parts;  // [layer * n_experts + expert]
-
-  const std::vector<ExpertPart>& of(uint32_t layer, uint32_t expert) const;
-  // From an LbaMap (stacked *_exps slices or per-expert tensors), keeping the parts `which` asks for.
-  static ExpertCatalog from_map(const model::LbaMap& map, ExpertParts which = ExpertParts::kAll);
-};
 
 struct FetcherOptions {
   uint32_t nsid = 1;
@@ -109,6 +92,12 @@ class ExpertFetcher {
 
  private:
   uint64_t key(uint32_t layer, uint32_t expert) const { return uint64_t(layer) * catalog_.n_experts + expert; }
+  // fetch(), phase by phase.
+  std::vector<uint32_t> select(uint32_t layer, std::span<const uint32_t> experts) const;
+  std::vector<CachePlacement> place(std::span<const uint64_t> keys) const;
+  void build_results(uint32_t layer, std::span<const uint32_t> sel, std::span<const CachePlacement> placement);
+  void issue_reads(std::span<const uint64_t> keys, std::span<const CachePlacement> placement);
+  void count(size_t selected, uint32_t faults, bool steady);
 
   host::Controller& controller_;
   Submitter& submitter_;
@@ -116,21 +105,15 @@ class ExpertFetcher {
   FetcherOptions options_;
   plan::PlanGeometry geometry_;
   uint64_t page_ = 4096;
+  ExpertLayout layout_;
   uint64_t expert_bytes_ = 0;  // scratchpad bytes of the largest expert, page rounded
   uint32_t capacity_ = 0;
   host::DmaBuffer scratch_;
   plan::PrpTable table_;
-  // LRU cache: slot contents, recency list (front = most recent), key -> slot.
-  struct CacheSlot {
-    uint64_t key = ~0ull;
-    std::list<uint32_t>::iterator lru;
-  };
-  std::vector<CacheSlot> cache_;
-  std::list<uint32_t> lru_;
-  std::unordered_map<uint64_t, uint32_t> where_;
-  bool cache_filled_ = false;
+  ExpertCachePolicy cache_;  // LRU slots (capacity_ > 0)
   // Current fetch.
   std::vector<FetchedExpert> result_;
+  std::vector<uint64_t> keys_;            // per result entry
   std::vector<plan::CommandPlan> plans_;  // per result entry (empty for hits)
   std::vector<uint64_t> tickets_;         // per result entry (0: ready)
   FetcherMetrics metrics_;

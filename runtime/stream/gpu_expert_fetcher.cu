@@ -7,7 +7,8 @@
 
 #include "device/queue_set.h"
 #include "host/error.h"
-#include "runtime/plan/command_plan.h"
+#include "runtime/stream/expert_cache_policy.h"
+#include "runtime/stream/expert_layout.h"
 #include "runtime/stream/gpu_ticket_pump.cuh"
 #include "runtime/stream/layer_streamer.h"
 
@@ -92,88 +93,79 @@ __device__ uint32_t lru_victim(const GpuFetcherState& s, unsigned long long fetc
   return best_i;
 }
 
-// One warp: selection, cache placement, result and the reads of this fetch.
-__global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t* ids, uint32_t n_ids) {
-  GpuFetcherState& s = *S;
-  const uint32_t lane = threadIdx.x & 31u;
+// place_experts, phase by phase. The cache rules are ExpertCachePolicy's (expert_cache_policy.h);
+// the GPU suite runs this kernel and the policy object on the same id sequences.
+
+// Phase 1 (lane 0): a previous fetch's failed read leaves the cache: its slot's bytes are undefined.
+__device__ void forget_failed_reads(GpuFetcherState& s) {
+  const GpuFetchResult* r = s.result;
+  if (s.capacity == 0 || r->error != fetch_error::kNone) return;
+  for (uint32_t d = 0; d < r->count; ++d) {
+    const GpuFetchedExpert& e = s.experts[d];
+    if (e.failed == 0 || e.hit) continue;
+    const uint64_t key = uint64_t(r->layer) * s.n_experts + e.expert;
+    const int32_t slot = s.where[key];
+    if (slot >= 0) {
+      s.where[key] = -1;
+      s.slot_key[slot] = -1;
+      s.slot_used[slot] = 0;
+      s.resident -= 1;
+    }
+  }
+}
+
+// Phase 2 (lane 0): the distinct experts of the routing ids, in first-seen order, and each id's
+// distinct index; returns fetch_error::* (and sets error_value) for a bad id, too many, no slices.
+__device__ uint32_t select_experts(GpuFetcherState& s, uint32_t layer, const uint32_t* ids, uint32_t n_ids,
+                                   uint32_t& count) {
   GpuFetchResult* r = s.result;
   GpuFetchedExpert* ex = s.experts;
-  __shared__ uint32_t count, error, token;
-  __shared__ unsigned long long fetch_start;
-  __shared__ bool steady;
-  if (lane == 0) {
-    // A previous fetch's failed read leaves the cache: its slot's bytes are undefined.
-    if (s.capacity > 0 && r->error == fetch_error::kNone) {
-      for (uint32_t d = 0; d < r->count; ++d) {
-        if (ex[d].failed == 0 || ex[d].hit) continue;
-        const uint64_t key = uint64_t(r->layer) * s.n_experts + ex[d].expert;
-        const int32_t slot = s.where[key];
-        if (slot >= 0) {
-          s.where[key] = -1;
-          s.slot_key[slot] = -1;
-          s.slot_used[slot] = 0;
-          s.resident -= 1;
-        }
-      }
+  count = 0;
+  for (uint32_t i = 0; i < n_ids; ++i) {
+    const uint32_t id = ids[i];
+    if (id >= s.n_experts || layer >= s.n_layers) {
+      r->error_value = id;
+      return fetch_error::kBadExpertId;
     }
-    token = r->token + 1;
-    r->token = token;
-    r->layer = layer;
-    r->error = fetch_error::kNone;
-    r->error_value = 0;
-    count = 0;
-    error = fetch_error::kNone;
-    for (uint32_t i = 0; i < n_ids && error == fetch_error::kNone; ++i) {
-      const uint32_t id = ids[i];
-      if (id >= s.n_experts || layer >= s.n_layers) {
-        error = fetch_error::kBadExpertId;
+    uint32_t d = 0;
+    while (d < count && ex[d].expert != id) ++d;
+    if (d == count) {
+      const uint64_t key = uint64_t(layer) * s.n_experts + id;
+      if (count == s.max_experts) {
         r->error_value = id;
-        break;
+        return fetch_error::kTooMany;
       }
-      uint32_t d = 0;
-      while (d < count && ex[d].expert != id) ++d;
-      if (d == count) {
-        const uint64_t key = uint64_t(layer) * s.n_experts + id;
-        if (count == s.max_experts) {
-          error = fetch_error::kTooMany;
-          r->error_value = id;
-          break;
-        }
-        if (s.part_first[key + 1] == s.part_first[key]) {
-          error = fetch_error::kNoSlices;
-          r->error_value = id;
-          break;
-        }
-        GpuFetchedExpert e{};
-        e.expert = id;
-        ex[count++] = e;
+      if (s.part_first[key + 1] == s.part_first[key]) {
+        r->error_value = id;
+        return fetch_error::kNoSlices;
       }
-      s.selection[i] = d;
+      GpuFetchedExpert e{};
+      e.expert = id;
+      ex[count++] = e;
     }
-    r->error = error;
-    steady = s.warmup_tokens > 0 ? s.metrics.tokens >= s.warmup_tokens
-                                 : (s.capacity == 0 || s.resident == s.capacity);
-    fetch_start = s.clock;
-    // Hits first (touched in selection order), so no victim below is an expert of this fetch.
-    if (error == fetch_error::kNone && s.capacity > 0)
-      for (uint32_t d = 0; d < count; ++d) {
-        const int32_t slot = s.where[uint64_t(layer) * s.n_experts + ex[d].expert];
-        if (slot < 0) continue;
-        ex[d].hit = 1;
-        ex[d].offset = uint64_t(slot) * s.expert_stride;
-        s.slot_used[slot] = ++s.clock;
-      }
+    s.selection[i] = d;
   }
-  __syncwarp();
-  if (error != fetch_error::kNone) {
-    if (lane == 0) {
-      r->count = 0;
-      r->commands = 0;
-      s.ncmds = 0;
-    }
-    return;
+  return fetch_error::kNone;
+}
+
+// Phase 3 (lane 0): hits keep their slot and are touched first, in selection order, so no victim
+// chosen below is an expert of this fetch.
+__device__ void touch_hits(GpuFetcherState& s, uint32_t layer, uint32_t count) {
+  for (uint32_t d = 0; d < count; ++d) {
+    GpuFetchedExpert& e = s.experts[d];
+    const int32_t slot = s.where[uint64_t(layer) * s.n_experts + e.expert];
+    if (slot < 0) continue;
+    e.hit = 1;
+    e.offset = uint64_t(slot) * s.expert_stride;
+    s.slot_used[slot] = ++s.clock;
   }
-  // Faults: each takes the least recently used slot (warp-wide search), or the next packed position.
+}
+
+// Phase 4 (warp): each fault takes the least recently used slot (warp-wide search), or the next
+// packed position without a cache.
+__device__ void place_faults(GpuFetcherState& s, uint32_t layer, uint32_t count, unsigned long long fetch_start) {
+  const uint32_t lane = threadIdx.x & 31u;
+  GpuFetchedExpert* ex = s.experts;
   uint64_t packed_at = 0;
   for (uint32_t d = 0; d < count; ++d) {
     if (ex[d].hit) continue;
@@ -194,9 +186,19 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t
     packed_at += s.packed[key];
     __syncwarp();
   }
-  // Results and reads: parts by lane 0, read commands spread over the lanes.
-  uint32_t n = 0, faults = 0;
+}
+
+struct FetchCounts {
+  uint32_t commands = 0;
+  uint32_t faults = 0;
   uint64_t bytes_read = 0;
+};
+
+// Phase 5 (warp): every expert's parts (lane 0) and the faults' reads (spread over the lanes).
+__device__ FetchCounts write_reads(GpuFetcherState& s, uint32_t layer, uint32_t count, uint32_t token) {
+  const uint32_t lane = threadIdx.x & 31u;
+  GpuFetchedExpert* ex = s.experts;
+  FetchCounts n;
   for (uint32_t d = 0; d < count; ++d) {
     const uint64_t key = uint64_t(layer) * s.n_experts + ex[d].expert;
     const uint32_t p0 = s.part_first[key], p1 = s.part_first[key + 1];
@@ -220,11 +222,11 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t
         cmd.blocks = uint32_t(min(uint64_t(s.max_blocks), uint64_t(part.blocks) - b0));
         cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
         cmd.sel = d;
-        s.cmds[n + c] = cmd;
+        s.cmds[n.commands + c] = cmd;
       }
-      n += chunks;
+      n.commands += chunks;
       mine += chunks;
-      bytes_read += uint64_t(part.blocks) << s.lba_shift;
+      n.bytes_read += uint64_t(part.blocks) << s.lba_shift;
     }
     if (lane == 0) {
       ex[d].part_count = p1 - p0;
@@ -233,24 +235,63 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t
       ex[d].ready = fault ? 0u : token;
       s.remaining[d] = mine;
     }
-    faults += fault;
+    n.faults += fault;
   }
+  return n;
+}
+
+// Phase 6 (lane 0): the result header and the metrics.
+__device__ void finish_fetch(GpuFetcherState& s, uint32_t count, const FetchCounts& n, bool steady) {
+  GpuFetchResult* r = s.result;
+  r->count = count;
+  r->commands = n.commands;
+  s.ncmds = n.commands;
+  s.metrics.tokens += 1;
+  s.metrics.requested += count;
+  s.metrics.faults += n.faults;
+  s.metrics.hits += count - n.faults;
+  s.metrics.bytes_read += n.bytes_read;
+  s.metrics.last_faults = n.faults;
+  if (steady) {
+    s.metrics.steady_tokens += 1;
+    s.metrics.steady_faults += n.faults;
+  }
+  __threadfence();
+}
+
+// One warp: selection, cache placement, result and the reads of this fetch.
+__global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t* ids, uint32_t n_ids) {
+  GpuFetcherState& s = *S;
+  const uint32_t lane = threadIdx.x & 31u;
+  GpuFetchResult* r = s.result;
+  __shared__ uint32_t count, error, token;
+  __shared__ unsigned long long fetch_start;
+  __shared__ bool steady;
   if (lane == 0) {
-    r->count = count;
-    r->commands = n;
-    s.ncmds = n;
-    s.metrics.tokens += 1;
-    s.metrics.requested += count;
-    s.metrics.faults += faults;
-    s.metrics.hits += count - faults;
-    s.metrics.bytes_read += bytes_read;
-    s.metrics.last_faults = faults;
-    if (steady) {
-      s.metrics.steady_tokens += 1;
-      s.metrics.steady_faults += faults;
-    }
-    __threadfence();
+    forget_failed_reads(s);
+    token = r->token + 1;
+    r->token = token;
+    r->layer = layer;
+    r->error_value = 0;
+    error = select_experts(s, layer, ids, n_ids, count);
+    r->error = error;
+    steady = s.warmup_tokens > 0 ? s.metrics.tokens >= s.warmup_tokens
+                                 : (s.capacity == 0 || s.resident == s.capacity);
+    fetch_start = s.clock;
+    if (error == fetch_error::kNone && s.capacity > 0) touch_hits(s, layer, count);
   }
+  __syncwarp();
+  if (error != fetch_error::kNone) {
+    if (lane == 0) {
+      r->count = 0;
+      r->commands = 0;
+      s.ncmds = 0;
+    }
+    return;
+  }
+  place_faults(s, layer, count, fetch_start);
+  const FetchCounts n = write_reads(s, layer, count, token);
+  if (lane == 0) finish_fetch(s, count, n, steady);
 }
 
 // One warp per queue: the reads placed above; the last read of an expert publishes its readiness.
@@ -303,41 +344,36 @@ T* device_copy(std::vector<void*>& owned, const std::vector<T>& v) {
 GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
                                    const FetcherOptions& options)
     : controller_(controller), submitter_(submitter), catalog_(std::move(catalog)), options_(options) {
-  if (catalog_.n_experts == 0) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: the model has no experts");
-  if (options_.max_experts_per_fetch == 0)
-    throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: max_experts_per_fetch must be at least 1");
   const auto& ns = controller.namespace_info(options_.nsid);
   lba_bytes_ = ns.lba_bytes;
   page_ = controller.page_bytes();
+  ExpertLayoutSpec spec;
+  spec.lba_bytes = lba_bytes_;
+  spec.namespace_blocks = ns.blocks;
+  spec.page = page_;
+  spec.max_experts_per_fetch = options_.max_experts_per_fetch;
+  spec.cache_bytes = options_.cache_bytes;
+  spec.max_parts = kMaxExpertParts;
+  spec.max_part_blocks = 0xFFFFFFFFull;  // GpuPart::blocks
+  // Validation, packing and sizing exactly as the CPU fetcher (expert_layout.h).
+  const ExpertLayout layout(catalog_, spec, "GPU expert fetcher");
+  expert_bytes_ = layout.slot_bytes();
+  capacity_ = layout.capacity();
   const uint32_t max_blocks = std::min(command_block_limit(controller, options_.nsid, options_.max_command_bytes),
                                        submitter.queues().max_blocks_per_command());
-  // Tables: every (layer, expert)'s parts packed from 0 as the CPU fetcher packs them.
+  // Tables: every (layer, expert)'s parts at the layout's offsets.
   std::vector<uint32_t> part_first(1, 0);
   std::vector<GpuPart> parts;
   std::vector<uint64_t> packed(catalog_.parts.size(), 0);
   uint64_t max_cmds_per_expert = 0;
   for (size_t k = 0; k < catalog_.parts.size(); ++k) {
     const auto& ps = catalog_.parts[k];
-    if (ps.size() > kMaxExpertParts)
-      throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert has " + std::to_string(ps.size()) +
-                                                   " slices; at most " + std::to_string(kMaxExpertParts) + " are supported");
-    std::vector<model::Extent> ex;
-    for (const auto& p : ps) {
-      if (p.extent.end_lba() > ns.blocks)
-        throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert slice at LBA " +
-                                                     std::to_string(p.extent.first_lba) + " runs past the namespace end");
-      if (p.extent.lba_count > 0xFFFFFFFFull)
-        throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert slice is larger than 2^32 blocks");
-      ex.push_back(p.extent);
-    }
-    uint64_t end = 0;
-    const std::vector<uint64_t> at = plan::pack_extents(ex, lba_bytes_, page_, 0, &end);
     uint64_t cmds = 0;
     for (size_t i = 0; i < ps.size(); ++i) {
       GpuPart g;
       g.lba = ps[i].extent.first_lba;
       g.blocks = uint32_t(ps[i].extent.lba_count);
-      g.dest_rel = at[i];
+      g.dest_rel = layout.part_offset(k, i);
       g.proj = uint32_t(ps[i].proj);
       g.byte_in_first = ps[i].extent.byte_in_first;
       g.bytes = ps[i].extent.byte_length;
@@ -345,23 +381,10 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
       cmds += (g.blocks + max_blocks - 1) / max_blocks;
     }
     part_first.push_back(uint32_t(parts.size()));
-    packed[k] = (end + page_ - 1) / page_ * page_;
-    expert_bytes_ = std::max(expert_bytes_, packed[k]);
+    packed[k] = layout.packed_bytes(k);
     max_cmds_per_expert = std::max(max_cmds_per_expert, cmds);
   }
-  if (expert_bytes_ == 0) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: every expert slice is empty");
-  uint64_t scratch_bytes;
-  if (options_.cache_bytes > 0) {
-    capacity_ = uint32_t(std::min<uint64_t>(options_.cache_bytes / expert_bytes_, catalog_.parts.size()));
-    if (capacity_ < options_.max_experts_per_fetch)
-      throw Error(ErrorKind::kInvalidArgument,
-                  "GPU expert fetcher: a cache of " + std::to_string(options_.cache_bytes) + " bytes holds " +
-                      std::to_string(capacity_) + " experts of " + std::to_string(expert_bytes_) +
-                      " bytes; one fetch needs room for " + std::to_string(options_.max_experts_per_fetch));
-    scratch_bytes = uint64_t(capacity_) * expert_bytes_;
-  } else {
-    scratch_bytes = uint64_t(options_.max_experts_per_fetch) * expert_bytes_;
-  }
+  const uint64_t scratch_bytes = layout.scratch_bytes();
   const uint64_t max_cmds = max_cmds_per_expert * options_.max_experts_per_fetch;
   if (max_cmds > 0xFFFFFFFFull) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: too many reads per fetch");
   max_commands_ = uint32_t(max_cmds);
@@ -385,11 +408,10 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.packed = device_copy(allocations_, packed);
   st.where = device_copy(allocations_, std::vector<int32_t>(catalog_.parts.size(), -1));
   st.slot_key = device_copy(allocations_, std::vector<long long>(capacity_, -1));
-  std::vector<unsigned long long> used(capacity_);
-  // Untouched slots rank as the CPU fetcher's empty slots do: the last slot is evicted first.
-  for (uint32_t i = 0; i < capacity_; ++i) used[i] = capacity_ - 1 - i;
-  st.slot_used = device_copy(allocations_, used);
-  st.clock = capacity_;
+  // The empty cache's touch clock, as the policy object defines it (expert_cache_policy.h).
+  const std::vector<uint64_t> used0 = ExpertCachePolicy::initial_slot_used(capacity_);
+  st.slot_used = device_copy(allocations_, std::vector<unsigned long long>(used0.begin(), used0.end()));
+  st.clock = ExpertCachePolicy::initial_clock(capacity_);
   const size_t result_bytes = sizeof(GpuFetchResult) + sizeof(GpuFetchedExpert) * options_.max_experts_per_fetch;
   char* res = device_alloc<char>(allocations_, result_bytes);
   check_cuda(cudaMemset(res, 0, result_bytes), "cudaMemset(fetch result)");

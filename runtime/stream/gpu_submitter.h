@@ -47,14 +47,7 @@ struct GpuSubmitterOptions {
   uint32_t max_tickets = 1024;           // tickets that may be outstanding (issued, not yet waited for)
 };
 
-// GPU timestamps of a finished ticket (%globaltimer, ns).
-struct GpuTicketTimes {
-  uint64_t start_ns = 0;
-  uint64_t end_ns = 0;
-  double ms() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e6 : 0; }
-};
-
-class GpuSubmitter final : public Submitter {
+class GpuSubmitter final : public Submitter, public StreamOrdered {
  public:
   // `queues`: I/O queue pairs created with DmaOptions::gpu_mapped; from now on they belong to the GPU
   // (their CPU path must not be used). Throws kUnsupported without a GPU.
@@ -66,17 +59,17 @@ class GpuSubmitter final : public Submitter {
 
   // Copies templates to device memory once; later issues of the same span (same address and size)
   // use that copy. The span must stay alive and unchanged while prepared.
-  void prepare(std::span<const nvme::SubmissionEntry> commands);
+  void prepare(std::span<const nvme::SubmissionEntry> commands) override;
   // Drops the device copy of a prepared span (its owner is going away; its address may be reused).
   // Tickets already issued from it must have been waited for.
-  void forget(std::span<const nvme::SubmissionEntry> commands);
+  void forget(std::span<const nvme::SubmissionEntry> commands) override;
   // Starts a kernel on `io` that reads `commands` (unprepared spans are copied for this ticket).
-  uint64_t issue_on(std::span<const nvme::SubmissionEntry> commands, cuda_stream_t io);
+  uint64_t issue_on(std::span<const nvme::SubmissionEntry> commands, cuda_stream_t io) override;
   // Work enqueued on `consumer` after this call runs after the ticket's reads completed.
-  void order_after(uint64_t ticket, cuda_stream_t consumer);
+  void order_after(uint64_t ticket, cuda_stream_t consumer) override;
   // Device pointer to the ticket's state word (ticket_state::*); stays this ticket's until
   // max_tickets - 1 later tickets were issued (records are reused oldest first).
-  const uint32_t* device_state(uint64_t ticket) const;
+  const uint32_t* device_state(uint64_t ticket) const override;
 
   // For other components' kernels (the GPU expert fetcher): allocates a ticket, calls `launch` to
   // enqueue kernels on `stream` that finish the ticket through pump_ticket (gpu_ticket_pump.cuh),
@@ -91,6 +84,8 @@ class GpuSubmitter final : public Submitter {
   void wait(uint64_t ticket) override { wait(ticket, nullptr); }
   // Same, and the ticket's GPU timestamps (filled also when it throws for a failed read).
   void wait(uint64_t ticket, GpuTicketTimes* times);
+  void wait_timed(uint64_t ticket, GpuTicketTimes* times) override { wait(ticket, times); }
+  StreamOrdered* stream_ordered() override { return this; }
 
   uint32_t queue_count() const;
   device::DeviceQueueSet& queues() { return *set_; }

@@ -10,8 +10,7 @@
 
 #include <thread>
 
-#include "device/queue_set.h"
-#include "runtime/stream/gpu_submitter.h"
+#include "device/cuda_check.h"
 #endif
 
 namespace gpunvme::stream {
@@ -41,14 +40,13 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
   geometry_.max_blocks = command_block_limit(controller, options_.nsid, options_.max_command_bytes);
   const uint64_t page = controller.page_bytes();
   const uint64_t align = options_.align ? options_.align : page;
+  geometry_.namespace_blocks = ns.blocks;
+  // Every extent obeys the rules before any slot is sized (a wrapped block range would size it wrong).
   for (size_t l = 0; l < layers_.size(); ++l)
-    for (const model::Extent& e : layers_[l])
-      if (e.end_lba() > ns.blocks || e.end_lba() < e.first_lba)
-        throw Error(ErrorKind::kInvalidArgument, "streamer: layer " + std::to_string(l) + " reads LBA " +
-                                                     std::to_string(e.first_lba) + " + " + std::to_string(e.lba_count) +
-                                                     " blocks, past the end of namespace " +
-                                                     std::to_string(options_.nsid) + " (" + std::to_string(ns.blocks) +
-                                                     " blocks)");
+    for (size_t i = 0; i < layers_[l].size(); ++i)
+      plan::check_extent(layers_[l][i], ns.lba_bytes, ns.blocks,
+                         "streamer: layer " + std::to_string(l) + " extent " + std::to_string(i) + " (namespace " +
+                             std::to_string(options_.nsid) + ")");
   for (const auto& L : layers_) slot_bytes_ = std::max(slot_bytes_, plan::packed_bytes(L, geometry_.lba_bytes, align));
   slot_bytes_ = std::max<uint64_t>((slot_bytes_ + page - 1) / page * page, page);
   host::DmaOptions mem{options_.hugepages};
@@ -61,11 +59,9 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
   plans_.reserve(layers_.size() * slots_.size());
   for (size_t l = 0; l < layers_.size(); ++l)
     for (const Slot& s : slots_) plans_.push_back(plan::build_plan(layers_[l], geometry_, s.table, align));
-#if GPUNVME_HAVE_CUDA
-  // A GPU submitter gets every template in device memory now, so begin() only launches a kernel.
-  if (auto* g = dynamic_cast<GpuSubmitter*>(&submitter_))
-    for (const auto& p : plans_) g->prepare(p.commands);
-#endif
+  // A stream-ordered submitter gets every template in device memory now, so begin() only launches a kernel.
+  if (StreamOrdered* o = submitter_.stream_ordered())
+    for (const auto& p : plans_) o->prepare(p.commands);
 }
 
 LayerStreamer::~LayerStreamer() {
@@ -85,11 +81,11 @@ LayerStreamer::~LayerStreamer() {
   }
 #if GPUNVME_HAVE_CUDA
   for (void* e : all_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+#endif
   // The submitter outlives this streamer: its device copies of our templates must not be found
   // again by a later streamer whose plans happen to reuse the same host addresses.
-  if (auto* g = dynamic_cast<GpuSubmitter*>(&submitter_))
-    for (const auto& p : plans_) g->forget(p.commands);
-#endif
+  if (StreamOrdered* o = submitter_.stream_ordered())
+    for (const auto& p : plans_) o->forget(p.commands);
 }
 
 const plan::CommandPlan& LayerStreamer::plan(uint32_t layer, uint32_t slot) const {
@@ -224,13 +220,13 @@ cudaStream_t cu(cuda_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
 cudaEvent_t ev(void* e) { return static_cast<cudaEvent_t>(e); }
 }  // namespace
 
-GpuSubmitter* LayerStreamer::gpu_submitter(const char* what) {
-  auto* g = dynamic_cast<GpuSubmitter*>(&submitter_);
-  if (!g)
+StreamOrdered* LayerStreamer::stream_ordered(const char* what) {
+  StreamOrdered* o = submitter_.stream_ordered();
+  if (!o)
     throw Error(ErrorKind::kUnsupported, std::string("streamer ") + what +
-                                             " on a CUDA stream needs a GPU submitter (stream::GpuSubmitter); "
-                                             "this streamer was built with a CPU submitter");
-  return g;
+                                             " on a CUDA stream needs a GPU submitter (stream-ordered submission, e.g. "
+                                             "stream::GpuSubmitter); this streamer was built with a CPU submitter");
+  return o;
 }
 
 void* LayerStreamer::take_event() {
@@ -246,7 +242,7 @@ void* LayerStreamer::take_event() {
 }
 
 void LayerStreamer::begin(uint32_t layer, uint32_t slot, cuda_stream_t io) {
-  GpuSubmitter* g = gpu_submitter("begin");
+  StreamOrdered* g = stream_ordered("begin");
   Slot& s = slot_at(slot, "begin");
   begin_checks(s, layer, slot);
   retire_gpu_loads(false);
@@ -273,7 +269,7 @@ void LayerStreamer::begin(uint32_t layer, uint32_t slot, cuda_stream_t io) {
 }
 
 SlotView LayerStreamer::wait(uint32_t slot, cuda_stream_t compute) {
-  GpuSubmitter* g = gpu_submitter("wait");
+  StreamOrdered* g = stream_ordered("wait");
   Slot& s = slot_at(slot, "wait");
   if (s.state == State::kFree)
     throw Error(ErrorKind::kInvalidArgument, "streamer wait: nothing was begun in slot " + std::to_string(slot));
@@ -312,7 +308,7 @@ SlotView LayerStreamer::wait(uint32_t slot, cuda_stream_t compute) {
 }
 
 void LayerStreamer::release(uint32_t slot, cuda_stream_t compute) {
-  gpu_submitter("release");
+  stream_ordered("release");
   Slot& s = slot_at(slot, "release");
   if (s.state == State::kLoading)
     throw Error(ErrorKind::kInvalidArgument, "streamer release: slot " + std::to_string(slot) +
@@ -328,11 +324,11 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
   // reaches the end of its stall (a consumer kernel that hangs) is reported after the same bound.
   if (!g.ticket_retired) {
     if (!block && !submitter_.done(g.ticket)) return false;
-    auto* sub = gpu_submitter("sync");
+    StreamOrdered* sub = stream_ordered("sync");
     GpuTicketTimes t;
     g.ticket_retired = true;  // wait() forgets the ticket even when it throws
     if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
-    sub->wait(g.ticket, &t);
+    sub->wait_timed(g.ticket, &t);
     LayerTiming lt;
     lt.layer = g.layer;
     lt.bytes = g.bytes;
@@ -384,7 +380,7 @@ void LayerStreamer::retire_gpu_loads(bool block) {
 }
 
 void LayerStreamer::sync() {
-  gpu_submitter("sync");
+  stream_ordered("sync");
   std::exception_ptr first;
   for (GpuLoad& g : gpu_loads_) {
     try {
@@ -400,17 +396,17 @@ void LayerStreamer::sync() {
 
 #else  // !GPUNVME_HAVE_CUDA
 
-GpuSubmitter* LayerStreamer::gpu_submitter(const char* what) {
+StreamOrdered* LayerStreamer::stream_ordered(const char* what) {
   throw Error(ErrorKind::kUnsupported, std::string("streamer ") + what +
                                            " on a CUDA stream: gpunvme was built without CUDA (meson -Dcuda=enabled)");
 }
-void LayerStreamer::begin(uint32_t, uint32_t, cuda_stream_t) { gpu_submitter("begin"); }
+void LayerStreamer::begin(uint32_t, uint32_t, cuda_stream_t) { stream_ordered("begin"); }
 SlotView LayerStreamer::wait(uint32_t, cuda_stream_t) {
-  gpu_submitter("wait");
+  stream_ordered("wait");
   return {};
 }
-void LayerStreamer::release(uint32_t, cuda_stream_t) { gpu_submitter("release"); }
-void LayerStreamer::sync() { gpu_submitter("sync"); }
+void LayerStreamer::release(uint32_t, cuda_stream_t) { stream_ordered("release"); }
+void LayerStreamer::sync() { stream_ordered("sync"); }
 bool LayerStreamer::retire_gpu_load(GpuLoad&, bool) { return true; }
 void LayerStreamer::retire_gpu_loads(bool) {}
 void* LayerStreamer::take_event() { return nullptr; }

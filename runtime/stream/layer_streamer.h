@@ -16,7 +16,8 @@
 //     s.release(l % 2);
 //   }
 //
-// GPU-ordered streaming (a GpuSubmitter; CUDA builds): the host only enqueues, the GPU issues the
+// GPU-ordered streaming (a submitter with the StreamOrdered capability, e.g. GpuSubmitter; CUDA
+// builds): the host only enqueues, the GPU issues the
 // reads and the compute stream waits on them; nothing blocks the host until sync().
 //   s.begin(0, 0, io);
 //   for (l = 0; l < L; ++l) {
@@ -80,8 +81,6 @@ struct StreamStats {
   double gb_per_s() const { return elapsed_seconds > 0 ? bytes / elapsed_seconds / 1e9 : 0; }
 };
 
-class GpuSubmitter;
-
 class LayerStreamer {
  public:
   // layers[i]: the extents of layer i (plan::layer_extents(map) or a synthetic layout).
@@ -106,7 +105,7 @@ class LayerStreamer {
   SlotView wait(uint32_t slot);
   void release(uint32_t slot);
 
-  // GPU-ordered (needs a GpuSubmitter; kUnsupported otherwise). Same slot life cycle as above.
+  // GPU-ordered (needs submitter.stream_ordered(); kUnsupported otherwise). Same slot life cycle as above.
   void begin(uint32_t layer, uint32_t slot, cuda_stream_t io);  // a kernel on `io` issues the reads
   SlotView wait(uint32_t slot, cuda_stream_t compute);          // `compute` waits for them; returns at once
   void release(uint32_t slot, cuda_stream_t compute);           // refill only after `compute`'s work so far
@@ -145,7 +144,7 @@ class LayerStreamer {
   Slot& slot_at(uint32_t slot, const char* what);
   void begin_checks(Slot& s, uint32_t layer, uint32_t slot);
   void start_clock();
-  GpuSubmitter* gpu_submitter(const char* what);
+  StreamOrdered* stream_ordered(const char* what);  // the submitter's capability; throws kUnsupported
   bool retire_gpu_load(GpuLoad& g, bool block);  // true once its stats are in
   void retire_gpu_loads(bool block);
   void* take_event();

@@ -3,17 +3,16 @@
 // an SQ, stamps command ids, rings the doorbell and reaps completions.
 //
 //   CpuSubmitter (cpu_submitter.h): host::QueuePair from the CPU. Works everywhere (emulator, CI).
-//   GPU submitter (not written yet, see docs/runtime.md "GPU submitter"): a kernel launched on a
-//     cudaStream_t that copies the templates into a GPU-owned SQ (host::QueueMemoryView with
-//     sq_device/cq_device and the doorbells of Transport::bar0_for_gpu), stamps ids, rings, polls
-//     the CQ and sets a per-ticket flag in device memory that a cudaStreamWaitValue32 or a
-//     consumer kernel waits on. It implements the same four calls; issue() takes the stream from
-//     the caller through a GPU-specific overload.
+//   GpuSubmitter (gpu_submitter.h, CUDA builds): kernels on a CUDA stream copy the templates into
+//     GPU-owned SQs, ring the doorbells and reap the CQs; it implements these four calls (on an
+//     internal stream) and also the StreamOrdered capability (stream_ordered.h): issue on the
+//     caller's stream, order another stream after a ticket.
 #pragma once
 #include <cstdint>
 #include <span>
 
 #include "driver/commands.h"
+#include "runtime/stream/stream_ordered.h"
 
 namespace gpunvme::stream {
 
@@ -31,6 +30,8 @@ class Submitter {
   // Blocks until the ticket's commands completed, then forgets the ticket. Throws gpunvme::Error
   // (kCommandFailed with the LBA range, kTimeout) when a command failed or none completed in time.
   virtual void wait(uint64_t ticket) = 0;
+  // Stream-ordered submission (stream_ordered.h), or nullptr: this submitter works from the host only.
+  virtual StreamOrdered* stream_ordered() { return nullptr; }
 };
 
 }  // namespace gpunvme::stream

@@ -21,7 +21,7 @@ __global__ void mismatch_kernel(const uint8_t* dst, const VerifySpan* spans, uin
   if (mine) atomicAdd(bad, mine);
 }
 
-__global__ void c_api_kernel(gpunvme_queue* q, const uint64_t* lbas, uint64_t count, uint32_t blocks,
+__global__ void c_api_kernel(gpunvme_device_queue_t* q, const uint64_t* lbas, uint64_t count, uint32_t blocks,
                              uint32_t lba_bytes, uint64_t dst_bus, uint64_t stride, uint32_t depth,
                              uint64_t timeout_ns, CApiResult* out) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
@@ -39,7 +39,7 @@ __global__ void c_api_kernel(gpunvme_queue* q, const uint64_t* lbas, uint64_t co
       const uint64_t bus = dst_bus + next * stride;
       const uint64_t page_end = (bus | 4095) + 1;  // transfers span at most two pages here
       const uint64_t prp2 = bus + bytes > page_end ? page_end : 0;
-      const int cid = sq_submit_read(q, lbas[next], blocks - 1, bus, prp2);
+      const int cid = gpunvme_sq_submit_read(q, lbas[next], blocks - 1, bus, prp2);
       if (cid >= 0) {
         ++next;
         ++in_flight;
@@ -47,7 +47,7 @@ __global__ void c_api_kernel(gpunvme_queue* q, const uint64_t* lbas, uint64_t co
         continue;
       }
     }
-    const gpunvme_cq_result c = cq_poll_completion(q, timeout_ns);
+    const gpunvme_cq_result c = gpunvme_cq_poll_completion(q, timeout_ns);
     if (c.timed_out) {
       ++r.timed_out;
       break;

@@ -164,7 +164,7 @@ TEST_CASE("every ring and the command-id table wrap many times", "[gpu][wrap]") 
   }
 }
 
-TEST_CASE("the C API: sq_submit_read / cq_poll_completion from one GPU thread", "[gpu][capi]") {
+TEST_CASE("the device API: gpunvme_sq_submit_read / gpunvme_cq_poll_completion from one GPU thread", "[gpu][capi]") {
   REQUIRE_GPU();
   GpuRig rig("emu:ram,size=16M,threads=1", 1, 32);
   const uint64_t seed = 15;

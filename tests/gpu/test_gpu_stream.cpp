@@ -8,12 +8,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <random>
 #include <vector>
 
 #include "gpu_rig.h"
 #include "host/error.h"
 #include "runtime/model/lba_map.h"
 #include "runtime/stream/cpu_submitter.h"
+#include "runtime/stream/expert_cache_policy.h"
 #include "runtime/stream/expert_fetcher.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_submitter.h"
@@ -354,4 +356,55 @@ TEST_CASE("GPU layer streamer: sync() before wait() leaves the load ready in its
   CHECK(bad.get()[0] == 0);
   CHECK(seen.get()[0] == stream::ticket_state::kOk);
   CHECK(s.stats().layers == 1);
+}
+
+TEST_CASE("GPU expert fetcher: the place kernel decides exactly as the ExpertCachePolicy object", "[gpu][fetch][policy]") {
+  REQUIRE_GPU();
+  GpuRig rig("emu:ram,size=64M,threads=2", 1, 256, true, {}, false);
+  std::vector<uint64_t> ns_off;
+  const uint32_t n_layers = 3, n_experts = 16, distinct = 4;
+  const stream::ExpertCatalog catalog = make_catalog(n_layers, n_experts, rig.lba, &ns_off);
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  stream::FetcherOptions o;
+  o.max_experts_per_fetch = distinct;
+  o.cache_bytes = 7 * ((3 * (100 << 10)) + 3 * 4096);  // a few slots: evictions every token
+  stream::GpuExpertFetcher gf(*rig.ctrl, gpu, catalog, o);
+  REQUIRE(gf.cache_capacity() >= distinct);
+  stream::ExpertCachePolicy policy(gf.cache_capacity(), uint64_t(n_layers) * n_experts);
+  Streams st;
+  std::mt19937 rng(11);
+  for (uint32_t t = 0; t < 200; ++t) {
+    const uint32_t layer = rng() % n_layers;
+    // 1..8 ids with repeats, skewed towards a few experts, so hits, faults and evictions all happen.
+    std::vector<uint32_t> ids(1 + rng() % 8);
+    for (uint32_t& id : ids) id = rng() % 3 == 0 ? rng() % n_experts : rng() % 5;
+    std::vector<uint64_t> keys;
+    for (uint32_t id : ids) {
+      const uint64_t k = uint64_t(layer) * n_experts + id;
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    }
+    if (keys.size() > distinct) {
+      keys.resize(distinct);
+      std::vector<uint32_t> kept;
+      for (uint32_t id : ids)
+        if (std::find(keys.begin(), keys.end(), uint64_t(layer) * n_experts + id) != keys.end()) kept.push_back(id);
+      ids = kept;
+    }
+    DeviceBlob d_ids(ids.data(), ids.size() * sizeof(uint32_t));
+    gf.fetch(layer, d_ids.as<uint32_t>(), uint32_t(ids.size()), st.s_compute());
+    const std::vector<stream::FetchedExpert> g = gf.wait();
+    const std::vector<stream::CachePlacement> want = policy.choose(keys);
+    policy.commit(keys, want);
+    INFO("token " << t << ", layer " << layer);
+    REQUIRE(g.size() == keys.size());
+    for (size_t i = 0; i < g.size(); ++i) {
+      CHECK(uint64_t(layer) * n_experts + g[i].expert == keys[i]);
+      CHECK(g[i].hit == want[i].hit);
+      CHECK(g[i].offset == uint64_t(want[i].slot) * gf.expert_slot_bytes());
+    }
+  }
+  const std::vector<int32_t>& where = policy.where();
+  std::vector<uint32_t> per_layer(n_layers, 0);
+  for (size_t k = 0; k < where.size(); ++k) per_layer[k / n_experts] += where[k] >= 0;
+  CHECK(gf.resident_per_layer() == per_layer);
 }

@@ -166,3 +166,128 @@ TEST_CASE("fetcher: random routing over many tokens, cache bytes always right", 
   for (uint32_t n : f.resident_per_layer()) resident += n;
   CHECK(resident == 10);
 }
+
+namespace {
+
+// A synthetic catalog of one layer: expert e has one part, `part` for expert 0 and a small valid
+// slice for the others.
+stream::ExpertCatalog one_layer(const model::Extent& part, uint32_t experts = 4) {
+  stream::ExpertCatalog c;
+  c.n_layers = 1;
+  c.n_experts = experts;
+  c.parts.resize(experts);
+  c.parts[0].push_back({model::Projection::kDown, part});
+  for (uint32_t e = 1; e < experts; ++e) c.parts[e].push_back({model::Projection::kDown, {2048 + 8 * e, 8, 0, 4096}});
+  return c;
+}
+
+// CpuSubmitter whose issue() or wait() fails on request: the reads of an expert that never landed.
+struct FlakySubmitter final : stream::Submitter {
+  explicit FlakySubmitter(stream::Submitter& inner) : inner(inner) {}
+  uint64_t issue(std::span<const nvme::SubmissionEntry> c) override {
+    if (fail_issue) throw Error(ErrorKind::kIo, "flaky submitter: issue refused");
+    return inner.issue(c);
+  }
+  void progress() override { inner.progress(); }
+  bool done(uint64_t t) override { return inner.done(t); }
+  void wait(uint64_t t) override {
+    inner.wait(t);
+    if (fail_wait) throw Error(ErrorKind::kCommandFailed, "flaky submitter: read failed");
+  }
+  stream::Submitter& inner;
+  bool fail_issue = false;
+  bool fail_wait = false;
+};
+
+}  // namespace
+
+TEST_CASE("fetcher: extents that wrap past 2^64 or overrun their blocks are refused up front (issue #18)",
+          "[runtime][fetch][extents]") {
+  MoeRig rig("emu:ram,size=16M,lba=512", rt_test::moe_model(2, 8));
+  stream::CpuSubmitter sub(*rig.ctrl, *rig.qp);
+  const stream::FetcherOptions cached{.max_experts_per_fetch = 2, .cache_bytes = 1 << 20};
+  // Item 1: the block range wraps, so its end looks inside the namespace; it used to size the slot
+  // as 0 bytes and divide by zero (SIGFPE), or pass and report a 0-byte hit later.
+  CHECK_THROWS_WITH(stream::ExpertFetcher(*rig.ctrl, sub, one_layer({10, UINT64_MAX - 4, 0, 512}), cached),
+                    ContainsSubstring("expert 0 of layer 0 slice 0: LBA 10 + 18446744073709551611 blocks wraps past"));
+  CHECK_THROWS_WITH(stream::ExpertFetcher(*rig.ctrl, sub, one_layer({(~0ull << 55), (1ull << 55) + 8, 0, 512}), cached),
+                    ContainsSubstring("wraps past"));
+  // Item 2: bytes past the part's blocks (a 1 GiB part in one block), a first byte outside the block.
+  CHECK_THROWS_WITH(stream::ExpertFetcher(*rig.ctrl, sub, one_layer({100, 1, 0, 1ull << 30}), cached),
+                    ContainsSubstring("end past its last block"));
+  CHECK_THROWS_WITH(stream::ExpertFetcher(*rig.ctrl, sub, one_layer({100, 1, 512, 1}), {.max_experts_per_fetch = 2}),
+                    ContainsSubstring("not inside the first block"));
+  CHECK_THROWS_WITH(stream::ExpertFetcher(*rig.ctrl, sub, one_layer({100, 0, 0, 8}), {.max_experts_per_fetch = 2}),
+                    ContainsSubstring("end past its last block"));
+  // A valid catalog of the same shape is accepted and reads.
+  stream::ExpertFetcher ok(*rig.ctrl, sub, one_layer({100, 2, 7, 1000}), cached);
+  const uint32_t e0[] = {0};
+  CHECK(ok.fetch(0, e0).at(0).parts.at(0).bytes == 1000);
+  ok.wait_all();
+  CHECK(ok.resident(0, 0));
+}
+
+TEST_CASE("fetcher: an expert whose read was never issued or failed is never a hit (issue #18)",
+          "[runtime][fetch][extents]") {
+  MoeRig rig("emu:ram,size=16M,lba=512", rt_test::moe_model(2, 8));
+  stream::CpuSubmitter cpu(*rig.ctrl, *rig.qp);
+  FlakySubmitter sub(cpu);
+  auto cat = stream::ExpertCatalog::from_map(*rig.map);
+  const uint64_t slot = stream::ExpertFetcher(*rig.ctrl, cpu, cat, {.max_experts_per_fetch = 2}).expert_slot_bytes();
+  stream::ExpertFetcher f(*rig.ctrl, sub, cat, {.max_experts_per_fetch = 2, .cache_bytes = 4 * slot});
+  const uint32_t pair[] = {1, 2};
+  sub.fail_issue = true;
+  CHECK_THROWS_WITH(f.fetch(0, pair), ContainsSubstring("issue refused"));
+  CHECK_FALSE(f.resident(0, 1));
+  CHECK_FALSE(f.resident(0, 2));
+  sub.fail_issue = false;
+  sub.fail_wait = true;
+  f.fetch(0, pair);
+  CHECK_THROWS_WITH(f.wait_all(), ContainsSubstring("read failed"));
+  CHECK_FALSE(f.resident(0, 1));
+  sub.fail_wait = false;
+  f.wait_all();  // expert 2's read
+  const auto& res = f.fetch(0, pair);
+  CHECK_FALSE(res[0].hit);  // read again: its earlier read failed
+  f.wait_all();
+  CHECK(rig.bad(f, 0, stream::ExpertParts::kAll) == 0);
+  CHECK(f.resident(0, 1));
+  CHECK(f.resident(0, 2));
+  CHECK(f.metrics().bytes_read > 0);
+}
+
+TEST_CASE("expert cache policy: fills from the last slot, hits first, LRU victims outside the fetch, forget",
+          "[runtime][fetch][policy]") {
+  stream::ExpertCachePolicy p(3, 10);
+  auto step = [&](std::vector<uint64_t> keys) {
+    const auto placed = p.choose(keys);
+    p.commit(keys, placed);
+    std::vector<std::pair<uint32_t, bool>> out;
+    for (const auto& c : placed) out.emplace_back(c.slot, c.hit);
+    return out;
+  };
+  using V = std::vector<std::pair<uint32_t, bool>>;
+  CHECK(step({1, 2}) == V{{2, false}, {1, false}});  // empty slots: the last one first
+  CHECK(p.resident_count() == 2);
+  CHECK_FALSE(p.full());
+  CHECK(step({2, 3}) == V{{1, true}, {0, false}});
+  CHECK(p.full());
+  // LRU (oldest first): 1 (slot 2), 2 (slot 1), 3 (slot 0). 1 is a hit, touched before 4 is placed,
+  // so 4 takes 2's slot, not 1's.
+  CHECK(step({4, 1}) == V{{1, false}, {2, true}});
+  CHECK_FALSE(p.resident(2));
+  CHECK(*p.slot_of(4) == 1);
+  // choose() alone changes nothing.
+  CHECK(p.choose(std::vector<uint64_t>{5})[0].slot == 0);
+  CHECK(p.choose(std::vector<uint64_t>{5})[0].slot == 0);
+  CHECK(p.resident(3));
+  // A failed read: the slot is empty and evicted before any touched one.
+  p.forget(1);
+  CHECK_FALSE(p.resident(1));
+  CHECK(p.resident_count() == 2);
+  CHECK(step({5}) == V{{2, false}});
+  CHECK(p.where() == std::vector<int32_t>{-1, -1, -1, 0, 1, 2, -1, -1, -1, -1});
+  CHECK_THROWS_AS(p.choose(std::vector<uint64_t>{6, 7, 8, 9}), Error);
+  // The GPU fetcher starts from the same clock.
+  CHECK(stream::ExpertCachePolicy::initial_slot_used(3) == std::vector<uint64_t>{2, 1, 0});
+}

@@ -3,6 +3,7 @@
 // limit and the PRP table's one window rule; layer extents from an LbaMap.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
 #include <random>
@@ -12,10 +13,12 @@
 #include "host/error.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/plan/command_plan.h"
+#include "runtime/plan/extent_rules.h"
 #include "runtime/plan/prp_table.h"
 #include "model_fixture.h"
 
 using namespace gpunvme;
+using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
@@ -139,8 +142,9 @@ TEST_CASE("plans: splits by the block limit, covers every block once, exposes by
     e.first_lba = lba_at;
     e.lba_count = 1 + rng() % (i % 5 == 0 ? 3000 : 40);
     e.byte_in_first = uint32_t(rng() % lba);
-    e.byte_length = e.lba_count * lba - e.byte_in_first - rng() % lba;
-    if (e.byte_length == 0) e.byte_length = 1;
+    // 1..room bytes: the extent rules (extent_rules.h) keep the bytes inside the blocks.
+    const uint64_t room = e.lba_count * lba - e.byte_in_first;
+    e.byte_length = room - rng() % room;
     ex.push_back(e);
     lba_at += e.lba_count + rng() % 3;
   }
@@ -200,4 +204,37 @@ TEST_CASE("layer extents from an LbaMap: one merged run per layer, experts optio
     CHECK(dense[l][0].first_lba == q->extent.first_lba);
     CHECK(dense[l][0].byte_in_first == q->extent.byte_in_first);
   }
+}
+
+TEST_CASE("extent rules: blocks inside the namespace, bytes inside the blocks", "[runtime][plan][extents]") {
+  const uint64_t ns = 1000;
+  auto problem = [&](model::Extent e) { return plan::extent_problem(e, 512, ns); };
+  CHECK(problem({10, 2, 0, 1024}).empty());
+  CHECK(problem({10, 2, 511, 513}).empty());
+  CHECK(problem({998, 2, 0, 0}).empty());
+  CHECK(problem({0, 0, 0, 0}).empty());  // an empty extent reads nothing
+  // Issue #18, item 1: a block range that wraps past 2^64 (its end looks small) and one that runs past the end.
+  CHECK_THAT(problem({10, UINT64_MAX - 4, 0, 512}), ContainsSubstring("wraps past"));
+  CHECK_THAT(problem({UINT64_MAX - (1ull << 55) + 1, (1ull << 55) + 8, 0, 512}), ContainsSubstring("wraps past"));
+  CHECK_THAT(problem({999, 2, 0, 512}), ContainsSubstring("past the end of the namespace"));
+  // Issue #18, item 2: bytes that do not fit their blocks.
+  CHECK_THAT(problem({100, 1, 0, 1ull << 30}), ContainsSubstring("end past its last block"));
+  CHECK_THAT(problem({100, 1, 512, 1}), ContainsSubstring("not inside the first block"));
+  CHECK_THAT(problem({100, 2, 1, 1024}), ContainsSubstring("end past its last block"));
+  CHECK_THAT(problem({100, 0, 0, 1}), ContainsSubstring("end past its last block"));
+  CHECK_THROWS_WITH(plan::check_extent({100, 1, 0, 1ull << 30}, 512, ns, "layer 3"),
+                    ContainsSubstring("layer 3: 1073741824 bytes"));
+}
+
+TEST_CASE("plans: an extent whose bytes overrun its blocks is refused before any command is built", "[runtime][plan][extents]") {
+  const auto t = host::DmaTranslation::contiguous(kDestBase);
+  const auto table = plan::PrpTable::in_host_memory(t, 1 << 20, 4096, kListBase);
+  plan::CommandPlan p;
+  CHECK_THROWS_WITH(plan::append_extent(p, {100, 1, 0, 1ull << 30}, 0, plan::PlanGeometry{1, 512, 8}, table),
+                    ContainsSubstring("end past its last block"));
+  plan::PlanGeometry g{1, 512, 8};
+  g.namespace_blocks = 50;
+  CHECK_THROWS_WITH(plan::append_extent(p, {45, 8, 0, 4096}, 0, g, table), ContainsSubstring("past the end"));
+  CHECK(p.commands.empty());
+  CHECK(p.pieces.empty());
 }

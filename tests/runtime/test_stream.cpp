@@ -191,3 +191,22 @@ TEST_CASE("streamer: the real Gemma 3 270M GGUF, every layer byte-exact", "[runt
                        << s.stats().gb_per_s() << " GB/s (emulator), PRP " << s.prp_bytes() << " B, templates "
                        << s.template_bytes() << " B");
 }
+
+TEST_CASE("streamer: extents that wrap or whose bytes overrun their blocks are refused (issue #18)",
+          "[runtime][stream][extents]") {
+  Rig rig("emu:ram,size=16M,lba=512", rt_test::moe_model(1, 2));
+  stream::CpuSubmitter sub(*rig.ctrl, *rig.qp);
+  using Layers = std::vector<std::vector<model::Extent>>;
+  // A 1 GiB piece in one block used to be handed to the consumer inside a 4 KiB slot.
+  CHECK_THROWS_WITH(stream::LayerStreamer(*rig.ctrl, sub, Layers{{{100, 8, 0, 4096}}, {{100, 1, 0, 1ull << 30}}}),
+                    ContainsSubstring("streamer: layer 1 extent 0 (namespace 1): 1073741824 bytes"));
+  CHECK_THROWS_WITH(stream::LayerStreamer(*rig.ctrl, sub, Layers{{{100, 1, 512, 1}}}),
+                    ContainsSubstring("not inside the first block"));
+  CHECK_THROWS_WITH(stream::LayerStreamer(*rig.ctrl, sub, Layers{{{10, UINT64_MAX - 4, 0, 512}}}),
+                    ContainsSubstring("wraps past"));
+  CHECK_THROWS_WITH(stream::LayerStreamer(*rig.ctrl, sub, Layers{{{100, 0, 0, 1}}}),
+                    ContainsSubstring("end past its last block"));
+  stream::LayerStreamer ok(*rig.ctrl, sub, Layers{{{100, 2, 511, 513}}});
+  ok.begin(0, 0);
+  CHECK(ok.wait(0).plan->pieces.at(0).data_end() <= ok.slot_bytes());
+}
