@@ -75,6 +75,13 @@ struct Handle {
   std::mutex in_use;
 };
 
+// A handle type's tag, set on construction.
+template <uint32_t Tag>
+struct TaggedHandle : Handle {
+  static constexpr uint32_t kTag = Tag;
+  TaggedHandle() : Handle(Tag) {}
+};
+
 // Checks `h` (argument `arg`): not NULL, a live handle of its type. Throws kInvalidArgument.
 void check_live(const Handle* h, uint32_t tag, const char* arg, const char* type);
 template <class H>
@@ -105,6 +112,14 @@ class SubmitterSource {
   // One more user; the submitter it reads through. pump_thread: see gpunvme_queue.
   virtual stream::Submitter& attach(bool pump_thread) = 0;
   virtual void detach() noexcept = 0;
+  // Refuses (kInvalidArgument) while streamers/fetchers use it; `what` names it.
+  void check_unused(const char* what) const {
+    if (users > 0)
+      refuse(std::to_string(users) + " streamers/fetchers still use " + what + "; destroy them first");
+  }
+
+ protected:
+  uint32_t users = 0;  // streamers/fetchers attached (guarded by the owning handle's in_use)
 };
 
 // One user of a SubmitterSource, detached when it goes. Declared before the streamer/fetcher it
@@ -210,10 +225,8 @@ void transfer(host::Controller& c, host::QueuePair& qp, uint32_t nsid, uint64_t 
 
 // ---- The handle structs (the C header declares them incomplete) ----
 
-struct gpunvme_ctrl : gpunvme::capi::Handle {
-  static constexpr uint32_t kTag = 0x4E435452;  // "NCTR"
+struct gpunvme_ctrl : gpunvme::capi::TaggedHandle<0x4E435452> {  // "NCTR"
   static constexpr const char* kType = "gpunvme_ctrl_t";
-  gpunvme_ctrl() : Handle(kTag) {}
   std::unique_ptr<gpunvme::host::Controller> ctrl;
   std::atomic<uint32_t> queues{0};  // I/O queues (CPU and GPU) not yet deleted
 };
@@ -221,28 +234,23 @@ struct gpunvme_ctrl : gpunvme::capi::Handle {
 // A CPU queue. Synchronous I/O (gpunvme_read / _write, model_open) claims it; streamers and
 // fetchers share one CpuSubmitter over it, made for the first and destroyed with the last (its
 // pump thread with it), so the queue is the caller's again once they are gone.
-struct gpunvme_queue : gpunvme::capi::Handle, gpunvme::capi::SubmitterSource {
-  static constexpr uint32_t kTag = 0x4E515545;  // "NQUE"
+struct gpunvme_queue : gpunvme::capi::TaggedHandle<0x4E515545>, gpunvme::capi::SubmitterSource {  // "NQUE"
   static constexpr const char* kType = "gpunvme_queue_t";
-  gpunvme_queue() : Handle(kTag) {}
   gpunvme_ctrl* ctrl = nullptr;
   std::unique_ptr<gpunvme::host::QueuePair> qp;
   std::unique_ptr<gpunvme::stream::CpuSubmitter> sub;  // while users > 0
   bool pump = false;                                   // sub's pump thread
-  uint32_t users = 0;                                  // streamers/fetchers (guarded by in_use)
 
   gpunvme::host::Controller& controller() override { return *ctrl->ctrl; }
   bool on_gpu() const override { return false; }
   gpunvme::stream::Submitter& attach(bool pump_thread) override;
   void detach() noexcept override;
-  // Refuses synchronous I/O while a streamer/fetcher has reads in flight or a pump thread.
+  // Refuses synchronous I/O while streamers/fetchers use the queue.
   void check_not_driven() const;
 };
 
-struct gpunvme_model : gpunvme::capi::Handle {
-  static constexpr uint32_t kTag = 0x4E4D4F44;  // "NMOD"
+struct gpunvme_model : gpunvme::capi::TaggedHandle<0x4E4D4F44> {  // "NMOD"
   static constexpr const char* kType = "gpunvme_model_t";
-  gpunvme_model() : Handle(kTag) {}
   gpunvme_queue* queue = nullptr;
   gpunvme::model::DetectedModel detected;
   std::unique_ptr<gpunvme::gguf::GgufFile> file;
@@ -250,15 +258,12 @@ struct gpunvme_model : gpunvme::capi::Handle {
 };
 
 // Queue pairs handed to GPU kernels, and the GPU submitter over them.
-struct gpunvme_gpu_queues : gpunvme::capi::Handle, gpunvme::capi::SubmitterSource {
-  static constexpr uint32_t kTag = 0x4E475055;  // "NGPU"
+struct gpunvme_gpu_queues : gpunvme::capi::TaggedHandle<0x4E475055>, gpunvme::capi::SubmitterSource {  // "NGPU"
   static constexpr const char* kType = "gpunvme_gpu_queues_t";
-  gpunvme_gpu_queues() : Handle(kTag) {}
   gpunvme_ctrl* ctrl = nullptr;
   std::vector<std::unique_ptr<gpunvme::host::QueuePair>> qps;
   std::unique_ptr<gpunvme::stream::Submitter> sub;
-  uint32_t nsid = 1;   // of the kernels' own reads (DeviceQueueSet)
-  uint32_t users = 0;  // streamers/fetchers (guarded by in_use)
+  uint32_t nsid = 1;  // of the kernels' own reads (DeviceQueueSet)
 
   gpunvme::host::Controller& controller() override { return *ctrl->ctrl; }
   bool on_gpu() const override { return true; }
@@ -266,10 +271,8 @@ struct gpunvme_gpu_queues : gpunvme::capi::Handle, gpunvme::capi::SubmitterSourc
   void detach() noexcept override;
 };
 
-struct gpunvme_streamer : gpunvme::capi::Handle {
-  static constexpr uint32_t kTag = 0x4E535452;  // "NSTR"
+struct gpunvme_streamer : gpunvme::capi::TaggedHandle<0x4E535452> {  // "NSTR"
   static constexpr const char* kType = "gpunvme_streamer_t";
-  gpunvme_streamer() : Handle(kTag) {}
   gpunvme::capi::Attachment use;  // before s: goes after it
   std::unique_ptr<gpunvme::stream::LayerStreamer> s;
   std::vector<const uint32_t*> status;      // per slot: the state word of a held GPU-ordered load
@@ -277,10 +280,8 @@ struct gpunvme_streamer : gpunvme::capi::Handle {
   std::optional<uint64_t> model_start_lba;  // streamers made from a model
 };
 
-struct gpunvme_fetcher : gpunvme::capi::Handle {
-  static constexpr uint32_t kTag = 0x4E464554;  // "NFET"
+struct gpunvme_fetcher : gpunvme::capi::TaggedHandle<0x4E464554> {  // "NFET"
   static constexpr const char* kType = "gpunvme_fetcher_t";
-  gpunvme_fetcher() : Handle(kTag) {}
   gpunvme::capi::Attachment use;  // before impl: goes after it
   std::unique_ptr<gpunvme::capi::FetcherImpl> impl;
 };

@@ -84,6 +84,14 @@ void gpunvme_gpu_queues::detach() noexcept {
 
 namespace {
 
+// The start of the GPU-path creates: *out = NULL, the GPU path available, gq live.
+template <class Out>
+gpunvme_gpu_queues& gpu_create_source(gpunvme_gpu_queues* gq, Out** out) {
+  if (out) *out = nullptr;
+  need_gpu();
+  return live(gq, "gq");
+}
+
 // Deletes queue pairs of a GPU queue set (after its submitter went); the first failure is rethrown.
 void delete_queue_pairs(gpunvme_ctrl& ctrl, std::vector<std::unique_ptr<host::QueuePair>>& qps) {
   std::exception_ptr first;
@@ -150,8 +158,7 @@ gpunvme_err_t gpunvme_gpu_queues_destroy(gpunvme_gpu_queues_t* gq) {
   return guard("gpunvme_gpu_queues_destroy", [&] {
     if (!gq) return GPUNVME_OK;
     auto held = claim(gq, "gq");
-    if (gq->users > 0)
-      refuse(std::to_string(gq->users) + " streamers/fetchers still use these GPU queues; destroy them first");
+    gq->check_unused("these GPU queues");
     gq->sub.reset();  // waits (bounded) for kernels still running
     gpunvme_ctrl& ctrl = *gq->ctrl;
     std::vector<std::unique_ptr<host::QueuePair>> qps = std::move(gq->qps);
@@ -165,9 +172,7 @@ gpunvme_err_t gpunvme_streamer_create_gpu(gpunvme_gpu_queues_t* gq, const gpunvm
                                           const uint32_t* layer_first, uint32_t n_layers,
                                           const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out) {
   return guard("gpunvme_streamer_create_gpu", [&] {
-    if (out) *out = nullptr;
-    need_gpu();
-    gpunvme_gpu_queues& g = live(gq, "gq");
+    gpunvme_gpu_queues& g = gpu_create_source(gq, out);
     return make_streamer(g, extent_layers(extents, layer_first, n_layers), opts, nullptr, out);
   });
 }
@@ -176,9 +181,7 @@ gpunvme_err_t gpunvme_streamer_create_gpu_from_model(gpunvme_gpu_queues_t* gq, g
                                                      int skip_experts, const gpunvme_streamer_opts_t* opts,
                                                      gpunvme_streamer_t** out) {
   return guard("gpunvme_streamer_create_gpu_from_model", [&] {
-    if (out) *out = nullptr;
-    need_gpu();
-    gpunvme_gpu_queues& g = live(gq, "gq");
+    gpunvme_gpu_queues& g = gpu_create_source(gq, out);
     return make_streamer(g, model_layers(g, model, skip_experts), opts, model, out);
   });
 }
@@ -245,9 +248,7 @@ gpunvme_err_t gpunvme_fetcher_create_gpu_from_model(gpunvme_gpu_queues_t* gq, gp
                                                     gpunvme_expert_parts_t parts, const gpunvme_fetcher_opts_t* opts,
                                                     gpunvme_fetcher_t** out) {
   return guard("gpunvme_fetcher_create_gpu_from_model", [&] {
-    if (out) *out = nullptr;
-    need_gpu();
-    gpunvme_gpu_queues& g = live(gq, "gq");
+    gpunvme_gpu_queues& g = gpu_create_source(gq, out);
     const uint32_t nsid = fetcher_options(opts).nsid;
     if (nsid != g.nsid)
       refuse("opts->nsid " + std::to_string(nsid) + ": the GPU queues read namespace " + std::to_string(g.nsid));

@@ -131,9 +131,9 @@ gpunvme_err_t gpunvme_delete_io_queue(gpunvme_queue_t* queue);
  * The whole request is checked before the first command, so a refused transfer changes neither
  * the namespace nor the buffer: nsid not active: NOT_FOUND; blocks [slba, slba + nblocks) not all
  * inside the namespace (overflow included), a buffer wrapping the address space, src/dst NULL:
- * INVALID_ARGUMENT. Also refused while a streamer/fetcher drives the queue (reads in flight or a
- * pump thread): use another queue, or destroy them (the queue is the caller's again once its last
- * streamer/fetcher is gone). A failure of the device mid-way (COMMAND_FAILED, TIMEOUT) can leave
+ * INVALID_ARGUMENT. Also refused while streamers/fetchers use the queue (their reads may be issued
+ * at any moment, from any thread): use another queue, or destroy them (the queue is the caller's
+ * again once its last streamer/fetcher is gone, or after a create that failed). A failure of the device mid-way (COMMAND_FAILED, TIMEOUT) can leave
  * part of a write done. One thread at a time per queue: another thread's call is refused. */
 gpunvme_err_t gpunvme_write(gpunvme_queue_t* queue, uint32_t nsid, uint64_t slba, uint64_t nblocks, const void* src);
 gpunvme_err_t gpunvme_read(gpunvme_queue_t* queue, uint32_t nsid, uint64_t slba, uint64_t nblocks, void* dst);
@@ -362,7 +362,8 @@ gpunvme_err_t gpunvme_gpu_queues_destroy(gpunvme_gpu_queues_t* gq);
  * release) work on it too (reads on an internal stream), but a slot begun with begin_on is waited
  * for with wait_on and released with release_on, and a slot released with release_on is begun
  * again with begin_on. Synchronize the compute stream before gpunvme_streamer_destroy; it waits
- * for the streamer's reads, then frees its slots and its templates' device copies. */
+ * for the streamer's reads, then frees its slots and its templates' device copies. Checks and
+ * returns as gpunvme_streamer_create(_from_model); several threads may create on one gq at once. */
 gpunvme_err_t gpunvme_streamer_create_gpu(gpunvme_gpu_queues_t* gq, const gpunvme_extent_t* extents,
                                           const uint32_t* layer_first, uint32_t n_layers,
                                           const gpunvme_streamer_opts_t* opts, gpunvme_streamer_t** out);
@@ -377,20 +378,22 @@ gpunvme_err_t gpunvme_streamer_begin_on(gpunvme_streamer_t* s, uint32_t layer, u
 /* Work enqueued on `compute` after this call runs after the slot's reads; returns at once. The view
  * is as gpunvme_streamer_wait's (view->device for kernels; view->host is the same memory, valid for
  * the CPU only once `compute` passed this point, e.g. after cudaStreamSynchronize). view may be NULL.
- * gpunvme_streamer_piece / _locate work on the slot from here until it is released. */
+ * gpunvme_streamer_piece / _locate work on the slot from here until it is released. A free slot:
+ * INVALID_ARGUMENT (a slot begun with gpunvme_streamer_begin is waited for here, on the host). */
 gpunvme_err_t gpunvme_streamer_wait_on(gpunvme_streamer_t* s, uint32_t slot, gpunvme_cuda_stream_t compute,
                                        gpunvme_slot_view_t* view);
 /* Device pointer to the state word of the slot's reads, for consumer kernels: 0 pending, 1 every
  * read succeeded, 2 a read failed (do not compute on the slot). NULL unless the slot holds a load
  * begun with begin_on and waited for with wait_on. (A getter, not a new gpunvme_slot_view_t field,
- * so the view's size stays that of API version 1.) */
+ * so the view's size stays that of API version 1.) status NULL, slot out of range: INVALID_ARGUMENT. */
 gpunvme_err_t gpunvme_streamer_status(gpunvme_streamer_t* s, uint32_t slot, const uint32_t** status);
 /* The slot is refilled only after the work enqueued on `compute` so far. A slot not held (free:
  * never begun or released already; loading): INVALID_ARGUMENT. */
 gpunvme_err_t gpunvme_streamer_release_on(gpunvme_streamer_t* s, uint32_t slot, gpunvme_cuda_stream_t compute);
 /* Host: blocks (bounded) until every begin_on's reads ended and `compute` passed every wait_on;
  * returns the first failure (GPUNVME_ERR_COMMAND_FAILED naming the LBA range, GPUNVME_ERR_TIMEOUT);
- * fills gpunvme_streamer_stats (wait_seconds: time the compute stream stalled for I/O). */
+ * fills gpunvme_streamer_stats (wait_seconds: time the compute stream stalled for I/O). A CPU
+ * streamer: UNSUPPORTED. */
 gpunvme_err_t gpunvme_streamer_sync(gpunvme_streamer_t* s);
 
 /* What the GPU fetcher leaves in device memory for consumer kernels (same layout as the library's

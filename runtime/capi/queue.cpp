@@ -29,9 +29,11 @@ void gpunvme_queue::detach() noexcept {
 }
 
 void gpunvme_queue::check_not_driven() const {
-  if (sub && (pump || qp->in_flight() > 0))
-    refuse("a streamer/fetcher drives this queue (reads in flight or a pump thread); use another queue for "
-           "set-up I/O, or destroy the streamers/fetchers on this one first");
+  // Not only while reads are in flight: a streamer on another thread may issue some at any moment,
+  // and set-up I/O would then race its submitter on the same queue pair.
+  if (users > 0)
+    refuse("a streamer/fetcher drives this queue (" + std::to_string(users) +
+           " attached); use another queue for set-up I/O, or destroy the streamers/fetchers on this one first");
 }
 
 namespace gpunvme::capi {
@@ -101,9 +103,7 @@ gpunvme_err_t gpunvme_delete_io_queue(gpunvme_queue_t* queue) {
   return guard("gpunvme_delete_io_queue", [&] {
     if (!queue) return GPUNVME_OK;
     auto held = claim(queue, "queue");
-    if (queue->users > 0)
-      return fail(GPUNVME_ERR_INVALID_ARGUMENT, "gpunvme_delete_io_queue: " + std::to_string(queue->users) +
-                                                    " streamers/fetchers still use this queue; destroy them first");
+    queue->check_unused("this queue");
     gpunvme_ctrl* ctrl = queue->ctrl;
     std::unique_ptr<host::QueuePair> qp = std::move(queue->qp);
     destroy(queue, held);  // the handle goes even if the controller refuses the deletion

@@ -131,6 +131,8 @@ static void check_queue_returns(gpunvme_queue_t* q, const gpunvme_extent_t* ex, 
   /* A second user asking for another pump choice is refused, not silently given the first's. */
   gpunvme_streamer_t* s0 = NULL;
   OK(gpunvme_streamer_create(q, ex, first, 2, NULL, &s0));
+  /* No pump and nothing in flight: still refused, since a begin on another thread could race it. */
+  CHECK(gpunvme_read(q, 1, 0, 1, blk) == GPUNVME_ERR_INVALID_ARGUMENT);
   s = (gpunvme_streamer_t*)&blk; /* a stale value: cleared on failure */
   CHECK(gpunvme_streamer_create(q, ex, first, 2, &pump, &s) == GPUNVME_ERR_INVALID_ARGUMENT);
   CHECK(s == NULL);
