@@ -119,6 +119,7 @@ void Controller::check_fatal(const char* during) const {
 }
 
 Completion Controller::admin_raw(const nvme::SubmissionEntry& entry, std::chrono::milliseconds timeout) {
+  std::lock_guard<std::mutex> lock(admin_mu_);
   const uint16_t cid = admin_->submit(entry);
   try {
     return admin_->wait(cid, timeout);

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,7 @@ class Controller {
   void delete_io_queue_pair(QueuePair& qp);
 
   // One admin command, synchronous and bounded. Throws kCommandFailed with the decoded status.
+  // Thread-safe: admin commands from several threads (queue creation, say) go one at a time.
   Completion admin(const nvme::SubmissionEntry& entry, const char* what);
   Completion admin(const nvme::SubmissionEntry& entry, const char* what, std::chrono::milliseconds timeout);
   // Same, returning the completion even when its status is an error (no throw for status).
@@ -89,6 +91,7 @@ class Controller {
   nvme::Vs vs_{};
   uint64_t page_bytes_ = 4096;
   std::unique_ptr<QueuePair> admin_;
+  std::mutex admin_mu_;  // one admin command in flight at a time: the admin queue pair is not thread-safe
   DmaBuffer scratch_;
   nvme::IdentifyController id_ctrl_{};
   std::vector<NamespaceInfo> namespaces_;

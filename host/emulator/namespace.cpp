@@ -67,6 +67,10 @@ Namespace::Namespace(const NamespaceConfig& cfg)
       break;
     case Backing::kRam: {
       void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED && errno == ENOMEM)  // out of memory or address space: a resource, not an I/O error
+        throw Error(ErrorKind::kResource, "emu: cannot reserve " + std::to_string(bytes) +
+                                              " bytes of RAM for a namespace: " + std::strerror(errno) +
+                                              "; ask for a smaller size= or back it with a file");
       if (p == MAP_FAILED) io_error("cannot reserve " + std::to_string(bytes) + " bytes of RAM for a namespace");
       ram_ = static_cast<char*>(p);
       ram_bytes_ = bytes;

@@ -100,6 +100,9 @@ class LayerStreamer {
   uint64_t prp_bytes() const;       // PRP list memory of all slots
   uint64_t template_bytes() const;  // command templates of all plans
 
+  enum class SlotState { kFree, kLoading, kHeld };
+  SlotState slot_state(uint32_t slot) const { return slots_.at(slot).state; }  // for the C API's checks
+
   void begin(uint32_t layer, uint32_t slot);
   bool ready(uint32_t slot);  // non-blocking: the slot's reads completed
   SlotView wait(uint32_t slot);
@@ -117,7 +120,7 @@ class LayerStreamer {
   void reset_stats() { stats_ = {}; }
 
  private:
-  enum class State { kFree, kLoading, kHeld };
+  using State = SlotState;
   struct Slot {
     host::DmaBuffer buffer;
     plan::PrpTable table;

@@ -189,6 +189,40 @@ static void cpu_baseline(gpunvme_streamer_t* s, gpunvme_fetcher_t* f, const uint
   }
 }
 
+/* Model-made handles (issue #18): an out-of-range enum and a model of another controller are
+ * refused; locate answers on a held slot only. */
+static void check_model_misuse(gpunvme_queue_t* q, gpunvme_model_t* model) {
+  gpunvme_fetcher_t* f = (gpunvme_fetcher_t*)1;
+  CHECK(gpunvme_fetcher_create_from_model(q, model, (gpunvme_expert_parts_t)7, NULL, &f) ==
+        GPUNVME_ERR_INVALID_ARGUMENT);
+  CHECK(f == NULL);
+  CHECK(strstr(gpunvme_last_error_message(), "parts 7") != NULL);
+
+  gpunvme_ctrl_t* other = NULL;
+  gpunvme_queue_t* oq = NULL;
+  OK(gpunvme_ctrl_init(&other, "emu:ram,size=1M"));
+  OK(gpunvme_create_io_queue(other, 1, 16, &oq));
+  gpunvme_streamer_t* s = (gpunvme_streamer_t*)1;
+  CHECK(gpunvme_streamer_create_from_model(oq, model, 0, NULL, &s) == GPUNVME_ERR_INVALID_ARGUMENT);
+  CHECK(s == NULL);
+  CHECK(strstr(gpunvme_last_error_message(), "another controller") != NULL);
+  CHECK(gpunvme_fetcher_create_from_model(oq, model, GPUNVME_EXPERTS_ALL, NULL, &f) == GPUNVME_ERR_INVALID_ARGUMENT);
+  OK(gpunvme_delete_io_queue(oq));
+  OK(gpunvme_ctrl_shutdown(other));
+
+  OK(gpunvme_streamer_create_from_model(q, model, 0, NULL, &s));
+  const tensor_t* t = NULL;
+  for (int i = 0; i < n_tensors && !t; ++i)
+    if (tensors[i].layer == 0) t = &tensors[i];
+  uint64_t at = 0;
+  OK(gpunvme_streamer_begin(s, 0, 0));
+  CHECK(gpunvme_streamer_locate(s, 0, t->file_offset, &at) == GPUNVME_ERR_INVALID_ARGUMENT); /* loading */
+  OK(gpunvme_streamer_wait(s, 0, NULL));
+  OK(gpunvme_streamer_locate(s, 0, t->file_offset, &at));
+  OK(gpunvme_streamer_release(s, 0));
+  OK(gpunvme_streamer_destroy(s));
+}
+
 /* The GPU-path calls refused with the reason when there is no GPU (or no CUDA). */
 static void check_unsupported(gpunvme_ctrl_t* ctrl, gpunvme_model_t* model, gpunvme_streamer_t* cpu_s,
                               gpunvme_fetcher_t* cpu_f, const char* why) {
@@ -546,6 +580,7 @@ int main(void) {
   /* CPU-path handles: the GPU-ordered calls on them are refused either way. */
   gpunvme_streamer_t* cpu_s = NULL;
   gpunvme_fetcher_t* cpu_f = NULL;
+  check_model_misuse(q, model);
   OK(gpunvme_streamer_create_from_model(q, model, 0, NULL, &cpu_s));
   OK(gpunvme_fetcher_create_from_model(q, model, GPUNVME_EXPERTS_ALL, NULL, &cpu_f));
   if (cpu_s && cpu_f) cpu_baseline(cpu_s, cpu_f, file);
