@@ -141,4 +141,56 @@ GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, fl
   }
 }
 
+// Elements per group: the unit the matrix-vector kernels dequantize at once (32 floats fit in a
+// thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
+inline constexpr int kGroup = 32;
+
+// Dequantizes group `g` (elements 32g .. 32g + 31) of a row of type `t` into y[0..32). Equal to the
+// matching slice of dequant_block's output for every type (tests/llm holds the two routes equal).
+GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, float* y) {
+  const auto* p = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[g], y);
+    case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[g], y);
+    case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[g], y);
+    case GgmlType::Q4_K: case GgmlType::Q5_K: {
+      const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
+      const bool q5 = t == GgmlType::Q5_K;
+      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(p) + g / 8;
+      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(p) + g / 8;
+      const uint8_t* scales = q5 ? b5->scales : b4->scales;
+      const float d = half_to_float(q5 ? b5->d : b4->d), dmin = half_to_float(q5 ? b5->dmin : b4->dmin);
+      uint8_t sc, m;
+      scale_min_k4(sub, scales, &sc, &m);
+      const float dl = d * sc, ml = dmin * m;
+      const uint8_t* q = (q5 ? b5->qs : b4->qs) + 32 * (sub / 2);
+      const int shift = 4 * (sub & 1);
+      const uint8_t hbit = uint8_t(1u << sub);
+      for (int l = 0; l < 32; ++l) {
+        const int hi = q5 && (b5->qh[l] & hbit) ? 16 : 0;
+        y[l] = dl * float(((q[l] >> shift) & 0xF) + hi) - ml;
+      }
+      return;
+    }
+    case GgmlType::Q6_K: {
+      const auto& b = reinterpret_cast<const BlockQ6_K*>(p)[g / 8];
+      const int sub = int(g % 8);        // 32-element groups: half (n) of 128, then quarter (k) of it
+      const int n = sub / 4, k = sub % 4;
+      const float d = half_to_float(b.d);
+      const uint8_t* ql = b.ql + 64 * n + (k & 1) * 32;
+      const uint8_t* qh = b.qh + 32 * n;
+      const int8_t* sc = b.scales + 8 * n + 2 * k;
+      for (int l = 0; l < 32; ++l) {
+        const int lo = (k < 2) ? (ql[l] & 0xF) : (ql[l] >> 4);
+        const int q = int(lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        y[l] = d * float(sc[l / 16]) * float(q);
+      }
+      return;
+    }
+    default:  // F32, F16, BF16: 32 consecutive elements
+      for (int l = 0; l < 32; ++l) dequant_block(t, row, g * 32 + uint64_t(l), y + l);
+      return;
+  }
+}
+
 }  // namespace gpunvme::llm

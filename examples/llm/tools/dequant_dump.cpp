@@ -1,11 +1,12 @@
 // dequant_dump FILE.gguf OUTDIR: dequantizes every tensor of a type the engine computes with the
 // engine's own block routines (quant/dequant.h, the code the GPU kernels run) and writes tensor k's
-// floats to OUTDIR/k.f32, printing "k<TAB>type<TAB>elements<TAB>name" per tensor. tests/llm/dequant_check.py
+// floats to OUTDIR/k.f32 (after checking that the 32-element group route gives the same bits), printing "k<TAB>type<TAB>elements<TAB>name" per tensor. tests/llm/dequant_check.py
 // compares the files with gguf-py's gguf.quants.dequantize.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <string>
@@ -48,6 +49,13 @@ int main(int argc, char** argv) {
       std::vector<float> out(t.n_elements);
       const uint64_t blocks = t.n_elements / t.type.block_size;
       for (uint64_t i = 0; i < blocks; ++i) llm::dequant_block(t.type.type, raw.data(), i, out.data() + i * t.type.block_size);
+      // The kernels' route (32-element groups) must give the same bits as the whole-block route.
+      float g[llm::kGroup];
+      for (uint64_t i = 0; i < t.n_elements / llm::kGroup; ++i) {
+        llm::dequant_group(t.type.type, raw.data(), i, g);
+        if (std::memcmp(g, out.data() + i * llm::kGroup, sizeof g) != 0)
+          throw std::runtime_error(t.name + ": dequant_group(" + std::to_string(i) + ") differs from dequant_block");
+      }
       std::ofstream o(std::string(argv[2]) + "/" + std::to_string(k) + ".f32", std::ios::binary);
       o.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size() * sizeof(float)));
       if (!o) throw std::runtime_error("cannot write to " + std::string(argv[2]));
