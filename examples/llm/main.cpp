@@ -13,6 +13,7 @@
 #include "examples/example_model.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/generate.h"
+#include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
@@ -38,7 +39,10 @@ const char* kUsage =
     "                      the namespace for every token (default none: every layer streams)\n"
     "  --slots N           streaming slots (default 2: layer i+1 is read while layer i computes)\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
-    "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n";
+    "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
+    "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
+    "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
+    "  --ignore-eos        keep generating past the model's end-of-text token\n";
 
 std::vector<uint32_t> parse_ids(const std::string& s) {
   std::vector<uint32_t> ids;
@@ -139,7 +143,10 @@ int run(const cli::Args& args, bool tokenize_only) {
   std::fflush(stdout);
   llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
   if (tok) std::printf("%s", printable([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
-  const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, m.vocab.eos, [&](uint32_t id) {
+  llm::Trace trace(args.get("trace"), args.get("logits-out"), 5);
+  const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
+  const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, [&](uint32_t id, const std::vector<float>& logits) {
+    trace.token(id, logits);
     if (tok) std::printf("%s", printable(tok->piece(id)).c_str());
     else std::printf(" %u", id);
     std::fflush(stdout);
@@ -160,8 +167,9 @@ int main(int argc, char** argv) {
     if (std::strcmp(a, "-n") == 0) a = long_n;
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
-                         {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path"},
-                         {"help"});
+                         {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
+                          "logits-out"},
+                         {"help", "ignore-eos"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());
       return 0;

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The engine's greedy tokens and logits against llama.cpp's (tests/data/llm/reference.json, made by
-scripts/llm/reference.py with the llama-cpp-python version it names).
+scripts/llm/reference.py with the llama-cpp-python version it names), end to end: each model is
+deployed with `gpunvme deploy` onto an emulated namespace (an image file), and `llm` finds it there and
+generates with --trace.
 
 Every model of the reference is checked: the random-weight models are rewritten with
 scripts/llm/make_models.py (their SHA-256 must equal the reference's, so the bytes are the ones
@@ -11,7 +13,10 @@ logits are closer than NEAR_TIE, the two engines may legitimately order them dif
 summation order, llama.cpp's 8-bit activations); such a step is reported by name, and the case's
 comparison stops there, counted as "near tie", never silently passed. Prints the largest logit difference
 per model. Exit 77 (skipped) without gguf-py or the reference file.
-  reference_check.py --generate BUILD/examples/llm/cpu_generate [--models DIR] [--only NAME...]
+  reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
+                     [--resident-pair] [--models DIR] [--only NAME...]
+With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
+two runs' logits must be equal to the bit (streaming changes nothing).
 """
 import argparse
 import hashlib
@@ -53,11 +58,30 @@ def model_path(name, entry, models_dir):
     return p
 
 
-def run_case(gen, path, case, steps):
+def deploy(gpunvme, path, workdir):
+    image = os.path.join(workdir, os.path.basename(path) + ".img")
+    size = (os.path.getsize(path) + (64 << 20)) >> 20
+    subprocess.run([gpunvme, "deploy", path, "--device", f"emu:{image},size={size}M"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return f"emu:{image}"
+
+
+def run_case(a, device, case, steps, workdir, resident=None):
     ids = ",".join(str(i) for i in case["prompt_ids"])
-    out = subprocess.run([gen, path, "--prompt-ids", ids, "-n", str(steps), "--top", "5"],
-                         check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    trace = os.path.join(workdir, "trace.jsonl")
+    logits = os.path.join(workdir, f"logits-{resident}.bin")
+    cmd = [a.llm, "--device", device, "--prompt-ids", ids, "-n", str(steps), "--ignore-eos", "--path", a.path,
+           "--trace", trace, "--logits-out", logits]
+    if resident:
+        cmd += ["--resident", resident]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(trace) as f:
+        return [json.loads(line) for line in f], logits
+
+
+def files_equal(p, q):
+    with open(p, "rb") as f, open(q, "rb") as g:
+        return f.read() == g.read()
 
 
 def compare_case(ours, ref):
@@ -80,7 +104,10 @@ def compare_case(ours, ref):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--generate", required=True)
+    ap.add_argument("--llm", required=True)
+    ap.add_argument("--gpunvme", required=True)
+    ap.add_argument("--path", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--resident-pair", action="store_true")
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
@@ -108,15 +135,25 @@ def main():
             print(f"FAIL {name}: {path} is not the file the reference was made from (SHA-256 differs)")
             failed += 1
             continue
+        device = deploy(a.gpunvme, path, models_dir)
         worst, statuses = 0.0, []
         for k, case in enumerate(entry["cases"]):
-            status, detail, diff = compare_case(run_case(a.generate, path, case, ref["steps"]), case)
+            if a.resident_pair:
+                ours, all_logits = run_case(a, device, case, ref["steps"], models_dir, "all")
+                _, none_logits = run_case(a, device, case, ref["steps"], models_dir, "none")
+                if not files_equal(all_logits, none_logits):
+                    print(f"FAIL {name} case {k}: logits with --resident all and --resident none differ")
+                    failed += 1
+            else:
+                ours, _ = run_case(a, device, case, ref["steps"], models_dir)
+            status, detail, diff = compare_case(ours, case)
             worst = max(worst, diff)
             statuses.append(status)
             if status != "ok":
                 print(f"  {name} case {k}: {status}: {detail}")
             failed += status == "FAIL"
-        print(f"{name}: {statuses.count('ok')}/{len(statuses)} cases token-exact for {ref['steps']} steps, "
+        os.remove(device[len("emu:"):])
+        print(f"{name} ({a.path}): {statuses.count('ok')}/{len(statuses)} cases token-exact for {ref['steps']} steps, "
               f"{statuses.count('near-tie')} stopped at a near tie, {statuses.count('FAIL')} failed; "
               f"largest logit difference {worst:.4f}")
     print(f"reference: llama-cpp-python {ref['llama_cpp_python']}")

@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <chrono>
+#include <stdexcept>
 
 namespace gpunvme::llm {
 namespace {
@@ -20,11 +21,12 @@ double since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
-                        const std::function<void(uint32_t)>& on_token) {
+                        const std::function<void(uint32_t, const std::vector<float>&)>& on_token) {
   GenerateResult r;
   r.prompt_tokens = uint32_t(prompt.size());
   uint32_t pos = 0;
   auto t0 = std::chrono::steady_clock::now();
+  if (prompt.empty()) throw std::runtime_error("generate: the prompt has no tokens");
   const std::vector<float>* logits = nullptr;
   for (uint32_t id : prompt) logits = &ex.step(id, pos++);
   r.prompt_seconds = since(t0);
@@ -33,7 +35,7 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
   for (uint32_t i = 0; i < n_new; ++i) {
     const uint32_t tok = sampler.pick(*logits);
     r.tokens.push_back(tok);
-    on_token(tok);
+    on_token(tok, *logits);
     if (eos >= 0 && tok == uint32_t(eos)) {
       r.stopped_at_eos = true;
       break;

@@ -22,8 +22,8 @@ struct GenerateResult {
 };
 
 // Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at the model's EOS.
-// `on_token` gets each generated token id as soon as it is picked.
+// `on_token` gets each generated token id, and the logits it was picked from, as soon as it is picked.
 GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
-                        const std::function<void(uint32_t)>& on_token);
+                        const std::function<void(uint32_t, const std::vector<float>&)>& on_token);
 
 }  // namespace gpunvme::llm
