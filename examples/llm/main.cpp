@@ -124,16 +124,20 @@ int run(const cli::Args& args, bool tokenize_only) {
     return 0;
   }
   if (prompt.empty()) throw cli::UsageError("the prompt has no tokens (the model adds no BOS): give some text");
+  for (uint32_t id : prompt)
+    if (id >= m.config.n_vocab)
+      throw cli::UsageError("--prompt-ids: token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(m.config.n_vocab) + " tokens)");
   const uint32_t n = args.get_u32("n", 32);
   const uint32_t ctx = args.get_u32("ctx", uint32_t(prompt.size()) + n);
   if (ctx < prompt.size() + n) throw cli::UsageError("--ctx " + std::to_string(ctx) + " is shorter than the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " + std::to_string(n));
   if (ctx > m.config.n_ctx_train)
     throw cli::UsageError("prompt + -n = " + std::to_string(ctx) + " tokens is longer than the model's context (" + std::to_string(m.config.n_ctx_train) + ")");
+  llm::GpuExecOptions o;
+  o.resident_layers = parse_resident(args.get("resident", "none"), m.config.n_layer);
+  o.slots = args.get_u32("slots", 2);
+  if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   std::unique_ptr<llm::Executor> ex;
   if (example::use_gpu_path(args.get("path", "auto"))) {
-    llm::GpuExecOptions o;
-    o.resident_layers = parse_resident(args.get("resident", "none"), m.config.n_layer);
-    o.slots = args.get_u32("slots", 2);
     ex = llm::make_gpu_executor(*ctrl, io, m, ctx, o);
   } else {
     ex = llm::make_cpu_executor(*ctrl, io, m, ctx);
