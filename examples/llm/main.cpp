@@ -24,7 +24,7 @@ namespace {
 
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
-    "           [--resident all|none|N] [--slots N] [--ctx N] [--path auto|gpu|cpu]\n"
+    "           [--resident all|none|N] [--slots N] [--expert-cache SIZE] [--ctx N] [--path auto|gpu|cpu]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
@@ -38,6 +38,8 @@ const char* kUsage =
     "  --resident all|none|N  GPU path: which layers live in GPU memory (the first N); the rest are read from\n"
     "                      the namespace for every token (default none: every layer streams)\n"
     "  --slots N           streaming slots (default 2: layer i+1 is read while layer i computes)\n"
+    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in GPU-mapped memory (default 0: the\n"
+    "                      routed experts of a streamed layer are read for every token)\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
@@ -136,6 +138,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.resident_layers = parse_resident(args.get("resident", "none"), m.config.n_layer);
   o.slots = args.get_u32("slots", 2);
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
+  o.expert_cache_bytes = args.get_size("expert-cache", 0);
   std::unique_ptr<llm::Executor> ex;
   if (example::use_gpu_path(args.get("path", "auto"))) {
     ex = llm::make_gpu_executor(*ctrl, io, m, ctx, o);
@@ -172,7 +175,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out"},
+                          "logits-out", "expert-cache"},
                          {"help", "ignore-eos"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "examples/llm/compute/ops.h"
+#include "runtime/model/tensor_names.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -47,6 +48,33 @@ __global__ void matvec_kernel(GgmlType t, const uint8_t* w, uint64_t row_bytes, 
   }
   part = warp_sum(part);
   if (lane == 0) y[row] = part + (bias ? bias[row] : 0.0f);
+}
+
+// The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
+// offset the fetcher recorded for the k-th routing id.
+__global__ void matvec_fetched_kernel(GgmlType t, const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
+                                      const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
+                                      uint32_t rows, uint32_t cols, const float* x, float* y) {
+  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const stream::GpuFetchedExpert& e = ex[selection[k]];
+  uint64_t off = ~0ull;
+  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
+    if (e.part_proj[p] == proj) off = e.part_offset[p];
+  if (off == ~0ull) {  // the fetcher has no such part: poison the output rather than read garbage
+    if (lane == 0) y[row] = NAN;
+    return;
+  }
+  const uint8_t* r = scratch + off + uint64_t(row) * row_bytes;
+  float part = 0.0f, g[kGroup];
+  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
+    dequant_group(t, r, grp, g);
+    float s = 0.0f;
+    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
+    part += s;
+  }
+  part = warp_sum(part);
+  if (lane == 0) y[row] = part;
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
@@ -283,7 +311,7 @@ void GpuForward::attention(const LayerWeights& l, WeightView v) {
   check(cudaGetLastError(), "attention kernels");
 }
 
-void GpuForward::ffn(const LayerWeights& l, WeightView v) {
+void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
   cudaStream_t s = stream_;
   rms_norm(s, x_, v.at(l.ffn_norm), c_.n_embd, c_.rms_eps, xn_);
   const uint32_t eb = blocks_for(c_.n_embd, 128), fb = blocks_for(c_.n_ff, 128);
@@ -296,11 +324,18 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v) {
     matvec(s, l.gate_inp, v.at(l.gate_inp), xn_, nullptr, router_);
     float* weights = reinterpret_cast<float*>(experts_ + c_.n_expert_used);
     route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, c_.n_expert_used, experts_, weights);
+    if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
+    auto expert_matvec = [&](const TensorRef& t, model::Projection proj, const float* x, float* y, uint32_t k) {
+      if (!src) return matvec(s, t, v.at(t), x, nullptr, y, experts_ + k);
+      matvec_fetched_kernel<<<blocks_for(t.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
+          t.type, src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), t.row_bytes(), uint32_t(t.rows),
+          uint32_t(t.cols), x, y);
+    };
     for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
-      matvec(s, l.gate_exps, v.at(l.gate_exps), xn_, nullptr, gate_, experts_ + k);
-      matvec(s, l.up_exps, v.at(l.up_exps), xn_, nullptr, up_, experts_ + k);
+      expert_matvec(l.gate_exps, model::Projection::kGate, xn_, gate_, k);
+      expert_matvec(l.up_exps, model::Projection::kUp, xn_, up_, k);
       glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
-      matvec(s, l.down_exps, v.at(l.down_exps), gate_, nullptr, tmp_, experts_ + k);
+      expert_matvec(l.down_exps, model::Projection::kDown, gate_, tmp_, k);
       weighted_add_kernel<<<eb, 128, 0, s>>>(moe_acc_, tmp_, weights + k, c_.n_embd, k == 0);
     }
     check(cudaMemcpyAsync(tmp_, moe_acc_, c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
@@ -310,9 +345,9 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v) {
   check(cudaGetLastError(), "FFN kernels");
 }
 
-void GpuForward::layer(const LayerWeights& l, WeightView v) {
+void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {
   attention(l, v);
-  ffn(l, v);
+  ffn(l, v, experts);
 }
 
 const std::vector<float>& GpuForward::logits() {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "examples/llm/model/weights.h"
+#include "runtime/stream/gpu_fetch_types.h"
 
 namespace gpunvme::llm {
 
@@ -17,6 +18,19 @@ struct WeightView {
   const uint8_t* base = nullptr;
   int64_t delta = 0;
   const uint8_t* at(const TensorRef& t) const { return base + int64_t(t.file_offset) + delta; }
+};
+
+// Where a MoE layer's selected experts come from when they are not in the layer's WeightView: the GPU
+// expert fetcher reads them into a scratchpad after routing, with no host round trip (gpu_executor.cpp).
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  // Enqueues on `stream` the reads of layer `layer`'s experts ids[0..k) (ids in device memory); kernels
+  // enqueued on `stream` afterwards find them through the three pointers below.
+  virtual void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t stream) = 0;
+  virtual const uint8_t* scratch() const = 0;                     // device view of the scratchpad
+  virtual const stream::GpuFetchedExpert* experts() const = 0;    // distinct experts of the last fetch
+  virtual const uint32_t* selection() const = 0;                  // ids[k] -> index into experts()
 };
 
 // The weights every token needs, resident on the GPU.
@@ -37,7 +51,9 @@ class GpuForward {
 
   // One token, in three steps, all enqueued on the compute stream:
   void embed(uint32_t token, uint32_t pos);                   // x = scaled embedding of `token`
-  void layer(const LayerWeights& l, WeightView v);            // x = layer(x) at the current position
+  // x = layer(x) at the current position; a MoE layer's experts come from `experts` when given, else
+  // from the view.
+  void layer(const LayerWeights& l, WeightView v, ExpertSource* experts = nullptr);
   const std::vector<float>& logits();                         // final norm, output head; waits for the stream
 
   gpu_stream_t stream() const { return stream_; }
@@ -46,7 +62,7 @@ class GpuForward {
 
  private:
   void attention(const LayerWeights& l, WeightView v);
-  void ffn(const LayerWeights& l, WeightView v);
+  void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
 
   ModelConfig c_;
   ModelWeights w_;

@@ -37,7 +37,8 @@ std::unique_ptr<Executor> make_cpu_executor(host::Controller& c, host::CpuIo& io
 struct GpuExecOptions {
   uint32_t resident_layers = 0;  // the first N layers live in GPU memory; the rest stream
   uint32_t slots = 2;            // streaming slots (double buffering: 2)
-  uint32_t queues = 4;           // GPU-driven NVMe queues
+  uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
+  uint64_t expert_cache_bytes = 0;  // MoE: LRU cache of fetched experts (0: none, experts read every token)
 };
 
 // CUDA builds with a GPU; otherwise throws naming why.

@@ -6,6 +6,9 @@
 //     stream waits on the GPU for exactly its layer, the slot is refilled only after the layer's
 //     kernels ran (release on `compute`). Loads run ahead across token boundaries: the layer order
 //     does not depend on the token.
+//   - MoE models: the streamer reads only a streamed layer's dense part (attention, norms, router); the
+//     router's top-k ids stay in GPU memory and the GPU expert fetcher reads just those experts (with an
+//     optional LRU cache in GPU-mapped memory) before the expert kernels run, all on the compute stream.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -16,6 +19,7 @@
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/engine/executor.h"
 #include "runtime/plan/command_plan.h"
+#include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
 
@@ -46,6 +50,30 @@ struct DeviceCopy {
   WeightView view() const { return {p, -int64_t(begin)}; }
 };
 
+// MoE experts of streamed layers: the GPU expert fetcher reads the routed experts after the router ran,
+// on the compute stream, on queues of its own (the streamer's kernels drive theirs on the I/O stream).
+class FetchedExperts final : public ExpertSource {
+ public:
+  FetchedExperts(host::Controller& c, const ModelOnDevice& m, uint32_t first_qid, uint32_t queues, uint64_t cache_bytes)
+      : queues_(c, uint16_t(first_qid), queues, 256),
+        submitter_(c, queues_.raw, 1),
+        fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
+                 stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}) {}
+  void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
+    fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
+  }
+  const uint8_t* scratch() const override { return static_cast<const uint8_t*>(fetcher_.scratchpad().device()); }
+  const stream::GpuFetchedExpert* experts() const override { return fetcher_.device_experts(); }
+  const uint32_t* selection() const override { return fetcher_.device_selection(); }
+  stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
+  void wait() { fetcher_.wait(); }
+
+ private:
+  example::GpuQueues queues_;
+  stream::GpuSubmitter submitter_;
+  stream::GpuExpertFetcher fetcher_;
+};
+
 class GpuExecutor final : public Executor {
  public:
   GpuExecutor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
@@ -66,6 +94,7 @@ class GpuExecutor final : public Executor {
     } catch (...) {
     }
     fwd_.reset();
+    experts_.reset();
     streamer_.reset();
     submitter_.reset();
     if (io_stream_) cudaStreamDestroy(io_stream_);
@@ -81,7 +110,7 @@ class GpuExecutor final : public Executor {
       }
       const uint32_t slot = uint32_t(consumed_ % slots_);
       const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
-      fwd_->layer(l, {static_cast<const uint8_t*>(v.device), slot_delta_[l.index - resident_]});
+      fwd_->layer(l, {static_cast<const uint8_t*>(v.device), slot_delta_[l.index - resident_]}, experts_.get());
       streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
       ++consumed_;
       begin_next();
@@ -99,6 +128,7 @@ class GpuExecutor final : public Executor {
       streamer_->release(slot, comp);
     }
     streamer_->sync();
+    if (experts_) experts_->wait();  // throws the first failed expert read
     check(cudaStreamSynchronize(compute_), "compute stream");
   }
 
@@ -145,7 +175,9 @@ class GpuExecutor final : public Executor {
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.
   void open_streamer(host::Controller& c, const GpuExecOptions& o) {
-    auto all = plan::layer_extents(*m_.map);
+    // MoE: the streamer reads the dense part of a layer; the routed experts come from the fetcher.
+    auto all = plan::layer_extents(*m_.map, /*skip_experts=*/m_.config.is_moe());
+    if (m_.config.is_moe()) experts_ = std::make_unique<FetchedExperts>(c, m_, 2 + o.queues, o.queues, o.expert_cache_bytes);
     std::vector<std::vector<model::Extent>> streamed(all.begin() + resident_, all.begin() + m_.config.n_layer);
     queues_ = std::make_unique<example::GpuQueues>(c, 2, o.queues, 256);
     submitter_ = std::make_unique<stream::GpuSubmitter>(c, queues_->raw, 1);
@@ -162,6 +194,7 @@ class GpuExecutor final : public Executor {
     for (const model::TensorExtent& te : m_.map->tensors()) {
       const uint64_t off = te.tensor->file_offset;
       if (off < l.begin || off >= l.end) continue;
+      if (m_.config.is_moe() && te.tensor->name.find("_exps.") != std::string::npos) continue;  // fetched, not streamed
       for (uint32_t s = 0; s < slots_; ++s) {
         const auto at = streamer_->plan(streamed_index, s).locate(m_.device_byte(off), m_.lba_size());
         if (!at) throw std::runtime_error("tensor " + te.tensor->name + " is not in its layer's streaming plan");
@@ -187,6 +220,7 @@ class GpuExecutor final : public Executor {
   std::unique_ptr<example::GpuQueues> queues_;
   std::unique_ptr<stream::GpuSubmitter> submitter_;
   std::unique_ptr<stream::LayerStreamer> streamer_;
+  std::unique_ptr<FetchedExperts> experts_;
   std::unique_ptr<GpuForward> fwd_;
   std::vector<int64_t> slot_delta_;
   uint32_t slots_ = 2;
