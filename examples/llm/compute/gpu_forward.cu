@@ -1,0 +1,362 @@
+#include "examples/llm/compute/gpu_forward.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "examples/llm/compute/ops.h"
+#include "runtime/model/tensor_names.h"
+
+namespace gpunvme::llm {
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("llm GPU: ") + what + ": " + cudaGetErrorString(e));
+}
+
+constexpr uint32_t kRowsPerBlock = 8;  // matvec: one warp per row, 8 warps per block
+constexpr uint32_t kThreads = 256;
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ double warp_sum(double v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// y[r] = W[r] . x (+ bias[r]); one warp per row. With `sel`, W is matrix *sel of a stack of mat_bytes each.
+__global__ void matvec_kernel(GgmlType t, const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols,
+                              const float* x, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
+  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  if (sel) w += uint64_t(*sel) * mat_bytes;
+  const uint8_t* r = w + uint64_t(row) * row_bytes;
+  float part = 0.0f, g[kGroup];
+  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
+    dequant_group(t, r, grp, g);
+    float s = 0.0f;
+    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
+    part += s;
+  }
+  part = warp_sum(part);
+  if (lane == 0) y[row] = part + (bias ? bias[row] : 0.0f);
+}
+
+// The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
+// offset the fetcher recorded for the k-th routing id.
+__global__ void matvec_fetched_kernel(GgmlType t, const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
+                                      const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
+                                      uint32_t rows, uint32_t cols, const float* x, float* y) {
+  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const stream::GpuFetchedExpert& e = ex[selection[k]];
+  uint64_t off = ~0ull;
+  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
+    if (e.part_proj[p] == proj) off = e.part_offset[p];
+  if (off == ~0ull) {  // the fetcher has no such part: poison the output rather than read garbage
+    if (lane == 0) y[row] = NAN;
+    return;
+  }
+  const uint8_t* r = scratch + off + uint64_t(row) * row_bytes;
+  float part = 0.0f, g[kGroup];
+  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
+    dequant_group(t, r, grp, g);
+    float s = 0.0f;
+    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
+    part += s;
+  }
+  part = warp_sum(part);
+  if (lane == 0) y[row] = part;
+}
+
+// out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
+__global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, float eps, float* out) {
+  __shared__ double partial[kThreads / 32];
+  x += uint64_t(blockIdx.x) * n;
+  out += uint64_t(blockIdx.x) * n;
+  double ss = 0.0;
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(x[i]) * x[i];
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  double total = 0.0;
+  for (uint32_t i = 0; i < blockDim.x / 32; ++i) total += partial[i];
+  const float scale = 1.0f / sqrtf(float(total / n) + eps);
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * scale * w[i];
+}
+
+// One warp per head: optional per-head RMS norm, then RoPE at `pos`.
+__global__ void qk_kernel(float* v, uint32_t head_dim, const float* norm_w, float eps, uint32_t pos, float base,
+                          RopeLayout layout) {
+  float* h = v + uint64_t(blockIdx.x) * head_dim;
+  const uint32_t lane = threadIdx.x;
+  if (norm_w) {
+    float ss = 0.0f;
+    for (uint32_t i = lane; i < head_dim; i += 32) ss += h[i] * h[i];
+    ss = warp_sum(ss);
+    const float scale = 1.0f / sqrtf(ss / float(head_dim) + eps);
+    __syncwarp();
+    for (uint32_t i = lane; i < head_dim; i += 32) h[i] = h[i] * scale * norm_w[i];
+    __syncwarp();
+  }
+  for (uint32_t i = lane; i < head_dim / 2; i += 32) {
+    if (layout == RopeLayout::kNorm) rope_pair(h[2 * i], h[2 * i + 1], i, head_dim, pos, base);
+    else rope_pair(h[i], h[i + head_dim / 2], i, head_dim, pos, base);
+  }
+}
+
+__global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __half* kc, __half* vc) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    kc[i] = __float2half_rn(k[i]);
+    vc[i] = __float2half_rn(v[i]);
+  }
+}
+
+// One block per query head: scores over positions [first, pos], softmax, weighted sum of V.
+__global__ void attention_kernel(const float* q, const __half* kc, const __half* vc, uint32_t kv_dim, uint32_t head_dim,
+                                 uint32_t group, uint32_t first, uint32_t pos, float scale, float* scores, uint32_t n_ctx,
+                                 float* out) {
+  __shared__ float red[kThreads / 32];
+  const uint32_t h = blockIdx.x, kvh = h / group;
+  const float* qh = q + uint64_t(h) * head_dim;
+  float* sc = scores + uint64_t(h) * n_ctx;
+  float mx = -INFINITY;
+  for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) {
+    const __half* kp = kc + uint64_t(p) * kv_dim + kvh * head_dim;
+    float s = 0.0f;
+    for (uint32_t i = 0; i < head_dim; ++i) s += qh[i] * __half2float(kp[i]);
+    sc[p] = s * scale;
+    mx = fmaxf(mx, sc[p]);
+  }
+  mx = warp_max(mx);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+  __syncthreads();
+  mx = red[0];
+  for (uint32_t i = 1; i < blockDim.x / 32; ++i) mx = fmaxf(mx, red[i]);
+  __syncthreads();
+  float sum = 0.0f;
+  for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) sum += (sc[p] = expf(sc[p] - mx));
+  sum = warp_sum(sum);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+  __syncthreads();
+  sum = 0.0f;
+  for (uint32_t i = 0; i < blockDim.x / 32; ++i) sum += red[i];
+  for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    float acc = 0.0f;
+    for (uint32_t p = first; p <= pos; ++p) acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
+    out[uint64_t(h) * head_dim + i] = acc;
+  }
+}
+
+__global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) gate[i] = act(a, gate[i]) * up[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+// acc (+)= weight[k] * y; `first` overwrites.
+__global__ void weighted_add_kernel(float* acc, const float* y, const float* weight, uint32_t n, bool first) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) acc[i] = (first ? 0.0f : acc[i]) + *weight * y[i];
+}
+
+__global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_bytes, uint32_t token, float scale, float* x,
+                             uint32_t n) {
+  const uint32_t g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g >= n / kGroup) return;
+  float buf[kGroup];
+  dequant_group(t, table + uint64_t(token) * row_bytes, g, buf);
+  for (int l = 0; l < kGroup; ++l) x[g * kGroup + l] = buf[l] * scale;
+}
+
+// Mixtral-style routing, one thread: softmax over the router's logits, the top k (lowest id first on a
+// tie, as the CPU executor's stable sort), weights renormalised. ids[0..k) then weights as floats.
+__global__ void route_kernel(const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights) {
+  float mx = -INFINITY;
+  for (uint32_t e = 0; e < n_expert; ++e) mx = fmaxf(mx, logits[e]);
+  float sum = 0.0f;
+  for (uint32_t e = 0; e < n_expert; ++e) sum += expf(logits[e] - mx);
+  uint64_t taken[4] = {0, 0, 0, 0};
+  float wsum = 0.0f;
+  for (uint32_t j = 0; j < k; ++j) {
+    uint32_t best = 0;
+    float bp = -1.0f;
+    for (uint32_t e = 0; e < n_expert; ++e) {
+      if (taken[e / 64] >> (e % 64) & 1) continue;
+      const float p = expf(logits[e] - mx) / sum;
+      if (p > bp) { bp = p; best = e; }
+    }
+    taken[best / 64] |= 1ull << (best % 64);
+    ids[j] = best;
+    weights[j] = bp;
+    wsum += bp;
+  }
+  for (uint32_t j = 0; j < k; ++j) weights[j] /= wsum;
+}
+
+uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
+
+template <class T>
+T* alloc(uint64_t count, uint64_t& total) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
+  total += count * sizeof(T);
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+bool gpu_available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string(cudaGetErrorString(e)) : "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
+                       gpu_stream_t compute)
+    : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute) {
+  uint64_t& t = device_bytes_;
+  x_ = alloc<float>(c.n_embd, t);
+  xn_ = alloc<float>(c.n_embd, t);
+  tmp_ = alloc<float>(c.n_embd, t);
+  moe_acc_ = alloc<float>(c.n_embd, t);
+  q_ = alloc<float>(c.q_dim(), t);
+  att_ = alloc<float>(c.q_dim(), t);
+  k_ = alloc<float>(c.kv_dim(), t);
+  v_ = alloc<float>(c.kv_dim(), t);
+  gate_ = alloc<float>(c.n_ff, t);
+  up_ = alloc<float>(c.n_ff, t);
+  scores_ = alloc<float>(uint64_t(c.n_head) * n_ctx, t);
+  logits_d_ = alloc<float>(c.n_vocab, t);
+  router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
+  experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
+  const uint64_t kv = uint64_t(c.n_layer) * n_ctx * c.kv_dim();
+  k_cache_ = alloc<uint16_t>(kv, t);
+  v_cache_ = alloc<uint16_t>(kv, t);
+  check(cudaMallocHost(&logits_host_, c.n_vocab * sizeof(float)), "cudaMallocHost");
+  logits_.resize(c.n_vocab);
+}
+
+GpuForward::~GpuForward() {
+  cudaStreamSynchronize(stream_);
+  for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
+                  (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
+                  (void*)k_cache_, (void*)v_cache_})
+    cudaFree(p);
+  cudaFreeHost(logits_host_);
+}
+
+void GpuForward::embed(uint32_t token, uint32_t pos) {
+  if (token >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(token) + " is outside the vocabulary");
+  if (pos >= n_ctx_) throw std::runtime_error("position " + std::to_string(pos) + " is past the context (" + std::to_string(n_ctx_) + ")");
+  pos_ = pos;
+  const TensorRef& e = w_.token_embd;
+  embed_kernel<<<blocks_for(c_.n_embd / kGroup, 128), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(), token,
+                                                                         c_.embd_scale, x_, c_.n_embd);
+  check(cudaGetLastError(), "embed kernel");
+}
+
+namespace {
+void matvec(cudaStream_t s, const TensorRef& t, const uint8_t* w, const float* x, const float* bias, float* y,
+            const uint32_t* sel = nullptr) {
+  matvec_kernel<<<blocks_for(t.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
+      t.type, w, t.row_bytes(), uint32_t(t.rows), uint32_t(t.cols), x, bias, sel, t.mat_bytes(), y);
+}
+void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t n, float eps, float* out) {
+  rms_norm_kernel<<<1, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), n, eps, out);
+}
+const float* f32(const WeightView& v, const TensorRef& t) {
+  return t.present ? reinterpret_cast<const float*>(v.at(t)) : nullptr;
+}
+}  // namespace
+
+void GpuForward::attention(const LayerWeights& l, WeightView v) {
+  cudaStream_t s = stream_;
+  rms_norm(s, x_, v.at(l.attn_norm), c_.n_embd, c_.rms_eps, xn_);
+  matvec(s, l.wq, v.at(l.wq), xn_, f32(v, l.bq), q_);
+  matvec(s, l.wk, v.at(l.wk), xn_, f32(v, l.bk), k_);
+  matvec(s, l.wv, v.at(l.wv), xn_, f32(v, l.bv), v_);
+  const bool swa = c_.layer_is_swa(l.index);
+  const float base = swa ? c_.rope_base_swa : c_.rope_base;
+  qk_kernel<<<c_.n_head, 32, 0, s>>>(q_, c_.head_dim, c_.qk_norm ? f32(v, l.q_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
+  qk_kernel<<<c_.n_head_kv, 32, 0, s>>>(k_, c_.head_dim, c_.qk_norm ? f32(v, l.k_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
+  const uint64_t layer_off = uint64_t(l.index) * n_ctx_ * c_.kv_dim();
+  auto* kc = reinterpret_cast<__half*>(k_cache_) + layer_off;
+  auto* vc = reinterpret_cast<__half*>(v_cache_) + layer_off;
+  store_kv_kernel<<<blocks_for(c_.kv_dim(), 128), 128, 0, s>>>(k_, v_, c_.kv_dim(), kc + uint64_t(pos_) * c_.kv_dim(),
+                                                               vc + uint64_t(pos_) * c_.kv_dim());
+  const uint32_t first = swa && pos_ + 1 > c_.swa_window ? pos_ + 1 - c_.swa_window : 0;
+  attention_kernel<<<c_.n_head, kThreads, 0, s>>>(q_, kc, vc, c_.kv_dim(), c_.head_dim, c_.n_head / c_.n_head_kv, first,
+                                                  pos_, c_.attn_scale, scores_, n_ctx_, att_);
+  matvec(s, l.wo, v.at(l.wo), att_, nullptr, tmp_);
+  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_attn_norm), c_.n_embd, c_.rms_eps, tmp_);
+  add_kernel<<<blocks_for(c_.n_embd, 128), 128, 0, s>>>(x_, tmp_, c_.n_embd);
+  check(cudaGetLastError(), "attention kernels");
+}
+
+void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
+  cudaStream_t s = stream_;
+  rms_norm(s, x_, v.at(l.ffn_norm), c_.n_embd, c_.rms_eps, xn_);
+  const uint32_t eb = blocks_for(c_.n_embd, 128), fb = blocks_for(c_.n_ff, 128);
+  if (!c_.is_moe()) {
+    matvec(s, l.gate, v.at(l.gate), xn_, nullptr, gate_);
+    matvec(s, l.up, v.at(l.up), xn_, nullptr, up_);
+    glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
+    matvec(s, l.down, v.at(l.down), gate_, nullptr, tmp_);
+  } else {
+    matvec(s, l.gate_inp, v.at(l.gate_inp), xn_, nullptr, router_);
+    float* weights = reinterpret_cast<float*>(experts_ + c_.n_expert_used);
+    route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, c_.n_expert_used, experts_, weights);
+    if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
+    auto expert_matvec = [&](const TensorRef& t, model::Projection proj, const float* x, float* y, uint32_t k) {
+      if (!src) return matvec(s, t, v.at(t), x, nullptr, y, experts_ + k);
+      matvec_fetched_kernel<<<blocks_for(t.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
+          t.type, src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), t.row_bytes(), uint32_t(t.rows),
+          uint32_t(t.cols), x, y);
+    };
+    for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
+      expert_matvec(l.gate_exps, model::Projection::kGate, xn_, gate_, k);
+      expert_matvec(l.up_exps, model::Projection::kUp, xn_, up_, k);
+      glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
+      expert_matvec(l.down_exps, model::Projection::kDown, gate_, tmp_, k);
+      weighted_add_kernel<<<eb, 128, 0, s>>>(moe_acc_, tmp_, weights + k, c_.n_embd, k == 0);
+    }
+    check(cudaMemcpyAsync(tmp_, moe_acc_, c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
+  }
+  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), c_.n_embd, c_.rms_eps, tmp_);
+  add_kernel<<<eb, 128, 0, s>>>(x_, tmp_, c_.n_embd);
+  check(cudaGetLastError(), "FFN kernels");
+}
+
+void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {
+  attention(l, v);
+  ffn(l, v, experts);
+}
+
+const std::vector<float>& GpuForward::logits() {
+  rms_norm(stream_, x_, globals_.output_norm, c_.n_embd, c_.rms_eps, xn_);
+  matvec(stream_, w_.output, globals_.output, xn_, nullptr, logits_d_);
+  check(cudaMemcpyAsync(logits_host_, logits_d_, c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
+  check(cudaStreamSynchronize(stream_), "token");
+  std::copy(logits_host_, logits_host_ + c_.n_vocab, logits_.begin());
+  return logits_;
+}
+
+}  // namespace gpunvme::llm

@@ -1,0 +1,86 @@
+// The forward pass on the GPU. Every kernel is enqueued on the caller's compute stream; weights are
+// read where they are (a streamed slot, a resident copy): the caller hands each layer over as a
+// WeightView. The arithmetic is ops.h's, the same as the CPU executor's.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "examples/llm/model/weights.h"
+#include "runtime/stream/gpu_fetch_types.h"
+
+namespace gpunvme::llm {
+
+using gpu_stream_t = struct CUstream_st*;
+
+// Where a layer's (or the model's global) tensors are on the GPU: tensor t is at base + t.file_offset + delta.
+struct WeightView {
+  const uint8_t* base = nullptr;
+  int64_t delta = 0;
+  const uint8_t* at(const TensorRef& t) const { return base + int64_t(t.file_offset) + delta; }
+};
+
+// Where a MoE layer's selected experts come from when they are not in the layer's WeightView: the GPU
+// expert fetcher reads them into a scratchpad after routing, with no host round trip (gpu_executor.cpp).
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  // Enqueues on `stream` the reads of layer `layer`'s experts ids[0..k) (ids in device memory); kernels
+  // enqueued on `stream` afterwards find them through the three pointers below.
+  virtual void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t stream) = 0;
+  virtual const uint8_t* scratch() const = 0;                     // device view of the scratchpad
+  virtual const stream::GpuFetchedExpert* experts() const = 0;    // distinct experts of the last fetch
+  virtual const uint32_t* selection() const = 0;                  // ids[k] -> index into experts()
+};
+
+// The weights every token needs, resident on the GPU.
+struct GlobalWeights {
+  const uint8_t* token_embd = nullptr;
+  const uint8_t* output_norm = nullptr;
+  const uint8_t* output = nullptr;
+};
+
+class GpuForward {
+ public:
+  // Allocates activations and the KV cache (f16, like llama.cpp's) on the current device.
+  // `globals` must stay valid while tokens run.
+  GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute);
+  ~GpuForward();
+  GpuForward(const GpuForward&) = delete;
+  GpuForward& operator=(const GpuForward&) = delete;
+
+  // One token, in three steps, all enqueued on the compute stream:
+  void embed(uint32_t token, uint32_t pos);                   // x = scaled embedding of `token`
+  // x = layer(x) at the current position; a MoE layer's experts come from `experts` when given, else
+  // from the view.
+  void layer(const LayerWeights& l, WeightView v, ExpertSource* experts = nullptr);
+  const std::vector<float>& logits();                         // final norm, output head; waits for the stream
+
+  gpu_stream_t stream() const { return stream_; }
+  // Bytes of GPU memory this object allocated (activations + KV cache).
+  uint64_t device_bytes() const { return device_bytes_; }
+
+ private:
+  void attention(const LayerWeights& l, WeightView v);
+  void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
+
+  ModelConfig c_;
+  ModelWeights w_;
+  uint32_t n_ctx_;
+  GlobalWeights globals_;
+  gpu_stream_t stream_;
+  uint32_t pos_ = 0;
+  uint64_t device_bytes_ = 0;
+  // Device buffers (floats unless said otherwise).
+  float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *tmp_ = nullptr;
+  float *gate_ = nullptr, *up_ = nullptr, *scores_ = nullptr, *logits_d_ = nullptr, *router_ = nullptr, *moe_acc_ = nullptr;
+  uint32_t* experts_ = nullptr;  // top-k expert ids and their weights (as floats after the ids)
+  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer][pos][kv_dim] halves
+  float* logits_host_ = nullptr;                       // pinned
+  std::vector<float> logits_;
+};
+
+// Whether a CUDA device can be used; `why` says why not.
+bool gpu_available(std::string* why);
+
+}  // namespace gpunvme::llm

@@ -1,0 +1,13 @@
+// Builds without CUDA: the GPU executor cannot exist; say so instead of failing to link.
+#include <stdexcept>
+
+#include "examples/llm/engine/executor.h"
+
+namespace gpunvme::llm {
+
+std::unique_ptr<Executor> make_gpu_executor(host::Controller&, host::CpuIo&, const ModelOnDevice&, uint32_t,
+                                            const GpuExecOptions&) {
+  throw std::runtime_error("this build has no CUDA (meson setup -Dcuda=enabled with nvcc on PATH builds the GPU executor)");
+}
+
+}  // namespace gpunvme::llm

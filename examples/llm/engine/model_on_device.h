@@ -1,0 +1,39 @@
+// The model as the engine finds it: on the device alone (a deploy record or a dd'ed GGUF, as
+// `gpunvme ls` finds it), its header read through the driver, the tensor -> LBA map, the engine's
+// configuration, weight map and vocabulary. Nothing here reads tensor data.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "examples/llm/model/weights.h"
+#include "examples/llm/tokenizer/vocab.h"
+#include "host/controller.h"
+#include "host/cpu_io.h"
+#include "runtime/model/detect.h"
+#include "runtime/model/lba_map.h"
+
+namespace gpunvme::llm {
+
+struct ModelOnDevice {
+  model::DetectedModel detected;
+  std::unique_ptr<gguf::GgufFile> file;
+  std::unique_ptr<model::LbaMap> map;
+  ModelConfig config;
+  ModelWeights weights;
+  Vocab vocab;
+
+  uint32_t lba_size() const { return map->lba_size(); }
+  // Byte offset on the namespace of the model file's byte `file_offset`.
+  uint64_t device_byte(uint64_t file_offset) const { return map->start_lba() * lba_size() + file_offset; }
+};
+
+// Finds and checks the model. Throws std::runtime_error with what is wrong and what to do (no model on
+// the device, an unfinished deploy, an unsupported architecture, a missing tensor...).
+ModelOnDevice open_model(host::Controller& c, host::CpuIo& io);
+
+// Reads bytes [file_offset, file_offset + len) of the model into `dst` through the CPU queue (for
+// resident weights and the CPU executor).
+void read_model_bytes(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint64_t file_offset, uint64_t len,
+                      uint8_t* dst);
+
+}  // namespace gpunvme::llm

@@ -1,0 +1,193 @@
+// llm: an ntransformer-style engine on gpunvme. It finds a GGUF model on a raw NVMe namespace (or the
+// emulated one) by itself, and for every token runs every layer on weights that GPU kernels just read
+// from the namespace into streaming slots, or that are resident in GPU memory. Token-exact with
+// llama.cpp (tests/llm). Without a GPU it runs the same model code on the CPU.
+//
+//   llm --device emu:/tmp/models.img --prompt "The capital of France is" -n 32
+//   llm tokenize --device emu:/tmp/models.img --prompt "Hello"
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "examples/example_model.h"
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/generate.h"
+#include "examples/llm/engine/trace.h"
+#include "examples/llm/tokenizer/tokenizer.h"
+#include "host/open_device.h"
+#include "runtime/cli/args.h"
+
+using namespace gpunvme;
+
+namespace {
+
+const char* kUsage =
+    "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
+    "           [--resident all|none|N] [--slots N] [--expert-cache SIZE] [--ctx N] [--path auto|gpu|cpu]\n"
+    "       llm tokenize --device DEV --prompt TEXT\n"
+    "\n"
+    "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
+    "generated, then the run's numbers. Architectures: llama (dense and Mixtral-style MoE), qwen2, gemma3;\n"
+    "weights F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.\n"
+    "  --prompt TEXT       tokenized with the model's own vocabulary (BOS added when the model asks for it)\n"
+    "  --prompt-ids LIST   token ids, comma-separated (any model, also one without a vocabulary)\n"
+    "  -n N                tokens to generate (default 32; stops early at the model's end-of-text token)\n"
+    "  --temp T            0 (default): greedy, the token llama.cpp's greedy decoding picks; > 0: sample\n"
+    "  --top-k K, --seed S sampling among the K most likely (default 40) with a fixed seed (default 0)\n"
+    "  --resident all|none|N  GPU path: which layers live in GPU memory (the first N); the rest are read from\n"
+    "                      the namespace for every token (default none: every layer streams)\n"
+    "  --slots N           streaming slots (default 2: layer i+1 is read while layer i computes)\n"
+    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in GPU-mapped memory (default 0: the\n"
+    "                      routed experts of a streamed layer are read for every token)\n"
+    "  --ctx N             context length to allocate (default: prompt + n)\n"
+    "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
+    "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
+    "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
+    "  --ignore-eos        keep generating past the model's end-of-text token\n";
+
+std::vector<uint32_t> parse_ids(const std::string& s) {
+  std::vector<uint32_t> ids;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const std::string tok = s.substr(i, j - i);
+    if (tok.empty() || tok.size() > 9 || tok.find_first_not_of("0123456789") != std::string::npos)
+      throw cli::UsageError("--prompt-ids: '" + tok + "' is not a token id (decimal numbers separated by commas)");
+    ids.push_back(uint32_t(std::stoul(tok)));
+    i = j + 1;
+  }
+  return ids;
+}
+
+uint32_t parse_resident(const std::string& s, uint32_t n_layer) {
+  if (s == "all") return n_layer;
+  if (s == "none" || s.empty()) return 0;
+  if (s.find_first_not_of("0123456789") != std::string::npos || s.size() > 6)
+    throw cli::UsageError("--resident must be all, none or a number of layers, not '" + s + "'");
+  return std::min<uint32_t>(uint32_t(std::stoul(s)), n_layer);
+}
+
+// The text of a token for printing: control bytes escaped, so a model cannot forge terminal output.
+std::string printable(const std::string& piece) {
+  std::string out;
+  for (unsigned char ch : piece) {
+    if (ch < 0x20 && ch != '\n' && ch != '\t') {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", ch);
+      out += b;
+    } else {
+      out += char(ch);
+    }
+  }
+  return out;
+}
+
+void print_summary(const llm::GenerateResult& r, const std::string& described) {
+  const auto& e = r.exec;
+  std::printf("\n--\n%s\n", described.c_str());
+  std::printf("prompt: %u tokens in %.3f s\n", r.prompt_tokens, r.prompt_seconds);
+  const double tps = r.decode_seconds > 0 ? r.decode_steps / r.decode_seconds : 0;
+  std::printf("decode: %zu tokens, %u layer passes in %.3f s = %.3f tokens/s; engine thread CPU %.3f s\n", r.tokens.size(),
+              r.decode_steps, r.decode_seconds, tps, r.engine_cpu_seconds);
+  if (e.streamed_layers > 0) {
+    const double io_gbs = e.io_seconds > 0 ? e.streamed_bytes / e.io_seconds / 1e9 : 0;
+    const double hidden = e.io_seconds > 0 ? std::max(0.0, 1.0 - e.stall_seconds / e.io_seconds) : 0;
+    std::printf("streamed: %.1f MB per token (%u layers), %.1f MB in all at %.2f GB/s (GPU time of the reads); "
+                "compute stalled %.3f s for I/O, %.0f %% of the I/O hidden behind compute\n",
+                e.bytes_per_step / 1e6, e.streamed_layers, e.streamed_bytes / 1e6, io_gbs, e.stall_seconds, 100 * hidden);
+    if (r.decode_steps)
+      std::printf("compute: %.2f ms per token (decode time less the stalls)\n",
+                  1e3 * std::max(0.0, r.decode_seconds - e.stall_seconds) / r.decode_steps);
+  }
+  std::printf("resident: %u layers, %.1f MB read once at start\n", e.resident_layers, e.resident_bytes / 1e6);
+}
+
+int run(const cli::Args& args, bool tokenize_only) {
+  auto ctrl = host::open_controller(args.get("device", "emu:/tmp/gpunvme-models.img"));
+  auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
+  host::CpuIo io(*ctrl, *qp, 1);
+  const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
+  std::vector<uint32_t> prompt;
+  std::unique_ptr<llm::Tokenizer> tok;
+  if (m.vocab.model != "none") tok = std::make_unique<llm::Tokenizer>(m.vocab);
+  if (args.has("prompt")) {
+    if (!tok) throw std::runtime_error("the model has no vocabulary (tokenizer.ggml.model = none): use --prompt-ids");
+    prompt = tok->encode(args.get("prompt"), true);
+  } else if (args.has("prompt-ids")) {
+    prompt = parse_ids(args.get("prompt-ids"));
+  } else {
+    throw cli::UsageError("give --prompt TEXT or --prompt-ids LIST");
+  }
+  if (tokenize_only) {
+    for (size_t i = 0; i < prompt.size(); ++i) std::printf("%s%u", i ? " " : "", prompt[i]);
+    std::printf("\n");
+    return 0;
+  }
+  if (prompt.empty()) throw cli::UsageError("the prompt has no tokens (the model adds no BOS): give some text");
+  for (uint32_t id : prompt)
+    if (id >= m.config.n_vocab)
+      throw cli::UsageError("--prompt-ids: token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(m.config.n_vocab) + " tokens)");
+  const uint32_t n = args.get_u32("n", 32);
+  const uint32_t ctx = args.get_u32("ctx", uint32_t(prompt.size()) + n);
+  if (ctx < prompt.size() + n) throw cli::UsageError("--ctx " + std::to_string(ctx) + " is shorter than the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " + std::to_string(n));
+  if (ctx > m.config.n_ctx_train)
+    throw cli::UsageError("prompt + -n = " + std::to_string(ctx) + " tokens is longer than the model's context (" + std::to_string(m.config.n_ctx_train) + ")");
+  llm::GpuExecOptions o;
+  o.resident_layers = parse_resident(args.get("resident", "none"), m.config.n_layer);
+  o.slots = args.get_u32("slots", 2);
+  if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
+  o.expert_cache_bytes = args.get_size("expert-cache", 0);
+  std::unique_ptr<llm::Executor> ex;
+  if (example::use_gpu_path(args.get("path", "auto"))) {
+    ex = llm::make_gpu_executor(*ctrl, io, m, ctx, o);
+  } else {
+    ex = llm::make_cpu_executor(*ctrl, io, m, ctx);
+  }
+  std::printf("model: %s (%s, %u layers) on %s: %s\n", m.file->model_name().c_str(), m.config.arch_name.c_str(),
+              m.config.n_layer, ctrl->transport().name().c_str(), m.detected.describe().c_str());
+  std::fflush(stdout);
+  llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
+  if (tok) std::printf("%s", printable([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
+  llm::Trace trace(args.get("trace"), args.get("logits-out"), 5);
+  const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
+  const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, [&](uint32_t id, const std::vector<float>& logits) {
+    trace.token(id, logits);
+    if (tok) std::printf("%s", printable(tok->piece(id)).c_str());
+    else std::printf(" %u", id);
+    std::fflush(stdout);
+  });
+  std::printf("\ntokens:");
+  for (uint32_t id : r.tokens) std::printf(" %u", id);
+  print_summary(r, ex->describe());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool tokenize_only = argc > 1 && std::strcmp(argv[1], "tokenize") == 0;
+  std::vector<char*> av(argv, argv + argc);  // -n is the one short option (llama.cpp's spelling)
+  static char long_n[] = "--n";
+  for (char*& a : av)
+    if (std::strcmp(a, "-n") == 0) a = long_n;
+  try {
+    const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
+                         {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
+                          "logits-out", "expert-cache"},
+                         {"help", "ignore-eos"});
+    if (args.has("help")) {
+      std::printf("%s\n%s\n", kUsage, host::device_string_help());
+      return 0;
+    }
+    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
+    return run(args, tokenize_only);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "llm: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "llm: %s\n", e.what());
+    return 1;
+  }
+}

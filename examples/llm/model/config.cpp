@@ -1,0 +1,95 @@
+#include "examples/llm/model/config.h"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace gpunvme::llm {
+namespace {
+
+struct Reader {
+  const gguf::Metadata& md;
+  std::string prefix;
+
+  uint32_t u32(const std::string& key) const {
+    const gguf::Value* v = md.find(prefix + key);
+    if (!v) throw std::runtime_error("model metadata has no " + prefix + key + " (is this a complete " + prefix.substr(0, prefix.size() - 1) + " GGUF?)");
+    const uint64_t x = v->as_uint();
+    if (x == 0 || x > UINT32_MAX) throw std::runtime_error(prefix + key + " = " + std::to_string(x) + " is out of range");
+    return uint32_t(x);
+  }
+  uint32_t u32_or(const std::string& key, uint32_t dflt) const { return md.contains(prefix + key) ? u32(key) : dflt; }
+  float f32_or(const std::string& key, float dflt) const {
+    const gguf::Value* v = md.find(prefix + key);
+    if (!v) return dflt;
+    const float x = v->as<float>();
+    if (!std::isfinite(x) || x <= 0) throw std::runtime_error(prefix + key + " must be a positive number");
+    return x;
+  }
+};
+
+Arch arch_of(const std::string& name) {
+  if (name == "llama") return Arch::kLlama;
+  if (name == "qwen2") return Arch::kQwen2;
+  if (name == "gemma3") return Arch::kGemma3;
+  throw std::runtime_error("architecture '" + name + "' is not supported; the engine runs " + supported_architectures());
+}
+
+void apply_arch_rules(ModelConfig& c, const Reader& r) {
+  switch (c.arch) {
+    case Arch::kLlama:
+      c.rope = RopeLayout::kNorm;
+      break;
+    case Arch::kQwen2:
+      c.rope = RopeLayout::kNeox;
+      break;
+    case Arch::kGemma3:
+      // llama.cpp's gemma3: NEOX RoPE, local layers at base 10000 with a window, every 6th layer global,
+      // embeddings scaled by sqrt(n_embd), GeGLU, QK norms and post-norms.
+      c.rope = RopeLayout::kNeox;
+      c.rope_base_swa = 10000.0f;
+      c.swa_window = r.u32("attention.sliding_window");
+      c.swa_period = 6;
+      c.embd_scale = std::sqrt(float(c.n_embd));
+      c.act = FfnAct::kGelu;
+      c.qk_norm = c.post_norms = true;
+      break;
+  }
+}
+
+}  // namespace
+
+const char* supported_architectures() { return "llama (dense and Mixtral-style MoE), qwen2, gemma3"; }
+
+ModelConfig read_config(const gguf::GgufFile& f) {
+  ModelConfig c;
+  c.arch_name = f.architecture();
+  if (c.arch_name.empty()) throw std::runtime_error("model metadata has no general.architecture");
+  c.arch = arch_of(c.arch_name);
+  const Reader r{f.metadata(), c.arch_name + "."};
+  c.n_embd = r.u32("embedding_length");
+  c.n_layer = r.u32("block_count");
+  c.n_head = r.u32("attention.head_count");
+  c.n_head_kv = r.u32_or("attention.head_count_kv", c.n_head);
+  c.head_dim = r.u32_or("attention.key_length", c.n_embd / c.n_head);
+  c.n_ff = r.u32("feed_forward_length");
+  c.n_ctx_train = r.u32("context_length");
+  c.rms_eps = r.f32_or("attention.layer_norm_rms_epsilon", 1e-5f);
+  c.rope_base = r.f32_or("rope.freq_base", 10000.0f);
+  c.n_expert = f.metadata().contains(c.arch_name + ".expert_count") ? r.u32("expert_count") : 0;
+  if (c.n_expert) c.n_expert_used = r.u32("expert_used_count");
+  apply_arch_rules(c, r);
+  c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
+
+  if (c.n_head % c.n_head_kv) throw std::runtime_error("attention.head_count is not a multiple of head_count_kv");
+  if (r.u32_or("attention.value_length", c.head_dim) != c.head_dim)
+    throw std::runtime_error("attention.value_length differs from key_length: not supported");
+  if (c.head_dim % 2) throw std::runtime_error("head size " + std::to_string(c.head_dim) + " is odd: RoPE needs pairs");
+  if (c.n_expert && (c.n_expert_used > c.n_expert || c.n_expert > 256))
+    throw std::runtime_error("expert_used_count / expert_count out of range");
+  const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");
+  if (!emb) throw std::runtime_error("the model has no token_embd.weight tensor");
+  c.n_vocab = uint32_t(emb->ne[1]);
+  return c;
+}
+
+}  // namespace gpunvme::llm

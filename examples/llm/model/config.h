@@ -1,0 +1,51 @@
+// What the engine needs to know about a model, read once from its GGUF metadata and checked: the
+// architecture, the shapes, and the per-architecture rules (RoPE layout, sliding-window layers,
+// embedding scale, attention scale) as data, so the forward pass has no architecture names in it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "runtime/gguf/gguf_file.h"
+
+namespace gpunvme::llm {
+
+enum class Arch { kLlama, kQwen2, kGemma3 };
+
+// How RoPE pairs the dimensions of a head: kNorm rotates (x[2i], x[2i+1]) (llama), kNeox rotates
+// (x[i], x[i + d/2]) (qwen2, gemma3). llama.cpp's LLAMA_ROPE_TYPE_NORM / _NEOX.
+enum class RopeLayout { kNorm, kNeox };
+// The feed-forward activation: SiLU (SwiGLU: llama, qwen2) or GELU, tanh form (GeGLU: gemma3).
+enum class FfnAct { kSilu, kGelu };
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string arch_name;
+  uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  uint32_t n_vocab = 0, n_ctx_train = 0;
+  uint32_t n_expert = 0, n_expert_used = 0;  // 0: dense
+  float rms_eps = 1e-5f;
+  RopeLayout rope = RopeLayout::kNorm;
+  float rope_base = 10000.0f;      // global-attention layers
+  float rope_base_swa = 10000.0f;  // sliding-window layers (gemma3)
+  uint32_t swa_window = 0;         // 0: no sliding window
+  uint32_t swa_period = 0;         // layer il is sliding-window unless il % period == period - 1
+  float embd_scale = 1.0f;         // token embeddings are multiplied by this (gemma3: sqrt(n_embd))
+  float attn_scale = 1.0f;         // q·k is multiplied by this
+  FfnAct act = FfnAct::kSilu;
+  bool qk_norm = false;            // per-head RMS norm of Q and K (gemma3)
+  bool post_norms = false;         // RMS norm after attention and after the FFN (gemma3)
+
+  bool is_moe() const { return n_expert > 0; }
+  bool layer_is_swa(uint32_t il) const { return swa_window > 0 && il % swa_period != swa_period - 1; }
+  uint32_t q_dim() const { return n_head * head_dim; }
+  uint32_t kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// Reads and checks the configuration. Throws std::runtime_error naming the key and the fix for a
+// missing or inconsistent value, and naming the supported architectures for any other one.
+ModelConfig read_config(const gguf::GgufFile& f);
+
+// "llama, qwen2, gemma3"
+const char* supported_architectures();
+
+}  // namespace gpunvme::llm

@@ -1,0 +1,196 @@
+// Dequantization of one ggml block into floats, written once for the CPU and the GPU. The formulas
+// are ggml's (dequantize_row_* in ggml-quants.c), restated per block; tests/llm/dequant_check.py holds
+// them equal to gguf-py's `gguf.quants.dequantize` for every type, on random blocks and on the real
+// Gemma 3 model. The matrix-vector kernels call these per block, so the GPU computes exactly these values.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "examples/llm/quant/blocks.h"
+
+namespace gpunvme::llm {
+
+// IEEE half -> float, bit exact for every value (normals, subnormals, inf, NaN) without intrinsics, so
+// the host and the device agree to the bit.
+GPUNVME_HD inline float half_to_float(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu;
+  uint32_t mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal half: normalise
+    exp = 113;
+    while ((mant & 0x400u) == 0) { mant <<= 1; --exp; }
+    bits = sign | (exp << 23) | ((mant & 0x3FFu) << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+GPUNVME_HD inline float bf16_to_float(uint16_t b) {
+  const uint32_t bits = uint32_t(b) << 16;
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
+GPUNVME_HD inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+GPUNVME_HD inline void dequant_block(const BlockQ4_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  for (int j = 0; j < kQK / 2; ++j) {
+    y[j] = float((b.qs[j] & 0xF) - 8) * d;
+    y[j + kQK / 2] = float((b.qs[j] >> 4) - 8) * d;
+  }
+}
+
+GPUNVME_HD inline void dequant_block(const BlockQ5_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
+  for (int j = 0; j < kQK / 2; ++j) {
+    const uint8_t h0 = uint8_t(((qh >> j) << 4) & 0x10);
+    const uint8_t h1 = uint8_t((qh >> (j + 12)) & 0x10);
+    y[j] = float(int((b.qs[j] & 0xF) | h0) - 16) * d;
+    y[j + kQK / 2] = float(int((b.qs[j] >> 4) | h1) - 16) * d;
+  }
+}
+
+GPUNVME_HD inline void dequant_block(const BlockQ8_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  for (int j = 0; j < kQK; ++j) y[j] = float(b.qs[j]) * d;
+}
+
+GPUNVME_HD inline void dequant_block(const BlockQ4_K& b, float* y) {
+  const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+  const uint8_t* q = b.qs;
+  for (int j = 0; j < kQK_K; j += 64, q += 32) {
+    uint8_t sc, m;
+    scale_min_k4(j / 32, b.scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(j / 32 + 1, b.scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * float(q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * float(q[l] >> 4) - m2;
+  }
+}
+
+GPUNVME_HD inline void dequant_block(const BlockQ5_K& b, float* y) {
+  const float d = half_to_float(b.d), dmin = half_to_float(b.dmin);
+  const uint8_t* ql = b.qs;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < kQK_K; j += 64, ql += 32, u1 <<= 2, u2 <<= 2) {
+    uint8_t sc, m;
+    scale_min_k4(j / 32, b.scales, &sc, &m);
+    const float d1 = d * sc, m1 = dmin * m;
+    scale_min_k4(j / 32 + 1, b.scales, &sc, &m);
+    const float d2 = d * sc, m2 = dmin * m;
+    for (int l = 0; l < 32; ++l) y[j + l] = d1 * float((ql[l] & 0xF) + (b.qh[l] & u1 ? 16 : 0)) - m1;
+    for (int l = 0; l < 32; ++l) y[j + 32 + l] = d2 * float((ql[l] >> 4) + (b.qh[l] & u2 ? 16 : 0)) - m2;
+  }
+}
+
+GPUNVME_HD inline void dequant_block(const BlockQ6_K& b, float* y) {
+  const float d = half_to_float(b.d);
+  const uint8_t* ql = b.ql;
+  const uint8_t* qh = b.qh;
+  const int8_t* sc = b.scales;
+  for (int n = 0; n < kQK_K; n += 128, ql += 64, qh += 32, sc += 8) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      y[n + l] = d * float(sc[is + 0]) * float(q1);
+      y[n + l + 32] = d * float(sc[is + 2]) * float(q2);
+      y[n + l + 64] = d * float(sc[is + 4]) * float(q3);
+      y[n + l + 96] = d * float(sc[is + 6]) * float(q4);
+    }
+  }
+}
+
+// Dequantizes block `i` of a row of type `t` starting at `row` into y[0 .. block_elems).
+GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, float* y) {
+  const auto* p = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case GgmlType::F32: { float f; memcpy(&f, p + 4 * i, 4); y[0] = f; return; }
+    case GgmlType::F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); y[0] = half_to_float(h); return; }
+    case GgmlType::BF16: { uint16_t h; memcpy(&h, p + 2 * i, 2); y[0] = bf16_to_float(h); return; }
+    case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[i], y);
+    case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[i], y);
+    case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[i], y);
+    case GgmlType::Q4_K: return dequant_block(reinterpret_cast<const BlockQ4_K*>(p)[i], y);
+    case GgmlType::Q5_K: return dequant_block(reinterpret_cast<const BlockQ5_K*>(p)[i], y);
+    case GgmlType::Q6_K: return dequant_block(reinterpret_cast<const BlockQ6_K*>(p)[i], y);
+    default: return;  // callers check computes(t) when they load the model
+  }
+}
+
+// Elements per group: the unit the matrix-vector kernels dequantize at once (32 floats fit in a
+// thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
+inline constexpr int kGroup = 32;
+
+// Dequantizes group `g` (elements 32g .. 32g + 31) of a row of type `t` into y[0..32). Equal to the
+// matching slice of dequant_block's output for every type (tests/llm holds the two routes equal).
+GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, float* y) {
+  const auto* p = static_cast<const uint8_t*>(row);
+  switch (t) {
+    case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[g], y);
+    case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[g], y);
+    case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[g], y);
+    case GgmlType::Q4_K: case GgmlType::Q5_K: {
+      const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
+      const bool q5 = t == GgmlType::Q5_K;
+      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(p) + g / 8;
+      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(p) + g / 8;
+      const uint8_t* scales = q5 ? b5->scales : b4->scales;
+      const float d = half_to_float(q5 ? b5->d : b4->d), dmin = half_to_float(q5 ? b5->dmin : b4->dmin);
+      uint8_t sc, m;
+      scale_min_k4(sub, scales, &sc, &m);
+      const float dl = d * sc, ml = dmin * m;
+      const uint8_t* q = (q5 ? b5->qs : b4->qs) + 32 * (sub / 2);
+      const int shift = 4 * (sub & 1);
+      const uint8_t hbit = uint8_t(1u << sub);
+      for (int l = 0; l < 32; ++l) {
+        const int hi = q5 && (b5->qh[l] & hbit) ? 16 : 0;
+        y[l] = dl * float(((q[l] >> shift) & 0xF) + hi) - ml;
+      }
+      return;
+    }
+    case GgmlType::Q6_K: {
+      const auto& b = reinterpret_cast<const BlockQ6_K*>(p)[g / 8];
+      const int sub = int(g % 8);        // 32-element groups: half (n) of 128, then quarter (k) of it
+      const int n = sub / 4, k = sub % 4;
+      const float d = half_to_float(b.d);
+      const uint8_t* ql = b.ql + 64 * n + (k & 1) * 32;
+      const uint8_t* qh = b.qh + 32 * n;
+      const int8_t* sc = b.scales + 8 * n + 2 * k;
+      for (int l = 0; l < 32; ++l) {
+        const int lo = (k < 2) ? (ql[l] & 0xF) : (ql[l] >> 4);
+        const int q = int(lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        y[l] = d * float(sc[l / 16]) * float(q);
+      }
+      return;
+    }
+    default:  // F32, F16, BF16: 32 consecutive elements
+      for (int l = 0; l < 32; ++l) dequant_block(t, row, g * 32 + uint64_t(l), y + l);
+      return;
+  }
+}
+
+}  // namespace gpunvme::llm

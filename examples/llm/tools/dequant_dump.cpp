@@ -1,0 +1,70 @@
+// dequant_dump FILE.gguf OUTDIR: dequantizes every tensor of a type the engine computes with the
+// engine's own block routines (quant/dequant.h, the code the GPU kernels run) and writes tensor k's
+// floats to OUTDIR/k.f32 (after checking that the 32-element group route gives the same bits), printing "k<TAB>type<TAB>elements<TAB>name" per tensor. tests/llm/dequant_check.py
+// compares the files with gguf-py's gguf.quants.dequantize.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "examples/llm/quant/dequant.h"
+#include "runtime/gguf/gguf_file.h"
+
+namespace {
+
+std::vector<uint8_t> read_range(const std::string& path, uint64_t off, uint64_t len) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path);
+  std::vector<uint8_t> b(len);
+  uint64_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd, b.data() + done, len - done, off_t(off + done));
+    if (n <= 0) { ::close(fd); throw std::runtime_error(path + ": short read"); }
+    done += uint64_t(n);
+  }
+  ::close(fd);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpunvme;
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: dequant_dump FILE.gguf OUTDIR\n");
+    return 2;
+  }
+  try {
+    const gguf::GgufFile f = gguf::GgufFile::open(argv[1]);
+    const auto& ts = f.tensors();
+    for (size_t k = 0; k < ts.size(); ++k) {
+      const auto& t = ts[k];
+      if (!llm::computes(t.type.type)) continue;
+      const std::vector<uint8_t> raw = read_range(argv[1], t.file_offset, t.size_bytes);
+      std::vector<float> out(t.n_elements);
+      const uint64_t blocks = t.n_elements / t.type.block_size;
+      for (uint64_t i = 0; i < blocks; ++i) llm::dequant_block(t.type.type, raw.data(), i, out.data() + i * t.type.block_size);
+      // The kernels' route (32-element groups) must give the same bits as the whole-block route.
+      float g[llm::kGroup];
+      for (uint64_t i = 0; i < t.n_elements / llm::kGroup; ++i) {
+        llm::dequant_group(t.type.type, raw.data(), i, g);
+        if (std::memcmp(g, out.data() + i * llm::kGroup, sizeof g) != 0)
+          throw std::runtime_error(t.name + ": dequant_group(" + std::to_string(i) + ") differs from dequant_block");
+      }
+      std::ofstream o(std::string(argv[2]) + "/" + std::to_string(k) + ".f32", std::ios::binary);
+      o.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size() * sizeof(float)));
+      if (!o) throw std::runtime_error("cannot write to " + std::string(argv[2]));
+      std::printf("%zu\t%.*s\t%llu\t%s\n", k, int(t.type.name.size()), t.type.name.data(),
+                  static_cast<unsigned long long>(t.n_elements), t.name.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dequant_dump: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,43 @@
+// tokenize FILE.gguf [--no-bos]: reads one hex-encoded UTF-8 text per stdin line (hex, so any bytes
+// and newlines survive), prints its token ids comma-separated per line. tests/llm/tokenizer_check.py
+// feeds llama.cpp's reference cases through it.
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+
+#include "examples/llm/tokenizer/tokenizer.h"
+#include "runtime/gguf/gguf_file.h"
+
+namespace {
+
+std::string unhex(const std::string& h) {
+  if (h.size() % 2) throw std::runtime_error("odd-length hex line");
+  std::string s;
+  for (size_t i = 0; i < h.size(); i += 2) s += char(std::stoi(h.substr(i, 2), nullptr, 16));
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace gpunvme;
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--no-bos")) {
+    std::fprintf(stderr, "usage: tokenize FILE.gguf [--no-bos] < hex-lines\n");
+    return 2;
+  }
+  try {
+    const llm::Tokenizer tok(llm::read_vocab(gguf::GgufFile::open(argv[1])));
+    const bool bos = argc == 2;
+    std::string line;
+    while (std::getline(std::cin, line)) {
+      const auto ids = tok.encode(unhex(line), bos);
+      for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%u", i ? "," : "", ids[i]);
+      std::printf("\n");
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tokenize: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

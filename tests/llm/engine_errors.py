@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""The engine on bad input, as a careless or hostile user would give it: every case must end with exit
+status 1 or 2 and a message naming the tensor, the type or the limit — never a crash, never text.
+  engine_errors.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme
+Exit 77 (skipped) without gguf-py.
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "llm"))
+try:
+    import numpy as np
+    import gguf
+    from gguf import GGMLQuantizationType as T
+    import make_models as mm
+except ImportError as e:
+    print(f"SKIP: {e}")
+    sys.exit(77)
+
+
+def write_variant(path, drop=None, retype=None, arch="llama"):
+    """A small llama-layout model, with one tensor left out or stored as an unsupported type."""
+    s = mm.Shape()
+    rng = np.random.default_rng(5)
+    w = gguf.GGUFWriter(path, arch)
+    mm.common_header(w, arch, s, "variant")
+    w.add_rope_dimension_count(s.head_dim)
+
+    def put(name, arr, qt):
+        if name == drop:
+            return
+        if name == retype:
+            w.add_tensor(name, rng.integers(0, 256, (arr.shape[0], arr.shape[1] // 256 * 84), dtype=np.uint8), raw_dtype=T.Q2_K)
+            return
+        mm.add(w, name, arr, qt)
+
+    put("token_embd.weight", mm.weight(rng, T.Q8_0, s.vocab, s.hidden), T.Q8_0)
+    for i in range(s.layers):
+        put(f"blk.{i}.attn_norm.weight", mm.norm(rng, s.hidden), T.F32)
+        for n, rows in (("attn_q", s.hidden), ("attn_k", 128), ("attn_v", 128), ("attn_output", s.hidden)):
+            put(f"blk.{i}.{n}.weight", mm.weight(rng, T.Q8_0, rows, s.hidden), T.Q8_0)
+        put(f"blk.{i}.ffn_norm.weight", mm.norm(rng, s.hidden), T.F32)
+        put(f"blk.{i}.ffn_gate.weight", mm.weight(rng, T.Q8_0, s.ffn, s.hidden), T.Q8_0)
+        put(f"blk.{i}.ffn_up.weight", mm.weight(rng, T.Q8_0, s.ffn, s.hidden), T.Q8_0)
+        put(f"blk.{i}.ffn_down.weight", mm.weight(rng, T.Q8_0, s.hidden, s.ffn), T.Q8_0)
+    put("output_norm.weight", mm.norm(rng, s.hidden), T.F32)
+    put("output.weight", mm.weight(rng, T.Q8_0, s.vocab, s.hidden), T.Q8_0)
+    mm.finish(w)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llm", required=True)
+    ap.add_argument("--gpunvme", required=True)
+    a = ap.parse_args()
+    failed = 0
+    with tempfile.TemporaryDirectory() as d:
+        def device_with(model, deploy=True):
+            img = os.path.join(d, os.path.basename(model) + ".img")
+            if deploy:
+                subprocess.run([a.gpunvme, "deploy", model, "--device", f"emu:{img},size=64M"], check=True, stdout=subprocess.DEVNULL)
+            return f"emu:{img}"
+
+        good = os.path.join(d, "good.gguf")
+        write_variant(good)
+        cases = []
+        p = os.path.join(d, "missing.gguf"); write_variant(p, drop="blk.1.ffn_up.weight")
+        cases.append(("missing tensor", [device_with(p)], ["blk.1.ffn_up.weight"]))
+        p = os.path.join(d, "q2k.gguf"); write_variant(p, retype="blk.0.attn_q.weight")
+        cases.append(("unsupported type", [device_with(p)], ["blk.0.attn_q.weight", "Q2_K"]))
+        p = os.path.join(d, "phi.gguf"); write_variant(p, arch="phi3")
+        cases.append(("unsupported architecture", [device_with(p)], ["phi3", "llama", "qwen2", "gemma3"]))
+        dev = device_with(good)
+        cases.append(("prompt past the context", [dev, "--prompt-ids", ",".join(["1"] * 500), "-n", "100"], ["512"]))
+        cases.append(("token id outside the vocabulary", [dev, "--prompt-ids", "1,99999"], ["99999", "vocabulary"]))
+        cases.append(("bad token id text", [dev, "--prompt-ids", "1,-2"], ["-2"]))
+        cases.append(("text prompt, no vocabulary", [dev, "--prompt", "hello"], ["--prompt-ids"]))
+        cases.append(("bad --resident", [dev, "--prompt-ids", "1", "--resident", "some"], ["--resident"]))
+        empty = os.path.join(d, "empty.img")
+        with open(empty, "wb") as f:
+            f.truncate(16 << 20)
+        cases.append(("device without a model", [f"emu:{empty}", "--prompt-ids", "1"], ["model"]))
+        # A GGUF dd'ed at 1 MiB onto a namespace that ends before its last tensor (a truncated copy).
+        trunc = os.path.join(d, "trunc.img")
+        data = open(good, "rb").read()
+        with open(trunc, "wb") as f:
+            f.seek(1 << 20)
+            f.write(data[: len(data) // 2])
+            f.truncate(((1 << 20) + len(data) // 2 + 4095) // 4096 * 4096)
+        cases.append(("truncated model", [f"emu:{trunc}", "--prompt-ids", "1"], ["truncated", "past the end"]))
+        for what, args, words in cases:
+            argv = [a.llm, "--device"] + args + ["--path", "cpu"] if args and args[0].startswith("emu:") else [a.llm] + args
+            r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+            msg = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
+            ok = r.returncode in (1, 2) and any(wd in r.stderr for wd in words) and not r.stdout.strip().startswith("model:")
+            print(f"{'ok  ' if ok else 'FAIL'} {what}: exit {r.returncode}: {msg}")
+            failed += not ok
+    print(f"{len(cases) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

