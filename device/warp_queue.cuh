@@ -296,8 +296,8 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
       if (n > 0) nvme::publish_entries_before_doorbell();
       else nvme::release_slots_before_head_doorbell();
       if (lane == 0) {
-        if (n > 0) nvme::mmio_write32(q->sq_doorbell, s.sq.tail);
-        if (reaped > 0) nvme::mmio_write32(q->cq_doorbell, s.cq.head);
+        if (n > 0) ring_sq_doorbell(*q, s.sq.tail);
+        if (reaped > 0) ring_cq_doorbell(*q, s.cq.head);
       }
     }
 

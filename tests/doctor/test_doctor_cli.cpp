@@ -1,0 +1,82 @@
+// `gpunvme doctor` end to end (the built binary, GPUNVME_BIN): exit statuses, --json, usage errors,
+// on a fabricated tree (GPUNVME_DOCTOR_ROOT) and on this machine as it is.
+#include <sys/wait.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "tests/doctor/fake_tree.h"
+
+using namespace doctor_test;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+struct Run {
+  int rc;
+  std::string out;
+};
+
+Run run(const std::string& env, const std::string& args) {
+  const char* bin = std::getenv("GPUNVME_BIN");
+  const std::string cmd = env + " " + std::string(bin ? bin : "gpunvme") + " doctor " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace
+
+TEST_CASE("gpunvme doctor: exit status 0/3 on a ready tree, 1 when a check blocks", "[doctor][cli]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  FakeTree t;
+  t.healthy();
+  t.file("/dev/vfio/14", "", 0666);
+  const std::string env = "GPUNVME_DOCTOR_ROOT=" + t.root();
+  auto r = run(env, std::string("--device vfio:") + kDrive);
+  INFO(r.out);
+  // This machine's GPU (or its absence) decides between ready and ready-with-warnings.
+  CHECK((r.rc == 0 || r.rc == 3));
+  CHECK_THAT(r.out, ContainsSubstring("IOMMU on"));
+  CHECK_THAT(r.out, ContainsSubstring("bound to vfio-pci"));
+  t.bind(kDrive, "nvme");
+  r = run(env, std::string("--device ") + kDrive + " --json");
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, ContainsSubstring("\"id\": \"vfio_driver\", \"status\": \"fail\""));
+  CHECK_THAT(r.out, ContainsSubstring("\"exit_status\": 1"));
+  CHECK_THAT(r.out, ContainsSubstring("sudo scripts/setup_vfio.sh bind 0000:0b:00.0"));
+}
+
+TEST_CASE("gpunvme doctor: usage errors exit 2, --help documents the exit statuses", "[doctor][cli]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  auto r = run("", "--device emu:ram,size=1G");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, ContainsSubstring("real drives"));
+  r = run("", "--device vfio:0b:00");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, ContainsSubstring("not a PCI address"));
+  r = run("", "--bogus");
+  CHECK(r.rc == 2);
+  r = run("", "--help");
+  CHECK(r.rc == 0);
+  CHECK_THAT(r.out, ContainsSubstring("3  ready, with warnings"));
+}
+
+TEST_CASE("gpunvme doctor --json on this machine: one object, a documented exit status", "[doctor][cli][real]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  const auto r = run("", "--json");
+  INFO(r.out);
+  CHECK((r.rc == 0 || r.rc == 1 || r.rc == 3));
+  CHECK(r.out.rfind("{\n  \"tool\": \"gpunvme doctor\"", 0) == 0);
+  CHECK_THAT(r.out, ContainsSubstring("\"exit_status\": " + std::to_string(r.rc)));
+  CHECK_THAT(r.out, ContainsSubstring("\"id\": \"gpu\""));
+}
