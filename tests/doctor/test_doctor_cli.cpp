@@ -1,12 +1,17 @@
 // `gpunvme doctor` end to end (the built binary, GPUNVME_BIN): exit statuses, --json, usage errors,
-// on a fabricated tree (GPUNVME_DOCTOR_ROOT) and on this machine as it is.
+// on a fabricated tree (GPUNVME_DOCTOR_ROOT) and on this machine as it is; and `gpunvme read`, the
+// read-only first contact of docs/hardware.md, against an emulated image whose bytes are known.
 #include <sys/wait.h>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "tests/doctor/fake_tree.h"
 
@@ -20,9 +25,9 @@ struct Run {
   std::string out;
 };
 
-Run run(const std::string& env, const std::string& args) {
+Run run(const std::string& env, const std::string& args, const char* command = "doctor") {
   const char* bin = std::getenv("GPUNVME_BIN");
-  const std::string cmd = env + " " + std::string(bin ? bin : "gpunvme") + " doctor " + args + " 2>&1";
+  const std::string cmd = env + " " + std::string(bin ? bin : "gpunvme") + " " + command + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -79,4 +84,31 @@ TEST_CASE("gpunvme doctor --json on this machine: one object, a documented exit 
   CHECK(r.out.rfind("{\n  \"tool\": \"gpunvme doctor\"", 0) == 0);
   CHECK_THAT(r.out, ContainsSubstring("\"exit_status\": " + std::to_string(r.rc)));
   CHECK_THAT(r.out, ContainsSubstring("\"id\": \"gpu\""));
+}
+
+TEST_CASE("gpunvme read copies blocks out byte-exact and writes nothing", "[read][cli]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  FakeTree t;  // a scratch directory
+  const std::string img = t.root() + "/disk.img", out = t.root() + "/out.bin";
+  std::vector<char> disk(1 << 20);
+  std::mt19937_64 rng(5);
+  for (auto& c : disk) c = char(rng());
+  std::ofstream(img, std::ios::binary).write(disk.data(), std::streamsize(disk.size()));
+  const std::string dev = "--device emu:" + img + ",size=1M,lba=4096";
+  auto r = run("", dev + " --lba 3 --bytes 12K --out " + out, "read");
+  INFO(r.out);
+  REQUIRE(r.rc == 0);
+  std::ifstream f(out, std::ios::binary);
+  const std::vector<char> got((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  REQUIRE(got.size() == 12288u);
+  CHECK(std::equal(got.begin(), got.end(), disk.begin() + 3 * 4096));
+  std::ifstream again(img, std::ios::binary);
+  const std::vector<char> after((std::istreambuf_iterator<char>(again)), std::istreambuf_iterator<char>());
+  CHECK(after == disk);
+  r = run("", dev + " --bytes 1000", "read");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, ContainsSubstring("multiple of the 4096-byte block"));
+  r = run("", dev + " --lba 255 --bytes 8K", "read");
+  CHECK(r.rc == 2);
+  CHECK_THAT(r.out, ContainsSubstring("past the end"));
 }
