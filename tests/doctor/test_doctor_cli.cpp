@@ -1,8 +1,6 @@
 // `gpunvme doctor` end to end (the built binary, GPUNVME_BIN): exit statuses, --json, usage errors,
 // on a fabricated tree (GPUNVME_DOCTOR_ROOT) and on this machine as it is; and `gpunvme read`, the
 // read-only first contact of docs/hardware.md, against an emulated image whose bytes are known.
-#include <sys/wait.h>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstdio>
@@ -13,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/cli_run.h"
 #include "tests/doctor/fake_tree.h"
 
 using namespace doctor_test;
@@ -20,22 +19,8 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-struct Run {
-  int rc;
-  std::string out;
-};
-
-Run run(const std::string& env, const std::string& args, const char* command = "doctor") {
-  const char* bin = std::getenv("GPUNVME_BIN");
-  const std::string cmd = env + " " + std::string(bin ? bin : "gpunvme") + " " + command + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+cli_test::Run run(const std::string& env, const std::string& args, const char* command = "doctor") {
+  return cli_test::run_gpunvme(std::string(command) + " " + args, env);
 }
 
 }  // namespace
