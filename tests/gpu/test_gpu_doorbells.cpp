@@ -8,6 +8,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -136,4 +137,31 @@ TEST_CASE("register_io_memory_for_gpu fails cleanly on ranges that are not a map
   // No CUDA error is left behind: GPU-mapped DMA memory and a kernel still work.
   GpuRig rig("emu:ram,size=64M,threads=2", 1, 64);
   read_layer_and_verify(rig, 35);
+}
+
+TEST_CASE("doorbell=cpu serves the one-thread C device API too (gpunvme_device.cuh)", "[gpu][doorbell]") {
+  REQUIRE_GPU();
+  GpuRig rig("emu:ram,size=16M,threads=1", 1, 32, true, with_doorbell(DoorbellMode::kCpu));
+  const uint64_t seed = 36;
+  rig.write_pattern(0, 4 << 20, seed);
+  std::vector<uint64_t> lbas;
+  std::vector<VerifySpan> spans;
+  const uint64_t stride = 8192;
+  for (uint32_t i = 0; i < 300; ++i) {
+    const uint64_t off = uint64_t((i * 7) % 500) * 8192;
+    lbas.push_back(off / rig.lba);
+    spans.push_back(VerifySpan{i * stride, off, 8192});
+  }
+  host::DmaBuffer out = rig.gpu_buffer(lbas.size() * stride + 8192);
+  // Depth 1 and 8: one doorbell per command, then batches.
+  for (uint32_t depth : {1u, 8u}) {
+    std::memset(out.host(), 0, out.size());
+    const test::CApiResult r = test::gpu_c_api_reads(rig.set->device(0), lbas, 8192 / rig.lba, rig.lba, out.bus(0),
+                                                     stride, depth, 1'000'000'000);
+    INFO("depth " << depth);
+    CHECK(r.succeeded == lbas.size());
+    CHECK(r.failed + r.timed_out + r.protocol_errors == 0);
+    CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(out.device()), spans, seed) == 0);
+  }
+  CHECK(rig.set->forwarder()->forwarded() > 0);
 }
