@@ -32,11 +32,14 @@ namespace {
 
 const char* kHelp =
     "usage: gpu_cmd_rate [--threads N] [--queues 1,4,16,64] [--count N] [--ram-queues N] [--ram-size SIZE]\n"
-    "                    [--entries N] [--probe FILE] [--skip-null] [--skip-ram]\n"
+    "                    [--entries N] [--probe FILE] [--skip-null] [--skip-ram] [--doorbell auto|gpu|cpu]\n"
     "  --threads N     emulator controller threads (default 8; a run uses min(N, queues))\n"
     "  --count N       null commands per run, split over the queues (default 64M, at least 4M per queue)\n"
     "  --ram-queues N  queues for the RAM-namespace reads (default 8)\n"
-    "  --entries N     queue entries (default 4096)\n";
+    "  --entries N     queue entries (default 4096)\n"
+    "  --doorbell D    GPU path doorbells: gpu (kernels write BAR0), cpu (a host thread forwards them from a\n"
+    "                  mailbox the kernels write), auto (gpu where BAR0 maps into the GPU; default)\n"
+    "A run whose commands did not all complete prints \"-\" instead of its figures, and the error.\n";
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -96,16 +99,18 @@ struct Rate {
   uint64_t commands = 0;
   uint64_t bytes = 0;
   std::string error;
+  std::string doorbell_note;  // GPU path: who wrote the doorbells, and why
   double mcmds() const { return seconds > 0 ? commands / seconds / 1e6 : 0; }
   double gbps() const { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
 };
 
 // GPU path: one warp per queue, `per_queue` reads of `bytes` each.
 Rate gpu_reads(const std::string& dev, uint32_t nq, uint32_t entries, uint64_t per_queue, uint64_t bytes, uint32_t depth,
-               uint64_t span_bytes) {
+               uint64_t span_bytes, device::DoorbellMode doorbell) {
   Rig rig(dev, nq, entries, true, span_bytes);
   device::DeviceQueueOptions qo;
   qo.max_command_bytes = std::max<uint64_t>(bytes, 4096);
+  qo.doorbell = doorbell;
   device::DeviceQueueSet set(*rig.ctrl, rig.raw(), 1, qo);
   const uint32_t slots = depth ? depth : 1;
   const bool shared = span_bytes == 0;  // null: every command may target the same page
@@ -129,6 +134,7 @@ Rate gpu_reads(const std::string& dev, uint32_t nq, uint32_t entries, uint64_t p
   out.seconds = secs(t0, Clock::now());
   out.commands = r.completed - r.failed;
   out.bytes = out.commands * bytes;
+  out.doorbell_note = set.doorbell_note();
   if (!r.ok()) out.error = r.describe();
   return out;
 }
@@ -215,6 +221,14 @@ Rate cpu_reads(const std::string& dev, uint32_t nq, uint32_t entries, uint64_t p
 }
 
 // memcpy bandwidth of `threads` threads copying 128 KiB pieces from a RAM area into pinned memory.
+// A figure, or "-" when its run failed (a number from a run that did not complete is no number).
+std::string figure(const Rate& r, double value, const char* format) {
+  if (!r.error.empty()) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, format, value);
+  return b;
+}
+
 double memcpy_gbps(uint32_t threads, uint64_t src_bytes, uint64_t piece, double seconds) {
   std::vector<char> src(src_bytes);
   std::memset(src.data(), 0x5A, src.size());
@@ -260,7 +274,7 @@ std::vector<uint32_t> parse_list(const std::string& s) {
 
 int main(int argc, char** argv) {
   try {
-    cli::Args args(argc, argv, 1, {"threads", "queues", "count", "ram-queues", "ram-size", "entries", "probe"},
+    cli::Args args(argc, argv, 1, {"threads", "queues", "count", "ram-queues", "ram-size", "entries", "probe", "doorbell"},
                    {"skip-null", "skip-ram", "skip-cpu", "help"});
     if (args.has("help")) {
       std::printf("%s", kHelp);
@@ -273,6 +287,8 @@ int main(int argc, char** argv) {
     const uint32_t ram_queues = uint32_t(args.get_u64("ram-queues", 8));
     const uint64_t ram_size = args.get_size("ram-size", 1ull << 30);
     const auto probe = args.has("probe") ? read_probe(args.get("probe")) : std::map<uint32_t, double>{};
+    const auto doorbell = device::parse_doorbell_mode(args.get("doorbell", "auto"));
+    if (!doorbell) throw cli::UsageError("--doorbell must be auto, gpu or cpu");
     std::string why;
     if (!host::cuda_device_available(&why)) {
       std::printf("gpu_cmd_rate: no CUDA GPU (%s); nothing to measure\n", why.c_str());
@@ -288,13 +304,16 @@ int main(int argc, char** argv) {
         const uint32_t ct = std::min(threads, nq);
         const std::string dev = "emu:null,size=1T,queues=64,threads=" + std::to_string(ct) + ",poll=spin,ready_ms=0";
         const uint64_t per_queue = std::max<uint64_t>(count / nq, 4ull << 20);
-        const Rate g = gpu_reads(dev, nq, entries, per_queue, 4096, 0, 0);
+        const Rate g = gpu_reads(dev, nq, entries, per_queue, 4096, 0, 0, *doorbell);
         Rate c;
         if (!args.has("skip-cpu")) c = cpu_reads(dev, nq, std::min<uint32_t>(entries, 1024), per_queue / 8, 4096, 256, 0);
         const double p = probe.count(nq) ? probe.at(nq) : 0;
-        std::printf("%6u %5u %14.1f %14.1f %14.1f %10s %10.2f\n", nq, ct, g.mcmds(), c.mcmds(), p,
-                    p > 0 ? (std::to_string(g.mcmds() / p).substr(0, 4) + "x").c_str() : "-",
-                    c.mcmds() > 0 ? g.mcmds() / c.mcmds() : 0.0);
+        if (nq == queue_counts.front()) std::printf("  doorbells: %s\n", g.doorbell_note.c_str());
+        const bool both = g.error.empty() && c.error.empty() && c.mcmds() > 0;
+        std::printf("%6u %5u %14s %14s %14.1f %10s %10s\n", nq, ct, figure(g, g.mcmds(), "%.1f").c_str(),
+                    figure(c, c.mcmds(), "%.1f").c_str(), p,
+                    p > 0 && g.error.empty() ? (std::to_string(g.mcmds() / p).substr(0, 4) + "x").c_str() : "-",
+                    both ? figure(g, g.mcmds() / c.mcmds(), "%.2f").c_str() : "-");
         if (!g.error.empty()) std::printf("  GPU error: %s\n", g.error.c_str()), ++failures;
         if (!c.error.empty()) std::printf("  CPU error: %s\n", c.error.c_str()), ++failures;
         std::fflush(stdout);
@@ -312,12 +331,13 @@ int main(int argc, char** argv) {
       for (uint64_t bs : {uint64_t(4096), uint64_t(128 << 10)}) {
         const uint64_t per_queue = bs == 4096 ? 400000 : 40000;
         const uint64_t span = ram_size;
-        const Rate g = gpu_reads(dev, ram_queues, 256, per_queue, bs, 32, span);
+        const Rate g = gpu_reads(dev, ram_queues, 256, per_queue, bs, 32, span, *doorbell);
         Rate c;
         if (!args.has("skip-cpu")) c = cpu_reads(dev, ram_queues, 256, per_queue, bs, 32, span);
-        std::printf("%7lluK %10.2f %10.0f %10.2f %10.0f %14.2f %11.0f%%\n", (unsigned long long)(bs >> 10), g.gbps(),
-                    g.commands / std::max(g.seconds, 1e-9) / 1e3, c.gbps(), c.commands / std::max(c.seconds, 1e-9) / 1e3,
-                    mc, 100.0 * g.gbps() / mc);
+        std::printf("%7lluK %10s %10s %10s %10s %14.2f %12s\n", (unsigned long long)(bs >> 10),
+                    figure(g, g.gbps(), "%.2f").c_str(), figure(g, g.commands / std::max(g.seconds, 1e-9) / 1e3, "%.0f").c_str(),
+                    figure(c, c.gbps(), "%.2f").c_str(), figure(c, c.commands / std::max(c.seconds, 1e-9) / 1e3, "%.0f").c_str(),
+                    mc, (figure(g, 100.0 * g.gbps() / mc, "%.0f") + (g.error.empty() ? "%" : "")).c_str());
         if (!g.error.empty()) std::printf("  GPU error: %s\n", g.error.c_str()), ++failures;
         if (!c.error.empty()) std::printf("  CPU error: %s\n", c.error.c_str()), ++failures;
         std::fflush(stdout);

@@ -827,6 +827,11 @@ int main(int argc, char** argv) {
           row.error = e.what();
           row.verified = false;
         }
+        // Bytes that did not verify make the run's speed meaningless: report the mismatch, no figures.
+        if (row.ran && !row.verified) {
+          row.ran = false;
+          row.error = "bytes did not verify (no figures): " + row.mismatch;
+        }
         if (!o.json) {
           if (row.ran)
             std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n",

@@ -62,6 +62,8 @@ const char* kHelp =
     "  --device DEV      device string (default emu:ram,size=1G); repeat for up to 4 devices, which all\n"
     "                    run the same workload at once (same LBA size needed; span = the smallest)\n"
     "  --path P          cpu | gpu (default cpu; gpu needs a CUDA build and a GPU)\n"
+    "  --doorbell D      GPU path: gpu (kernels write BAR0) | cpu (kernels write a host mailbox, a CPU\n"
+    "                    thread forwards) | auto (gpu where BAR0 maps into the GPU; default)\n"
     "  --bs SIZE         bytes per command, e.g. 4K, 128K (default 128K)\n"
     "  --qd N            commands in flight per queue (default 32)\n"
     "  --queues N        I/O queue pairs per device (default 1): host threads or GPU warps\n"
@@ -88,7 +90,7 @@ const char* kHelp =
     "(within 3.2%). The GPU path stops issuing when --time has passed (checked every ~10 ms of\n"
     "commands) and drains what is in flight.\n"
     "\n"
-    "JSON keys (stable): tool, version, label, path, devices[], device (first), rw, mix (read %), bs, qd,\n"
+    "JSON keys (stable): tool, version, label, path, doorbell (GPU path: gpu/cpu as resolved), devices[], device (first), rw, mix (read %), bs, qd,\n"
     "  queues, time_s, count, span_bytes, seed, fill, verify, seconds, ios, reads, writes, errors,\n"
     "  verify_errors, iops, gbps (10^9 B/s), lat_us{mean,p50,p99,p999,max}, cpu_seconds (process, run\n"
     "  window), controller_cpu_seconds (emulator controller threads; null when unknown),\n"
@@ -97,7 +99,8 @@ const char* kHelp =
     "  buffer_slots, first_error, faults, chunks, untimed), first_error. Totals: ios summed; seconds from the\n"
     "  first submission to the last completion on any device.\n"
     "\n"
-    "Exit status: 0 ok; 1 errors (failed commands, faults, verify mismatches); 2 usage; 3 a GPU kernel\n"
+    "Exit status: 0 ok; 1 errors (failed commands, faults, verify mismatches; with no command completed or\n"
+    "any verify mismatch nothing but the error is printed: no figures); 2 usage; 3 a GPU kernel\n"
     "stopped progressing (the process ends; a running kernel cannot be cancelled).\n"
     "\n";
 
@@ -158,6 +161,7 @@ struct CpuWindow {
 struct Options {
   std::vector<std::string> devices;
   std::string path = "cpu";
+  std::string doorbell = "auto";  // GPU path
   uint64_t bs = 128 * 1024;
   uint32_t qd = 32, nq = 1;
   std::string rw = "read";
@@ -513,7 +517,7 @@ int main(int argc, char** argv) {
     Options o;
     o.devices = take_devices(argc, argv, &rest);
     cli::Args args(int(rest.size()), rest.data(), 1,
-                   {"path", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed", "timeout-ms", "label"},
+                   {"path", "doorbell", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed", "timeout-ms", "label"},
                    {"json", "help", "fill", "verify", "no-fill", "allow-write", "gpu-check"});
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
     if (args.has("help")) {
@@ -529,6 +533,7 @@ int main(int argc, char** argv) {
     if (o.devices.empty()) o.devices.push_back("emu:ram,size=1G");
     if (o.devices.size() > 4) throw cli::UsageError("--device: at most 4 devices (got " + std::to_string(o.devices.size()) + ")");
     o.path = args.get("path", "cpu");
+    o.doorbell = args.get("doorbell", "auto");
     o.bs = args.get_size("bs", 128 * 1024);
     o.qd = uint32_t(std::min<uint64_t>(args.get_u64("qd", 32), 1u << 20));
     o.nq = uint32_t(std::min<uint64_t>(args.get_u64("queues", 1), 1u << 16));
@@ -546,6 +551,8 @@ int main(int argc, char** argv) {
     o.json = args.has("json");
     o.label = args.get("label", "");
     if (o.path != "cpu" && o.path != "gpu") throw cli::UsageError("--path must be cpu or gpu");
+    if (!device::parse_doorbell_mode(o.doorbell)) throw cli::UsageError("--doorbell must be auto, gpu or cpu");
+    if (args.has("doorbell") && o.path != "gpu") throw cli::UsageError("--doorbell goes with --path gpu");
     if (o.rw != "read" && o.rw != "write" && o.rw != "randread" && o.rw != "randwrite" && o.rw != "rw" && o.rw != "randrw")
       throw cli::UsageError("--rw must be read, write, randread, randwrite, rw or randrw");
     if (o.mix > 100) throw cli::UsageError("--mix is a percentage: 0..100");
@@ -620,6 +627,7 @@ int main(int argc, char** argv) {
     job.per_queue_count = o.count ? (o.count + o.nq - 1) / o.nq : 0;
     job.timeout_ns = o.timeout_ms * 1000000ull;
     job.verify = o.verify;
+    job.doorbell = *device::parse_doorbell_mode(o.doorbell);
 
     if (o.fill)
       for (Dev& d : devs) fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * blocks, o.json);
@@ -662,10 +670,20 @@ int main(int argc, char** argv) {
                         std::any_of(results.begin(), results.end(), [](const DeviceResult& r) { return !r.faults.empty(); });
     std::string first_error = total.first_error.empty() ? total.first_verify_error : total.first_error;
     if (first_error.empty() && total.ios == 0) first_error = "no command completed";
+    // No figure from a run whose commands never completed or whose bytes did not verify.
+    if (total.ios == 0 || total.verify_errors != 0) {
+      std::string why = total.ios == 0 ? first_error : "";
+      if (total.verify_errors)
+        why += (why.empty() ? "" : "; ") + u64(total.verify_errors) + " reads did not verify, first: " +
+               total.first_verify_error;
+      std::fprintf(stderr, "nvme_perf: error: %s; no figures printed\n", why.c_str());
+      return 1;
+    }
 
     if (o.json) {
       std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"label\":" +
                       (o.label.empty() ? std::string("null") : json_str(o.label)) + ",\"path\":" + json_str(o.path) +
+                      ",\"doorbell\":" + (gpu ? json_str(results[0].doorbell) : std::string("null")) +
                       ",\"devices\":[";
       for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_str(devs[k].name);
       j += "],\"device\":" + json_str(devs[0].name) + ",\"rw\":" + json_str(o.rw) + ",\"mix\":" + u64(read_pct) +
@@ -699,6 +717,8 @@ int main(int argc, char** argv) {
                   read_pct, human_bytes(o.bs).c_str(), o.qd, o.nq,
                   o.count ? ("count " + u64(o.count)).c_str() : ("time " + num(o.seconds, 2) + " s").c_str(),
                   o.fill ? "  filled" : "", o.verify ? "  verified" : "");
+      if (gpu)
+        for (const DeviceResult& r : results) std::printf("  %s: %s\n", r.device.c_str(), r.doorbell_note.c_str());
       const int wdev = 34;
       std::printf("  %-*s %12s %12s %9s %9s %9s %9s %9s %9s %7s\n", wdev, "device", "ios", "IOPS", "GB/s", "mean us",
                   "p50 us", "p99 us", "p99.9 us", "max us", "errors");
@@ -724,11 +744,7 @@ int main(int argc, char** argv) {
         if (r.untimed)
           std::printf("  %s: %llu completions had no visible submit time (left out of the latencies)\n", r.device.c_str(),
                       (unsigned long long)r.untimed);
-        if (r.verify_errors)
-          std::printf("  %s: %llu verify mismatches; first: %s\n", r.device.c_str(), (unsigned long long)r.verify_errors,
-                      r.first_verify_error.c_str());
       }
-      if (total.ios == 0) std::printf("  no command completed\n");
     }
     return failed ? 1 : 0;
   } catch (const cli::UsageError& e) {

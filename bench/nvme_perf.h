@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/nvme_perf_math.h"
+#include "device/doorbell_mode.h"
 #include "host/controller.h"
 #include "host/queue_pair.h"
 
@@ -24,6 +25,7 @@ struct Job {
   uint64_t timeout_ns = 0;      // no completion on a queue for this long: the queue stops with an error
   bool verify = false;          // check the stamp() of every read's first and last block; writes stamp
   uint64_t buffer_cap_bytes = 1ull << 30;  // DMA data buffer per device (GPU path: slots shared above it)
+  device::DoorbellMode doorbell = device::DoorbellMode::kAuto;  // GPU path: who writes the doorbells
 };
 
 struct DeviceResult {
@@ -45,6 +47,8 @@ struct DeviceResult {
   uint32_t buffer_slots = 0;   // data slots per queue actually used
   uint64_t chunks = 0;         // GPU path: warp_pump calls summed over queues
   double controller_cpu_s = -1;  // emulator controller threads' CPU time in the window; -1: unknown
+  std::string doorbell;        // GPU path: "gpu" or "cpu" as resolved (DeviceQueueSet::doorbell_mode)
+  std::string doorbell_note;   // ... and why
   double seconds() const { return t_end_ns > t_start_ns ? double(t_end_ns - t_start_ns) / 1e9 : 0; }
 };
 

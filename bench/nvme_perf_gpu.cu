@@ -42,7 +42,9 @@ struct QueueOut {
   uint32_t faults, bad_prps;
   uint16_t first_error_status, qid;
   uint32_t first_error_tag;
+  uint32_t ran;              // kRanMarker once the kernel wrote this record: zeros are not results
 };
+inline constexpr uint32_t kRanMarker = 0x52414e31;  // "RAN1"
 
 struct KernelArgs {
   IoPattern pat;
@@ -231,6 +233,7 @@ __global__ void __launch_bounds__(32) perf_kernel(device::DeviceQueue* qs, uint3
     o.first_error_status = first_error_status;
     o.qid = qc.qid;
     o.first_error_tag = first_error_tag;
+    o.ran = kRanMarker;
     a.out[w] = o;
     __threadfence_system();
     a.progress[w] = kDone;
@@ -316,6 +319,7 @@ std::vector<DeviceResult> run_gpu(const std::vector<GpuDevice>& devices, const J
     r->nq = uint32_t(d.queues.size());
     device::DeviceQueueOptions qo;
     qo.max_command_bytes = std::max<uint64_t>(job.bs, 4096);
+    qo.doorbell = job.doorbell;
     r->set = std::make_unique<device::DeviceQueueSet>(*d.controller, d.queues, d.nsid, qo);
     const uint64_t max_bytes = uint64_t(r->set->max_blocks_per_command()) * r->set->lba_bytes();
     if (job.pattern.blocks > r->set->max_blocks_per_command())
@@ -420,8 +424,14 @@ std::vector<DeviceResult> run_gpu(const std::vector<GpuDevice>& devices, const J
     std::vector<unsigned long long> h(size_t(r->nq) * hist::kBuckets);
     check_cuda(cudaMemcpy(outs.data(), r->out->p, sizeof(QueueOut) * r->nq, cudaMemcpyDeviceToHost), "cudaMemcpy(results)");
     check_cuda(cudaMemcpy(h.data(), r->hist->p, 8 * h.size(), cudaMemcpyDeviceToHost), "cudaMemcpy(histogram)");
+    for (uint32_t w = 0; w < r->nq; ++w)
+      if (outs[w].ran != kRanMarker)
+        throw Error(ErrorKind::kIo, "perf_kernel never wrote the results of queue " + std::to_string(w) + " on " +
+                                        r->dev->name + ": the kernel did not run; no figures");
     DeviceResult d;
     d.device = r->dev->name;
+    d.doorbell = device::doorbell_mode_name(r->set->doorbell_mode());
+    d.doorbell_note = r->set->doorbell_note();
     d.buffer_slots = r->args.buf_slots;
     d.t_start_ns = ~0ull;
     uint32_t faults = 0;

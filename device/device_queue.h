@@ -13,6 +13,7 @@
 
 #include "driver/commands.h"
 #include "driver/compiler.h"
+#include "driver/memory_order.h"
 #include "driver/queue_ring.h"
 
 namespace gpunvme::device {
@@ -32,8 +33,8 @@ struct DeviceQueue {
   // ---- Set by the host, read-only for kernels. ----
   nvme::SubmissionEntry* sq = nullptr;   // GPU view of the SQ ring (DMA memory mapped into the GPU)
   nvme::CompletionEntry* cq = nullptr;   // GPU view of the CQ ring
-  volatile uint32_t* sq_doorbell = nullptr;  // GPU view of BAR0 + SQ tail doorbell offset
-  volatile uint32_t* cq_doorbell = nullptr;  // GPU view of BAR0 + CQ head doorbell offset
+  volatile uint32_t* sq_doorbell = nullptr;  // GPU view of BAR0 + SQ tail doorbell offset, or of a mailbox slot
+  volatile uint32_t* cq_doorbell = nullptr;  // GPU view of BAR0 + CQ head doorbell offset, or of a mailbox slot
   uint32_t* cid_busy = nullptr;   // [cid_count] device memory: 1 while that command id is in flight
   uint32_t* cid_tag = nullptr;    // [cid_count] device memory: the submitter's tag for each id in flight
   uint64_t* prp_lists = nullptr;  // GPU view of per-id PRP list areas (DMA memory), prp_list_bytes each
@@ -62,6 +63,13 @@ struct DeviceQueue {
   uint32_t first_error_tag = 0;
   int32_t owner = kNoOwner;
 };
+
+// The doorbell stores, the only place kernels write a doorbell. The pointer is BAR0's register
+// (doorbell=gpu) or the queue's slot in a host mailbox that a CPU thread forwards to that register
+// (doorbell=cpu, host/doorbell_forwarder.h); either way one 32-bit volatile store. Callers fence first
+// (nvme::publish_entries_before_doorbell / release_slots_before_head_doorbell).
+GPUNVME_HD inline void ring_sq_doorbell(const DeviceQueue& q, uint32_t tail) { nvme::mmio_write32(q.sq_doorbell, tail); }
+GPUNVME_HD inline void ring_cq_doorbell(const DeviceQueue& q, uint32_t head) { nvme::mmio_write32(q.cq_doorbell, head); }
 
 // What one warp's (or thread's) part of a kernel achieved on its queue.
 struct QueueReport {

@@ -54,9 +54,7 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
   std::string why;
   if (!host::cuda_device_available(&why)) throw Error(ErrorKind::kUnsupported, "GPU-initiated I/O needs a GPU: " + why);
   if (queues.empty()) throw Error(ErrorKind::kInvalidArgument, "DeviceQueueSet: no queues given");
-  volatile uint32_t* bar = controller.transport().bar0_for_gpu(&why);
-  if (bar == nullptr)
-    throw Error(ErrorKind::kUnsupported, controller.transport().name() + ": BAR0 cannot be mapped into the GPU: " + why);
+  volatile uint32_t* bar = choose_doorbells(controller, options.doorbell);
   const host::NamespaceInfo& ns = controller.namespace_info(nsid);
   lba_bytes_ = ns.lba_bytes;
   const uint64_t page = page_bytes_;
@@ -85,14 +83,26 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
   lists.gpu_mapped = true;
   prp_lists_ = host::DmaBuffer(controller.transport(), std::max<uint64_t>(page, total_cids * list_bytes), lists);
   std::memset(prp_lists_.host(), 0, prp_lists_.size());
+  if (bar == nullptr) {
+    // doorbell=cpu: slot 2i is queue i's SQ tail, slot 2i+1 its CQ head; both rings start at 0.
+    std::vector<host::DoorbellRoute> routes;
+    for (host::QueuePair* qp : queues) {
+      const host::QueueMemoryView v = qp->view();
+      routes.push_back({v.sq_doorbell, v.entries, 0});
+      routes.push_back({v.cq_doorbell, v.entries, 0});
+    }
+    host::DoorbellForwarderOptions fo = options.forwarder;
+    fo.gpu_mapped = true;
+    forwarder_ = std::make_unique<host::DoorbellForwarder>(std::move(routes), fo);
+  }
   uint64_t list_off = 0;
   for (size_t i = 0; i < queues.size(); ++i) {
     const host::QueueMemoryView v = queues[i]->view();
     DeviceQueue q{};
     q.sq = static_cast<nvme::SubmissionEntry*>(v.sq_device);
     q.cq = static_cast<nvme::CompletionEntry*>(v.cq_device);
-    q.sq_doorbell = bar + v.sq_doorbell_offset / 4;
-    q.cq_doorbell = bar + v.cq_doorbell_offset / 4;
+    q.sq_doorbell = bar ? bar + v.sq_doorbell_offset / 4 : forwarder_->device_slot(uint32_t(2 * i));
+    q.cq_doorbell = bar ? bar + v.cq_doorbell_offset / 4 : forwarder_->device_slot(uint32_t(2 * i + 1));
     q.cid_count = cid_counts[i];
     void* mem = nullptr;
     check_cuda(cudaMalloc(&mem, q.cid_count * 2 * sizeof(uint32_t)), "cudaMalloc(command id tables)");
@@ -122,6 +132,28 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(DeviceQueue) * host_.size()), "cudaMalloc(queues)");
   check_cuda(cudaMemcpy(device_, host_.data(), sizeof(DeviceQueue) * host_.size(), cudaMemcpyHostToDevice),
              "cudaMemcpy(queues)");
+}
+
+volatile uint32_t* DeviceQueueSet::choose_doorbells(host::Controller& controller, DoorbellMode wanted) {
+  const std::string name = controller.transport().name();
+  if (wanted == DoorbellMode::kCpu) {
+    doorbell_mode_ = DoorbellMode::kCpu;
+    doorbell_note_ = "doorbell=cpu: kernels write a host mailbox, a CPU thread forwards to BAR0 of " + name;
+    return nullptr;
+  }
+  std::string why;
+  volatile uint32_t* bar = controller.transport().bar0_for_gpu(&why);
+  if (bar != nullptr) {
+    doorbell_mode_ = DoorbellMode::kGpu;
+    doorbell_note_ = std::string("doorbell=") + doorbell_mode_name(wanted) + ": BAR0 of " + name +
+                     " is mapped into the GPU; kernels write the doorbells";
+    return bar;
+  }
+  if (wanted == DoorbellMode::kGpu)
+    throw Error(ErrorKind::kUnsupported, name + ": BAR0 cannot be mapped into the GPU (doorbell=gpu): " + why);
+  doorbell_mode_ = DoorbellMode::kCpu;
+  doorbell_note_ = "doorbell=auto chose cpu: BAR0 of " + name + " cannot be mapped into the GPU: " + why;
+  return nullptr;
 }
 
 DeviceQueueSet::~DeviceQueueSet() {

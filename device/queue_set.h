@@ -2,18 +2,22 @@
 // memory, and describes DMA buffers to kernels (DeviceBuffer). Requires a CUDA build.
 //
 // A DeviceQueue is built from host::QueuePair::view() (rings in DMA memory mapped into the GPU: create
-// the queue pairs with DmaOptions::gpu_mapped), the GPU mapping of BAR0 (Transport::bar0_for_gpu) plus
-// the doorbell offsets, command-id tables in device memory and a PRP-list area in GPU-mapped DMA memory.
+// the queue pairs with DmaOptions::gpu_mapped), its doorbells (the GPU mapping of BAR0 from
+// Transport::bar0_for_gpu plus the doorbell offsets, or -- doorbell=cpu -- slots of a host mailbox
+// that the set's DoorbellForwarder thread copies to BAR0), command-id tables in device memory and a PRP-list area in GPU-mapped DMA memory.
 // From then on the queue pair belongs to kernels: do not use its CPU path (enqueue/poll/wait).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "device/cuda_check.h"
 #include "device/device_queue.h"
+#include "device/doorbell_mode.h"
 #include "host/controller.h"
 #include "host/dma_memory.h"
+#include "host/doorbell_forwarder.h"
 #include "host/queue_pair.h"
 
 namespace gpunvme::device {
@@ -22,11 +26,15 @@ struct DeviceQueueOptions {
   // Largest transfer of one command (further capped by MDTS and NLB). Sets the PRP-list area per
   // command id: (max_command_bytes / page) * 8 bytes, rounded up to a power of two.
   uint64_t max_command_bytes = 1ull << 20;
+  // Who writes the doorbells (device/doorbell_mode.h). auto: the GPU where BAR0 maps into it.
+  DoorbellMode doorbell = DoorbellMode::kAuto;
+  host::DoorbellForwarderOptions forwarder{};  // doorbell=cpu: the forwarding thread's polling
 };
 
 class DeviceQueueSet {
  public:
-  // Throws gpunvme::Error (kUnsupported without a GPU or without GPU-mapped queue memory).
+  // Throws gpunvme::Error (kUnsupported without a GPU, without GPU-mapped queue memory, or with
+  // doorbell=gpu where BAR0 cannot be mapped into the GPU).
   DeviceQueueSet(host::Controller& controller, const std::vector<host::QueuePair*>& queues, uint32_t nsid,
                  const DeviceQueueOptions& options = {});
   ~DeviceQueueSet();
@@ -43,8 +51,16 @@ class DeviceQueueSet {
   uint64_t page_bytes() const { return page_bytes_; }
   // Current state of every queue, copied back from the device (synchronizes the device).
   std::vector<DeviceQueue> snapshot() const;
+  // Who writes the doorbells: kGpu or kCpu (auto resolved), and one line saying why.
+  DoorbellMode doorbell_mode() const { return doorbell_mode_; }
+  const std::string& doorbell_note() const { return doorbell_note_; }
+  // The forwarding thread (doorbell=cpu), else nullptr.
+  const host::DoorbellForwarder* forwarder() const { return forwarder_.get(); }
 
  private:
+  // Resolves options.doorbell; returns the GPU view of BAR0 for kGpu, nullptr for kCpu.
+  volatile uint32_t* choose_doorbells(host::Controller& controller, DoorbellMode wanted);
+
   std::vector<DeviceQueue> host_;
   DeviceQueue* device_ = nullptr;
   std::vector<void*> device_allocs_;
@@ -53,6 +69,9 @@ class DeviceQueueSet {
   uint32_t lba_bytes_ = 0;
   uint32_t nsid_ = 0;
   uint64_t page_bytes_ = 4096;
+  DoorbellMode doorbell_mode_ = DoorbellMode::kGpu;
+  std::string doorbell_note_;
+  std::unique_ptr<host::DoorbellForwarder> forwarder_;  // destroyed after the destructor syncs the GPU
 };
 
 // A DMA buffer described for kernels: the GPU view plus the bus address of each page (a table in

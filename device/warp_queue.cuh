@@ -79,8 +79,8 @@ __device__ __forceinline__ nvme::Status cqe_status(uint32_t cid_status) {
 // tail when `sq_tail` is set, the CQ head when `cq_head` is set.
 __device__ __forceinline__ void write_doorbells(const DeviceQueue* q, bool ring_sq, uint32_t sq_tail, bool ring_cq,
                                                 uint32_t cq_head) {
-  if (ring_sq) nvme::mmio_write32(q->sq_doorbell, sq_tail);
-  if (ring_cq) nvme::mmio_write32(q->cq_doorbell, cq_head);
+  if (ring_sq) ring_sq_doorbell(*q, sq_tail);
+  if (ring_cq) ring_cq_doorbell(*q, cq_head);
 }
 
 // Claims the queue for `who` (lane 0 of a warp, or a single thread). Returns false if held by another.

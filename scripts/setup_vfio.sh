@@ -34,12 +34,15 @@ Every command is idempotent: binding a bound device or reserving what is reserve
 bind, unbind and hugepages need root.
 
 Requirements: an IOMMU (Intel VT-d / AMD-Vi enabled in the firmware; on Intel boot with
-intel_iommu=on), and the vfio-pci module (this script loads it). Check with: $prog status
+intel_iommu=on), and the vfio-pci module (this script loads it). Check with: $prog status,
+and everything gpunvme needs (memlock, IOMMU group, GPU) with: build/gpunvme doctor --device vfio:BDF
+Step by step from a fresh machine: docs/hardware.md
 
 Examples:
   sudo $prog status
   sudo $prog bind 0000:0b:00.0
-  build/runtime/cli/gpunvme identify --device vfio:0000:0b:00.0
+  build/gpunvme doctor --device vfio:0000:0b:00.0
+  build/gpunvme identify --device vfio:0000:0b:00.0
   sudo $prog unbind 0000:0b:00.0
 EOF
 }
@@ -139,7 +142,7 @@ cmd_status() {
   elif [[ -e /dev/vfio/vfio ]] && grep -qs Y "$SYS/module/vfio/parameters/enable_unsafe_noiommu_mode"; then
     echo "  IOMMU off, VFIO no-IOMMU mode enabled (unsafe: DMA by physical address, hugepages required)"
   else
-    echo "  IOMMU off: enable VT-d/AMD-Vi in the firmware and boot with intel_iommu=on (Intel)"
+    echo "  IOMMU off: enable VT-d/AMD-Vi in the firmware and boot with intel_iommu=on (Intel) or amd_iommu=on (AMD)"
   fi
   if [[ -d $SYS/module/vfio_pci ]]; then echo "  vfio-pci loaded"; else echo "  vfio-pci not loaded (bind loads it)"; fi
   echo "  locked-memory limit (ulimit -l) of this shell: $(ulimit -l)"
@@ -214,7 +217,8 @@ cmd_bind() {
   for m in "$SYS"/kernel/iommu_groups/"$g"/devices/*; do
     [[ -e $m ]] || continue
     local mb md; mb=$(basename "$m"); md=$(driver_of "$mb")
-    [[ $mb == "$b" || $md == "-" || $md == vfio-pci || $md == pci-stub ]] || others+=" $mb($md)"
+    # pcieport (a bridge) manages no DMA and keeps the group usable, as gpunvme doctor judges it too
+    [[ $mb == "$b" || $md == "-" || $md == vfio-pci || $md == pci-stub || $md == pcieport ]] || others+=" $mb($md)"
   done
   [[ -z $others ]] || note "warning: IOMMU group $g also holds devices on host drivers:$others; VFIO will refuse the group until they are unbound too"
   for _ in $(seq 50); do [[ -e /dev/vfio/$g || -e /dev/vfio/noiommu-$g ]] && break; sleep 0.1; done

@@ -17,12 +17,10 @@
 #include "driver/registers.h"
 #include "host/error.h"
 #include "host/format.h"
+#include "host/gpu_bar_access.h"
 #include "host/vfio/pagemap.h"
 #include "host/vfio/sysfs_pci.h"
 
-#if defined(GPUNVME_HAVE_CUDA)
-#include <cuda_runtime.h>
-#endif
 
 namespace gpunvme::vfio {
 namespace {
@@ -289,10 +287,8 @@ void VfioTransport::enable_bus_master() {
 VfioTransport::~VfioTransport() { release_all(); }
 
 void VfioTransport::release_all() noexcept {
-#if defined(GPUNVME_HAVE_CUDA)
-  if (bar0_gpu_registered_) cudaHostUnregister(const_cast<uint32_t*>(bar0_));
+  if (bar0_gpu_registered_) host::unregister_io_memory_for_gpu(const_cast<uint32_t*>(bar0_));
   bar0_gpu_registered_ = false;
-#endif
   if (container_ >= 0 && !info_.noiommu) {
     for (const auto& [vaddr, m] : maps_) {
       vfio_iommu_type1_dma_unmap un{};
@@ -381,36 +377,12 @@ uint64_t VfioTransport::unmapped_iova() const {
 }
 
 volatile uint32_t* VfioTransport::bar0_for_gpu(std::string* why) {
-#if defined(GPUNVME_HAVE_CUDA)
   std::lock_guard<std::mutex> lock(mu_);
   if (bar0_gpu_) return bar0_gpu_;
-  void* host = const_cast<uint32_t*>(bar0_);
-  cudaError_t e = cudaHostRegister(host, info_.bar0_size, cudaHostRegisterIoMemory | cudaHostRegisterMapped);
-  if (e != cudaSuccess) {
-    if (why)
-      *why = std::string("cudaHostRegister(BAR0 of ") + info_.bdf + ", IoMemory|Mapped) failed: " +
-             cudaGetErrorString(e) +
-             ". The NVIDIA driver must allow registering PCIe BAR mappings (peer MMIO): this needs a driver "
-             "and kernel that permit it; on Linux >= 6.12 the original plan needed a patched NVIDIA driver. "
-             "GPU-initiated I/O cannot ring doorbells without it";
-    cudaGetLastError();
-    return nullptr;
-  }
-  bar0_gpu_registered_ = true;
-  void* dev = nullptr;
-  e = cudaHostGetDevicePointer(&dev, host, 0);
-  if (e != cudaSuccess || dev == nullptr) {
-    if (why) *why = std::string("cudaHostGetDevicePointer(BAR0 of ") + info_.bdf + "): " + cudaGetErrorString(e);
-    cudaGetLastError();
-    return nullptr;
-  }
-  bar0_gpu_ = static_cast<volatile uint32_t*>(dev);
+  bar0_gpu_ = host::register_io_memory_for_gpu(const_cast<uint32_t*>(bar0_), info_.bar0_size,
+                                               "BAR0 of " + info_.bdf, why);
+  bar0_gpu_registered_ = bar0_gpu_ != nullptr;
   return bar0_gpu_;
-#else
-  if (why)
-    *why = "this build has no CUDA (configure with -Dcuda=enabled): the GPU cannot map BAR0 of " + info_.bdf;
-  return nullptr;
-#endif
 }
 
 std::unique_ptr<host::Transport> open_vfio_transport(std::string_view device) {

@@ -8,5 +8,7 @@ int cmd_demo(int argc, char** argv);
 int cmd_deploy(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_ls(int argc, char** argv);
+int cmd_doctor(int argc, char** argv);
+int cmd_read(int argc, char** argv);
 
 }  // namespace gpunvme::cli

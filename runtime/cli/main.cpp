@@ -25,6 +25,8 @@ const Command kCommands[] = {
      gpunvme::cli::cmd_deploy},
     {"verify", "re-read a deployed model and check every chunk's CRC-32C", gpunvme::cli::cmd_verify},
     {"ls", "list the model on a device: layers, tensors, experts and their LBA ranges", gpunvme::cli::cmd_ls},
+    {"read", "copy blocks out to a file or stdout (read-only first contact with a drive)", gpunvme::cli::cmd_read},
+    {"doctor", "check IOMMU, VFIO, memlock, GPU for a real drive; each problem with its fix", gpunvme::cli::cmd_doctor},
 };
 
 void usage(FILE* out) {

@@ -37,6 +37,7 @@ GpuSubmitter::GpuSubmitter(host::Controller& controller, std::vector<host::Queue
   if (options_.max_tickets == 0) throw Error(ErrorKind::kInvalidArgument, "GPU submitter: max_tickets must be >= 1");
   device::DeviceQueueOptions qo;
   qo.max_command_bytes = options_.max_command_bytes;
+  qo.doorbell = options_.doorbell;
   set_ = std::make_unique<device::DeviceQueueSet>(controller, queue_pairs_, nsid, qo);
   const size_t n = options_.max_tickets;
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&records_device_), n * sizeof(GpuTicketRecord)),

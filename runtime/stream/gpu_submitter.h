@@ -27,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "device/doorbell_mode.h"
 #include "host/controller.h"
 #include "host/queue_pair.h"
 #include "runtime/stream/cuda_stream.h"
@@ -45,6 +46,7 @@ struct GpuSubmitterOptions {
   std::chrono::milliseconds host_timeout{60'000};  // host-side bound of wait() for a ticket's kernel to end
   uint64_t max_command_bytes = 1ull << 20;  // sizes each command id's PRP-list area (DeviceQueueSet)
   uint32_t max_tickets = 1024;           // tickets that may be outstanding (issued, not yet waited for)
+  device::DoorbellMode doorbell = device::DoorbellMode::kAuto;  // who writes the doorbells (device/doorbell_mode.h)
 };
 
 class GpuSubmitter final : public Submitter, public StreamOrdered {

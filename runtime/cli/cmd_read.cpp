@@ -1,0 +1,66 @@
+// gpunvme read: the first read-only contact with a drive on vfio-pci. It copies blocks out through
+// one I/O queue pair (CPU-initiated) to a file or stdout, so they can be compared with what the
+// kernel's nvme driver read before the drive was handed over (docs/hardware.md).
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "host/cpu_io.h"
+#include "host/error.h"
+#include "host/open_device.h"
+#include "runtime/cli/args.h"
+#include "runtime/cli/commands.h"
+
+namespace gpunvme::cli {
+
+static const char* kReadHelp =
+    "usage: gpunvme read --device DEVICE [--nsid N] [--lba L] [--bytes SIZE] [--out FILE]\n"
+    "\n"
+    "Reads --bytes (default 1M, whole blocks) from LBA L (default 0) of namespace N (default 1) and\n"
+    "writes them to FILE or, without --out, to stdout. It writes nothing to the device. Compare with\n"
+    "the kernel's view taken before binding, e.g.\n"
+    "  sudo dd if=/dev/nvme0n1 bs=1M count=1 iflag=direct | sha256sum      # before: on nvme\n"
+    "  sudo build/gpunvme read --device vfio:0000:0b:00.0 | sha256sum     # after: on vfio-pci\n"
+    "\n";
+
+int cmd_read(int argc, char** argv) {
+  Args args(argc, argv, 2, {"device", "nsid", "lba", "bytes", "out"}, {"help"});
+  if (args.has("help")) {
+    std::printf("%s%s", kReadHelp, host::device_string_help());
+    return 0;
+  }
+  if (!args.has("device")) throw UsageError("read needs --device (e.g. --device vfio:0000:0b:00.0)");
+  const uint32_t nsid = args.get_u32("nsid", 1);
+  const uint64_t lba = args.get_u64("lba", 0);
+  const uint64_t bytes = args.get_size("bytes", 1ull << 20);
+  auto ctrl = host::open_controller(args.get("device"));
+  const host::NamespaceInfo& ns = ctrl->namespace_info(nsid);
+  if (bytes == 0 || bytes % ns.lba_bytes != 0)
+    throw UsageError("--bytes must be a positive multiple of the " + std::to_string(ns.lba_bytes) + "-byte block");
+  if (lba >= ns.blocks || bytes / ns.lba_bytes > ns.blocks - lba)
+    throw UsageError("LBA " + std::to_string(lba) + " + " + std::to_string(bytes / ns.lba_bytes) +
+                     " blocks is past the end of namespace " + std::to_string(nsid) + " (" +
+                     std::to_string(ns.blocks) + " blocks)");
+  FILE* out = stdout;
+  if (args.has("out") && !(out = std::fopen(args.get("out").c_str(), "wb")))
+    throw Error(ErrorKind::kIo, "cannot create " + args.get("out") + ": " + std::strerror(errno));
+  auto qp = ctrl->create_io_queue_pair(1, 64);
+  host::CpuIo io(*ctrl, *qp, nsid);
+  const uint64_t chunk = std::min<uint64_t>(bytes, 8ull << 20);
+  host::DmaBuffer buf(ctrl->transport(), chunk);
+  for (uint64_t done = 0; done < bytes; done += chunk) {
+    const uint64_t n = std::min(chunk, bytes - done);
+    io.read(lba + done / ns.lba_bytes, n / ns.lba_bytes, buf, 0);
+    if (std::fwrite(buf.host(), 1, n, out) != n) {
+      if (out != stdout) std::fclose(out);
+      throw Error(ErrorKind::kIo, "writing the blocks out failed: " + std::string(std::strerror(errno)));
+    }
+  }
+  if (out != stdout && std::fclose(out) != 0) throw Error(ErrorKind::kIo, "closing " + args.get("out") + " failed");
+  ctrl->delete_io_queue_pair(*qp);
+  ctrl->shutdown();
+  return 0;
+}
+
+}  // namespace gpunvme::cli
