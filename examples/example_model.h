@@ -2,6 +2,8 @@
 // onto namespace 1 at the 1 MiB default (as `dd bs=1M seek=1` would), then found again from the
 // device alone (detect_model + the GGUF header read through the driver) and mapped to LBAs.
 #pragma once
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -52,15 +54,20 @@ inline bool use_gpu_path(const std::string& path) {
 }
 
 
-// `n` zero bytes in host memory for `what`; says what and how much when there is not that much memory.
+// `n` zero bytes in host memory for `what`; says what and how much when the machine has less memory
+// than that (checked first: a sanitizer build aborts on a failed allocation) or the allocation fails.
 inline std::vector<uint8_t> host_bytes(const std::string& what, uint64_t n) {
+  const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  const auto refuse = [&](const std::string& why) {
+    return std::runtime_error("cannot allocate " + gpunvme::text::human_bytes(double(n)) + " (" + std::to_string(n) +
+                              " bytes) of host memory for " + what + ": " + why);
+  };
+  if (n > ram) throw refuse("the machine has " + gpunvme::text::human_bytes(double(ram)));
   try {
     return std::vector<uint8_t>(n);
   } catch (const std::bad_alloc&) {
-  } catch (const std::length_error&) {
+    throw refuse("out of memory");
   }
-  throw std::runtime_error("cannot allocate " + gpunvme::text::human_bytes(double(n)) + " (" + std::to_string(n) +
-                           " bytes) of host memory for " + what);
 }
 
 struct Writer {

@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
     cache_mb = args.get_double("cache-mb", 0);
     if (tokens == 0) throw cli::UsageError("--tokens must be at least 1 (tokens to route and fetch experts for)");
     if (top_k == 0) throw cli::UsageError("--top-k must be at least 1 (experts fetched per layer and token)");
-    if (layers == 0 || experts == 0) throw cli::UsageError("--layers and --experts must be at least 1");
+    if (layers == 0 || layers > 100000) throw cli::UsageError("--layers must be 1..100000");
+    if (experts == 0 || experts > (1u << 20)) throw cli::UsageError("--experts must be 1..1048576");
     if (cache_mb > 1e9) throw cli::UsageError("--cache-mb must be at most 1000000000");
     path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {

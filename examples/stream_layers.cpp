@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
     layers = args.get_u32("layers", 24);
     mb = args.get_double("mb-per-layer", 4);
     slots = args.get_u32("slots", 2);
-    if (layers == 0) throw cli::UsageError("--layers must be at least 1");
+    if (layers == 0 || layers > 100000) throw cli::UsageError("--layers must be 1..100000");
     if (slots == 0) throw cli::UsageError("--slots must be at least 1");
     path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
