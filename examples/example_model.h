@@ -19,6 +19,7 @@
 #include "host/io_patterns.h"
 #include "host/open_device.h"
 #include "host/text/human_bytes.h"
+#include "runtime/gguf/gguf_builder.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/guard/write_guard.h"
 #include "runtime/io/cpu_block_io.h"
@@ -70,61 +71,31 @@ inline std::vector<uint8_t> host_bytes(const std::string& what, uint64_t n) {
   }
 }
 
-struct Writer {
-  std::vector<uint8_t> b;
-  template <class T> void put(T v) {
-    uint8_t t[sizeof(T)];
-    std::memcpy(t, &v, sizeof(T));
-    b.insert(b.end(), t, t + sizeof(T));
-  }
-  void str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-};
-
 struct GenTensor {
   std::string name;
   std::vector<uint64_t> ne;  // F32
 };
 
-// GGUF v3, F32 tensors, alignment 32, data = the position pattern (host/io_patterns.h).
+// GGUF v3 (runtime/gguf/gguf_builder.h), F32 tensors, alignment 32, data = the position pattern
+// (host/io_patterns.h).
 inline std::vector<uint8_t> make_gguf(const std::string& arch, uint32_t expert_count, const std::vector<GenTensor>& ts) {
-  Writer w;
-  w.put<uint32_t>(0x46554747);
-  w.put<uint32_t>(3);
-  w.put<uint64_t>(ts.size());
-  w.put<uint64_t>(expert_count ? 3 : 2);
-  w.str("general.architecture");
-  w.put<uint32_t>(8);
-  w.str(arch);
-  w.str("general.name");
-  w.put<uint32_t>(8);
-  w.str("generated-" + arch);
-  if (expert_count) {
-    w.str(arch + ".expert_count");
-    w.put<uint32_t>(4);
-    w.put<uint32_t>(expert_count);
-  }
-  uint64_t off = 0;
+  namespace gb = gpunvme::gguf::builder;
+  gb::Spec s;
+  s.kvs = {gb::kv_str("general.architecture", arch), gb::kv_str("general.name", "generated-" + arch)};
+  if (expert_count) s.kvs.push_back(gb::kv_u32(arch + ".expert_count", expert_count));
   for (const auto& t : ts) {
-    w.str(t.name);
-    w.put<uint32_t>(uint32_t(t.ne.size()));
-    uint64_t n = 4;
-    for (uint64_t d : t.ne) {
-      w.put<uint64_t>(d);
-      n *= d;
-    }
-    w.put<uint32_t>(0);  // F32
-    w.put<uint64_t>(off);
-    off = (off + n + 31) / 32 * 32;
+    uint64_t bytes = 4;
+    for (uint64_t d : t.ne) bytes *= d;
+    s.tensors.emplace_back(t.name, t.ne, 0 /* F32 */, bytes);
   }
-  const uint64_t data = (w.b.size() + 31) / 32 * 32;
-  std::vector<uint8_t> all = host_bytes("the generated model (fewer --layers or smaller tensors need less)", data + off);
-  std::copy(w.b.begin(), w.b.end(), all.begin());
-  w.b = std::move(all);
-  gpunvme::host::fill_position_pattern(w.b.data() + data, w.b.size() - data, data, 1);
-  return w.b;
+  s.data = false;  // header and padding only: the data is allocated here, after the size check
+  const gb::Built header = gb::build(s);
+  std::vector<uint8_t> out =
+      host_bytes("the generated model (fewer --layers or smaller tensors need less)", header.data_end);
+  std::copy(header.bytes.begin(), header.bytes.end(), out.begin());
+  gpunvme::host::fill_position_pattern(out.data() + header.data_offset, header.data_end - header.data_offset,
+                                       header.data_offset, 1);
+  return out;
 }
 
 // A dense model of `layers` blocks with tensors of uneven sizes (~`mb_per_layer` MB per layer).
