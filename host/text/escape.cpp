@@ -29,7 +29,7 @@ size_t utf8_length(std::string_view s, size_t i) {
 }
 
 // U+0080..U+009F: C1 controls (0xC2 0x80..0x9F); some terminals act on them like ESC [.
-bool is_c1(std::string_view s, size_t i, size_t n) { return n == 2 && uint8_t(s[i]) == 0xC2 && uint8_t(s[i + 1]) < 0xA0; }
+bool is_c1(std::string_view piece) { return piece.size() == 2 && uint8_t(piece[0]) == 0xC2 && uint8_t(piece[1]) < 0xA0; }
 
 std::string hex2(const char* fmt, unsigned v) {
   char b[12];
@@ -37,22 +37,28 @@ std::string hex2(const char* fmt, unsigned v) {
   return b;
 }
 
+// Calls f(piece, valid) for each UTF-8 sequence of `s` (valid), and each byte outside one (not valid).
+template <class F>
+void for_each_sequence(std::string_view s, F f) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = utf8_length(s, i);
+    f(s.substr(i, n ? n : 1), n != 0);
+    i += n ? n : 1;
+  }
+}
+
 }  // namespace
 
 std::string printable(std::string_view s) {
   std::string o;
   o.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const uint8_t c = uint8_t(s[i]);
-    const size_t n = utf8_length(s, i);
-    if (n == 0) {
+  for_each_sequence(s, [&](std::string_view piece, bool valid) {
+    const uint8_t c = uint8_t(piece[0]);
+    if (!valid) {
       o += hex2("\\x%02x", c);
-      ++i;
-      continue;
-    }
-    if (is_c1(s, i, n)) {
-      o += hex2("\\u{%02x}", uint8_t(s[i + 1]));
-    } else if (n == 1 && (c < 0x20 || c == 0x7F)) {
+    } else if (is_c1(piece)) {
+      o += hex2("\\u{%02x}", uint8_t(piece[1]));
+    } else if (piece.size() == 1 && (c < 0x20 || c == 0x7F)) {
       switch (c) {
         case '\n': o += "\\n"; break;
         case '\t': o += "\\t"; break;
@@ -61,25 +67,20 @@ std::string printable(std::string_view s) {
         default: o += hex2("\\x%02x", c);
       }
     } else {
-      o.append(s.substr(i, n));
+      o += piece;
     }
-    i += n;
-  }
+  });
   return o;
 }
 
 std::string json_escape(std::string_view s) {
   std::string o;
   o.reserve(s.size());
-  for (size_t i = 0; i < s.size();) {
-    const uint8_t c = uint8_t(s[i]);
-    const size_t n = utf8_length(s, i);
-    if (n == 0) {  // not UTF-8: surrogateescape's spelling of the byte (U+DC80..U+DCFF)
+  for_each_sequence(s, [&](std::string_view piece, bool valid) {
+    const uint8_t c = uint8_t(piece[0]);
+    if (!valid) {  // not UTF-8: surrogateescape's spelling of the byte (U+DC80..U+DCFF)
       o += hex2("\\udc%02x", c);
-      ++i;
-      continue;
-    }
-    if (n == 1 && (c < 0x20 || c == 0x7F || c == '"' || c == '\\')) {
+    } else if (piece.size() == 1 && (c < 0x20 || c == 0x7F || c == '"' || c == '\\')) {
       switch (c) {
         case '"': o += "\\\""; break;
         case '\\': o += "\\\\"; break;
@@ -89,10 +90,9 @@ std::string json_escape(std::string_view s) {
         default: o += hex2("\\u%04x", c);
       }
     } else {
-      o.append(s.substr(i, n));
+      o += piece;
     }
-    i += n;
-  }
+  });
   return o;
 }
 

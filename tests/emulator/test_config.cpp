@@ -7,26 +7,9 @@
 
 #include "host/emulator/config.h"
 #include "host/error.h"
-#include "host/text/numbers.h"
 
 using namespace gpunvme;
 using gpunvme::emu::parse_emu_device;
-
-// The size grammar is host/text/numbers.h's (tests/text has the rest); size= uses it.
-TEST_CASE("parse_size accepts bytes and binary suffixes", "[emulator][config]") {
-  using text::parse_size;
-  CHECK(parse_size("size", "4096") == 4096);
-  CHECK(parse_size("size", "512K") == 512ull << 10);
-  CHECK(parse_size("size", "256M") == 256ull << 20);
-  CHECK(parse_size("size", "1G") == 1ull << 30);
-  CHECK(parse_size("size", "2T") == 2ull << 40);
-  CHECK(parse_size("size", "1GiB") == 1ull << 30);
-  CHECK(parse_size("size", "3g") == 3ull << 30);
-  for (const char* bad : {"", "G", "1X", "1.5G", "-1", "99999999999T"}) {
-    INFO(bad);
-    CHECK_THROWS_AS(parse_size("size", bad), text::ParseError);
-  }
-}
 
 TEST_CASE("device strings: RAM and null backings with options", "[emulator][config]") {
   auto c = parse_emu_device("emu:ram,size=256M,lba=4096");

@@ -73,10 +73,12 @@ def raw(s):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser()  # the same tool paths for every script (tests/text/meson.build)
     ap.add_argument("--gpunvme", required=True)
     ap.add_argument("--gguf-dump", required=True)
     ap.add_argument("--nvme-perf")
+    ap.add_argument("--stream-layers")
+    ap.add_argument("--fetch-experts")
     a = ap.parse_args()
     failures = []
     with tempfile.TemporaryDirectory(prefix="gpunvme-names-") as work:

@@ -16,11 +16,12 @@ def run(cmd):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser()  # the same tool paths for every script (tests/text/meson.build)
     ap.add_argument("--gpunvme", required=True)
     ap.add_argument("--stream-layers", required=True)
     ap.add_argument("--fetch-experts", required=True)
     ap.add_argument("--nvme-perf")
+    ap.add_argument("--gguf-dump")
     a = ap.parse_args()
     g, sl, fe = a.gpunvme, a.stream_layers, a.fetch_experts
     cases = [
