@@ -1,7 +1,11 @@
 // Device-string parsing for the emulated controller.
 #include "host/emulator/config.h"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cmath>
@@ -171,15 +175,34 @@ bool apply_key(std::string_view original, std::string_view key, std::string_view
   return true;
 }
 
-// Phase 4: a file backing must be a regular file or a block device (created when missing and size= is given).
-void check_backing_path(const std::string& path, bool size_given) {
+// Bytes of block device `path`, or 0 when it cannot be read.
+uint64_t block_device_bytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  uint64_t bytes = 0;
+  if (fd >= 0 && ::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+  if (fd >= 0) ::close(fd);
+  return bytes;
+}
+
+// Phase 4: a file backing must be a regular file (created when missing and size= is given) or a
+// block device at least size= large (a block device cannot grow).
+void check_backing_path(const std::string& path, uint64_t size) {
+  const bool size_given = size != 0;
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0) {
     if (size_given) return;  // the namespace creates it
     throw Error(ErrorKind::kNotFound,
                 "emu: " + path + " does not exist; pass size=... to create it (e.g. emu:" + path + ",size=1G)");
   }
-  if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) return;
+  if (S_ISREG(st.st_mode)) return;
+  if (S_ISBLK(st.st_mode)) {
+    const uint64_t have = size_given ? block_device_bytes(path) : 0;
+    if (have != 0 && have < size)
+      throw Error(ErrorKind::kInvalidArgument, "emu: " + path + " is a block device of " + std::to_string(have) +
+                                                   " bytes, smaller than size=" + std::to_string(size) +
+                                                   " (a block device cannot grow; leave size= out to use all of it)");
+    return;
+  }
   const char* kind = S_ISCHR(st.st_mode) ? "a character device" : S_ISDIR(st.st_mode) ? "a directory" : "not a regular file";
   throw Error(ErrorKind::kInvalidArgument, "emu: " + path + " is " + kind +
                                                "; an emulated namespace is backed by a regular file or a block device "
@@ -204,7 +227,7 @@ std::vector<NamespaceConfig> make_namespaces(std::string_view original, std::str
     ns.size_bytes = keys.size;
     if (backing == Backing::kFile) {
       ns.path = std::string(path) + (i == 1 ? "" : "." + std::to_string(i));
-      check_backing_path(ns.path, size_given);
+      check_backing_path(ns.path, size_given ? keys.size : 0);
     }
     out.push_back(std::move(ns));
   }

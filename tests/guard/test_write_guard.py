@@ -98,6 +98,11 @@ def main():
             if sha(image) != before:
                 failures.append("nvme_perf randread changed the device")
 
+        if a.gpunvme:  # a size= larger than the block device is named as such (it said "...: Success")
+            rc, out = run([a.gpunvme, "identify", "--device", dev + ",size=1G"])
+            if rc == 0 or "is a block device of 67108864 bytes, smaller than size=1073741824" not in out:
+                failures.append(f"identify with size=1G on {loop}: exit {rc}:\n{out}")
+
         # Both flags: the guard lets the write through (the flags are the only gate).
         if a.gpunvme:
             rc, out = run([a.gpunvme, "demo", "--device", dev, "--bytes", "1M", "--allow-write", "--force"])
