@@ -394,7 +394,7 @@ bool image_holds_pattern(const Layout& L, uint32_t d, const std::string& path) {
 // ---- GGUF layout ---------------------------------------------------------------------------
 
 // The write guard's signature check at LBA 0 and at 1 MiB (where both layouts start).
-void check_no_signatures(Bringup& b, const guard::WritePermission& permission) {
+void refuse_over_signatures(Bringup& b, const guard::WritePermission& permission) {
   guard::check_no_signatures(model::cpu_block_io(*b.ctrl, *b.io, b.ctrl->transport().name()),
                              kBaseByte / b.io->lba_bytes(), permission);
 }
@@ -651,12 +651,12 @@ int main(int argc, char** argv) {
           throw std::runtime_error(b.ctrl->transport().name() + " holds " + std::to_string((b.io->blocks() * lba) >> 20) +
                                    " MiB; the layout needs " + std::to_string(need >> 20) + " MiB per drive");
         if (!reuse[d]) {
-          check_no_signatures(b, o.permission);
+          refuse_over_signatures(b, o.permission);
           write_generated(L, d, b, pool);
         }
       } else {
         if (!o.deployed) {
-          check_no_signatures(b, o.permission);
+          refuse_over_signatures(b, o.permission);
           write_gguf(o.gguf, b);
         }
         L = gguf_layout(o.gguf, b, o.layers_given ? o.layers : UINT32_MAX, &gi);
