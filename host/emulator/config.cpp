@@ -184,8 +184,8 @@ uint64_t block_device_bytes(const std::string& path) {
   return bytes;
 }
 
-// Phase 4: a file backing must be a regular file (created when missing and size= is given) or a
-// block device at least size= large (a block device cannot grow).
+// Phase 3, per file-backed namespace: the backing must be a regular file (created when missing and
+// size= is given) or a block device at least size= large (a block device cannot grow).
 void check_backing_path(const std::string& path, uint64_t size) {
   const bool size_given = size != 0;
   struct stat st{};

@@ -34,7 +34,10 @@ def make_image(path, size):
 
 
 def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+    except subprocess.TimeoutExpired as e:
+        return -1, ((e.output or b"") + b"\n(timed out)").decode("utf-8", "replace")
     return p.returncode, p.stdout.decode("utf-8", "replace")
 
 

@@ -41,7 +41,10 @@ def gguf(tensors, kvs):
 
 
 def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        return -1, (e.output or b"") + b"\n(timed out)"
     return p.returncode, p.stdout
 
 

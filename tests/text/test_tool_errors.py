@@ -11,7 +11,10 @@ import sys
 
 
 def run(cmd):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        return -1, ((e.output or b"") + b"\n(timed out)").decode("utf-8", "replace")
     return p.returncode, p.stdout.decode("utf-8", "replace")
 
 
