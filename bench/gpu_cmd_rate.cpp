@@ -23,6 +23,7 @@
 #include "host/cpu_io.h"
 #include "host/error.h"
 #include "host/open_device.h"
+#include "host/text/numbers.h"
 #include "runtime/cli/args.h"
 
 using namespace gpunvme;
@@ -266,7 +267,7 @@ std::vector<uint32_t> parse_list(const std::string& s) {
   std::vector<uint32_t> v;
   std::stringstream ss(s);
   std::string x;
-  while (std::getline(ss, x, ',')) v.push_back(uint32_t(std::stoul(x)));
+  while (std::getline(ss, x, ',')) v.push_back(uint32_t(std::min<uint64_t>(text::parse_u64("--queues", x), 1u << 16)));
   return v;
 }
 

@@ -26,7 +26,10 @@
 #include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"
+#include "host/text/escape.h"
 #include "runtime/cli/args.h"
+#include "runtime/guard/write_guard.h"
+#include "runtime/io/cpu_block_io.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/block_io.h"
 #include "runtime/model/detect.h"
@@ -68,7 +71,7 @@ const char* kHelp =
     "\n"
     "Options:\n"
     "  --device DEV        a namespace to use instead of a generated image; repeat for 2-4 drives.\n"
-    "                      Generated layouts are WRITTEN onto it (non-emu devices need --allow-write).\n"
+    "                      Generated layouts are WRITTEN onto it (real devices need --allow-write).\n"
     "  --drives N          generated images: 1-4 emulated drives, lockstep striping (default 1)\n"
     "  --image PREFIX      generated images PREFIX-dN.img (default /dev/shm/gpunvme-ls); deleted at\n"
     "                      the end unless --keep. On a disk filesystem the page cache is dropped\n"
@@ -100,7 +103,9 @@ const char* kHelp =
     "  --max-command SIZE  cap on bytes per NVMe read command (default: the controller's MDTS)\n"
     "  --emu-opts KEYS     extra emulator keys for generated images, e.g. poll=spin or mdts=9\n"
     "  --keep              keep generated images (and reuse them next time when they match)\n"
-    "  --allow-write       permit writing the generated pattern (or --gguf) onto a non-emulated device\n"
+    "  --allow-write       permit writing the generated pattern (or --gguf) onto a real device: vfio:, or\n"
+    "                      emu: on a block device\n"
+    "  --force             ... even over a partition table or filesystem signature\n"
     "  --json              one JSON object instead of the tables\n"
     "  --json-out FILE     also write that JSON object to FILE (tables still printed)\n"
     "\n"
@@ -146,16 +151,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (c == '\n') o += "\\n";
-    else if (static_cast<unsigned char>(c) < 0x20) o += ' ';
-    else o += c;
-  }
-  return o;
-}
+using text::json_escape;
 
 std::string fmt(const char* f, double v) {
   char b[64];
@@ -184,23 +180,18 @@ struct Options {
   uint64_t max_command = 0;
   std::string emu_opts;
   bool keep = false;
-  bool allow_write = false;
+  guard::WritePermission permission;
   bool json = false;
   std::string json_out;
 };
 
 Options parse(int argc, char** argv) {
-  // cli::Args keeps the last value of a repeated option; --device may repeat, so collect it here.
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) o.devices.push_back(argv[++i]);
-    else if (a.rfind("--device=", 0) == 0) o.devices.push_back(a.substr(9));
-  }
   const cli::Args args(argc, argv, 1,
                        {"device", "drives", "image", "layers", "layer-bytes", "gguf", "compute-us", "modes", "drive",
                         "passes", "threads", "chunk", "gpu-queues", "cpu-queues", "max-command", "emu-opts", "json-out"},
-                       {"deployed", "pace-baselines", "keep", "allow-write", "json", "help"});
+                       {"deployed", "pace-baselines", "keep", "allow-write", "force", "json", "help"}, {"device"});
+  o.devices = args.all("device");
   if (args.has("help")) {
     std::printf(kHelp, drive_profile_names().c_str());
     std::printf("%s", host::device_string_help());
@@ -230,10 +221,8 @@ Options parse(int argc, char** argv) {
   if (!o.gguf.empty() && args.has("layer-bytes")) throw cli::UsageError("--layer-bytes is for generated layouts, not --gguf");
   const std::string cu = args.get("compute-us", "auto");
   if (cu != "auto") {
-    char* end = nullptr;
-    const double us = std::strtod(cu.c_str(), &end);
-    if (cu.empty() || end != cu.c_str() + cu.size() || !std::isfinite(us) || us < 0 || us > 60e6)
-      throw cli::UsageError("--compute-us: '" + cu + "' is not auto or a number of microseconds (0..60000000)");
+    const double us = args.get_double("compute-us", 0);
+    if (us > 60e6) throw cli::UsageError("--compute-us: '" + cu + "' is more than 60000000 microseconds");
     o.compute_ns = uint64_t(us * 1000.0);
   }
   o.modes = split(args.get("modes", "gpunvme-gpu,gpunvme-cpu,mmap,odirect,cufile"), ',');
@@ -257,7 +246,7 @@ Options parse(int argc, char** argv) {
   o.emu_opts = args.get("emu-opts");
   if (!o.emu_opts.empty() && o.emu_opts[0] == ',') o.emu_opts.erase(0, 1);
   o.keep = args.has("keep");
-  o.allow_write = args.has("allow-write");
+  o.permission = {args.has("allow-write"), args.has("force")};
   o.json = args.has("json");
   o.json_out = args.get("json-out");
   return o;
@@ -404,23 +393,10 @@ bool image_holds_pattern(const Layout& L, uint32_t d, const std::string& path) {
 
 // ---- GGUF layout ---------------------------------------------------------------------------
 
-model::BlockIo block_io(host::Controller& c, host::CpuIo& io) {
-  model::BlockIo b;
-  b.lba_size = io.lba_bytes();
-  b.n_lbas = io.blocks();
-  b.name = c.transport().name();
-  auto bounce = std::make_shared<host::DmaBuffer>(c.transport(), 4u << 20);
-  b.read = [&io, bounce](uint64_t lba, uint32_t n, void* dst) {
-    const uint64_t per = bounce->size() / io.lba_bytes();
-    for (uint64_t done = 0; done < n;) {
-      const uint64_t k = std::min<uint64_t>(per, n - done);
-      io.read(lba + done, k, *bounce, 0);
-      std::memcpy(static_cast<uint8_t*>(dst) + done * io.lba_bytes(), bounce->host(), k * io.lba_bytes());
-      done += k;
-    }
-  };
-  b.write = [](uint64_t, uint32_t, const void*) { throw std::runtime_error("layer_stream: no writes through BlockIo"); };
-  return b;
+// The write guard's signature check at LBA 0 and at 1 MiB (where both layouts start).
+void refuse_over_signatures(Bringup& b, const guard::WritePermission& permission) {
+  guard::check_no_signatures(model::cpu_block_io(*b.ctrl, *b.io, b.ctrl->transport().name()),
+                             kBaseByte / b.io->lba_bytes(), permission);
 }
 
 void write_gguf(const std::string& path, Bringup& b) {
@@ -460,7 +436,7 @@ struct GgufInfo {
 };
 
 Layout gguf_layout(const std::string& path, Bringup& b, uint32_t max_layers, GgufInfo* info) {
-  model::BlockIo bio = block_io(*b.ctrl, *b.io);
+  const model::BlockIo bio = model::cpu_block_io(*b.ctrl, *b.io, b.ctrl->transport().name());
   const model::DetectedModel det = model::detect_model(bio);
   if (det.kind == model::DetectedModel::Kind::kNone)
     throw std::runtime_error("no model found on " + b.ctrl->transport().name() +
@@ -629,8 +605,14 @@ int main(int argc, char** argv) {
         struct stat st{};
         if (o.keep && generated && stat(dv.file.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes)
           reuse[d] = image_holds_pattern(L, d, dv.file);
-        dv.base = "emu:" + dv.file + ",size=" + std::to_string(bytes) + ",lba=4096,queues=" +
-                  std::to_string(std::max<uint32_t>(8, std::max(o.gpu_queues, o.cpu_queues))) + ",threads=" + std::to_string(std::max(o.gpu_queues, o.cpu_queues)) + extra;
+        // Defaults for the keys --emu-opts leaves out (a key given twice is an error).
+        std::string keys = "size=" + std::to_string(bytes);
+        const uint32_t q = std::max(o.gpu_queues, o.cpu_queues);
+        for (const auto& [key, value] : {std::pair<std::string, std::string>{"lba", "4096"},
+                                         {"queues", std::to_string(std::max<uint32_t>(8, q))},
+                                         {"threads", std::to_string(q)}})
+          if (("," + o.emu_opts).find("," + key + "=") == std::string::npos) keys += "," + key + "=" + value;
+        dv.base = "emu:" + dv.file + "," + keys + extra;
         created.push_back(dv.file);
         devs.push_back(dv);
       }
@@ -644,12 +626,11 @@ int main(int argc, char** argv) {
           if (!cfg.namespaces.empty() && cfg.namespaces[0].backing == emu::Backing::kFile) dv.file = cfg.namespaces[0].path;
           if (s.find("drive=") != std::string::npos)
             throw cli::UsageError("--device " + s + ": leave drive= out, --drive PROFILE adds it per run");
-        } else if ((generated || !o.deployed) && !o.allow_write) {
-          throw cli::UsageError("--device " + s + " is not emulated: writing the " +
-                                (generated ? std::string("generated layout") : "GGUF") +
-                                " onto it destroys its contents; add --allow-write if that is what you want "
-                                "(or use --gguf FILE --deployed to read a model that is there already)");
         }
+        if (generated || !o.deployed)
+          guard::check_write_allowed(s, o.permission,
+                                     std::string("this run writes the ") + (generated ? "generated layout" : "GGUF") +
+                                         " onto it (--gguf FILE --deployed reads a model that is there already)");
         devs.push_back(dv);
       }
     }
@@ -669,9 +650,15 @@ int main(int argc, char** argv) {
         if (need > b.io->blocks() * lba)
           throw std::runtime_error(b.ctrl->transport().name() + " holds " + std::to_string((b.io->blocks() * lba) >> 20) +
                                    " MiB; the layout needs " + std::to_string(need >> 20) + " MiB per drive");
-        if (!reuse[d]) write_generated(L, d, b, pool);
+        if (!reuse[d]) {
+          refuse_over_signatures(b, o.permission);
+          write_generated(L, d, b, pool);
+        }
       } else {
-        if (!o.deployed) write_gguf(o.gguf, b);
+        if (!o.deployed) {
+          refuse_over_signatures(b, o.permission);
+          write_gguf(o.gguf, b);
+        }
         L = gguf_layout(o.gguf, b, o.layers_given ? o.layers : UINT32_MAX, &gi);
       }
     }
@@ -724,7 +711,7 @@ int main(int argc, char** argv) {
     bctx.consumer = consumer.get();
 
     if (!o.json) {
-      std::printf("layer_stream: %s, %u drive(s); 70B Q6_K layer = %llu B, 80 layers per token\n", L.what.c_str(), n_drives,
+      std::printf("layer_stream: %s, %u drive(s); 70B Q6_K layer = %llu B, 80 layers per token\n", text::printable(L.what).c_str(), n_drives,
                   (unsigned long long)kQ6kLayerBytes);
       for (uint32_t d = 0; d < n_drives; ++d) std::printf("  drive %u: %s%s\n", d, devs[d].base.c_str(), reuse[d] ? "  (kept image reused)" : "");
       std::printf("  consumer: %s%s%s\n", consumer->describe().c_str(), consumer_note.empty() ? "" : "; ",

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "host/io_patterns.h"
 #include "runtime/model/lba_map.h"
 
 #if defined(__CUDACC__)
@@ -42,14 +43,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kQ6kLayerBytes = 701'956'096;
 constexpr uint32_t kQ6kLayers = 80;
 
-LS_HD uint64_t mix64(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  x *= 0x94D049BB133111EBull;
-  x ^= x >> 31;
-  return x;
-}
+using host::mix64;
 LS_HD uint64_t pattern_word(uint64_t tag) { return mix64(tag ^ 0x6770756E766D6531ull); }
 LS_HD uint64_t fold_word(uint64_t word, uint64_t tag) {
   return mix64(word ^ (tag * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull));

@@ -25,7 +25,11 @@
 #include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"
+#include "host/text/escape.h"
+#include "host/text/numbers.h"
 #include "runtime/cli/args.h"
+#include "runtime/guard/write_guard.h"
+#include "runtime/io/cpu_block_io.h"
 
 using namespace gpunvme;
 using perf::DeviceResult;
@@ -79,7 +83,9 @@ const char* kHelp =
     "                    writes stamp their blocks); mismatches are errors. Slows the GPU path.\n"
     "  --no-fill         with --verify: skip the fill, the span was filled by an earlier --fill run\n"
     "  --timeout-ms N    a queue with no completion for N ms stops with an error (default 5000)\n"
-    "  --allow-write     permit writes (write/rw modes, --fill, --verify) on a device that is not emu:\n"
+    "  --allow-write     permit writes (write/rw modes, --fill, --verify) on a real device: vfio:, or\n"
+    "                    emu: on a block device\n"
+    "  --force           ... even over a partition table or filesystem signature at LBA 0\n"
     "  --json            print one JSON object (one line) instead of the table\n"
     "  --label TEXT      free text copied into the JSON (\"label\") and the table's title line\n"
     "  --gpu-check       print whether the GPU path can run here; exit 0 if so, 1 if not\n"
@@ -170,7 +176,8 @@ struct Options {
   uint64_t count = 0;
   uint64_t span = 0;  // 0: whole namespace
   uint64_t seed = 1;
-  bool fill = false, verify = false, allow_write = false, json = false;
+  bool fill = false, verify = false, json = false;
+  guard::WritePermission permission;
   uint64_t timeout_ms = 5000;
   std::string label;
 };
@@ -179,32 +186,6 @@ uint32_t read_pct_of(const Options& o) {
   if (o.rw == "read" || o.rw == "randread") return 100;
   if (o.rw == "write" || o.rw == "randwrite") return 0;
   return o.mix;
-}
-
-// --device may repeat; cli::Args keeps one value per option, so the devices are taken out first.
-std::vector<std::string> take_devices(int argc, char** argv, std::vector<char*>* rest) {
-  std::vector<std::string> d;
-  rest->push_back(argv[0]);
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--device") {
-      if (i + 1 >= argc) throw cli::UsageError("option --device needs a value");
-      d.push_back(argv[++i]);
-    } else if (a.rfind("--device=", 0) == 0) {
-      d.push_back(a.substr(9));
-    } else {
-      rest->push_back(argv[i]);
-    }
-  }
-  return d;
-}
-
-double parse_seconds(const std::string& v) {
-  char* end = nullptr;
-  const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x) || x <= 0 || x > 1e6)
-    throw cli::UsageError("--time: '" + v + "' is not a positive number of seconds");
-  return x;
 }
 
 // ---------- a device, opened ----------
@@ -216,13 +197,17 @@ struct Dev {
   std::vector<std::unique_ptr<host::QueuePair>> qps;
 };
 
-std::string human_bytes(uint64_t b) {
-  char s[32];
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0) std::snprintf(s, sizeof s, "%lluG", (unsigned long long)(b >> 30));
-  else if (b >= (1ull << 20) && b % (1ull << 20) == 0) std::snprintf(s, sizeof s, "%lluM", (unsigned long long)(b >> 20));
-  else if (b >= 1024 && b % 1024 == 0) std::snprintf(s, sizeof s, "%lluK", (unsigned long long)(b >> 10));
-  else std::snprintf(s, sizeof s, "%llu", (unsigned long long)b);
-  return s;
+using text::size_text;
+
+// The write guard's signature check at LBA 0, through a queue pair opened for it (QID 1, before the
+// measured queues exist).
+void check_before_writes(Dev& d, const guard::WritePermission& permission) {
+  auto qp = d.ctrl->create_io_queue_pair(1, std::min<uint32_t>(d.ctrl->max_queue_entries(), 64));
+  {
+    const model::BlockIo io = model::cpu_block_io(*d.ctrl, *qp, d.ns.nsid, d.name);
+    guard::check_no_signatures(io, 0, permission);
+  }
+  d.ctrl->delete_io_queue_pair(*qp);
 }
 
 // Writes the first span_blocks of the namespace with stamped blocks through an extra CPU queue.
@@ -238,7 +223,7 @@ void fill_span(Dev& d, uint16_t qid, uint64_t span_blocks, bool quiet) {
     std::memset(buf.host(), 0xA5, buf.size());
     const uint64_t per = buf.size() / lba;
     const auto t0 = Clock::now();
-    if (!quiet) std::fprintf(stderr, "nvme_perf: filling %s of %s ...\n", human_bytes(span_blocks * lba).c_str(), d.name.c_str());
+    if (!quiet) std::fprintf(stderr, "nvme_perf: filling %s of %s ...\n", size_text(span_blocks * lba).c_str(), d.name.c_str());
     for (uint64_t b = 0; b < span_blocks; b += per) {
       const uint64_t n = std::min(per, span_blocks - b);
       for (uint64_t k = 0; k < n; ++k) *reinterpret_cast<uint64_t*>(buf.as<uint8_t>() + k * lba) = perf::stamp(b + k);
@@ -483,18 +468,7 @@ DeviceResult total_of(const std::vector<DeviceResult>& rs) {
   return t;
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\', o += c;
-    else if (uint8_t(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else o += c;
-  }
-  return o + "\"";
-}
+using text::json_string;
 
 std::string num(double v, int prec) {
   char b[64];
@@ -513,12 +487,12 @@ std::string lat_json(const Summary& s) {
 
 int main(int argc, char** argv) {
   try {
-    std::vector<char*> rest;
     Options o;
-    o.devices = take_devices(argc, argv, &rest);
-    cli::Args args(int(rest.size()), rest.data(), 1,
-                   {"path", "doorbell", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed", "timeout-ms", "label"},
-                   {"json", "help", "fill", "verify", "no-fill", "allow-write", "gpu-check"});
+    cli::Args args(argc, argv, 1,
+                   {"device", "path", "doorbell", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed",
+                    "timeout-ms", "label"},
+                   {"json", "help", "fill", "verify", "no-fill", "allow-write", "force", "gpu-check"}, {"device"});
+    o.devices = args.all("device");
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
     if (args.has("help")) {
       std::printf("%s%s", kHelp, host::device_string_help());
@@ -539,7 +513,8 @@ int main(int argc, char** argv) {
     o.nq = uint32_t(std::min<uint64_t>(args.get_u64("queues", 1), 1u << 16));
     o.rw = args.get("rw", "read");
     o.mix = uint32_t(std::min<uint64_t>(args.get_u64("mix", 70), 1000));
-    o.seconds = args.has("time") ? parse_seconds(args.get("time")) : 3.0;
+    o.seconds = args.get_double("time", 3.0);
+    if (o.seconds <= 0 || o.seconds > 1e6) throw cli::UsageError("--time: '" + args.get("time") + "' is not 0 < seconds <= 1000000");
     o.count = args.get_u64("count", 0);
     o.span = args.get_size("span", 0);
     o.seed = args.get_u64("seed", 1);
@@ -547,7 +522,7 @@ int main(int argc, char** argv) {
     o.verify = args.has("verify");
     o.fill = args.has("fill") || (o.verify && !args.has("no-fill"));
     if (args.has("no-fill") && (args.has("fill") || !o.verify)) throw cli::UsageError("--no-fill goes with --verify, without --fill");
-    o.allow_write = args.has("allow-write");
+    o.permission = {args.has("allow-write"), args.has("force")};
     o.json = args.has("json");
     o.label = args.get("label", "");
     if (o.path != "cpu" && o.path != "gpu") throw cli::UsageError("--path must be cpu or gpu");
@@ -561,10 +536,13 @@ int main(int argc, char** argv) {
     if (o.timeout_ms == 0 || o.timeout_ms > 3600000) throw cli::UsageError("--timeout-ms must be 1..3600000");
     const uint32_t read_pct = read_pct_of(o);
     const bool writes = read_pct < 100 || o.fill;
-    for (const std::string& d : o.devices)
-      if (writes && !emu::is_emu_device(d) && !o.allow_write)
-        throw cli::UsageError(d + ": this run writes (--rw " + o.rw + (o.fill ? ", --fill/--verify" : "") +
-                              ") and would overwrite data on a real device; add --allow-write to permit it");
+    for (const std::string& d : o.devices) {
+      if (o.verify && emu::is_emu_device(d) && emu::parse_emu_device(d).namespaces.at(0).backing == emu::Backing::kNull)
+        throw cli::UsageError(d + ": --verify needs a device that stores data; emu:null keeps none (use emu:ram)");
+      if (writes)
+        guard::check_write_allowed(d, o.permission,
+                                   "this run writes (--rw " + o.rw + (o.fill ? ", --fill/--verify" : "") + ") over its blocks");
+    }
 
     const bool gpu = o.path == "gpu";
     if (gpu) perf::gpu_init();  // before the devices open: CUDA's own threads are not controller threads
@@ -598,8 +576,8 @@ int main(int argc, char** argv) {
       span_blocks = std::min(span_blocks, d.ns.blocks);
       const uint64_t max_bytes = uint64_t(d.ctrl->max_blocks_per_command(d.ns.nsid)) * lba_bytes;
       if (o.bs > max_bytes)
-        throw cli::UsageError(d.name + ": --bs " + human_bytes(o.bs) + " is more than one command can move (" +
-                              human_bytes(max_bytes) + ", MDTS" +
+        throw cli::UsageError(d.name + ": --bs " + size_text(o.bs) + " is more than one command can move (" +
+                              size_text(max_bytes) + ", MDTS" +
                               (emu::is_emu_device(d.name) ? "; for emu: add mdts=9 for 2M or mdts=0 for no limit)" : ")"));
     }
     if (o.bs % lba_bytes) throw cli::UsageError("--bs must be a multiple of the " + std::to_string(lba_bytes) + "-byte block");
@@ -629,6 +607,8 @@ int main(int argc, char** argv) {
     job.verify = o.verify;
     job.doorbell = *device::parse_doorbell_mode(o.doorbell);
 
+    if (writes)
+      for (Dev& d : devs) check_before_writes(d, o.permission);
     if (o.fill)
       for (Dev& d : devs) fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * blocks, o.json);
 
@@ -682,11 +662,11 @@ int main(int argc, char** argv) {
 
     if (o.json) {
       std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"label\":" +
-                      (o.label.empty() ? std::string("null") : json_str(o.label)) + ",\"path\":" + json_str(o.path) +
-                      ",\"doorbell\":" + (gpu ? json_str(results[0].doorbell) : std::string("null")) +
+                      (o.label.empty() ? std::string("null") : json_string(o.label)) + ",\"path\":" + json_string(o.path) +
+                      ",\"doorbell\":" + (gpu ? json_string(results[0].doorbell) : std::string("null")) +
                       ",\"devices\":[";
-      for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_str(devs[k].name);
-      j += "],\"device\":" + json_str(devs[0].name) + ",\"rw\":" + json_str(o.rw) + ",\"mix\":" + u64(read_pct) +
+      for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_string(devs[k].name);
+      j += "],\"device\":" + json_string(devs[0].name) + ",\"rw\":" + json_string(o.rw) + ",\"mix\":" + u64(read_pct) +
            ",\"bs\":" + u64(o.bs) + ",\"qd\":" + u64(o.qd) + ",\"queues\":" + u64(o.nq) +
            ",\"time_s\":" + (o.count ? std::string("null") : num(o.seconds, 3)) + ",\"count\":" + u64(o.count) +
            ",\"span_bytes\":" + u64(job.pattern.slots * o.bs) + ",\"seed\":" + u64(o.seed) +
@@ -700,21 +680,21 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < results.size(); ++k) {
         const DeviceResult& r = results[k];
         const Summary s = summarize(r);
-        j += std::string(k ? "," : "") + "{\"device\":" + json_str(r.device) + ",\"seconds\":" + num(s.seconds, 4) +
+        j += std::string(k ? "," : "") + "{\"device\":" + json_string(r.device) + ",\"seconds\":" + num(s.seconds, 4) +
              ",\"ios\":" + u64(r.ios) + ",\"reads\":" + u64(r.reads) + ",\"writes\":" + u64(r.writes) +
              ",\"errors\":" + u64(r.errors) + ",\"verify_errors\":" + u64(r.verify_errors) + ",\"iops\":" + num(s.iops, 1) +
              ",\"gbps\":" + num(s.gbps, 4) + ",\"lat_us\":" + lat_json(s) +
              ",\"controller_cpu_seconds\":" + cpu_or_null(r.controller_cpu_s) + ",\"buffer_slots\":" + u64(r.buffer_slots) +
-             ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_str(r.first_verify_error)) : json_str(r.first_error)) +
-             ",\"faults\":" + (r.faults.empty() ? "null" : json_str(r.faults)) + ",\"chunks\":" + u64(r.chunks) +
+             ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_string(r.first_verify_error)) : json_string(r.first_error)) +
+             ",\"faults\":" + (r.faults.empty() ? "null" : json_string(r.faults)) + ",\"chunks\":" + u64(r.chunks) +
              ",\"untimed\":" + u64(r.untimed) + "}";
       }
-      j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_str(first_error)) + "}";
+      j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_string(first_error)) + "}";
       std::printf("%s\n", j.c_str());
     } else {
-      if (!o.label.empty()) std::printf("%s\n", o.label.c_str());
+      if (!o.label.empty()) std::printf("%s\n", text::printable(o.label).c_str());
       std::printf("nvme_perf  path %s  rw %s (%u%% reads)  bs %s  qd %u  queues %u  %s%s%s\n", o.path.c_str(), o.rw.c_str(),
-                  read_pct, human_bytes(o.bs).c_str(), o.qd, o.nq,
+                  read_pct, size_text(o.bs).c_str(), o.qd, o.nq,
                   o.count ? ("count " + u64(o.count)).c_str() : ("time " + num(o.seconds, 2) + " s").c_str(),
                   o.fill ? "  filled" : "", o.verify ? "  verified" : "");
       if (gpu)
@@ -724,7 +704,7 @@ int main(int argc, char** argv) {
                   "p50 us", "p99 us", "p99.9 us", "max us", "errors");
       auto row = [&](const DeviceResult& r) {
         const Summary s = summarize(r);
-        std::string name = r.device;
+        std::string name = text::printable(r.device);
         if (int(name.size()) > wdev) name = name.substr(0, wdev - 3) + "...";
         std::printf("  %-*s %12llu %12.0f %9.3f %9.1f %9.1f %9.1f %9.1f %9.1f %7llu\n", wdev, name.c_str(),
                     (unsigned long long)r.ios, s.iops, s.gbps, s.mean, s.p50, s.p99, s.p999, s.max,
@@ -739,11 +719,14 @@ int main(int argc, char** argv) {
       else
         std::printf("process total (controller threads not separable)\n");
       for (const DeviceResult& r : results) {
-        if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", r.device.c_str(), r.first_error.c_str());
-        if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", r.device.c_str(), r.faults.c_str());
+        if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", text::printable(r.device).c_str(), r.first_error.c_str());
+        if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", text::printable(r.device).c_str(), r.faults.c_str());
         if (r.untimed)
-          std::printf("  %s: %llu completions had no visible submit time (left out of the latencies)\n", r.device.c_str(),
+          std::printf("  %s: %llu completions had no visible submit time (left out of the latencies)\n", text::printable(r.device).c_str(),
                       (unsigned long long)r.untimed);
+        if (r.verify_errors)
+          std::printf("  %s: %llu verify mismatches; first: %s\n", text::printable(r.device).c_str(), (unsigned long long)r.verify_errors,
+                      r.first_verify_error.c_str());
       }
     }
     return failed ? 1 : 0;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cli/args.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/plan/prp_table.h"
 
@@ -19,16 +20,18 @@ int main(int argc, char** argv) {
   uint32_t layers = 80, lba = 512;
   double layer_mb = 669;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--layers" && i + 1 < argc) layers = uint32_t(std::atoi(argv[++i]));
-    else if (a == "--layer-mb" && i + 1 < argc) layer_mb = std::atof(argv[++i]);
-    else if (a == "--lba" && i + 1 < argc) lba = uint32_t(std::atoi(argv[++i]));
-    else if (a == "--json") json = true;
-    else {
-      std::fprintf(stderr, "usage: plan_build [--layers N] [--layer-mb MB] [--lba 512|4096] [--json]\n");
-      return 2;
-    }
+  try {
+    const cli::Args args(argc, argv, 1, {"layers", "layer-mb", "lba"}, {"json"});
+    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
+    layers = args.get_u32("layers", layers);
+    layer_mb = args.get_double("layer-mb", layer_mb);
+    lba = args.get_u32("lba", lba);
+    json = args.has("json");
+    if (layers == 0 || (lba != 512 && lba != 4096)) throw cli::UsageError("--layers must be at least 1, --lba 512 or 4096");
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "plan_build: %s\nusage: plan_build [--layers N] [--layer-mb MB] [--lba 512|4096] [--json]\n",
+                 e.what());
+    return 2;
   }
   const uint64_t page = 4096;
   // Relative tensor sizes of one Llama-2-70B block (attn_norm, q, k, v, o, ffn_norm, gate, up, down).

@@ -2,6 +2,8 @@
 // onto namespace 1 at the 1 MiB default (as `dd bs=1M seek=1` would), then found again from the
 // device alone (detect_model + the GGUF header read through the driver) and mapped to LBAs.
 #pragma once
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -14,8 +16,13 @@
 #include "driver/compiler.h"
 #include "host/cpu_io.h"
 #include "host/dma_memory.h"
+#include "host/io_patterns.h"
 #include "host/open_device.h"
+#include "host/text/human_bytes.h"
+#include "runtime/gguf/gguf_builder.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/guard/write_guard.h"
+#include "runtime/io/cpu_block_io.h"
 #include "runtime/model/block_io.h"
 #include "runtime/model/detect.h"
 #include "runtime/model/lba_map.h"
@@ -31,15 +38,9 @@ inline uint64_t toy_checksum(const uint8_t* p, uint64_t n) {
 }
 
 // The example router's score for expert e of layer l at token t: a few popular experts per layer.
-GPUNVME_HD inline uint64_t toy_mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 GPUNVME_HD inline uint64_t toy_score(uint32_t t, uint32_t l, uint32_t e, uint32_t n_experts) {
   const uint64_t popular = (e * 7 + l) % n_experts < n_experts / 4 ? 3 : 0;
-  return (toy_mix(t * 1000003ull + l * 1009 + e) & 0xFFFF) * (1 + popular);
+  return (gpunvme::host::splitmix64(t * 1000003ull + l * 1009 + e) & 0xFFFF) * (1 + popular);
 }
 
 
@@ -54,69 +55,52 @@ inline bool use_gpu_path(const std::string& path) {
 }
 
 
-struct Writer {
-  std::vector<uint8_t> b;
-  template <class T> void put(T v) {
-    uint8_t t[sizeof(T)];
-    std::memcpy(t, &v, sizeof(T));
-    b.insert(b.end(), t, t + sizeof(T));
+// `n` zero bytes in host memory for `what`; says what and how much when the machine has less memory
+// than that (checked first: a sanitizer build aborts on a failed allocation) or the allocation fails.
+inline std::vector<uint8_t> host_bytes(const std::string& what, uint64_t n) {
+  const uint64_t ram = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  const auto refuse = [&](const std::string& why) {
+    return std::runtime_error("cannot allocate " + gpunvme::text::human_bytes(double(n)) + " (" + std::to_string(n) +
+                              " bytes) of host memory for " + what + ": " + why);
+  };
+  if (n > ram) throw refuse("the machine has " + gpunvme::text::human_bytes(double(ram)));
+  try {
+    return std::vector<uint8_t>(n);
+  } catch (const std::bad_alloc&) {
+    throw refuse("out of memory");
   }
-  void str(const std::string& s) {
-    put<uint64_t>(s.size());
-    b.insert(b.end(), s.begin(), s.end());
-  }
-};
+}
 
 struct GenTensor {
   std::string name;
   std::vector<uint64_t> ne;  // F32
 };
 
-// GGUF v3, F32 tensors, alignment 32, data = a position-dependent pattern.
+// GGUF v3 (runtime/gguf/gguf_builder.h), F32 tensors, alignment 32, data = the position pattern
+// (host/io_patterns.h).
 inline std::vector<uint8_t> make_gguf(const std::string& arch, uint32_t expert_count, const std::vector<GenTensor>& ts) {
-  Writer w;
-  w.put<uint32_t>(0x46554747);
-  w.put<uint32_t>(3);
-  w.put<uint64_t>(ts.size());
-  w.put<uint64_t>(expert_count ? 3 : 2);
-  w.str("general.architecture");
-  w.put<uint32_t>(8);
-  w.str(arch);
-  w.str("general.name");
-  w.put<uint32_t>(8);
-  w.str("generated-" + arch);
-  if (expert_count) {
-    w.str(arch + ".expert_count");
-    w.put<uint32_t>(4);
-    w.put<uint32_t>(expert_count);
-  }
-  uint64_t off = 0;
+  namespace gb = gpunvme::gguf::builder;
+  gb::Spec s;
+  s.kvs = {gb::kv_str("general.architecture", arch), gb::kv_str("general.name", "generated-" + arch)};
+  if (expert_count) s.kvs.push_back(gb::kv_u32(arch + ".expert_count", expert_count));
   for (const auto& t : ts) {
-    w.str(t.name);
-    w.put<uint32_t>(uint32_t(t.ne.size()));
-    uint64_t n = 4;
-    for (uint64_t d : t.ne) {
-      w.put<uint64_t>(d);
-      n *= d;
-    }
-    w.put<uint32_t>(0);  // F32
-    w.put<uint64_t>(off);
-    off = (off + n + 31) / 32 * 32;
+    uint64_t bytes = 4;
+    for (uint64_t d : t.ne) bytes *= d;
+    s.tensors.emplace_back(t.name, t.ne, 0 /* F32 */, bytes);
   }
-  const uint64_t data = (w.b.size() + 31) / 32 * 32;
-  w.b.resize(data + off, 0);
-  for (uint64_t i = data; i < w.b.size(); ++i) {
-    uint64_t x = (i >> 3) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 31;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 29;
-    w.b[i] = uint8_t(x >> ((i & 7) * 8));
-  }
-  return w.b;
+  s.data = false;  // header and padding only: the data is allocated here, after the size check
+  const gb::Built header = gb::build(s);
+  std::vector<uint8_t> out =
+      host_bytes("the generated model (fewer --layers or smaller tensors need less)", header.data_end);
+  std::copy(header.bytes.begin(), header.bytes.end(), out.begin());
+  gpunvme::host::fill_position_pattern(out.data() + header.data_offset, header.data_end - header.data_offset,
+                                       header.data_offset, 1);
+  return out;
 }
 
 // A dense model of `layers` blocks with tensors of uneven sizes (~`mb_per_layer` MB per layer).
 inline std::vector<uint8_t> dense_model(uint32_t layers, double mb_per_layer) {
+  if (!(mb_per_layer * 1e6 < 1e15)) throw std::runtime_error("--mb-per-layer must be below 10^9 MB");
   const uint64_t row = std::max<uint64_t>(64, uint64_t(mb_per_layer * 1e6 / 4 / 20));
   std::vector<GenTensor> ts = {{"token_embd.weight", {row, 4}}};
   for (uint32_t l = 0; l < layers; ++l) {
@@ -149,38 +133,13 @@ inline std::vector<uint8_t> moe_model(uint32_t layers, uint32_t experts, uint64_
 }
 
 inline std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) throw std::runtime_error("cannot open " + path);
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
-// Block callbacks over CPU I/O (a bounce buffer), for detect_model and the header read.
-inline gpunvme::model::BlockIo block_io(gpunvme::host::Controller& c, gpunvme::host::CpuIo& io) {
-  gpunvme::model::BlockIo b;
-  b.lba_size = io.lba_bytes();
-  b.n_lbas = io.blocks();
-  b.name = c.transport().name();
-  auto bounce = std::make_shared<gpunvme::host::DmaBuffer>(c.transport(), 4u << 20);
-  b.read = [&io, bounce](uint64_t lba, uint32_t n, void* dst) {
-    const uint64_t per = bounce->size() / io.lba_bytes();
-    for (uint64_t done = 0; done < n;) {
-      const uint64_t k = std::min<uint64_t>(per, n - done);
-      io.read(lba + done, k, *bounce, 0);
-      std::memcpy(static_cast<uint8_t*>(dst) + done * io.lba_bytes(), bounce->host(), k * io.lba_bytes());
-      done += k;
-    }
-  };
-  b.write = [&io, bounce](uint64_t lba, uint32_t n, const void* src) {
-    const uint64_t per = bounce->size() / io.lba_bytes();
-    for (uint64_t done = 0; done < n;) {
-      const uint64_t k = std::min<uint64_t>(per, n - done);
-      std::memset(bounce->host(), 0, bounce->size());
-      std::memcpy(bounce->host(), static_cast<const uint8_t*>(src) + done * io.lba_bytes(), k * io.lba_bytes());
-      io.write(lba + done, k, *bounce, 0);
-      done += k;
-    }
-  };
-  return b;
+  std::vector<uint8_t> out = host_bytes("the model file " + path, uint64_t(f.tellg()));
+  f.seekg(0);
+  if (!f.read(reinterpret_cast<char*>(out.data()), std::streamsize(out.size())))
+    throw std::runtime_error("cannot read " + path);
+  return out;
 }
 
 struct OnDevice {
@@ -189,20 +148,26 @@ struct OnDevice {
   std::unique_ptr<gpunvme::model::LbaMap> map;
 };
 
-// Writes `bytes` at the 1 MiB default unless `already_there`, then finds the model from the device.
+// What the examples write, for the write guard's refusal.
+inline constexpr const char* kWhatWeWrite = "the example writes its model from 1 MiB on (--deployed reads one already there)";
+
+// Writes `bytes` at the 1 MiB default unless `already_there` (after the write guard's signature check),
+// then finds the model from the device.
 inline OnDevice put_and_find(gpunvme::host::Controller& c, gpunvme::host::QueuePair& qp, const std::vector<uint8_t>& bytes,
-                             bool already_there) {
+                             bool already_there, const gpunvme::guard::WritePermission& permission) {
   gpunvme::host::CpuIo io(c, qp, 1);
-  gpunvme::model::BlockIo b = block_io(c, io);
+  gpunvme::model::BlockIo b = gpunvme::model::cpu_block_io(c, io, c.transport().name());
   if (!already_there) {
     const uint64_t start = (1u << 20) / io.lba_bytes();
-    std::vector<uint8_t> padded(bytes);
-    padded.resize((bytes.size() + io.lba_bytes() - 1) / io.lba_bytes() * io.lba_bytes(), 0);
-    if (start + padded.size() / io.lba_bytes() > io.blocks())
+    const uint64_t blocks = (bytes.size() + io.lba_bytes() - 1) / io.lba_bytes();
+    if (start + blocks > io.blocks())
       throw std::runtime_error("the model (" + std::to_string(bytes.size() >> 20) + " MiB) does not fit the " +
                                std::to_string((io.blocks() * io.lba_bytes()) >> 20) +
                                " MiB namespace at 1 MiB; use a larger size= in --device");
-    b.write(start, uint32_t(padded.size() / io.lba_bytes()), padded.data());
+    gpunvme::guard::check_no_signatures(b, start, permission);
+    std::vector<uint8_t> padded = host_bytes("the model padded to whole blocks", blocks * io.lba_bytes());
+    std::copy(bytes.begin(), bytes.end(), padded.begin());
+    b.write(start, uint32_t(blocks), padded.data());
   }
   OnDevice d;
   d.detected = gpunvme::model::detect_model(b);

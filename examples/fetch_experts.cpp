@@ -32,7 +32,7 @@ namespace {
 
 const char* kUsage =
     "usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] "
-    "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only] [--path auto|gpu|cpu]\n";
+    "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only] [--path auto|gpu|cpu] [--allow-write] [--force]\n";
 
 void print_metrics(const stream::FetcherMetrics& mt, const std::vector<uint32_t>& resident) {
   std::printf("fetches %llu, experts requested %llu: %llu faulted (%.2f per fetch), %llu hits (%.1f%%), %.1f MB read\n",
@@ -95,13 +95,14 @@ int fetch_on_gpu(host::Controller& ctrl, const example::OnDevice& m, const std::
 
 int main(int argc, char** argv) {
   std::string device, gguf_path;
+  guard::WritePermission permission;
   bool deployed = false, down_only = false;
   std::string path;
   uint32_t layers = 0, experts = 0, top_k = 0, tokens = 0;
   double cache_mb = 0;
   try {
     const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "experts", "top-k", "tokens", "cache-mb", "path"},
-                         {"deployed", "down-only", "help"});
+                         {"deployed", "down-only", "help", "allow-write", "force"});
     if (args.has("help")) {
       std::printf("%s", kUsage);
       return 0;
@@ -111,23 +112,30 @@ int main(int argc, char** argv) {
     device = args.get("device", "emu:ram,size=128M,lba=4096");
     gguf_path = args.get("gguf");
     deployed = args.has("deployed");
+    permission = {args.has("allow-write"), args.has("force")};
     down_only = args.has("down-only");
     layers = args.get_u32("layers", 8);
     experts = args.get_u32("experts", 32);
     top_k = args.get_u32("top-k", 4);
     tokens = args.get_u32("tokens", 64);
     cache_mb = args.get_double("cache-mb", 0);
+    if (tokens == 0) throw cli::UsageError("--tokens must be at least 1 (tokens to route and fetch experts for)");
+    if (top_k == 0) throw cli::UsageError("--top-k must be at least 1 (experts fetched per layer and token)");
+    if (layers == 0 || layers > 100000) throw cli::UsageError("--layers must be 1..100000");
+    if (experts == 0 || experts > (1u << 20)) throw cli::UsageError("--experts must be 1..1048576");
+    if (cache_mb > 1e9) throw cli::UsageError("--cache-mb must be at most 1000000000");
     path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "fetch_experts: %s\n%s", e.what(), kUsage);
     return 2;
   }
   try {
+    if (!deployed) guard::check_write_allowed(device, permission, example::kWhatWeWrite);
     auto ctrl = host::open_controller(device);
     auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
     const std::vector<uint8_t> file =
         gguf_path.empty() ? example::moe_model(layers, experts, 2000) : example::read_file(gguf_path);
-    example::OnDevice m = example::put_and_find(*ctrl, *qp, file, deployed);
+    example::OnDevice m = example::put_and_find(*ctrl, *qp, file, deployed, permission);
     const auto which = down_only ? stream::ExpertParts::kDownOnly : stream::ExpertParts::kAll;
     stream::ExpertCatalog cat = stream::ExpertCatalog::from_map(*m.map, which);
     std::printf("model: %s, %u layers with experts, %u experts each, %.1f MB; found: %s\n", m.file->model_name().c_str(),

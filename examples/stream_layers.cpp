@@ -36,7 +36,7 @@ using namespace gpunvme;
 namespace {
 const char* kUsage =
     "usage: stream_layers [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--mb-per-layer MB] "
-    "[--slots N] [--pump] [--path auto|gpu|cpu]\n";
+    "[--slots N] [--pump] [--path auto|gpu|cpu] [--allow-write] [--force]\n";
 
 #if GPUNVME_HAVE_CUDA
 // The GPU path: returns the number of mismatching tensors (or throws).
@@ -101,13 +101,14 @@ uint64_t stream_on_gpu(host::Controller& ctrl, const example::OnDevice& m, const
 
 int main(int argc, char** argv) {
   std::string device, gguf_path;
+  guard::WritePermission permission;
   bool deployed = false, pump = false;
   std::string path;
   uint32_t layers = 0, slots = 0;
   double mb = 0;
   try {
     const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "mb-per-layer", "slots", "path"},
-                         {"deployed", "pump", "help"});
+                         {"deployed", "pump", "help", "allow-write", "force"});
     if (args.has("help")) {
       std::printf("%s%s\n", kUsage, host::device_string_help());
       return 0;
@@ -117,21 +118,25 @@ int main(int argc, char** argv) {
     device = args.get("device", "emu:ram,size=256M,lba=4096");
     gguf_path = args.get("gguf");
     deployed = args.has("deployed");
+    permission = {args.has("allow-write"), args.has("force")};
     pump = args.has("pump");
     layers = args.get_u32("layers", 24);
     mb = args.get_double("mb-per-layer", 4);
     slots = args.get_u32("slots", 2);
+    if (layers == 0 || layers > 100000) throw cli::UsageError("--layers must be 1..100000");
+    if (slots == 0) throw cli::UsageError("--slots must be at least 1");
     path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
     std::fprintf(stderr, "stream_layers: %s\n%s", e.what(), kUsage);
     return 2;
   }
   try {
+    if (!deployed) guard::check_write_allowed(device, permission, example::kWhatWeWrite);
     auto ctrl = host::open_controller(device);
     auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
     const std::vector<uint8_t> file = gguf_path.empty() ? example::dense_model(layers, mb) : example::read_file(gguf_path);
     const auto t0 = std::chrono::steady_clock::now();
-    example::OnDevice m = example::put_and_find(*ctrl, *qp, file, deployed);
+    example::OnDevice m = example::put_and_find(*ctrl, *qp, file, deployed, permission);
     std::printf("model: %s (%s), %.1f MB, found on %s: %s\n", m.file->model_name().c_str(),
                 m.file->architecture().c_str(), file.size() / 1e6, ctrl->transport().name().c_str(),
                 m.detected.describe().c_str());

@@ -18,6 +18,9 @@ const char* device_string_help() {
          "                                 lat=60us lat99=150us wlat=20us wlat99=60us par=N seed=N\n"
          "                           e.g. emu:/tmp/disk.img,size=1G   emu:ram,size=256M,lba=4096\n"
          "                                emu:ram,size=4G,drive=pcie4,threads=4\n"
+         "                           numbers are decimal (no sign, 0x or leading 0); sizes take K/M/G/T =\n"
+         "                           1024^1..4; a key given twice is an error. PATH may be a block device\n"
+         "                           (emu:/dev/nvme0n1 writes that disk): tools that write then need --allow-write\n"
          "  vfio:DDDD:BB:DD.F        a real NVMe controller bound to vfio-pci\n"
          "                           (bind it with `scripts/setup_vfio.sh bind DDDD:BB:DD.F`)\n";
 }

@@ -29,12 +29,20 @@ import tempfile
 SKIP = 77
 
 
+VENV = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv"))
+
+
 def need_gguf():
     try:
         import gguf  # noqa: F401
         import numpy  # noqa: F401
     except ImportError as e:
-        print(f"SKIP: python module missing ({e}); pip install gguf", file=sys.stderr)
+        # scripts/install_test_inputs.sh (run by scripts/test.sh) installs them into .venv/: use it.
+        python = os.path.join(VENV, "bin", "python3")  # not resolved: the link's place makes it the venv's
+        if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(VENV):
+            os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
+        print(f"SKIP: python module missing ({e}); run scripts/install_test_inputs.sh (or pip install gguf)",
+              file=sys.stderr)
         sys.exit(SKIP)
 
 

@@ -6,7 +6,7 @@ set -euo pipefail
 
 need_apt=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in g++ ninja-build pkg-config libnuma-dev python3-pip; do have_pkg "$p" || need_apt+=("$p"); done
+for p in g++ ninja-build pkg-config libnuma-dev python3-pip python3-venv; do have_pkg "$p" || need_apt+=("$p"); done
 catch2_ok() { pkg-config --exists 'catch2-with-main >= 3.0' 2>/dev/null; }
 
 as_root() {

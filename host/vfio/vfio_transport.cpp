@@ -96,6 +96,8 @@ void VfioTransport::check_sysfs(const SysfsPci& sysfs) {
   if (!sysfs.exists(info_.bdf))
     throw Error(ErrorKind::kNotFound, "no PCI device " + info_.bdf + " (" + sysfs.device_dir(info_.bdf) +
                                           " is missing); list NVMe drives with scripts/setup_vfio.sh status");
+  if (const std::string not_nvme = describe_not_nvme(sysfs, info_.bdf); !not_nvme.empty())
+    throw Error(ErrorKind::kInvalidArgument, not_nvme);
   const std::string drv = sysfs.driver(info_.bdf);
   if (drv != "vfio-pci")
     throw Error(ErrorKind::kInvalidArgument,

@@ -1,15 +1,14 @@
 #include "runtime/cli/args.h"
 
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <cstdlib>
 #include <limits>
+
+#include "host/text/numbers.h"
 
 namespace gpunvme::cli {
 
 Args::Args(int argc, char** argv, int first, const std::vector<std::string>& options,
-           const std::vector<std::string>& flags) {
+           const std::vector<std::string>& flags, const std::vector<std::string>& repeatable) {
   auto known = [](const std::vector<std::string>& v, const std::string& n) {
     return std::find(v.begin(), v.end(), n) != v.end();
   };
@@ -26,6 +25,8 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& opt
       value = name.substr(eq + 1);
       name = name.substr(0, eq);
     }
+    if (values_.count(name) != 0 && !known(repeatable, name))
+      throw UsageError("option --" + name + " is given twice; give it once");
     if (known(flags, name)) {
       if (inline_value) throw UsageError("option --" + name + " takes no value");
       values_[name] = "1";
@@ -35,6 +36,7 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& opt
         value = argv[++i];
       }
       values_[name] = value;
+      repeated_[name].push_back(value);
     } else {
       throw UsageError("unknown option --" + name + " (see --help)");
     }
@@ -46,32 +48,27 @@ std::string Args::get(const std::string& name, const std::string& fallback) cons
   return it == values_.end() ? fallback : it->second;
 }
 
-uint64_t parse_size_arg(const std::string& option, const std::string& text) {
-  size_t pos = 0;
-  unsigned long long v = 0;
+std::vector<std::string> Args::all(const std::string& name) const {
+  auto it = repeated_.find(name);
+  return it == repeated_.end() ? std::vector<std::string>{} : it->second;
+}
+
+namespace {
+
+// The shared grammar (host/text/numbers.h), its errors as usage errors naming the option.
+template <class F>
+auto strict(const std::string& option, const std::string& value, F parse) {
   try {
-    v = std::stoull(text, &pos, 0);
-  } catch (...) {
-    throw UsageError("--" + option + ": '" + text + "' is not a size (examples: 4096, 128K, 1M, 2G)");
+    return parse("--" + option, value);
+  } catch (const text::ParseError& e) {
+    throw UsageError(e.what());
   }
-  std::string suffix = text.substr(pos);
-  uint64_t mult = 1;
-  if (!suffix.empty()) {
-    const char c = char(std::toupper(static_cast<unsigned char>(suffix[0])));
-    const std::string rest = suffix.substr(1);
-    if (rest != "" && rest != "B" && rest != "iB" && rest != "b")
-      throw UsageError("--" + option + ": '" + text + "' has an unknown unit");
-    switch (c) {
-      case 'K': mult = 1ull << 10; break;
-      case 'M': mult = 1ull << 20; break;
-      case 'G': mult = 1ull << 30; break;
-      case 'T': mult = 1ull << 40; break;
-      case 'B': mult = 1; break;
-      default: throw UsageError("--" + option + ": '" + text + "' has an unknown unit (use K, M, G or T)");
-    }
-  }
-  if (mult != 1 && v > (~0ull) / mult) throw UsageError("--" + option + ": '" + text + "' is too large");
-  return v * mult;
+}
+
+}  // namespace
+
+uint64_t parse_size_arg(const std::string& option, const std::string& value) {
+  return strict(option, value, [](const std::string& w, const std::string& t) { return text::parse_size(w, t); });
 }
 
 uint64_t Args::get_size(const std::string& name, uint64_t fallback) const {
@@ -80,16 +77,7 @@ uint64_t Args::get_size(const std::string& name, uint64_t fallback) const {
 
 uint64_t Args::get_u64(const std::string& name, uint64_t fallback) const {
   if (!has(name)) return fallback;
-  const std::string v = get(name);
-  size_t pos = 0;
-  unsigned long long x = 0;
-  try {
-    x = std::stoull(v, &pos, 0);
-  } catch (...) {
-    pos = 0;
-  }
-  if (pos != v.size() || v.empty()) throw UsageError("--" + name + ": '" + v + "' is not a number");
-  return x;
+  return strict(name, get(name), [](const std::string& w, const std::string& t) { return text::parse_u64(w, t); });
 }
 
 uint32_t Args::get_u32(const std::string& name, uint32_t fallback) const {
@@ -100,12 +88,7 @@ uint32_t Args::get_u32(const std::string& name, uint32_t fallback) const {
 
 double Args::get_double(const std::string& name, double fallback) const {
   if (!has(name)) return fallback;
-  const std::string v = get(name);
-  char* end = nullptr;
-  const double x = v.empty() ? 0 : std::strtod(v.c_str(), &end);
-  if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(x))
-    throw UsageError("--" + name + ": '" + v + "' is not a number");
-  return x;
+  return strict(name, get(name), [](const std::string& w, const std::string& t) { return text::parse_decimal(w, t); });
 }
 
 }  // namespace gpunvme::cli

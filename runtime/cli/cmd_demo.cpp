@@ -11,21 +11,24 @@
 #include "runtime/cli/args.h"
 #include "runtime/cli/commands.h"
 #include "runtime/cli/format.h"
+#include "runtime/guard/write_guard.h"
+#include "runtime/io/cpu_block_io.h"
 
 namespace gpunvme::cli {
 namespace {
 
 const char* kDemoHelp =
-    "usage: gpunvme demo [--device DEVICE] [--bytes SIZE] [--queue-depth N]\n"
+    "usage: gpunvme demo [--device DEVICE] [--bytes SIZE] [--queue-depth N] [--allow-write] [--force]\n"
     "\n"
     "Brings an NVMe controller up from user space, identifies it, then writes deterministic\n"
     "patterns through one I/O queue pair (CPU-initiated, PRPs and MDTS splitting), reads them back\n"
     "into a different buffer and compares every byte. Prints each step and the throughput.\n"
     "\n"
     "  --device DEVICE   default: emu:/tmp/gpunvme-demo.img,size=256M (an emulated controller\n"
-    "                    on a file, created if missing). WARNING: on a real device this overwrites data.\n"
+    "                    on a file, created if missing). On a real device this overwrites data.\n"
     "  --bytes SIZE      bytes for the bulk pattern (default 64M)\n"
     "  --queue-depth N   commands in flight (default 32)\n"
+    "%s"
     "\n";
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
@@ -35,13 +38,17 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 int cmd_demo(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "bytes", "queue-depth"}, {"help"});
+  Args args(argc, argv, 2, {"device", "bytes", "queue-depth"}, {"help", "allow-write", "force"});
   if (args.has("help")) {
-    std::printf("%s%s", kDemoHelp, host::device_string_help());
+    std::printf(kDemoHelp, guard::kWriteFlagsHelp);
+    std::printf("%s", host::device_string_help());
     return 0;
   }
+  if (!args.positional().empty()) throw UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
   const std::string device = args.get("device", "emu:/tmp/gpunvme-demo.img,size=256M");
   uint64_t bulk = args.get_size("bytes", 64ull << 20);
+  const guard::WritePermission permission{args.has("allow-write"), args.has("force")};
+  guard::check_write_allowed(device, permission, "the demo writes test patterns from LBA 0 on");
 
   auto t0 = std::chrono::steady_clock::now();
   std::printf("[1/5] bringing up %s\n", device.c_str());
@@ -59,8 +66,9 @@ int cmd_demo(int argc, char** argv) {
   const uint32_t entries = std::min<uint32_t>(256, ctrl->max_queue_entries());
   auto qp = ctrl->create_io_queue_pair(1, entries);
   host::CpuIoOptions io_opts;
-  io_opts.queue_depth = uint32_t(args.get_u64("queue-depth", 32));
+  io_opts.queue_depth = args.get_u32("queue-depth", 32);
   host::CpuIo io(*ctrl, *qp, ns.nsid, io_opts);
+  guard::check_no_signatures(model::cpu_block_io(*ctrl, io, device), 0, permission);
   std::printf("[3/5] I/O queue pair 1 created: %u entries, queue depth %u\n", entries, io_opts.queue_depth);
 
   const uint32_t lba = ns.lba_bytes;

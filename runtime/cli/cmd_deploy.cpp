@@ -94,7 +94,7 @@ int cmd_deploy(int argc, char** argv) {
       const auto pos = plan.command.find("conv=fsync");
       plan.command.replace(pos, 10, "conv=fsync,notrunc");  // a regular file: keep the bytes after the model
     }
-    std::printf("# %s: %s, %s into %s (LBA %s of %u-byte blocks)\n", path.c_str(), file.model_name().c_str(),
+    std::printf("# %s: %s, %s into %s (LBA %s of %u-byte blocks)\n", path.c_str(), printable(file.model_name()).c_str(),
                 human_bytes(double(file.file_size())).c_str(), dev.name().c_str(),
                 lba_range(start_lba, start_lba + (file.file_size() + dev.lba_size() - 1) / dev.lba_size()).c_str(),
                 dev.lba_size());
@@ -134,14 +134,14 @@ int cmd_deploy(int argc, char** argv) {
   const auto& r = res.record;
   if (opt.record_only) {
     std::printf("wrote the deploy record for '%s' (%s at LBA %s) to LBA %llu of %s: %llu chunk CRCs of %s\n",
-                r.name.c_str(), human_bytes(double(r.model_bytes)).c_str(),
+                printable(r.name).c_str(), human_bytes(double(r.model_bytes)).c_str(),
                 lba_range(r.model_start_lba, r.model_end_lba()).c_str(), (unsigned long long)r.record_lba,
                 dev.name().c_str(), (unsigned long long)r.n_chunks(), human_bytes(double(r.chunk_bytes())).c_str());
     std::printf("the record's checksums come from the file: run `gpunvme verify --device %s` to check the device\n",
                 device.c_str());
   } else {
     std::printf("deployed '%s': %s to %s LBA %s in %.2f s (%s); record at LBA %llu with %llu chunk CRCs of %s\n",
-                r.name.c_str(), human_bytes(double(r.model_bytes)).c_str(), dev.name().c_str(),
+                printable(r.name).c_str(), human_bytes(double(r.model_bytes)).c_str(), dev.name().c_str(),
                 lba_range(r.model_start_lba, r.model_end_lba()).c_str(), res.seconds,
                 deploy::rate_string(res.seconds > 0 ? double(r.model_bytes) / res.seconds : 0).c_str(),
                 (unsigned long long)r.record_lba, (unsigned long long)r.n_chunks(),

@@ -58,7 +58,7 @@ int cmd_verify(int argc, char** argv) {
   bar.finish();
 
   const auto& d = rep.detected;
-  std::printf("verifying %s: %s\n", dev.name().c_str(), d.describe().c_str());
+  std::printf("verifying %s: %s\n", printable(dev.name()).c_str(), printable(d.describe()).c_str());
   std::printf("%s in %zu chunk%s of %s, %llu tensors; compared with: %s\n", human_bytes(double(rep.model_bytes)).c_str(),
               rep.chunks.size(), rep.chunks.size() == 1 ? "" : "s",
               human_bytes(double(uint64_t{1} << rep.chunk_shift)).c_str(), (unsigned long long)rep.n_tensors,
@@ -81,7 +81,7 @@ int cmd_verify(int argc, char** argv) {
                 (unsigned long long)c.first_lba, (unsigned long long)(c.end_lba - 1),
                 human_bytes(double(c.bytes)).c_str(), c.actual, status.c_str());
   }
-  for (const auto& p : rep.problems) std::printf("  problem: %s\n", p.c_str());
+  for (const auto& p : rep.problems) std::printf("  problem: %s\n", printable(p).c_str());
   const double rate = rep.seconds > 0 ? double(rep.model_bytes) / rep.seconds : 0;
   if (!rep.ok()) {
     std::printf("FAILED: %llu of %zu chunks differ, %zu other problem%s (%s re-read in %.2f s, %s)\n",

@@ -1,27 +1,21 @@
-// Human-readable numbers for tool output.
+// Text helpers for tool output: sizes for people, identify strings, outside text made printable.
 #pragma once
-#include <cstdint>
-#include <cstdio>
+#include <cstddef>
 #include <string>
+
+#include "host/text/escape.h"
+#include "host/text/human_bytes.h"
 
 namespace gpunvme::cli {
 
-inline std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (b >= 1024 && u < 5) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
+using text::human_bytes;
+using text::printable;
 
+// An identify string field (space- or NUL-padded, not terminated) without its padding, made printable.
 inline std::string trim_id(const char* field, size_t n) {
   std::string s(field, n);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\0')) s.pop_back();
-  return s;
+  return printable(s);
 }
 
 }  // namespace gpunvme::cli

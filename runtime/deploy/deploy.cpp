@@ -8,7 +8,7 @@
 #include <cstring>
 #include <future>
 
-#include "runtime/cli/format.h"
+#include "host/text/human_bytes.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/crc32c.h"
 #include "runtime/model/model_error.h"
@@ -56,8 +56,8 @@ void check_fit(uint64_t model_bytes, uint32_t nsid, uint32_t lba_size, uint64_t 
   const uint64_t need = (model_bytes + lba_size - 1) / lba_size;
   if (start_lba < n_lbas && need <= n_lbas - start_lba) return;
   const uint64_t avail = start_lba < n_lbas ? (n_lbas - start_lba) * uint64_t(lba_size) : 0;
-  throw RefusedError("model is " + cli::human_bytes(double(model_bytes)) + " but namespace " + std::to_string(nsid) +
-                     " has " + cli::human_bytes(double(avail)) + " from LBA " + std::to_string(start_lba) + " (" +
+  throw RefusedError("model is " + text::human_bytes(double(model_bytes)) + " but namespace " + std::to_string(nsid) +
+                     " has " + text::human_bytes(double(avail)) + " from LBA " + std::to_string(start_lba) + " (" +
                      std::to_string(n_lbas) + " blocks of " + std::to_string(lba_size) +
                      " bytes); use a larger device or a smaller --start-lba");
 }

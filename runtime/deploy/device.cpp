@@ -1,10 +1,10 @@
 #include "runtime/deploy/device.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "host/error.h"
 #include "host/open_device.h"
+#include "runtime/io/cpu_block_io.h"
 
 namespace gpunvme::deploy {
 
@@ -25,31 +25,8 @@ Device::Device(const std::string& device, uint32_t nsid) : name_(device), nsid_(
   host::CpuIoOptions opts;
   opts.queue_depth = std::min<uint32_t>(64, entries - 1);
   cpu_ = std::make_unique<host::CpuIo>(*ctrl_, *qp_, nsid, opts);
-  bounce_ = host::DmaBuffer(ctrl_->transport(), 4u << 20);
-
   name_ = device + " namespace " + std::to_string(nsid);
-  bio_.lba_size = cpu_->lba_bytes();
-  bio_.n_lbas = cpu_->blocks();
-  bio_.name = name_;
-  const uint64_t per = bounce_.size() / bio_.lba_size;
-  bio_.read = [this, per](uint64_t lba, uint32_t count, void* dst) {
-    auto* out = static_cast<uint8_t*>(dst);
-    for (uint64_t done = 0; done < count;) {
-      const uint64_t n = std::min<uint64_t>(per, count - done);
-      cpu_->read(lba + done, n, bounce_, 0);
-      std::memcpy(out + done * bio_.lba_size, bounce_.host(), n * bio_.lba_size);
-      done += n;
-    }
-  };
-  bio_.write = [this, per](uint64_t lba, uint32_t count, const void* src) {
-    const auto* in = static_cast<const uint8_t*>(src);
-    for (uint64_t done = 0; done < count;) {
-      const uint64_t n = std::min<uint64_t>(per, count - done);
-      std::memcpy(bounce_.host(), in + done * bio_.lba_size, n * bio_.lba_size);
-      cpu_->write(lba + done, n, bounce_, 0);
-      done += n;
-    }
-  };
+  bio_ = model::cpu_block_io(*ctrl_, *cpu_, name_);
 }
 
 Device::~Device() {

@@ -1,6 +1,6 @@
 // A namespace opened through our own driver for the deploy/verify/ls commands: the controller, one
-// I/O queue pair, CpuIo, and a model::BlockIo view (bounce-buffered) for the model/ code. Bulk
-// transfers go straight through CpuIo on caller-owned DmaBuffers (see staging()).
+// I/O queue pair, CpuIo, and a model::BlockIo view (runtime/io/cpu_block_io.h, bounce-buffered) for
+// the model/ code. Bulk transfers go straight through CpuIo on caller-owned DmaBuffers (see alloc()).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -42,7 +42,6 @@ class Device {
   std::unique_ptr<host::Controller> ctrl_;
   std::unique_ptr<host::QueuePair> qp_;
   std::unique_ptr<host::CpuIo> cpu_;
-  host::DmaBuffer bounce_;
   model::BlockIo bio_;
 };
 

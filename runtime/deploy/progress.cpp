@@ -1,6 +1,6 @@
 #include "runtime/deploy/progress.h"
 
-#include "runtime/cli/format.h"
+#include "host/text/human_bytes.h"
 
 namespace gpunvme::deploy {
 
@@ -9,7 +9,7 @@ ProgressLine::ProgressLine(std::string label, bool enabled, FILE* out)
 
 ProgressLine::~ProgressLine() { finish(); }
 
-std::string rate_string(double bps) { return cli::human_bytes(bps) + "/s"; }
+std::string rate_string(double bps) { return text::human_bytes(bps) + "/s"; }
 
 std::string duration_string(double s) {
   if (s < 0 || s > 1e7) return "--:--";
@@ -38,8 +38,8 @@ void ProgressLine::draw(uint64_t done, uint64_t total) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double rate = sec > 0 ? double(done) / sec : 0;
   const double eta = rate > 0 ? double(total - std::min(done, total)) / rate : -1;
-  std::fprintf(out_, "\r%s %s / %s  %3.0f%%  %s  ETA %s   ", label_.c_str(), cli::human_bytes(double(done)).c_str(),
-               cli::human_bytes(double(total)).c_str(), total ? 100.0 * double(done) / double(total) : 100.0,
+  std::fprintf(out_, "\r%s %s / %s  %3.0f%%  %s  ETA %s   ", label_.c_str(), text::human_bytes(double(done)).c_str(),
+               text::human_bytes(double(total)).c_str(), total ? 100.0 * double(done) / double(total) : 100.0,
                rate_string(rate).c_str(), duration_string(eta).c_str());
   std::fflush(out_);
   drawn_ = true;

@@ -2,8 +2,9 @@
 //   gguf_dump FILE            human-readable summary
 //   gguf_dump --json FILE     full JSON (every metadata value, every tensor), used by the
 //                             gguf-py cross-check in scripts/gguf_crosscheck.py
-// Strings are emitted as their raw bytes (JSON-escaped where required); the checker decodes our
-// output and gguf-py's bytes the same way, so non-UTF-8 token bytes still compare exactly.
+// Strings go through text::json_string: valid JSON for any bytes, with bytes that are not UTF-8 as
+// \udcNN, which the checker's json.loads turns into exactly what its surrogateescape decoding of
+// gguf-py's bytes gives, so non-UTF-8 token bytes still compare exactly.
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -11,28 +12,14 @@
 #include <cstring>
 #include <string>
 
+#include "host/text/escape.h"
 #include "runtime/gguf/gguf_file.h"
 
 using namespace gpunvme::gguf;
 
 namespace {
 
-void put_json_string(const std::string& s) {
-  std::fputc('"', stdout);
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': std::fputs("\\\"", stdout); break;
-      case '\\': std::fputs("\\\\", stdout); break;
-      case '\n': std::fputs("\\n", stdout); break;
-      case '\r': std::fputs("\\r", stdout); break;
-      case '\t': std::fputs("\\t", stdout); break;
-      default:
-        if (ch < 0x20 || ch == 0x7f) std::printf("\\u%04x", ch);
-        else std::fputc(ch, stdout);
-    }
-  }
-  std::fputc('"', stdout);
-}
+void put_json_string(const std::string& s) { std::fputs(gpunvme::text::json_string(s).c_str(), stdout); }
 
 void put_double(double d, int digits) {
   if (std::isnan(d)) std::fputs("NaN", stdout);
@@ -105,10 +92,10 @@ void dump_text(const GgufFile& f, double ms) {
   std::printf("header %" PRIu64 " bytes, data section at %" PRIu64 ", data ends at %" PRIu64 ", file %" PRIu64
               " bytes\n", f.header_size(), f.data_offset(), f.data_end(), f.file_size());
   std::printf("parsed in %.3f ms, %" PRIu64 " bytes read\n", ms, f.bytes_read());
-  if (!f.model_name().empty()) std::printf("name: %s\n", f.model_name().c_str());
-  if (!f.architecture().empty()) std::printf("architecture: %s\n", f.architecture().c_str());
+  if (!f.model_name().empty()) std::printf("name: %s\n", gpunvme::text::printable(f.model_name()).c_str());
+  if (!f.architecture().empty()) std::printf("architecture: %s\n", gpunvme::text::printable(f.architecture()).c_str());
   for (const auto& t : f.tensors()) {
-    std::printf("  %-40s %-8.*s [", t.name.c_str(), static_cast<int>(t.type.name.size()), t.type.name.data());
+    std::printf("  %-40s %-8.*s [", gpunvme::text::printable(t.name).c_str(), static_cast<int>(t.type.name.size()), t.type.name.data());
     for (uint32_t d = 0; d < t.n_dims; ++d) std::printf("%s%" PRIu64, d ? ", " : "", t.ne[d]);
     std::printf("] @%" PRIu64 " %" PRIu64 " bytes\n", t.file_offset, t.size_bytes);
   }

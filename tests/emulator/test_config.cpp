@@ -11,23 +11,6 @@
 using namespace gpunvme;
 using gpunvme::emu::parse_emu_device;
 
-TEST_CASE("parse_size accepts bytes and binary suffixes", "[emulator][config]") {
-  uint64_t v = 0;
-  CHECK((emu::parse_size("4096", &v) && v == 4096));
-  CHECK((emu::parse_size("512K", &v) && v == 512ull << 10));
-  CHECK((emu::parse_size("256M", &v) && v == 256ull << 20));
-  CHECK((emu::parse_size("1G", &v) && v == 1ull << 30));
-  CHECK((emu::parse_size("2T", &v) && v == 2ull << 40));
-  CHECK((emu::parse_size("1GiB", &v) && v == 1ull << 30));
-  CHECK((emu::parse_size("3g", &v) && v == 3ull << 30));
-  CHECK_FALSE(emu::parse_size("", &v));
-  CHECK_FALSE(emu::parse_size("G", &v));
-  CHECK_FALSE(emu::parse_size("1X", &v));
-  CHECK_FALSE(emu::parse_size("1.5G", &v));
-  CHECK_FALSE(emu::parse_size("-1", &v));
-  CHECK_FALSE(emu::parse_size("99999999999T", &v));
-}
-
 TEST_CASE("device strings: RAM and null backings with options", "[emulator][config]") {
   auto c = parse_emu_device("emu:ram,size=256M,lba=4096");
   REQUIRE(c.namespaces.size() == 1);
@@ -83,6 +66,11 @@ TEST_CASE("device strings: bad keys and values list the valid keys", "[emulator]
       "emu:ram,queues=0", "emu:ram,mqes=0",   "emu:ram,dstrd=9",  "emu:ram,namespaces=0", "emu:ram,threads=0",
       "emu:ram,poll=busy", "emu:ram,bogus=1",  "emu:ram,size",     "emu:ram,,lba=512", "emu:ram,size=1000",
       "emu:ram,to=0",   "emu:ram,queues=abc",
+      // strict numbers: no sign, no hex, no octal-looking leading zeros
+      "emu:ram,size=-1", "emu:ram,size=0x100000", "emu:ram,size=0100M", "emu:ram,queues=010", "emu:ram,mdts=-1",
+      "emu:ram,queues=+4",
+      // a key given twice is refused (the last one used to win silently)
+      "emu:ram,size=1G,size=2G", "emu:ram,lba=512,threads=2,lba=4096", "emu:ram,drive=pcie4,drive=pcie5",
   };
   for (const char* s : bad) {
     INFO(s);
@@ -92,6 +80,39 @@ TEST_CASE("device strings: bad keys and values list the valid keys", "[emulator]
     } catch (const Error& e) {
       CHECK(e.kind() == ErrorKind::kInvalidArgument);
       CHECK(std::string(e.what()).find("valid keys: lba=512|4096, size=") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("device strings: a repeated key and a bad number say what is wrong", "[emulator][config]") {
+  auto message = [](const std::string& spec) {
+    try {
+      parse_emu_device(spec);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  CHECK(message("emu:ram,size=1G,threads=2,size=2G").find("key \"size\" is given twice") != std::string::npos);
+  CHECK(message("emu:ram,size=0100M").find("size: '0100M' has a leading zero") != std::string::npos);
+  CHECK(message("emu:ram,size=-1").find("size: '-1' is not a size") != std::string::npos);
+  CHECK(message("emu:ram,queues=0x10").find("queues: '0x10' is not a number") != std::string::npos);
+  CHECK(parse_emu_device("emu:ram,size=100M,queues=10").namespaces[0].size_bytes == 100ull << 20);
+}
+
+TEST_CASE("device strings: a backing that is neither a file nor a block device is named", "[emulator][config]") {
+  // emu:/dev/null,size=1G used to fail later with "...: Success".
+  for (const char* spec : {"emu:/dev/null,size=1G", "emu:/dev/null", "emu:/tmp,size=1M"}) {
+    INFO(spec);
+    try {
+      parse_emu_device(spec);
+      FAIL("expected an error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(e.kind() == ErrorKind::kInvalidArgument);
+      CHECK((what.find("is a character device") != std::string::npos || what.find("is a directory") != std::string::npos));
+      CHECK(what.find("regular file or a block device") != std::string::npos);
+      CHECK(what.find("Success") == std::string::npos);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "host/emulator/config.h"
 #include "host/emulator/drive_model.h"
 #include "host/emulator/drive_profiles.h"
+#include "host/io_patterns.h"
 #include "tests/emulator/harness.h"
 
 using namespace emutest;
@@ -263,7 +264,7 @@ constexpr uint32_t kLba = 4096;
 constexpr uint32_t kBlocksPerCmd = 2;  // 8 KiB: PRP1 + PRP2, no list
 constexpr uint64_t kCmdBytes = uint64_t(kLba) * kBlocksPerCmd;
 
-uint8_t pattern(uint64_t i) { return uint8_t((i * 2654435761u) >> 11); }
+uint8_t pattern(uint64_t i) { return gpunvme::host::pattern_byte(0, i); }
 
 // Issues `n` commands (command k moves 8 KiB at LBA 2k from/to buf offset 8 KiB * k), keeping up to
 // `depth` in flight; returns the seconds from the first submission to the last completion. Checks

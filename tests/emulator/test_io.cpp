@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "driver/prp.h"
+#include "host/io_patterns.h"
 #include "tests/emulator/harness.h"
 
 using namespace emutest;
@@ -50,7 +51,7 @@ struct Scatter {
   }
 };
 
-uint8_t pattern(uint64_t i, uint32_t salt) { return uint8_t((i * 2654435761u + salt) >> 7); }
+uint8_t pattern(uint64_t i, uint32_t salt) { return gpunvme::host::pattern_byte(salt, i); }
 
 void roundtrip(Harness& h, Queue& q, uint32_t lba, uint64_t slba, uint64_t off, uint32_t blocks, uint32_t salt) {
   const uint64_t len = uint64_t(blocks) * lba;

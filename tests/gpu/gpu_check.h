@@ -5,20 +5,17 @@
 
 #include "device/device_queue.h"
 #include "driver/compiler.h"
+#include "host/io_patterns.h"
 
 namespace gpunvme::test {
 
-// The 8 bytes at namespace byte offset 8*k hold pattern_qword(seed, k): computable anywhere, in any order.
-GPUNVME_HD inline uint64_t pattern_qword(uint64_t seed, uint64_t k) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + k * 0xBF58476D1CE4E5B9ull + 0x632BE59BD9B4E019ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+// The namespace's bytes hold host/io_patterns.h's position pattern: the 8 bytes at namespace byte
+// offset 8*k are pattern_qword(seed, k).
+using host::pattern_byte;
+using host::pattern_qword;
 
 inline void fill_ns_pattern(uint8_t* p, uint64_t bytes, uint64_t ns_offset, uint64_t seed) {
-  uint64_t* q = reinterpret_cast<uint64_t*>(p);
-  for (uint64_t i = 0; i < bytes / 8; ++i) q[i] = pattern_qword(seed, ns_offset / 8 + i);
+  host::fill_position_pattern(p, bytes, ns_offset, seed);
 }
 
 // `bytes` at dst + dst_offset must equal the namespace's bytes from ns_offset (all multiples of 8).

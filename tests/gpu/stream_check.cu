@@ -11,10 +11,6 @@ namespace {
 
 cudaStream_t cu(stream::cuda_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
-__device__ uint8_t pattern_byte(uint64_t seed, uint64_t ns_offset) {
-  return uint8_t(pattern_qword(seed, ns_offset >> 3) >> ((ns_offset & 7) * 8));
-}
-
 __device__ uint64_t count_bad(const uint8_t* base, uint64_t ns_offset, uint64_t bytes, uint64_t seed) {
   uint64_t bad = 0;
   const uint64_t stride = uint64_t(gridDim.x) * blockDim.x;

@@ -16,6 +16,7 @@
 
 #include "host/controller.h"
 #include "host/cpu_io.h"
+#include "host/io_patterns.h"
 #include "host/open_device.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/lba_map.h"
@@ -26,15 +27,9 @@
 
 namespace rt_test {
 
-inline uint64_t mix(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-// Byte i of the file gets a value that depends on all of i (8 bytes at a time).
+// Byte i of the file gets a value that depends on all of i (host/io_patterns.h's position pattern).
 inline void fill_file_pattern(std::vector<uint8_t>& b, uint64_t from, uint64_t seed) {
-  for (uint64_t i = from; i < b.size(); ++i) b[i] = uint8_t(mix((i >> 3) ^ (seed << 40)) >> ((i & 7) * 8));
+  gpunvme::host::fill_position_pattern(b.data() + from, b.size() - from, from, seed);
 }
 
 // A dense model: n_layers layers of tensors with odd sizes (so tensors start mid-block), plus

@@ -111,6 +111,20 @@ TEST_CASE("opening names the fix: missing device, wrong driver, no IOMMU, no /de
   }
 }
 
+TEST_CASE("a PCI function that is not NVMe is named as such, not offered for binding", "[vfio][unit]") {
+  FakeSysfs fake;
+  fake.add("0000:00:1f.6", "e1000e", 7, "0x020000");
+  fake.add("0000:00:1f.3", "vfio-pci", 8, "0x040300");
+  for (const char* bdf : {"0000:00:1f.6", "0000:00:1f.3"}) {
+    const std::string why = open_error(std::string("vfio:") + bdf, fake.options());
+    CHECK_THAT(why, ContainsSubstring(std::string(bdf) + " is not an NVMe controller"));
+    CHECK_THAT(why, !ContainsSubstring("setup_vfio.sh bind"));
+  }
+  CHECK_THAT(describe_not_nvme(SysfsPci(fake.root.string()), "0000:00:1f.6"), ContainsSubstring("network controller"));
+  fake.add("0000:0b:00.0", "nvme", 9);
+  CHECK(describe_not_nvme(SysfsPci(fake.root.string()), "0000:0b:00.0").empty());
+}
+
 TEST_CASE("a non-viable group lists the members still on host drivers", "[vfio][unit]") {
   FakeSysfs sys;
   sys.add("0000:0b:00.0", "vfio-pci", 7);

@@ -1,4 +1,4 @@
-// An in-memory "namespace" behind the BlockIo callbacks, for record/detect tests.
+// An in-memory "namespace" behind the BlockIo callbacks, for record/detect and write-guard tests.
 #pragma once
 #include <cstring>
 #include <stdexcept>
@@ -6,7 +6,7 @@
 
 #include "runtime/model/block_io.h"
 
-namespace gguf_test {
+namespace model_test {
 
 struct MemDevice {
   std::vector<uint8_t> bytes;
@@ -36,4 +36,4 @@ struct MemDevice {
   }
 };
 
-}  // namespace gguf_test
+}  // namespace model_test

@@ -8,11 +8,12 @@
 #include "runtime/model/detect.h"
 #include "runtime/model/model_error.h"
 #include "tests/gguf/gguf_builder.h"
-#include "tests/gguf/mem_device.h"
+#include "tests/model/mem_device.h"
 
 using namespace gpunvme;
 using namespace gpunvme::model;
 using namespace gguf_test;
+using model_test::MemDevice;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Bad input to the tools gets a clear error naming what is wrong, and nothing runs:
+strict numbers (no octal, sign or hex), an option or emu: key given twice, emu:/dev/null,
+nvme_perf --verify on emu:null, examples asked for more memory than there is, fetch_experts --tokens 0.
+
+Usage: test_tool_errors.py --gpunvme EXE --stream-layers EXE --fetch-experts EXE [--nvme-perf EXE]
+"""
+import argparse
+import subprocess
+import sys
+
+
+def run(cmd):
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        return -1, ((e.output or b"") + b"\n(timed out)").decode("utf-8", "replace")
+    return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
+def main():
+    ap = argparse.ArgumentParser()  # the same tool paths for every script (tests/text/meson.build)
+    ap.add_argument("--gpunvme", required=True)
+    ap.add_argument("--stream-layers", required=True)
+    ap.add_argument("--fetch-experts", required=True)
+    ap.add_argument("--nvme-perf")
+    ap.add_argument("--gguf-dump")
+    a = ap.parse_args()
+    g, sl, fe = a.gpunvme, a.stream_layers, a.fetch_experts
+    cases = [
+        # (command, exit status, text the output must hold)
+        ([g, "deploy", "x.gguf", "--device", "emu:ram", "--start-lba", "0100"], 2, "--start-lba: '0100' has a leading zero"),
+        ([g, "deploy", "x.gguf", "--device", "emu:ram", "--start-lba", "-1"], 2, "--start-lba: '-1' is not a number"),
+        ([g, "demo", "--device", "emu:ram,size=16M", "--bytes", "0x100000"], 2, "--bytes: '0x100000' is not a size"),
+        ([g, "demo", "--device", "emu:ram,size=16M", "--bytes", "1M", "--bytes", "2M"], 2, "option --bytes is given twice"),
+        ([g, "identify", "--device", "emu:ram,size=16M,lba=512,size=32M"], 1, 'key "size" is given twice'),
+        ([g, "identify", "--device", "emu:ram,queues=010"], 1, "queues: '010' has a leading zero"),
+        ([g, "identify", "--device", "emu:/dev/null,size=1G"], 1, "/dev/null is a character device"),
+        ([fe, "--tokens", "0", "--path", "cpu"], 2, "--tokens must be at least 1"),
+        ([sl, "--layers", "1000", "--mb-per-layer", "1000000", "--path", "cpu"], 1,
+         "cannot allocate 870.07 TiB (956650000811360 bytes) of host memory for the generated model"),
+        ([fe, "--experts", "1000000", "--layers", "100000", "--path", "cpu"], 1, "of host memory for the generated model"),
+        ([sl, "--layers", "4000000000", "--path", "cpu"], 2, "--layers must be 1..100000"),
+    ]
+    if a.nvme_perf:
+        cases += [
+            ([a.nvme_perf, "--device", "emu:null", "--verify", "--count", "10"], 2,
+             "--verify needs a device that stores data; emu:null keeps none"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--qd", "-1"], 2, "--qd: '-1' is not a number"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--bs", "4K", "--bs", "8K"], 2, "option --bs is given twice"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--time", "1e3"], 2, "--time: '1e3' is not a decimal number"),
+        ]
+    failures = []
+    for cmd, rc_want, text in cases:
+        rc, out = run(cmd)
+        shown = " ".join(cmd[1:])
+        print(f"{shown}: exit {rc}: {out.strip().splitlines()[0] if out.strip() else ''}")
+        if rc != rc_want:
+            failures.append(f"{shown}: exit {rc}, expected {rc_want}")
+        if text not in out:
+            failures.append(f"{shown}: output lacks {text!r}:\n{out}")
+        for bad in ("bad_alloc", ": Success", "MISMATCH", "FAIL\n"):
+            if bad in out:
+                failures.append(f"{shown}: output holds {bad!r}:\n{out}")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{len(cases)} bad inputs:", "FAIL" if failures else "OK")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
