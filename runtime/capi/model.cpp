@@ -1,8 +1,8 @@
 // Model handles: a GGUF model found on a namespace, and its tensors' extents.
 #include <algorithm>
 
-#include "runtime/capi/block_io.h"
 #include "runtime/capi/capi_internal.h"
+#include "runtime/io/cpu_block_io.h"
 
 using namespace gpunvme;
 using namespace gpunvme::capi;
@@ -17,7 +17,8 @@ gpunvme_err_t gpunvme_model_open(gpunvme_queue_t* queue, uint32_t nsid, int64_t 
     queue->check_not_driven();
     auto m = std::make_unique<gpunvme_model>();
     m->queue = queue;
-    const model::BlockIo io = block_io(queue, nsid == 0 ? 1 : nsid);
+    host::Controller& ctrl = *queue->ctrl->ctrl;
+    const model::BlockIo io = model::cpu_block_io(ctrl, *queue->qp, nsid == 0 ? 1 : nsid, ctrl.transport().name());
     std::optional<uint64_t> hint;
     if (start_lba_hint >= 0) hint = uint64_t(start_lba_hint);
     m->detected = model::detect_model(io, hint);

@@ -4,12 +4,12 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "examples/example_model.h"
+#include "runtime/io/cpu_block_io.h"
 
 namespace gpunvme::llm {
 
 ModelOnDevice open_model(host::Controller& c, host::CpuIo& io) {
-  const model::BlockIo b = example::block_io(c, io);
+  const model::BlockIo b = model::cpu_block_io(c, io, c.transport().name());
   ModelOnDevice m;
   m.detected = model::detect_model(b);
   m.file = std::make_unique<gguf::GgufFile>(model::read_model_header(b, m.detected));
