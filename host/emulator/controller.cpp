@@ -285,6 +285,14 @@ void EmulatedController::begin_reset(StepTime now) {
   state_ = State::kDisabling;
 }
 
+// The enable did not happen: CSTS.CFS, and the controller waits for the host to clear CC.EN.
+bool EmulatedController::fail_enable(const std::string& why) {
+  raise_fatal(why);
+  set_csts(nvme::Csts{}.with_cfs(true));
+  state_ = State::kEnableFailed;
+  return true;
+}
+
 bool EmulatedController::step_disabled(const nvme::Cc& cc, uint32_t prev_shn, StepTime now) {
   // A shutdown request while disabled has nothing to do: complete at once (on the 0 -> N edge,
   // so a host that leaves CC.SHN set while it resets does not see SHST change).
@@ -293,21 +301,11 @@ bool EmulatedController::step_disabled(const nvme::Cc& cc, uint32_t prev_shn, St
   if (!cc.en()) return false;
   std::string why;
   set_csts(nvme::Csts{});
-  if (!start_enable(cc, &why)) {
-    raise_fatal("enable refused: " + why);
-    set_csts(nvme::Csts{}.with_cfs(true));
-    state_ = State::kEnableFailed;
-    return true;
-  }
+  if (!start_enable(cc, &why)) return fail_enable("enable refused: " + why);
   const auto fault = faults_.on_enable();
   auto delay = config_.ready_delay;
   never_ready_ = false;
-  if (fault && fault->kind == FaultKind::kFatalAtEnable) {
-    raise_fatal("injected fault: CSTS.CFS at enable");
-    set_csts(nvme::Csts{}.with_cfs(true));
-    state_ = State::kEnableFailed;
-    return true;
-  }
+  if (fault && fault->kind == FaultKind::kFatalAtEnable) return fail_enable("injected fault: CSTS.CFS at enable");
   if (fault && fault->kind == FaultKind::kSlowReady) delay += fault->delay;
   if (fault && fault->kind == FaultKind::kNeverReady) never_ready_ = true;
   deadline_ = now + delay;

@@ -113,6 +113,7 @@ class EmulatedController final : public host::Transport {
   bool step_disabling(StepTime now);
   bool step_ready(const nvme::Cc& cc, StepTime now);
   void begin_reset(StepTime now);
+  bool fail_enable(const std::string& why);
   bool start_enable(nvme::Cc cc, std::string* why);
   void finish_enable();
   bool admin_regs_changed() const;

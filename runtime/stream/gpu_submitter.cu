@@ -169,6 +169,29 @@ void GpuSubmitter::order_after(uint64_t ticket, cuda_stream_t consumer) {
   check_cuda(cudaStreamWaitEvent(st(consumer), ev(at(ticket, "order_after").event), 0), "cudaStreamWaitEvent");
 }
 
+void* GpuSubmitter::new_marker() {
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreate(&e), "cudaEventCreate(stream marker)");
+  return e;
+}
+
+void GpuSubmitter::delete_marker(void* marker) noexcept { cudaEventDestroy(ev(marker)); }
+
+void GpuSubmitter::mark(void* marker, cuda_stream_t stream) {
+  check_cuda(cudaEventRecord(ev(marker), st(stream)), "cudaEventRecord(stream marker)");
+}
+
+void GpuSubmitter::wait_marker(cuda_stream_t stream, void* marker) {
+  check_cuda(cudaStreamWaitEvent(st(stream), ev(marker), 0), "cudaStreamWaitEvent(stream marker)");
+}
+
+bool GpuSubmitter::marker_reached(void* marker) { return cudaEventQuery(ev(marker)) != cudaErrorNotReady; }
+
+double GpuSubmitter::marker_ms(void* from, void* to) {
+  float ms = 0;
+  return cudaEventElapsedTime(&ms, ev(from), ev(to)) == cudaSuccess ? double(ms) : -1.0;
+}
+
 const uint32_t* GpuSubmitter::device_state(uint64_t ticket) const {
   return &records_device_[at(ticket, "device_state").record].state;
 }

@@ -88,6 +88,12 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   void wait(uint64_t ticket, GpuTicketTimes* times);
   void wait_timed(uint64_t ticket, GpuTicketTimes* times) override { wait(ticket, times); }
   StreamOrdered* stream_ordered() override { return this; }
+  void* new_marker() override;
+  void delete_marker(void* marker) noexcept override;
+  void mark(void* marker, cuda_stream_t stream) override;
+  void wait_marker(cuda_stream_t stream, void* marker) override;
+  bool marker_reached(void* marker) override;
+  double marker_ms(void* from, void* to) override;
 
   uint32_t queue_count() const;
   device::DeviceQueueSet& queues() { return *set_; }

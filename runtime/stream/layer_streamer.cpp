@@ -3,15 +3,9 @@
 #include <algorithm>
 #include <string>
 
-#include "host/error.h"
-
-#if GPUNVME_HAVE_CUDA
-#include <cuda_runtime.h>
-
 #include <thread>
 
-#include "device/cuda_check.h"
-#endif
+#include "host/error.h"
 
 namespace gpunvme::stream {
 
@@ -79,13 +73,12 @@ LayerStreamer::~LayerStreamer() {
     } catch (...) {
     }
   }
-#if GPUNVME_HAVE_CUDA
-  for (void* e : all_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
-#endif
   // The submitter outlives this streamer: its device copies of our templates must not be found
   // again by a later streamer whose plans happen to reuse the same host addresses.
-  if (StreamOrdered* o = submitter_.stream_ordered())
+  if (StreamOrdered* o = submitter_.stream_ordered()) {
+    for (void* e : all_events_) o->delete_marker(e);
     for (const auto& p : plans_) o->forget(p.commands);
+  }
 }
 
 const plan::CommandPlan& LayerStreamer::plan(uint32_t layer, uint32_t slot) const {
@@ -213,19 +206,14 @@ void LayerStreamer::release(uint32_t slot) {
   s.state = State::kFree;
 }
 
-#if GPUNVME_HAVE_CUDA
-
-namespace {
-cudaStream_t cu(cuda_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
-cudaEvent_t ev(void* e) { return static_cast<cudaEvent_t>(e); }
-}  // namespace
+// ---- GPU-ordered loads: through the submitter's StreamOrdered capability ----
 
 StreamOrdered* LayerStreamer::stream_ordered(const char* what) {
   StreamOrdered* o = submitter_.stream_ordered();
   if (!o)
     throw Error(ErrorKind::kUnsupported, std::string("streamer ") + what +
                                              " on a CUDA stream needs a GPU submitter (stream-ordered submission, e.g. "
-                                             "stream::GpuSubmitter); this streamer was built with a CPU submitter");
+                                             "stream::GpuSubmitter, CUDA builds); this streamer was built with a CPU submitter");
   return o;
 }
 
@@ -235,8 +223,7 @@ void* LayerStreamer::take_event() {
     spare_events_.pop_back();
     return e;
   }
-  cudaEvent_t e = nullptr;
-  device::check_cuda(cudaEventCreate(&e), "cudaEventCreate(streamer)");
+  void* e = stream_ordered("event")->new_marker();
   all_events_.push_back(e);
   return e;
 }
@@ -249,7 +236,7 @@ void LayerStreamer::begin(uint32_t layer, uint32_t slot, cuda_stream_t io) {
   start_clock();
   // The reads must not land while a kernel released on the compute stream may still read the slot.
   if (s.release_pending) {
-    device::check_cuda(cudaStreamWaitEvent(cu(io), ev(s.released), 0), "cudaStreamWaitEvent(slot release)");
+    g->wait_marker(io, s.released);
     s.release_pending = false;
   }
   const plan::CommandPlan& p = plan(layer, slot);
@@ -286,9 +273,9 @@ SlotView LayerStreamer::wait(uint32_t slot, cuda_stream_t compute) {
       }
     void* a = take_event();
     void* b = take_event();
-    device::check_cuda(cudaEventRecord(ev(a), cu(compute)), "cudaEventRecord(stall begin)");
+    g->mark(a, compute);
     g->order_after(s.ticket, compute);
-    device::check_cuda(cudaEventRecord(ev(b), cu(compute)), "cudaEventRecord(stall end)");
+    g->mark(b, compute);
     if (load) {
       load->stall_begin = a;
       load->stall_end = b;
@@ -308,23 +295,23 @@ SlotView LayerStreamer::wait(uint32_t slot, cuda_stream_t compute) {
 }
 
 void LayerStreamer::release(uint32_t slot, cuda_stream_t compute) {
-  stream_ordered("release");
+  StreamOrdered* g = stream_ordered("release");
   Slot& s = slot_at(slot, "release");
   if (s.state == State::kLoading)
     throw Error(ErrorKind::kInvalidArgument, "streamer release: slot " + std::to_string(slot) +
                                                  " is still loading layer " + std::to_string(s.layer) + "; wait() first");
   if (!s.released) s.released = take_event();
-  device::check_cuda(cudaEventRecord(ev(s.released), cu(compute)), "cudaEventRecord(slot release)");
+  g->mark(s.released, compute);
   s.release_pending = true;
   s.state = State::kFree;
 }
 
 bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
+  StreamOrdered* sub = stream_ordered("sync");
   // Bounded like every wait: the submitter's wait() bounds the reads; a compute stream that never
   // reaches the end of its stall (a consumer kernel that hangs) is reported after the same bound.
   if (!g.ticket_retired) {
     if (!block && !submitter_.done(g.ticket)) return false;
-    StreamOrdered* sub = stream_ordered("sync");
     GpuTicketTimes t;
     g.ticket_retired = true;  // wait() forgets the ticket even when it throws
     if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
@@ -341,17 +328,17 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
   if (g.stall_end) {
     if (block) {
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (cudaEventQuery(ev(g.stall_end)) == cudaErrorNotReady) {
+      while (!sub->marker_reached(g.stall_end)) {
         if (std::chrono::steady_clock::now() > deadline)
           throw Error(ErrorKind::kTimeout, "streamer sync: the compute stream has not reached layer " +
                                                std::to_string(g.layer) + "'s wait after 60 s");
         std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-    } else if (cudaEventQuery(ev(g.stall_end)) == cudaErrorNotReady) {
+    } else if (!sub->marker_reached(g.stall_end)) {
       return false;
     }
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, ev(g.stall_begin), ev(g.stall_end)) == cudaSuccess) {
+    const double ms = sub->marker_ms(g.stall_begin, g.stall_end);
+    if (ms >= 0) {
       stats_.wait_seconds += ms / 1e3;
       for (auto it = stats_.per_layer.rbegin(); it != stats_.per_layer.rend(); ++it)
         if (it->layer == g.layer) {
@@ -394,23 +381,5 @@ void LayerStreamer::sync() {
   if (first) std::rethrow_exception(first);
 }
 
-#else  // !GPUNVME_HAVE_CUDA
-
-StreamOrdered* LayerStreamer::stream_ordered(const char* what) {
-  throw Error(ErrorKind::kUnsupported, std::string("streamer ") + what +
-                                           " on a CUDA stream: gpunvme was built without CUDA (meson -Dcuda=enabled)");
-}
-void LayerStreamer::begin(uint32_t, uint32_t, cuda_stream_t) { stream_ordered("begin"); }
-SlotView LayerStreamer::wait(uint32_t, cuda_stream_t) {
-  stream_ordered("wait");
-  return {};
-}
-void LayerStreamer::release(uint32_t, cuda_stream_t) { stream_ordered("release"); }
-void LayerStreamer::sync() { stream_ordered("sync"); }
-bool LayerStreamer::retire_gpu_load(GpuLoad&, bool) { return true; }
-void LayerStreamer::retire_gpu_loads(bool) {}
-void* LayerStreamer::take_event() { return nullptr; }
-
-#endif
 
 }  // namespace gpunvme::stream

@@ -34,6 +34,16 @@ class StreamOrdered {
   virtual const uint32_t* device_state(uint64_t ticket) const = 0;
   // Submitter::wait(), plus the ticket's GPU timestamps (filled also when it throws).
   virtual void wait_timed(uint64_t ticket, GpuTicketTimes* times) = 0;
+
+  // Stream markers (CUDA events, opaque here) for consumers that order or time work on streams
+  // of their own: the streamer's slot releases and compute-stream stalls.
+  virtual void* new_marker() = 0;                                  // created with timing
+  virtual void delete_marker(void* marker) noexcept = 0;
+  virtual void mark(void* marker, cuda_stream_t stream) = 0;       // records it at the stream's end
+  virtual void wait_marker(cuda_stream_t stream, void* marker) = 0;  // the stream waits for it
+  virtual bool marker_reached(void* marker) = 0;                   // the stream passed it
+  // Milliseconds between two reached markers, or a negative value when unknown.
+  virtual double marker_ms(void* from, void* to) = 0;
 };
 
 }  // namespace gpunvme::stream

@@ -3,9 +3,12 @@
 // compared byte for byte with the file; slot reuse never overwrites data in use.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <catch2/catch_approx.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -209,4 +212,110 @@ TEST_CASE("streamer: extents that wrap or whose bytes overrun their blocks are r
   stream::LayerStreamer ok(*rig.ctrl, sub, Layers{{{100, 2, 511, 513}}});
   ok.begin(0, 0);
   CHECK(ok.wait(0).plan->pieces.at(0).data_end() <= ok.slot_bytes());
+}
+
+namespace {
+
+// Stream-ordered submission without a GPU: the capability over a CpuSubmitter, with the "consumer
+// stream" played by the host (order_after waits for the reads) and markers as plain objects. It
+// proves the streamer needs nothing but the StreamOrdered interface, and records the ordering it asks for.
+struct HostOrderedSubmitter final : stream::Submitter, stream::StreamOrdered {
+  explicit HostOrderedSubmitter(stream::CpuSubmitter& inner) : inner(inner) {}
+  // Submitter
+  uint64_t issue(std::span<const nvme::SubmissionEntry> c) override { return inner.issue(c); }
+  void progress() override { inner.progress(); }
+  bool done(uint64_t t) override { return finished.count(t) > 0 || inner.done(t); }
+  void wait(uint64_t t) override {
+    if (finished.erase(t) == 0) inner.wait(t);
+  }
+  stream::StreamOrdered* stream_ordered() override { return this; }
+  // StreamOrdered
+  void prepare(std::span<const nvme::SubmissionEntry> c) override { prepared.insert(c.data()); }
+  void forget(std::span<const nvme::SubmissionEntry> c) override { prepared.erase(c.data()); }
+  uint64_t issue_on(std::span<const nvme::SubmissionEntry> c, stream::cuda_stream_t io) override {
+    CHECK(prepared.count(c.data()) == 1);  // every plan was prepared at construction
+    log.push_back("issue " + name(io));
+    return inner.issue(c);
+  }
+  void order_after(uint64_t t, stream::cuda_stream_t consumer) override {
+    log.push_back("order " + name(consumer));
+    inner.wait(t);
+    finished.insert(t);
+  }
+  const uint32_t* device_state(uint64_t) const override { return &ok_state; }
+  void wait_timed(uint64_t t, stream::GpuTicketTimes* times) override {
+    times->start_ns = 0;
+    times->end_ns = 2'000'000;
+    wait(t);
+  }
+  void* new_marker() override { return new int(++markers_made); }
+  void delete_marker(void* m) noexcept override {
+    delete static_cast<int*>(m);
+    ++markers_deleted;
+  }
+  void mark(void* m, stream::cuda_stream_t s) override { log.push_back("mark " + marker(m) + " " + name(s)); }
+  void wait_marker(stream::cuda_stream_t s, void* m) override { log.push_back("await " + marker(m) + " " + name(s)); }
+  bool marker_reached(void*) override { return true; }
+  double marker_ms(void*, void*) override { return 1.5; }
+
+  static std::string name(stream::cuda_stream_t s) { return s == io_stream() ? "io" : "compute"; }
+  static std::string marker(void* m) { return std::to_string(*static_cast<int*>(m)); }
+  static stream::cuda_stream_t io_stream() { return reinterpret_cast<stream::cuda_stream_t>(uintptr_t(0x10)); }
+  static stream::cuda_stream_t compute_stream() { return reinterpret_cast<stream::cuda_stream_t>(uintptr_t(0x20)); }
+
+  stream::CpuSubmitter& inner;
+  std::set<const void*> prepared;
+  std::set<uint64_t> finished;
+  std::vector<std::string> log;
+  uint32_t ok_state = 1;
+  int markers_made = 0;
+  int markers_deleted = 0;
+};
+
+}  // namespace
+
+TEST_CASE("streamer: GPU-ordered calls need only the StreamOrdered capability (host-played streams)",
+          "[runtime][stream][ordered]") {
+  Rig rig("emu:ram,size=32M,lba=512", rt_test::dense_model(6));
+  stream::CpuSubmitter cpu(*rig.ctrl, *rig.qp);
+  HostOrderedSubmitter sub(cpu);
+  const auto io = HostOrderedSubmitter::io_stream(), compute = HostOrderedSubmitter::compute_stream();
+  {
+    stream::LayerStreamer s(*rig.ctrl, sub, plan::layer_extents(*rig.map), {.slots = 2});
+    const uint32_t L = s.layer_count();
+    CHECK(sub.prepared.size() == size_t(L) * 2);
+    s.begin(0, 0, io);
+    for (uint32_t l = 0; l < L; ++l) {
+      if (l + 1 < L) s.begin(l + 1, (l + 1) % 2, io);
+      const stream::SlotView v = s.wait(l % 2, compute);
+      CHECK(v.status == &sub.ok_state);
+      CHECK(rig.bad(v) == 0);
+      CHECK(rig.bad_tensors(v) == 0);
+      s.release(l % 2, compute);
+    }
+    s.sync();
+    CHECK(s.stats().layers == L);
+    CHECK(s.stats().wait_seconds == Catch::Approx(L * 0.0015));
+    // A begin into a released slot makes `io` wait for the marker its release put on `compute`.
+    size_t awaited = 0;
+    for (size_t i = 0; i + 1 < sub.log.size(); ++i) {
+      if (sub.log[i].rfind("await ", 0) != 0) continue;
+      const std::string m = sub.log[i].substr(6, sub.log[i].find(' ', 6) - 6);
+      CHECK(sub.log[i] == "await " + m + " io");
+      CHECK(sub.log[i + 1] == "issue io");
+      CHECK(std::find(sub.log.begin(), sub.log.begin() + long(i), "mark " + m + " compute") != sub.log.begin() + long(i));
+      ++awaited;
+    }
+    CHECK(awaited == L - 2);  // every begin but the first one into each slot
+    // Host-ordered calls on a GPU-ordered load are refused, as with a GPU submitter.
+    s.begin(0, 0, io);
+    CHECK_THROWS_WITH(s.wait(0), ContainsSubstring("wait(slot, stream)"));
+    s.sync();
+  }
+  CHECK(sub.prepared.empty());  // the streamer forgot every plan it prepared
+  CHECK(sub.markers_deleted == sub.markers_made);
+  CHECK(sub.markers_made > 0);
+  // A CPU submitter has no such capability.
+  stream::LayerStreamer plain(*rig.ctrl, cpu, plan::layer_extents(*rig.map), {.slots = 2});
+  CHECK_THROWS_WITH(plain.begin(0, 0, io), ContainsSubstring("needs a GPU submitter"));
 }
