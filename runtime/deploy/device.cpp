@@ -3,13 +3,20 @@
 #include <algorithm>
 #include <cstring>
 
+#include "host/emulator/config.h"
 #include "host/error.h"
-#include "host/open_device.h"
 
 namespace gpunvme::deploy {
 
-Device::Device(const std::string& device, uint32_t nsid) : name_(device), nsid_(nsid) {
-  ctrl_ = host::open_controller(device);
+Device::Device(const std::string& device, uint32_t nsid, host::Access access) : name_(device), nsid_(nsid) {
+  const auto mode = access == host::Access::kReadOnly ? host::LockMode::kShared : host::LockMode::kExclusive;
+  lock_ = host::DeviceLock::acquire(device, nsid, mode);
+  ctrl_ = host::open_controller(device, {}, access);
+  if (!lock_.held()) lock_ = host::DeviceLock::acquire(device, nsid, mode);  // an image the emulator just created
+  if (emu::is_emu_device(device)) {
+    const auto cfg = emu::parse_emu_device(device);
+    discards_writes_ = nsid >= 1 && nsid <= cfg.namespaces.size() && cfg.namespaces[nsid - 1].backing == emu::Backing::kNull;
+  }
   bool found = false;
   std::string have;
   for (const auto& ns : ctrl_->namespaces()) {
@@ -41,6 +48,12 @@ Device::Device(const std::string& device, uint32_t nsid) : name_(device), nsid_(
       done += n;
     }
   };
+  if (access == host::Access::kReadOnly) {
+    bio_.write = [this](uint64_t, uint32_t, const void*) {
+      throw Error(ErrorKind::kInvalidArgument, name_ + " was opened read-only");
+    };
+    return;
+  }
   bio_.write = [this, per](uint64_t lba, uint32_t count, const void* src) {
     const auto* in = static_cast<const uint8_t*>(src);
     for (uint64_t done = 0; done < count;) {

@@ -9,32 +9,12 @@
 #include <sstream>
 #include <string>
 
+#include "tests/deploy/cli_run.h"
 #include "tests/deploy/deploy_fixture.h"
 
 using namespace deploy_test;
 using Catch::Matchers::ContainsSubstring;
 
-namespace {
-
-struct Run {
-  int rc;
-  std::string out;
-};
-
-Run run(const std::string& args) {
-  const char* bin = std::getenv("GPUNVME_BIN");
-  const std::string cmd = std::string(bin ? bin : "gpunvme") + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-}  // namespace
 
 TEST_CASE("gpunvme deploy / ls / verify on an emulated image file", "[deploy][cli]") {
   if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");

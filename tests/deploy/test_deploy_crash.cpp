@@ -1,0 +1,149 @@
+// The real `gpunvme` binary stopped mid-deploy (SIGKILL, SIGTERM, SIGINT at many points, a write
+// error like ENOSPC), and run twice at once: ls and verify must never report an unfinished deploy
+// as a model, and a second writer (or a reader) must be refused while a deploy runs.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "tests/deploy/cli_run.h"
+#include "tests/deploy/deploy_fixture.h"
+
+using namespace deploy_test;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+// The write bandwidth of the modeled drive: a 24 MiB model takes about 0.8 s, so that kills at
+// 5 ms .. 900 ms land before, during and after the write.
+constexpr const char* kSlowDrive = ",wbw=32M";
+
+struct Outcome {
+  bool refused_unfinished = false;  // ls and verify both said "did not finish"
+  std::string listed;               // model ls listed (and verify checked every byte of)
+};
+
+// What a reader sees: either a refusal naming the unfinished deploy, or a model whose every byte
+// verifies against its record. Anything else (a listing that does not verify, exit 0 on half a
+// model) fails the test.
+Outcome read_back(const std::string& dev) {
+  const auto ls = run("ls --device " + dev);
+  const auto verify = run("verify --device " + dev);
+  INFO("ls:\n" << ls.out << "verify:\n" << verify.out);
+  Outcome o;
+  if (ls.rc == 0) {
+    CHECK(verify.rc == 0);
+    CHECK_THAT(verify.out, ContainsSubstring("OK: "));
+    CHECK_THAT(ls.out, ContainsSubstring("found by   deploy record"));
+    o.listed = ls.out.find("'new model'") != std::string::npos ? "new" : ls.out.find("'old model'") != std::string::npos ? "old" : "?";
+    return o;
+  }
+  CHECK(ls.rc == 1);
+  CHECK(verify.rc == 1);
+  // Killed before anything was written: no image yet, or nothing on it.
+  if (ls.out.find("no model on") != std::string::npos || ls.out.find("does not exist") != std::string::npos) return o;
+  CHECK_THAT(ls.out, ContainsSubstring("did not finish") && ContainsSubstring("Re-run `gpunvme deploy"));
+  CHECK_THAT(verify.out, ContainsSubstring("did not finish"));
+  o.refused_unfinished = true;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a deploy killed at any point is never listed or verified as a model", "[deploy][cli][crash]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  const bool over_old = GENERATE(false, true);
+  INFO((over_old ? "over an older model" : "on a fresh image"));
+  TempPath img, old_model, new_model, log;
+  write_file(old_model.path, make_model(6u << 20, "old model", 11));
+  write_file(new_model.path, make_model(24u << 20, "new model", 12));
+  const std::string dev = "emu:" + img.path;
+  struct Stop {
+    int sig;
+    int after_ms;
+  };
+  const Stop stops[] = {{SIGKILL, 5},   {SIGKILL, 60},  {SIGKILL, 150}, {SIGKILL, 300}, {SIGKILL, 450},
+                        {SIGKILL, 600}, {SIGKILL, 900}, {SIGTERM, 250}, {SIGINT, 400}};
+  int unfinished = 0;
+  for (const Stop& s : stops) {
+    INFO("signal " << s.sig << " after " << s.after_ms << " ms");
+    ::unlink(img.path.c_str());
+    if (over_old) {
+      REQUIRE(run("deploy " + old_model.path + " --device " + dev + ",size=64M").rc == 0);
+      REQUIRE(run("verify --device " + dev).rc == 0);
+    }
+    {
+      Background deploy("'" + gpunvme_bin() + "' deploy " + new_model.path + " --device " + dev + ",size=64M" + kSlowDrive,
+                        log.path);
+      std::this_thread::sleep_for(std::chrono::milliseconds(s.after_ms));
+      deploy.signal(s.sig);
+      deploy.wait();
+    }
+    const Outcome o = read_back(dev);
+    unfinished += o.refused_unfinished;
+    if (!over_old) CHECK(o.listed != "old");
+  }
+  // The kills really landed mid-write (otherwise this test proves nothing).
+  CHECK(unfinished >= 4);
+  // Deploying again replaces the unfinished deploy.
+  REQUIRE(run("deploy " + new_model.path + " --device " + dev).rc == 0);
+  CHECK(read_back(dev).listed == "new");
+}
+
+TEST_CASE("a deploy that fails writing (file size limit, like ENOSPC) leaves a refused, unfinished deploy",
+          "[deploy][cli][crash]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  const bool over_old = GENERATE(false, true);
+  TempPath img, old_model, new_model;
+  write_file(old_model.path, make_model(3u << 20, "old model", 13));
+  write_file(new_model.path, make_model(24u << 20, "new model", 14));
+  const std::string dev = "emu:" + img.path;
+  REQUIRE(std::system(("truncate -s 64M " + img.path).c_str()) == 0);
+  if (over_old) REQUIRE(run("deploy " + old_model.path + " --device " + dev).rc == 0);
+  // Writes past 12 MiB into the image fail with EFBIG (SIGXFSZ ignored), as they would on a full disk.
+  const std::string cmd = "bash -c 'ulimit -f 12288; trap \"\" XFSZ; exec " + gpunvme_bin() + " deploy " +
+                          new_model.path + " --device " + dev + "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  INFO(out);
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 1);
+  CHECK_THAT(out, ContainsSubstring("failed after") && ContainsSubstring("unfinished deploy"));
+  CHECK(out.find("deployed '") == std::string::npos);
+  CHECK(read_back(dev).refused_unfinished);
+}
+
+TEST_CASE("two deploys at once: the second is refused naming the first's pid; ls waits its turn", "[deploy][cli][lock]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  TempPath img, first, second, log;
+  write_file(first.path, make_model(24u << 20, "new model", 15));
+  write_file(second.path, make_model(2u << 20, "second model", 16));
+  const std::string dev = "emu:" + img.path;
+  REQUIRE(std::system(("truncate -s 64M " + img.path).c_str()) == 0);
+  Background deploy("'" + gpunvme_bin() + "' deploy " + first.path + " --device " + dev + ",wbw=16M", log.path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(deploy.running());
+  const std::string pid = "pid " + std::to_string(deploy.pid());
+  auto r = run("deploy " + second.path + " --device " + dev);
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, ContainsSubstring("is in use") && ContainsSubstring(pid) && ContainsSubstring("(writing)"));
+  r = run("ls --device " + dev);
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, ContainsSubstring(pid) && ContainsSubstring("a deploy is running"));
+  r = run("verify --device " + dev);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, ContainsSubstring(pid));
+  const int st = deploy.wait();
+  CHECK(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(read_back(dev).listed == "new");
+}
