@@ -181,8 +181,9 @@ std::vector<Signature> scan_device(const model::BlockIo& io, uint64_t start_lba,
     if (found.empty() && !ours && !starts_with_model(w)) add_unknown_data(w, 0, unknown_end, first, io.lba_size, found);
     out.insert(out.end(), found.begin(), found.end());
   };
-  // Up to the start LBA only: with --record-only the model itself (written by dd) follows.
-  scan(head, 0, check_start || start_lba == 0 ? head.size() : start_lba * lba);
+  // Unknown data at LBA 0 counts up to the start LBA: from there on the start window judges it (or,
+  // with --record-only, it is the model dd wrote).
+  scan(head, 0, start_lba == 0 ? head.size() : std::min<uint64_t>(head.size(), start_lba * lba));
   if (check_start && start_lba != 0) scan(read_window(start_lba), start_lba, kScanBytes);
   return out;
 }
