@@ -92,11 +92,13 @@ Namespace::Namespace(const NamespaceConfig& cfg)
 
 uint64_t Namespace::open_file(const NamespaceConfig& cfg) {
   read_only_ = cfg.read_only;
-  fd_ = ::open(path_.c_str(), (read_only_ ? O_RDONLY : O_RDWR) | O_CLOEXEC);
   bool created = false;
-  if (fd_ < 0 && errno == ENOENT && !read_only_) {
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a second try when another process created it meanwhile
+    fd_ = ::open(path_.c_str(), (read_only_ ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (fd_ >= 0 || errno != ENOENT || read_only_) break;
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     created = fd_ >= 0;
+    if (fd_ >= 0 || errno != EEXIST) break;
   }
   if (fd_ < 0) io_error("cannot open " + path_ + (read_only_ ? " for reading" : ""));
   // On failure: close, and remove a file this call created, so a refused size leaves nothing behind.
