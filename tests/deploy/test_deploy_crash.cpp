@@ -41,8 +41,10 @@ Outcome read_back(const std::string& dev) {
   }
   CHECK(ls.rc == 1);
   CHECK(verify.rc == 1);
-  // Killed before anything was written: no image yet, or nothing on it.
-  if (ls.out.find("no model on") != std::string::npos || ls.out.find("does not exist") != std::string::npos) return o;
+  // Killed before anything was written: no image yet, an image not yet sized (killed between its
+  // creation and ftruncate), or nothing on it.
+  for (const char* nothing : {"no model on", "does not exist", "holds less than one"})
+    if (ls.out.find(nothing) != std::string::npos) return o;
   CHECK_THAT(ls.out, ContainsSubstring("did not finish") && ContainsSubstring("Re-run `gpunvme deploy"));
   CHECK_THAT(verify.out, ContainsSubstring("did not finish"));
   o.refused_unfinished = true;
