@@ -104,10 +104,9 @@ int cmd_verify(int argc, char** argv) {
                 "back in %.2f s but not compared with anything. Add --against MODEL.gguf to compare bytes.\n",
                 (unsigned long long)rep.n_tensors, human_bytes(double(rep.model_bytes)).c_str(), rep.seconds);
     return kExitUnverified;
-  } else {
-    std::printf("OK: %zu/%zu chunks match (%s re-read in %.2f s, %s/s)\n", rep.chunks.size(), rep.chunks.size(),
-                human_bytes(double(rep.model_bytes)).c_str(), rep.seconds, human_bytes(rate).c_str());
   }
+  std::printf("OK: %zu/%zu chunks match (%s re-read in %.2f s, %s/s)\n", rep.chunks.size(), rep.chunks.size(),
+              human_bytes(double(rep.model_bytes)).c_str(), rep.seconds, human_bytes(rate).c_str());
   return 0;
 }
 

@@ -1,6 +1,5 @@
 #include "runtime/deploy/listing.h"
 
-#include <algorithm>
 #include <cstdio>
 
 #include "runtime/cli/format.h"
@@ -44,29 +43,6 @@ std::string line(const char* fmt, auto... a) {
   return b;
 }
 
-// The record and the header it points to must describe one model: the name deploy took from
-// general.name, and a length that ends where the header's data ends (up to the alignment padding).
-// A mismatch means two writers mixed (or dd wrote over a deployed model): listing one model's
-// name and size with the other's extents would be a lie.
-void check_record_matches_header(const model::BlockIo& io, const model::DeployRecord& r, const gguf::GgufFile& f) {
-  const std::string header_name = f.model_name();
-  const uint64_t slack = std::max<uint64_t>(f.alignment(), io.lba_size);
-  std::string why;
-  if (!header_name.empty() && header_name.rfind(r.name, 0) != 0) {
-    why = "the record names '" + r.name + "' but the GGUF header there says '" + header_name + "'";
-  } else if (f.data_end() > r.model_bytes) {
-    why = "the GGUF header's tensors end at byte " + std::to_string(f.data_end()) + ", past the " +
-          std::to_string(r.model_bytes) + " bytes the record holds";
-  } else if (r.model_bytes - f.data_end() > slack) {
-    why = "the record holds " + std::to_string(r.model_bytes) + " bytes but the GGUF header's tensors end at byte " +
-          std::to_string(f.data_end());
-  }
-  if (why.empty()) return;
-  throw model::ModelError("the deploy record on " + io.name + " does not match the model at LBA " +
-                          std::to_string(r.model_start_lba) + ": " + why +
-                          " (two writers at once, or a model written over by dd); re-deploy the model");
-}
-
 }  // namespace
 
 std::string Listing::name() const {
@@ -83,7 +59,6 @@ Listing list_model(const model::BlockIo& io, std::optional<uint64_t> start_lba) 
   l.n_lbas = io.n_lbas;
   l.detected = model::detect_model(io, start_lba);
   l.file = std::make_unique<gguf::GgufFile>(model::read_model_header(io, l.detected));
-  if (l.detected.record) check_record_matches_header(io, *l.detected.record, *l.file);
   l.map = std::make_unique<model::LbaMap>(*l.file, io.lba_size, l.detected.start_lba);
   return l;
 }

@@ -1,5 +1,6 @@
 #include "runtime/model/detect.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -54,6 +55,29 @@ DetectedModel record_model(const BlockIo& io, std::vector<uint8_t>& block, std::
   return m;
 }
 
+// The record and the header it points to must describe one model: the name deploy took from
+// general.name, and a length that ends where the header's data ends (up to the alignment padding).
+// A mismatch means two writers mixed (or dd wrote over a deployed model): listing one model's
+// name and size with the other's extents would be a lie.
+void check_record_matches_header(const BlockIo& io, const DeployRecord& r, const gguf::GgufFile& f) {
+  const std::string header_name = f.model_name();
+  const uint64_t slack = std::max<uint64_t>(f.alignment(), io.lba_size);
+  std::string why;
+  if (!header_name.empty() && header_name.rfind(r.name, 0) != 0) {
+    why = "the record names '" + r.name + "' but the GGUF header there says '" + header_name + "'";
+  } else if (f.data_end() > r.model_bytes) {
+    why = "the GGUF header's tensors end at byte " + std::to_string(f.data_end()) + ", past the " +
+          std::to_string(r.model_bytes) + " bytes the record holds";
+  } else if (r.model_bytes - f.data_end() > slack) {
+    why = "the record holds " + std::to_string(r.model_bytes) + " bytes but the GGUF header's tensors end at byte " +
+          std::to_string(f.data_end());
+  }
+  if (why.empty()) return;
+  throw ModelError("the deploy record on " + io.name + " does not match the model at LBA " +
+                          std::to_string(r.model_start_lba) + ": " + why +
+                          " (two writers at once, or a model written over by dd); re-deploy the model");
+}
+
 }  // namespace
 
 std::string DetectedModel::describe() const {
@@ -98,7 +122,9 @@ gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m) {
                      "the given start LBA or the 1 MiB default; deploy one or pass its start LBA");
   }
   DeviceByteSource src(io, m.start_lba, m.byte_bound);
-  return gguf::GgufFile::read(src);
+  gguf::GgufFile f = gguf::GgufFile::read(src);
+  if (m.record) check_record_matches_header(io, *m.record, f);
+  return f;
 }
 
 }  // namespace gpunvme::model

@@ -33,7 +33,9 @@ struct DetectedModel {
 DetectedModel detect_model(const BlockIo& io, std::optional<uint64_t> start_lba_hint = std::nullopt);
 
 // Parses the GGUF header of a detected model through the block callbacks (throws ModelError when
-// nothing was detected, GgufError for a bad header).
+// nothing was detected, GgufError for a bad header). With a record, also checks that the record
+// and the header describe one model (the name deploy took from general.name, a length ending
+// where the tensor data ends): ModelError otherwise (two writers mixed, or dd over a deployed model).
 gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m);
 
 }  // namespace gpunvme::model
