@@ -140,8 +140,11 @@ TEST_CASE("two deploys at once: the second is refused naming the first's pid; ls
   write_file(second.path, make_model(2u << 20, "second model", 16));
   const std::string dev = "emu:" + img.path;
   REQUIRE(std::system(("truncate -s 64M " + img.path).c_str()) == 0);
-  Background deploy("'" + gpunvme_bin() + "' deploy " + first.path + " --device " + dev + ",wbw=16M", log.path);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Background deploy("'" + gpunvme_bin() + "' deploy " + first.path + " --device " + dev + ",wbw=16M --progress", log.path);
+  // Its first progress line: it holds the lock and has 16 MiB (about a second) left to write.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_file(log.path).empty() && deploy.running() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   REQUIRE(deploy.running());
   const std::string pid = "pid " + std::to_string(deploy.pid());
   auto r = run("deploy " + second.path + " --device " + dev);
