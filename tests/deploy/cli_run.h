@@ -24,9 +24,9 @@ struct Run {
   std::string out;
 };
 
-// `gpunvme ARGS` (ARGS as shell text), stdout and stderr together.
-inline Run run(const std::string& args) {
-  const std::string cmd = gpunvme_bin() + " " + args + " 2>&1";
+// A shell command line, stdout and stderr together.
+inline Run run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -36,6 +36,9 @@ inline Run run(const std::string& args) {
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
 }
+
+// `gpunvme ARGS` (ARGS as shell text), stdout and stderr together.
+inline Run run(const std::string& args) { return run_shell(gpunvme_bin() + " " + args); }
 
 // A shell command run in the background (stdout and stderr to `log`); the destructor kills it.
 class Background {

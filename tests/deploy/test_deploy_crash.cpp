@@ -19,6 +19,14 @@ namespace {
 // The write bandwidth of the modeled drive: a 24 MiB model takes about 0.8 s to write.
 constexpr const char* kSlowDrive = ",wbw=32M";
 
+// Until a deploy started with --progress prints its first progress line (its first 8 MiB piece is
+// written), or exits; at most a minute.
+void wait_for_progress(Background& deploy, const std::string& log) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_file(log).empty() && deploy.running() && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
 struct Outcome {
   bool refused_unfinished = false;  // ls and verify both said "did not finish"
   std::string listed;               // model ls listed (and verify checked every byte of)
@@ -84,11 +92,7 @@ TEST_CASE("a deploy killed at any point is never listed or verified as a model",
       Background deploy("'" + gpunvme_bin() + "' deploy " + new_model.path + " --device " + dev + ",size=64M" +
                             kSlowDrive + " --progress",
                         log.path);
-      if (s.from_progress) {
-        const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-        while (read_file(log.path).empty() && deploy.running() && std::chrono::steady_clock::now() < limit)
-          std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      }
+      if (s.from_progress) wait_for_progress(deploy, log.path);
       std::this_thread::sleep_for(std::chrono::milliseconds(s.after_ms));
       deploy.signal(s.sig);
       deploy.wait();
@@ -116,18 +120,11 @@ TEST_CASE("a deploy that fails writing (file size limit, like ENOSPC) leaves a r
   REQUIRE(std::system(("truncate -s 64M " + img.path).c_str()) == 0);
   if (over_old) REQUIRE(run("deploy " + old_model.path + " --device " + dev).rc == 0);
   // Writes past 12 MiB into the image fail with EFBIG (SIGXFSZ ignored), as they would on a full disk.
-  const std::string cmd = "bash -c 'ulimit -f 12288; trap \"\" XFSZ; exec " + gpunvme_bin() + " deploy " +
-                          new_model.path + " --device " + dev + "' 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
+  const auto r = run_shell("bash -c 'ulimit -f 12288; trap \"\" XFSZ; exec " + gpunvme_bin() + " deploy " +
+                           new_model.path + " --device " + dev + "'");
+  const std::string& out = r.out;
   INFO(out);
-  CHECK(WIFEXITED(st));
-  CHECK(WEXITSTATUS(st) == 1);
+  CHECK(r.rc == 1);
   CHECK_THAT(out, ContainsSubstring("failed after") && ContainsSubstring("unfinished deploy"));
   CHECK(out.find("deployed '") == std::string::npos);
   CHECK(read_back(dev).refused_unfinished);
@@ -142,9 +139,7 @@ TEST_CASE("two deploys at once: the second is refused naming the first's pid; ls
   REQUIRE(std::system(("truncate -s 64M " + img.path).c_str()) == 0);
   Background deploy("'" + gpunvme_bin() + "' deploy " + first.path + " --device " + dev + ",wbw=16M --progress", log.path);
   // Its first progress line: it holds the lock and has 16 MiB (about a second) left to write.
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (read_file(log.path).empty() && deploy.running() && std::chrono::steady_clock::now() < limit)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  wait_for_progress(deploy, log.path);
   REQUIRE(deploy.running());
   const std::string pid = "pid " + std::to_string(deploy.pid());
   auto r = run("deploy " + second.path + " --device " + dev);

@@ -341,23 +341,14 @@ TEST_CASE("#14.9 a FIFO or a device as the model or --against is refused at once
   REQUIRE(run("deploy " + model_path.path + " --device emu:" + img.path + ",size=8M").rc == 0);
   // `timeout` bounds the old behaviour (blocking forever in open()).
   const std::string t = "timeout 20 " + gpunvme_bin() + " ";
-  auto sh = [](const std::string& cmd) {
-    FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-    std::string out;
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    const int st = pclose(p);
-    return Run{WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-  };
-  auto r = sh(t + "deploy " + fifo.path + " --device emu:" + img.path);
+  auto r = run_shell(t + "deploy " + fifo.path + " --device emu:" + img.path);
   INFO(r.out);
   CHECK(r.rc == 1);
   CHECK_THAT(r.out, ContainsSubstring("is a FIFO (named pipe), not a regular file"));
-  r = sh(t + "verify --device emu:" + img.path + " --against " + fifo.path);
+  r = run_shell(t + "verify --device emu:" + img.path + " --against " + fifo.path);
   CHECK(r.rc == 1);
   CHECK_THAT(r.out, ContainsSubstring("FIFO") && ContainsSubstring("--against"));
-  r = sh(t + "deploy /dev/zero --device emu:" + img.path);
+  r = run_shell(t + "deploy /dev/zero --device emu:" + img.path);
   CHECK(r.rc == 1);
   CHECK_THAT(r.out, ContainsSubstring("/dev/zero is a character device"));
 }
