@@ -25,8 +25,12 @@ const char* device_string_help() {
          "                           (bind it with `scripts/setup_vfio.sh bind DDDD:BB:DD.F`)\n";
 }
 
-std::unique_ptr<Transport> open_transport(std::string_view device) {
-  if (emu::is_emu_device(device)) return emu::open_emulated(device);
+std::unique_ptr<Transport> open_transport(std::string_view device, Access access) {
+  if (emu::is_emu_device(device)) {
+    auto cfg = emu::parse_emu_device(device);
+    for (auto& ns : cfg.namespaces) ns.read_only = access == Access::kReadOnly;
+    return emu::open_emulated(cfg);
+  }
   if (vfio::is_vfio_device_string(device)) return vfio::open_vfio_transport(device);
   throw Error(ErrorKind::kInvalidArgument, "unknown device string '" + std::string(device) + "'\n" + device_string_help());
 }

@@ -13,10 +13,15 @@ namespace gpunvme::host {
 // Help text describing the accepted device strings, for --help output and error messages.
 const char* device_string_help();
 
-std::unique_ptr<Transport> open_transport(std::string_view device);
+// kReadOnly: for tools that only read (identify, ls, verify). emu: image files are opened
+// read-only and never created or extended, so reading needs no write access and changes nothing.
+enum class Access { kReadWrite, kReadOnly };
 
-inline std::unique_ptr<Controller> open_controller(std::string_view device, const ControllerOptions& options = {}) {
-  return std::make_unique<Controller>(open_transport(device), options);
+std::unique_ptr<Transport> open_transport(std::string_view device, Access access = Access::kReadWrite);
+
+inline std::unique_ptr<Controller> open_controller(std::string_view device, const ControllerOptions& options = {},
+                                                   Access access = Access::kReadWrite) {
+  return std::make_unique<Controller>(open_transport(device, access), options);
 }
 
 }  // namespace gpunvme::host

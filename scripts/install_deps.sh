@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what gpunvme needs to build and test on Debian 12 / Ubuntu 24.04, skipping what is present:
-# a C++20 compiler, ninja, pkg-config, libnuma, Catch2 v3 (bookworm-backports on Debian 12) and
-# Meson >= 1.1 (from PyPI when the distribution's is older). CUDA (nvcc) is optional and not installed here.
+# a C++20 compiler, ninja, pkg-config, libnuma, libblkid (deploy's signature scan), Catch2 v3
+# (bookworm-backports on Debian 12) and Meson >= 1.1 (from PyPI when the distribution's is older).
+# CUDA (nvcc) is optional and not installed here.
 set -euo pipefail
 
 need_apt=()
 have_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in g++ ninja-build pkg-config libnuma-dev python3-pip python3-venv; do have_pkg "$p" || need_apt+=("$p"); done
+for p in g++ ninja-build pkg-config libnuma-dev libblkid-dev python3-pip python3-venv; do have_pkg "$p" || need_apt+=("$p"); done
 catch2_ok() { pkg-config --exists 'catch2-with-main >= 3.0' 2>/dev/null; }
 
 as_root() {

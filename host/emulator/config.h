@@ -22,6 +22,7 @@ struct NamespaceConfig {
   std::string path;         // kFile only
   uint64_t size_bytes = 0;  // 0 for kFile: the file's current size (it must exist)
   uint32_t lba_bytes = 512; // 512 or 4096
+  bool read_only = false;   // kFile: open O_RDONLY, never create or extend (namespace.h)
 };
 
 enum class PollPolicy : uint8_t {

@@ -20,9 +20,16 @@ namespace {
   throw Error(ErrorKind::kIo, "emu: " + what + ": " + std::strerror(errno));
 }
 
-// preadv/pwritev until done; iovecs are consumed in place on short transfers.
+uint64_t iov_bytes(const iovec* iov, int n) {
+  uint64_t len = 0;
+  for (int i = 0; i < n; ++i) len += iov[i].iov_len;
+  return len;
+}
+
+// preadv/pwritev until done; iovecs are consumed in place on short transfers. `zero_past_eof`
+// (reads of a read-only file shorter than its namespace): the end of the file reads as zeros.
 template <class Fn>
-bool vector_io(Fn fn, uint64_t off, const iovec* iov_in, int n) {
+bool vector_io(Fn fn, uint64_t off, const iovec* iov_in, int n, bool zero_past_eof = false) {
   iovec local[64];
   while (n > 0) {
     const int take = n < 64 ? n : 64;
@@ -34,6 +41,10 @@ bool vector_io(Fn fn, uint64_t off, const iovec* iov_in, int n) {
       if (r < 0) {
         if (errno == EINTR) continue;
         return false;
+      }
+      if (r == 0 && zero_past_eof) {
+        for (int i = 0; i < left; ++i) std::memset(iov[i].iov_base, 0, iov[i].iov_len);
+        break;
       }
       if (r == 0) return false;  // past the end of a file that shrank under us
       off += uint64_t(r);
@@ -76,33 +87,52 @@ Namespace::Namespace(const NamespaceConfig& cfg)
       ram_bytes_ = bytes;
       break;
     }
-    case Backing::kFile: {
-      fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd_ < 0) io_error("cannot open " + path_);
-      struct stat st{};
-      if (::fstat(fd_, &st) != 0) io_error("fstat " + path_);
-      uint64_t have = uint64_t(st.st_size);
-      if (S_ISBLK(st.st_mode) && ::ioctl(fd_, BLKGETSIZE64, &have) != 0) io_error("BLKGETSIZE64 " + path_);
-      if (bytes == 0) {
-        bytes = have - have % lba_bytes_;
-        if (bytes == 0) {
-          ::close(fd_);
-          throw Error(ErrorKind::kInvalidArgument,
-                      "emu: " + path_ + " holds less than one " + std::to_string(lba_bytes_) +
-                          "-byte block; pass size=... to extend it");
-        }
-      } else if (have < bytes) {
-        if (!S_ISREG(st.st_mode) || ::ftruncate(fd_, off_t(bytes)) != 0) {
-          const int e = errno;
-          ::close(fd_);
-          errno = e;
-          io_error("cannot extend " + path_ + " to " + std::to_string(bytes) + " bytes");
-        }
-      }
+    case Backing::kFile:
+      bytes = open_file(cfg);
       break;
-    }
   }
   blocks_ = bytes >> lba_shift_;
+}
+
+uint64_t Namespace::open_file(const NamespaceConfig& cfg) {
+  read_only_ = cfg.read_only;
+  bool created = false;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a second try when another process created it meanwhile
+    fd_ = ::open(path_.c_str(), (read_only_ ? O_RDONLY : O_RDWR) | O_CLOEXEC);
+    if (fd_ >= 0 || errno != ENOENT || read_only_) break;
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    created = fd_ >= 0;
+    if (fd_ >= 0 || errno != EEXIST) break;
+  }
+  if (fd_ < 0) io_error("cannot open " + path_ + (read_only_ ? " for reading" : ""));
+  // On failure: close, and remove a file this call created, so a refused size leaves nothing behind.
+  auto fail = [&](ErrorKind kind, const std::string& what) {
+    const int e = errno;
+    ::close(fd_);
+    fd_ = -1;
+    if (created) ::unlink(path_.c_str());
+    throw Error(kind, "emu: " + what + (kind == ErrorKind::kIo ? std::string(": ") + std::strerror(e) : ""));
+  };
+  struct stat st{};
+  if (::fstat(fd_, &st) != 0) fail(ErrorKind::kIo, "fstat " + path_);
+  uint64_t have = uint64_t(st.st_size);
+  if (S_ISBLK(st.st_mode) && ::ioctl(fd_, BLKGETSIZE64, &have) != 0) fail(ErrorKind::kIo, "BLKGETSIZE64 " + path_);
+  file_bytes_ = have;
+  uint64_t bytes = cfg.size_bytes;
+  if (bytes == 0) {
+    bytes = have - have % lba_bytes_;
+    if (bytes == 0) {
+      fail(ErrorKind::kInvalidArgument, path_ + " holds less than one " + std::to_string(lba_bytes_) +
+                                            "-byte block; pass size=... to extend it");
+    }
+  } else if (have < bytes && !read_only_) {
+    // Read-only opens never extend: the part past the end of the file reads as zeros instead.
+    if (!S_ISREG(st.st_mode) || ::ftruncate(fd_, off_t(bytes)) != 0) {
+      fail(ErrorKind::kIo, "cannot extend " + path_ + " to " + std::to_string(bytes) + " bytes");
+    }
+    file_bytes_ = bytes;
+  }
+  return bytes;
 }
 
 Namespace::~Namespace() {
@@ -121,7 +151,8 @@ bool Namespace::read(uint64_t off, const iovec* iov, int n) {
       }
       return true;
     case Backing::kFile:
-      return vector_io([this](const iovec* v, int c, off_t o) { return ::preadv(fd_, v, c, o); }, off, iov, n);
+      return vector_io([this](const iovec* v, int c, off_t o) { return ::preadv(fd_, v, c, o); }, off, iov, n,
+                       off + iov_bytes(iov, n) > file_bytes_);
   }
   return false;
 }
@@ -138,8 +169,7 @@ bool Namespace::write(uint64_t off, const iovec* iov, int n) {
       return true;
     case Backing::kFile: {
       const uint64_t start = off;
-      uint64_t len = 0;
-      for (int i = 0; i < n; ++i) len += iov[i].iov_len;
+      const uint64_t len = iov_bytes(iov, n);
       if (!vector_io([this](const iovec* v, int c, off_t o) { return ::pwritev(fd_, v, c, o); }, off, iov, n))
         return false;
       if (write_through_.load(std::memory_order_relaxed))

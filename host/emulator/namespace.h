@@ -1,4 +1,7 @@
 // Namespace backings: a raw image file (pread/pwrite), anonymous RAM, or null (no data at all).
+// An image file is created (and extended to size=) only when opened for writing; a file this
+// object created is removed again when opening fails. NamespaceConfig::read_only opens O_RDONLY
+// and changes nothing: a file shorter than size= reads as zeros past its end, writes fail.
 // One concrete class with a switch on the backing, so the I/O path pays no virtual call.
 #pragma once
 #include <sys/uio.h>
@@ -33,16 +36,21 @@ class Namespace {
   bool write(uint64_t off, const iovec* iov, int n);
   bool write_zeroes(uint64_t off, uint64_t len);
   bool flush();
+  bool read_only() const { return read_only_; }
   // Volatile Write Cache disabled: every write reaches stable storage before it completes.
   void set_write_through(bool on) { write_through_.store(on, std::memory_order_relaxed); }
 
  private:
+  uint64_t open_file(const NamespaceConfig& cfg);  // returns the namespace bytes
+
   Backing backing_;
   std::string path_;
   uint64_t blocks_ = 0;
   uint32_t lba_bytes_ = 512;
   uint32_t lba_shift_ = 9;
   int fd_ = -1;
+  bool read_only_ = false;
+  uint64_t file_bytes_ = 0;  // reads past this (read-only, short file) return zeros
   char* ram_ = nullptr;
   uint64_t ram_bytes_ = 0;
   std::atomic<bool> write_through_{false};

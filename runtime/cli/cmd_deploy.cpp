@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "host/open_device.h"
@@ -10,6 +11,8 @@
 #include "runtime/cli/commands.h"
 #include "runtime/cli/format.h"
 #include "runtime/deploy/deploy.h"
+#include "runtime/deploy/model_file.h"
+#include "runtime/deploy/shell_quote.h"
 #include "runtime/gguf/gguf_file.h"
 
 namespace gpunvme::cli {
@@ -26,17 +29,20 @@ const char* kDeployHelp =
     "(computed while writing). `gpunvme ls` and `gpunvme verify` then need nothing but the device.\n"
     "\n"
     "Before writing anything it parses the GGUF header, checks that the model fits, and refuses to\n"
-    "write over a partition table (MBR, GPT) or a filesystem/swap/LUKS/LVM signature found at LBA 0\n"
-    "or at the start LBA. A previously deployed model is replaced without asking.\n"
+    "write over a partition table, a filesystem or any other signature libblkid knows (ceph, ZFS,\n"
+    "LVM, swap, ...), or any other non-zero data, found in the first MiB at LBA 0 or at the start\n"
+    "LBA. A previously deployed model is replaced without asking. A deploy that stops midway\n"
+    "(signal, error) leaves an unfinished record that ls and verify refuse; run it again. While it\n"
+    "runs the device is locked: a second deploy, ls or verify is refused, naming the pid.\n"
     "\n"
     "  --device DEVICE   the namespace to write (required). WARNING: this overwrites it.\n"
     "  --nsid N          namespace id (default 1)\n"
     "  --start-lba N     LBA of the model's byte 0 (default: 1 MiB in: LBA 2048 with 512-byte\n"
     "                    blocks, 256 with 4 KiB blocks). LBA 0 holds the record, so N >= 1.\n"
-    "  --force           write even over a partition table or filesystem signature\n"
+    "  --force           write even over a partition table, filesystem signature or unknown data\n"
     "  --progress        show the progress line (bytes, rate, ETA) even when stderr is not a terminal\n"
     "  --print-dd        write nothing; print the dd command that puts the file where deploy would,\n"
-    "                    and the --record-only step to run after it\n"
+    "                    and the --record-only step to run after it (same checks, same refusals)\n"
     "  --record-only     the model bytes are already on the device (dd): checksum the file and write\n"
     "                    only the deploy record (refused if the device's first model block differs)\n"
     "\n"
@@ -57,6 +63,100 @@ std::string lba_range(uint64_t first, uint64_t end) {
   return std::to_string(first) + ".." + std::to_string(end - 1);
 }
 
+struct DeployCommand {
+  std::string path;
+  std::string device;
+  uint32_t nsid = 1;
+  std::optional<uint64_t> start;  // as given
+  bool force = false;
+};
+
+DeployCommand parse_command(const Args& args) {
+  if (args.positional().size() != 1) {
+    throw UsageError(args.positional().empty() ? "which model? usage: gpunvme deploy MODEL.gguf --device DEVICE (see --help)"
+                                               : "one model at a time: got " + std::to_string(args.positional().size()) +
+                                                     " file arguments (see --help)");
+  }
+  if (!args.has("device")) {
+    throw UsageError("--device is required, e.g. --device emu:/tmp/models.img,size=1G (emulated) or --device "
+                     "vfio:0000:01:00.0 (see --help)");
+  }
+  if (args.has("print-dd") && args.has("record-only")) throw UsageError("--print-dd and --record-only exclude each other");
+  DeployCommand c;
+  c.path = args.positional()[0];
+  c.device = args.get("device");
+  c.nsid = uint32_t(args.get_u64("nsid", 1));
+  if (args.has("start-lba")) c.start = args.get_u64("start-lba", 0);
+  c.force = args.has("force");
+  return c;
+}
+
+// --print-dd: the same checks as a deploy (a target deploy refuses is refused here too), then the
+// commands with every argument shell-quoted, names included (a GGUF's general.name is the file's).
+int print_dd(const DeployCommand& c, const gguf::GgufFile& file, deploy::Device& dev) {
+  const uint32_t lba = dev.lba_size();
+  const uint64_t start_lba = c.start.value_or(model::default_model_start_lba(lba));
+  const auto overridden = deploy::check_target(dev, file.file_size(), start_lba, false, c.force);
+  const std::string image = emu_image_path(c.device);
+  auto plan = deploy::dd_plan(c.path, lba, start_lba, image.empty() ? "/dev/nvmeXnY" : image);
+  if (!image.empty()) {
+    const auto pos = plan.command.find("conv=fsync");
+    plan.command.replace(pos, 10, "conv=fsync,notrunc");  // a regular file: keep the bytes after the model
+  }
+  const std::string q_path = deploy::shell_quote(c.path), q_device = deploy::shell_quote(c.device);
+  // A comment line: control bytes escaped (a newline in a name must not end the comment).
+  std::printf("# %s: %s, %s into %s (LBA %s of %u-byte blocks)\n", printable(q_path).c_str(),
+              printable(deploy::shell_quote(file.model_name())).c_str(), human_bytes(double(file.file_size())).c_str(),
+              printable(deploy::shell_quote(dev.name())).c_str(),
+              lba_range(start_lba, start_lba + (file.file_size() + lba - 1) / lba).c_str(), lba);
+  for (const auto& s : overridden) {
+    std::printf("# --force: these commands write over %s at LBA %llu\n", printable(s.what).c_str(),
+                (unsigned long long)s.lba);
+  }
+  if (image.empty()) {
+    std::printf(
+        "# 1. write the bytes with dd. Replace /dev/nvmeXnY with the kernel's name for this namespace\n"
+        "#    (`nvme list` or `lsblk -o NAME,SIZE,MODEL,SERIAL`); for this step the drive is bound to the\n"
+        "#    kernel nvme driver, not vfio-pci. Check the name twice: dd overwrites without asking.\n");
+  } else {
+    std::printf("# 1. write the bytes with dd into the emulator's image file (notrunc keeps the rest of it)\n");
+  }
+  std::printf("#    seek=%llu blocks of bs=%llu bytes = byte %llu = LBA %llu.\n", (unsigned long long)plan.seek,
+              (unsigned long long)plan.bs, (unsigned long long)(plan.seek * plan.bs), (unsigned long long)start_lba);
+  std::printf("%s\n", plan.command.c_str());
+  std::printf("# 2. add the deploy record (checksums from the file; the drive back on vfio-pci for vfio:):\n");
+  std::string step2 = "gpunvme deploy " + q_path + " --device " + q_device + " --record-only";
+  if (c.start) step2 += " --start-lba " + std::to_string(*c.start);
+  if (c.nsid != 1) step2 += " --nsid " + std::to_string(c.nsid);
+  if (c.force) step2 += " --force";
+  std::printf("%s\n", step2.c_str());
+  std::printf("# 3. check every byte:\ngpunvme verify --device %s%s\n", q_device.c_str(),
+              c.nsid != 1 ? (" --nsid " + std::to_string(c.nsid)).c_str() : "");
+  return 0;
+}
+
+void print_summary(const deploy::DeployResult& res, bool record_only, const deploy::Device& dev, const std::string& device) {
+  for (const auto& s : res.overridden) {
+    std::fprintf(stderr, "gpunvme deploy: --force: wrote over %s at LBA %llu\n", s.what.c_str(), (unsigned long long)s.lba);
+  }
+  const auto& r = res.record;
+  if (record_only) {
+    std::printf("wrote the deploy record for '%s' (%s at LBA %s) to LBA %llu of %s: %llu chunk CRCs of %s\n",
+                printable(r.name).c_str(), human_bytes(double(r.model_bytes)).c_str(),
+                lba_range(r.model_start_lba, r.model_end_lba()).c_str(), (unsigned long long)r.record_lba,
+                dev.name().c_str(), (unsigned long long)r.n_chunks(), human_bytes(double(r.chunk_bytes())).c_str());
+    std::printf("the record's checksums come from the file: run `gpunvme verify --device %s` to check the device\n",
+                deploy::shell_quote(device).c_str());
+    return;
+  }
+  std::printf("deployed '%s': %s to %s LBA %s in %.2f s (%s); record at LBA %llu with %llu chunk CRCs of %s\n",
+              printable(r.name).c_str(), human_bytes(double(r.model_bytes)).c_str(), dev.name().c_str(),
+              lba_range(r.model_start_lba, r.model_end_lba()).c_str(), res.seconds,
+              deploy::rate_string(res.seconds > 0 ? double(r.model_bytes) / res.seconds : 0).c_str(),
+              (unsigned long long)r.record_lba, (unsigned long long)r.n_chunks(),
+              human_bytes(double(r.chunk_bytes())).c_str());
+}
+
 }  // namespace
 
 int cmd_deploy(int argc, char** argv) {
@@ -65,88 +165,21 @@ int cmd_deploy(int argc, char** argv) {
     std::printf("%s%s", kDeployHelp, host::device_string_help());
     return 0;
   }
-  if (args.positional().size() != 1) {
-    throw UsageError(args.positional().empty() ? "which model? usage: gpunvme deploy MODEL.gguf --device DEVICE (see --help)"
-                                               : "one model at a time: got " + std::to_string(args.positional().size()) +
-                                                     " file arguments (see --help)");
-  }
-  const std::string path = args.positional()[0];
-  if (!args.has("device")) {
-    throw UsageError("--device is required, e.g. --device emu:/tmp/models.img,size=1G (emulated) or --device "
-                     "vfio:0000:01:00.0 (see --help)");
-  }
-  if (args.has("print-dd") && args.has("record-only")) throw UsageError("--print-dd and --record-only exclude each other");
-  const std::string device = args.get("device");
-  const auto nsid = uint32_t(args.get_u64("nsid", 1));
-  std::optional<uint64_t> start;
-  if (args.has("start-lba")) start = args.get_u64("start-lba", 0);
-
-  // Header first: a file that is not a GGUF is reported before any device is touched.
-  const auto file = gguf::GgufFile::open(path);
-  deploy::Device dev(device, nsid);
-  const uint64_t start_lba = start.value_or(model::default_model_start_lba(dev.lba_size()));
-
-  if (args.has("print-dd")) {
-    deploy::check_fit(file.file_size(), nsid, dev.lba_size(), dev.n_lbas(), start_lba);
-    const std::string image = emu_image_path(device);
-    auto plan = deploy::dd_plan(path, dev.lba_size(), start_lba, image.empty() ? "/dev/nvmeXnY" : image);
-    if (!image.empty()) {
-      const auto pos = plan.command.find("conv=fsync");
-      plan.command.replace(pos, 10, "conv=fsync,notrunc");  // a regular file: keep the bytes after the model
-    }
-    std::printf("# %s: %s, %s into %s (LBA %s of %u-byte blocks)\n", path.c_str(), printable(file.model_name()).c_str(),
-                human_bytes(double(file.file_size())).c_str(), dev.name().c_str(),
-                lba_range(start_lba, start_lba + (file.file_size() + dev.lba_size() - 1) / dev.lba_size()).c_str(),
-                dev.lba_size());
-    if (image.empty()) {
-      std::printf(
-          "# 1. write the bytes with dd. Replace /dev/nvmeXnY with the kernel's name for this namespace\n"
-          "#    (`nvme list` or `lsblk -o NAME,SIZE,MODEL,SERIAL`); for this step the drive is bound to the\n"
-          "#    kernel nvme driver, not vfio-pci. Check the name twice: dd overwrites without asking.\n");
-    } else {
-      std::printf("# 1. write the bytes with dd into the emulator's image file (notrunc keeps the rest of it)\n");
-    }
-    std::printf("#    seek=%llu blocks of bs=%llu bytes = byte %llu = LBA %llu.\n", (unsigned long long)plan.seek,
-                (unsigned long long)plan.bs, (unsigned long long)(plan.seek * plan.bs),
-                (unsigned long long)start_lba);
-    std::printf("%s\n", plan.command.c_str());
-    std::printf("# 2. add the deploy record (checksums from the file; the drive back on vfio-pci for vfio:):\n");
-    std::string step2 = "gpunvme deploy " + path + " --device " + device + " --record-only";
-    if (start) step2 += " --start-lba " + std::to_string(*start);
-    if (nsid != 1) step2 += " --nsid " + std::to_string(nsid);
-    std::printf("%s\n", step2.c_str());
-    std::printf("# 3. check every byte:\ngpunvme verify --device %s\n", device.c_str());
-    return 0;
-  }
+  const DeployCommand c = parse_command(args);
+  // Header first: a file that is not a GGUF (or not a regular file) is reported before any device is touched.
+  const auto file = deploy::open_model_file(c.path);
+  deploy::Device dev(c.device, c.nsid);
+  if (args.has("print-dd")) return print_dd(c, file, dev);
 
   deploy::DeployOptions opt;
-  opt.start_lba = start;
-  opt.force = args.has("force");
+  opt.start_lba = c.start;
+  opt.force = c.force;
   opt.record_only = args.has("record-only");
   deploy::ProgressLine bar("deploy", !opt.record_only && (args.has("progress") || isatty(2)));
   opt.progress = bar.fn();
-  const auto res = deploy::deploy_model(dev, path, opt);
+  const auto res = deploy::deploy_model(dev, c.path, opt);
   bar.finish();
-  for (const auto& s : res.overridden) {
-    std::fprintf(stderr, "gpunvme deploy: --force: wrote over %s at LBA %llu\n", s.what.c_str(),
-                 (unsigned long long)s.lba);
-  }
-  const auto& r = res.record;
-  if (opt.record_only) {
-    std::printf("wrote the deploy record for '%s' (%s at LBA %s) to LBA %llu of %s: %llu chunk CRCs of %s\n",
-                printable(r.name).c_str(), human_bytes(double(r.model_bytes)).c_str(),
-                lba_range(r.model_start_lba, r.model_end_lba()).c_str(), (unsigned long long)r.record_lba,
-                dev.name().c_str(), (unsigned long long)r.n_chunks(), human_bytes(double(r.chunk_bytes())).c_str());
-    std::printf("the record's checksums come from the file: run `gpunvme verify --device %s` to check the device\n",
-                device.c_str());
-  } else {
-    std::printf("deployed '%s': %s to %s LBA %s in %.2f s (%s); record at LBA %llu with %llu chunk CRCs of %s\n",
-                printable(r.name).c_str(), human_bytes(double(r.model_bytes)).c_str(), dev.name().c_str(),
-                lba_range(r.model_start_lba, r.model_end_lba()).c_str(), res.seconds,
-                deploy::rate_string(res.seconds > 0 ? double(r.model_bytes) / res.seconds : 0).c_str(),
-                (unsigned long long)r.record_lba, (unsigned long long)r.n_chunks(),
-                human_bytes(double(r.chunk_bytes())).c_str());
-  }
+  print_summary(res, opt.record_only, dev, c.device);
   return 0;
 }
 

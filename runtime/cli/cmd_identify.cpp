@@ -22,7 +22,7 @@ int cmd_identify(int argc, char** argv) {
     return 0;
   }
   if (!args.has("device")) throw UsageError("identify needs --device (e.g. --device emu:ram,size=1G)");
-  auto ctrl = host::open_controller(args.get("device"));
+  auto ctrl = host::open_controller(args.get("device"), {}, host::Access::kReadOnly);  // identify changes nothing
   const auto& id = ctrl->identify();
   const auto cap = ctrl->cap();
   const uint64_t mt = ctrl->max_transfer_bytes();

@@ -41,7 +41,7 @@ int cmd_ls(int argc, char** argv) {
   }
   if (!args.positional().empty()) throw UsageError("ls takes no file arguments; the model is read from --device");
   if (!args.has("device")) throw UsageError("--device is required, e.g. --device emu:/tmp/models.img (see --help)");
-  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)));
+  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)), host::Access::kReadOnly);
   std::optional<uint64_t> start;
   if (args.has("start-lba")) start = args.get_u64("start-lba", 0);
   const auto listing = deploy::list_model(dev.block_io(), start);

@@ -19,11 +19,16 @@ const char* kVerifyHelp =
     "Finds the model on a namespace (the deploy record at LBA 0, or a GGUF written by plain dd at\n"
     "LBA 0, --start-lba or the 1 MiB default), re-reads every byte of it through the driver and\n"
     "checks the CRC-32C of every chunk against the deploy record. Prints one line per chunk with its\n"
-    "LBA range and pass/fail, then a summary; exits 1 if anything differs.\n"
+    "LBA range and pass/fail, then a summary.\n"
     "\n"
     "A model written by dd without a record has no checksums: verify then checks that its GGUF header\n"
-    "parses and that every tensor lies on the device, and reads every byte back; add --against to\n"
-    "compare the bytes with the file (or write a record: gpunvme deploy MODEL.gguf --record-only ...).\n"
+    "parses and that every tensor lies on the device, and reads every byte back, but cannot say the\n"
+    "bytes are right (exit 3); add --against to compare the bytes with the file (or write a record:\n"
+    "gpunvme deploy MODEL.gguf --record-only ...). An unfinished deploy (interrupted, failed, or still\n"
+    "running) is refused.\n"
+    "\n"
+    "exit status: 0 every byte checked and equal; 1 a difference, an unfinished deploy, no model or an\n"
+    "error; 2 a usage error; 3 header only, bytes unverified (no record, no --against).\n"
     "\n"
     "  --device DEVICE      the namespace to read (required); nothing is written\n"
     "  --nsid N             namespace id (default 1)\n"
@@ -35,6 +40,9 @@ const char* kVerifyHelp =
     "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
     "  gpunvme verify --device emu:/tmp/models.img --against model.gguf\n"
     "\n";
+
+// Header and bounds fine, but no record and no --against: nothing says the bytes are right.
+constexpr int kExitUnverified = 3;
 
 }  // namespace
 
@@ -48,7 +56,7 @@ int cmd_verify(int argc, char** argv) {
     throw UsageError("verify takes no file arguments; to compare with a file use --against " + args.positional()[0]);
   }
   if (!args.has("device")) throw UsageError("--device is required, e.g. --device emu:/tmp/models.img (see --help)");
-  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)));
+  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)), host::Access::kReadOnly);
   deploy::VerifyOptions opt;
   if (args.has("start-lba")) opt.start_lba = args.get_u64("start-lba", 0);
   opt.against = args.get("against");
@@ -92,13 +100,13 @@ int cmd_verify(int argc, char** argv) {
     return 1;
   }
   if (!rep.checked_bytes()) {
-    std::printf("OK (header only): the GGUF header parses and all %llu tensors lie on the device; %s read back in "
-                "%.2f s but not compared. Add --against MODEL.gguf to compare bytes.\n",
+    std::printf("UNVERIFIED (header only): the GGUF header parses and all %llu tensors lie on the device; %s read "
+                "back in %.2f s but not compared with anything. Add --against MODEL.gguf to compare bytes.\n",
                 (unsigned long long)rep.n_tensors, human_bytes(double(rep.model_bytes)).c_str(), rep.seconds);
-  } else {
-    std::printf("OK: %zu/%zu chunks match (%s re-read in %.2f s, %s/s)\n", rep.chunks.size(), rep.chunks.size(),
-                human_bytes(double(rep.model_bytes)).c_str(), rep.seconds, human_bytes(rate).c_str());
+    return kExitUnverified;
   }
+  std::printf("OK: %zu/%zu chunks match (%s re-read in %.2f s, %s/s)\n", rep.chunks.size(), rep.chunks.size(),
+              human_bytes(double(rep.model_bytes)).c_str(), rep.seconds, human_bytes(rate).c_str());
   return 0;
 }
 

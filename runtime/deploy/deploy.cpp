@@ -9,6 +9,8 @@
 #include <future>
 
 #include "host/text/human_bytes.h"
+#include "runtime/deploy/model_file.h"
+#include "runtime/deploy/shell_quote.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/crc32c.h"
 #include "runtime/model/model_error.h"
@@ -34,6 +36,8 @@ struct Fd {
     if (fd < 0) throw model::ModelError("cannot open " + path + ": " + std::strerror(errno));
   }
   ~Fd() { ::close(fd); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
   void read_exact(uint64_t off, void* dst, uint64_t len, const std::string& path) const {
     auto* p = static_cast<uint8_t*>(dst);
     while (len > 0) {
@@ -50,6 +54,116 @@ struct Fd {
   }
 };
 
+void check_start_lba(uint64_t start, uint32_t lba) {
+  if (start > model::kRecordLba) return;
+  throw RefusedError("--start-lba " + std::to_string(start) + " would put the model over the deploy record at LBA " +
+                     std::to_string(model::kRecordLba) + "; use a start LBA >= 1 (default " +
+                     std::to_string(model::default_model_start_lba(lba)) + " = 1 MiB), or write the file with plain " +
+                     "dd at LBA 0 if you want no record");
+}
+
+void write_block(Device& dev, uint64_t lba, const std::vector<uint8_t>& block) {
+  dev.block_io().write(lba, 1, block.data());
+}
+
+// --record-only: the model must already be there (the file's first block equals the device's).
+void check_model_on_device(Device& dev, const std::string& path, uint64_t bytes, uint64_t start) {
+  const uint32_t lba = dev.lba_size();
+  std::vector<uint8_t> dev_block(lba), file_block(lba, 0);
+  Fd fd(path);
+  fd.read_exact(0, file_block.data(), std::min<uint64_t>(lba, bytes), path);
+  dev.block_io().read(start, 1, dev_block.data());
+  if (dev_block == file_block) return;
+  throw RefusedError("LBA " + std::to_string(start) + " of " + dev.name() + " does not hold the start of " + path +
+                     "; write the model first (gpunvme deploy " + shell_quote(path) +
+                     " --print-dd shows the dd command) or deploy without --record-only");
+}
+
+// Streams the file onto the device in pipelined pieces (the next piece is read and folded into the
+// chunk CRCs while this one is written) and returns the model's first block, which it does not
+// write: the caller writes it last, so the GGUF magic appears only once every other byte is there.
+class ModelStream {
+ public:
+  ModelStream(Device& dev, const std::string& path, model::DeployRecord& r, uint64_t piece_bytes)
+      : dev_(dev), path_(path), r_(r), lba_(dev.lba_size()), fd_(path),
+        piece_(std::max<uint64_t>(lba_, piece_bytes / lba_ * lba_)) {
+    if ((r_.chunk_bytes() % piece_) != 0 && (piece_ % r_.chunk_bytes()) != 0)
+      throw model::ModelError("piece size must divide the checksum chunk size");
+    r_.chunk_crcs.assign((r_.model_bytes + r_.chunk_bytes() - 1) >> r_.chunk_shift, 0);
+    buf_[0] = dev.alloc(piece_);
+    buf_[1] = dev.alloc(piece_);
+  }
+
+  std::vector<uint8_t> run(const ProgressFn& progress, uint64_t& written) {
+    const uint64_t bytes = r_.model_bytes;
+    std::vector<uint8_t> first_block(lba_, 0);
+    int slot = 0;
+    std::future<uint64_t> next = std::async(std::launch::async, [this] { return load(0, 0); });
+    for (uint64_t off = 0; off < bytes;) {
+      const uint64_t len = next.get();
+      if (off + len < bytes) next = std::async(std::launch::async, [this, slot, off, len] { return load(slot ^ 1, off + len); });
+      const uint64_t held = off == 0 ? 1 : 0;  // the model's first block waits for the end
+      if (held) std::memcpy(first_block.data(), buf_[slot].host(), lba_);
+      const uint64_t blocks = (len + lba_ - 1) / lba_;
+      try {
+        if (blocks > held) dev_.cpu().write(r_.model_start_lba + off / lba_ + held, blocks - held, buf_[slot], held * lba_);
+      } catch (...) {
+        if (next.valid()) next.wait();
+        throw;
+      }
+      off += len;
+      written = off;
+      slot ^= 1;
+      if (progress) progress(off, bytes);
+    }
+    return first_block;
+  }
+
+ private:
+  // Reads the piece at `off` into `slot`, zero-pads its last block and folds it into the chunk
+  // CRCs (pieces never straddle chunks: both are powers of two times the block, piece <= chunk).
+  uint64_t load(int slot, uint64_t off) {
+    const uint64_t len = std::min(piece_, r_.model_bytes - off);
+    auto* p = buf_[slot].as<uint8_t>();
+    fd_.read_exact(off, p, len, path_);
+    const uint64_t padded = (len + lba_ - 1) / lba_ * lba_;
+    std::memset(p + len, 0, padded - len);
+    for (uint64_t done = 0; done < len;) {
+      const uint64_t c = (off + done) >> r_.chunk_shift;
+      const uint64_t n = std::min(len - done, ((c + 1) << r_.chunk_shift) - (off + done));
+      r_.chunk_crcs[c] = model::crc32c(p + done, n, r_.chunk_crcs[c]);
+      done += n;
+    }
+    return len;
+  }
+
+  Device& dev_;
+  const std::string& path_;
+  model::DeployRecord& r_;
+  const uint32_t lba_;
+  Fd fd_;
+  const uint64_t piece_;
+  host::DmaBuffer buf_[2];
+};
+
+// The full write, in the order that keeps it atomic for readers (see deploy_model in deploy.h).
+void write_model(Device& dev, const std::string& path, model::DeployRecord& r, const DeployOptions& opt,
+                 uint64_t& written) {
+  model::DeployRecord in_progress = r;
+  in_progress.in_progress = true;
+  in_progress.chunk_crcs.assign((r.model_bytes + r.chunk_bytes() - 1) >> r.chunk_shift, 0);
+  write_block(dev, model::kRecordLba, model::serialize_record(in_progress));
+  write_block(dev, r.model_start_lba, std::vector<uint8_t>(dev.lba_size(), 0));  // an older model's magic
+  dev.flush();
+  ModelStream stream(dev, path, r, opt.piece_bytes);
+  const std::vector<uint8_t> first_block = stream.run(opt.progress, written);
+  dev.flush();  // every other model byte durable before the magic
+  write_block(dev, r.model_start_lba, first_block);
+  dev.flush();  // the model durable before the record that describes it
+  write_block(dev, model::kRecordLba, model::serialize_record(r));
+  dev.flush();
+}
+
 }  // namespace
 
 void check_fit(uint64_t model_bytes, uint32_t nsid, uint32_t lba_size, uint64_t n_lbas, uint64_t start_lba) {
@@ -60,6 +174,25 @@ void check_fit(uint64_t model_bytes, uint32_t nsid, uint32_t lba_size, uint64_t 
                      " has " + text::human_bytes(double(avail)) + " from LBA " + std::to_string(start_lba) + " (" +
                      std::to_string(n_lbas) + " blocks of " + std::to_string(lba_size) +
                      " bytes); use a larger device or a smaller --start-lba");
+}
+
+std::vector<Signature> check_target(Device& dev, uint64_t model_bytes, uint64_t start, bool record_only, bool force) {
+  const uint32_t lba = dev.lba_size();
+  check_start_lba(start, lba);
+  if (dev.discards_writes()) {
+    throw RefusedError(dev.name() + " stores nothing (emu:null): the model would be thrown away; deploy to an image "
+                       "file (emu:/path/disk.img,size=1G) or a real drive");
+  }
+  check_fit(model_bytes, dev.nsid(), lba, dev.n_lbas(), start);
+  auto found = scan_device(dev.block_io(), start, !record_only);
+  if (found.empty() || force) return found;
+  std::string msg = "refusing to write to " + dev.name() + ": found ";
+  for (size_t i = 0; i < found.size(); ++i)
+    msg += (i ? ", " : "") + found[i].what + " at LBA " + std::to_string(found[i].lba);
+  msg += " (deploy writes its record to LBA 0 and the model to " +
+         lba_range(start, start + (model_bytes + lba - 1) / lba) +
+         "). If this device really holds nothing you need, add --force";
+  throw RefusedError(msg, std::move(found));
 }
 
 DdPlan dd_plan(const std::string& gguf_path, uint32_t lba_size, uint64_t start_lba, const std::string& target) {
@@ -73,42 +206,21 @@ DdPlan dd_plan(const std::string& gguf_path, uint32_t lba_size, uint64_t start_l
     if (bs % 1024 == 0) return std::to_string(bs >> 10) + "K";
     return std::to_string(bs);
   };
-  p.command = "dd if=" + gguf_path + " of=" + target + " bs=" + bs_text(p.bs) + " seek=" + std::to_string(p.seek) +
-              " oflag=direct conv=fsync status=progress";
+  p.command = "dd " + shell_quote("if=" + gguf_path) + " " + shell_quote("of=" + target) + " bs=" + bs_text(p.bs) +
+              " seek=" + std::to_string(p.seek) + " oflag=direct conv=fsync status=progress";
   return p;
 }
 
 DeployResult deploy_model(Device& dev, const std::string& gguf_path, const DeployOptions& opt) {
-  const auto& io = dev.block_io();
   const uint32_t lba = dev.lba_size();
-  // 1. The file must be a GGUF (header only: milliseconds even for large files).
-  const gguf::GgufFile file = gguf::GgufFile::open(gguf_path);
+  // 1. The file must be a regular file holding a GGUF (header only: milliseconds even for large files).
+  const gguf::GgufFile file = open_model_file(gguf_path);
   const uint64_t bytes = file.file_size();
   const uint64_t start = opt.start_lba.value_or(model::default_model_start_lba(lba));
-  if (start <= model::kRecordLba) {
-    throw RefusedError("--start-lba " + std::to_string(start) + " would put the model over the deploy record at LBA " +
-                       std::to_string(model::kRecordLba) + "; use a start LBA >= 1 (default " +
-                       std::to_string(model::default_model_start_lba(lba)) + " = 1 MiB), or write the file with plain " +
-                       "dd at LBA 0 if you want no record");
-  }
-  // 2. Fit.
-  check_fit(bytes, dev.nsid(), lba, dev.n_lbas(), start);
-  // 3. Safety: LBA 0 gets the record; the target range gets the model.
+  // 2. Start LBA, fit, signatures.
   DeployResult res;
-  auto found = scan_device(io, start, !opt.record_only);
-  if (!found.empty()) {
-    if (!opt.force) {
-      std::string msg = "refusing to write to " + dev.name() + ": found ";
-      for (size_t i = 0; i < found.size(); ++i)
-        msg += (i ? ", " : "") + found[i].what + " at LBA " + std::to_string(found[i].lba);
-      msg += " (deploy writes its record to LBA 0 and the model to " +
-             lba_range(start, start + (bytes + lba - 1) / lba) +
-             "). If this device really holds nothing you need, add --force";
-      throw RefusedError(msg, std::move(found));
-    }
-    res.overridden = std::move(found);
-  }
-
+  res.overridden = check_target(dev, bytes, start, opt.record_only, opt.force);
+  // 3. The record, then the bytes it describes.
   model::DeployRecord& r = res.record;
   r.model_start_lba = start;
   r.model_bytes = bytes;
@@ -116,70 +228,23 @@ DeployResult deploy_model(Device& dev, const std::string& gguf_path, const Deplo
   r.chunk_shift = model::choose_chunk_shift(bytes, lba);
   r.name = model_name_of(file, gguf_path);
   const auto t0 = std::chrono::steady_clock::now();
-
   if (opt.record_only) {
-    // The model must already be there: the file's first block equals the device's.
-    std::vector<uint8_t> dev_block(lba), file_block(lba, 0);
-    Fd fd(gguf_path);
-    fd.read_exact(0, file_block.data(), std::min<uint64_t>(lba, bytes), gguf_path);
-    io.read(start, 1, dev_block.data());
-    if (dev_block != file_block) {
-      throw RefusedError("LBA " + std::to_string(start) + " of " + dev.name() + " does not hold the start of " +
-                         gguf_path + "; write the model first (gpunvme deploy " + gguf_path +
-                         " --print-dd shows the dd command) or deploy without --record-only");
-    }
+    check_model_on_device(dev, gguf_path, bytes, start);
     gguf::FileSource src(gguf_path);
     r.chunk_crcs = model::compute_chunk_crcs(src, bytes, r.chunk_shift);
+    write_block(dev, model::kRecordLba, model::serialize_record(r));
+    dev.flush();
     if (opt.progress) opt.progress(bytes, bytes);
   } else {
-    // Invalidate LBA 0 first so an interrupted deploy never leaves an old record (or an old
-    // GGUF at LBA 0) describing half-written bytes.
-    std::vector<uint8_t> zero(lba, 0);
-    io.write(model::kRecordLba, 1, zero.data());
-
-    const uint64_t piece = std::max<uint64_t>(lba, opt.piece_bytes / lba * lba);
-    if ((r.chunk_bytes() % piece) != 0 && (piece % r.chunk_bytes()) != 0)
-      throw model::ModelError("piece size must divide the checksum chunk size");
-    r.chunk_crcs.assign((bytes + r.chunk_bytes() - 1) >> r.chunk_shift, 0);
-    host::DmaBuffer buf[2] = {dev.alloc(piece), dev.alloc(piece)};
-    Fd fd(gguf_path);
-    // Reads piece `off` into slot, zero-pads the last block, and folds it into the chunk CRCs
-    // (pieces never straddle chunks: both are powers of two times the block, piece <= chunk).
-    auto load = [&](int slot, uint64_t off) -> uint64_t {
-      const uint64_t len = std::min(piece, bytes - off);
-      auto* p = buf[slot].as<uint8_t>();
-      fd.read_exact(off, p, len, gguf_path);
-      const uint64_t padded = (len + lba - 1) / lba * lba;
-      std::memset(p + len, 0, padded - len);
-      for (uint64_t done = 0; done < len;) {
-        const uint64_t c = (off + done) >> r.chunk_shift;
-        const uint64_t n = std::min(len - done, ((c + 1) << r.chunk_shift) - (off + done));
-        r.chunk_crcs[c] = model::crc32c(p + done, n, r.chunk_crcs[c]);
-        done += n;
-      }
-      return len;
-    };
-    int slot = 0;
-    std::future<uint64_t> next = std::async(std::launch::async, load, 0, 0);
-    for (uint64_t off = 0; off < bytes;) {
-      const uint64_t len = next.get();
-      if (off + len < bytes) next = std::async(std::launch::async, load, slot ^ 1, off + len);
-      try {
-        dev.cpu().write(start + off / lba, (len + lba - 1) / lba, buf[slot], 0);
-      } catch (...) {
-        if (next.valid()) next.wait();
-        throw;
-      }
-      off += len;
-      res.bytes_written = off;
-      slot ^= 1;
-      if (opt.progress) opt.progress(off, bytes);
+    try {
+      write_model(dev, gguf_path, r, opt, res.bytes_written);
+    } catch (const std::exception& e) {
+      throw model::ModelError("deploy to " + dev.name() + " failed after " + std::to_string(res.bytes_written) + " of " +
+                              std::to_string(bytes) + " bytes: " + e.what() +
+                              ". The device now holds an unfinished deploy, which ls, verify and the runtime refuse; "
+                              "fix the cause and run the deploy again");
     }
-    dev.flush();  // model bytes durable before the record that describes them
   }
-  const auto block = model::serialize_record(r);
-  io.write(model::kRecordLba, 1, block.data());
-  dev.flush();
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
 }

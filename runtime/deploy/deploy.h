@@ -30,18 +30,31 @@ struct DeployResult {
   std::vector<Signature> overridden;    // what --force wrote over
 };
 
-// Parses the GGUF header first (gguf::GgufError for a file that is not a valid GGUF), then
-// refuses (RefusedError) a start LBA of 0, a model that does not fit, and, without force, any
-// signature scan_device() finds; then writes. With record_only, also refuses when the device's
-// first model block differs from the file's (the dd step was not done, or done elsewhere).
+// Parses the GGUF header first (gguf::GgufError for a file that is not a valid GGUF, ModelError
+// for a path that is not a regular file), then check_target(); then writes. With record_only,
+// also refuses when the device's first model block differs from the file's (the dd step was not
+// done, or done elsewhere).
+//
+// The write is atomic for readers (detect.h): an in-progress record goes to LBA 0 and the start
+// block is zeroed (both flushed) before any model byte; the model's first block (its GGUF magic)
+// is written only after all the others, then a flush, then the final record, then a flush. A
+// deploy that stops anywhere (signal, error, power) leaves the in-progress record, which ls,
+// verify and the runtime refuse. A failed write throws ModelError saying how far it got.
 DeployResult deploy_model(Device& dev, const std::string& gguf_path, const DeployOptions& opt = {});
+
+// What deploy (and --print-dd, which must refuse the same targets) checks before writing
+// `model_bytes` at `start_lba`: start LBA >= 1, a device that keeps data (not emu:null), fit
+// (check_fit), and scan_device() (record_only: LBA 0 only). Throws RefusedError; with force,
+// returns the signatures that would be written over.
+std::vector<Signature> check_target(Device& dev, uint64_t model_bytes, uint64_t start_lba, bool record_only, bool force);
 
 // Throws RefusedError "model is 241.38 MiB but namespace 1 has 128.00 MiB from LBA 2048; use a
 // larger device or a smaller --start-lba" when [start_lba, start_lba + ceil(bytes/lba)) does not fit.
 void check_fit(uint64_t model_bytes, uint32_t nsid, uint32_t lba_size, uint64_t n_lbas, uint64_t start_lba);
 
 // The dd command that puts the file where deploy would: the largest bs (power of two, <= 1 MiB,
-// >= lba_size) that divides the start byte offset, seek in units of bs.
+// >= lba_size) that divides the start byte offset, seek in units of bs. The file and target are
+// shell-quoted (shell_quote.h): the command is meant to be pasted into a shell.
 struct DdPlan {
   uint64_t bs = 0;
   uint64_t seek = 0;

@@ -2,14 +2,22 @@
 
 #include <algorithm>
 
+#include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"
 #include "runtime/io/cpu_block_io.h"
 
 namespace gpunvme::deploy {
 
-Device::Device(const std::string& device, uint32_t nsid) : name_(device), nsid_(nsid) {
-  ctrl_ = host::open_controller(device);
+Device::Device(const std::string& device, uint32_t nsid, host::Access access) : name_(device), nsid_(nsid) {
+  const auto mode = access == host::Access::kReadOnly ? host::LockMode::kShared : host::LockMode::kExclusive;
+  lock_ = host::DeviceLock::acquire(device, nsid, mode);
+  ctrl_ = host::open_controller(device, {}, access);
+  if (!lock_.held()) lock_ = host::DeviceLock::acquire(device, nsid, mode);  // an image the emulator just created
+  if (emu::is_emu_device(device)) {
+    const auto cfg = emu::parse_emu_device(device);
+    discards_writes_ = nsid >= 1 && nsid <= cfg.namespaces.size() && cfg.namespaces[nsid - 1].backing == emu::Backing::kNull;
+  }
   bool found = false;
   std::string have;
   for (const auto& ns : ctrl_->namespaces()) {
@@ -27,6 +35,10 @@ Device::Device(const std::string& device, uint32_t nsid) : name_(device), nsid_(
   cpu_ = std::make_unique<host::CpuIo>(*ctrl_, *qp_, nsid, opts);
   name_ = device + " namespace " + std::to_string(nsid);
   bio_ = model::cpu_block_io(*ctrl_, *cpu_, name_);
+  if (access == host::Access::kReadOnly)
+    bio_.write = [this](uint64_t, uint32_t, const void*) {
+      throw Error(ErrorKind::kInvalidArgument, name_ + " was opened read-only");
+    };
 }
 
 Device::~Device() {

@@ -1,6 +1,9 @@
 // A namespace opened through our own driver for the deploy/verify/ls commands: the controller, one
+// A namespace opened through our own driver for the deploy/verify/ls commands: the controller, one
 // I/O queue pair, CpuIo, and a model::BlockIo view (runtime/io/cpu_block_io.h, bounce-buffered) for
 // the model/ code. Bulk transfers go straight through CpuIo on caller-owned DmaBuffers (see alloc()).
+// Opened for writing it holds the device's exclusive lock, for reading a shared one
+// (host/device_lock.h) for its whole life; reading opens emu: images read-only.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -8,7 +11,9 @@
 
 #include "host/controller.h"
 #include "host/cpu_io.h"
+#include "host/device_lock.h"
 #include "host/dma_memory.h"
+#include "host/open_device.h"
 #include "runtime/model/block_io.h"
 
 namespace gpunvme::deploy {
@@ -16,8 +21,9 @@ namespace gpunvme::deploy {
 class Device {
  public:
   // `device`: emu:... or vfio:BDF (host/open_device.h). Throws gpunvme::Error when the controller
-  // does not come up or the namespace does not exist (naming the namespaces that do).
-  explicit Device(const std::string& device, uint32_t nsid = 1);
+  // does not come up or the namespace does not exist (naming the namespaces that do), and
+  // host::DeviceBusyError when another process writes it (or, for kReadWrite, reads it).
+  explicit Device(const std::string& device, uint32_t nsid = 1, host::Access access = host::Access::kReadWrite);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -35,10 +41,14 @@ class Device {
   // A DMA buffer of `bytes` for bulk transfers with cpu().
   host::DmaBuffer alloc(uint64_t bytes) { return host::DmaBuffer(ctrl_->transport(), bytes); }
   void flush() { cpu_->flush(); }
+  // emu:null: every write is thrown away (deploy refuses it).
+  bool discards_writes() const { return discards_writes_; }
 
  private:
   std::string name_;
   uint32_t nsid_;
+  bool discards_writes_ = false;
+  host::DeviceLock lock_;
   std::unique_ptr<host::Controller> ctrl_;
   std::unique_ptr<host::QueuePair> qp_;
   std::unique_ptr<host::CpuIo> cpu_;

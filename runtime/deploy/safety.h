@@ -1,7 +1,10 @@
-// What deploy refuses to overwrite without --force: partition tables and filesystem (or swap,
-// LUKS, LVM) signatures at the start of the device (the deploy record goes to LBA 0) and at the
-// start of the target range (a partition starting at 1 MiB is the common case). A GGUF file or an
-// earlier deploy record is not a refusal: re-deploying over a model is the normal use.
+// What deploy refuses to overwrite without --force, in the first MiB at LBA 0 (the deploy record
+// goes there) and at the start of the target range (a partition starting at 1 MiB is the common
+// case): partition tables and filesystem/swap/LUKS/LVM signatures by their magic numbers, anything
+// else libblkid recognises (ceph bluestore, ZFS, squashfs, f2fs, ..., as blkid and wipefs do), and
+// any other non-zero byte. A GGUF file or a deploy record is not a refusal: re-deploying over a
+// model is the normal use, and a device whose LBA 0 holds our record has been given to gpunvme
+// before, so leftovers there are not refused again (signatures still are).
 #pragma once
 #include <cstdint>
 #include <span>
@@ -18,12 +21,16 @@ struct Signature {
   std::string what;  // "MBR partition table with 2 partitions", "ext2/3/4 filesystem", ...
 };
 
-// Signatures in `bytes`, which hold the device bytes starting at LBA `base_lba` (at least 68 KiB
-// are needed to see btrfs; shorter spans check what they can). `lba_size` places GPT at LBA 1.
-std::vector<Signature> scan_signatures(std::span<const uint8_t> bytes, uint64_t base_lba, uint32_t lba_size);
+// Signatures in `bytes`, which hold the device bytes starting at LBA `base_lba` (1 MiB sees ZFS
+// labels; shorter spans check what they can): the built-in magic table, else libblkid. Empty when
+// the bytes start with a GGUF or a deploy record. `lba_size` places GPT at LBA 1. `area_bytes`:
+// the device bytes from base_lba on (0: unknown, taken as 1 GiB), so size-gated probers run.
+std::vector<Signature> scan_signatures(std::span<const uint8_t> bytes, uint64_t base_lba, uint32_t lba_size,
+                                       uint64_t area_bytes = 0);
 
-// Reads the first 68 KiB at LBA 0 and at `start_lba` (when the target range starts elsewhere)
-// and returns every signature found. `check_start` false: only LBA 0 (record-only writes).
+// Reads the first MiB at LBA 0 and at `start_lba` (when the target range starts elsewhere) and
+// returns every signature found, plus the first non-zero byte of a window that holds none and is
+// not ours. `check_start` false: only LBA 0 and the blocks before start_lba (record-only writes).
 std::vector<Signature> scan_device(const model::BlockIo& io, uint64_t start_lba, bool check_start = true);
 
 // Thrown when deploy refuses to write; the message names what was found, where, and --force.

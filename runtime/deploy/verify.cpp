@@ -3,80 +3,70 @@
 #include <algorithm>
 #include <chrono>
 
+#include "runtime/deploy/model_file.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/crc32c.h"
 #include "runtime/model/model_error.h"
 
 namespace gpunvme::deploy {
+namespace {
 
-uint64_t VerifyReport::failed_chunks() const {
-  return uint64_t(std::count_if(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return !c.ok(); }));
+model::DetectedModel find_model(Device& dev, const VerifyOptions& opt) {
+  auto detected = model::detect_model(dev.block_io(), opt.start_lba);
+  if (detected.kind != model::DetectedModel::Kind::kNone) return detected;
+  throw model::ModelError("no model on " + dev.name() + ": no deploy record at LBA 0 and no GGUF magic at LBA 0 or the " +
+                          "1 MiB default LBA " + std::to_string(model::default_model_start_lba(dev.lba_size())) +
+                          "; deploy one, or pass --start-lba where dd wrote it");
 }
 
-bool VerifyReport::checked_bytes() const {
-  return std::any_of(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return c.expected || c.file; });
-}
-
-VerifyReport verify_device(Device& dev, const VerifyOptions& opt) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto& io = dev.block_io();
-  const uint32_t lba = dev.lba_size();
-  VerifyReport rep;
-  rep.detected = model::detect_model(io, opt.start_lba);
-  if (rep.detected.kind == model::DetectedModel::Kind::kNone) {
-    throw model::ModelError("no model on " + dev.name() + ": no deploy record at LBA 0 and no GGUF magic at LBA 0" +
-                            (opt.start_lba ? ", LBA " + std::to_string(*opt.start_lba) : std::string()) +
-                            " or the 1 MiB default LBA " + std::to_string(model::default_model_start_lba(lba)) +
-                            "; deploy one, or pass --start-lba where dd wrote it");
-  }
-  const auto& rec = rep.detected.record;
-  const uint64_t start = rep.detected.start_lba;
-
-  // The header, through the driver.
+// The header, through the driver: it must parse and every tensor must lie within the model.
+std::optional<gguf::GgufFile> check_header(Device& dev, VerifyReport& rep) {
+  const auto& d = rep.detected;
   std::optional<gguf::GgufFile> header;
   try {
-    header.emplace(model::read_model_header(io, rep.detected));
+    header.emplace(model::read_model_header(dev.block_io(), d));
   } catch (const std::exception& e) {
-    rep.problems.push_back(std::string("the GGUF header at LBA ") + std::to_string(start) + " does not parse: " + e.what());
+    rep.problems.push_back("the GGUF header at LBA " + std::to_string(d.start_lba) + " does not parse: " + e.what());
+    return header;
   }
-  if (header) {
-    rep.n_tensors = header->tensors().size();
-    const uint64_t bound = rep.detected.byte_bound;
-    for (const auto& t : header->tensors()) {
-      if (t.file_end() > bound) {
-        rep.problems.push_back("tensor " + t.name + " ends at model byte " + std::to_string(t.file_end()) + ", past the " +
-                               std::to_string(bound) + (rec ? " bytes the record holds" : " bytes left on the device"));
-      }
+  rep.n_tensors = header->tensors().size();
+  for (const auto& t : header->tensors()) {
+    if (t.file_end() > d.byte_bound) {
+      rep.problems.push_back("tensor " + t.name + " ends at model byte " + std::to_string(t.file_end()) + ", past the " +
+                             std::to_string(d.byte_bound) +
+                             (d.record ? " bytes the record holds" : " bytes left on the device"));
     }
   }
-  rep.model_name = rec ? rec->name : header ? header->model_name() : "";
+  return header;
+}
 
-  // What to compare with.
-  std::optional<gguf::FileSource> file;
-  if (!opt.against.empty()) file.emplace(opt.against);
-  if (rec) {
-    rep.model_bytes = rec->model_bytes;
-    rep.chunk_shift = rec->chunk_shift;
-    if (file && file->size() != rec->model_bytes) {
+// How many bytes to check and in which chunks: the record's, else the file's or the header's.
+void choose_extent(const VerifyOptions& opt, const std::optional<gguf::GgufFile>& header,
+                   const std::optional<gguf::FileSource>& file, uint32_t lba, VerifyReport& rep) {
+  const auto& d = rep.detected;
+  if (d.record) {
+    rep.model_bytes = d.record->model_bytes;
+    rep.chunk_shift = d.record->chunk_shift;
+    if (file && file->size() != d.record->model_bytes) {
       rep.problems.push_back(opt.against + " has " + std::to_string(file->size()) + " bytes, the deploy record " +
-                             std::to_string(rec->model_bytes));
+                             std::to_string(d.record->model_bytes));
     }
-  } else {
-    rep.model_bytes = file ? file->size() : header ? header->data_end() : 0;
-    rep.chunk_shift = model::choose_chunk_shift(rep.model_bytes, lba);
-    if (rep.model_bytes > rep.detected.byte_bound) {
-      rep.problems.push_back("the model needs " + std::to_string(rep.model_bytes) + " bytes from LBA " +
-                             std::to_string(start) + " but the device has " + std::to_string(rep.detected.byte_bound));
-      rep.model_bytes = rep.detected.byte_bound;
-    }
+    return;
   }
-  std::vector<uint32_t> file_crcs;
-  if (file) {
-    const uint64_t n = std::min(file->size(), rep.model_bytes);
-    file_crcs = model::compute_chunk_crcs(*file, n, rep.chunk_shift);
+  rep.model_bytes = file ? file->size() : header ? header->data_end() : 0;
+  rep.chunk_shift = model::choose_chunk_shift(rep.model_bytes, lba);
+  if (rep.model_bytes > d.byte_bound) {
+    rep.problems.push_back("the model needs " + std::to_string(rep.model_bytes) + " bytes from LBA " +
+                           std::to_string(d.start_lba) + " but the device has " + std::to_string(d.byte_bound));
+    rep.model_bytes = d.byte_bound;
   }
+}
 
-  // Re-read every byte: pieces of 8 MiB (or the chunk, if smaller), never straddling a chunk.
+// Re-reads every byte: pieces of 8 MiB (or the chunk, if smaller), never straddling a chunk.
+void check_chunks(Device& dev, const VerifyOptions& opt, const std::vector<uint32_t>& file_crcs, VerifyReport& rep) {
+  const uint32_t lba = dev.lba_size();
+  const uint64_t start = rep.detected.start_lba;
+  const auto& rec = rep.detected.record;
   const uint64_t total = rep.model_bytes;
   const uint64_t chunk = uint64_t{1} << rep.chunk_shift;
   const uint64_t piece = std::min<uint64_t>(8u << 20, chunk);
@@ -99,6 +89,34 @@ VerifyReport verify_device(Device& dev, const VerifyOptions& opt) {
     if (c < file_crcs.size()) cc.file = file_crcs[c];
     rep.chunks.push_back(cc);
   }
+}
+
+}  // namespace
+
+uint64_t VerifyReport::failed_chunks() const {
+  return uint64_t(std::count_if(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return !c.ok(); }));
+}
+
+bool VerifyReport::checked_bytes() const {
+  return std::any_of(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return c.expected || c.file; });
+}
+
+VerifyReport verify_device(Device& dev, const VerifyOptions& opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  // The --against file is checked as deploy checks it (regular file, valid GGUF) before the device.
+  std::optional<gguf::FileSource> file;
+  if (!opt.against.empty()) {
+    open_model_file(opt.against, "--against");
+    file.emplace(opt.against);
+  }
+  VerifyReport rep;
+  rep.detected = find_model(dev, opt);
+  const auto header = check_header(dev, rep);
+  rep.model_name = rep.detected.record ? rep.detected.record->name : header ? header->model_name() : "";
+  choose_extent(opt, header, file, dev.lba_size(), rep);
+  std::vector<uint32_t> file_crcs;
+  if (file) file_crcs = model::compute_chunk_crcs(*file, std::min(file->size(), rep.model_bytes), rep.chunk_shift);
+  check_chunks(dev, opt, file_crcs, rep);
   rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return rep;
 }

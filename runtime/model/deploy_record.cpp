@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstring>
 
 #include "runtime/model/crc32c.h"
@@ -17,6 +18,12 @@ constexpr size_t kHeaderBytes = sizeof(RecordHeader);
 constexpr size_t kCrcOffset = offsetof(RecordHeader, record_crc);
 
 std::string at(uint64_t lba) { return "the record block at LBA " + std::to_string(lba); }
+
+std::string hex32(uint32_t v) {
+  char b[9];
+  std::snprintf(b, sizeof b, "%08x", v);
+  return b;
+}
 
 uint64_t chunk_count(uint64_t bytes, uint32_t shift) { return (bytes + (uint64_t{1} << shift) - 1) >> shift; }
 
@@ -77,6 +84,7 @@ std::vector<uint8_t> serialize_record(const DeployRecord& r) {
   h.lba_size = r.lba_size;
   h.chunk_shift = r.chunk_shift;
   h.n_chunks = static_cast<uint32_t>(r.chunk_crcs.size());
+  h.flags = r.in_progress ? kRecordInProgress : 0;
   // Truncate the name to 63 bytes without splitting a UTF-8 sequence (continuation bytes 10xxxxxx).
   size_t n = std::min<size_t>(r.name.size(), sizeof h.name - 1);
   while (n > 0 && n < r.name.size() && (static_cast<uint8_t>(r.name[n]) & 0xC0) == 0x80) --n;
@@ -119,6 +127,9 @@ DeployRecord parse_record(std::span<const uint8_t> block, uint64_t at_lba) {
                      "-byte blocks but the device uses " + std::to_string(block.size()) +
                      "; the namespace was reformatted, re-deploy the model");
   }
+  if ((h.flags & ~kRecordInProgress) != 0) {
+    throw ModelError(at(at_lba) + " has unknown flags 0x" + hex32(h.flags) + "; it was written by a newer gpunvme, upgrade");
+  }
   // The CRC passed: what follows catches records that were written inconsistent.
   if (h.header_bytes != kHeaderBytes || h.record_lba != at_lba) {
     throw ModelError(at(at_lba) + " claims header size " + std::to_string(h.header_bytes) + " and LBA " +
@@ -135,6 +146,7 @@ DeployRecord parse_record(std::span<const uint8_t> block, uint64_t at_lba) {
   r.model_bytes = h.model_bytes;
   r.lba_size = h.lba_size;
   r.chunk_shift = h.chunk_shift;
+  r.in_progress = (h.flags & kRecordInProgress) != 0;
   r.name.assign(h.name, strnlen(h.name, sizeof h.name));
   r.chunk_crcs.resize(h.n_chunks);
   std::memcpy(r.chunk_crcs.data(), block.data() + kHeaderBytes, h.n_chunks * 4u);

@@ -26,7 +26,10 @@
 //   40  u32      LBA size
 //   44  u32      log2(chunk bytes)
 //   48  u32      chunk count n
-//   52  u32      flags (0)
+//   52  u32      flags: bit 0 = deploy in progress (kRecordInProgress); other bits 0
+// A deploy first writes an in-progress record (flag set, CRCs zero) and replaces it with the final
+// one only after every model byte is durable, so a reader that finds the flag knows the bytes
+// behind it are unfinished (deploy interrupted, failed or still running); detect.h refuses it.
 // Chunks are 64 MiB, doubled until the CRC array fits the block: (lba_size - 128) / 4 entries,
 // i.e. 96 chunks (6 GiB at 64 MiB) in a 512-byte block and 992 (62 GiB) in a 4 KiB block; a
 // 400 GB model in 4 KiB blocks gets 512 MiB chunks.
@@ -47,6 +50,7 @@ inline constexpr uint32_t kRecordVersion = 1;
 inline constexpr uint32_t kMinChunkShift = 26;  // 64 MiB
 inline constexpr uint64_t kRecordLba = 0;
 inline constexpr uint64_t kDefaultModelOffsetBytes = 1u << 20;
+inline constexpr uint32_t kRecordInProgress = 1u << 0;  // RecordHeader::flags
 
 struct RecordHeader {
   char magic[8];
@@ -82,6 +86,7 @@ struct DeployRecord {
   uint32_t chunk_shift = kMinChunkShift;
   std::string name;                  // at most 63 bytes are stored
   std::vector<uint32_t> chunk_crcs;  // ceil(model_bytes / chunk_bytes) entries
+  bool in_progress = false;          // kRecordInProgress: the model bytes are not all written yet
 
   uint64_t chunk_bytes() const { return uint64_t{1} << chunk_shift; }
   uint64_t n_chunks() const { return chunk_crcs.size(); }

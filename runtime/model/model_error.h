@@ -11,4 +11,11 @@ class ModelError : public std::runtime_error {
   explicit ModelError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// The device holds an in-progress deploy record: a deploy was interrupted, failed, or is still
+// running, so the model bytes behind the record are incomplete. Readers refuse the model.
+class UnfinishedDeployError : public ModelError {
+ public:
+  using ModelError::ModelError;
+};
+
 }  // namespace gpunvme::model

@@ -9,18 +9,12 @@
 #include <sstream>
 #include <string>
 
-#include "tests/cli_run.h"
+#include "tests/deploy/cli_run.h"
 #include "tests/deploy/deploy_fixture.h"
 
 using namespace deploy_test;
 using Catch::Matchers::ContainsSubstring;
-using cli_test::Run;
 
-namespace {
-
-Run run(const std::string& args) { return cli_test::run_gpunvme(args); }
-
-}  // namespace
 
 TEST_CASE("gpunvme deploy / ls / verify on an emulated image file", "[deploy][cli]") {
   if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");

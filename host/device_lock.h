@@ -1,0 +1,51 @@
+// Advisory locks that keep gpunvme processes from writing one device at the same time, or reading
+// it while it is written: every writer takes an exclusive lock, every reader a shared one, and
+// neither waits (a busy device is refused at once, naming the holder's pid). One place for every
+// tool: deploy/verify/ls (runtime/deploy/device.h) and the general write guard use acquire().
+//   emu:PATH   flock(2) on the namespace's backing file itself: nothing is created or left behind.
+//   vfio:BDF   flock(2) on /run/gpunvme/vfio-BDF.lock (/tmp/gpunvme-vfio-BDF.lock where /run is not
+//              writable), which also holds the holder's pid as a note for people.
+//   emu:ram, emu:null   live inside one process: no lock.
+// The holder's pid comes from /proc/locks (the kernel's list of held locks), so a note that
+// outlives its process can never block anyone: the lock dies with the process, even on SIGKILL.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "host/error.h"
+
+namespace gpunvme::host {
+
+enum class LockMode { kShared, kExclusive };
+
+// The device is locked by another process (or another open of it in this one).
+class DeviceBusyError : public Error {
+ public:
+  explicit DeviceBusyError(const std::string& what) : Error(ErrorKind::kResource, what) {}
+};
+
+class DeviceLock {
+ public:
+  DeviceLock() = default;  // holds nothing
+  ~DeviceLock();
+  DeviceLock(DeviceLock&& o) noexcept : fd_(o.fd_), what_(std::move(o.what_)) { o.fd_ = -1; }
+  DeviceLock& operator=(DeviceLock&& o) noexcept;
+  DeviceLock(const DeviceLock&) = delete;
+  DeviceLock& operator=(const DeviceLock&) = delete;
+
+  // Locks namespace `nsid` of `device` (a device string) without waiting. Throws DeviceBusyError
+  // naming the holders' pids when it is taken (a writer conflicts with anyone, a reader with a
+  // writer). Returns a lock that holds nothing for devices that need none and for an emu: image
+  // file that does not exist yet: call again once the emulator has created it.
+  static DeviceLock acquire(std::string_view device, uint32_t nsid, LockMode mode);
+
+  bool held() const { return fd_ >= 0; }
+  const std::string& what() const { return what_; }  // the locked file
+
+ private:
+  int fd_ = -1;
+  std::string what_;
+};
+
+}  // namespace gpunvme::host

@@ -1,0 +1,99 @@
+// Running the built `gpunvme` binary (GPUNVME_BIN, set by meson) from the deploy tests: to
+// completion through a shell, or in the background as a child process that a test can signal.
+#pragma once
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+namespace deploy_test {
+
+inline std::string gpunvme_bin() {
+  const char* bin = std::getenv("GPUNVME_BIN");
+  return bin ? bin : "gpunvme";
+}
+
+struct Run {
+  int rc;
+  std::string out;
+};
+
+// A shell command line, stdout and stderr together.
+inline Run run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, "popen failed"};
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// `gpunvme ARGS` (ARGS as shell text), stdout and stderr together.
+inline Run run(const std::string& args) { return run_shell(gpunvme_bin() + " " + args); }
+
+// A shell command run in the background (stdout and stderr to `log`); the destructor kills it.
+class Background {
+ public:
+  Background(const std::string& shell_command, const std::string& log) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      ::execl("/bin/bash", "bash", "-c", ("exec " + shell_command).c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+  }
+  ~Background() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+
+  pid_t pid() const { return pid_; }
+  void signal(int sig) const { ::kill(pid_, sig); }
+  // waitpid's status; bounded by `limit` (then SIGKILL).
+  int wait(std::chrono::milliseconds limit = std::chrono::seconds(120)) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    int st = 0;
+    while (::waitpid(pid_, &st, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > end) ::kill(pid_, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    reaped_ = true;
+    status_ = st;
+    return st;
+  }
+  bool running() {
+    if (reaped_) return false;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      reaped_ = true;
+      status_ = st;
+      return false;
+    }
+    return true;
+  }
+  int status() const { return status_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  int status_ = 0;
+};
+
+}  // namespace deploy_test
