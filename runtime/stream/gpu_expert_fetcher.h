@@ -2,9 +2,11 @@
 // scratchpad, with no host round trip between the router and the reads. One fetch is two kernels on
 // the caller's stream, enqueued by the host without waiting on anything:
 //   1. place (one warp): collapses duplicate ids, looks each expert up in the cache (LRU by a touch
-//      clock, same policy as the CPU ExpertFetcher: hits are touched first, a fault evicts the least
-//      recently used expert not selected by this fetch; without a cache the experts are packed with
-//      cumulative offsets), writes the result (GpuFetchResult + GpuFetchedExpert[]) and the reads;
+//      clock: the rules of ExpertCachePolicy, expert_cache_policy.h, which the CPU ExpertFetcher runs;
+//      hits are touched first, a fault evicts the least recently used expert not selected by this
+//      fetch; without a cache the experts are packed with cumulative offsets), writes the result
+//      (GpuFetchResult + GpuFetchedExpert[]) and the reads. Validation, part offsets and sizes come
+//      from ExpertLayout (expert_layout.h), as for the CPU fetcher;
 //   2. pump (one warp per queue of the GpuSubmitter): issues the reads, and as the last read of an
 //      expert completes sets its `ready` word to the fetch's token (per-expert readiness).
 // A consumer kernel on the same stream (or any kernel polling `ready`) finds each expert's parts at
