@@ -14,9 +14,9 @@ struct Run {
   std::string out;
 };
 
-// Runs `program args` through the shell; `env` is prepended as is, e.g. "GPUNVME_DOCTOR_ROOT=/tmp/x".
-inline Run run_program(const std::string& program, const std::string& args, const std::string& env = "") {
-  const std::string cmd = env + (env.empty() ? "" : " ") + program + " " + args + " 2>&1";
+// A shell command line to completion, stdout and stderr together.
+inline Run run_shell(const std::string& command) {
+  const std::string cmd = command + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return {-1, "popen failed"};
   std::string out;
@@ -25,6 +25,11 @@ inline Run run_program(const std::string& program, const std::string& args, cons
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int st = pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// Runs `program args` through the shell; `env` is prepended as is, e.g. "GPUNVME_DOCTOR_ROOT=/tmp/x".
+inline Run run_program(const std::string& program, const std::string& args, const std::string& env = "") {
+  return run_shell(env + (env.empty() ? "" : " ") + program + " " + args);
 }
 
 inline Run run_gpunvme(const std::string& args, const std::string& env = "") {

@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/cli_run.h"
+
 namespace deploy_test {
 
 inline std::string gpunvme_bin() {
@@ -19,23 +21,8 @@ inline std::string gpunvme_bin() {
   return bin ? bin : "gpunvme";
 }
 
-struct Run {
-  int rc;
-  std::string out;
-};
-
-// A shell command line, stdout and stderr together.
-inline Run run_shell(const std::string& command) {
-  const std::string cmd = command + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+using cli_test::Run;
+using cli_test::run_shell;
 
 // `gpunvme ARGS` (ARGS as shell text), stdout and stderr together.
 inline Run run(const std::string& args) { return run_shell(gpunvme_bin() + " " + args); }
