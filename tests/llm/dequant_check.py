@@ -14,6 +14,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "llm"))
+from llm_files import use_test_venv  # noqa: E402
+use_test_venv(["gguf", "numpy"])
+
 try:
     import numpy as np
     import gguf

