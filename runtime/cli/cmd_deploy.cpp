@@ -2,6 +2,7 @@
 // record (runtime/deploy/deploy.h); or the dd route: --print-dd, then --record-only.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -135,6 +136,18 @@ int print_dd(const DeployCommand& c, const gguf::GgufFile& file, deploy::Device&
   return 0;
 }
 
+// SIGINT/SIGTERM mid-deploy: say what the device holds now, then end by the signal as before.
+void on_stop_signal(int sig) {
+  static const char kMsg[] =
+      "\ngpunvme deploy: interrupted. If it had begun writing, the device holds an unfinished deploy, which "
+      "ls and verify refuse: run the deploy again\n";
+  if (::write(2, kMsg, sizeof kMsg - 1) < 0) {
+    // Nothing else is safe to do in a signal handler.
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
 void print_summary(const deploy::DeployResult& res, bool record_only, const deploy::Device& dev, const std::string& device) {
   for (const auto& s : res.overridden) {
     std::fprintf(stderr, "gpunvme deploy: --force: wrote over %s at LBA %llu\n", s.what.c_str(), (unsigned long long)s.lba);
@@ -175,6 +188,10 @@ int cmd_deploy(int argc, char** argv) {
   opt.start_lba = c.start;
   opt.force = c.force;
   opt.record_only = args.has("record-only");
+  if (!opt.record_only) {
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
+  }
   deploy::ProgressLine bar("deploy", !opt.record_only && (args.has("progress") || isatty(2)));
   opt.progress = bar.fn();
   const auto res = deploy::deploy_model(dev, c.path, opt);

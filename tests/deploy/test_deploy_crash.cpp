@@ -95,7 +95,13 @@ TEST_CASE("a deploy killed at any point is never listed or verified as a model",
       if (s.from_progress) wait_for_progress(deploy, log.path);
       std::this_thread::sleep_for(std::chrono::milliseconds(s.after_ms));
       deploy.signal(s.sig);
-      deploy.wait();
+      const int st = deploy.wait();
+      if (s.sig != SIGKILL && WIFSIGNALED(st) && s.after_ms < 3000) {  // stopped mid-write: it says what it left
+        CHECK(WTERMSIG(st) == s.sig);
+        const auto log_bytes = read_file(log.path);
+        CHECK_THAT(std::string(log_bytes.begin(), log_bytes.end()), ContainsSubstring("interrupted") &&
+                                                                         ContainsSubstring("run the deploy again"));
+      }
     }
     const Outcome o = read_back(dev);
     unfinished += o.refused_unfinished;
