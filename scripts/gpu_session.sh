@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 BD=${BD:-/tmp/bd}
 OUT=${OUT:-$PWD/gpu-out}
 JOBS=${JOBS:-$(nproc)}
-STEPS=${STEPS:-build probe gpu-suite meson cmd-rate layer-stream}
+STEPS=${STEPS:-build probe gpu-suite meson engine cmd-rate layer-stream}
 mkdir -p "$OUT"
 export PATH="/usr/local/cuda/bin:$PATH"
 
@@ -29,6 +29,25 @@ step_layer_stream() {
   "$BD/bench/layer_stream" --drive sn530,pcie4,pcie5 --json-out "$OUT/layer_stream_1drive.json" &&
     "$BD/bench/layer_stream" --drives 2 --drive pcie4 --modes gpunvme-gpu,gpunvme-cpu \
       --json-out "$OUT/layer_stream_2drives.json"
+}
+
+# The engine against llama.cpp's reference on the GPU path, every layer streamed and every layer resident
+# (logits equal to the bit). LLM_MODELS: the generated models (make_models.py; the GPU machine has no
+# PyPI, so they are carried); GPUNVME_GEMMA_GGUF: the real Gemma 3 270M file, if present.
+step_engine() {
+  python3 tests/llm/reference_check.py --llm "$BD/examples/llm" --gpunvme "$BD/gpunvme" --path gpu --resident-pair \
+    --models "${LLM_MODELS:-.device-carry/llm-models}"
+}
+# Tokens/s of the real model, streamed and resident, on a modeled PCIe 4 drive and unthrottled.
+step_engine_speed() {
+  local g=${GPUNVME_GEMMA_GGUF:?the Gemma GGUF} img=/dev/shm/gemma.img
+  "$BD/gpunvme" deploy "$g" --device "emu:$img,size=512M" > /dev/null || return 1
+  for spec in "emu:$img" "emu:$img,drive=pcie4"; do
+    for r in none all; do
+      echo "--- $spec --resident $r"
+      "$BD/examples/llm" --device "$spec" --prompt "The capital of France is" -n 64 --ignore-eos --resident $r | tail -7
+    done
+  done
 }
 
 fails=0
