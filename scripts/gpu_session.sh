@@ -19,7 +19,9 @@ step_build() {
     ninja -C "$BD" -j "$JOBS"
 }
 step_probe() {
-  nvcc -O2 -arch=sm_90 -o /tmp/warp_queue_probe shared/calibration/warp_queue_probe.cu &&
+  local src=shared/calibration/warp_queue_probe.cu
+  [ -f "$src" ] || src=${PROBE_SRC:-.device-carry/warp_queue_probe.cu}  # shared/ is not in every checkout
+  nvcc -O2 -arch=sm_90 -o /tmp/warp_queue_probe "$src" &&
     /tmp/warp_queue_probe > "$OUT/probe.txt"
 }
 step_gpu_suite() { "$BD/tests/gpu/gpu_tests" --durations yes; }
@@ -38,14 +40,17 @@ step_engine() {
   python3 tests/llm/reference_check.py --llm "$BD/examples/llm" --gpunvme "$BD/gpunvme" --path gpu --resident-pair \
     --models "${LLM_MODELS:-.device-carry/llm-models}"
 }
-# Tokens/s of the real model, streamed and resident, on a modeled PCIe 4 drive and unthrottled.
+# Tokens/s of the real model, every layer streamed and every layer resident, unthrottled and on a modeled
+# PCIe 4 drive (JSON per run: $OUT/llm_<drive>_<resident>.json).
 step_engine_speed() {
   local g=${GPUNVME_GEMMA_GGUF:?the Gemma GGUF} img=/dev/shm/gemma.img
+  rm -f "$img"
   "$BD/gpunvme" deploy "$g" --device "emu:$img,size=512M" > /dev/null || return 1
-  for spec in "emu:$img" "emu:$img,drive=pcie4"; do
+  for drive in none pcie4; do
     for r in none all; do
-      echo "--- $spec --resident $r"
-      "$BD/examples/llm" --device "$spec" --prompt "The capital of France is" -n 64 --ignore-eos --resident $r | tail -7
+      echo "--- drive=$drive --resident $r"
+      "$BD/examples/llm" --device "emu:$img,drive=$drive" --prompt "The capital of France is" -n 64 --ignore-eos \
+        --resident $r --json-out "$OUT/llm_${drive}_$r.json" | tail -7 || return 1
     done
   done
 }

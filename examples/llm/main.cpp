@@ -16,6 +16,7 @@
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "host/open_device.h"
+#include "host/text/escape.h"
 #include "runtime/cli/args.h"
 
 using namespace gpunvme;
@@ -44,7 +45,8 @@ const char* kUsage =
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
-    "  --ignore-eos        keep generating past the model's end-of-text token\n";
+    "  --ignore-eos        keep generating past the model's end-of-text token\n"
+    "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n";
 
 std::vector<uint32_t> parse_ids(const std::string& s) {
   std::vector<uint32_t> ids;
@@ -82,6 +84,32 @@ std::string printable(const std::string& piece) {
     }
   }
   return out;
+}
+
+// The run's numbers as one JSON object (--json-out FILE), next to the printed summary.
+void write_json(const std::string& path, const llm::GenerateResult& r, const llm::ModelOnDevice& m,
+                const std::string& device, const std::string& described) {
+  if (path.empty()) return;
+  const auto& e = r.exec;
+  const double tps = r.decode_seconds > 0 ? r.decode_steps / r.decode_seconds : 0;
+  char b[1024];
+  std::snprintf(b, sizeof b,
+                "{\"tool\":\"llm\",\"version\":1,\"model\":%s,\"arch\":%s,\"layers\":%u,\"device\":%s,\"executor\":%s,"
+                "\"prompt_tokens\":%u,\"prompt_seconds\":%.6f,\"generated_tokens\":%zu,\"decode_steps\":%u,"
+                "\"decode_seconds\":%.6f,\"tokens_per_second\":%.6f,\"engine_cpu_seconds\":%.6f,"
+                "\"resident_layers\":%u,\"streamed_layers\":%u,\"resident_bytes\":%llu,\"bytes_per_token\":%llu,"
+                "\"streamed_bytes\":%llu,\"io_seconds\":%.6f,\"stall_seconds\":%.6f,\"tokens\":[",
+                text::json_string(m.file->model_name()).c_str(), text::json_string(m.config.arch_name).c_str(),
+                m.config.n_layer, text::json_string(device).c_str(), text::json_string(described).c_str(), r.prompt_tokens,
+                r.prompt_seconds, r.tokens.size(), r.decode_steps, r.decode_seconds, tps, r.engine_cpu_seconds,
+                e.resident_layers, e.streamed_layers, (unsigned long long)e.resident_bytes,
+                (unsigned long long)e.bytes_per_step, (unsigned long long)e.streamed_bytes, e.io_seconds, e.stall_seconds);
+  std::string j = b;
+  for (size_t i = 0; i < r.tokens.size(); ++i) j += (i ? "," : "") + std::to_string(r.tokens[i]);
+  j += "]}\n";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (!f || std::fwrite(j.data(), 1, j.size(), f) != j.size() || std::fclose(f) != 0)
+    throw std::runtime_error("--json-out " + path + ": cannot write");
 }
 
 void print_summary(const llm::GenerateResult& r, const std::string& described) {
@@ -161,6 +189,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   std::printf("\ntokens:");
   for (uint32_t id : r.tokens) std::printf(" %u", id);
   print_summary(r, ex->describe());
+  write_json(args.get("json-out"), r, m, args.get("device", "emu:/tmp/gpunvme-models.img"), ex->describe());
   return 0;
 }
 
@@ -175,7 +204,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache"},
+                          "logits-out", "expert-cache", "json-out"},
                          {"help", "ignore-eos"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

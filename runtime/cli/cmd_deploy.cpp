@@ -111,7 +111,7 @@ int print_dd(const DeployCommand& c, const gguf::GgufFile& file, deploy::Device&
               printable(deploy::shell_quote(dev.name())).c_str(),
               lba_range(start_lba, start_lba + (file.file_size() + lba - 1) / lba).c_str(), lba);
   for (const auto& s : overridden) {
-    std::printf("# --force: these commands write over %s at LBA %llu\n", printable(s.what).c_str(),
+    std::printf("# --force: these commands write over %s at LBA %llu\n", printable(deploy::shell_quote(s.what)).c_str(),
                 (unsigned long long)s.lba);
   }
   if (image.empty()) {
