@@ -13,6 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tool_run  # noqa: E402  (tests/tool_run.py)
 import tempfile
 
 SKIP = 77
@@ -34,11 +37,7 @@ def make_image(path, size):
 
 
 def run(cmd):
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
-    except subprocess.TimeoutExpired as e:
-        return -1, ((e.output or b"") + b"\n(timed out)").decode("utf-8", "replace")
-    return p.returncode, p.stdout.decode("utf-8", "replace")
+    return tool_run.run(cmd, timeout=240)
 
 
 def main():

@@ -6,16 +6,16 @@ nvme_perf --verify on emu:null, examples asked for more memory than there is, fe
 Usage: test_tool_errors.py --gpunvme EXE --stream-layers EXE --fetch-experts EXE [--nvme-perf EXE]
 """
 import argparse
+import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tool_run  # noqa: E402  (tests/tool_run.py)
+
 
 def run(cmd):
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
-    except subprocess.TimeoutExpired as e:
-        return -1, ((e.output or b"") + b"\n(timed out)").decode("utf-8", "replace")
-    return p.returncode, p.stdout.decode("utf-8", "replace")
+    return tool_run.run(cmd, timeout=120)
 
 
 def main():

@@ -248,6 +248,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   k_cache_ = alloc<uint16_t>(kv, t);
   v_cache_ = alloc<uint16_t>(kv, t);
   check(cudaMallocHost(&logits_host_, c.n_vocab * sizeof(float)), "cudaMallocHost");
+  check(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
 }
 
@@ -258,6 +259,7 @@ GpuForward::~GpuForward() {
                   (void*)k_cache_, (void*)v_cache_})
     cudaFree(p);
   cudaFreeHost(logits_host_);
+  cudaEventDestroy(done_);
 }
 
 void GpuForward::embed(uint32_t token, uint32_t pos) {
@@ -351,7 +353,10 @@ const std::vector<float>& GpuForward::logits() {
   rms_norm(stream_, x_, globals_.output_norm, c_.n_embd, c_.rms_eps, xn_);
   matvec(stream_, w_.output, globals_.output, xn_, nullptr, logits_d_);
   check(cudaMemcpyAsync(logits_host_, logits_d_, c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
-  check(cudaStreamSynchronize(stream_), "token");
+  // A blocking-sync event: the host thread sleeps until the token is done instead of spinning a core
+  // (CUDA's default stream synchronisation spins).
+  check(cudaEventRecord(done_, stream_), "token event");
+  check(cudaEventSynchronize(done_), "token");
   std::copy(logits_host_, logits_host_ + c_.n_vocab, logits_.begin());
   return logits_;
 }

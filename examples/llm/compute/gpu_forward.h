@@ -77,6 +77,7 @@ class GpuForward {
   uint32_t* experts_ = nullptr;  // top-k expert ids and their weights (as floats after the ids)
   uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer][pos][kv_dim] halves
   float* logits_host_ = nullptr;                       // pinned
+  struct CUevent_st* done_ = nullptr;                  // blocking-sync event: the end of a token
   std::vector<float> logits_;
 };
 
