@@ -15,12 +15,13 @@
 #include "runtime/deploy/model_file.h"
 #include "runtime/deploy/shell_quote.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/guard/write_guard.h"
 
 namespace gpunvme::cli {
 namespace {
 
 const char* kDeployHelp =
-    "usage: gpunvme deploy MODEL.gguf --device DEVICE [--start-lba N] [--nsid N] [--force] [--progress]\n"
+    "usage: gpunvme deploy MODEL.gguf --device DEVICE [--start-lba N] [--nsid N] [--allow-write] [--force] [--progress]\n"
     "       gpunvme deploy MODEL.gguf --device DEVICE --print-dd [--start-lba N]\n"
     "       gpunvme deploy MODEL.gguf --device DEVICE --record-only [--start-lba N]\n"
     "\n"
@@ -40,6 +41,8 @@ const char* kDeployHelp =
     "  --nsid N          namespace id (default 1)\n"
     "  --start-lba N     LBA of the model's byte 0 (default: 1 MiB in: LBA 2048 with 512-byte\n"
     "                    blocks, 256 with 4 KiB blocks). LBA 0 holds the record, so N >= 1.\n"
+    "  --allow-write     required for a real device: vfio:, or emu: on a block device (/dev/...);\n"
+    "                    the same rule as every other tool that writes (--print-dd too)\n"
     "  --force           write even over a partition table, filesystem signature or unknown data\n"
     "  --progress        show the progress line (bytes, rate, ETA) even when stderr is not a terminal\n"
     "  --print-dd        write nothing; print the dd command that puts the file where deploy would,\n"
@@ -173,12 +176,16 @@ void print_summary(const deploy::DeployResult& res, bool record_only, const depl
 }  // namespace
 
 int cmd_deploy(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "start-lba", "nsid"}, {"help", "force", "progress", "print-dd", "record-only"});
+  Args args(argc, argv, 2, {"device", "start-lba", "nsid"},
+            {"help", "allow-write", "force", "progress", "print-dd", "record-only"});
   if (args.has("help")) {
     std::printf("%s%s", kDeployHelp, host::device_string_help());
     return 0;
   }
   const DeployCommand c = parse_command(args);
+  // The tools' one write rule (runtime/guard): a real device needs --allow-write, before anything is opened.
+  guard::check_write_allowed(c.device, {args.has("allow-write"), c.force},
+                             "deploy writes the model and a record at LBA 0");
   // Header first: a file that is not a GGUF (or not a regular file) is reported before any device is touched.
   const auto file = deploy::open_model_file(c.path);
   deploy::Device dev(c.device, c.nsid);

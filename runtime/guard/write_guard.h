@@ -1,5 +1,5 @@
 // The one rule for every tool that writes to a device (gpunvme demo, nvme_perf writes and --fill,
-// bench/layer_stream, the examples; gpunvme deploy has the same signature check with its own --force):
+// bench/layer_stream, the examples, gpunvme deploy and its --print-dd):
 //   - a real device needs --allow-write: a vfio: controller, or an emu: namespace whose backing file
 //     is a block device (emu:/dev/nvme0n1 writes the real disk, so it counts as one);
 //   - a device that holds a partition table or a filesystem (or swap, LUKS, LVM) signature at LBA 0

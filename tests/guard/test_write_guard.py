@@ -63,6 +63,11 @@ def main():
         writers = []
         if a.gpunvme:
             writers.append(("gpunvme demo", [a.gpunvme, "demo", "--device", dev, "--bytes", "1M"]))
+            model = os.path.join(work, "tiny.gguf")
+            with open(model, "wb") as f:  # a valid GGUF v3 with no metadata and no tensors
+                f.write(b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") * 2)
+            writers.append(("gpunvme deploy", [a.gpunvme, "deploy", model, "--device", dev]))
+            writers.append(("gpunvme deploy --print-dd", [a.gpunvme, "deploy", model, "--device", dev, "--print-dd"]))
         if a.nvme_perf:
             writers.append(("nvme_perf randwrite", [a.nvme_perf, "--device", dev, "--rw", "randwrite", "--bs", "4K",
                                                     "--count", "64"]))
