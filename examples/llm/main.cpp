@@ -15,6 +15,7 @@
 #include "examples/llm/engine/generate.h"
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
+#include "host/device_lock.h"
 #include "host/open_device.h"
 #include "host/text/escape.h"
 #include "runtime/cli/args.h"
@@ -133,7 +134,11 @@ void print_summary(const llm::GenerateResult& r, const std::string& described) {
 }
 
 int run(const cli::Args& args, bool tokenize_only) {
-  auto ctrl = host::open_controller(args.get("device", "emu:/tmp/gpunvme-models.img"));
+  const std::string device = args.get("device", "emu:/tmp/gpunvme-models.img");
+  // A reader's shared lock for the whole run: a deploy cannot rewrite the model under the engine (and
+  // the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
+  const host::DeviceLock lock = host::DeviceLock::acquire(device, 1, host::LockMode::kShared);
+  auto ctrl = host::open_controller(device, {}, host::Access::kReadOnly);
   auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
   host::CpuIo io(*ctrl, *qp, 1);
   const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
@@ -189,7 +194,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   std::printf("\ntokens:");
   for (uint32_t id : r.tokens) std::printf(" %u", id);
   print_summary(r, ex->describe());
-  write_json(args.get("json-out"), r, m, args.get("device", "emu:/tmp/gpunvme-models.img"), ex->describe());
+  write_json(args.get("json-out"), r, m, device, ex->describe());
   return 0;
 }
 

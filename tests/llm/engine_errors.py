@@ -5,7 +5,9 @@ status 1 or 2 and a message naming the tensor, the type or the limit — never a
 Exit 77 (skipped) without gguf-py.
 """
 import argparse
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -96,6 +98,13 @@ def main():
             f.write(data[: len(data) // 2])
             f.truncate(((1 << 20) + len(data) // 2 + 4095) // 4096 * 4096)
         cases.append(("truncated model", [f"emu:{trunc}", "--prompt-ids", "1"], ["truncated", "past the end"]))
+        # A device a writer holds (gpunvme deploy takes an exclusive flock on the image): refused, naming it.
+        held_model = os.path.join(d, "held.gguf")
+        shutil.copyfile(good, held_model)
+        held_img = device_with(held_model)[len("emu:"):]
+        held = open(held_img, "rb")
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        cases.append(("device held by a writer", [f"emu:{held_img}", "--prompt-ids", "1"], ["in use"]))
         for what, args, words in cases:
             argv = [a.llm, "--device"] + args + ["--path", "cpu"] if args and args[0].startswith("emu:") else [a.llm] + args
             r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
@@ -103,6 +112,7 @@ def main():
             ok = r.returncode in (1, 2) and any(wd in r.stderr for wd in words) and not r.stdout.strip().startswith("model:")
             print(f"{'ok  ' if ok else 'FAIL'} {what}: exit {r.returncode}: {msg}")
             failed += not ok
+        held.close()
     print(f"{len(cases) - failed} passed, {failed} failed")
     return 1 if failed else 0
 
