@@ -18,6 +18,7 @@
 #include "host/device_lock.h"
 #include "host/open_device.h"
 #include "host/text/escape.h"
+#include "host/text/numbers.h"
 #include "runtime/cli/args.h"
 
 using namespace gpunvme;
@@ -49,16 +50,24 @@ const char* kUsage =
     "  --ignore-eos        keep generating past the model's end-of-text token\n"
     "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n";
 
+// The project's one number grammar (host/text/numbers.h), as a usage error, at most `max`.
+uint64_t parse_number(const char* what, const std::string& text, uint64_t max) {
+  try {
+    const uint64_t v = text::parse_u64(what, text);
+    if (v > max) throw cli::UsageError(std::string(what) + ": " + text + " is too large");
+    return v;
+  } catch (const text::ParseError& e) {
+    throw cli::UsageError(e.what());
+  }
+}
+
 std::vector<uint32_t> parse_ids(const std::string& s) {
   std::vector<uint32_t> ids;
   size_t i = 0;
   while (i <= s.size()) {
     size_t j = s.find(',', i);
     if (j == std::string::npos) j = s.size();
-    const std::string tok = s.substr(i, j - i);
-    if (tok.empty() || tok.size() > 9 || tok.find_first_not_of("0123456789") != std::string::npos)
-      throw cli::UsageError("--prompt-ids: '" + tok + "' is not a token id (decimal numbers separated by commas)");
-    ids.push_back(uint32_t(std::stoul(tok)));
+    ids.push_back(uint32_t(parse_number("--prompt-ids", s.substr(i, j - i), UINT32_MAX)));
     i = j + 1;
   }
   return ids;
@@ -67,13 +76,17 @@ std::vector<uint32_t> parse_ids(const std::string& s) {
 uint32_t parse_resident(const std::string& s, uint32_t n_layer) {
   if (s == "all") return n_layer;
   if (s == "none" || s.empty()) return 0;
-  if (s.find_first_not_of("0123456789") != std::string::npos || s.size() > 6)
+  try {
+    return uint32_t(std::min<uint64_t>(text::parse_u64("--resident", s), n_layer));
+  } catch (const text::ParseError&) {
     throw cli::UsageError("--resident must be all, none or a number of layers, not '" + s + "'");
-  return std::min<uint32_t>(uint32_t(std::stoul(s)), n_layer);
+  }
 }
 
-// The text of a token for printing: control bytes escaped, so a model cannot forge terminal output.
-std::string printable(const std::string& piece) {
+// The text of a token for the terminal: control bytes escaped, so a model cannot forge terminal
+// output. Not text::printable: generated text keeps its newlines and tabs, and a token may carry half
+// of a UTF-8 character (byte-fallback tokens), which must pass through to be completed by the next.
+std::string terminal_piece(const std::string& piece) {
   std::string out;
   for (unsigned char ch : piece) {
     if (ch < 0x20 && ch != '\n' && ch != '\t') {
@@ -174,20 +187,20 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.expert_cache_bytes = args.get_size("expert-cache", 0);
   std::unique_ptr<llm::Executor> ex;
   if (example::use_gpu_path(args.get("path", "auto"))) {
-    ex = llm::make_gpu_executor(*ctrl, io, m, ctx, o);
+    ex = llm::make_gpu_executor(*ctrl, m, ctx, o);
   } else {
-    ex = llm::make_cpu_executor(*ctrl, io, m, ctx);
+    ex = llm::make_cpu_executor(m, ctx);
   }
   std::printf("model: %s (%s, %u layers) on %s: %s\n", m.file->model_name().c_str(), m.config.arch_name.c_str(),
               m.config.n_layer, ctrl->transport().name().c_str(), m.detected.describe().c_str());
   std::fflush(stdout);
   llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
-  if (tok) std::printf("%s", printable([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
+  if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
   llm::Trace trace(args.get("trace"), args.get("logits-out"), 5);
   const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
   const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, [&](uint32_t id, const std::vector<float>& logits) {
     trace.token(id, logits);
-    if (tok) std::printf("%s", printable(tok->piece(id)).c_str());
+    if (tok) std::printf("%s", terminal_piece(tok->piece(id)).c_str());
     else std::printf(" %u", id);
     std::fflush(stdout);
   });

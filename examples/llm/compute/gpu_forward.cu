@@ -6,15 +6,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "device/cuda_check.h"
 #include "examples/llm/compute/ops.h"
 #include "runtime/model/tensor_names.h"
 
 namespace gpunvme::llm {
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("llm GPU: ") + what + ": " + cudaGetErrorString(e));
-}
 
 constexpr uint32_t kRowsPerBlock = 8;  // matvec: one warp per row, 8 warps per block
 constexpr uint32_t kThreads = 256;
@@ -209,7 +206,7 @@ uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_b
 template <class T>
 T* alloc(uint64_t count, uint64_t& total) {
   void* p = nullptr;
-  check(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
+  device::check_cuda(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc");
   total += count * sizeof(T);
   return static_cast<T*>(p);
 }
@@ -247,8 +244,8 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   const uint64_t kv = uint64_t(c.n_layer) * n_ctx * c.kv_dim();
   k_cache_ = alloc<uint16_t>(kv, t);
   v_cache_ = alloc<uint16_t>(kv, t);
-  check(cudaMallocHost(&logits_host_, c.n_vocab * sizeof(float)), "cudaMallocHost");
-  check(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
+  device::check_cuda(cudaMallocHost(&logits_host_, c.n_vocab * sizeof(float)), "cudaMallocHost");
+  device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
 }
 
@@ -269,7 +266,7 @@ void GpuForward::embed(uint32_t token, uint32_t pos) {
   const TensorRef& e = w_.token_embd;
   embed_kernel<<<blocks_for(c_.n_embd / kGroup, 128), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(), token,
                                                                          c_.embd_scale, x_, c_.n_embd);
-  check(cudaGetLastError(), "embed kernel");
+  device::check_cuda(cudaGetLastError(), "embed kernel");
 }
 
 namespace {
@@ -307,7 +304,7 @@ void GpuForward::attention(const LayerWeights& l, WeightView v) {
   matvec(s, l.wo, v.at(l.wo), att_, nullptr, tmp_);
   if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_attn_norm), c_.n_embd, c_.rms_eps, tmp_);
   add_kernel<<<blocks_for(c_.n_embd, 128), 128, 0, s>>>(x_, tmp_, c_.n_embd);
-  check(cudaGetLastError(), "attention kernels");
+  device::check_cuda(cudaGetLastError(), "attention kernels");
 }
 
 void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
@@ -337,11 +334,11 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
       expert_matvec(l.down_exps, model::Projection::kDown, gate_, tmp_, k);
       weighted_add_kernel<<<eb, 128, 0, s>>>(moe_acc_, tmp_, weights + k, c_.n_embd, k == 0);
     }
-    check(cudaMemcpyAsync(tmp_, moe_acc_, c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
+    device::check_cuda(cudaMemcpyAsync(tmp_, moe_acc_, c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
   }
   if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), c_.n_embd, c_.rms_eps, tmp_);
   add_kernel<<<eb, 128, 0, s>>>(x_, tmp_, c_.n_embd);
-  check(cudaGetLastError(), "FFN kernels");
+  device::check_cuda(cudaGetLastError(), "FFN kernels");
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {
@@ -352,11 +349,11 @@ void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* expert
 const std::vector<float>& GpuForward::logits() {
   rms_norm(stream_, x_, globals_.output_norm, c_.n_embd, c_.rms_eps, xn_);
   matvec(stream_, w_.output, globals_.output, xn_, nullptr, logits_d_);
-  check(cudaMemcpyAsync(logits_host_, logits_d_, c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
+  device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
   // A blocking-sync event: the host thread sleeps until the token is done instead of spinning a core
   // (CUDA's default stream synchronisation spins).
-  check(cudaEventRecord(done_, stream_), "token event");
-  check(cudaEventSynchronize(done_), "token");
+  device::check_cuda(cudaEventRecord(done_, stream_), "token event");
+  device::check_cuda(cudaEventSynchronize(done_), "token");
   std::copy(logits_host_, logits_host_ + c_.n_vocab, logits_.begin());
   return logits_;
 }

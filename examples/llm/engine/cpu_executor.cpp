@@ -8,9 +8,9 @@ namespace {
 
 class CpuExecutor final : public Executor {
  public:
-  CpuExecutor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx)
+  CpuExecutor(const ModelOnDevice& m, uint32_t n_ctx)
       : bytes_(m.file->data_end()), fwd_(m.config, m.weights, bytes_, n_ctx) {
-    read_model_bytes(c, io, m, 0, bytes_.size(), bytes_.data());
+    read_model_bytes(m, 0, bytes_.size(), bytes_.data());
     layers_ = m.config.n_layer;
   }
   const std::vector<float>& step(uint32_t token, uint32_t pos) override { return fwd_.eval(token, pos); }
@@ -29,8 +29,8 @@ class CpuExecutor final : public Executor {
 
 }  // namespace
 
-std::unique_ptr<Executor> make_cpu_executor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx) {
-  return std::make_unique<CpuExecutor>(c, io, m, n_ctx);
+std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx) {
+  return std::make_unique<CpuExecutor>(m, n_ctx);
 }
 
 }  // namespace gpunvme::llm

@@ -32,7 +32,7 @@ class Executor {
   virtual std::string describe() const = 0;
 };
 
-std::unique_ptr<Executor> make_cpu_executor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx);
+std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx);
 
 struct GpuExecOptions {
   uint32_t resident_layers = 0;  // the first N layers live in GPU memory; the rest stream
@@ -42,7 +42,7 @@ struct GpuExecOptions {
 };
 
 // CUDA builds with a GPU; otherwise throws naming why.
-std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx,
+std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx,
                                             const GpuExecOptions& o);
 
 }  // namespace gpunvme::llm

@@ -17,6 +17,7 @@
 
 #include "examples/gpu_toys.h"
 #include "examples/llm/compute/gpu_forward.h"
+#include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
@@ -26,21 +27,17 @@
 namespace gpunvme::llm {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("llm GPU executor: ") + what + ": " + cudaGetErrorString(e));
-}
-
 // GPU memory holding model bytes [begin, end), read through the CPU queue in 64 MiB pieces.
 struct DeviceCopy {
   uint8_t* p = nullptr;
   uint64_t begin = 0, bytes = 0;
-  DeviceCopy(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint64_t b, uint64_t e) : begin(b), bytes(e - b) {
-    check(cudaMalloc(reinterpret_cast<void**>(&p), bytes ? bytes : 1), "cudaMalloc for resident weights");
+  DeviceCopy(const ModelOnDevice& m, uint64_t b, uint64_t e) : begin(b), bytes(e - b) {
+    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes ? bytes : 1), "cudaMalloc for resident weights");
     std::vector<uint8_t> stage(std::min<uint64_t>(bytes, 64u << 20));
     for (uint64_t off = 0; off < bytes; off += stage.size()) {
       const uint64_t n = std::min<uint64_t>(stage.size(), bytes - off);
-      read_model_bytes(c, io, m, begin + off, n, stage.data());
-      check(cudaMemcpy(p + off, stage.data(), n, cudaMemcpyHostToDevice), "copy of resident weights");
+      read_model_bytes(m, begin + off, n, stage.data());
+      device::check_cuda(cudaMemcpy(p + off, stage.data(), n, cudaMemcpyHostToDevice), "copy of resident weights");
     }
   }
   ~DeviceCopy() { cudaFree(p); }
@@ -76,12 +73,12 @@ class FetchedExperts final : public ExpertSource {
 
 class GpuExecutor final : public Executor {
  public:
-  GpuExecutor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
+  GpuExecutor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
       : m_(m), resident_(std::min(o.resident_layers, m.config.n_layer)) {
     open_streams();
-    load_globals(c, io);
+    load_globals();
     if (resident_ > 0)
-      layers_copy_ = std::make_unique<DeviceCopy>(c, io, m, m.weights.layers[0].begin, m.weights.layers[resident_ - 1].end);
+      layers_copy_ = std::make_unique<DeviceCopy>(m, m.weights.layers[0].begin, m.weights.layers[resident_ - 1].end);
     if (resident_ < m.config.n_layer) open_streamer(c, o);
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
                                         GlobalWeights{embd_->at(m.weights.token_embd), norm_->at(m.weights.output_norm),
@@ -129,7 +126,7 @@ class GpuExecutor final : public Executor {
     }
     streamer_->sync();
     if (experts_) experts_->wait();  // throws the first failed expert read
-    check(cudaStreamSynchronize(compute_), "compute stream");
+    device::check_cuda(cudaStreamSynchronize(compute_), "compute stream");
   }
 
   ExecStats stats() const override {
@@ -160,17 +157,17 @@ class GpuExecutor final : public Executor {
  private:
   void open_streams() {
     int lo = 0, hi = 0;
-    check(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
-    check(cudaStreamCreateWithPriority(&io_stream_, cudaStreamNonBlocking, hi), "I/O stream");
-    check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
+    device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
+    device::check_cuda(cudaStreamCreateWithPriority(&io_stream_, cudaStreamNonBlocking, hi), "I/O stream");
+    device::check_cuda(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
   }
 
-  void load_globals(host::Controller& c, host::CpuIo& io) {
+  void load_globals() {
     const ModelWeights& w = m_.weights;
-    embd_ = std::make_unique<DeviceCopy>(c, io, m_, w.token_embd.file_offset, w.token_embd.file_offset + w.token_embd.bytes);
-    norm_ = std::make_unique<DeviceCopy>(c, io, m_, w.output_norm.file_offset, w.output_norm.file_offset + w.output_norm.bytes);
+    embd_ = std::make_unique<DeviceCopy>(m_, w.token_embd.file_offset, w.token_embd.file_offset + w.token_embd.bytes);
+    norm_ = std::make_unique<DeviceCopy>(m_, w.output_norm.file_offset, w.output_norm.file_offset + w.output_norm.bytes);
     if (w.output.file_offset != w.token_embd.file_offset)
-      out_ = std::make_unique<DeviceCopy>(c, io, m_, w.output.file_offset, w.output.file_offset + w.output.bytes);
+      out_ = std::make_unique<DeviceCopy>(m_, w.output.file_offset, w.output.file_offset + w.output.bytes);
   }
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.
@@ -230,11 +227,11 @@ class GpuExecutor final : public Executor {
 
 }  // namespace
 
-std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint32_t n_ctx,
+std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx,
                                             const GpuExecOptions& o) {
   std::string why;
   if (!gpu_available(&why)) throw std::runtime_error("no GPU for the GPU executor: " + why);
-  return std::make_unique<GpuExecutor>(c, io, m, n_ctx, o);
+  return std::make_unique<GpuExecutor>(c, m, n_ctx, o);
 }
 
 }  // namespace gpunvme::llm

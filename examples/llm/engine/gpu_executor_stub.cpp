@@ -5,7 +5,7 @@
 
 namespace gpunvme::llm {
 
-std::unique_ptr<Executor> make_gpu_executor(host::Controller&, host::CpuIo&, const ModelOnDevice&, uint32_t,
+std::unique_ptr<Executor> make_gpu_executor(host::Controller&, const ModelOnDevice&, uint32_t,
                                             const GpuExecOptions&) {
   throw std::runtime_error("this build has no CUDA (meson setup -Dcuda=enabled with nvcc on PATH builds the GPU executor)");
 }

@@ -15,6 +15,7 @@
 namespace gpunvme::llm {
 
 struct ModelOnDevice {
+  model::BlockIo io;  // whole-block reads through the CPU queue (runtime/io/cpu_block_io.h)
   model::DetectedModel detected;
   std::unique_ptr<gguf::GgufFile> file;
   std::unique_ptr<model::LbaMap> map;
@@ -27,13 +28,13 @@ struct ModelOnDevice {
   uint64_t device_byte(uint64_t file_offset) const { return map->start_lba() * lba_size() + file_offset; }
 };
 
-// Finds and checks the model. Throws std::runtime_error with what is wrong and what to do (no model on
+// Finds and checks the model; `io` must outlive the result (its block reads go through it). Throws std::runtime_error with what is wrong and what to do (no model on
 // the device, an unfinished deploy, an unsupported architecture, a missing tensor...).
 ModelOnDevice open_model(host::Controller& c, host::CpuIo& io);
 
 // Reads bytes [file_offset, file_offset + len) of the model into `dst` through the CPU queue (for
-// resident weights and the CPU executor).
-void read_model_bytes(host::Controller& c, host::CpuIo& io, const ModelOnDevice& m, uint64_t file_offset, uint64_t len,
-                      uint8_t* dst);
+// resident weights and the CPU executor): model::DeviceByteSource over m.io. Throws when the device
+// holds fewer bytes.
+void read_model_bytes(const ModelOnDevice& m, uint64_t file_offset, uint64_t len, uint8_t* dst);
 
 }  // namespace gpunvme::llm

@@ -13,14 +13,20 @@ uint32_t argmax(const std::vector<float>& logits) {
   return best;
 }
 
-uint32_t Sampler::pick(const std::vector<float>& logits) {
-  if (o_.temperature <= 0.0f) return argmax(logits);
-  const uint32_t k = std::max<uint32_t>(1, std::min<uint32_t>(o_.top_k, uint32_t(logits.size())));
+std::vector<uint32_t> top_k(const std::vector<float>& logits, uint32_t k) {
   std::vector<uint32_t> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0u);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](uint32_t a, uint32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
+  idx.resize(k);
+  return idx;
+}
+
+uint32_t Sampler::pick(const std::vector<float>& logits) {
+  if (o_.temperature <= 0.0f) return argmax(logits);
+  const uint32_t k = std::max<uint32_t>(1, std::min<uint32_t>(o_.top_k, uint32_t(logits.size())));
+  const std::vector<uint32_t> idx = top_k(logits, k);
   std::vector<double> p(k);
   for (uint32_t i = 0; i < k; ++i) p[i] = std::exp(double(logits[idx[i]] - logits[idx[0]]) / o_.temperature);
   std::discrete_distribution<uint32_t> d(p.begin(), p.end());

@@ -26,4 +26,7 @@ class Sampler {
 // Index of the largest logit; the lowest index on a tie (llama.cpp's greedy sampler does the same).
 uint32_t argmax(const std::vector<float>& logits);
 
+// The indices of the k largest logits, largest first, the lower index first on a tie (k <= size).
+std::vector<uint32_t> top_k(const std::vector<float>& logits, uint32_t k);
+
 }  // namespace gpunvme::llm

@@ -3,8 +3,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <numeric>
 #include <stdexcept>
+
+#include "examples/llm/engine/sampler.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -38,11 +39,7 @@ void Trace::token(uint32_t id, const std::vector<float>& logits) {
     throw std::runtime_error("--logits-out: write failed");
   if (json_) {
     const uint32_t k = std::min<uint32_t>(top_, uint32_t(logits.size()));
-    std::vector<uint32_t> idx(logits.size());
-    std::iota(idx.begin(), idx.end(), 0u);
-    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](uint32_t a, uint32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-    });
+    const std::vector<uint32_t> idx = top_k(logits, k);
     std::fprintf(json_, "{\"step\": %u, \"token\": %u, \"top\": [", step_, id);
     for (uint32_t i = 0; i < k; ++i) std::fprintf(json_, "%s[%u, %.9g]", i ? ", " : "", idx[i], double(logits[idx[i]]));
     std::fprintf(json_, "]}\n");

@@ -2,9 +2,6 @@
 // engine's own block routines (quant/dequant.h, the code the GPU kernels run) and writes tensor k's
 // floats to OUTDIR/k.f32 (after checking that the 32-element group route gives the same bits), printing "k<TAB>type<TAB>elements<TAB>name" per tensor. tests/llm/dequant_check.py
 // compares the files with gguf-py's gguf.quants.dequantize.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -13,25 +10,9 @@
 #include <vector>
 
 #include "examples/llm/quant/dequant.h"
+#include "runtime/gguf/byte_source.h"
 #include "runtime/gguf/gguf_file.h"
 
-namespace {
-
-std::vector<uint8_t> read_range(const std::string& path, uint64_t off, uint64_t len) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("cannot open " + path);
-  std::vector<uint8_t> b(len);
-  uint64_t done = 0;
-  while (done < len) {
-    const ssize_t n = ::pread(fd, b.data() + done, len - done, off_t(off + done));
-    if (n <= 0) { ::close(fd); throw std::runtime_error(path + ": short read"); }
-    done += uint64_t(n);
-  }
-  ::close(fd);
-  return b;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace gpunvme;
@@ -41,11 +22,13 @@ int main(int argc, char** argv) {
   }
   try {
     const gguf::GgufFile f = gguf::GgufFile::open(argv[1]);
+    gguf::FileSource file(argv[1]);
     const auto& ts = f.tensors();
     for (size_t k = 0; k < ts.size(); ++k) {
       const auto& t = ts[k];
       if (!llm::computes(t.type.type)) continue;
-      const std::vector<uint8_t> raw = read_range(argv[1], t.file_offset, t.size_bytes);
+      std::vector<uint8_t> raw(t.size_bytes);
+      if (file.read(t.file_offset, raw.data(), raw.size()) != raw.size()) throw std::runtime_error(t.name + ": the file is truncated");
       std::vector<float> out(t.n_elements);
       const uint64_t blocks = t.n_elements / t.type.block_size;
       for (uint64_t i = 0; i < blocks; ++i) llm::dequant_block(t.type.type, raw.data(), i, out.data() + i * t.type.block_size);
