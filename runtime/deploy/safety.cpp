@@ -148,7 +148,8 @@ void add_unknown_data(std::span<const uint8_t> b, uint64_t from, uint64_t to, ui
   const uint64_t at = uint64_t(it - b.begin());
   out.push_back({base_lba + at / lba_size, "non-zero data of unknown origin (not a gpunvme record, a GGUF, or a "
                                            "format libblkid knows; first at byte " +
-                                               std::to_string(base_lba * lba_size + at) + ")"});
+                                               std::to_string(base_lba * lba_size + at) + ")",
+                 /*known_format=*/false});
 }
 
 }  // namespace

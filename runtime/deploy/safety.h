@@ -19,6 +19,7 @@ namespace gpunvme::deploy {
 struct Signature {
   uint64_t lba;      // first LBA of the structure found (the LBA deploy would overwrite)
   std::string what;  // "MBR partition table with 2 partitions", "ext2/3/4 filesystem", ...
+  bool known_format = true;  // false: non-zero bytes no prober recognises (deploy refuses them too)
 };
 
 // Signatures in `bytes`, which hold the device bytes starting at LBA `base_lba` (1 MiB sees ZFS

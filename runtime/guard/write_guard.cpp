@@ -1,5 +1,7 @@
 #include "runtime/guard/write_guard.h"
 
+#include <vector>
+
 #include <sys/stat.h>
 
 #include "host/emulator/config.h"
@@ -39,7 +41,11 @@ void check_write_allowed(std::string_view device, const WritePermission& permiss
 
 void check_no_signatures(const model::BlockIo& io, uint64_t start_lba, const WritePermission& permission) {
   if (permission.force) return;
-  const std::vector<deploy::Signature> found = deploy::scan_device(io, start_lba, start_lba != 0);
+  // The guard's rule is about formats (a partition table, a filesystem, swap, LUKS, LVM): bytes no
+  // prober recognises are what the tools themselves leave behind (the demo's patterns, nvme_perf's
+  // fill) and must not stop the next run. Deploy alone refuses those too (deploy::check_target).
+  std::vector<deploy::Signature> found = deploy::scan_device(io, start_lba, start_lba != 0);
+  std::erase_if(found, [](const deploy::Signature& s) { return !s.known_format; });
   if (found.empty()) return;
   std::string list;
   for (const auto& s : found) list += (list.empty() ? "" : "; ") + s.what + " at LBA " + std::to_string(s.lba);

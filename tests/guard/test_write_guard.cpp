@@ -60,6 +60,13 @@ TEST_CASE("a filesystem or partition table needs --force, at LBA 0 or where the 
   CHECK(refusal([&] { guard::check_no_signatures(dev.io, 0, allowed); }).empty());  // a write at 0 only scans 0
   CHECK(refusal([&] { guard::check_no_signatures(dev.io, 2048, forced); }).empty());
 
+  // Bytes no prober knows (what a previous demo or nvme_perf run leaves) do not stop a tool; deploy's
+  // scan still reports them.
+  model_test::MemDevice used(512, 8192);
+  for (size_t i = 0; i < 4096; ++i) used.bytes[i] = uint8_t(i * 7 + 1);
+  CHECK(refusal([&] { guard::check_no_signatures(used.io, 0, allowed); }).empty());
+  CHECK_FALSE(deploy::scan_device(used.io, 2048).empty());
+
   dev.bytes[510] = 0x55;  // an MBR with one partition at LBA 0
   dev.bytes[511] = 0xAA;
   dev.bytes[446 + 4] = 0x83;
