@@ -277,8 +277,8 @@ MODELS["qwen2-q4_k"] = lambda p: write_llama_like(p, "qwen2", T.Q4_K, Shape(), 3
 MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16), 400,
                                                embd_std=0.3, untied=True)
 # Byte-level BPE vocabularies (bpe_train.py) in the two families' layouts, for the tokenizer end to end.
-MODELS["llama3-bpe-q8_0"] = lambda p: write_llama_like(p, "llama", T.Q8_0, Shape(), 500, vocab=llama3_vocab())
-MODELS["qwen2-bpe-q8_0"] = lambda p: write_llama_like(p, "qwen2", T.Q8_0, Shape(), 501, qkv_bias=True, vocab=qwen2_vocab())
+MODELS["llama3-bpe-f16"] = lambda p: write_llama_like(p, "llama", T.F16, Shape(), 500, vocab=llama3_vocab())
+MODELS["qwen2-bpe-f16"] = lambda p: write_llama_like(p, "qwen2", T.F16, Shape(), 501, qkv_bias=True, vocab=qwen2_vocab())
 
 
 def main():

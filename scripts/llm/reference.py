@@ -49,6 +49,7 @@ TOKENIZER_CASES = [
 BPE_PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    return",
+    "Café 🙂, Привет, 日本語: I'm 12345 DON'T",
 ]
 
 # Tokenizer cases for the BPE pre-tokenizers: every rule of their regex (contractions in any case, a

@@ -7,7 +7,9 @@ special-token texts, the empty string, invalid UTF-8 and control bytes. Then, on
 a 0.5 MB prompt (its ids must be the reference's for one copy, repeated) and an unsupported
 pre-tokenizer or tokenizer model (a clear error naming what is supported).
 Exit 77 (skipped) when no vocabulary could be had (no model package, no gguf-py).
-  tokenizer_check.py --tokenize BUILD/tests/llm/tokenize
+With --llm and --gpunvme also `llm` itself on deployed copies: `llm tokenize --prompt` and an unsupported
+pre-tokenizer (--prompt refused naming it, --prompt-ids still runs).
+  tokenizer_check.py --tokenize BUILD/tests/llm/tokenize [--llm BUILD/examples/llm --gpunvme BUILD/gpunvme]
 """
 import argparse
 import json
@@ -30,6 +32,17 @@ def case_bytes(c):
     return bytes.fromhex(c["hex"]) if "hex" in c else c["text"].encode()
 
 
+def describe(c):
+    t = repr(c["text"]) if "text" in c else f"bytes {c['hex']}"
+    return t if len(t) <= 60 else t[:57] + "..."
+
+
+def first_difference(ours, theirs):
+    k = next((i for i, (x, y) in enumerate(zip(ours, theirs)) if x != y), min(len(ours), len(theirs)))
+    return (f"from id {k} on: engine {ours[k:k + 8]}, llama.cpp {theirs[k:k + 8]} "
+            f"({len(ours)} and {len(theirs)} ids)")
+
+
 def tokenize(tool, model, texts, bos=True, timeout=120):
     """The tool's ids per text; (None, stderr) when it fails."""
     hexes = "".join(t.hex() + "\n" for t in texts)
@@ -50,7 +63,7 @@ def check_cases(tool, model, name, cases):
         for c, ours in zip(cases, out):
             if ours != c[key]:
                 failed += 1
-                print(f"FAIL {name} {key} {c.get('text', c.get('hex'))!r}: engine {ours}, llama.cpp {c[key]}")
+                print(f"FAIL {name} {key} {describe(c)}: {first_difference(ours, c[key])}")
     print(f"{name}: {2 * len(cases) - failed}/{2 * len(cases)} tokenizer cases equal to llama.cpp")
     return failed
 
@@ -69,7 +82,7 @@ def check_huge(tool, model, name, cases):
     out, err = tokenize(tool, model, [(line * HUGE_COPIES).encode()], bos=False, timeout=120)
     if out is None or out[0] != one * HUGE_COPIES:
         print(f"FAIL {name}: {len(line) * HUGE_COPIES} byte prompt: "
-              + (err.strip() if out is None else f"{len(out[0])} ids, expected {per_line * HUGE_COPIES}"))
+              + (err.strip() if out is None else first_difference(out[0], one * HUGE_COPIES)))
         return 1
     print(f"{name}: a {len(line) * HUGE_COPIES} byte prompt gives llama.cpp's ids for one line x {HUGE_COPIES}")
     return 0
@@ -102,9 +115,68 @@ def check_unsupported(tool, workdir):
     return failed
 
 
+def check_unicode_header(workdir):
+    """The committed code point classes are the generator's output (when this Python has that Unicode)."""
+    import unicodedata
+    header = os.path.join(ROOT, "examples", "llm", "tokenizer", "unicode_ranges.h")
+    fresh = os.path.join(workdir, "unicode_ranges.h")
+    with open(header) as f:
+        committed = f.read()
+    if f'kUnicodeVersion[] = "{unicodedata.unidata_version}"' not in committed:
+        print(f"unicode_ranges.h: not regenerated (it is from another Unicode than this Python's {unicodedata.unidata_version})")
+        return 0
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "llm", "gen_unicode_ranges.py"), fresh], check=True,
+                   stdout=subprocess.DEVNULL)
+    with open(fresh) as f:
+        if f.read() != committed:
+            print("FAIL unicode_ranges.h differs from scripts/llm/gen_unicode_ranges.py's output: rerun the script")
+            return 1
+    print(f"unicode_ranges.h: equal to gen_unicode_ranges.py's output (Unicode {unicodedata.unidata_version})")
+    return 0
+
+
+def check_cli(a, ref, models_dir):
+    """`llm` itself on a deployed BPE model: `llm tokenize --prompt` gives llama.cpp's prompt ids; with the
+    same model under an unsupported pre-tokenizer, --prompt is refused naming it and --prompt-ids runs."""
+    import make_models as mm
+    from gguf import GGMLQuantizationType as T
+    failed = 0
+    name = next(n for n in ref["tokenizer"] if n.startswith("llama3-bpe"))
+    unsupported = os.path.join(models_dir, "unsupported-pre.gguf")
+    vocab = mm.llama3_vocab()
+    vocab.pre = "deepseek-coder"
+    mm.write_llama_like(unsupported, "llama", T.F16, mm.Shape(layers=1), 1, vocab=vocab)
+    for path, expect_ok in ((os.path.join(models_dir, ref["models"][name]["file"]), True), (unsupported, False)):
+        image = path + ".img"
+        subprocess.run([a.gpunvme, "deploy", path, "--device", f"emu:{image},size=80M"], check=True, stdout=subprocess.DEVNULL)
+        dev = f"emu:{image}"
+        case = ref["models"][name]["cases"][-1]
+        r = subprocess.run([a.llm, "tokenize", "--device", dev, "--prompt", case["prompt"]], capture_output=True, text=True, errors="replace", timeout=60)
+        ids = [int(x) for x in r.stdout.split()] if r.returncode == 0 else None
+        if expect_ok and ids != case["prompt_ids"]:
+            print(f"FAIL llm tokenize --prompt {case['prompt']!r}: {ids or r.stderr.strip()}, llama.cpp {case['prompt_ids']}")
+            failed += 1
+        if not expect_ok:
+            if r.returncode == 0 or "'deepseek-coder'" not in r.stderr or "--prompt-ids" not in r.stderr:
+                print(f"FAIL llm --prompt with an unsupported pre-tokenizer: rc {r.returncode}, {r.stderr.strip()!r}")
+                failed += 1
+            r = subprocess.run([a.llm, "--device", dev, "--prompt-ids", "3257,1900", "-n", "2", "--path", "cpu"],
+                               capture_output=True, text=True, errors="replace", timeout=60)
+            if r.returncode != 0:
+                print(f"FAIL llm --prompt-ids with an unsupported pre-tokenizer: {r.stderr.strip()}")
+                failed += 1
+        os.remove(image)
+    if not failed:
+        print("llm: tokenize --prompt gives llama.cpp's ids; an unsupported pre-tokenizer refuses --prompt "
+              "(naming it), --prompt-ids still runs")
+    return failed
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--tokenize", required=True)
+    ap.add_argument("--llm", help="also check `llm` itself (with --gpunvme to deploy)")
+    ap.add_argument("--gpunvme")
     a = ap.parse_args()
     if not os.path.exists(REFERENCE):
         print("SKIP: reference.json missing")
@@ -112,6 +184,7 @@ def main():
     ref = json.load(open(REFERENCE))
     failed = checked = 0
     with tempfile.TemporaryDirectory() as tmp:
+        failed += check_unicode_header(tmp)
         for name, cases in ref["tokenizer"].items():
             if name == "gemma3-270m":
                 path = gemma_path()
@@ -136,6 +209,8 @@ def main():
                 failed += check_huge(a.tokenize, path, name, cases)
         if checked > 1:
             failed += check_unsupported(a.tokenize, tmp)
+            if a.llm and a.gpunvme:
+                failed += check_cli(a, ref, tmp)
     print(f"tokenizer: {checked} vocabularies checked, {failed} failures (llama-cpp-python {ref['llama_cpp_python']})")
     if failed:
         return 1

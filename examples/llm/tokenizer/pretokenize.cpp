@@ -13,10 +13,14 @@ class Scanner {
  public:
   Scanner(std::u32string_view t, size_t max_digits) : t_(t), max_digits_(max_digits) {}
 
+  // The first alternative that matches at `pos`, in the expression's order.
   size_t next_word(size_t pos) const {
-    for (size_t n : {match_contraction(pos), match_letters(pos), match_digits(pos), match_punctuation(pos),
-                     match_newlines(pos), match_spaces(pos)})
-      if (n) return n;
+    if (const size_t n = match_contraction(pos)) return n;
+    if (const size_t n = match_letters(pos)) return n;
+    if (const size_t n = match_digits(pos)) return n;
+    if (const size_t n = match_punctuation(pos)) return n;
+    if (const size_t n = match_newlines(pos)) return n;
+    if (const size_t n = match_spaces(pos)) return n;
     return 1;  // unreachable: every code point is a letter, a digit, white space or other
   }
 
