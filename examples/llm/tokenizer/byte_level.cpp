@@ -41,7 +41,7 @@ struct Symbol {
 struct Candidate {
   int left, right;
   uint32_t rank;
-  std::string text;  // left + right when queued: a stale candidate no longer matches
+  size_t left_n, right_n;  // the two symbols' lengths when queued: a merge since changes one of them
   // The lowest rank first; on a tie the leftmost pair (llama.cpp's llm_bigram_bpe comparator).
   bool operator<(const Candidate& o) const { return rank > o.rank || (rank == o.rank && left > o.left); }
 };
@@ -65,9 +65,9 @@ std::string symbols_to_bytes(std::string_view symbols) {
   return out;
 }
 
-size_t BpeMerges::PairHash::operator()(const std::pair<std::string, std::string>& p) const {
-  const size_t h = std::hash<std::string>{}(p.first);
-  return h ^ (std::hash<std::string>{}(p.second) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
+size_t BpeMerges::PairHash::operator()(PairView p) const {
+  const size_t h = std::hash<std::string_view>{}(p.first);
+  return h ^ (std::hash<std::string_view>{}(p.second) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2));
 }
 
 BpeMerges::BpeMerges(const std::vector<std::string>& merges) {
@@ -82,8 +82,8 @@ BpeMerges::BpeMerges(const std::vector<std::string>& merges) {
   }
 }
 
-int64_t BpeMerges::rank(const std::string& left, const std::string& right) const {
-  const auto it = rank_.find({left, right});
+int64_t BpeMerges::rank(std::string_view left, std::string_view right) const {
+  const auto it = rank_.find(PairView(left, right));
   return it == rank_.end() ? -1 : int64_t(it->second);
 }
 
@@ -94,12 +94,11 @@ std::vector<std::string> BpeMerges::apply(const std::string& word) const {
     sym.push_back({off, n, int(sym.size()) - 1, off + n == word.size() ? -1 : int(sym.size()) + 1});
     off += n;
   }
-  auto text = [&](int i) { return word.substr(sym[i].off, sym[i].n); };
+  auto text = [&](int i) { return std::string_view(word).substr(sym[i].off, sym[i].n); };
   std::priority_queue<Candidate> work;
   auto try_add = [&](int l, int r) {
     if (l < 0 || r < 0) return;
-    const std::string a = text(l), b = text(r);
-    if (const int64_t k = rank(a, b); k >= 0) work.push({l, r, uint32_t(k), a + b});
+    if (const int64_t k = rank(text(l), text(r)); k >= 0) work.push({l, r, uint32_t(k), sym[l].n, sym[r].n});
   };
   for (int i = 1; i < int(sym.size()); ++i) try_add(i - 1, i);
   while (!work.empty()) {
@@ -107,7 +106,9 @@ std::vector<std::string> BpeMerges::apply(const std::string& word) const {
     work.pop();
     Symbol& l = sym[c.left];
     Symbol& r = sym[c.right];
-    if (l.n == 0 || r.n == 0 || text(c.left) + text(c.right) != c.text) continue;  // stale
+    // Stale: either side merged meanwhile (the left one only ever grows into the right one, which is
+    // then empty; the right one grows into its own neighbour). llama.cpp compares the texts: the same.
+    if (l.n != c.left_n || r.n != c.right_n) continue;
     l.n += r.n;
     r.n = 0;
     l.next = r.next;
@@ -117,7 +118,7 @@ std::vector<std::string> BpeMerges::apply(const std::string& word) const {
   }
   std::vector<std::string> out;
   if (!sym.empty())
-    for (int i = 0; i != -1; i = sym[i].next) out.push_back(text(i));
+    for (int i = 0; i != -1; i = sym[i].next) out.emplace_back(text(i));
   return out;
 }
 

@@ -29,11 +29,21 @@ class BpeMerges {
   size_t size() const { return rank_.size(); }
 
  private:
+  using Pair = std::pair<std::string, std::string>;
+  using PairView = std::pair<std::string_view, std::string_view>;
+  // Transparent, so that a lookup needs no copies of the two texts.
   struct PairHash {
-    size_t operator()(const std::pair<std::string, std::string>& p) const;
+    using is_transparent = void;
+    size_t operator()(PairView p) const;
+    size_t operator()(const Pair& p) const { return (*this)(PairView(p.first, p.second)); }
   };
-  int64_t rank(const std::string& left, const std::string& right) const;
-  std::unordered_map<std::pair<std::string, std::string>, uint32_t, PairHash> rank_;
+  struct PairEq {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const { return a.first == b.first && a.second == b.second; }
+  };
+  int64_t rank(std::string_view left, std::string_view right) const;
+  std::unordered_map<Pair, uint32_t, PairHash, PairEq> rank_;
 };
 
 }  // namespace gpunvme::llm

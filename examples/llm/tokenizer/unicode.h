@@ -12,14 +12,12 @@ namespace gpunvme::llm {
 
 inline constexpr char32_t kReplacementChar = 0xFFFD;
 
-// The length of the UTF-8 sequence that byte `c` starts, as llama.cpp's unicode_len_utf8: 1 for a stray
-// continuation byte or an invalid lead byte (the tokenizers then treat that byte alone).
+// The length of the UTF-8 sequence that byte `c` starts, from its high 4 bits as llama.cpp's
+// unicode_len_utf8: 1 for a stray continuation byte, 4 for 0xF0..0xFF (also the invalid 0xF8..0xFF).
+// SentencePiece cuts its symbols with it, so a bad byte swallows what llama.cpp's does.
 inline size_t utf8_sequence_length(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 1;
+  constexpr uint8_t kByHighBits[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  return kByHighBits[c >> 4];
 }
 
 // The code points of `s`. Lenient as llama.cpp's unicode_cpts_from_utf8: a byte that does not start a
