@@ -29,7 +29,10 @@ class Scanner {
   bool is(size_t i, CodepointClass c) const { return in(i) && codepoint_class(t_[i]) == c; }
   bool newline(size_t i) const { return in(i) && (t_[i] == U'\r' || t_[i] == U'\n'); }
   // ASCII only: no other code point lower-cases to the letters of a contraction.
-  char32_t lower(size_t i) const { return in(i) && t_[i] >= U'A' && t_[i] <= U'Z' ? t_[i] + 32 : in(i) ? t_[i] : 0; }
+  char32_t lower(size_t i) const {
+    if (!in(i)) return 0;
+    return t_[i] >= U'A' && t_[i] <= U'Z' ? t_[i] + (U'a' - U'A') : t_[i];
+  }
 
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)
   size_t match_contraction(size_t p) const {

@@ -21,6 +21,10 @@ std::optional<PreTokenizer> pre_tokenizer_named(std::string_view name);
 // The names accepted, for error messages.
 const char* supported_pre_tokenizers();
 
+// llama.cpp's ignore_merges: with Llama 3's pre-tokenizer a word that is a token as a whole is that
+// token, whether or not the merges would make it; Qwen2 always merges.
+inline bool takes_whole_word_tokens(PreTokenizer p) { return p == PreTokenizer::kLlama3; }
+
 // The lengths, in code points, of the words of `text` (one piece of plain text), in order; their sum
 // is text.size().
 std::vector<size_t> split_words(std::u32string_view text, PreTokenizer p);

@@ -141,9 +141,9 @@ void Tokenizer::encode_spm(const std::string& text, std::vector<uint32_t>& out) 
   for (int i = 0; i != -1; i = sym[i].next) resegment(resegment, sym[i]);
 }
 
-// One word of a pre-tokenized text: its GPT-2 byte symbols merged into tokens. With Llama 3's
-// pre-tokenizer a word that is a token as a whole is that token, merges or not (llama.cpp's
-// ignore_merges); a piece that is no token falls back to the tokens of its single bytes, if any.
+// Each word of the pre-tokenized text: its GPT-2 byte symbols merged into tokens (or the word's own
+// token, takes_whole_word_tokens); a piece that is no token falls back to the tokens of its single
+// bytes, if any, as llama.cpp.
 void Tokenizer::encode_bpe(const std::string& text, std::vector<uint32_t>& out) const {
   const std::u32string cps = decode_utf8(text);
   size_t pos = 0;
@@ -152,7 +152,7 @@ void Tokenizer::encode_bpe(const std::string& text, std::vector<uint32_t>& out) 
     for (size_t k = pos; k < pos + n; ++k) append_utf8(utf8, cps[k]);
     pos += n;
     const std::string word = bytes_to_symbols(utf8);
-    if (const int64_t id = v_.find(word); id >= 0 && *pre_ == PreTokenizer::kLlama3) {
+    if (const int64_t id = v_.find(word); id >= 0 && takes_whole_word_tokens(*pre_)) {
       out.push_back(uint32_t(id));
       continue;
     }
