@@ -21,6 +21,7 @@
 
 #include "device/read.h"
 #include "host/cpu_io.h"
+#include "host/cuda_device.h"
 #include "host/error.h"
 #include "host/open_device.h"
 #include "host/text/numbers.h"

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "driver/prp.h"
+#include "host/cuda_device.h"
 #include "host/error.h"
 
 namespace gpunvme::device {
