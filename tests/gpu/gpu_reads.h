@@ -3,9 +3,11 @@
 // over the buffer) that a stream::GpuSubmitter issues, as the layer streamer does. Command g of the
 // plan goes to queue g % queues (the submitter's kernel: warp w copies templates w, w + Q, ...).
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "gpu_rig.h"
+#include "host/error.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_submitter.h"
 
@@ -37,5 +39,15 @@ inline ReadPlan plan_reads(GpuRig& rig, stream::GpuSubmitter& gpu, const host::D
 
 // Issues the plan's commands on `gpu` and waits for them (throws as GpuSubmitter::wait does).
 inline void run_plan(stream::GpuSubmitter& gpu, const ReadPlan& p) { gpu.wait(gpu.issue(p.plan.commands)); }
+
+// Runs a plan that must fail (a fault was injected): the error its ticket threw, or none.
+inline std::optional<Error> failure_of(stream::GpuSubmitter& gpu, const ReadPlan& p) {
+  try {
+    run_plan(gpu, p);
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
 
 }  // namespace gpunvme::test
