@@ -70,18 +70,21 @@ TEST_CASE("the plan's bound is the lowest of every placement that fits the budge
 
 TEST_CASE("MoE: dense parts first, then whole layers' experts in VRAM; RAM: dense parts, then the expert cache") {
   const std::vector<LayerBytes> moe(4, LayerBytes{.dense = 10, .experts = 80, .n_expert = 8, .n_used = 2});
-  const ResidencyPlan p = plan_residency(moe, {.vram = 40 + 80 + 30, .ram = 30});
+  const ResidencyPlan p = plan_residency(moe, {.vram = 40 + 80 + 30, .ram = 60});
   CHECK(in(p, Tier::kVram).size() == 4);
   CHECK(p.layers[2].experts_in_vram);  // one of four, from the middle
   CHECK(std::count_if(p.layers.begin(), p.layers.end(), [](const LayerPlacement& l) { return l.experts_in_vram; }) == 1);
-  CHECK(p.expert_cache_bytes == 30);
+  CHECK(p.expert_cache_bytes == 60);
   CHECK(p.any_fetched_experts());
-  // 240 B of fetched experts, 30 cached: 7/8 of the 2-of-8 share misses; all of it crosses the link.
-  CHECK(p.nvme_bytes_per_token() == 0.875 * 240 * 2 / 8);
+  // 240 B of fetched experts, 60 cached: 3/4 of the 2-of-8 share misses; all of it crosses the link.
+  CHECK(p.nvme_bytes_per_token() == 0.75 * 240 * 2 / 8);
   CHECK(p.link_bytes_per_token() == 240 * 2 / 8);
   CHECK(p.ram_bytes_per_token() == 0);
   CHECK(p.placed_bytes(Tier::kVram) == 40 + 80);
-  CHECK(p.placed_bytes(Tier::kRam) == 30);
+  CHECK(p.placed_bytes(Tier::kRam) == 60);
+  // A cache below two fetches (2 x 2 experts of 10 B) is no cache.
+  CHECK(plan_residency(moe, {.vram = 40, .ram = 39}).expert_cache_bytes == 0);
+  CHECK(plan_residency(moe, {.vram = 40, .ram = 40}).expert_cache_bytes == 40);
   CHECK(p.placed_bytes(Tier::kNvme) == 240);
 
   const ResidencyPlan small = plan_residency(moe, {.vram = 25, .ram = 1000});

@@ -106,7 +106,15 @@ ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budget
   // 2. RAM: the remaining dense parts, then the expert cache.
   const std::vector<uint32_t> ram = take_spread(rest, b.ram, [&](uint32_t i) { return layers[i].dense; });
   for (uint32_t i : ram) p.layers[i].dense = Tier::kRam;
-  if (p.any_fetched_experts()) p.expert_cache_bytes = std::min(b.ram - sum_dense(layers, ram), fetched_expert_bytes(p));
+  if (p.any_fetched_experts()) {
+    // Less than two fetches' worth is no cache (each fetch would evict the last; the fetcher also needs
+    // one fetch's experts, page-aligned, to fit): the rest of RAM then stays unused.
+    uint64_t fetch = 0;
+    for (const LayerBytes& l : layers)
+      if (l.experts) fetch = std::max(fetch, l.experts / l.n_expert * l.n_used);
+    p.expert_cache_bytes = std::min(b.ram - sum_dense(layers, ram), fetched_expert_bytes(p));
+    if (p.expert_cache_bytes < 2 * fetch) p.expert_cache_bytes = 0;
+  }
   return p;
 }
 

@@ -17,7 +17,7 @@
 //   2. Of what is left, N + R is fixed; moving a byte from NVMe to RAM lowers N and leaves N + R, so
 //      the bound cannot grow: RAM is filled, dense parts first for the same reason as in 1, then the
 //      expert fetcher's LRU cache (it lives in GPU-mapped pinned host memory, so a cached expert still
-//      crosses the link when used, but not the drive). (Without the shared link, max(N/Bn, R/Bh) alone
+//      crosses the link when used, but not the drive; less than two fetches' worth is no cache). (Without the shared link, max(N/Bn, R/Bh) alone
 //      would want R/Bh = N/Bn, not a full RAM tier; the link is real on every machine here.)
 //   3. VRAM for experts goes to whole layers (dense part and all experts one copy, no fetch at all);
 //      what is left after whole layers (less than one layer's experts) stays unused.
