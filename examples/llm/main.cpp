@@ -27,7 +27,8 @@ namespace {
 
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
-    "           [--resident all|none|N] [--slots N] [--expert-cache SIZE] [--ctx N] [--path auto|gpu|cpu]\n"
+    "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
+    "           [--ctx N] [--path auto|gpu|cpu]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
@@ -38,11 +39,17 @@ const char* kUsage =
     "  -n N                tokens to generate (default 32; stops early at the model's end-of-text token)\n"
     "  --temp T            0 (default): greedy, the token llama.cpp's greedy decoding picks; > 0: sample\n"
     "  --top-k K, --seed S sampling among the K most likely (default 40) with a fixed seed (default 0)\n"
-    "  --resident all|none|N  GPU path: which layers live in GPU memory (the first N); the rest are read from\n"
-    "                      the namespace for every token (default none: every layer streams)\n"
+    "  --vram-budget SIZE  GPU path: GPU memory for layer weights (default: what is free after the embeddings,\n"
+    "                      head, KV cache and activations, less the RAM tier's buffers and 512 MiB)\n"
+    "  --ram-budget SIZE   GPU path: pinned host memory for layers that do not fit in VRAM, read once at start\n"
+    "                      and copied to the GPU per token; MoE: then the expert cache (default 0)\n"
+    "                      The residency plan (printed at start) puts dense parts in VRAM, then RAM, then NVMe\n"
+    "                      (read per token), each tier spread over the layers; MoE experts after dense parts\n"
+    "  --resident all|none|N  GPU path, instead of the budgets: the first N layers in GPU memory, the rest read\n"
+    "                      from the namespace for every token (none: every layer streams)\n"
     "  --slots N           streaming slots (default 2: layer i+1 is read while layer i computes)\n"
-    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in GPU-mapped memory (default 0: the\n"
-    "                      routed experts of a streamed layer are read for every token)\n"
+    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in GPU-mapped memory (default: the plan's,\n"
+    "                      what the RAM budget leaves; 0: the routed experts are read for every token)\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
@@ -83,6 +90,17 @@ uint32_t parse_resident(const std::string& s, uint32_t n_layer) {
   }
 }
 
+// --resident, or the budgets (not both: they are two ways of saying where layers live).
+void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOptions& o) {
+  const bool budgets = args.has("vram-budget") || args.has("ram-budget");
+  if (args.has("resident") && budgets)
+    throw cli::UsageError("--resident places layers by count, --vram-budget / --ram-budget by bytes: give one or the other");
+  if (args.has("resident")) o.resident_layers = parse_resident(args.get("resident"), n_layer);
+  if (args.has("vram-budget")) o.vram_budget = args.get_size("vram-budget", 0);
+  o.ram_budget = args.get_size("ram-budget", 0);
+  if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
+}
+
 // The text of a token for the terminal: control bytes escaped, so a model cannot forge terminal
 // output. Not text::printable: generated text keeps its newlines and tabs, and a token may carry half
 // of a UTF-8 character (byte-fallback tokens), which must pass through to be completed by the next.
@@ -112,13 +130,26 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
                 "\"prompt_tokens\":%u,\"prompt_seconds\":%.6f,\"generated_tokens\":%zu,\"decode_steps\":%u,"
                 "\"decode_seconds\":%.6f,\"tokens_per_second\":%.6f,\"engine_cpu_seconds\":%.6f,"
                 "\"resident_layers\":%u,\"streamed_layers\":%u,\"resident_bytes\":%llu,\"bytes_per_token\":%llu,"
-                "\"streamed_bytes\":%llu,\"io_seconds\":%.6f,\"stall_seconds\":%.6f,\"tokens\":[",
+                "\"streamed_bytes\":%llu,\"io_seconds\":%.6f,\"stall_seconds\":%.6f,",
                 text::json_string(m.file->model_name()).c_str(), text::json_string(m.config.arch_name).c_str(),
                 m.config.n_layer, text::json_string(device).c_str(), text::json_string(described).c_str(), r.prompt_tokens,
                 r.prompt_seconds, r.tokens.size(), r.decode_steps, r.decode_seconds, tps, r.engine_cpu_seconds,
                 e.resident_layers, e.streamed_layers, (unsigned long long)e.resident_bytes,
                 (unsigned long long)e.bytes_per_step, (unsigned long long)e.streamed_bytes, e.io_seconds, e.stall_seconds);
   std::string j = b;
+  std::snprintf(b, sizeof b, "\"ram_layers\":%u,\"ram_bytes\":%llu,\"ram_bytes_per_token\":%llu,\"ram_copied_bytes\":%llu,",
+                e.ram_layers, (unsigned long long)e.ram_bytes, (unsigned long long)e.ram_bytes_per_step,
+                (unsigned long long)e.ram_copied_bytes);
+  j += b;
+  if (!e.plan.layers.empty()) j += "\"plan\":" + llm::plan_json(e.plan) + ",";
+  if (e.has_experts) {
+    const auto& x = e.experts;
+    std::snprintf(b, sizeof b, "\"experts\":{\"fetches\":%llu,\"requested\":%llu,\"hits\":%llu,\"faults\":%llu,\"bytes_read\":%llu},",
+                  (unsigned long long)x.tokens, (unsigned long long)x.requested, (unsigned long long)x.hits,
+                  (unsigned long long)x.faults, (unsigned long long)x.bytes_read);
+    j += b;
+  }
+  j += "\"tokens\":[";
   for (size_t i = 0; i < r.tokens.size(); ++i) j += (i ? "," : "") + std::to_string(r.tokens[i]);
   j += "]}\n";
   std::FILE* f = std::fopen(path.c_str(), "w");
@@ -144,6 +175,15 @@ void print_summary(const llm::GenerateResult& r, const std::string& described) {
                   1e3 * std::max(0.0, r.decode_seconds - e.stall_seconds) / r.decode_steps);
   }
   std::printf("resident: %u layers, %.1f MB read once at start\n", e.resident_layers, e.resident_bytes / 1e6);
+  if (e.ram_layers)
+    std::printf("RAM tier: %u layers, %.1f MB pinned, %.1f MB copied to the GPU per token (%.1f MB in all)\n", e.ram_layers,
+                e.ram_bytes / 1e6, e.ram_bytes_per_step / 1e6, e.ram_copied_bytes / 1e6);
+  if (e.has_experts) {
+    const auto& x = e.experts;
+    std::printf("experts: %llu fetches, %llu experts routed, %llu cache hits (%.0f %%), %llu read (%.1f MB)\n",
+                (unsigned long long)x.tokens, (unsigned long long)x.requested, (unsigned long long)x.hits, 100 * x.hit_rate(),
+                (unsigned long long)x.faults, x.bytes_read / 1e6);
+  }
 }
 
 int run(const cli::Args& args, bool tokenize_only) {
@@ -181,10 +221,9 @@ int run(const cli::Args& args, bool tokenize_only) {
   if (ctx > m.config.n_ctx_train)
     throw cli::UsageError("prompt + -n = " + std::to_string(ctx) + " tokens is longer than the model's context (" + std::to_string(m.config.n_ctx_train) + ")");
   llm::GpuExecOptions o;
-  o.resident_layers = parse_resident(args.get("resident", "none"), m.config.n_layer);
+  parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
-  o.expert_cache_bytes = args.get_size("expert-cache", 0);
   std::unique_ptr<llm::Executor> ex;
   if (example::use_gpu_path(args.get("path", "auto"))) {
     ex = llm::make_gpu_executor(*ctrl, m, ctx, o);
@@ -193,6 +232,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   }
   std::printf("model: %s (%s, %u layers) on %s: %s\n", m.file->model_name().c_str(), m.config.arch_name.c_str(),
               m.config.n_layer, ctrl->transport().name().c_str(), m.detected.describe().c_str());
+  if (!ex->stats().plan.layers.empty()) std::printf("%s", llm::plan_table(ex->stats().plan).c_str());
   std::fflush(stdout);
   llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
   if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
@@ -222,7 +262,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "json-out"},
+                          "logits-out", "expert-cache", "json-out", "vram-budget", "ram-budget"},
                          {"help", "ignore-eos"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

@@ -86,6 +86,9 @@ def main():
         cases.append(("bad token id text", [dev, "--prompt-ids", "1,-2"], ["-2"]))
         cases.append(("text prompt, no vocabulary", [dev, "--prompt", "hello"], ["--prompt-ids"]))
         cases.append(("bad --resident", [dev, "--prompt-ids", "1", "--resident", "some"], ["--resident"]))
+        cases.append(("bad --vram-budget", [dev, "--prompt-ids", "1", "--vram-budget", "12X"], ["--vram-budget", "12X"]))
+        cases.append(("--resident with budgets", [dev, "--prompt-ids", "1", "--resident", "1", "--ram-budget", "1G"],
+                      ["--resident", "--ram-budget", "one or the other"]))
         empty = os.path.join(d, "empty.img")
         with open(empty, "wb") as f:
             f.truncate(16 << 20)

@@ -17,9 +17,12 @@ comparison stops there, counted as "near tie": never silently passed. Prints the
 per model. Exit 77 (skipped) without the reference file, or when no model could be had (gguf-py writes
 the generated ones; --models DIR may hold them already, e.g. on a machine without PyPI).
   reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
-                     [--resident-pair] [--models DIR] [--only NAME...]
+                     [--resident-pair] [--tiers] [--models DIR] [--only NAME...]
 With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
-two runs' logits must be equal to the bit (streaming changes nothing).
+two runs' logits must be equal to the bit (streaming changes nothing). With --tiers, every case runs with
+--resident all and with budgets that put about a third of the layers in each tier (VRAM, pinned RAM,
+NVMe; a 2-layer model: one RAM and one NVMe layer; for a MoE model the RAM budget also leaves an expert cache of half the experts): the logits must
+be equal to the bit, and the run's JSON must show all three tiers used.
 """
 import argparse
 import json
@@ -62,17 +65,46 @@ def deploy(gpunvme, path, workdir):
     return f"emu:{image}"
 
 
-def run_case(a, device, case, steps, workdir, resident=None):
+def run_case(a, device, case, steps, workdir, resident=None, extra=(), label=None):
     ids = ",".join(str(i) for i in case["prompt_ids"])
     trace = os.path.join(workdir, "trace.jsonl")
-    logits = os.path.join(workdir, f"logits-{resident}.bin")
+    logits = os.path.join(workdir, f"logits-{label or resident}.bin")
     cmd = [a.llm, "--device", device, "--prompt-ids", ids, "-n", str(steps), "--ignore-eos", "--path", a.path,
-           "--trace", trace, "--logits-out", logits]
+           "--trace", trace, "--logits-out", logits, "--json-out", os.path.join(workdir, "run.json")]
     if resident:
         cmd += ["--resident", resident]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd + list(extra), check=True, stdout=subprocess.DEVNULL)
     with open(trace) as f:
         return [json.loads(line) for line in f], logits
+
+
+def tier_budgets(path):
+    """--vram-budget / --ram-budget that put about a third of the layers in each tier (the per-layer
+    bytes as the engine counts them: the file range of a layer's tensors but the routed experts)."""
+    import gguf
+    dense, experts = {}, 0
+    for t in gguf.GGUFReader(path).tensors:
+        if not t.name.startswith("blk."):
+            continue
+        layer = int(t.name.split(".")[1])
+        if "_exps." in t.name:
+            experts += int(t.n_bytes)
+            continue
+        b, e = dense.get(layer, (1 << 62, 0))
+        dense[layer] = (min(b, int(t.data_offset)), max(e, int(t.data_offset) + int(t.n_bytes)))
+    widest = max(e - b for b, e in dense.values())
+    third = len(dense) // 3  # a 2-layer model: one RAM layer, one NVMe layer (--resident all covers VRAM)
+    return ["--vram-budget", str(third * widest), "--ram-budget", str(max(1, third) * widest + experts // 2)]
+
+
+def check_tiers(run_json):
+    """The run really used VRAM (3 layers or more), RAM and NVMe layers (else the comparison would prove
+    nothing)."""
+    with open(run_json) as f:
+        j = json.load(f)
+    counts = (j["resident_layers"], j["ram_layers"], j["streamed_layers"])
+    need = counts if j["layers"] >= 3 else counts[1:]
+    return counts if all(need) else None
 
 
 def files_equal(p, q):
@@ -106,6 +138,7 @@ def main():
     ap.add_argument("--gpunvme", required=True)
     ap.add_argument("--path", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--resident-pair", action="store_true")
+    ap.add_argument("--tiers", action="store_true")
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
@@ -138,6 +171,18 @@ def main():
                 if not files_equal(all_logits, none_logits):
                     print(f"FAIL {name} case {k}: logits with --resident all and --resident none differ")
                     failed += 1
+            elif a.tiers:
+                ours, all_logits = run_case(a, device, case, ref["steps"], models_dir, "all")
+                _, tier_logits = run_case(a, device, case, ref["steps"], models_dir, extra=tier_budgets(path), label="tiers")
+                counts = check_tiers(os.path.join(models_dir, "run.json"))
+                if counts is None:
+                    print(f"FAIL {name} case {k}: the budgets did not give layers in all three tiers")
+                    failed += 1
+                elif not files_equal(all_logits, tier_logits):
+                    print(f"FAIL {name} case {k}: logits with tiers (VRAM/RAM/NVMe layers {counts}) and --resident all differ")
+                    failed += 1
+                elif k == 0:
+                    print(f"  {name}: tiers VRAM/RAM/NVMe layers {counts}: logits equal to --resident all to the bit")
             else:
                 ours, _ = run_case(a, device, case, ref["steps"], models_dir)
             status, detail, diff = compare_case(ours, case)

@@ -5,10 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "examples/llm/engine/model_on_device.h"
+#include "examples/llm/engine/residency_plan.h"
+#include "runtime/stream/expert_fetcher.h"
 
 namespace gpunvme::llm {
 
@@ -16,9 +19,14 @@ struct ExecStats {
   uint64_t streamed_bytes = 0;   // read from the namespace during tokens (not at start)
   double io_seconds = 0;         // GPU time spent on those reads (sum over layers)
   double stall_seconds = 0;      // compute waited for I/O
-  uint64_t resident_bytes = 0;   // read once at start
+  uint64_t resident_bytes = 0;   // read once at start into GPU memory
   uint64_t bytes_per_step = 0;   // weight bytes streamed for one token (every streamed layer once)
-  uint32_t resident_layers = 0, streamed_layers = 0;
+  uint64_t ram_bytes = 0;        // RAM tier: pinned host memory read once at start
+  uint64_t ram_bytes_per_step = 0, ram_copied_bytes = 0;  // copied to the GPU per token / in all
+  uint32_t resident_layers = 0, ram_layers = 0, streamed_layers = 0;
+  ResidencyPlan plan;            // GPU executor: where every layer lives
+  bool has_experts = false;      // the fetcher ran (MoE with experts not in VRAM)
+  stream::FetcherMetrics experts;
 };
 
 class Executor {
@@ -35,10 +43,14 @@ class Executor {
 std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx);
 
 struct GpuExecOptions {
-  uint32_t resident_layers = 0;  // the first N layers live in GPU memory; the rest stream
+  std::optional<uint32_t> resident_layers;  // --resident N: the first N layers whole in GPU memory, the rest stream
+  // The residency plan's budgets (when resident_layers is not given). VRAM: default what the GPU has
+  // free after the globals, KV cache and activations, less the RAM tier's buffers and a reserve.
+  std::optional<uint64_t> vram_budget;
+  uint64_t ram_budget = 0;
   uint32_t slots = 2;            // streaming slots (double buffering: 2)
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
-  uint64_t expert_cache_bytes = 0;  // MoE: LRU cache of fetched experts (0: none, experts read every token)
+  std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
 };
 
 // CUDA builds with a GPU; otherwise throws naming why.
