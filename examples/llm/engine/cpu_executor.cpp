@@ -14,7 +14,12 @@ class CpuExecutor final : public Executor {
     layers_ = m.config.n_layer;
   }
   const std::vector<float>& step(uint32_t token, uint32_t pos) override { return fwd_.eval(token, pos); }
-  ExecStats stats() const override { return {.resident_bytes = bytes_.size(), .resident_layers = layers_}; }
+  ExecStats stats() const override {
+    ExecStats s;
+    s.resident_bytes = bytes_.size();
+    s.resident_layers = layers_;
+    return s;
+  }
   std::string describe() const override {
     char b[160];
     std::snprintf(b, sizeof b, "CPU executor: the whole model (%.1f MB) read once into host memory", bytes_.size() / 1e6);
