@@ -17,7 +17,12 @@ class CpuExecutor final : public Executor {
     return fwd_.eval_batch(tokens, pos0, all_logits);
   }
   uint32_t max_batch() const override { return UINT32_MAX; }  // buffers grow with the pass
-  ExecStats stats() const override { return {.resident_bytes = bytes_.size(), .resident_layers = layers_}; }
+  ExecStats stats() const override {
+    ExecStats s;
+    s.resident_bytes = bytes_.size();
+    s.resident_layers = layers_;
+    return s;
+  }
   std::string describe() const override {
     char b[160];
     std::snprintf(b, sizeof b, "CPU executor: the whole model (%.1f MB) read once into host memory", bytes_.size() / 1e6);

@@ -4,12 +4,14 @@
 // (generate.cpp) is written once over this interface.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/residency_plan.h"
 #include "runtime/stream/expert_fetcher.h"
@@ -40,6 +42,8 @@ class Executor {
   // alone gives. A pass at pos0 overwrites the cache from pos0 on and attends to the positions before
   // pos0 as last written: rolling back a speculative pass is starting the next one at the right pos0.
   virtual std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) = 0;
+  // One token at `pos`: a pass of one; its logits.
+  std::span<const float> step(uint32_t token, uint32_t pos) { return pass(std::span(&token, 1), pos, false); }
   virtual uint32_t max_batch() const = 0;
   // With all_logits, at most this many tokens per pass (a speculative pass: the draft + 1).
   virtual uint32_t max_logit_rows() const { return max_batch(); }
@@ -51,6 +55,20 @@ class Executor {
 
 std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx);
 
+// Dense layer bytes that reach the GPU per token by some way of copying (the RAM tier, ram_tier.h; the
+// benchmark's mmap baseline), layers in order and cyclic across tokens: acquire() makes `compute` wait
+// for the next layer and returns where it is; release() lets its buffer be reused after the kernels
+// enqueued on `compute` so far.
+class LayerSource {
+ public:
+  virtual ~LayerSource() = default;
+  virtual WeightView acquire(gpu_stream_t compute) = 0;
+  virtual void release(gpu_stream_t compute) = 0;
+  virtual void sync() {}  // waits (bounded) for copies still running
+};
+// Makes a LayerSource for the NVMe tier's layers (their byte ranges, in order), instead of GPU-issued reads.
+using LayerSourceFactory = std::function<std::unique_ptr<LayerSource>(std::vector<ByteRange> ranges)>;
+
 struct GpuExecOptions {
   std::optional<uint32_t> resident_layers;  // --resident N: the first N layers whole in GPU memory, the rest stream
   // The residency plan's budgets (when resident_layers is not given). VRAM: default what the GPU has
@@ -61,6 +79,7 @@ struct GpuExecOptions {
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
   std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
+  LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
 };
 
 // CUDA builds with a GPU; otherwise throws naming why.

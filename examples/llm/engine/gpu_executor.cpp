@@ -89,7 +89,15 @@ class GpuExecutor final : public Executor {
     load_tiers(o);
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, 2 + o.queues, o.queues, o.expert_cache_bytes.value_or(plan_.expert_cache_bytes));
-    if (plan_.count(Tier::kNvme) > 0) open_streamer(c, o);
+    if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
+      std::vector<ByteRange> ranges;
+      for (const LayerWeights& l : m_.weights.layers)
+        if (plan_.layers[l.index].dense == Tier::kNvme) ranges.push_back(dense_range(m_, l));
+      for (const ByteRange& r : ranges) streamer_bytes_per_step_ += r.bytes();
+      nvme_source_ = o.nvme_source(std::move(ranges));
+    } else if (plan_.count(Tier::kNvme) > 0) {
+      open_streamer(c, o);
+    }
   }
   ~GpuExecutor() override {
     try {
@@ -97,6 +105,7 @@ class GpuExecutor final : public Executor {
     } catch (...) {
     }
     fwd_.reset();
+    nvme_source_.reset();
     ram_.reset();
     experts_.reset();
     streamer_.reset();
@@ -115,6 +124,9 @@ class GpuExecutor final : public Executor {
       } else if (at.dense == Tier::kRam) {
         fwd_->layer(l, ram_->acquire(compute_), experts);
         ram_->release(compute_);
+      } else if (nvme_source_) {  // a baseline's way of reading the NVMe tier
+        fwd_->layer(l, nvme_source_->acquire(compute_), experts);
+        nvme_source_->release(compute_);
       } else {
         const uint32_t slot = uint32_t(consumed_ % slots_);
         const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
@@ -142,6 +154,7 @@ class GpuExecutor final : public Executor {
       streamer_->sync();
     }
     if (ram_) ram_->sync();
+    if (nvme_source_) nvme_source_->sync();
     if (experts_) experts_->wait();  // throws the first failed expert read
     device::check_cuda(cudaStreamSynchronize(compute_), "compute stream");
   }
@@ -152,7 +165,7 @@ class GpuExecutor final : public Executor {
     s.resident_layers = plan_.count(Tier::kVram);
     s.ram_layers = plan_.count(Tier::kRam);
     s.streamed_layers = plan_.count(Tier::kNvme);
-    s.bytes_per_step = streamer_ ? streamer_bytes_per_step_ : 0;
+    s.bytes_per_step = streamer_bytes_per_step_;
     s.resident_bytes = embd_->bytes + norm_->bytes + (out_ ? out_->bytes : 0);
     for (const auto& v : vram_) s.resident_bytes += v ? v->bytes : 0;
     if (ram_) {
@@ -294,6 +307,7 @@ class GpuExecutor final : public Executor {
   std::unique_ptr<DeviceCopy> embd_, norm_, out_;
   std::vector<std::unique_ptr<DeviceCopy>> vram_;  // [layer]: the VRAM tier's copies
   std::unique_ptr<RamTier> ram_;
+  std::unique_ptr<LayerSource> nvme_source_;
   std::unique_ptr<example::GpuQueues> queues_;
   std::unique_ptr<stream::GpuSubmitter> submitter_;
   std::unique_ptr<stream::LayerStreamer> streamer_;

@@ -50,13 +50,13 @@ void RamTier::begin_next() {
   ++begun_;
 }
 
-WeightView RamTier::acquire(cudaStream_t compute) {
+WeightView RamTier::acquire(gpu_stream_t compute) {
   const size_t b = consumed_ % buffers_.size(), j = consumed_ % ranges_.size();
   device::check_cuda(cudaStreamWaitEvent(compute, ready_[b], 0), "RAM tier: compute waits for its copy");
   return {buffers_[b], -int64_t(ranges_[j].begin)};
 }
 
-void RamTier::release(cudaStream_t compute) {
+void RamTier::release(gpu_stream_t compute) {
   const size_t b = consumed_ % buffers_.size();
   device::check_cuda(cudaEventRecord(free_[b], compute), "RAM tier: buffer free");
   ++consumed_;

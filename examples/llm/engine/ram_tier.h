@@ -12,26 +12,25 @@
 #include <cstdint>
 #include <vector>
 
-#include "examples/llm/compute/gpu_forward.h"
-#include "examples/llm/engine/model_on_device.h"
+#include "examples/llm/engine/executor.h"
 
 namespace gpunvme::llm {
 
-class RamTier {
+class RamTier final : public LayerSource {
  public:
   // ranges[j]: the file bytes of the j-th RAM layer, in layer order. Reads them all (bounded by the
   // device's reads); allocates the pinned memory and depth buffers of the largest range.
   RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t depth);
-  ~RamTier();
+  ~RamTier() override;
   RamTier(const RamTier&) = delete;
   RamTier& operator=(const RamTier&) = delete;
 
   // The next RAM layer (in order, cyclic): makes `compute` wait for its copy and returns its view.
-  WeightView acquire(cudaStream_t compute);
+  WeightView acquire(gpu_stream_t compute) override;
   // Its buffer may be refilled once the kernels enqueued on `compute` so far ran; enqueues the next copy.
-  void release(cudaStream_t compute);
+  void release(gpu_stream_t compute) override;
   // Waits for the copy stream (bounded by the copies enqueued).
-  void sync();
+  void sync() override;
 
   uint64_t host_bytes() const { return host_bytes_; }       // pinned, read once at start
   uint64_t device_bytes() const { return slot_bytes_ * buffers_.size(); }
