@@ -90,20 +90,22 @@ TEST_CASE("a batched pass gives, per token, the bits of single-token passes", "[
   const std::vector<float> want = one_by_one(m, tokens);
   REQUIRE(std::all_of(want.begin(), want.end(), [](float v) { return std::isfinite(v); }));
 
-  SECTION("chunks of 5, 1 and 8 tokens, every row's logits") {
+  // Every check below starts from a fresh cache and compares with the same one-by-one logits.
+  {  // chunks of 5, 1 and 8 tokens, every row's logits
     CpuForward f(m.c, m.w, m.bytes, 14);
     uint32_t pos = 0;
     for (uint32_t len : {5u, 1u, 8u}) {
       const auto rows = f.eval_batch(std::span(tokens).subspan(pos, len), pos, true);
+      CAPTURE(pos, len);
       REQUIRE(same_bits(rows, std::span(want).subspan(size_t(pos) * V, size_t(len) * V)));
       pos += len;
     }
   }
-  SECTION("the whole prompt in one pass, the last row only") {
+  {  // the whole prompt in one pass, the last row only
     CpuForward f(m.c, m.w, m.bytes, 14);
     REQUIRE(same_bits(f.eval_batch(tokens, 0, false), std::span(want).subspan(13 * size_t(V), V)));
   }
-  SECTION("a rolled-back pass leaves no trace: rejected drafts are overwritten") {
+  {  // a rolled-back pass leaves no trace: rejected drafts are overwritten
     CpuForward f(m.c, m.w, m.bytes, 14);
     f.eval_batch(std::span(tokens).subspan(0, 6), 0, true);
     // A speculative pass at 6..11 whose drafts (positions 8..11) are wrong; 6 and 7 are kept.

@@ -60,12 +60,12 @@ struct TinyModel {
   std::vector<uint8_t> bytes;
 };
 
-// A model of 3 layers, n_embd 256 (k-quant rows are 256 wide), 4 query heads of 64 over 2 KV heads.
+// A model of 2 layers, n_embd 256 (k-quant rows are 256 wide), 4 query heads of 64 over 2 KV heads.
 inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
   TinyModel m;
   ModelConfig& c = m.c;
   c.arch = shape == Shape::kQwen2 ? Arch::kQwen2 : shape == Shape::kGemma3 ? Arch::kGemma3 : Arch::kLlama;
-  c.n_embd = 256, c.n_layer = 3, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.n_ff = 512, c.n_vocab = 300;
+  c.n_embd = 256, c.n_layer = 2, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.n_ff = 512, c.n_vocab = 300;
   c.n_ctx_train = 64;
   c.rms_eps = 1e-6f;
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
@@ -73,7 +73,7 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
   if (shape == Shape::kMoe) c.n_expert = 4, c.n_expert_used = 2;
   if (shape == Shape::kGemma3) {
     c.rope_base = 1e6f;
-    c.swa_window = 5, c.swa_period = 2;  // layers 0 and 2 see the last 5 positions, layer 1 all
+    c.swa_window = 5, c.swa_period = 2;  // layer 0 sees the last 5 positions, layer 1 all
     c.embd_scale = std::sqrt(float(c.n_embd));
     c.act = FfnAct::kGelu;
     c.qk_norm = c.post_norms = true;
