@@ -69,15 +69,19 @@ def ttft(a, tmp):
             row.update(token_by_token_seconds=None, token_by_token_estimated=None)
         tbt = row["token_by_token_seconds"]
         row["speedup"] = tbt / bat["prompt_seconds"] if tbt and bat["prompt_seconds"] > 0 else None
+        # The yardstick: the batched prompt against as many one-token passes as it took passes.
+        row["one_token_pass_seconds"] = per_pass
+        row["vs_one_token_passes"] = bat["prompt_seconds"] / (bat["prompt_passes"] * per_pass) if per_pass else None
         rows.append(row)
     print(f"\nTime to first token (the prompt's passes; the first token is picked from the last pass's logits), "
           f"--batch {a.batch} against --batch 1:")
-    print(f"{'prompt':>7} | {'token by token':>20} | {'batched':>20} | speedup")
+    print(f"{'prompt':>7} | {'token by token':>20} | {'batched':>20} | speedup | x one-token passes")
     for r in rows:
         tbt = "not measured" if r["token_by_token_seconds"] is None else f"{r['token_by_token_seconds']:.3f} s" + \
             (" (est.)" if r["token_by_token_estimated"] else "")
         sp = f"{r['speedup']:.1f}x" if r["speedup"] else "-"
-        print(f"{r['prompt_tokens']:>7} | {tbt:>20} | {r['batched_seconds']:>9.3f} s {r['batched_passes']:>3} passes | {sp:>7}")
+        vs = f"{r['vs_one_token_passes']:.2f}" if r["vs_one_token_passes"] else "-"
+        print(f"{r['prompt_tokens']:>7} | {tbt:>20} | {r['batched_seconds']:>9.3f} s {r['batched_passes']:>3} passes | {sp:>7} | {vs:>6}")
     if any(r["token_by_token_estimated"] for r in rows):
         print(f"(est.: prompts over --baseline-max {a.baseline_max} tokens: n x the last measured token-by-token pass)")
     return rows
