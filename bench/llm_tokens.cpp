@@ -45,7 +45,8 @@ const char* kUsage =
     "ntransformer-style pipeline: mmap + one memcpy worker + pinned staging + copy to the GPU, paced like\n"
     "the modeled drive). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
     "of a (model, budget) must give logits equal to the bit to its first cell, else it prints an error.\n"
-    "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends.\n"
+    "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends. A\n"
+    "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        default gpunvme,mmap\n"
@@ -242,8 +243,12 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
     for (const Budget& b : budgets) {
       std::optional<uint64_t> first_hash;
+      // A plan with nothing on NVMe reads no drive per token: one cell stands for every drive and loader.
+      const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(m), b.b);
+      const bool drive_free = plan.count(llm::Tier::kNvme) == 0 && !plan.any_fetched_experts();
       for (const std::string& d : drives) {
         for (const std::string& md : modes) {
+          if (drive_free && (d != drives.front() || md != modes.front())) continue;
           Cell c;
           try {
             c = run_cell(image, m, b, d, md, warmup, tokens, slots, h2d);
