@@ -40,13 +40,15 @@ const char* kUsage =
     "  eff          tok/s / bound\n"
     "  host CPU     CPU time of the process during the timed tokens, less the emulator's controller threads\n"
     "               (the drive's work, not the engine's)\n"
-    "  experts      MoE: fetched experts' cache hits / routed (a random-weight router is the worst case for\n"
-    "               caching: uniform choices, so the numbers are a floor)\n"
+    "  experts      MoE: fetched experts' cache hits / routed, and the one-token-lag prediction's hit rate (the\n"
+    "               previous token's experts at each layer; measured, no prefetch is issued). A random-weight\n"
+    "               router is the worst case for caching and prediction: uniform choices, so these are floors\n"
     "Loaders for the NVMe tier: gpunvme (GPU-issued reads into slots, LayerStreamer) and mmap (the\n"
     "ntransformer-style pipeline: mmap + one memcpy worker + pinned staging + copy to the GPU, paced like\n"
     "the modeled drive). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
     "of a (model, budget) must give logits equal to the bit to its first cell, else it prints an error.\n"
-    "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends.\n"
+    "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends. A\n"
+    "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        default gpunvme,mmap\n"
@@ -191,13 +193,16 @@ std::string cell_json(const Cell& c, double h2d) {
                 "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
-                "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"logits_fnv1a\":\"%016llx\",\"plan\":",
+                "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
+                "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",\"plan\":",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
                 text::json_string(c.mode).c_str(), c.error.empty() ? "null" : text::json_string(c.error).c_str(), c.tokens,
                 c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
                 bench::ls::drive_read_bandwidth(c.drive), e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
-                (unsigned long long)e.experts.bytes_read, (unsigned long long)c.logits_hash);
+                (unsigned long long)e.experts.bytes_read, (unsigned long long)e.lag.routed,
+                (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted_bytes,
+                (unsigned long long)c.logits_hash);
   return b + (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
@@ -206,8 +211,10 @@ void print_cell(const Cell& c) {
     std::printf("%-22s %-10s %-6s %-8s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive.c_str(), c.mode.c_str(), c.error.c_str());
   } else {
     const auto& x = c.stats.experts;
-    char experts[64] = "-";
-    if (c.stats.has_experts) std::snprintf(experts, sizeof experts, "%llu/%llu", (unsigned long long)x.hits, (unsigned long long)x.requested);
+    char experts[96] = "-";
+    if (c.stats.has_experts)
+      std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%", (unsigned long long)x.hits, (unsigned long long)x.requested,
+                    100 * c.stats.lag.hit_rate());
     std::printf("%-22s %-10s %-6s %-8s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
                 c.drive.c_str(), c.mode.c_str(), c.stats.resident_layers, c.stats.ram_layers, c.stats.streamed_layers, c.tps,
                 c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, c.host_cpu, experts);
@@ -230,7 +237,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   const double h2d = measure_h2d();
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", h2d / 1e9);
   std::printf("%-22s %-10s %-6s %-8s %11s %9s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "V/R/N lay", "tok/s",
-              "bound", "eff", "host CPU", "expert hits");
+              "bound", "eff", "host CPU", "expert cache hits; lag prediction");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
   if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
   int errors = 0;
@@ -243,8 +250,12 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
     for (const Budget& b : budgets) {
       std::optional<uint64_t> first_hash;
+      // A plan with nothing on NVMe reads no drive per token: one cell stands for every drive and loader.
+      const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(m), b.b);
+      const bool drive_free = plan.count(llm::Tier::kNvme) == 0 && !plan.any_fetched_experts();
       for (const std::string& d : drives) {
         for (const std::string& md : modes) {
+          if (drive_free && (d != drives.front() || md != modes.front())) continue;
           Cell c;
           try {
             c = run_cell(image, m, b, d, md, warmup, tokens, slots, h2d);

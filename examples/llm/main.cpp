@@ -156,9 +156,13 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
   if (!e.plan.layers.empty()) j += "\"plan\":" + llm::plan_json(e.plan) + ",";
   if (e.has_experts) {
     const auto& x = e.experts;
-    std::snprintf(b, sizeof b, "\"experts\":{\"fetches\":%llu,\"requested\":%llu,\"hits\":%llu,\"faults\":%llu,\"bytes_read\":%llu},",
+    std::snprintf(b, sizeof b,
+                  "\"experts\":{\"fetches\":%llu,\"requested\":%llu,\"hits\":%llu,\"faults\":%llu,\"bytes_read\":%llu,"
+                  "\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,\"lag_wasted\":%llu,\"lag_wasted_bytes\":%llu},",
                   (unsigned long long)x.tokens, (unsigned long long)x.requested, (unsigned long long)x.hits,
-                  (unsigned long long)x.faults, (unsigned long long)x.bytes_read);
+                  (unsigned long long)x.faults, (unsigned long long)x.bytes_read, (unsigned long long)e.lag.routed,
+                  (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted,
+                  (unsigned long long)e.lag.wasted_bytes);
     j += b;
   }
   j += "\"tokens\":[";
@@ -200,6 +204,10 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
     std::printf("experts: %llu fetches, %llu experts routed, %llu cache hits (%.0f %%), %llu read (%.1f MB)\n",
                 (unsigned long long)x.tokens, (unsigned long long)x.requested, (unsigned long long)x.hits, 100 * x.hit_rate(),
                 (unsigned long long)x.faults, x.bytes_read / 1e6);
+    std::printf("one-token-lag prediction (the previous token's experts at each layer; measured, not issued): "
+                "%.0f %% of %llu routed experts; %llu predicted for nothing (%.1f MB a prefetch would waste)\n",
+                100 * e.lag.hit_rate(), (unsigned long long)e.lag.routed, (unsigned long long)e.lag.wasted,
+                e.lag.wasted_bytes / 1e6);
   }
 }
 

@@ -78,21 +78,13 @@ def run_case(a, device, case, steps, workdir, resident=None, extra=(), label=Non
         return [json.loads(line) for line in f], logits
 
 
-def tier_budgets(path):
-    """--vram-budget / --ram-budget that put about a third of the layers in each tier (the per-layer
-    bytes as the engine counts them: the file range of a layer's tensors but the routed experts)."""
-    import gguf
-    dense, experts = {}, 0
-    for t in gguf.GGUFReader(path).tensors:
-        if not t.name.startswith("blk."):
-            continue
-        layer = int(t.name.split(".")[1])
-        if "_exps." in t.name:
-            experts += int(t.n_bytes)
-            continue
-        b, e = dense.get(layer, (1 << 62, 0))
-        dense[layer] = (min(b, int(t.data_offset)), max(e, int(t.data_offset) + int(t.n_bytes)))
-    widest = max(e - b for b, e in dense.values())
+def tier_budgets(run_json):
+    """--vram-budget / --ram-budget that put about a third of the layers in each tier, from the per-layer
+    bytes the engine counted in a run's JSON (its plan): no gguf-py needed (the GPU machine has none)."""
+    with open(run_json) as f:
+        plan = json.load(f)["plan"]
+    dense, experts = plan["layer_dense_bytes"], sum(plan["layer_expert_bytes"])
+    widest = max(dense)
     third = len(dense) // 3  # a 2-layer model: one RAM layer, one NVMe layer (--resident all covers VRAM)
     return ["--vram-budget", str(third * widest), "--ram-budget", str(max(1, third) * widest + experts // 2)]
 
@@ -142,6 +134,8 @@ def main():
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
+    if a.tiers and a.path != "gpu":
+        ap.error("--tiers compares the GPU executor's tiers: give --path gpu")
     if not os.path.exists(REFERENCE):
         print(f"SKIP: {REFERENCE} missing (scripts/llm/reference.py makes it)")
         return 77
@@ -173,7 +167,8 @@ def main():
                     failed += 1
             elif a.tiers:
                 ours, all_logits = run_case(a, device, case, ref["steps"], models_dir, "all")
-                _, tier_logits = run_case(a, device, case, ref["steps"], models_dir, extra=tier_budgets(path), label="tiers")
+                budgets = tier_budgets(os.path.join(models_dir, "run.json"))  # the --resident all run's plan
+                _, tier_logits = run_case(a, device, case, ref["steps"], models_dir, extra=budgets, label="tiers")
                 counts = check_tiers(os.path.join(models_dir, "run.json"))
                 if counts is None:
                     print(f"FAIL {name} case {k}: the budgets did not give layers in all three tiers")

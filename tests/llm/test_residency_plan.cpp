@@ -76,10 +76,11 @@ TEST_CASE("MoE: dense parts first, then whole layers' experts in VRAM; RAM: dens
   CHECK(std::count_if(p.layers.begin(), p.layers.end(), [](const LayerPlacement& l) { return l.experts_in_vram; }) == 1);
   CHECK(p.expert_cache_bytes == 60);
   CHECK(p.any_fetched_experts());
-  // 240 B of fetched experts, 60 cached: 3/4 of the 2-of-8 share misses; all of it crosses the link.
+  // 240 B of fetched experts, 60 cached: 3/4 of the 2-of-8 share misses (NVMe), 1/4 hits (RAM); all of
+  // it crosses the link.
   CHECK(p.nvme_bytes_per_token() == 0.75 * 240 * 2 / 8);
+  CHECK(p.ram_bytes_per_token() == 0.25 * 240 * 2 / 8);
   CHECK(p.link_bytes_per_token() == 240 * 2 / 8);
-  CHECK(p.ram_bytes_per_token() == 0);
   CHECK(p.placed_bytes(Tier::kVram) == 40 + 80);
   CHECK(p.placed_bytes(Tier::kRam) == 60);
   // A cache below two fetches (2 x 2 experts of 10 B) is no cache.
@@ -91,7 +92,7 @@ TEST_CASE("MoE: dense parts first, then whole layers' experts in VRAM; RAM: dens
   CHECK(in(small, Tier::kVram).size() == 2);
   CHECK(in(small, Tier::kRam).size() == 2);
   CHECK(small.expert_cache_bytes == 320);  // every expert fits: the cache is capped at what is fetched
-  CHECK(small.ram_bytes_per_token() == 20);
+  CHECK(small.ram_bytes_per_token() == 20 + 320 * 2 / 8);  // the dense parts, and every routed expert hits
   CHECK(small.nvme_bytes_per_token() == 0);
 }
 
@@ -108,12 +109,14 @@ TEST_CASE("--resident N: the first N layers whole in VRAM, the rest on NVMe") {
 TEST_CASE("the table and the JSON name every tier") {
   const ResidencyPlan p = plan_residency(dense_model(10, 100), {.vram = 350, .ram = 420});
   const std::string t = plan_table(p);
-  CHECK(t.find("VRAM  1,5,8") != std::string::npos);
-  CHECK(t.find("RAM   0,3,6,9") != std::string::npos);
-  CHECK(t.find("NVMe  2,4,7") != std::string::npos);
+  CHECK(t.find("VRAM       3  300 B       0 B         1,5,8\n") != std::string::npos);
+  CHECK(t.find("RAM        4  400 B       400 B       0,3,6,9\n") != std::string::npos);
+  CHECK(t.find("NVMe       3  300 B       300 B       2,4,7\n") != std::string::npos);
   const std::string j = plan_json(p);
   CHECK(j.find("\"layer_tiers\":[\"RAM\",\"VRAM\",\"NVMe\",\"RAM\"") != std::string::npos);
   CHECK(j.find("\"ram_bytes_per_token\":400") != std::string::npos);
+  CHECK(j.find("\"layer_dense_bytes\":[100,100,100,100,100,100,100,100,100,100],\"layer_expert_bytes\":[0,0,0,0,0,0,0,0,0,0]}") !=
+        std::string::npos);
 }
 
 TEST_CASE("bad input is refused") {

@@ -13,6 +13,7 @@
 
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/engine/model_on_device.h"
+#include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/residency_plan.h"
 #include "runtime/stream/expert_fetcher.h"
 
@@ -30,6 +31,7 @@ struct ExecStats {
   ResidencyPlan plan;            // GPU executor: where every layer lives
   bool has_experts = false;      // the fetcher ran (MoE with experts not in VRAM)
   stream::FetcherMetrics experts;
+  LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
 };
 
 class Executor {

@@ -23,6 +23,7 @@
 #include "examples/llm/compute/gpu_forward.h"
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/ram_tier.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
@@ -52,28 +53,62 @@ struct DeviceCopy {
   WeightView view() const { return {p, -int64_t(begin)}; }
 };
 
-// MoE experts of streamed layers: the GPU expert fetcher reads the routed experts after the router ran,
-// on the compute stream, on queues of its own (the streamer's kernels drive theirs on the I/O stream).
+// MoE experts of layers not wholly in VRAM: the GPU expert fetcher reads the routed experts after the
+// router ran, on the compute stream, on queues of its own (the streamer's kernels drive theirs on the
+// I/O stream). Each fetch's ids are also copied into a per-layer log, read once per token for the
+// one-token-lag prediction counters (expert_lag.h).
 class FetchedExperts final : public ExpertSource {
  public:
-  FetchedExperts(host::Controller& c, const ModelOnDevice& m, uint32_t first_qid, uint32_t queues, uint64_t cache_bytes)
+  FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
+                 uint64_t cache_bytes)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
-                 stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}) {}
+                 stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}),
+        k_(m.config.n_expert_used),
+        lag_(k_, fetched_expert_bytes(plan)),
+        ids_(size_t(m.config.n_layer) * k_) {
+    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&log_), ids_.size() * sizeof(uint32_t)), "cudaMalloc for the routing log");
+    device::check_cuda(cudaMemset(log_, 0, ids_.size() * sizeof(uint32_t)), "routing log");
+  }
+  ~FetchedExperts() override { cudaFree(log_); }
+  FetchedExperts(const FetchedExperts&) = delete;
+  FetchedExperts& operator=(const FetchedExperts&) = delete;
+
   void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
     fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
+    device::check_cuda(cudaMemcpyAsync(log_ + size_t(layer) * k_, ids, k * sizeof(uint32_t), cudaMemcpyDeviceToDevice, s),
+                       "routing log");
+  }
+  // After a token's kernels ran: its routed ids into the lag counters.
+  void end_token(cudaStream_t s) {
+    device::check_cuda(cudaMemcpyAsync(ids_.data(), log_, ids_.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "routing log");
+    device::check_cuda(cudaStreamSynchronize(s), "routing log");
+    lag_.token(ids_);
   }
   const uint8_t* scratch() const override { return static_cast<const uint8_t*>(fetcher_.scratchpad().device()); }
   const stream::GpuFetchedExpert* experts() const override { return fetcher_.device_experts(); }
   const uint32_t* selection() const override { return fetcher_.device_selection(); }
   stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
+  const LagCounts& lag() const { return lag_.counts(); }
   void wait() { fetcher_.wait(); }
 
  private:
+  // One expert's bytes for each layer whose experts are fetched, 0 for the others.
+  static std::vector<uint64_t> fetched_expert_bytes(const ResidencyPlan& p) {
+    std::vector<uint64_t> b(p.layers.size(), 0);
+    for (size_t i = 0; i < b.size(); ++i)
+      if (!p.layers[i].experts_in_vram && p.bytes[i].n_expert) b[i] = p.bytes[i].experts / p.bytes[i].n_expert;
+    return b;
+  }
+
   example::GpuQueues queues_;
   stream::GpuSubmitter submitter_;
   stream::GpuExpertFetcher fetcher_;
+  uint32_t k_;
+  ExpertLag lag_;
+  std::vector<uint32_t> ids_;  // host copy of the log (not pinned: a few hundred bytes per token)
+  uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
 };
 
 class GpuExecutor final : public Executor {
@@ -88,7 +123,8 @@ class GpuExecutor final : public Executor {
     make_plan(o);
     load_tiers(o);
     if (plan_.any_fetched_experts())
-      experts_ = std::make_unique<FetchedExperts>(c, m_, 2 + o.queues, o.queues, o.expert_cache_bytes.value_or(plan_.expert_cache_bytes));
+      experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
+                                                  o.expert_cache_bytes.value_or(plan_.expert_cache_bytes));
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
       std::vector<ByteRange> ranges;
       for (const LayerWeights& l : m_.weights.layers)
@@ -136,7 +172,11 @@ class GpuExecutor final : public Executor {
         begin_next();
       }
     }
-    return fwd_->logits(all_logits);
+    const std::span<const float> logits = fwd_->logits(all_logits);
+    // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
+    // only its last token's ids, and a speculative pass's last token may be a rejected draft).
+    if (experts_ && tokens.size() == 1) experts_->end_token(compute_);
+    return logits;
   }
   uint32_t max_batch() const override { return fwd_->max_batch(); }
   uint32_t max_logit_rows() const override { return fwd_->max_logit_rows(); }
@@ -182,6 +222,7 @@ class GpuExecutor final : public Executor {
     if (experts_) {
       s.has_experts = true;
       s.experts = experts_->metrics();
+      s.lag = experts_->lag();
     }
     return s;
   }

@@ -140,33 +140,36 @@ uint64_t ResidencyPlan::placed_bytes(Tier t) const {
   return s;
 }
 
-uint64_t ResidencyPlan::ram_bytes_per_token() const {
-  uint64_t s = 0;
-  for (size_t i = 0; i < layers.size(); ++i)
-    if (layers[i].dense == Tier::kRam) s += bytes[i].dense;
+namespace {
+
+// The share of the fetched experts the cache holds (uniform router).
+double cached_share(const ResidencyPlan& p) {
+  const uint64_t fetched = fetched_expert_bytes(p);
+  return fetched ? double(std::min(p.expert_cache_bytes, fetched)) / double(fetched) : 0;
+}
+
+// Expected routed-expert bytes per token of the fetched layers.
+double routed_bytes(const ResidencyPlan& p) {
+  double s = 0;
+  for (size_t i = 0; i < p.layers.size(); ++i)
+    if (!p.layers[i].experts_in_vram && p.bytes[i].experts)
+      s += double(p.bytes[i].experts) * p.bytes[i].n_used / p.bytes[i].n_expert;
   return s;
 }
+
+double dense_in(const ResidencyPlan& p, Tier t) {
+  double s = 0;
+  for (size_t i = 0; i < p.layers.size(); ++i)
+    if (p.layers[i].dense == t) s += double(p.bytes[i].dense);
+  return s;
+}
+
+}  // namespace
+
+double ResidencyPlan::ram_bytes_per_token() const { return dense_in(*this, Tier::kRam) + cached_share(*this) * routed_bytes(*this); }
 
 double ResidencyPlan::nvme_bytes_per_token() const {
-  double s = 0;
-  const uint64_t fetched = fetched_expert_bytes(*this);
-  // Under a uniform router the cache holds min(cache, fetched) / fetched of every layer's experts.
-  const double miss = fetched ? 1.0 - double(std::min(expert_cache_bytes, fetched)) / double(fetched) : 0;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].dense == Tier::kNvme) s += double(bytes[i].dense);
-    if (!layers[i].experts_in_vram && bytes[i].experts)
-      s += miss * double(bytes[i].experts) * bytes[i].n_used / bytes[i].n_expert;
-  }
-  return s;
-}
-
-double ResidencyPlan::link_bytes_per_token() const {
-  double s = double(ram_bytes_per_token());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].dense == Tier::kNvme) s += double(bytes[i].dense);
-    if (!layers[i].experts_in_vram && bytes[i].experts) s += double(bytes[i].experts) * bytes[i].n_used / bytes[i].n_expert;
-  }
-  return s;
+  return dense_in(*this, Tier::kNvme) + (1 - cached_share(*this)) * routed_bytes(*this);
 }
 
 double ResidencyPlan::bound_seconds(double drive_bytes_per_s, double h2d_bytes_per_s) const {
@@ -182,40 +185,44 @@ bool ResidencyPlan::any_fetched_experts() const {
 }
 
 std::string plan_table(const ResidencyPlan& p) {
-  std::string s = "residency plan (" + p.rule + "):\n  tier  layers                          bytes       per token\n";
-  char b[256];
+  std::string s = "residency plan (" + p.rule + "):\n  tier  layers  stored      per token   which layers\n";
+  char b[160];
   for (Tier t : {Tier::kVram, Tier::kRam, Tier::kNvme}) {
-    const double per_token = t == Tier::kVram ? 0 : t == Tier::kRam ? double(p.ram_bytes_per_token()) : p.nvme_bytes_per_token();
-    std::snprintf(b, sizeof b, "  %-5s %-30s %-11s %s\n", tier_name(t), ranges(layers_in(p, t)).c_str(),
-                  text::human_bytes(double(p.placed_bytes(t))).c_str(), text::human_bytes(per_token).c_str());
-    s += b;
+    const double per_token = t == Tier::kVram ? 0 : t == Tier::kRam ? p.ram_bytes_per_token() : p.nvme_bytes_per_token();
+    const std::vector<uint32_t> ids = layers_in(p, t);
+    std::snprintf(b, sizeof b, "  %-5s %6zu  %-11s %-11s ", tier_name(t), ids.size(), text::human_bytes(double(p.placed_bytes(t))).c_str(),
+                  text::human_bytes(per_token).c_str());
+    s += b + ranges(ids) + "\n";
   }
   if (p.any_fetched_experts() || p.expert_cache_bytes) {
     std::vector<uint32_t> whole;
     for (uint32_t i = 0; i < p.layers.size(); ++i)
       if (p.layers[i].experts_in_vram && p.bytes[i].experts) whole.push_back(i);
-    std::snprintf(b, sizeof b, "  experts: whole layers in VRAM %s; LRU cache in pinned RAM %s; the rest fetched from NVMe after routing\n",
-                  ranges(whole).c_str(), text::human_bytes(double(p.expert_cache_bytes)).c_str());
-    s += b;
+    s += "  MoE experts: whole layers in VRAM " + ranges(whole) + "; LRU cache in pinned RAM " +
+         text::human_bytes(double(p.expert_cache_bytes)) + "; the rest read from NVMe after routing\n";
   }
   return s;
 }
 
 std::string plan_json(const ResidencyPlan& p) {
-  std::string tiers, experts;
+  std::string tiers, experts, dense_bytes, expert_bytes;
   for (size_t i = 0; i < p.layers.size(); ++i) {
-    tiers += std::string(i ? "," : "") + "\"" + tier_name(p.layers[i].dense) + "\"";
-    experts += std::string(i ? "," : "") + (p.layers[i].experts_in_vram ? "true" : "false");
+    const std::string sep = i ? "," : "";
+    tiers += sep + "\"" + tier_name(p.layers[i].dense) + "\"";
+    experts += sep + (p.layers[i].experts_in_vram ? "true" : "false");
+    dense_bytes += sep + std::to_string(p.bytes[i].dense);
+    expert_bytes += sep + std::to_string(p.bytes[i].experts);
   }
   char b[512];
   std::snprintf(b, sizeof b,
                 "{\"rule\":%s,\"vram_bytes\":%llu,\"ram_bytes\":%llu,\"nvme_bytes\":%llu,\"expert_cache_bytes\":%llu,"
-                "\"ram_bytes_per_token\":%llu,\"nvme_bytes_per_token\":%.0f,\"link_bytes_per_token\":%.0f,",
+                "\"ram_bytes_per_token\":%.0f,\"nvme_bytes_per_token\":%.0f,\"link_bytes_per_token\":%.0f,",
                 text::json_string(p.rule).c_str(), (unsigned long long)p.placed_bytes(Tier::kVram),
                 (unsigned long long)p.placed_bytes(Tier::kRam), (unsigned long long)p.placed_bytes(Tier::kNvme),
-                (unsigned long long)p.expert_cache_bytes, (unsigned long long)p.ram_bytes_per_token(), p.nvme_bytes_per_token(),
+                (unsigned long long)p.expert_cache_bytes, p.ram_bytes_per_token(), p.nvme_bytes_per_token(),
                 p.link_bytes_per_token());
-  return b + ("\"layer_tiers\":[" + tiers + "],\"layer_experts_in_vram\":[" + experts + "]}");
+  return b + ("\"layer_tiers\":[" + tiers + "],\"layer_experts_in_vram\":[" + experts + "],\"layer_dense_bytes\":[" +
+               dense_bytes + "],\"layer_expert_bytes\":[" + expert_bytes + "]}");
 }
 
 }  // namespace gpunvme::llm

@@ -59,12 +59,13 @@ struct ResidencyPlan {
 
   uint32_t count(Tier t) const;          // layers whose dense part is in tier t
   uint64_t placed_bytes(Tier t) const;   // bytes stored in tier t (VRAM: with resident experts; RAM: with the cache)
-  // Bytes per token: RAM: the RAM-tier dense parts (copied to the GPU); NVMe: the streamed dense parts
-  // and the expected routed experts that miss the cache (k/n of each fetched layer's experts, less the
-  // cache's share under a uniform router); link: everything entering the GPU (RAM, NVMe and cache hits).
-  uint64_t ram_bytes_per_token() const;
+  // Expected bytes per token crossing each link: RAM: the RAM-tier dense parts (copied to the GPU) and the
+  // routed experts found in the cache (read by the kernels through the GPU mapping); NVMe: the streamed
+  // dense parts and the routed experts that miss the cache. Experts: k/n of each fetched layer's
+  // experts, the cache holding its share of them under a uniform router. link = RAM + NVMe.
+  double ram_bytes_per_token() const;
   double nvme_bytes_per_token() const;
-  double link_bytes_per_token() const;
+  double link_bytes_per_token() const { return ram_bytes_per_token() + nvme_bytes_per_token(); }
   // max(NVMe bytes / drive B/s, (RAM + NVMe bytes) / host-to-GPU B/s), in seconds: the rule's bound.
   double bound_seconds(double drive_bytes_per_s, double h2d_bytes_per_s) const;
   bool any_fetched_experts() const;      // a MoE layer whose experts the fetcher reads
