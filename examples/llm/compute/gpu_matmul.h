@@ -1,7 +1,7 @@
 // Matrix times vectors on the GPU for the engine: the single-token matrix-vector kernel (a warp per
 // row, weights dequantized in registers) and the batched kernel for a pass of several tokens, in which a
-// warp dequantizes its row ONCE into shared memory and multiplies it by every token's vector. The
-// batched kernel adds in the matrix-vector kernel's order (each lane its groups, then the same
+// warp dequantizes its row ONCE into shared memory and multiplies it by every token's vector (the
+// vectors staged in shared memory a chunk at a time, once per block of rows). The batched kernel adds in the matrix-vector kernel's order (each lane its groups, then the same
 // butterfly), so a (row, token) result has the same bits whichever kernel computed it: a batched pass
 // gives the logits of single-token passes (tests/gpu/test_llm_matmul.cpp holds them equal).
 #pragma once
