@@ -189,21 +189,23 @@ std::string cell_json(const Cell& c, double h2d) {
   const auto& e = c.stats;
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"mode\":%s,\"error\":%s,\"tokens\":%u,"
+                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"mode\":%s,\"tokens\":%u,"
                 "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
                 "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
-                "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",\"plan\":",
+                "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
-                text::json_string(c.mode).c_str(), c.error.empty() ? "null" : text::json_string(c.error).c_str(), c.tokens,
+                text::json_string(c.mode).c_str(), c.tokens,
                 c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
                 bench::ls::drive_read_bandwidth(c.drive), e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
                 (unsigned long long)e.experts.bytes_read, (unsigned long long)e.lag.routed,
                 (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted_bytes,
                 (unsigned long long)c.logits_hash);
-  return b + (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
+  // The error text and the plan can be long: appended, not formatted into the fixed buffer.
+  return b + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+         (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
 void print_cell(const Cell& c) {

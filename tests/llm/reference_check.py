@@ -21,7 +21,7 @@ the generated ones; --models DIR may hold them already, e.g. on a machine withou
 With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
 two runs' logits must be equal to the bit (streaming changes nothing). With --tiers, every case runs with
 --resident all and with budgets that put about a third of the layers in each tier (VRAM, pinned RAM,
-NVMe; a 2-layer model: one RAM and one NVMe layer; for a MoE model the RAM budget also leaves an expert cache of half the experts): the logits must
+NVMe; a 2-layer model: one RAM and one NVMe layer; for a MoE model also an expert cache of half the experts): the logits must
 be equal to the bit, and the run's JSON must show all three tiers used.
 """
 import argparse
@@ -86,7 +86,8 @@ def tier_budgets(run_json):
     dense, experts = plan["layer_dense_bytes"], sum(plan["layer_expert_bytes"])
     widest = max(dense)
     third = len(dense) // 3  # a 2-layer model: one RAM layer, one NVMe layer (--resident all covers VRAM)
-    return ["--vram-budget", str(third * widest), "--ram-budget", str(max(1, third) * widest + experts // 2)]
+    args = ["--vram-budget", str(third * widest), "--ram-budget", str(max(1, third) * widest)]
+    return args + (["--expert-cache", str(experts // 2)] if experts else [])
 
 
 def check_tiers(run_json):
