@@ -79,13 +79,13 @@ void check_model_on_device(Device& dev, const std::string& path, uint64_t bytes,
                      " --print-dd shows the dd command) or deploy without --record-only");
 }
 
-// Streams the file onto the device in pipelined pieces (the next piece is read and folded into the
+// Streams the model (a file, or bytes made on the fly: ByteSource) onto the device in pipelined pieces (the next piece is read and folded into the
 // chunk CRCs while this one is written) and returns the model's first block, which it does not
 // write: the caller writes it last, so the GGUF magic appears only once every other byte is there.
 class ModelStream {
  public:
-  ModelStream(Device& dev, const std::string& path, model::DeployRecord& r, uint64_t piece_bytes)
-      : dev_(dev), path_(path), r_(r), lba_(dev.lba_size()), fd_(path),
+  ModelStream(Device& dev, gguf::ByteSource& src, model::DeployRecord& r, uint64_t piece_bytes)
+      : dev_(dev), src_(src), r_(r), lba_(dev.lba_size()),
         piece_(std::max<uint64_t>(lba_, piece_bytes / lba_ * lba_)) {
     if ((r_.chunk_bytes() % piece_) != 0 && (piece_ % r_.chunk_bytes()) != 0)
       throw model::ModelError("piece size must divide the checksum chunk size");
@@ -125,7 +125,9 @@ class ModelStream {
   uint64_t load(int slot, uint64_t off) {
     const uint64_t len = std::min(piece_, r_.model_bytes - off);
     auto* p = buf_[slot].as<uint8_t>();
-    fd_.read_exact(off, p, len, path_);
+    if (src_.read(off, p, len) != len)
+      throw model::ModelError("reading " + src_.describe() + " at byte " + std::to_string(off) +
+                              ": unexpected end (did the file change?)");
     const uint64_t padded = (len + lba_ - 1) / lba_ * lba_;
     std::memset(p + len, 0, padded - len);
     for (uint64_t done = 0; done < len;) {
@@ -138,16 +140,15 @@ class ModelStream {
   }
 
   Device& dev_;
-  const std::string& path_;
+  gguf::ByteSource& src_;
   model::DeployRecord& r_;
   const uint32_t lba_;
-  Fd fd_;
   const uint64_t piece_;
   host::DmaBuffer buf_[2];
 };
 
 // The full write, in the order that keeps it atomic for readers (see deploy_model in deploy.h).
-void write_model(Device& dev, const std::string& path, model::DeployRecord& r, const DeployOptions& opt,
+void write_model(Device& dev, gguf::ByteSource& src, model::DeployRecord& r, const DeployOptions& opt,
                  uint64_t& written) {
   model::DeployRecord in_progress = r;
   in_progress.in_progress = true;
@@ -155,7 +156,7 @@ void write_model(Device& dev, const std::string& path, model::DeployRecord& r, c
   write_block(dev, model::kRecordLba, model::serialize_record(in_progress));
   write_block(dev, r.model_start_lba, std::vector<uint8_t>(dev.lba_size(), 0));  // an older model's magic
   dev.flush();
-  ModelStream stream(dev, path, r, opt.piece_bytes);
+  ModelStream stream(dev, src, r, opt.piece_bytes);
   const std::vector<uint8_t> first_block = stream.run(opt.progress, written);
   dev.flush();  // every other model byte durable before the magic
   write_block(dev, r.model_start_lba, first_block);
@@ -211,11 +212,12 @@ DdPlan dd_plan(const std::string& gguf_path, uint32_t lba_size, uint64_t start_l
   return p;
 }
 
-DeployResult deploy_model(Device& dev, const std::string& gguf_path, const DeployOptions& opt) {
+namespace {
+
+// Steps 2 and 3 of a deploy, for a model whose header was checked: the record, then the bytes.
+DeployResult deploy_checked(Device& dev, gguf::ByteSource& src, uint64_t bytes, const std::string& name,
+                            const std::string& path, const DeployOptions& opt) {
   const uint32_t lba = dev.lba_size();
-  // 1. The file must be a regular file holding a GGUF (header only: milliseconds even for large files).
-  const gguf::GgufFile file = open_model_file(gguf_path);
-  const uint64_t bytes = file.file_size();
   const uint64_t start = opt.start_lba.value_or(model::default_model_start_lba(lba));
   // 2. Start LBA, fit, signatures.
   DeployResult res;
@@ -226,18 +228,17 @@ DeployResult deploy_model(Device& dev, const std::string& gguf_path, const Deplo
   r.model_bytes = bytes;
   r.lba_size = lba;
   r.chunk_shift = model::choose_chunk_shift(bytes, lba);
-  r.name = model_name_of(file, gguf_path);
+  r.name = name;
   const auto t0 = std::chrono::steady_clock::now();
   if (opt.record_only) {
-    check_model_on_device(dev, gguf_path, bytes, start);
-    gguf::FileSource src(gguf_path);
+    check_model_on_device(dev, path, bytes, start);
     r.chunk_crcs = model::compute_chunk_crcs(src, bytes, r.chunk_shift);
     write_block(dev, model::kRecordLba, model::serialize_record(r));
     dev.flush();
     if (opt.progress) opt.progress(bytes, bytes);
   } else {
     try {
-      write_model(dev, gguf_path, r, opt, res.bytes_written);
+      write_model(dev, src, r, opt, res.bytes_written);
     } catch (const std::exception& e) {
       throw model::ModelError("deploy to " + dev.name() + " failed after " + std::to_string(res.bytes_written) + " of " +
                               std::to_string(bytes) + " bytes: " + e.what() +
@@ -247,6 +248,23 @@ DeployResult deploy_model(Device& dev, const std::string& gguf_path, const Deplo
   }
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return res;
+}
+
+}  // namespace
+
+DeployResult deploy_model(Device& dev, const std::string& gguf_path, const DeployOptions& opt) {
+  // 1. The file must be a regular file holding a GGUF (header only: milliseconds even for large files).
+  const gguf::GgufFile file = open_model_file(gguf_path);
+  gguf::FileSource src(gguf_path);
+  return deploy_checked(dev, src, file.file_size(), model_name_of(file, gguf_path), gguf_path, opt);
+}
+
+DeployResult deploy_source(Device& dev, gguf::ByteSource& model, const std::string& name, const DeployOptions& opt) {
+  if (opt.record_only) throw model::ModelError("--record-only needs a model file, not a generated model");
+  const gguf::GgufFile file = gguf::GgufFile::read(model);  // a valid header whose tensors lie inside the source
+  if (file.data_end() > model.size())
+    throw model::ModelError(model.describe() + " ends before its last tensor");
+  return deploy_checked(dev, model, model.size(), name, model.describe(), opt);
 }
 
 }  // namespace gpunvme::deploy

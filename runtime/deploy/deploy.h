@@ -11,6 +11,7 @@
 #include "runtime/deploy/device.h"
 #include "runtime/deploy/progress.h"
 #include "runtime/deploy/safety.h"
+#include "runtime/gguf/byte_source.h"
 #include "runtime/model/deploy_record.h"
 
 namespace gpunvme::deploy {
@@ -41,6 +42,10 @@ struct DeployResult {
 // deploy that stops anywhere (signal, error, power) leaves the in-progress record, which ls,
 // verify and the runtime refuse. A failed write throws ModelError saying how far it got.
 DeployResult deploy_model(Device& dev, const std::string& gguf_path, const DeployOptions& opt = {});
+// The same write from bytes made on the fly (a generated model, examples/llm/tools/make_model.cpp):
+// `model` holds a whole GGUF (checked: header, tensors inside it); read in pieces of
+// opt.piece_bytes, each once, in order. No record_only (there is no file to dd).
+DeployResult deploy_source(Device& dev, gguf::ByteSource& model, const std::string& name, const DeployOptions& opt = {});
 
 // What deploy (and --print-dd, which must refuse the same targets) checks before writing
 // `model_bytes` at `start_lba`: start LBA >= 1, a device that keeps data (not emu:null), fit

@@ -17,9 +17,12 @@ comparison stops there, counted as "near tie": never silently passed. Prints the
 per model. Exit 77 (skipped) without the reference file, or when no model could be had (gguf-py writes
 the generated ones; --models DIR may hold them already, e.g. on a machine without PyPI).
   reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
-                     [--resident-pair] [--models DIR] [--only NAME...]
+                     [--resident-pair] [--tiers] [--models DIR] [--only NAME...]
 With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
-two runs' logits must be equal to the bit (streaming changes nothing).
+two runs' logits must be equal to the bit (streaming changes nothing). With --tiers, every case runs with
+--resident all and with budgets that put about a third of the layers in each tier (VRAM, pinned RAM,
+NVMe; a 2-layer model: one RAM and one NVMe layer; for a MoE model also an expert cache of half the experts): the logits must
+be equal to the bit, and the run's JSON must show all three tiers used.
 """
 import argparse
 import json
@@ -62,17 +65,39 @@ def deploy(gpunvme, path, workdir):
     return f"emu:{image}"
 
 
-def run_case(a, device, case, steps, workdir, resident=None):
+def run_case(a, device, case, steps, workdir, resident=None, extra=(), label=None):
     ids = ",".join(str(i) for i in case["prompt_ids"])
     trace = os.path.join(workdir, "trace.jsonl")
-    logits = os.path.join(workdir, f"logits-{resident}.bin")
+    logits = os.path.join(workdir, f"logits-{label or resident}.bin")
     cmd = [a.llm, "--device", device, "--prompt-ids", ids, "-n", str(steps), "--ignore-eos", "--path", a.path,
-           "--trace", trace, "--logits-out", logits]
+           "--trace", trace, "--logits-out", logits, "--json-out", os.path.join(workdir, "run.json")]
     if resident:
         cmd += ["--resident", resident]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd + list(extra), check=True, stdout=subprocess.DEVNULL)
     with open(trace) as f:
         return [json.loads(line) for line in f], logits
+
+
+def tier_budgets(run_json):
+    """--vram-budget / --ram-budget that put about a third of the layers in each tier, from the per-layer
+    bytes the engine counted in a run's JSON (its plan): no gguf-py needed (the GPU machine has none)."""
+    with open(run_json) as f:
+        plan = json.load(f)["plan"]
+    dense, experts = plan["layer_dense_bytes"], sum(plan["layer_expert_bytes"])
+    widest = max(dense)
+    third = len(dense) // 3  # a 2-layer model: one RAM layer, one NVMe layer (--resident all covers VRAM)
+    args = ["--vram-budget", str(third * widest), "--ram-budget", str(max(1, third) * widest)]
+    return args + (["--expert-cache", str(experts // 2)] if experts else [])
+
+
+def check_tiers(run_json):
+    """The run really used VRAM (3 layers or more), RAM and NVMe layers (else the comparison would prove
+    nothing)."""
+    with open(run_json) as f:
+        j = json.load(f)
+    counts = (j["resident_layers"], j["ram_layers"], j["streamed_layers"])
+    need = counts if j["layers"] >= 3 else counts[1:]
+    return counts if all(need) else None
 
 
 def files_equal(p, q):
@@ -106,9 +131,12 @@ def main():
     ap.add_argument("--gpunvme", required=True)
     ap.add_argument("--path", default="cpu", choices=["cpu", "gpu"])
     ap.add_argument("--resident-pair", action="store_true")
+    ap.add_argument("--tiers", action="store_true")
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
+    if a.tiers and a.path != "gpu":
+        ap.error("--tiers compares the GPU executor's tiers: give --path gpu")
     if not os.path.exists(REFERENCE):
         print(f"SKIP: {REFERENCE} missing (scripts/llm/reference.py makes it)")
         return 77
@@ -138,6 +166,19 @@ def main():
                 if not files_equal(all_logits, none_logits):
                     print(f"FAIL {name} case {k}: logits with --resident all and --resident none differ")
                     failed += 1
+            elif a.tiers:
+                ours, all_logits = run_case(a, device, case, ref["steps"], models_dir, "all")
+                budgets = tier_budgets(os.path.join(models_dir, "run.json"))  # the --resident all run's plan
+                _, tier_logits = run_case(a, device, case, ref["steps"], models_dir, extra=budgets, label="tiers")
+                counts = check_tiers(os.path.join(models_dir, "run.json"))
+                if counts is None:
+                    print(f"FAIL {name} case {k}: the budgets did not give layers in all three tiers")
+                    failed += 1
+                elif not files_equal(all_logits, tier_logits):
+                    print(f"FAIL {name} case {k}: logits with tiers (VRAM/RAM/NVMe layers {counts}) and --resident all differ")
+                    failed += 1
+                elif k == 0:
+                    print(f"  {name}: tiers VRAM/RAM/NVMe layers {counts}: logits equal to --resident all to the bit")
             else:
                 ours, _ = run_case(a, device, case, ref["steps"], models_dir)
             status, detail, diff = compare_case(ours, case)

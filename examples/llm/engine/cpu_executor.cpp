@@ -13,8 +13,16 @@ class CpuExecutor final : public Executor {
     read_model_bytes(m, 0, bytes_.size(), bytes_.data());
     layers_ = m.config.n_layer;
   }
-  const std::vector<float>& step(uint32_t token, uint32_t pos) override { return fwd_.eval(token, pos); }
-  ExecStats stats() const override { return {.resident_bytes = bytes_.size(), .resident_layers = layers_}; }
+  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
+    return fwd_.eval_batch(tokens, pos0, all_logits);
+  }
+  uint32_t max_batch() const override { return UINT32_MAX; }  // buffers grow with the pass
+  ExecStats stats() const override {
+    ExecStats s;
+    s.resident_bytes = bytes_.size();
+    s.resident_layers = layers_;
+    return s;
+  }
   std::string describe() const override {
     char b[160];
     std::snprintf(b, sizeof b, "CPU executor: the whole model (%.1f MB) read once into host memory", bytes_.size() / 1e6);

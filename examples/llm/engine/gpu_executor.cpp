@@ -1,7 +1,11 @@
-// The GPU executor: the engine as an outside engine would use gpunvme's runtime.
+// The GPU executor: the engine as an outside engine would use gpunvme's runtime. Where each layer lives
+// is the residency plan's (residency_plan.h), made once at start from the budgets (or --resident N):
 //   - token embeddings, output norm and head: read once at start into GPU memory;
-//   - the first `resident_layers` layers: read once into one GPU buffer;
-//   - every other layer: a LayerStreamer over GPU-driven NVMe queues (GpuSubmitter) reads it into a
+//   - VRAM layers: read once into a GPU buffer each (a MoE layer: its dense part, or the whole layer
+//     when the plan keeps its experts in VRAM too);
+//   - RAM layers: read once into pinned host memory, copied to the GPU per token on a stream of their
+//     own, running ahead of the compute (ram_tier.h);
+//   - NVMe layers: a LayerStreamer over GPU-driven NVMe queues (GpuSubmitter) reads it into a
 //     slot on the `io` stream while the previous layer computes on the `compute` stream; the compute
 //     stream waits on the GPU for exactly its layer, the slot is refilled only after the layer's
 //     kernels ran (release on `compute`). Loads run ahead across token boundaries: the layer order
@@ -19,6 +23,8 @@
 #include "examples/llm/compute/gpu_forward.h"
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/expert_lag.h"
+#include "examples/llm/engine/ram_tier.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_submitter.h"
@@ -47,43 +53,87 @@ struct DeviceCopy {
   WeightView view() const { return {p, -int64_t(begin)}; }
 };
 
-// MoE experts of streamed layers: the GPU expert fetcher reads the routed experts after the router ran,
-// on the compute stream, on queues of its own (the streamer's kernels drive theirs on the I/O stream).
+// MoE experts of layers not wholly in VRAM: the GPU expert fetcher reads the routed experts after the
+// router ran, on the compute stream, on queues of its own (the streamer's kernels drive theirs on the
+// I/O stream). Each fetch's ids are also copied into a per-layer log, read once per token for the
+// one-token-lag prediction counters (expert_lag.h).
 class FetchedExperts final : public ExpertSource {
  public:
-  FetchedExperts(host::Controller& c, const ModelOnDevice& m, uint32_t first_qid, uint32_t queues, uint64_t cache_bytes)
+  FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
+                 uint64_t cache_bytes)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
-                 stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}) {}
+                 stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}),
+        k_(m.config.n_expert_used),
+        lag_(k_, fetched_expert_bytes(plan)),
+        ids_(size_t(m.config.n_layer) * k_) {
+    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&log_), ids_.size() * sizeof(uint32_t)), "cudaMalloc for the routing log");
+    device::check_cuda(cudaMemset(log_, 0, ids_.size() * sizeof(uint32_t)), "routing log");
+  }
+  ~FetchedExperts() override { cudaFree(log_); }
+  FetchedExperts(const FetchedExperts&) = delete;
+  FetchedExperts& operator=(const FetchedExperts&) = delete;
+
   void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
     fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
+    device::check_cuda(cudaMemcpyAsync(log_ + size_t(layer) * k_, ids, k * sizeof(uint32_t), cudaMemcpyDeviceToDevice, s),
+                       "routing log");
+  }
+  // After a token's kernels ran: its routed ids into the lag counters.
+  void end_token(cudaStream_t s) {
+    device::check_cuda(cudaMemcpyAsync(ids_.data(), log_, ids_.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "routing log");
+    device::check_cuda(cudaStreamSynchronize(s), "routing log");
+    lag_.token(ids_);
   }
   const uint8_t* scratch() const override { return static_cast<const uint8_t*>(fetcher_.scratchpad().device()); }
   const stream::GpuFetchedExpert* experts() const override { return fetcher_.device_experts(); }
   const uint32_t* selection() const override { return fetcher_.device_selection(); }
   stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
+  const LagCounts& lag() const { return lag_.counts(); }
   void wait() { fetcher_.wait(); }
 
  private:
+  // One expert's bytes for each layer whose experts are fetched, 0 for the others.
+  static std::vector<uint64_t> fetched_expert_bytes(const ResidencyPlan& p) {
+    std::vector<uint64_t> b(p.layers.size(), 0);
+    for (size_t i = 0; i < b.size(); ++i)
+      if (!p.layers[i].experts_in_vram && p.bytes[i].n_expert) b[i] = p.bytes[i].experts / p.bytes[i].n_expert;
+    return b;
+  }
+
   example::GpuQueues queues_;
   stream::GpuSubmitter submitter_;
   stream::GpuExpertFetcher fetcher_;
+  uint32_t k_;
+  ExpertLag lag_;
+  std::vector<uint32_t> ids_;  // host copy of the log (not pinned: a few hundred bytes per token)
+  uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
 };
 
 class GpuExecutor final : public Executor {
  public:
-  GpuExecutor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
-      : m_(m), resident_(std::min(o.resident_layers, m.config.n_layer)) {
+  GpuExecutor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o) : m_(m) {
     open_streams();
     load_globals();
-    if (resident_ > 0)
-      layers_copy_ = std::make_unique<DeviceCopy>(m, m.weights.layers[0].begin, m.weights.layers[resident_ - 1].end);
-    if (resident_ < m.config.n_layer) open_streamer(c, o);
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
                                         GlobalWeights{embd_->at(m.weights.token_embd), norm_->at(m.weights.output_norm),
                                                       out_ ? out_->at(m.weights.output) : embd_->at(m.weights.output)},
-                                        reinterpret_cast<gpu_stream_t>(compute_));
+                                        reinterpret_cast<gpu_stream_t>(compute_), o.max_batch);
+    make_plan(o);
+    load_tiers(o);
+    if (plan_.any_fetched_experts())
+      experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
+                                                  o.expert_cache_bytes.value_or(plan_.expert_cache_bytes));
+    if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
+      std::vector<ByteRange> ranges;
+      for (const LayerWeights& l : m_.weights.layers)
+        if (plan_.layers[l.index].dense == Tier::kNvme) ranges.push_back(dense_range(m_, l));
+      for (const ByteRange& r : ranges) streamer_bytes_per_step_ += r.bytes();
+      nvme_source_ = o.nvme_source(std::move(ranges));
+    } else if (plan_.count(Tier::kNvme) > 0) {
+      open_streamer(c, o);
+    }
   }
   ~GpuExecutor() override {
     try {
@@ -91,6 +141,8 @@ class GpuExecutor final : public Executor {
     } catch (...) {
     }
     fwd_.reset();
+    nvme_source_.reset();
+    ram_.reset();
     experts_.reset();
     streamer_.reset();
     submitter_.reset();
@@ -98,63 +150,130 @@ class GpuExecutor final : public Executor {
     if (compute_) cudaStreamDestroy(compute_);
   }
 
-  const std::vector<float>& step(uint32_t token, uint32_t pos) override {
-    fwd_->embed(token, pos);
+  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
+    fwd_->embed(tokens, pos0);
     for (const LayerWeights& l : m_.weights.layers) {
-      if (l.index < resident_) {
-        fwd_->layer(l, layers_copy_->view());
-        continue;
+      const LayerPlacement& at = plan_.layers[l.index];
+      ExpertSource* experts = at.experts_in_vram ? nullptr : experts_.get();
+      if (at.dense == Tier::kVram) {
+        fwd_->layer(l, vram_[l.index]->view(), experts);
+      } else if (at.dense == Tier::kRam) {
+        fwd_->layer(l, ram_->acquire(compute_), experts);
+        ram_->release(compute_);
+      } else if (nvme_source_) {  // a baseline's way of reading the NVMe tier
+        fwd_->layer(l, nvme_source_->acquire(compute_), experts);
+        nvme_source_->release(compute_);
+      } else {
+        const uint32_t slot = uint32_t(consumed_ % slots_);
+        const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
+        fwd_->layer(l, {static_cast<const uint8_t*>(v.device), slot_delta_[stream_index_[l.index]]}, experts);
+        streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
+        ++consumed_;
+        begin_next();
       }
-      const uint32_t slot = uint32_t(consumed_ % slots_);
-      const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
-      fwd_->layer(l, {static_cast<const uint8_t*>(v.device), slot_delta_[l.index - resident_]}, experts_.get());
-      streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
-      ++consumed_;
-      begin_next();
     }
-    return fwd_->logits();
+    const std::span<const float> logits = fwd_->logits(all_logits);
+    // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
+    // only its last token's ids, and a speculative pass's last token may be a rejected draft).
+    if (experts_ && tokens.size() == 1) experts_->end_token(compute_);
+    return logits;
   }
+  uint32_t max_batch() const override { return fwd_->max_batch(); }
+  uint32_t max_logit_rows() const override { return fwd_->max_logit_rows(); }
 
   void finish() override {
-    if (!streamer_ || finished_) return;
+    if (finished_) return;
     finished_ = true;
     auto comp = reinterpret_cast<stream::cuda_stream_t>(compute_);
-    while (consumed_ < begun_) {  // loads that ran ahead of the last token: drain them
-      const uint32_t slot = uint32_t(consumed_++ % slots_);
-      streamer_->wait(slot, comp);
-      streamer_->release(slot, comp);
+    if (streamer_) {
+      while (consumed_ < begun_) {  // loads that ran ahead of the last token: drain them
+        const uint32_t slot = uint32_t(consumed_++ % slots_);
+        streamer_->wait(slot, comp);
+        streamer_->release(slot, comp);
+      }
+      streamer_->sync();
     }
-    streamer_->sync();
+    if (ram_) ram_->sync();
+    if (nvme_source_) nvme_source_->sync();
     if (experts_) experts_->wait();  // throws the first failed expert read
     device::check_cuda(cudaStreamSynchronize(compute_), "compute stream");
   }
 
   ExecStats stats() const override {
     ExecStats s;
-    s.resident_layers = resident_;
-    s.streamed_layers = m_.config.n_layer - resident_;
-    for (uint32_t i = resident_; i < m_.config.n_layer; ++i) s.bytes_per_step += m_.weights.layers[i].end - m_.weights.layers[i].begin;
-    s.resident_bytes = (layers_copy_ ? layers_copy_->bytes : 0) + embd_->bytes + (out_ ? out_->bytes : 0);
+    s.plan = plan_;
+    s.resident_layers = plan_.count(Tier::kVram);
+    s.ram_layers = plan_.count(Tier::kRam);
+    s.streamed_layers = plan_.count(Tier::kNvme);
+    s.bytes_per_step = streamer_bytes_per_step_;
+    s.resident_bytes = embd_->bytes + norm_->bytes + (out_ ? out_->bytes : 0);
+    for (const auto& v : vram_) s.resident_bytes += v ? v->bytes : 0;
+    if (ram_) {
+      s.ram_bytes = ram_->host_bytes();
+      s.ram_bytes_per_step = ram_->bytes_per_token();
+      s.ram_copied_bytes = ram_->copied_bytes();
+    }
     if (streamer_) {
       const auto& st = streamer_->stats();
       s.streamed_bytes = st.bytes;
       s.io_seconds = st.io_seconds;
       s.stall_seconds = st.wait_seconds;
     }
+    if (experts_) {
+      s.has_experts = true;
+      s.experts = experts_->metrics();
+      s.lag = experts_->lag();
+    }
     return s;
   }
 
   std::string describe() const override {
-    char b[256];
+    char b[384];
     std::snprintf(b, sizeof b,
-                  "GPU executor: %u layers resident in GPU memory, %u streamed per token through %u slots by GPU-issued "
-                  "NVMe reads (%zu queues); KV cache and activations %.1f MB",
-                  resident_, m_.config.n_layer - resident_, streamer_ ? slots_ : 0, queues_ ? queues_->raw.size() : size_t(0),
+                  "GPU executor: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
+                  "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB",
+                  plan_.count(Tier::kVram), plan_.count(Tier::kRam), plan_.count(Tier::kNvme), streamer_ ? slots_ : 0,
+                  queues_ ? queues_->raw.size() : size_t(0), experts_ ? ", routed experts fetched after routing" : "",
                   fwd_->device_bytes() / 1e6);
     return b;
   }
 
  private:
+  // The plan: --resident N, or the budgets (VRAM by default: what the GPU has free now, after the
+  // globals, KV cache and activations, less the RAM tier's GPU buffers and a reserve for the CUDA
+  // context, the queues and the fetcher's tables).
+  void make_plan(const GpuExecOptions& o) {
+    const std::vector<LayerBytes> bytes = layer_bytes(m_);
+    if (o.resident_layers) {
+      plan_ = plan_first_layers(bytes, *o.resident_layers);
+      return;
+    }
+    Budgets b{.vram = 0, .ram = o.ram_budget};
+    if (o.vram_budget) {
+      b.vram = *o.vram_budget;
+    } else {
+      size_t free = 0, total = 0;
+      device::check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+      uint64_t widest = 0;
+      for (const LayerBytes& l : bytes) widest = std::max(widest, l.dense);
+      const uint64_t reserve = uint64_t(std::max<uint32_t>(1, o.slots)) * widest + kVramReserve;
+      b.vram = free > reserve ? free - reserve : 0;
+    }
+    plan_ = plan_residency(bytes, b);
+  }
+
+  void load_tiers(const GpuExecOptions& o) {
+    vram_.resize(m_.config.n_layer);
+    std::vector<ByteRange> ram;
+    for (const LayerWeights& l : m_.weights.layers) {
+      const LayerPlacement& at = plan_.layers[l.index];
+      const ByteRange r = at.experts_in_vram ? ByteRange{l.begin, l.end} : dense_range(m_, l);
+      if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(m_, r.begin, r.end);
+      if (at.dense == Tier::kRam) ram.push_back(r);
+    }
+    if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), std::max<uint32_t>(1, o.slots));
+  }
+
   void open_streams() {
     int lo = 0, hi = 0;
     device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
@@ -174,13 +293,22 @@ class GpuExecutor final : public Executor {
   void open_streamer(host::Controller& c, const GpuExecOptions& o) {
     // MoE: the streamer reads the dense part of a layer; the routed experts come from the fetcher.
     auto all = plan::layer_extents(*m_.map, /*skip_experts=*/m_.config.is_moe());
-    if (m_.config.is_moe()) experts_ = std::make_unique<FetchedExperts>(c, m_, 2 + o.queues, o.queues, o.expert_cache_bytes);
-    std::vector<std::vector<model::Extent>> streamed(all.begin() + resident_, all.begin() + m_.config.n_layer);
+    std::vector<std::vector<model::Extent>> streamed;
+    stream_index_.assign(m_.config.n_layer, UINT32_MAX);
+    for (uint32_t i = 0; i < m_.config.n_layer; ++i) {
+      if (plan_.layers[i].dense != Tier::kNvme) continue;
+      stream_index_[i] = uint32_t(streamed.size());
+      streamed.push_back(all[i]);
+      streamer_bytes_per_step_ += dense_range(m_, m_.weights.layers[i]).bytes();
+    }
     queues_ = std::make_unique<example::GpuQueues>(c, 2, o.queues, 256);
     submitter_ = std::make_unique<stream::GpuSubmitter>(c, queues_->raw, 1);
     slots_ = std::max<uint32_t>(1, o.slots);
+    const uint32_t n = uint32_t(streamed.size());
     streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
-    for (uint32_t i = resident_; i < m_.config.n_layer; ++i) slot_delta_.push_back(locate_layer(m_.weights.layers[i], i - resident_));
+    for (uint32_t i = 0; i < m_.config.n_layer; ++i)
+      if (stream_index_[i] != UINT32_MAX) slot_delta_.push_back(locate_layer(m_.weights.layers[i], stream_index_[i]));
+    n_streamed_ = n;
     for (uint32_t k = 0; k < slots_; ++k) begin_next();
   }
 
@@ -205,22 +333,31 @@ class GpuExecutor final : public Executor {
   }
 
   void begin_next() {
-    const uint32_t n = m_.config.n_layer - resident_;
+    const uint32_t n = n_streamed_;
     streamer_->begin(uint32_t(begun_ % n), uint32_t(begun_ % slots_), reinterpret_cast<stream::cuda_stream_t>(io_stream_));
     ++begun_;
   }
 
+  // GPU memory kept free when the VRAM budget is the default: the CUDA context's growth, the queues,
+  // the fetcher's tables, the kernels' launch state.
+  static constexpr uint64_t kVramReserve = 512ull << 20;
+
   const ModelOnDevice& m_;
-  uint32_t resident_;
+  ResidencyPlan plan_;
   cudaStream_t io_stream_ = nullptr, compute_ = nullptr;
-  std::unique_ptr<DeviceCopy> embd_, norm_, out_, layers_copy_;
+  std::unique_ptr<DeviceCopy> embd_, norm_, out_;
+  std::vector<std::unique_ptr<DeviceCopy>> vram_;  // [layer]: the VRAM tier's copies
+  std::unique_ptr<RamTier> ram_;
+  std::unique_ptr<LayerSource> nvme_source_;
   std::unique_ptr<example::GpuQueues> queues_;
   std::unique_ptr<stream::GpuSubmitter> submitter_;
   std::unique_ptr<stream::LayerStreamer> streamer_;
   std::unique_ptr<FetchedExperts> experts_;
   std::unique_ptr<GpuForward> fwd_;
-  std::vector<int64_t> slot_delta_;
-  uint32_t slots_ = 2;
+  std::vector<int64_t> slot_delta_;   // [streamed index]
+  std::vector<uint32_t> stream_index_;  // [layer]: its index among the streamed layers
+  uint64_t streamer_bytes_per_step_ = 0;
+  uint32_t slots_ = 2, n_streamed_ = 0;
   uint64_t begun_ = 0, consumed_ = 0;
   bool finished_ = false;
 };

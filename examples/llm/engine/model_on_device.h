@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "examples/llm/engine/residency_plan.h"
 #include "examples/llm/model/weights.h"
 #include "examples/llm/tokenizer/vocab.h"
 #include "host/controller.h"
@@ -31,6 +32,16 @@ struct ModelOnDevice {
 // Finds and checks the model; `io` must outlive the result (its block reads go through it). Throws std::runtime_error with what is wrong and what to do (no model on
 // the device, an unfinished deploy, an unsupported architecture, a missing tensor...).
 ModelOnDevice open_model(host::Controller& c, host::CpuIo& io);
+
+// The bytes of a layer read every token: file range [begin, end) of every tensor but the routed experts
+// (for a dense model: the whole layer). Gaps between those tensors count (they are copied with them).
+struct ByteRange {
+  uint64_t begin = 0, end = 0;
+  uint64_t bytes() const { return end - begin; }
+};
+ByteRange dense_range(const ModelOnDevice& m, const LayerWeights& l);
+// What the residency plan needs to know of every layer (dense_range; the experts' bytes).
+std::vector<LayerBytes> layer_bytes(const ModelOnDevice& m);
 
 // Reads bytes [file_offset, file_offset + len) of the model into `dst` through the CPU queue (for
 // resident weights and the CPU executor): model::DeviceByteSource over m.io. Throws when the device

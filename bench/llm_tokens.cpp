@@ -1,0 +1,311 @@
+// llm_tokens: tokens per second of the engine (examples/llm) at the I/O bound, per model x budgets x
+// drive x loader, with the real compute. `llm_tokens --help` explains; docs/performance.md has results.
+#include <dirent.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bench/baselines/pacing.h"
+#include "bench/llm_tokens_mmap.h"
+#include "device/cuda_check.h"
+#include "examples/llm/engine/executor.h"
+#include "host/device_lock.h"
+#include "host/open_device.h"
+#include "host/text/escape.h"
+#include "runtime/cli/args.h"
+
+using namespace gpunvme;
+
+namespace {
+
+const char* kUsage =
+    "usage: llm_tokens --image PATH [--image PATH ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
+    "                  [--modes gpunvme,mmap] [--tokens N] [--warmup N] [--slots N] [--json-out FILE]\n"
+    "\n"
+    "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
+    "emu:/dev/shm/m.img,size=60G), budget pair, modeled drive and loader, the engine's GPU executor decodes\n"
+    "--warmup tokens, then --tokens timed tokens, with the real compute. Per cell:\n"
+    "  tok/s        timed tokens / their wall time\n"
+    "  bound        the plan's floor (residency_plan.h): max(NVMe bytes per token / the drive's rated read\n"
+    "               bandwidth, bytes entering the GPU per token / the measured host-to-GPU bandwidth), as tok/s\n"
+    "  eff          tok/s / bound\n"
+    "  host CPU     CPU time of the process during the timed tokens, less the emulator's controller threads\n"
+    "               (the drive's work, not the engine's)\n"
+    "  experts      MoE: fetched experts' cache hits / routed, and the one-token-lag prediction's hit rate (the\n"
+    "               previous token's experts at each layer; measured, no prefetch is issued). A random-weight\n"
+    "               router is the worst case for caching and prediction: uniform choices, so these are floors\n"
+    "Loaders for the NVMe tier: gpunvme (GPU-issued reads into slots, LayerStreamer) and mmap (the\n"
+    "ntransformer-style pipeline: mmap + one memcpy worker + pinned staging + copy to the GPU, paced like\n"
+    "the modeled drive). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
+    "of a (model, budget) must give logits equal to the bit to its first cell, else it prints an error.\n"
+    "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends. A\n"
+    "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
+    "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
+    "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
+    "  --modes        default gpunvme,mmap\n"
+    "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
+    "Striped drives are not offered: the engine streams from one namespace.\n";
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+struct Budget {
+  std::string text;
+  llm::Budgets b;
+};
+
+std::vector<Budget> parse_budgets(const std::string& s) {
+  std::vector<Budget> out;
+  for (const std::string& item : split(s)) {
+    const size_t c = item.find(':');
+    if (c == std::string::npos) throw cli::UsageError("--budgets: '" + item + "' is not VRAM:RAM (e.g. 22G:32G)");
+    out.push_back({item, {cli::parse_size_arg("--budgets VRAM", item.substr(0, c)), cli::parse_size_arg("--budgets RAM", item.substr(c + 1))}});
+  }
+  if (out.empty()) throw cli::UsageError("--budgets is empty");
+  return out;
+}
+
+std::set<pid_t> thread_ids() {
+  std::set<pid_t> t;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') t.insert(pid_t(std::atoi(e->d_name)));
+    closedir(d);
+  }
+  return t;
+}
+
+double thread_cpu_s(pid_t tid) {
+  const clockid_t c = clockid_t((~unsigned(tid)) << 3) | 6;  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+  timespec ts{};
+  if (clock_gettime(c, &ts) != 0) return 0;
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+double process_cpu_s() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
+// Host-to-GPU copy bandwidth from pinned memory (bytes/s): the RAM tier's link.
+double measure_h2d() {
+  const uint64_t bytes = 256u << 20;
+  void *h = nullptr, *d = nullptr;
+  device::check_cuda(cudaHostAlloc(&h, bytes, cudaHostAllocDefault), "pinned memory for the H2D probe");
+  device::check_cuda(cudaMalloc(&d, bytes), "GPU memory for the H2D probe");
+  std::memset(h, 1, bytes);
+  device::check_cuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "H2D probe");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) device::check_cuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "H2D probe");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cudaFree(d);
+  cudaFreeHost(h);
+  return 4.0 * bytes / s;
+}
+
+uint64_t fnv1a(std::span<const float> v, uint64_t h) {
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h;
+}
+
+struct Cell {
+  Cell() = default;
+  Cell(std::string m, std::string b, std::string d, std::string md)
+      : model(std::move(m)), budget(std::move(b)), drive(std::move(d)), mode(std::move(md)) {}
+  std::string model, budget, drive, mode, error;
+  llm::ExecStats stats;
+  double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
+  uint32_t tokens = 0;
+  uint64_t logits_hash = 0;
+};
+
+Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
+              const std::string& mode, uint32_t warmup, uint32_t tokens, uint32_t slots, double h2d) {
+  Cell c{m.file->model_name(), budget.text, drive, mode};
+  const std::set<pid_t> before = thread_ids();
+  // The drive's controller: its threads are the emulated drive's work, not the engine's.
+  auto ctrl = host::open_controller("emu:" + image + ",drive=" + drive, {}, host::Access::kReadOnly);
+  std::vector<pid_t> drive_threads;
+  for (pid_t t : thread_ids())
+    if (!before.count(t)) drive_threads.push_back(t);
+  llm::GpuExecOptions o;
+  o.vram_budget = budget.b.vram;
+  o.ram_budget = budget.b.ram;
+  o.slots = slots;
+  if (mode == "mmap") {
+    auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, 1);
+    o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(image, m, std::move(r), pacer); };
+  }
+  auto ex = llm::make_gpu_executor(*ctrl, m, warmup + tokens + 1, o);
+  uint32_t pos = 0, tok = 1;
+  auto next = [&](std::span<const float> logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
+  for (uint32_t i = 0; i < warmup; ++i) tok = next(ex->step(tok, pos++));
+  double drive0 = 0;
+  for (pid_t t : drive_threads) drive0 += thread_cpu_s(t);
+  const double cpu0 = process_cpu_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (uint32_t i = 0; i < tokens; ++i) {
+    const std::span<const float> logits = ex->step(tok, pos++);
+    h = fnv1a(logits, h);
+    tok = next(logits);
+  }
+  c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double drive1 = 0;
+  for (pid_t t : drive_threads) drive1 += thread_cpu_s(t);
+  c.host_cpu = process_cpu_s() - cpu0 - (drive1 - drive0);
+  ex->finish();
+  c.stats = ex->stats();
+  c.tokens = tokens;
+  c.logits_hash = h;
+  c.tps = c.seconds > 0 ? tokens / c.seconds : 0;
+  const double bound_s = c.stats.plan.bound_seconds(bench::ls::drive_read_bandwidth(drive), h2d);
+  c.bound_tps = bound_s > 0 ? 1 / bound_s : 0;
+  return c;
+}
+
+std::string cell_json(const Cell& c, double h2d) {
+  const auto& e = c.stats;
+  char b[1024];
+  std::snprintf(b, sizeof b,
+                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"mode\":%s,\"tokens\":%u,"
+                "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
+                "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
+                "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
+                "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
+                "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
+                text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
+                text::json_string(c.mode).c_str(), c.tokens,
+                c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
+                bench::ls::drive_read_bandwidth(c.drive), e.resident_layers, e.ram_layers, e.streamed_layers,
+                (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
+                (unsigned long long)e.experts.bytes_read, (unsigned long long)e.lag.routed,
+                (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted_bytes,
+                (unsigned long long)c.logits_hash);
+  // The error text and the plan can be long: appended, not formatted into the fixed buffer.
+  return b + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+         (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
+}
+
+void print_cell(const Cell& c) {
+  if (!c.error.empty()) {
+    std::printf("%-22s %-10s %-6s %-8s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive.c_str(), c.mode.c_str(), c.error.c_str());
+  } else {
+    const auto& x = c.stats.experts;
+    char experts[96] = "-";
+    if (c.stats.has_experts)
+      std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%", (unsigned long long)x.hits, (unsigned long long)x.requested,
+                    100 * c.stats.lag.hit_rate());
+    std::printf("%-22s %-10s %-6s %-8s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+                c.drive.c_str(), c.mode.c_str(), c.stats.resident_layers, c.stats.ram_layers, c.stats.streamed_layers, c.tps,
+                c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, c.host_cpu, experts);
+  }
+  std::fflush(stdout);
+}
+
+int run(const cli::Args& args, const std::vector<std::string>& images) {
+  const std::vector<Budget> budgets = parse_budgets(args.get("budgets", "22G:0,22G:32G"));
+  const std::vector<std::string> drives = split(args.get("drives", "sn530,pcie4,pcie5"));
+  const std::vector<std::string> modes = split(args.get("modes", "gpunvme,mmap"));
+  for (const std::string& d : drives)
+    if (!bench::ls::drive_profile_known(d)) throw cli::UsageError("--drives: unknown drive '" + d + "' (" + bench::ls::drive_profile_names() + ")");
+  for (const std::string& md : modes)
+    if (md != "gpunvme" && md != "mmap") throw cli::UsageError("--modes: '" + md + "' is not gpunvme or mmap");
+  const uint32_t tokens = args.get_u32("tokens", 3), warmup = args.get_u32("warmup", 1), slots = args.get_u32("slots", 2);
+  if (tokens == 0) throw cli::UsageError("--tokens must be at least 1");
+  std::string why;
+  if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
+  const double h2d = measure_h2d();
+  std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", h2d / 1e9);
+  std::printf("%-22s %-10s %-6s %-8s %11s %9s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "V/R/N lay", "tok/s",
+              "bound", "eff", "host CPU", "expert cache hits; lag prediction");
+  std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
+  if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
+  int errors = 0;
+  for (const std::string& image : images) {
+    const host::DeviceLock lock = host::DeviceLock::acquire("emu:" + image, 1, host::LockMode::kShared);
+    // Unthrottled: the startup loads (VRAM and RAM tiers) are not what the cells measure.
+    auto ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
+    auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
+    host::CpuIo io(*ctrl, *qp, 1);
+    const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
+    for (const Budget& b : budgets) {
+      std::optional<uint64_t> first_hash;
+      // A plan with nothing on NVMe reads no drive per token: one cell stands for every drive and loader.
+      const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(m), b.b);
+      const bool drive_free = plan.count(llm::Tier::kNvme) == 0 && !plan.any_fetched_experts();
+      for (const std::string& d : drives) {
+        for (const std::string& md : modes) {
+          if (drive_free && (d != drives.front() || md != modes.front())) continue;
+          Cell c;
+          try {
+            c = run_cell(image, m, b, d, md, warmup, tokens, slots, h2d);
+            if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
+            if (!first_hash) first_hash = c.logits_hash;
+          } catch (const std::exception& e) {
+            c = Cell{m.file->model_name(), b.text, d, md};
+            c.error = e.what();
+          }
+          errors += !c.error.empty();
+          print_cell(c);
+          if (json) {
+            const std::string j = cell_json(c, h2d);
+            std::fwrite(j.data(), 1, j.size(), json);
+            std::fflush(json);
+          }
+        }
+      }
+    }
+  }
+  if (json) std::fclose(json);
+  return errors ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    // --image repeats: collect them before cli::Args (which takes each option once).
+    std::vector<std::string> images;
+    std::vector<char*> rest{argv[0]};
+    for (int i = 1; i < argc; ++i) {
+      if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
+      else rest.push_back(argv[i]);
+    }
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "tokens", "warmup", "slots", "json-out"}, {"help"});
+    if (args.has("help")) {
+      std::printf("%s", kUsage);
+      return 0;
+    }
+    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
+    if (images.empty()) throw cli::UsageError("give --image PATH (a namespace image holding a deployed model)");
+    return run(args, images);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "llm_tokens: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "llm_tokens: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,139 @@
+#include "bench/llm_tokens_mmap.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+
+#include "device/cuda_check.h"
+
+namespace gpunvme::bench {
+namespace {
+
+constexpr uint64_t kChunk = 1u << 20;  // bytes per memcpy step and per paced request
+
+}  // namespace
+
+MmapLayerSource::MmapLayerSource(const std::string& image, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
+                                 std::shared_ptr<ls::Pacer> pacer)
+    : ranges_(std::move(ranges)), pacer_(std::move(pacer)) {
+  if (ranges_.empty()) throw std::invalid_argument("mmap loader: no layers");
+  for (const llm::ByteRange& r : ranges_) {
+    at_.push_back(m.device_byte(r.begin));
+    slot_ = std::max(slot_, r.bytes());
+  }
+  const int fd = ::open(image.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("mmap loader: cannot open " + image + ": " + std::strerror(errno));
+  struct stat st{};
+  fstat(fd, &st);
+  map_bytes_ = uint64_t(st.st_size);
+  void* p = map_bytes_ ? mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  const int err = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) throw std::runtime_error("mmap loader: cannot mmap " + image + ": " + std::strerror(err));
+  map_ = static_cast<const uint8_t*>(p);
+  madvise(p, map_bytes_, MADV_SEQUENTIAL);
+  for (const uint64_t a : at_)
+    if (a >= map_bytes_) throw std::runtime_error("mmap loader: a layer lies past the end of " + image);
+  device::check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "mmap loader: copy stream");
+  for (int b = 0; b < 2; ++b) {
+    device::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&staging_[b]), slot_, cudaHostAllocDefault), "mmap loader: staging");
+    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_[b]), slot_), "mmap loader: GPU buffers");
+    device::check_cuda(cudaEventCreateWithFlags(&copied_[b], cudaEventDisableTiming), "mmap loader: event");
+    device::check_cuda(cudaEventCreateWithFlags(&free_[b], cudaEventDisableTiming), "mmap loader: event");
+  }
+  thread_ = std::thread([this] { worker(); });
+}
+
+MmapLayerSource::~MmapLayerSource() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (copy_) cudaStreamSynchronize(copy_);
+  for (int b = 0; b < 2; ++b) {
+    cudaFreeHost(staging_[b]);
+    cudaFree(device_[b]);
+    if (copied_[b]) cudaEventDestroy(copied_[b]);
+    if (free_[b]) cudaEventDestroy(free_[b]);
+  }
+  if (copy_) cudaStreamDestroy(copy_);
+  if (map_) munmap(const_cast<uint8_t*>(map_), map_bytes_);
+}
+
+// The one worker: layer n (cyclic over the ranges) into staging n % 2, as soon as that buffer is free.
+void MmapLayerSource::worker() {
+  try {
+    for (uint64_t n = 0;; ++n) {
+      const int b = int(n % 2);
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || filled_[b] < 0; });
+        if (stop_) return;
+      }
+      fill(n, staging_[b]);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        filled_[b] = int64_t(n);
+      }
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void MmapLayerSource::fill(uint64_t n, uint8_t* dst) {
+  const size_t j = n % ranges_.size();
+  const uint64_t bytes = ranges_[j].bytes();
+  for (uint64_t off = 0; off < bytes; off += kChunk) {
+    const uint64_t len = std::min(kChunk, bytes - off);
+    const int64_t due = pacer_ ? pacer_->admit(0, len) : 0;
+    const uint64_t at = at_[j] + off, have = at < map_bytes_ ? std::min(len, map_bytes_ - at) : 0;
+    if (have) std::memcpy(dst + off, map_ + at, have);
+    if (have < len) std::memset(dst + off + have, 0, len - have);
+    if (pacer_) ls::wait_until_ns(due);
+  }
+}
+
+llm::WeightView MmapLayerSource::acquire(llm::gpu_stream_t compute) {
+  const int b = int(consumed_ % 2);
+  const size_t j = consumed_ % ranges_.size();
+  {
+    // Bounded: a worker that stopped with an error wakes us; a live one fills at the drive's pace.
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return error_ || filled_[b] == int64_t(consumed_); }))
+      throw std::runtime_error("mmap loader: layer not filled within 60 s");
+    if (filled_[b] != int64_t(consumed_)) std::rethrow_exception(error_);
+  }
+  device::check_cuda(cudaStreamWaitEvent(copy_, free_[b], 0), "mmap loader: wait for the GPU buffer");
+  device::check_cuda(cudaMemcpyAsync(device_[b], staging_[b], ranges_[j].bytes(), cudaMemcpyHostToDevice, copy_), "mmap loader: copy");
+  device::check_cuda(cudaEventRecord(copied_[b], copy_), "mmap loader: copy done");
+  device::check_cuda(cudaEventSynchronize(copied_[b]), "mmap loader: copy");  // the staging buffer is free again
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    filled_[b] = -1;
+  }
+  cv_.notify_all();
+  device::check_cuda(cudaStreamWaitEvent(compute, copied_[b], 0), "mmap loader: compute waits for the copy");
+  return {device_[b], -int64_t(ranges_[j].begin)};
+}
+
+void MmapLayerSource::release(llm::gpu_stream_t compute) {
+  device::check_cuda(cudaEventRecord(free_[consumed_ % 2], compute), "mmap loader: GPU buffer free");
+  ++consumed_;
+}
+
+void MmapLayerSource::sync() { device::check_cuda(cudaStreamSynchronize(copy_), "mmap loader: copy stream"); }
+
+}  // namespace gpunvme::bench

@@ -1,0 +1,58 @@
+// The ntransformer-style loader as the engine's NVMe tier (bench/llm_tokens' `mmap` mode): the
+// namespace image is mmap'ed; one worker thread memcpy's each streamed layer's bytes from the mapping
+// into one of two pinned staging buffers (paced like the modeled drive, pacing.h, when given); the
+// engine's thread copies a filled buffer to one of two GPU buffers (cudaMemcpyAsync on a copy stream),
+// waits for that copy, hands the staging buffer back, and the compute stream waits for the copy.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/baselines/pacing.h"
+#include "examples/llm/engine/executor.h"
+
+namespace gpunvme::bench {
+
+class MmapLayerSource final : public llm::LayerSource {
+ public:
+  // ranges: the layers' model-file byte ranges, in order; the image holds the namespace, so file byte
+  // b of the model is at image offset m.device_byte(b). pacer may be null (unthrottled).
+  MmapLayerSource(const std::string& image, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
+                  std::shared_ptr<ls::Pacer> pacer);
+  ~MmapLayerSource() override;
+  MmapLayerSource(const MmapLayerSource&) = delete;
+  MmapLayerSource& operator=(const MmapLayerSource&) = delete;
+
+  llm::WeightView acquire(llm::gpu_stream_t compute) override;
+  void release(llm::gpu_stream_t compute) override;
+  void sync() override;
+
+ private:
+  void worker();
+  void fill(uint64_t n, uint8_t* dst);
+
+  std::vector<uint64_t> at_;  // image offset of each range
+  std::vector<llm::ByteRange> ranges_;
+  std::shared_ptr<ls::Pacer> pacer_;
+  const uint8_t* map_ = nullptr;
+  uint64_t map_bytes_ = 0, slot_ = 0;
+  uint8_t* staging_[2] = {nullptr, nullptr};  // pinned
+  uint8_t* device_[2] = {nullptr, nullptr};
+  cudaEvent_t copied_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};
+  cudaStream_t copy_ = nullptr;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t filled_[2] = {-1, -1};  // layer number (0, 1, 2, ... across tokens) in staging b, -1 free
+  bool stop_ = false;
+  std::exception_ptr error_;
+  uint64_t consumed_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace gpunvme::bench

@@ -1,0 +1,134 @@
+// llm_make_model: a full-size model with random but valid weights, generated and written straight
+// onto a namespace (through `gpunvme deploy`'s writer, record included: `llm` finds it there) or into a
+// GGUF file. No temporary file: blocks are made in parallel threads while the previous piece is written.
+//
+//   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=60G
+//   llm_make_model --shape tiny --type q4_k --out /tmp/tiny.gguf
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "examples/llm/tools/generated_model.h"
+#include "host/open_device.h"
+#include "host/text/human_bytes.h"
+#include "runtime/cli/args.h"
+#include "runtime/deploy/deploy.h"
+#include "runtime/deploy/progress.h"
+#include "runtime/gguf/ggml_types.h"
+#include "runtime/guard/write_guard.h"
+
+using namespace gpunvme;
+
+namespace {
+
+const char* kUsage =
+    "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV | --out FILE) [--seed S] [--threads N]\n"
+    "                      [--allow-write] [--force] [--progress]\n"
+    "\n"
+    "Writes a model with random but valid weights (finite, centred scales; any byte range generated the same\n"
+    "way every time, so `gpunvme verify --against` and the deploy's checksums hold) at full size:\n"
+    "  --shape NAME   llama3-70b (Q6_K: 57 GB), mixtral-8x7b (Q4_K: 26 GB), qwen3-30b-a3b (Q4_K: 17 GB; the\n"
+    "                 llama MoE layout), tiny, tiny-moe (a few MB, for tests)\n"
+    "  --type T       the matrices' type, q4_k or q6_k (norms and the MoE router are F32)\n"
+    "  --device DEV   write onto a namespace with a deploy record (as `gpunvme deploy`): `llm --device DEV`\n"
+    "                 finds it. An emu: image must be large enough: size=60G for llama3-70b Q6_K\n"
+    "  --out FILE     write a GGUF file instead\n"
+    "  --seed S       the weights' seed (default 1)\n"
+    "  --threads N    generator threads (default: every core)\n"
+    "  --progress     a progress line even when stderr is not a terminal\n";
+
+uint32_t parse_type(const std::string& t) {
+  if (t == "q4_k" || t == "Q4_K") return uint32_t(gguf::GgmlType::Q4_K);
+  if (t == "q6_k" || t == "Q6_K") return uint32_t(gguf::GgmlType::Q6_K);
+  throw cli::UsageError("--type must be q4_k or q6_k, not '" + t + "'");
+}
+
+// The whole source into a new file, in 64 MiB pieces.
+void write_file(gguf::ByteSource& src, const std::string& path, const deploy::ProgressFn& progress) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
+  std::vector<uint8_t> buf(64u << 20);
+  try {
+    for (uint64_t off = 0; off < src.size();) {
+      const size_t n = src.read(off, buf.data(), buf.size());
+      for (size_t done = 0; done < n;) {
+        const ssize_t w = ::pwrite(fd, buf.data() + done, n - done, off_t(off + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) throw std::runtime_error("writing " + path + ": " + std::strerror(errno));
+        done += size_t(w);
+      }
+      off += n;
+      if (progress) progress(off, src.size());
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw std::runtime_error("writing " + path + ": " + std::strerror(errno));
+}
+
+int run(const cli::Args& args) {
+  if (!args.has("shape") || !args.has("type")) throw cli::UsageError("give --shape and --type");
+  if (args.has("device") == args.has("out")) throw cli::UsageError("give one of --device DEV and --out FILE");
+  llm::gen::Shape shape;
+  try {
+    shape = llm::gen::shape_named(args.get("shape"));
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(std::string("--shape: ") + e.what());
+  }
+  const std::string type_text = args.get("type");
+  const uint32_t type = parse_type(type_text);
+  const std::string name = shape.name + "-" + (type == uint32_t(gguf::GgmlType::Q4_K) ? "q4_k" : "q6_k");
+  const llm::gen::ModelLayout layout = llm::gen::model_layout(shape, type, name);
+  llm::gen::GeneratedModel model(layout, args.get_u64("seed", 1), args.get_u32("threads", 0));
+  std::printf("%s: %u layers, %zu tensors, %s (%llu bytes)\n", name.c_str(), shape.layers, layout.tensors.size(),
+              text::human_bytes(double(model.size())).c_str(), (unsigned long long)model.size());
+  std::fflush(stdout);
+  deploy::ProgressLine bar("make-model", args.has("progress") || isatty(2));
+  const auto t0 = std::chrono::steady_clock::now();
+  if (args.has("out")) {
+    write_file(model, args.get("out"), bar.fn());
+  } else {
+    const std::string device = args.get("device");
+    guard::check_write_allowed(device, {args.has("allow-write"), args.has("force")},
+                               "llm_make_model writes a model and a deploy record at LBA 0");
+    deploy::Device dev(device);
+    deploy::DeployOptions opt;
+    opt.force = args.has("force");
+    opt.piece_bytes = 64u << 20;
+    opt.progress = bar.fn();
+    deploy::deploy_source(dev, model, name, opt);
+  }
+  bar.finish();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("wrote %s to %s in %.1f s (%.2f GB/s)\n", text::human_bytes(double(model.size())).c_str(),
+              (args.has("out") ? args.get("out") : args.get("device")).c_str(), s, s > 0 ? model.size() / s / 1e9 : 0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads"},
+                         {"help", "allow-write", "force", "progress"});
+    if (args.has("help")) {
+      std::printf("%s\n%s%s", kUsage, guard::kWriteFlagsHelp, host::device_string_help());
+      return 0;
+    }
+    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
+    return run(args);
+  } catch (const cli::UsageError& e) {
+    std::fprintf(stderr, "llm_make_model: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "llm_make_model: %s\n", e.what());
+    return 1;
+  }
+}

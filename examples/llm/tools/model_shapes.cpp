@@ -1,0 +1,99 @@
+#include "examples/llm/tools/model_shapes.h"
+
+#include <stdexcept>
+
+#include "runtime/gguf/ggml_types.h"
+
+namespace gpunvme::llm::gen {
+namespace {
+
+namespace b = gguf::builder;
+
+const std::vector<Shape>& shapes() {
+  static const std::vector<Shape> all = {
+      {"llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, 0, 0, 500000.0f},
+      {"mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 32768, 8, 2, 1000000.0f},
+      {"qwen3-30b-a3b", 48, 2048, 32, 4, 768, 151936, 32768, 128, 8, 1000000.0f},
+      {"tiny", 2, 256, 4, 2, 512, 512, 512, 0, 0, 10000.0f},
+      {"tiny-moe", 2, 256, 4, 2, 512, 512, 512, 8, 2, 10000.0f},
+  };
+  return all;
+}
+
+std::function<void(b::Bytes&)> kv_f32(std::string k, float v) {
+  return b::kv_raw(std::move(k), [v](b::Bytes& out) { out.put<uint32_t>(b::F32).put<float>(v); });
+}
+
+uint64_t tensor_bytes(const std::vector<uint64_t>& ne, uint32_t type) {
+  const auto info = gguf::ggml_type_info(type);
+  if (!info) throw std::invalid_argument("unknown ggml type " + std::to_string(type));
+  if (ne[0] % info->block_size)
+    throw std::invalid_argument("rows of " + std::to_string(ne[0]) + " elements are not whole " + std::string(info->name) + " blocks");
+  uint64_t n = 1;
+  for (uint64_t d : ne) n *= d;
+  return n / info->block_size * info->type_size;
+}
+
+}  // namespace
+
+Shape shape_named(const std::string& name) {
+  for (const Shape& s : shapes())
+    if (s.name == name) return s;
+  throw std::invalid_argument("unknown shape '" + name + "'; known: " + shape_names());
+}
+
+std::string shape_names() {
+  std::string out;
+  for (const Shape& s : shapes()) out += (out.empty() ? "" : ", ") + s.name;
+  return out;
+}
+
+ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name) {
+  ModelLayout m;
+  const std::string a = "llama.";
+  m.spec.data = false;
+  m.spec.kvs = {b::kv_str("general.architecture", "llama"), b::kv_str("general.name", name),
+                b::kv_u32(a + "context_length", s.ctx), b::kv_u32(a + "embedding_length", s.hidden),
+                b::kv_u32(a + "block_count", s.layers), b::kv_u32(a + "feed_forward_length", s.ffn),
+                b::kv_u32(a + "attention.head_count", s.heads), b::kv_u32(a + "attention.head_count_kv", s.kv_heads),
+                b::kv_u32(a + "rope.dimension_count", s.hidden / s.heads), kv_f32(a + "rope.freq_base", s.rope_base),
+                kv_f32(a + "attention.layer_norm_rms_epsilon", 1e-5f), b::kv_u32(a + "vocab_size", s.vocab),
+                // No vocabulary: prompts are token ids (--prompt-ids), as for the tests' generated models.
+                b::kv_str("tokenizer.ggml.model", "none")};
+  if (s.experts) {
+    m.spec.kvs.push_back(b::kv_u32(a + "expert_count", s.experts));
+    m.spec.kvs.push_back(b::kv_u32(a + "expert_used_count", s.experts_used));
+  }
+  const uint64_t kv = uint64_t(s.kv_heads) * (s.hidden / s.heads);
+  auto add = [&](std::string n, std::vector<uint64_t> ne, uint32_t t, Fill f) {
+    const uint64_t bytes = tensor_bytes(ne, t);
+    m.spec.tensors.emplace_back(n, ne, t, bytes);
+    m.tensors.push_back({std::move(n), std::move(ne), t, f, bytes});
+  };
+  const uint32_t f32 = uint32_t(gguf::GgmlType::F32);
+  add("token_embd.weight", {s.hidden, s.vocab}, type, Fill::kEmbedding);
+  for (uint32_t i = 0; i < s.layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    add(p + "attn_norm.weight", {s.hidden}, f32, Fill::kNorm);
+    add(p + "attn_q.weight", {s.hidden, s.hidden}, type, Fill::kWeight);
+    add(p + "attn_k.weight", {s.hidden, kv}, type, Fill::kWeight);
+    add(p + "attn_v.weight", {s.hidden, kv}, type, Fill::kWeight);
+    add(p + "attn_output.weight", {s.hidden, s.hidden}, type, Fill::kWeight);
+    add(p + "ffn_norm.weight", {s.hidden}, f32, Fill::kNorm);
+    if (s.experts) {  // the dense part (router) first, so the streamed part of a layer is one range
+      add(p + "ffn_gate_inp.weight", {s.hidden, s.experts}, f32, Fill::kRouter);
+      add(p + "ffn_gate_exps.weight", {s.hidden, s.ffn, s.experts}, type, Fill::kWeight);
+      add(p + "ffn_up_exps.weight", {s.hidden, s.ffn, s.experts}, type, Fill::kWeight);
+      add(p + "ffn_down_exps.weight", {s.ffn, s.hidden, s.experts}, type, Fill::kWeight);
+    } else {
+      add(p + "ffn_gate.weight", {s.hidden, s.ffn}, type, Fill::kWeight);
+      add(p + "ffn_up.weight", {s.hidden, s.ffn}, type, Fill::kWeight);
+      add(p + "ffn_down.weight", {s.ffn, s.hidden}, type, Fill::kWeight);
+    }
+  }
+  add("output_norm.weight", {s.hidden}, f32, Fill::kNorm);
+  add("output.weight", {s.hidden, s.vocab}, type, Fill::kWeight);
+  return m;
+}
+
+}  // namespace gpunvme::llm::gen

@@ -1,0 +1,51 @@
+// Model shapes the generator (make_model.cpp) writes at full size with random but valid weights: the
+// benchmark's 70B-class dense and MoE models (issue #13) in the llama layout the engine runs, and tiny
+// ones for the tests. A shape plus a weight type gives the whole GGUF layout (metadata and tensors).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/gguf/gguf_builder.h"
+
+namespace gpunvme::llm::gen {
+
+struct Shape {
+  std::string name;
+  uint32_t layers = 0, hidden = 0, heads = 0, kv_heads = 0, ffn = 0, vocab = 0, ctx = 0;
+  uint32_t experts = 0, experts_used = 0;  // 0: dense; MoE: ffn is each expert's
+  float rope_base = 10000.0f;
+};
+
+// llama3-70b (80 layers, 8192, 64/8 heads, 28672 FFN, 128256 vocab), mixtral-8x7b (32 layers, 4096,
+// 32/8, 8 experts of 14336, top 2, 32000 vocab), qwen3-30b-a3b (48 layers, 2048, 32/4, 128 experts of
+// 768, top 8, 151936 vocab; llama layout, so 64-wide heads), tiny (2 layers, 256), tiny-moe (tiny, 8
+// experts, top 2). Throws std::invalid_argument naming the known shapes.
+Shape shape_named(const std::string& name);
+std::string shape_names();  // "llama3-70b, mixtral-8x7b, ..."
+
+// What a tensor's random values look like (generated_model.cpp makes blocks for them).
+enum class Fill : uint8_t {
+  kWeight,     // a matrix: values of about 1/sqrt(input size), centred
+  kEmbedding,  // token embeddings: values of about 1
+  kNorm,       // F32 norm weights: 1 +- 0.1
+  kRouter,     // F32 MoE router: values of about 1, so that tokens pick different experts
+};
+
+struct TensorPlan {
+  std::string name;
+  std::vector<uint64_t> ne;  // ggml order: ne[0] = elements per row
+  uint32_t type = 0;         // ggml type id
+  Fill fill = Fill::kWeight;
+  uint64_t bytes = 0;
+};
+
+struct ModelLayout {
+  gguf::builder::Spec spec;        // metadata and tensor infos (data = false: bytes come from the generator)
+  std::vector<TensorPlan> tensors;  // in file order; per layer: dense tensors first, then the experts
+};
+
+// `type`: the matrices' ggml type (Q4_K or Q6_K); norms and the router are F32.
+ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name);
+
+}  // namespace gpunvme::llm::gen

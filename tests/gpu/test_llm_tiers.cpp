@@ -1,0 +1,130 @@
+// The engine's tiers on the GPU (examples/llm): the RAM tier's per-token copies hold the model's bytes
+// in every round of its ring, and a plan mixing VRAM, RAM and NVMe layers (and, for MoE, fetched
+// experts with a cache) gives logits equal to the bit to every layer in VRAM. Models come from the
+// generator (examples/llm/tools), deployed onto an emulated namespace in a temporary image.
+#include <catch2/catch_test_macros.hpp>
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/ram_tier.h"
+#include "examples/llm/tools/generated_model.h"
+#include "gpu_rig.h"
+#include "host/open_device.h"
+#include "runtime/deploy/deploy.h"
+
+using namespace gpunvme;
+
+namespace {
+
+// A 3-layer model (so that every tier can hold one layer) on a temporary emulated namespace.
+struct DeployedModel {
+  std::string image;
+  explicit DeployedModel(uint32_t experts) {
+    char path[] = "/tmp/gpunvme-llm-tiers-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    image = path;
+    llm::gen::Shape s{"tiers-test", 3, 256, 4, 2, 512, 512, 512, experts, experts ? 2u : 0u, 10000.0f};
+    llm::gen::GeneratedModel model(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), s.name), 5, 2);
+    deploy::Device dev("emu:" + image + ",size=32M");
+    deploy::deploy_source(dev, model, s.name);
+  }
+  ~DeployedModel() { std::remove(image.c_str()); }
+};
+
+struct Opened {
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+  std::unique_ptr<host::CpuIo> io;
+  llm::ModelOnDevice m;
+  explicit Opened(const std::string& image) {
+    ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
+    qp = ctrl->create_io_queue_pair(1, 64);
+    io = std::make_unique<host::CpuIo>(*ctrl, *qp, 1);
+    m = llm::open_model(*ctrl, *io);
+  }
+};
+
+std::vector<std::vector<float>> run(host::Controller& c, const llm::ModelOnDevice& m, const llm::GpuExecOptions& o,
+                                    llm::ExecStats* stats) {
+  auto ex = llm::make_gpu_executor(c, m, 8, o);
+  std::vector<std::vector<float>> out;
+  uint32_t tok = 3;
+  for (uint32_t pos = 0; pos < 6; ++pos) {
+    const std::span<const float> logits = ex->step(tok, pos);
+    out.emplace_back(logits.begin(), logits.end());
+    tok = uint32_t(std::max_element(out.back().begin(), out.back().end()) - out.back().begin());
+  }
+  ex->finish();
+  *stats = ex->stats();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("llm RAM tier: every round of the ring holds the layer's bytes") {
+  REQUIRE_GPU();
+  DeployedModel d(0);
+  Opened o(d.image);
+  std::vector<llm::ByteRange> ranges;
+  for (const llm::LayerWeights& l : o.m.weights.layers) ranges.push_back(llm::dense_range(o.m, l));
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  {
+    llm::RamTier tier(o.m, ranges, 2);  // 3 layers through 2 buffers: each buffer holds every layer in turn
+    for (uint32_t n = 0; n < 7; ++n) {
+      const llm::ByteRange& r = ranges[n % ranges.size()];
+      const llm::WeightView v = tier.acquire(s);
+      std::vector<uint8_t> got(r.bytes()), want(r.bytes());
+      REQUIRE(cudaMemcpyAsync(got.data(), v.base + r.begin + v.delta, r.bytes(), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+      REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+      llm::read_model_bytes(o.m, r.begin, r.bytes(), want.data());
+      INFO("round " << n);
+      REQUIRE(got == want);
+      tier.release(s);
+    }
+    tier.sync();
+  }
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in VRAM, to the bit") {
+  REQUIRE_GPU();
+  for (const uint32_t experts : {0u, 8u}) {
+    DeployedModel d(experts);
+    Opened o(d.image);
+    const std::vector<llm::LayerBytes> bytes = llm::layer_bytes(o.m);
+    uint64_t widest = 0, all_experts = 0;
+    for (const llm::LayerBytes& b : bytes) widest = std::max(widest, b.dense), all_experts += b.experts;
+    llm::GpuExecOptions all, mixed;
+    all.resident_layers = o.m.config.n_layer;
+    mixed.vram_budget = widest;
+    mixed.ram_budget = widest;
+    if (experts) mixed.expert_cache_bytes = all_experts / 2;  // MoE: an LRU cache of half the experts
+    llm::ExecStats sa, sm;
+    const auto want = run(*o.ctrl, o.m, all, &sa);
+    const auto got = run(*o.ctrl, o.m, mixed, &sm);
+    INFO("experts " << experts);
+    CHECK(sa.resident_layers == 3);
+    CHECK(sm.resident_layers == 1);
+    CHECK(sm.ram_layers == 1);
+    CHECK(sm.streamed_layers == 1);
+    CHECK(sm.has_experts == (experts > 0));
+    if (experts) CHECK(sm.experts.requested > 0);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("step " << i);
+      REQUIRE(got[i].size() == want[i].size());
+      CHECK(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0);
+    }
+  }
+}

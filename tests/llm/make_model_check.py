@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""llm_make_model (examples/llm/tools) end to end, on its tiny shapes:
+  - the GGUF it writes reads in llama.cpp's gguf-py with the declared metadata, tensor names, shapes and
+    types; every quantized tensor dequantizes (gguf-py's own code) to finite values, centred, with a
+    spread of about 1/sqrt(input size) (embeddings: about 1);
+  - written straight onto an emulated namespace (deploy record included), the bytes equal the file's
+    (`gpunvme verify --against`): generation is deterministic per byte range;
+  - the engine (CPU executor) finds the model there and generates tokens that are not one repeated id;
+  - bad options are refused with a message naming them.
+  make_model_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm --gpunvme BUILD/gpunvme
+Exit 77 (skipped) without gguf-py.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "llm"))
+from llm_files import use_test_venv  # noqa: E402
+use_test_venv(["gguf", "numpy"])
+try:
+    import numpy as np
+    import gguf
+except ImportError as e:
+    print(f"SKIP: {e}")
+    sys.exit(77)
+
+# The declared shapes (model_shapes.cpp), written out independently of the tool.
+SHAPES = {
+    "tiny": dict(layers=2, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512, experts=0, used=0),
+    "tiny-moe": dict(layers=2, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512, experts=8, used=2),
+}
+TYPES = {"q4_k": gguf.GGMLQuantizationType.Q4_K, "q6_k": gguf.GGMLQuantizationType.Q6_K}
+F32 = gguf.GGMLQuantizationType.F32
+
+
+def expected_tensors(s, qt):
+    kv = s["kv_heads"] * (s["hidden"] // s["heads"])
+    h, f, e = s["hidden"], s["ffn"], s["experts"]
+    out = {"token_embd.weight": ([h, s["vocab"]], qt), "output_norm.weight": ([h], F32), "output.weight": ([h, s["vocab"]], qt)}
+    for i in range(s["layers"]):
+        p = f"blk.{i}."
+        out.update({p + "attn_norm.weight": ([h], F32), p + "ffn_norm.weight": ([h], F32),
+                    p + "attn_q.weight": ([h, h], qt), p + "attn_k.weight": ([h, kv], qt),
+                    p + "attn_v.weight": ([h, kv], qt), p + "attn_output.weight": ([h, h], qt)})
+        if e:
+            out.update({p + "ffn_gate_inp.weight": ([h, e], F32), p + "ffn_gate_exps.weight": ([h, f, e], qt),
+                        p + "ffn_up_exps.weight": ([h, f, e], qt), p + "ffn_down_exps.weight": ([f, h, e], qt)})
+        else:
+            out.update({p + "ffn_gate.weight": ([h, f], qt), p + "ffn_up.weight": ([h, f], qt),
+                        p + "ffn_down.weight": ([f, h], qt)})
+    return out
+
+
+def field(r, key):
+    f = r.fields[key]
+    v = f.parts[f.data[0]]
+    return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
+
+
+def check_file(path, shape, qt):
+    """Problems found in the file, as text (empty: none)."""
+    s, bad = SHAPES[shape], []
+    r = gguf.GGUFReader(path)
+    meta = {"general.architecture": "llama", "llama.block_count": s["layers"], "llama.embedding_length": s["hidden"],
+            "llama.attention.head_count": s["heads"], "llama.attention.head_count_kv": s["kv_heads"],
+            "llama.feed_forward_length": s["ffn"], "tokenizer.ggml.model": "none"}
+    if s["experts"]:
+        meta.update({"llama.expert_count": s["experts"], "llama.expert_used_count": s["used"]})
+    for k, v in meta.items():
+        if k not in r.fields or field(r, k) != v:
+            bad.append(f"metadata {k}: {field(r, k) if k in r.fields else 'missing'}, declared {v}")
+    want = expected_tensors(s, qt)
+    got = {t.name: t for t in r.tensors}
+    if set(got) != set(want):
+        bad.append(f"tensors {sorted(set(got) ^ set(want))} differ from the declared set")
+    for name, (ne, ty) in want.items():
+        t = got.get(name)
+        if t is None:
+            continue
+        if [int(x) for x in t.shape] != ne or t.tensor_type != ty:
+            bad.append(f"{name}: shape {list(t.shape)} type {t.tensor_type.name}, declared {ne} {ty.name}")
+            continue
+        w = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float64)
+        if not np.isfinite(w).all():
+            bad.append(f"{name}: values that are not finite")
+            continue
+        if ty == F32:
+            continue
+        want_std = 1.0 if name == "token_embd.weight" else 1 / np.sqrt(ne[0])
+        if not 0.5 * want_std < w.std() < 2 * want_std or abs(w.mean()) > 0.1 * w.std():
+            bad.append(f"{name}: mean {w.mean():.4g} spread {w.std():.4g}, wanted centred with spread about {want_std:.4g}")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--make-model", required=True)
+    ap.add_argument("--llm", required=True)
+    ap.add_argument("--gpunvme", required=True)
+    a = ap.parse_args()
+    a.make_model, a.llm, a.gpunvme = (os.path.abspath(p) for p in (a.make_model, a.llm, a.gpunvme))
+    failed = 0
+
+    def report(ok, what):
+        nonlocal failed
+        print(("ok   " if ok else "FAIL ") + what)
+        failed += not ok
+
+    with tempfile.TemporaryDirectory() as d:
+        for shape, ty in (("tiny", "q4_k"), ("tiny-moe", "q6_k")):
+            f = os.path.join(d, f"{shape}.gguf")
+            subprocess.run([a.make_model, "--shape", shape, "--type", ty, "--out", f], check=True, stdout=subprocess.DEVNULL)
+            bad = check_file(f, shape, TYPES[ty])
+            report(not bad, f"{shape} {ty}: gguf-py reads the declared metadata, tensors, shapes and types; values "
+                            f"finite and centred" + "".join("\n     " + b for b in bad))
+            dev = f"emu:{os.path.join(d, shape + '.img')},size=32M"
+            subprocess.run([a.make_model, "--shape", shape, "--type", ty, "--device", dev], check=True, stdout=subprocess.DEVNULL)
+            v = subprocess.run([a.gpunvme, "verify", "--device", dev, "--against", f], capture_output=True, text=True)
+            report(v.returncode == 0, f"{shape}: written onto the namespace, the bytes equal the file's (verify --against)"
+                                      + ("" if v.returncode == 0 else "\n     " + v.stdout + v.stderr))
+            j = os.path.join(d, "run.json")
+            subprocess.run([a.llm, "--device", dev, "--prompt-ids", "1,2,3", "-n", "12", "--ignore-eos", "--path", "cpu",
+                            "--json-out", j], check=True, stdout=subprocess.DEVNULL)
+            toks = json.load(open(j))["tokens"]
+            report(len(toks) == 12 and len(set(toks)) >= 4, f"{shape}: the engine generates 12 tokens on it, "
+                                                             f"{len(set(toks))} distinct: {toks}")
+            other = os.path.join(d, "other.gguf")
+            subprocess.run([a.make_model, "--shape", shape, "--type", ty, "--out", other, "--seed", "2"], check=True,
+                           stdout=subprocess.DEVNULL)
+            report(open(other, "rb").read() != open(f, "rb").read(), f"{shape}: another --seed gives other weights")
+        for args, names in ((["--shape", "huge", "--type", "q4_k", "--out", "x"], ["huge", "llama3-70b"]),
+                            (["--shape", "tiny", "--type", "q8_0", "--out", "x"], ["--type", "q8_0"]),
+                            (["--shape", "tiny", "--type", "q4_k"], ["--device", "--out"]),
+                            (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null", "--out", "x"], ["--device", "--out"]),
+                            (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null"], ["emu:null"]),
+                            (["--shape", "tiny", "--type", "q4_k", "--device", f"emu:{d}/small.img,size=64K"], ["namespace"])):
+            p = subprocess.run([a.make_model] + args, capture_output=True, text=True, cwd=d)
+            ok = p.returncode in (1, 2) and all(n in p.stderr for n in names)
+            report(ok, f"refused: {' '.join(args)}: exit {p.returncode}: {p.stderr.splitlines()[0] if p.stderr else ''}")
+    print(f"{'FAILED' if failed else 'passed'}: {failed} failure(s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
