@@ -1,5 +1,6 @@
 #include "host/queue_pair.h"
 
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -37,6 +38,10 @@ QueuePair::QueuePair(Transport& transport, uint16_t qid, uint32_t entries, uint3
   free_cids_.reserve(entries);
   for (uint32_t i = entries - 1; i-- > 0;) free_cids_.push_back(uint16_t(i));
   cid_busy_.assign(entries, 0);
+}
+
+QueuePair::~QueuePair() {
+  if (on_destroy_) on_destroy_();
 }
 
 QueueMemoryView QueuePair::view() const {
@@ -176,6 +181,17 @@ void QueuePair::abandon_in_flight() {
   }
   in_flight_ = 0;
   early_.clear();
+}
+
+void QueuePair::reset_rings() {
+  abandon_in_flight();
+  std::memset(cq_mem_.host(), 0, cq_mem_.size());
+  sq_.tail = 0;
+  sq_.head = 0;
+  cq_.head = 0;
+  cq_.phase = 1;
+  pending_doorbell_ = 0;
+  ++generation_;
 }
 
 }  // namespace gpunvme::host

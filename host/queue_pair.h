@@ -39,6 +39,7 @@ class QueuePair {
  public:
   // Allocates the rings (zeroed CQ so no stale phase tags) but does not create them on the controller.
   QueuePair(Transport& transport, uint16_t qid, uint32_t entries, uint32_t dstrd, const DmaOptions& memory);
+  ~QueuePair();
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
 
@@ -84,9 +85,21 @@ class QueuePair {
   // complete), so the ids can be reused.
   void abandon_in_flight();
 
+  // After a controller reset, before the queue is created again at the same bus addresses: the
+  // rings go back to their initial state (CQ zeroed so no stale phase tag reads as new, SQ tail and
+  // head 0, CQ head 0 with phase 1, doorbell writes pending none) and every command id is free. The
+  // commands that were in flight are forgotten; their owners resubmit them. Only while no one
+  // submits to or polls this queue (CPU thread or GPU kernel).
+  void reset_rings();
+  // How many times reset_rings() ran: a user that keeps per-queue state (the GPU queue state, a
+  // CpuIo's in-flight table) compares it to notice a reset it did not do itself.
+  uint64_t generation() const { return generation_; }
+
   // Called about once a millisecond while wait() waits (the controller checks CSTS.CFS there),
   // so a dead controller ends a wait early with its own error instead of a timeout.
   void set_health_check(std::function<void()> check) { health_check_ = std::move(check); }
+  // Called from the destructor (the controller forgets the queue so a reset does not recreate it).
+  void set_on_destroy(std::function<void()> hook) { on_destroy_ = std::move(hook); }
 
  private:
   Transport& transport_;
@@ -105,7 +118,9 @@ class QueuePair {
   std::vector<Completion> early_;  // completed but not yet claimed by wait()
   uint32_t in_flight_ = 0;
   uint32_t pending_doorbell_ = 0;
+  uint64_t generation_ = 0;
   std::function<void()> health_check_;
+  std::function<void()> on_destroy_;
 };
 
 }  // namespace gpunvme::host
