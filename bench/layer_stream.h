@@ -162,6 +162,9 @@ struct PassResult {
                             // staging; device memory for cuFile) - the read stage alone; 0 = unknown
   ConsumerPass consumer;
   std::string note;         // anything the mode wants said (e.g. cuFile's mode)
+  // Recovery during the pass (gpunvme modes): reads re-issued after an error status or a controller
+  // reset, and the resets. Non-zero only when the drive misbehaved (or faults were injected).
+  uint64_t retries = 0, resubmitted = 0, resets = 0;
 };
 
 class Mode {

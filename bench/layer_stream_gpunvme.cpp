@@ -275,6 +275,13 @@ class GpuMode final : public Mode {
     }
     for (auto& d : drives_) d->s->sync();  // throws the first failed read
     PassResult r;
+    for (auto& d : drives_) {
+      r.retries += d->s->stats().retries;
+      r.resubmitted += d->s->stats().resubmitted;
+      const uint64_t resets = d->sub->recovery_stats().watchdog.resets;
+      r.resets += resets - d->resets_seen;
+      d->resets_seen = resets;
+    }
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     float ms = 0;
@@ -290,6 +297,7 @@ class GpuMode final : public Mode {
     std::unique_ptr<stream::GpuSubmitter> sub;
     std::unique_ptr<stream::LayerStreamer> s;
     cudaStream_t io = nullptr;
+    uint64_t resets_seen = 0;  // the submitter's resets before this pass
     ~Drive() {
       s.reset();
       sub.reset();

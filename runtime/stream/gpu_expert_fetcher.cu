@@ -443,11 +443,14 @@ void GpuExpertFetcher::retire_done(bool block) {
   while (!tickets_.empty() && (block || submitter_.done(tickets_.front()))) {
     const uint64_t t = tickets_.front();
     tickets_.pop_front();
+    GpuTicketTimes times;
     try {
-      submitter_.wait(t);
+      submitter_.wait(t, &times);
     } catch (...) {
       if (!pending_error_) pending_error_ = std::current_exception();
     }
+    retries_ += times.retries;
+    resubmitted_ += times.resubmitted;
   }
 }
 

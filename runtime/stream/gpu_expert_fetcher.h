@@ -68,6 +68,10 @@ class GpuExpertFetcher {
   uint32_t cache_capacity() const { return capacity_; }
   // Copied from the device (synchronizes with the device).
   FetcherMetrics metrics() const;
+  // Reads of waited-for fetches that recovery re-issued: after a retryable error status, and after a
+  // controller reset (the submitter's recovery_stats() has the resets themselves).
+  uint64_t retries() const { return retries_; }
+  uint64_t resubmitted() const { return resubmitted_; }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 
@@ -93,6 +97,8 @@ class GpuExpertFetcher {
   std::vector<void*> allocations_;    // device memory to free
   std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
+  uint64_t retries_ = 0;
+  uint64_t resubmitted_ = 0;
 };
 
 }  // namespace gpunvme::stream

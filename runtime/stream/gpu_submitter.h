@@ -16,6 +16,11 @@
 //
 // Requires a CUDA build; the host-driven Submitter calls (issue/done/wait) work too, on an internal
 // stream, so the streamer and fetcher run unchanged with a GPU submitter.
+//
+// Recovery: the kernels re-issue commands that fail with DNR clear (options.retry, the CPU path's
+// rule); while the host waits (wait/done), a watchdog (gpu_recovery.h) resets the controller under
+// the running kernels when a queue stalls or CSTS.CFS is set, and they re-issue what was in flight.
+// recovery_stats() counts both.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -30,7 +35,9 @@
 #include "device/doorbell_mode.h"
 #include "host/controller.h"
 #include "host/queue_pair.h"
+#include "driver/retry_policy.h"
 #include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/gpu_recovery.h"
 #include "runtime/stream/gpu_ticket.h"
 #include "runtime/stream/submitter.h"
 
@@ -47,6 +54,16 @@ struct GpuSubmitterOptions {
   uint64_t max_command_bytes = 1ull << 20;  // sizes each command id's PRP-list area (DeviceQueueSet)
   uint32_t max_tickets = 1024;           // tickets that may be outstanding (issued, not yet waited for)
   device::DoorbellMode doorbell = device::DoorbellMode::kAuto;  // who writes the doorbells (device/doorbell_mode.h)
+  nvme::RetryPolicy retry = nvme::kDefaultRetryPolicy;  // re-issue of DNR-clear errors, in the kernels
+  GpuRecoveryOptions recovery{};  // the watchdog: stalls and CSTS.CFS -> controller reset under the kernels
+};
+
+// Everything recovery did for this submitter's tickets so far (retired tickets, plus the watchdog).
+struct GpuSubmitterRecovery {
+  uint64_t retries = 0;          // commands re-issued after a retryable error status
+  uint64_t resubmitted = 0;      // commands re-issued after a controller reset
+  uint64_t protocol_errors = 0;  // completions naming a command id not in flight (never completed anything)
+  GpuRecoveryStats watchdog;     // resets, time spent, last reason
 };
 
 class GpuSubmitter final : public Submitter, public StreamOrdered {
@@ -98,6 +115,7 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   uint32_t queue_count() const;
   device::DeviceQueueSet& queues() { return *set_; }
   uint64_t commands_completed() const { return completed_total_; }
+  GpuSubmitterRecovery recovery_stats() const;
 
  private:
   struct Ticket {
@@ -106,6 +124,7 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
     void* event = nullptr;       // cudaEvent_t recorded after the kernel
     void* own_copy = nullptr;    // device copy of an unprepared span
     std::function<std::string(uint64_t)> describe;  // names command g (issue_kernel tickets)
+    uint32_t generation = 0;     // the queues' reset generation when issued
   };
   uint64_t new_ticket(Ticket t, cuda_stream_t stream, const std::function<void(const TicketLaunch&)>& launch);
   const Ticket& at(uint64_t ticket, const char* what) const;
@@ -131,6 +150,8 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   uint64_t next_ticket_ = 1;
   void* internal_stream_ = nullptr;
   uint64_t completed_total_ = 0;
+  std::unique_ptr<GpuRecovery> recovery_;
+  GpuSubmitterRecovery recovered_;  // counters of retired tickets
 };
 
 }  // namespace gpunvme::stream

@@ -166,8 +166,10 @@ SlotView LayerStreamer::wait(uint32_t slot) {
   const plan::CommandPlan& p = plan(s.layer, slot);
   if (s.state == State::kLoading) {
     const auto t0 = std::chrono::steady_clock::now();
+    GpuTicketTimes gt;
     try {
-      submitter_.wait(s.ticket);
+      if (StreamOrdered* o = submitter_.stream_ordered()) o->wait_timed(s.ticket, &gt);
+      else submitter_.wait(s.ticket);
     } catch (...) {
       s.state = State::kFree;  // the slot's contents are undefined; it can be reused
       throw;
@@ -182,6 +184,8 @@ SlotView LayerStreamer::wait(uint32_t slot) {
     stats_.io_seconds += t.io_ms / 1e3;
     stats_.wait_seconds += t.wait_ms / 1e3;
     stats_.elapsed_seconds = ms_since(first_begin_) / 1e3;
+    stats_.retries += gt.retries;
+    stats_.resubmitted += gt.resubmitted;
     stats_.per_layer.push_back(t);
     s.state = State::kHeld;
   }
@@ -315,7 +319,15 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
     GpuTicketTimes t;
     g.ticket_retired = true;  // wait() forgets the ticket even when it throws
     if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
-    sub->wait_timed(g.ticket, &t);
+    try {
+      sub->wait_timed(g.ticket, &t);
+    } catch (...) {
+      stats_.retries += t.retries;
+      stats_.resubmitted += t.resubmitted;
+      throw;
+    }
+    stats_.retries += t.retries;
+    stats_.resubmitted += t.resubmitted;
     LayerTiming lt;
     lt.layer = g.layer;
     lt.bytes = g.bytes;

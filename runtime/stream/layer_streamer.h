@@ -77,6 +77,9 @@ struct StreamStats {
   double io_seconds = 0;    // sum of per-layer I/O times
   double wait_seconds = 0;  // sum of time spent waiting
   double elapsed_seconds = 0;  // first begin() to the last wait()
+  // Recovery on the GPU path (stream-ordered submitters; the kernels re-issue, gpu_recovery.h):
+  uint64_t retries = 0;       // reads re-issued after a retryable error status
+  uint64_t resubmitted = 0;   // reads re-issued after a controller reset
   std::vector<LayerTiming> per_layer;  // in wait() order
   double gb_per_s() const { return elapsed_seconds > 0 ? bytes / elapsed_seconds / 1e9 : 0; }
 };
