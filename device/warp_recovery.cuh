@@ -70,6 +70,7 @@ __device__ __forceinline__ bool schedule_retry(const PumpContext& c, uint32_t ci
 template <class Make>
 __device__ uint32_t retry_pass(const PumpContext& c, WarpState& s, Make& make) {
   const uint32_t lane = lane_id();
+  __syncwarp();  // other lanes' id-table stores (schedule_retry, submit_pass) before this scan reads them
   const uint64_t now = warp_now();
   if (now < s.retry_due) return 0;
   const uint32_t depth_room = c.max_in_flight > s.in_flight ? c.max_in_flight - s.in_flight : 0;
@@ -126,6 +127,7 @@ __device__ uint32_t rebuild_after_reset(const PumpContext& c, WarpState& s, uint
   const uint32_t lane = lane_id();
   const nvme::Status aborted = nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kAbortRequested, false);
   restart_rings(s);
+  __syncwarp();  // other lanes' id-table stores before this scan reads them
   uint32_t requeued = 0, given_up = 0;
   for (uint32_t base = 0; base <= c.cid_mask; base += 32) {  // uniform trip count: ballots inside
     const uint32_t cid = base + lane;
