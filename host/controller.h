@@ -86,6 +86,8 @@ class Controller {
   uint64_t resets() const { return resets_.load(std::memory_order_relaxed); }
   // True when BAR0 reads as all ones (surprise removal, or a device that stopped answering).
   bool device_removed() const;
+  // CSTS now (one register read).
+  nvme::Csts csts() const { return nvme::Csts{read32(nvme::reg::kCsts)}; }
   // True after a reset that failed: nothing more will work on this controller.
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "driver/commands.h"
@@ -74,11 +75,15 @@ class QueuePair {
   }
 
   // Reaps up to `max` new completions into `out` and rings the CQ head doorbell if any were taken.
-  // Throws kProtocol if a completion names a command id that is not in flight.
+  // A completion naming a command id that is not in flight (duplicate, wrong CID) is a protocol
+  // error: it is skipped and counted (protocol_errors()), never given to the caller.
   uint32_t poll(Completion* out, uint32_t max);
+  uint64_t protocol_errors() const { return protocol_errors_; }
+  const std::string& last_protocol_error() const { return last_protocol_error_; }
 
   // Waits for the completion of `cid`, with a bound; others that complete meanwhile are kept for
-  // later wait() calls. Throws kTimeout naming the queue, command id and elapsed time.
+  // later wait() calls. Throws kTimeout naming the queue, command id and elapsed time, or
+  // kProtocol when a completion for a command not in flight arrives meanwhile.
   Completion wait(uint16_t cid, std::chrono::milliseconds timeout);
 
   // Forgets every command in flight (after a controller reset or a timed-out command that will never
@@ -118,7 +123,10 @@ class QueuePair {
   std::vector<Completion> early_;  // completed but not yet claimed by wait()
   uint32_t in_flight_ = 0;
   uint32_t pending_doorbell_ = 0;
+  void note_protocol_error(uint16_t cid);
   uint64_t generation_ = 0;
+  uint64_t protocol_errors_ = 0;
+  std::string last_protocol_error_;
   std::function<void()> health_check_;
   std::function<void()> on_destroy_;
 };

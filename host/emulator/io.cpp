@@ -95,7 +95,7 @@ void EmulatedController::io_thread_main(unsigned index) {
 size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) {
   CqState& cq = *item.cq;
   cq.refresh_head();
-  size_t did = cq.delayed.empty() ? 0 : flush_delayed(cq);
+  size_t did = cq.held.load(std::memory_order_relaxed) == 0 ? 0 : flush_delayed(cq);
   if (!cq.paced.empty()) did += flush_paced(item);
   const bool faulty = faults_.commands_armed();
   if (model_ && !faulty) {
@@ -110,11 +110,13 @@ size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) 
 size_t EmulatedController::flush_delayed(CqState& cq) {
   const auto now = std::chrono::steady_clock::now();
   size_t n = 0;
+  std::lock_guard<std::mutex> lock(cq.held_mu);
   for (auto it = cq.delayed.begin(); it != cq.delayed.end();) {
     // room() already reserves a slot for every delayed entry, so posting one never overruns.
     if (it->due <= now && nvme::ring_free(cq.prod.head, cq.prod.tail, cq.entries) > 0) {
       cq.post(it->dw0, it->sqhd, it->sqid, it->cid, it->status);
       it = cq.delayed.erase(it);
+      cq.held.store(uint32_t(cq.delayed.size()), std::memory_order_relaxed);
       ++n;
     } else {
       ++it;
