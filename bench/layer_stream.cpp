@@ -512,7 +512,7 @@ struct Row {
   uint64_t bytes = 0;
   double io_s = 0, read_s = 0, pipe_s = 0, compute_s = 0, copy_s = 0;
   uint64_t compute_ns = 0;
-  uint64_t retries = 0, resubmitted = 0, resets = 0;  // recovery, summed over the timed passes
+  host::RecoveryStats recovery;  // summed over the timed passes
   double limit_bps = 0;  // drives x modeled limit, 0 = unlimited
   double gbps_io() const { return io_s > 0 ? double(bytes) / io_s / 1e9 : 0; }
   double gbps_read() const { return read_s > 0 ? double(bytes) / read_s / 1e9 : 0; }
@@ -791,9 +791,7 @@ int main(int argc, char** argv) {
             row.cache = before_pass();
             const PassResult io = m->stream(n, 0);
             check_sums(L, n, io.consumer, row, "I/O pass");
-            row.retries += io.retries;
-            row.resubmitted += io.resubmitted;
-            row.resets += io.resets;
+            row.recovery += io.recovery;
             if (!io.note.empty()) row.note = io.note;
             best_io = std::min(best_io, io.wall_s);
             if (io.landed_s > 0) best_read = std::min(best_read, io.landed_s);
@@ -801,9 +799,7 @@ int main(int argc, char** argv) {
             before_pass();
             const PassResult pp = m->stream(n, cns);
             check_sums(L, n, pp.consumer, row, "compute pass");
-            row.retries += pp.retries;
-            row.resubmitted += pp.resubmitted;
-            row.resets += pp.resets;
+            row.recovery += pp.recovery;
             if (pp.wall_s < best_pipe) {
               best_pipe = pp.wall_s;
               row.compute_s = pp.consumer.compute_s;
@@ -831,10 +827,9 @@ int main(int argc, char** argv) {
             std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n",
                         profile.c_str(), mode.c_str(), row.gbps_read(), row.gbps_io(), row.gbps_pipe(),
                         row.verified ? "verified" : "MISMATCH");
-          if (row.ran && (row.retries || row.resubmitted || row.resets))
-            std::printf("  [%s] %-11s recovery: %llu reads retried, %llu re-issued after %llu controller resets\n",
-                        profile.c_str(), mode.c_str(), (unsigned long long)row.retries,
-                        (unsigned long long)row.resubmitted, (unsigned long long)row.resets);
+          if (row.ran && row.recovery.any())
+            std::printf("  [%s] %-11s recovery: %s\n", profile.c_str(), mode.c_str(),
+                        host::recovery_text(row.recovery).c_str());
           else if (!row.unavailable.empty())
             std::printf("  [%s] %-11s not available: %s\n", profile.c_str(), mode.c_str(), row.unavailable.c_str());
           else
@@ -881,8 +876,7 @@ int main(int argc, char** argv) {
             std::fprintf(jf, ",\"limit_gbps\":%.4f,\"efficiency\":%.4f,\"efficiency_target_met\":%s", r.limit_bps / 1e9,
                         r.efficiency(), r.efficiency() >= 0.97 ? "true" : "false");
           std::fprintf(jf, ",\"cache\":\"%s\",\"note\":\"%s\"", json_escape(r.cache).c_str(), json_escape(r.note).c_str());
-          std::fprintf(jf, ",\"recovery\":{\"retries\":%llu,\"resubmitted\":%llu,\"resets\":%llu}",
-                       (unsigned long long)r.retries, (unsigned long long)r.resubmitted, (unsigned long long)r.resets);
+          std::fprintf(jf, ",\"recovery\":%s", host::recovery_json(r.recovery).c_str());
           std::fprintf(jf, ",\"ratios\":{");
           bool f2 = true;
           for (const char* b : {"mmap", "odirect", "cufile"})

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "host/io_patterns.h"
+#include "host/recovery.h"
 #include "runtime/model/lba_map.h"
 
 #if defined(__CUDACC__)
@@ -162,9 +163,9 @@ struct PassResult {
                             // staging; device memory for cuFile) - the read stage alone; 0 = unknown
   ConsumerPass consumer;
   std::string note;         // anything the mode wants said (e.g. cuFile's mode)
-  // Recovery during the pass (gpunvme modes): reads re-issued after an error status or a controller
-  // reset, and the resets. Non-zero only when the drive misbehaved (or faults were injected).
-  uint64_t retries = 0, resubmitted = 0, resets = 0;
+  // Recovery during the pass (gpunvme modes): non-zero only when a drive misbehaved (or faults were
+  // injected from the device string).
+  host::RecoveryStats recovery;
 };
 
 class Mode {

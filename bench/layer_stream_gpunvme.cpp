@@ -200,6 +200,20 @@ void cuda_check(cudaError_t e, const char* what) {
   }
 }
 
+// The counters that grew from `before` to `now` (a submitter's counters only grow).
+host::RecoveryStats recovery_since(const host::RecoveryStats& now, const host::RecoveryStats& before) {
+  host::RecoveryStats d = now;
+  d.retries -= before.retries;
+  d.timeouts -= before.timeouts;
+  d.aborts -= before.aborts;
+  d.resets -= before.resets;
+  d.resubmitted -= before.resubmitted;
+  d.protocol_errors -= before.protocol_errors;
+  d.failed -= before.failed;
+  d.seconds_lost -= before.seconds_lost;
+  return d;
+}
+
 class GpuMode final : public Mode {
  public:
   explicit GpuMode(const GpunvmeContext& ctx) : ctx_(ctx) {
@@ -276,11 +290,9 @@ class GpuMode final : public Mode {
     for (auto& d : drives_) d->s->sync();  // throws the first failed read
     PassResult r;
     for (auto& d : drives_) {
-      r.retries += d->s->stats().retries;
-      r.resubmitted += d->s->stats().resubmitted;
-      const uint64_t resets = d->sub->recovery_stats().watchdog.resets;
-      r.resets += resets - d->resets_seen;
-      d->resets_seen = resets;
+      const host::RecoveryStats now = d->sub->recovery();
+      r.recovery += recovery_since(now, d->seen);  // this pass's share
+      d->seen = now;
     }
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -297,7 +309,7 @@ class GpuMode final : public Mode {
     std::unique_ptr<stream::GpuSubmitter> sub;
     std::unique_ptr<stream::LayerStreamer> s;
     cudaStream_t io = nullptr;
-    uint64_t resets_seen = 0;  // the submitter's resets before this pass
+    host::RecoveryStats seen;  // the submitter's counters before this pass
     ~Drive() {
       s.reset();
       sub.reset();

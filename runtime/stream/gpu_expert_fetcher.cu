@@ -449,8 +449,8 @@ void GpuExpertFetcher::retire_done(bool block) {
     } catch (...) {
       if (!pending_error_) pending_error_ = std::current_exception();
     }
-    retries_ += times.retries;
-    resubmitted_ += times.resubmitted;
+    recovery_.retries += times.retries;
+    recovery_.resubmitted += times.resubmitted;
   }
 }
 

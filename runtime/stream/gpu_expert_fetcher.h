@@ -27,6 +27,7 @@
 
 #include "host/controller.h"
 #include "host/dma_memory.h"
+#include "host/recovery.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/expert_fetcher.h"
 #include "runtime/stream/gpu_fetch_types.h"
@@ -68,10 +69,9 @@ class GpuExpertFetcher {
   uint32_t cache_capacity() const { return capacity_; }
   // Copied from the device (synchronizes with the device).
   FetcherMetrics metrics() const;
-  // Reads of waited-for fetches that recovery re-issued: after a retryable error status, and after a
-  // controller reset (the submitter's recovery_stats() has the resets themselves).
-  uint64_t retries() const { return retries_; }
-  uint64_t resubmitted() const { return resubmitted_; }
+  // Reads of waited-for fetches that recovery re-issued: retries after an error status, resubmitted
+  // after a controller reset (the submitter's recovery() has the resets and the rest).
+  const host::RecoveryStats& recovery() const { return recovery_; }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 
@@ -97,8 +97,7 @@ class GpuExpertFetcher {
   std::vector<void*> allocations_;    // device memory to free
   std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
-  uint64_t retries_ = 0;
-  uint64_t resubmitted_ = 0;
+  host::RecoveryStats recovery_;
 };
 
 }  // namespace gpunvme::stream

@@ -8,6 +8,7 @@ namespace gpunvme::stream {
 using Clock = std::chrono::steady_clock;
 
 namespace {
+const std::string kStallPrefix = "GPU queue ";
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 long long ms_of(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 }  // namespace
@@ -22,7 +23,9 @@ void GpuRecovery::poll() {
   next_check_ = now + options_.check_period;
   std::string why = stalled_queue(now);
   if (why.empty() && ++checks_ % 10 == 0) why = controller_failure();
-  if (!why.empty()) recover(why);
+  if (why.empty()) return;
+  if (why.rfind(kStallPrefix, 0) == 0) stats_.stalls += 1;
+  recover(why);
 }
 
 // A queue whose warp runs and whose progress word has not changed for stall_timeout.
@@ -36,7 +39,7 @@ std::string GpuRecovery::stalled_queue(Clock::time_point now) {
       continue;
     }
     if (now - s.since > options_.stall_timeout)
-      return "GPU queue " + std::to_string(i) + " made no progress for " + std::to_string(ms_of(now - s.since)) +
+      return kStallPrefix + std::to_string(i) + " made no progress for " + std::to_string(ms_of(now - s.since)) +
              " ms with " + std::to_string(h.in_flight) + " commands in flight (a lost or late completion)";
   }
   return {};
@@ -66,19 +69,19 @@ void GpuRecovery::recover(const std::string& why) {
     return;
   }
   stats_.last_reason = why;
-  if (!queues_.quiesce(options_.quiesce_timeout)) {
-    give_up(why + "; a GPU warp did not park within " + std::to_string(options_.quiesce_timeout.count()) +
-            " ms, so the controller was not reset under it");
-    return;
-  }
   try {
+    if (!queues_.quiesce(options_.quiesce_timeout)) {
+      give_up(why + "; a GPU warp did not park within " + std::to_string(options_.quiesce_timeout.count()) +
+              " ms, so the controller was not reset under it");
+      return;
+    }
     controller_.reset(why);
+    recent_resets_.push_back(t0);
+    queues_.resume(true);
   } catch (const Error& e) {
     give_up(e.what());
     return;
   }
-  recent_resets_.push_back(t0);
-  queues_.resume(true);
   stats_.resets += 1;
   stats_.recovery_seconds += seconds_since(t0);
   for (Seen& s : seen_) s.since = Clock::now();

@@ -35,6 +35,7 @@ struct GpuRecoveryOptions {
 };
 
 struct GpuRecoveryStats {
+  uint64_t stalls = 0;             // queues found without progress (host::RecoveryStats::timeouts)
   uint64_t resets = 0;             // controller resets this watchdog did
   double recovery_seconds = 0;     // time from the decision to the kernels' resume
   std::string last_reason;         // why the last recovery started ("" if none)

@@ -205,11 +205,16 @@ bool GpuSubmitter::done(uint64_t ticket) {
   return e != cudaErrorNotReady;  // an error also ends the ticket: wait() reports it
 }
 
-GpuSubmitterRecovery GpuSubmitter::recovery_stats() const {
-  GpuSubmitterRecovery r = recovered_;
-  r.watchdog = recovery_->stats();
+host::RecoveryStats GpuSubmitter::recovery() const {
+  host::RecoveryStats r = recovered_;
+  const GpuRecoveryStats& w = recovery_->stats();
+  r.timeouts += w.stalls;
+  r.resets += w.resets;
+  r.seconds_lost += w.recovery_seconds;
   return r;
 }
+
+const std::string& GpuSubmitter::last_recovery_reason() const { return recovery_->stats().last_reason; }
 
 std::string GpuSubmitter::describe_failure(const Ticket& t, const GpuTicketRecord& r) const {
   std::string s = controller_.transport().name() + ": GPU-issued reads failed (" + std::to_string(r.completed) +
@@ -249,6 +254,7 @@ void GpuSubmitter::retire(uint64_t ticket, Ticket& t, GpuTicketTimes* times) {
   recovered_.retries += r.retries;
   recovered_.resubmitted += r.resubmitted;
   recovered_.protocol_errors += r.protocol_errors;
+  recovered_.failed += r.failed;
   const std::string failure =
       e != cudaSuccess ? std::string("GPU submitter: the read kernel failed: ") + cudaGetErrorString(e)
       : r.state == ticket_state::kOk ? std::string()

@@ -20,7 +20,7 @@
 // Recovery: the kernels re-issue commands that fail with DNR clear (options.retry, the CPU path's
 // rule); while the host waits (wait/done), a watchdog (gpu_recovery.h) resets the controller under
 // the running kernels when a queue stalls or CSTS.CFS is set, and they re-issue what was in flight.
-// recovery_stats() counts both.
+// recovery() counts both (host/recovery.h, the CPU paths' counters).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -36,6 +36,7 @@
 #include "host/controller.h"
 #include "host/queue_pair.h"
 #include "driver/retry_policy.h"
+#include "host/recovery.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_recovery.h"
 #include "runtime/stream/gpu_ticket.h"
@@ -58,13 +59,6 @@ struct GpuSubmitterOptions {
   GpuRecoveryOptions recovery{};  // the watchdog: stalls and CSTS.CFS -> controller reset under the kernels
 };
 
-// Everything recovery did for this submitter's tickets so far (retired tickets, plus the watchdog).
-struct GpuSubmitterRecovery {
-  uint64_t retries = 0;          // commands re-issued after a retryable error status
-  uint64_t resubmitted = 0;      // commands re-issued after a controller reset
-  uint64_t protocol_errors = 0;  // completions naming a command id not in flight (never completed anything)
-  GpuRecoveryStats watchdog;     // resets, time spent, last reason
-};
 
 class GpuSubmitter final : public Submitter, public StreamOrdered {
  public:
@@ -115,7 +109,11 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   uint32_t queue_count() const;
   device::DeviceQueueSet& queues() { return *set_; }
   uint64_t commands_completed() const { return completed_total_; }
-  GpuSubmitterRecovery recovery_stats() const;
+  // Everything recovery did for this submitter so far: re-issues and protocol errors of retired
+  // tickets, commands given up, the watchdog's stalls (as timeouts), resets and time (seconds_lost).
+  host::RecoveryStats recovery() const;
+  // Why the last recovery started, or why the controller was given up ("" if never).
+  const std::string& last_recovery_reason() const;
 
  private:
   struct Ticket {
@@ -151,7 +149,7 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   void* internal_stream_ = nullptr;
   uint64_t completed_total_ = 0;
   std::unique_ptr<GpuRecovery> recovery_;
-  GpuSubmitterRecovery recovered_;  // counters of retired tickets
+  host::RecoveryStats recovered_;  // counters of retired tickets (the watchdog's are added on read)
 };
 
 }  // namespace gpunvme::stream

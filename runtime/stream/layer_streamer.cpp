@@ -184,8 +184,8 @@ SlotView LayerStreamer::wait(uint32_t slot) {
     stats_.io_seconds += t.io_ms / 1e3;
     stats_.wait_seconds += t.wait_ms / 1e3;
     stats_.elapsed_seconds = ms_since(first_begin_) / 1e3;
-    stats_.retries += gt.retries;
-    stats_.resubmitted += gt.resubmitted;
+    stats_.recovery.retries += gt.retries;
+    stats_.recovery.resubmitted += gt.resubmitted;
     stats_.per_layer.push_back(t);
     s.state = State::kHeld;
   }
@@ -322,12 +322,12 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
     try {
       sub->wait_timed(g.ticket, &t);
     } catch (...) {
-      stats_.retries += t.retries;
-      stats_.resubmitted += t.resubmitted;
+      stats_.recovery.retries += t.retries;
+      stats_.recovery.resubmitted += t.resubmitted;
       throw;
     }
-    stats_.retries += t.retries;
-    stats_.resubmitted += t.resubmitted;
+    stats_.recovery.retries += t.retries;
+    stats_.recovery.resubmitted += t.resubmitted;
     LayerTiming lt;
     lt.layer = g.layer;
     lt.bytes = g.bytes;

@@ -36,6 +36,7 @@
 
 #include "host/controller.h"
 #include "host/dma_memory.h"
+#include "host/recovery.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/plan/prp_table.h"
 #include "runtime/stream/cuda_stream.h"
@@ -77,9 +78,10 @@ struct StreamStats {
   double io_seconds = 0;    // sum of per-layer I/O times
   double wait_seconds = 0;  // sum of time spent waiting
   double elapsed_seconds = 0;  // first begin() to the last wait()
-  // Recovery on the GPU path (stream-ordered submitters; the kernels re-issue, gpu_recovery.h):
-  uint64_t retries = 0;       // reads re-issued after a retryable error status
-  uint64_t resubmitted = 0;   // reads re-issued after a controller reset
+  // Reads of these layers that recovery re-issued, on the GPU path (the kernels re-issue,
+  // gpu_recovery.h): retries after an error status, resubmitted after a controller reset. The
+  // submitter's recovery() has the resets and the rest.
+  host::RecoveryStats recovery;
   std::vector<LayerTiming> per_layer;  // in wait() order
   double gb_per_s() const { return elapsed_seconds > 0 ? bytes / elapsed_seconds / 1e9 : 0; }
 };

@@ -18,6 +18,7 @@
 #include "gpu_rig.h"
 #include "host/emulator/faults.h"
 #include "host/error.h"
+#include "host/recovery.h"
 #include "recovery_check.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_submitter.h"
@@ -330,7 +331,7 @@ TEST_CASE("the pump spends exactly the attempts the policy allows on one failing
       }
       const uint64_t expected_retries = final ? attempts - 1 : failures;
       INFO(out.error);
-      CHECK(gpu.recovery_stats().retries == expected_retries);
+      CHECK(gpu.recovery().retries == expected_retries);
       CHECK(rig.emu->faults().fired(id) == (final ? attempts : failures));
       CHECK(out.threw == final);
       if (final) {
@@ -356,10 +357,9 @@ TEST_CASE("GPU recovery matrix: each fault on each GPU workload recovers with ev
   stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1, recovering());
   const int id = rig.emu->faults().add(fault_of(kind, 40));
   const Outcome out = run(work, rig, gpu);
-  const stream::GpuSubmitterRecovery rec = gpu.recovery_stats();
+  const host::RecoveryStats rec = gpu.recovery();
   INFO("error: " << out.error << "; " << out.units_ok << " of " << out.units << " units ok, " << out.seconds << " s, "
-                 << rec.retries << " retries, " << rec.resubmitted << " resubmitted, " << rec.watchdog.resets
-                 << " resets (" << rec.watchdog.last_reason << ")");
+                 << host::recovery_text(rec) << " (" << gpu.last_recovery_reason() << ")");
   CHECK(rig.emu->faults().fired(id) >= 1);
   CHECK(out.mismatches == 0);  // every unit that finished OK holds the right bytes
   switch (kind) {
@@ -367,7 +367,7 @@ TEST_CASE("GPU recovery matrix: each fault on each GPU workload recovers with ev
       CHECK_FALSE(out.threw);
       CHECK(out.units_ok == out.units);
       CHECK(rec.retries == 2);
-      CHECK(rec.watchdog.resets == 0);
+      CHECK(rec.resets == 0);
       CHECK(out.seconds < 10.0);
       break;
     case Kind::kDnr:
@@ -384,11 +384,11 @@ TEST_CASE("GPU recovery matrix: each fault on each GPU workload recovers with ev
     case Kind::kFatal:
       CHECK_FALSE(out.threw);
       CHECK(out.units_ok == out.units);
-      CHECK(rec.watchdog.resets == 1);
+      CHECK(rec.resets == 1);
       CHECK(rec.resubmitted >= 1);
       CHECK(rig.ctrl->resets() == 1);
       // The stall bound (100 ms) plus the reset, well inside the kernels' own 5 s bound.
-      CHECK(rec.watchdog.recovery_seconds < 2.0);
+      CHECK(rec.seconds_lost < 2.0);
       CHECK(out.seconds < 10.0);
       break;
     case Kind::kWrongCid:
@@ -406,31 +406,37 @@ TEST_CASE("GPU recovery matrix: each fault on each GPU workload recovers with ev
   CHECK(after.mismatches == 0);
 }
 
-TEST_CASE("GPU recovery: a removed controller ends the kernels with one clear error in bounded time",
+TEST_CASE("GPU recovery: a controller that cannot come back ends the kernels with one clear error in bounded time",
           "[gpu][recovery][removal]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=96M,threads=2", 2, 128, true, {}, false);
+  const bool removal = GENERATE(true, false);
+  INFO(removal ? "surprise removal (BAR0 reads all ones)" : "a lost completion, then CSTS.RDY never set after the reset");
+  // to=1: CAP.TO 500 ms, the bound of the reset's wait for CSTS.RDY.
+  GpuRig rig("emu:ram,size=96M,threads=2,to=1", 2, 128, true, {}, false);
   rig.write_pattern(0, kPatternBytes, kSeed);
   stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1, recovering());
-  // Every read from the 40th on is dropped and the reset finds the controller fatal again after
-  // enable: the controller cannot be brought back (as a removed one).
-  emu::Fault drop = fault_of(Kind::kDrop, 40);
-  drop.times = 0;
-  rig.emu->faults().add(drop);
-  emu::Fault dead;
-  dead.kind = emu::FaultKind::kFatalAtEnable;
-  dead.times = 0;
-  rig.emu->faults().add(dead);
+  emu::Fault f = fault_of(Kind::kDrop, 40);
+  if (removal) f.kind = emu::FaultKind::kSurpriseRemoval;
+  rig.emu->faults().add(f);
+  if (!removal) {
+    emu::Fault never;
+    never.kind = emu::FaultKind::kNeverReady;
+    rig.emu->faults().add(never);
+  }
   const auto t0 = Clock::now();
   const Outcome out = stream_layers(rig, gpu, 1000);
   const double secs = seconds_since(t0);
-  INFO(out.error);
+  INFO(out.error << " (" << gpu.last_recovery_reason() << ")");
   CHECK(out.threw);
+  CHECK(out.kind == ErrorKind::kControllerFatal);
   CHECK(out.error.find("could not be reset") != std::string::npos);
-  CHECK(gpu.recovery_stats().watchdog.resets == 0);  // the one attempt failed; no second one
-  CHECK(out.mismatches == 0);
-  CHECK(secs < 15.0);
-  // Later tickets fail at once with the same reason, no retry storm.
+  CHECK(out.error.find(removal ? "all ones" : "CSTS.RDY stayed 0") != std::string::npos);
+  CHECK(gpu.recovery().resets == 0);  // the one attempt failed; no second one
+  CHECK(out.mismatches == 0);         // the layers that finished before hold the right bytes
+  // Detection (100 ms stall bound, or CSTS every 5 ms), the reset's bound (CAP.TO 500 ms), then
+  // every queued layer ends at once.
+  CHECK(secs < 5.0);
+  // Later tickets fail at once with the same reason: no retry storm.
   const auto t1 = Clock::now();
   const Outcome again = raw_reads(rig, gpu, 50);
   CHECK(again.threw);
@@ -448,18 +454,18 @@ TEST_CASE("GPU long run: 4 x 1,000 layers with a fault every 2,000 commands, eve
   std::vector<int> ids;
   for (uint64_t k = 1; k <= 4; ++k) {
     emu::Fault f = fault_of(k % 2 ? Kind::kRetryable : Kind::kDrop, k * 2000);
-    f.qid = -1;
+    f.qid = emu::kAnyIoQueue;
     f.times = 1;
     ids.push_back(rig.emu->faults().add(f));
   }
   const Outcome out = stream_layers(rig, gpu, 1000, 4);
-  const stream::GpuSubmitterRecovery rec = gpu.recovery_stats();
-  INFO(out.error << "; " << rec.retries << " retries, " << rec.watchdog.resets << " resets, " << out.seconds << " s");
+  const host::RecoveryStats rec = gpu.recovery();
+  INFO(out.error << "; " << host::recovery_text(rec) << ", " << out.seconds << " s");
   for (int id : ids) CHECK(rig.emu->faults().fired(id) == 1);
   CHECK_FALSE(out.threw);
   CHECK(out.units_ok == 4000);
   CHECK(out.mismatches == 0);
   CHECK(rec.retries == 2);
-  CHECK(rec.watchdog.resets == 2);
+  CHECK(rec.resets == 2);
   CHECK(out.seconds < 30.0);
 }
