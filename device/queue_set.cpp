@@ -57,6 +57,10 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
   std::string why;
   if (!host::cuda_device_available(&why)) throw Error(ErrorKind::kUnsupported, "GPU-initiated I/O needs a GPU: " + why);
   if (queues.empty()) throw Error(ErrorKind::kInvalidArgument, "DeviceQueueSet: no queues given");
+  // Kernels keep a command's submissions in 8 bits next to its index (device_queue.h kCmdAttemptShift).
+  if (options.retry.max_attempts < 1 || options.retry.max_attempts > 255)
+    throw Error(ErrorKind::kInvalidArgument, "GPU queues: retry.max_attempts is " +
+                                                 std::to_string(options.retry.max_attempts) + "; use 1..255");
   volatile uint32_t* bar = choose_doorbells(controller, options.doorbell);
   const host::NamespaceInfo& ns = controller.namespace_info(nsid);
   lba_bytes_ = ns.lba_bytes;

@@ -76,6 +76,7 @@ __device__ uint32_t retry_pass(const PumpContext& c, WarpState& s, Make& make) {
   const uint32_t depth_room = c.max_in_flight > s.in_flight ? c.max_in_flight - s.in_flight : 0;
   const uint32_t ring_room = s.sq.free_slots();
   const uint32_t room = depth_room < ring_room ? depth_room : ring_room;
+  if (room == 0) return 0;  // due, but no slot: the next pass, after completions
   uint32_t n = 0, seen = 0;
   uint64_t next_due = ~0ull;
   for (uint32_t base = 0; base <= c.cid_mask && seen < s.retry_pending; base += 32) {

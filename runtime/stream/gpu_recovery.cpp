@@ -14,10 +14,12 @@ long long ms_of(Clock::duration d) { return std::chrono::duration_cast<std::chro
 }  // namespace
 
 GpuRecovery::GpuRecovery(host::Controller& controller, device::DeviceQueueSet& queues, const GpuRecoveryOptions& options)
-    : controller_(controller), queues_(queues), options_(options), seen_(queues.size()) {}
+    : controller_(controller), queues_(queues), options_(options), seen_(queues.size()) {
+  can_reset_ = queues_.can_reset(nullptr);
+}
 
 void GpuRecovery::poll() {
-  if (options_.stall_timeout.count() == 0 || !failure_.empty()) return;
+  if (options_.stall_timeout.count() == 0 || !can_reset_ || !failure_.empty()) return;
   const Clock::time_point now = Clock::now();
   if (now < next_check_) return;
   next_check_ = now + options_.check_period;
@@ -55,17 +57,12 @@ std::string GpuRecovery::controller_failure() const {
 }
 
 void GpuRecovery::recover(const std::string& why) {
-  if (!failure_.empty()) return;
+  if (!can_reset_ || !failure_.empty()) return;
   const Clock::time_point t0 = Clock::now();
   while (!recent_resets_.empty() && t0 - recent_resets_.front() > options_.reset_window) recent_resets_.pop_front();
   if (recent_resets_.size() >= options_.max_resets) {
     give_up(why + "; not resetting again: " + std::to_string(recent_resets_.size()) + " resets in the last " +
             std::to_string(options_.reset_window.count()) + " ms (max_resets)");
-    return;
-  }
-  std::string why_not;
-  if (!queues_.can_reset(&why_not)) {
-    give_up(why + "; cannot reset under running kernels: " + why_not);
     return;
   }
   stats_.last_reason = why;

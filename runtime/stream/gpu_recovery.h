@@ -8,7 +8,8 @@
 //   in flight, in the same kernel (no relaunch; the ticket simply completes later).
 // A reset that fails (device removed, never ready) ends the kernels with fault::kControllerLost at
 // once, and so does every later ticket: one clear final error, no retry storm. More than max_resets
-// resets within reset_window is treated the same way.
+// resets within reset_window is treated the same way. With doorbell=cpu the watchdog stays off (the
+// forwarder would keep the old ring positions): a stall ends, as before, by the kernels' timeout.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -67,6 +68,7 @@ class GpuRecovery {
     std::chrono::steady_clock::time_point since{};
   };
   std::vector<Seen> seen_;
+  bool can_reset_ = false;  // not with doorbell=cpu: then stalls end by the kernels' own timeout
   std::chrono::steady_clock::time_point next_check_{};
   uint64_t checks_ = 0;
   std::deque<std::chrono::steady_clock::time_point> recent_resets_;
