@@ -141,7 +141,9 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
     q.owner = kNoOwner;
     host_.push_back(q);
   }
-  make_recovery_words(uint32_t(host_.size()), options.park_timeout);
+  // A parked warp outwaits a whole reset: disable and enable, each bounded by CAP.TO, plus the queues.
+  const std::chrono::milliseconds reset_bound{2ull * controller.cap().ready_timeout_ms() + 5000};
+  make_recovery_words(uint32_t(host_.size()), std::max(options.park_timeout, reset_bound));
   for (size_t i = 0; i < host_.size(); ++i) {
     host_[i].control = control_device_;
     QueueHealth* gpu_view = nullptr;

@@ -39,7 +39,8 @@ struct DeviceQueueOptions {
   host::DoorbellForwarderOptions forwarder{};  // doorbell=cpu: the forwarding thread's polling
   // Error statuses with DNR clear are re-issued by the kernels under this rule (the CPU path's).
   nvme::RetryPolicy retry = nvme::kDefaultRetryPolicy;
-  // How long a parked warp waits for resume() before it ends with fault::kParkTimedOut.
+  // How long a parked warp waits for resume() before it ends with fault::kParkTimedOut (at least
+  // two CAP.TO and 5 s: a reset's disable and enable, and the queues' re-creation).
   std::chrono::milliseconds park_timeout{10'000};
 };
 

@@ -183,23 +183,27 @@ __device__ __forceinline__ void adopt_generation(const PumpContext& c, WarpState
 // Parks the warp while the host resets the controller, bounded by the control's park_timeout_ns.
 // Returns true when the host resumed the set (the caller then takes the new generation), false with a
 // fault set: kControllerLost (the host could not bring the controller back) or kParkTimedOut.
+// The warp says it runs again before it looks at quiesce a last time: a host quiescing anew either
+// sees it running (and waits for it to park) or is seen by it (and it parks again).
 __device__ __forceinline__ bool wait_for_resume(const PumpContext& c, WarpState& s) {
-  publish_state(c, health_state::kParked, s.in_flight);
   const uint64_t t0 = warp_now();
   const uint64_t bound = c.control->park_timeout_ns;
-  while (load_control32(&c.control->quiesce) != 0) {
-    if (warp_now() - t0 > bound) {
-      s.faults |= fault::kParkTimedOut;
+  do {
+    publish_state(c, health_state::kParked, s.in_flight);
+    while (load_control32(&c.control->quiesce) != 0) {
+      if (warp_now() - t0 > bound) {
+        s.faults |= fault::kParkTimedOut;
+        return false;
+      }
+      __nanosleep(2000);
+    }
+    __threadfence();  // the host wrote generation and failed before it cleared quiesce
+    if (load_control32(&c.control->failed) != 0) {
+      s.faults |= fault::kControllerLost;
       return false;
     }
-    __nanosleep(2000);
-  }
-  __threadfence();  // the host wrote generation and failed before it cleared quiesce
-  if (load_control32(&c.control->failed) != 0) {
-    s.faults |= fault::kControllerLost;
-    return false;
-  }
-  publish_state(c, health_state::kRunning, s.in_flight);
+    publish_state(c, health_state::kRunning, s.in_flight);  // fence after the state store
+  } while (load_control32(&c.control->quiesce) != 0);
   return true;
 }
 
