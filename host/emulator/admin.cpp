@@ -33,7 +33,8 @@ bool EmulatedController::serve_admin_queue() {
   SqState& sq = admin_sq_;
   ThreadCounters& tc = *counters_.back();
   cq.refresh_head();
-  bool did = cq.held.load(std::memory_order_relaxed) != 0 && flush_delayed(cq) > 0;
+  SqState* const admin_sqs[] = {&sq};
+  bool did = cq.held.load(std::memory_order_relaxed) != 0 && flush_delayed(cq, admin_sqs) > 0;
   const uint32_t tail = nvme::mmio_read32(sq.tail_db);
   if (tail >= sq.entries || tail == sq.head) return did;  // an out-of-range tail is ignored
   nvme::read_entries_after_doorbell();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -147,7 +148,7 @@ class EmulatedController final : public host::Transport {
   size_t serve_cq(const WorkList::Item& item, IoContext& ctx);
   size_t serve_sq(SqState& sq, CqState& cq, IoContext& ctx);
   size_t serve_sq_faulty(SqState& sq, CqState& cq, IoContext& ctx);
-  size_t flush_delayed(CqState& cq);
+  size_t flush_delayed(CqState& cq, std::span<SqState* const> sqs);
   // io_paced.cpp: the path taken when a drive model is configured.
   size_t serve_sq_paced(const WorkList::Item& item, SqState& sq, IoContext& ctx);
   size_t flush_paced(const WorkList::Item& item);

@@ -68,10 +68,16 @@ std::optional<Fault> FaultPlan::match(bool enable, uint16_t sqid, uint8_t opcode
       if (now < a.from) continue;
     }
     ++a.seen;
-    if (fires_on(a) && !hit) {
-      ++a.fired;
-      hit = a.f;
+    // Two faults due on one command: the first armed fires, the other fires on its next match
+    // (owed), so coinciding periods (every=5000 and every=10000) both keep their counts.
+    if (!fires_on(a) && !a.owed) continue;
+    if (hit) {
+      a.owed = true;
+      continue;
     }
+    a.owed = false;
+    ++a.fired;
+    hit = a.f;
   }
   if (hit) refresh_armed();
   return hit;

@@ -66,6 +66,7 @@ class FaultPlan {
     std::chrono::steady_clock::time_point from;  // armed + f.at
     uint64_t seen = 0;
     uint64_t fired = 0;
+    bool owed = false;  // was due on a command another fault took
   };
   static bool fires_on(const Armed& a);
   static bool is_enable_fault(FaultKind k) {

@@ -98,6 +98,27 @@ TEST_CASE("periodic and timed faults", "[emulator][faults]") {
     CHECK(pattern == "..E..E..E..E");
     CHECK(h.ctrl().faults().fired(id) == 4);
   }
+  SECTION("coinciding periods: both faults keep their count (the later one fires a command later)") {
+    Fault a;
+    a.kind = FaultKind::kErrorStatus;
+    a.qid = 1;
+    a.nth = a.every = 2;
+    a.times = 0;
+    a.sc = 0x06;
+    Fault b = a;
+    b.nth = b.every = 4;
+    b.sc = 0x04;
+    const int ia = h.ctrl().faults().add(a);
+    const int ib = h.ctrl().faults().add(b);
+    std::string pattern;
+    for (int i = 0; i < 9; ++i) {
+      const auto c = h.run(q, nvme::make_read(1, 0, 1, 0, 0));
+      pattern += status_of(c).ok() ? '.' : status_of(c).code() == 0x06 ? 'a' : 'b';
+    }
+    CHECK(pattern == ".a.aba.ab");  // b was due on commands 4 and 8 (a's): it fires on the next match
+    CHECK(h.ctrl().faults().fired(ia) == 4);
+    CHECK(h.ctrl().faults().fired(ib) == 2);
+  }
   SECTION("at=DUR counts nothing before that time") {
     Fault f;
     f.kind = FaultKind::kErrorStatus;
