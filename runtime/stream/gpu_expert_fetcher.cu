@@ -443,14 +443,11 @@ void GpuExpertFetcher::retire_done(bool block) {
   while (!tickets_.empty() && (block || submitter_.done(tickets_.front()))) {
     const uint64_t t = tickets_.front();
     tickets_.pop_front();
-    GpuTicketTimes times;
     try {
-      submitter_.wait(t, &times);
+      submitter_.wait(t);
     } catch (...) {
       if (!pending_error_) pending_error_ = std::current_exception();
     }
-    recovery_.retries += times.retries;
-    recovery_.resubmitted += times.resubmitted;
   }
 }
 

@@ -69,9 +69,8 @@ class GpuExpertFetcher {
   uint32_t cache_capacity() const { return capacity_; }
   // Copied from the device (synchronizes with the device).
   FetcherMetrics metrics() const;
-  // Reads of waited-for fetches that recovery re-issued: retries after an error status, resubmitted
-  // after a controller reset (the submitter's recovery() has the resets and the rest).
-  const host::RecoveryStats& recovery() const { return recovery_; }
+  // Retries, resets behind the fetches (the submitter's count, issue #15).
+  host::RecoveryStats recovery() const { return submitter_.recovery(); }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 
@@ -97,7 +96,6 @@ class GpuExpertFetcher {
   std::vector<void*> allocations_;    // device memory to free
   std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
-  host::RecoveryStats recovery_;
 };
 
 }  // namespace gpunvme::stream

@@ -247,10 +247,6 @@ void GpuSubmitter::retire(uint64_t ticket, Ticket& t, GpuTicketTimes* times) {
     times->start_ns = r.start_ns;
     times->end_ns = r.end_ns;
   }
-  if (times) {
-    times->retries = r.retries;
-    times->resubmitted = r.resubmitted;
-  }
   recovered_.retries += r.retries;
   recovered_.resubmitted += r.resubmitted;
   recovered_.protocol_errors += r.protocol_errors;

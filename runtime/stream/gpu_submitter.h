@@ -111,7 +111,7 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   uint64_t commands_completed() const { return completed_total_; }
   // Everything recovery did for this submitter so far: re-issues and protocol errors of retired
   // tickets, commands given up, the watchdog's stalls (as timeouts), resets and time (seconds_lost).
-  host::RecoveryStats recovery() const;
+  host::RecoveryStats recovery() const override;
   // Why the last recovery started, or why the controller was given up ("" if never).
   const std::string& last_recovery_reason() const;
 

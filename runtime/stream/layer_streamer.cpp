@@ -166,10 +166,8 @@ SlotView LayerStreamer::wait(uint32_t slot) {
   const plan::CommandPlan& p = plan(s.layer, slot);
   if (s.state == State::kLoading) {
     const auto t0 = std::chrono::steady_clock::now();
-    GpuTicketTimes gt;
     try {
-      if (StreamOrdered* o = submitter_.stream_ordered()) o->wait_timed(s.ticket, &gt);
-      else submitter_.wait(s.ticket);
+      submitter_.wait(s.ticket);
     } catch (...) {
       s.state = State::kFree;  // the slot's contents are undefined; it can be reused
       throw;
@@ -184,8 +182,6 @@ SlotView LayerStreamer::wait(uint32_t slot) {
     stats_.io_seconds += t.io_ms / 1e3;
     stats_.wait_seconds += t.wait_ms / 1e3;
     stats_.elapsed_seconds = ms_since(first_begin_) / 1e3;
-    stats_.recovery.retries += gt.retries;
-    stats_.recovery.resubmitted += gt.resubmitted;
     stats_.per_layer.push_back(t);
     s.state = State::kHeld;
   }
@@ -319,15 +315,7 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
     GpuTicketTimes t;
     g.ticket_retired = true;  // wait() forgets the ticket even when it throws
     if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
-    try {
-      sub->wait_timed(g.ticket, &t);
-    } catch (...) {
-      stats_.recovery.retries += t.retries;
-      stats_.recovery.resubmitted += t.resubmitted;
-      throw;
-    }
-    stats_.recovery.retries += t.retries;
-    stats_.recovery.resubmitted += t.resubmitted;
+    sub->wait_timed(g.ticket, &t);
     LayerTiming lt;
     lt.layer = g.layer;
     lt.bytes = g.bytes;

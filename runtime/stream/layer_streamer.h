@@ -78,10 +78,6 @@ struct StreamStats {
   double io_seconds = 0;    // sum of per-layer I/O times
   double wait_seconds = 0;  // sum of time spent waiting
   double elapsed_seconds = 0;  // first begin() to the last wait()
-  // Reads of these layers that recovery re-issued, on the GPU path (the kernels re-issue,
-  // gpu_recovery.h): retries after an error status, resubmitted after a controller reset. The
-  // submitter's recovery() has the resets and the rest.
-  host::RecoveryStats recovery;
   std::vector<LayerTiming> per_layer;  // in wait() order
   double gb_per_s() const { return elapsed_seconds > 0 ? bytes / elapsed_seconds / 1e9 : 0; }
 };
@@ -122,6 +118,8 @@ class LayerStreamer {
   void sync();
 
   const StreamStats& stats() const { return stats_; }
+  // Retries, aborts, resets behind the streamed reads (the submitter's count, issue #15).
+  host::RecoveryStats recovery() const { return submitter_.recovery(); }
   void reset_stats() { stats_ = {}; }
 
  private:

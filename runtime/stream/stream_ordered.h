@@ -12,12 +12,10 @@
 
 namespace gpunvme::stream {
 
-// GPU timestamps of a finished ticket (%globaltimer, ns), and what recovering its commands took.
+// GPU timestamps of a finished ticket (%globaltimer, ns).
 struct GpuTicketTimes {
   uint64_t start_ns = 0;
   uint64_t end_ns = 0;
-  uint64_t retries = 0;      // re-issues after a retryable error status
-  uint64_t resubmitted = 0;  // re-issues after a controller reset
   double ms() const { return end_ns > start_ns ? (end_ns - start_ns) / 1e6 : 0; }
 };
 
