@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "driver/prp.h"
+#include "host/cuda_device.h"
 #include "host/error.h"
 
 namespace gpunvme::device {
@@ -29,7 +30,7 @@ std::string describe_faults(uint32_t faults) {
   add(fault::kWrongCid, "completion with a command id not in flight");
   add(fault::kBadSqHead, "completion with an SQ head outside the ring");
   add(fault::kNotOwner, "queue held by another warp");
-  add(fault::kBadRequest, "invalid extent");
+  add(fault::kBadRequest, "invalid request (PRPs outside the rules)");
   add(fault::kControllerLost, "the controller could not be reset (removed, fatal or never ready)");
   add(fault::kParkTimedOut, "parked for a controller reset that did not finish in time");
   return s.empty() ? "none" : s;
