@@ -102,7 +102,9 @@ const char* kHelp =
     "                      Generated images get emulator threads = max(gpu, cpu queues): queue q is\n"
     "                      served by emulator thread (q-1) %% threads\n"
     "  --max-command SIZE  cap on bytes per NVMe read command (default: the controller's MDTS)\n"
-    "  --emu-opts KEYS     extra emulator keys for generated images, e.g. poll=spin or mdts=9\n"
+    "  --emu-opts KEYS     extra emulator keys for generated images, e.g. poll=spin or mdts=9, or faults:\n"
+    "                      fault=error:sc=0x81:every=5000 (the README's grammar); what recovery did is a\n"
+    "                      'recovery:' line per row and \"recovery\" in --json\n"
     "  --keep              keep generated images (and reuse them next time when they match)\n"
     "  --allow-write       permit writing the generated pattern (or --gguf) onto a real device: vfio:, or\n"
     "                      emu: on a block device\n"
@@ -513,6 +515,7 @@ struct Row {
   uint64_t bytes = 0;
   double io_s = 0, read_s = 0, pipe_s = 0, compute_s = 0, copy_s = 0;
   uint64_t compute_ns = 0;
+  host::RecoveryStats recovery;  // summed over the timed passes
   double limit_bps = 0;  // drives x modeled limit, 0 = unlimited
   double gbps_io() const { return io_s > 0 ? double(bytes) / io_s / 1e9 : 0; }
   double gbps_read() const { return read_s > 0 ? double(bytes) / read_s / 1e9 : 0; }
@@ -791,6 +794,7 @@ int main(int argc, char** argv) {
             row.cache = before_pass();
             const PassResult io = m->stream(n, 0);
             check_sums(L, n, io.consumer, row, "I/O pass");
+            row.recovery += io.recovery;
             if (!io.note.empty()) row.note = io.note;
             best_io = std::min(best_io, io.wall_s);
             if (io.landed_s > 0) best_read = std::min(best_read, io.landed_s);
@@ -798,6 +802,7 @@ int main(int argc, char** argv) {
             before_pass();
             const PassResult pp = m->stream(n, cns);
             check_sums(L, n, pp.consumer, row, "compute pass");
+            row.recovery += pp.recovery;
             if (pp.wall_s < best_pipe) {
               best_pipe = pp.wall_s;
               row.compute_s = pp.consumer.compute_s;
@@ -825,6 +830,9 @@ int main(int argc, char** argv) {
             std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n",
                         profile.c_str(), mode.c_str(), row.gbps_read(), row.gbps_io(), row.gbps_pipe(),
                         row.verified ? "verified" : "MISMATCH");
+          if (row.ran && row.recovery.any())
+            std::printf("  [%s] %-11s recovery: %s\n", profile.c_str(), mode.c_str(),
+                        host::recovery_text(row.recovery).c_str());
           else if (!row.unavailable.empty())
             std::printf("  [%s] %-11s not available: %s\n", profile.c_str(), mode.c_str(), row.unavailable.c_str());
           else
@@ -871,6 +879,7 @@ int main(int argc, char** argv) {
             std::fprintf(jf, ",\"limit_gbps\":%.4f,\"efficiency\":%.4f,\"efficiency_target_met\":%s", r.limit_bps / 1e9,
                         r.efficiency(), r.efficiency() >= 0.97 ? "true" : "false");
           std::fprintf(jf, ",\"cache\":\"%s\",\"note\":\"%s\"", json_escape(r.cache).c_str(), json_escape(r.note).c_str());
+          std::fprintf(jf, ",\"recovery\":%s", host::recovery_json(r.recovery).c_str());
           std::fprintf(jf, ",\"ratios\":{");
           bool f2 = true;
           for (const char* b : {"mmap", "odirect", "cufile"})

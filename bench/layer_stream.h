@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "host/io_patterns.h"
+#include "host/recovery.h"
 #include "runtime/model/lba_map.h"
 
 #if defined(__CUDACC__)
@@ -162,6 +163,9 @@ struct PassResult {
                             // staging; device memory for cuFile) - the read stage alone; 0 = unknown
   ConsumerPass consumer;
   std::string note;         // anything the mode wants said (e.g. cuFile's mode)
+  // Recovery during the pass (gpunvme modes): non-zero only when a drive misbehaved (or faults were
+  // injected from the device string).
+  host::RecoveryStats recovery;
 };
 
 class Mode {

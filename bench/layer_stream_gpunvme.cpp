@@ -59,6 +59,20 @@ void check_plans(const GpunvmeContext& ctx, uint32_t d, const stream::LayerStrea
   }
 }
 
+// The counters that grew from `before` to `now` (a submitter's counters only grow).
+host::RecoveryStats recovery_since(const host::RecoveryStats& now, const host::RecoveryStats& before) {
+  host::RecoveryStats d = now;
+  d.retries -= before.retries;
+  d.timeouts -= before.timeouts;
+  d.aborts -= before.aborts;
+  d.resets -= before.resets;
+  d.resubmitted -= before.resubmitted;
+  d.protocol_errors -= before.protocol_errors;
+  d.failed -= before.failed;
+  d.seconds_lost -= before.seconds_lost;
+  return d;
+}
+
 // One layer's commands spread over several CPU submitters (one queue pair and pump thread each), in
 // contiguous parts: what the CpuSubmitter, one queue by design, needs to use more than one
 // emulator thread (queue q is served by emulator thread (q - 1) % threads).
@@ -99,6 +113,11 @@ class FanoutSubmitter final : public stream::Submitter {
       }
     }
     if (first) std::rethrow_exception(first);
+  }
+  host::RecoveryStats recovery() const override {
+    host::RecoveryStats r;
+    for (auto* s : subs_) r += s->recovery();
+    return r;
   }
 
  private:
@@ -164,6 +183,11 @@ class CpuMode final : public Mode {
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     r.landed_s = std::chrono::duration<double>(landed - t0).count();
+    for (auto& d : drives_) {
+      const host::RecoveryStats now = d->s->recovery();
+      r.recovery += recovery_since(now, d->seen);  // this pass's share
+      d->seen = now;
+    }
     return r;
   }
 
@@ -174,6 +198,7 @@ class CpuMode final : public Mode {
     std::vector<std::unique_ptr<stream::CpuSubmitter>> subs;
     std::unique_ptr<FanoutSubmitter> fan;
     std::unique_ptr<stream::LayerStreamer> s;
+    host::RecoveryStats seen;  // the submitters' counters before this pass
     ~Drive() {
       s.reset();  // drains its reads first
       fan.reset();
@@ -275,6 +300,11 @@ class GpuMode final : public Mode {
     }
     for (auto& d : drives_) d->s->sync();  // throws the first failed read
     PassResult r;
+    for (auto& d : drives_) {
+      const host::RecoveryStats now = d->s->recovery();
+      r.recovery += recovery_since(now, d->seen);  // this pass's share
+      d->seen = now;
+    }
     r.consumer = c.end_pass();
     r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     float ms = 0;
@@ -290,6 +320,7 @@ class GpuMode final : public Mode {
     std::unique_ptr<stream::GpuSubmitter> sub;
     std::unique_ptr<stream::LayerStreamer> s;
     cudaStream_t io = nullptr;
+    host::RecoveryStats seen;  // the submitter's counters before this pass
     ~Drive() {
       s.reset();
       sub.reset();

@@ -82,7 +82,9 @@ const char* kHelp =
     "  --verify          check the stamp of the first and last block of every read (implies --fill;\n"
     "                    writes stamp their blocks); mismatches are errors. Slows the GPU path.\n"
     "  --no-fill         with --verify: skip the fill, the span was filled by an earlier --fill run\n"
-    "  --timeout-ms N    a queue with no completion for N ms stops with an error (default 5000)\n"
+    "  --timeout-ms N    CPU path: a command without completion for N ms is aborted, then the controller\n"
+    "                    reset and what was in flight resubmitted (default 5000); GPU path: a queue with\n"
+    "                    no completion for N ms stops with an error\n"
     "  --allow-write     permit writes (write/rw modes, --fill, --verify) on a real device: vfio:, or\n"
     "                    emu: on a block device\n"
     "  --force           ... even over a partition table or filesystem signature at LBA 0\n"
@@ -102,8 +104,13 @@ const char* kHelp =
     "  window), controller_cpu_seconds (emulator controller threads; null when unknown),\n"
     "  host_cpu_seconds (the rest: I/O threads or the GPU path's waiting thread), per_device[] (device,\n"
     "  seconds, ios, reads, writes, errors, verify_errors, iops, gbps, lat_us, controller_cpu_seconds,\n"
-    "  buffer_slots, first_error, faults, chunks, untimed), first_error. Totals: ios summed; seconds from the\n"
-    "  first submission to the last completion on any device.\n"
+    "  buffer_slots, first_error, faults, chunks, untimed, recovery), first_error, recovery{retries,\n"
+    "  timeouts, aborts, resets, resubmitted, protocol_errors, failed, seconds_lost}. Totals: ios summed;\n"
+    "  seconds from the first submission to the last completion on any device.\n"
+    "\n"
+    "Faults and recovery: errors with DNR clear are retried (5 attempts, backoff 20 us doubling to 5 ms),\n"
+    "DNR set is final; see the `recovery` line / key. Inject faults with the device string, e.g.\n"
+    "  --device emu:ram,size=1G,fault=error:sct=2:sc=0x81:every=5000,fault=drop:every=20000\n"
     "\n"
     "Exit status: 0 ok; 1 errors (failed commands, faults, verify mismatches; with no command completed or\n"
     "any verify mismatch nothing but the error is printed: no figures); 2 usage; 3 a GPU kernel\n"
@@ -243,6 +250,7 @@ struct CpuWorker {
   std::vector<uint64_t> hist = std::vector<uint64_t>(perf::hist::kBuckets, 0);
   uint64_t lat_n = 0, lat_sum = 0, lat_max = 0;
   std::string error, verify_error;
+  host::RecoveryStats recovery;
 };
 
 uint64_t ns_of(Clock::time_point t) {
@@ -254,7 +262,14 @@ void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::a
   host::CpuIoOptions o;
   o.queue_depth = job.qd;
   o.max_command_bytes = job.bs;
+  // Per command: past the timeout it is aborted, then the controller reset (host/recovering_queue.h).
+  o.timeout = std::chrono::milliseconds(std::max<uint64_t>(1, job.timeout_ns / 1000000));
   host::CpuIo io(*d.ctrl, *d.qps[q], d.ns.nsid, o);
+  struct RecoveryOut {  // the counters reach the result however the loop ends
+    CpuWorker& w;
+    host::CpuIo& io;
+    ~RecoveryOut() { w.recovery = io.recovery(); }
+  } recovery_out{w, io};
   if (io.max_blocks_per_command() < job.pattern.blocks)
     throw Error(ErrorKind::kInvalidArgument, "--bs exceeds the controller's max transfer (MDTS)");
   host::DmaBuffer buf(d.ctrl->transport(), job.bs * job.qd);
@@ -269,7 +284,7 @@ void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::a
   host::Completion done[64];
   const uint32_t blocks = job.pattern.blocks, lba_bytes = job.lba_bytes;
   auto slot_ptr = [&](uint32_t s) { return buf.as<uint8_t>() + uint64_t(s) * job.bs; };
-  const auto timeout = std::chrono::nanoseconds(job.timeout_ns);
+  const auto recovery_bound = (o.timeout + o.abort_timeout) * (o.retry.max_attempts + 1) + std::chrono::seconds(10);
   counted = true;
   ++ready;
   while (!go.load()) std::this_thread::yield();
@@ -307,10 +322,12 @@ void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::a
     const uint32_t n = io.reap(done, 64);
     const auto now = Clock::now();
     if (n == 0) {
-      if (in_flight > 0 && now - last_progress > timeout)
-        throw Error(ErrorKind::kTimeout, "no completion for " + std::to_string(job.timeout_ns / 1000000) + " ms with " +
-                                             std::to_string(in_flight) + " commands in flight on queue " +
-                                             std::to_string(d.qps[q]->qid()));
+      // CpuIo bounds every command (attempts x (timeout + abort + reset)); this only catches a bug there.
+      if (in_flight > 0 && now - last_progress > recovery_bound)
+        throw Error(ErrorKind::kTimeout, "no completion for " +
+                                             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(recovery_bound).count()) +
+                                             " ms (recovery included) with " + std::to_string(in_flight) +
+                                             " commands in flight on queue " + std::to_string(d.qps[q]->qid()));
       continue;
     }
     last_progress = now;
@@ -401,6 +418,7 @@ std::vector<DeviceResult> run_cpu(std::vector<Dev>& devs, const Job& job, CpuWin
       for (uint32_t b = 0; b < perf::hist::kBuckets; ++b) r.hist[b] += w.hist[b];
       if (r.first_error.empty()) r.first_error = w.error;
       if (r.first_verify_error.empty()) r.first_verify_error = w.verify_error;
+      r.recovery += w.recovery;
     }
     if (r.t_start_ns == ~0ull) r.t_start_ns = 0;
     r.bytes = r.ios * job.bs;
@@ -460,6 +478,7 @@ DeviceResult total_of(const std::vector<DeviceResult>& rs) {
     if (t.first_error.empty() && !r.first_error.empty()) t.first_error = r.device + ": " + r.first_error;
     if (t.first_verify_error.empty() && !r.first_verify_error.empty())
       t.first_verify_error = r.device + ": " + r.first_verify_error;
+    t.recovery += r.recovery;
     if (r.controller_cpu_s < 0 || t.controller_cpu_s < 0) t.controller_cpu_s = -1;
     else t.controller_cpu_s += r.controller_cpu_s;
     t.chunks += r.chunks;
@@ -676,7 +695,7 @@ int main(int argc, char** argv) {
            ",\"verify_errors\":" + u64(total.verify_errors) + ",\"iops\":" + num(ts.iops, 1) +
            ",\"gbps\":" + num(ts.gbps, 4) + ",\"lat_us\":" + lat_json(ts) + ",\"cpu_seconds\":" + num(cpu_s, 3) +
            ",\"controller_cpu_seconds\":" + cpu_or_null(ctrl_s) + ",\"host_cpu_seconds\":" + cpu_or_null(host_s) +
-           ",\"per_device\":[";
+           ",\"recovery\":" + host::recovery_json(total.recovery) + ",\"per_device\":[";
       for (size_t k = 0; k < results.size(); ++k) {
         const DeviceResult& r = results[k];
         const Summary s = summarize(r);
@@ -687,7 +706,7 @@ int main(int argc, char** argv) {
              ",\"controller_cpu_seconds\":" + cpu_or_null(r.controller_cpu_s) + ",\"buffer_slots\":" + u64(r.buffer_slots) +
              ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_string(r.first_verify_error)) : json_string(r.first_error)) +
              ",\"faults\":" + (r.faults.empty() ? "null" : json_string(r.faults)) + ",\"chunks\":" + u64(r.chunks) +
-             ",\"untimed\":" + u64(r.untimed) + "}";
+             ",\"untimed\":" + u64(r.untimed) + ",\"recovery\":" + host::recovery_json(r.recovery) + "}";
       }
       j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_string(first_error)) + "}";
       std::printf("%s\n", j.c_str());
@@ -718,6 +737,7 @@ int main(int argc, char** argv) {
                     gpu ? "host waiting on the GPU, CUDA runtime" : "host I/O threads");
       else
         std::printf("process total (controller threads not separable)\n");
+      std::printf("  recovery: %s\n", host::recovery_text(total.recovery).c_str());
       for (const DeviceResult& r : results) {
         if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", text::printable(r.device).c_str(), r.first_error.c_str());
         if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", text::printable(r.device).c_str(), r.faults.c_str());

@@ -11,6 +11,7 @@
 #include "device/doorbell_mode.h"
 #include "host/controller.h"
 #include "host/queue_pair.h"
+#include "host/recovery.h"
 
 namespace gpunvme::perf {
 
@@ -49,6 +50,7 @@ struct DeviceResult {
   double controller_cpu_s = -1;  // emulator controller threads' CPU time in the window; -1: unknown
   std::string doorbell;        // GPU path: "gpu" or "cpu" as resolved (DeviceQueueSet::doorbell_mode)
   std::string doorbell_note;   // ... and why
+  host::RecoveryStats recovery;  // retries, aborts, resets behind the figures (issue #15)
   double seconds() const { return t_end_ns > t_start_ns ? double(t_end_ns - t_start_ns) / 1e9 : 0; }
 };
 

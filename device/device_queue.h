@@ -8,6 +8,11 @@
 // queue's memory alone while kernels own it (host::QueuePair's CPU path must not be used on it).
 // Ring, command-id and counter state lives here between kernels, so ownership can move from one kernel
 // (or warp) to the next with commands still in flight.
+//
+// Recovery (device/queue_recovery.h): a command that completes with a retryable error is re-issued by
+// the warp from its command index (cid_cmd) under driver/retry_policy.h; a controller reset is done by
+// the host while the warps are parked (RecoveryControl::quiesce), and each warp rebuilds its rings
+// when it sees a new RecoveryControl::generation.
 #pragma once
 #include <cstdint>
 
@@ -15,6 +20,7 @@
 #include "driver/compiler.h"
 #include "driver/memory_order.h"
 #include "driver/queue_ring.h"
+#include "driver/retry_policy.h"
 
 namespace gpunvme::device {
 
@@ -25,9 +31,46 @@ inline constexpr uint32_t kWrongCid = 1u << 1;    // a CQE named an id that is n
 inline constexpr uint32_t kBadSqHead = 1u << 2;   // CQE.SQHD outside the ring
 inline constexpr uint32_t kNotOwner = 1u << 3;    // the queue was held by another warp/thread
 inline constexpr uint32_t kBadRequest = 1u << 4;  // a request broke a rule (PRPs: alignment, buffer bounds)
+inline constexpr uint32_t kControllerLost = 1u << 5;  // parked for a reset that failed (removed, never ready)
+inline constexpr uint32_t kParkTimedOut = 1u << 6;    // parked for a reset the host did not finish in time
 }  // namespace fault
 
 inline constexpr int32_t kNoOwner = -1;
+
+// Values of a command id's busy word (DeviceQueue::cid_busy).
+namespace cid_state {
+inline constexpr uint32_t kFree = 0;
+inline constexpr uint32_t kInFlight = 1;      // submitted, its CQE not yet reaped
+inline constexpr uint32_t kRetryPending = 2;  // failed retryably (or lost in a reset); re-issued when due
+}  // namespace cid_state
+
+// DeviceQueue::cid_cmd: the command index of the warp's run (bits 55:0) and the submissions made
+// before the current one (bits 63:56; 0 on the first, so the hot path stores the bare index).
+inline constexpr uint32_t kCmdAttemptShift = 56;
+inline constexpr uint64_t kCmdIndexMask = (uint64_t(1) << kCmdAttemptShift) - 1;
+
+// Written by the host (device memory, one per DeviceQueueSet), read by every warp of the set.
+struct RecoveryControl {
+  uint32_t quiesce = 0;     // non-zero: warps stop submitting and park (checked once per pump pass)
+  uint32_t generation = 0;  // bumped after each controller reset: a warp seeing a new one rebuilds its rings
+  uint32_t failed = 0;      // with the bump: the reset failed; parked warps end with fault::kControllerLost
+  uint32_t pad = 0;
+  uint64_t park_timeout_ns = 10'000'000'000;  // a warp parked longer ends with fault::kParkTimedOut
+};
+static_assert(sizeof(RecoveryControl) == 24);
+
+// Written by a queue's warp (mapped host memory, one per queue), read by the host's watchdog.
+namespace health_state {
+inline constexpr uint32_t kIdle = 0;     // no warp holds the queue
+inline constexpr uint32_t kRunning = 1;  // a warp pumps it
+inline constexpr uint32_t kParked = 2;   // a warp holds it but stopped for a reset
+}  // namespace health_state
+struct QueueHealth {
+  uint64_t progress = 0;    // %globaltimer of a recent pass that submitted or reaped (changes while healthy)
+  uint32_t state = health_state::kIdle;
+  uint32_t in_flight = 0;   // at the last progress store or park
+};
+static_assert(sizeof(QueueHealth) == 16);
 
 struct DeviceQueue {
   // ---- Set by the host, read-only for kernels. ----
@@ -48,6 +91,11 @@ struct DeviceQueue {
   uint32_t lba_shift = 0;         // log2(LBA bytes)
   uint32_t max_blocks = 0;        // per command: MDTS, NLB and the PRP list area all respected
   uint32_t page_shift = 12;       // CC.MPS
+  uint64_t* cid_cmd = nullptr;      // [cid_count] device memory: command index and attempt (kCmdAttemptShift)
+  uint64_t* cid_retry_at = nullptr; // [cid_count] device memory: %globaltimer after which a retry may go
+  const RecoveryControl* control = nullptr;  // device memory shared by the set; nullptr: no resets
+  QueueHealth* health = nullptr;    // GPU view of this queue's watchdog word, or nullptr
+  nvme::RetryPolicy retry{};        // driver/retry_policy.h, the CPU path's rule
 
   // ---- Mutable: owned by the agent that holds the queue. ----
   nvme::SqRing sq_ring{};
@@ -55,13 +103,17 @@ struct DeviceQueue {
   uint32_t next_cid = 0;          // command ids are handed out round-robin, skipping ids still busy
   uint32_t in_flight = 0;         // submitted, CQE not yet reaped
   uint64_t submitted = 0;
-  uint64_t completed = 0;         // CQEs reaped with a valid id (any status)
-  uint64_t failed = 0;            // ... of which had a non-success status
+  uint64_t completed = 0;         // commands finished: success or a final error (not retried attempts)
+  uint64_t failed = 0;            // ... of which with a final error status
   uint32_t faults = 0;            // fault:: bits
   uint16_t first_error_status = 0;  // Status::field of the first failed command
   uint16_t first_error_cid = 0;
   uint32_t first_error_tag = 0;
   int32_t owner = kNoOwner;
+  uint32_t generation = 0;        // the RecoveryControl::generation these rings belong to
+  uint64_t retries = 0;           // completions with a retryable error that were re-issued
+  uint64_t resubmitted = 0;       // commands in flight at a controller reset, re-issued after it
+  uint64_t protocol_errors = 0;   // CQEs naming an id not in flight (never completing a command)
 };
 
 // The doorbell stores, the only place kernels write a doorbell. The pointer is BAR0's register
@@ -74,7 +126,7 @@ GPUNVME_HD inline void ring_cq_doorbell(const DeviceQueue& q, uint32_t head) { n
 // What one warp's (or thread's) part of a kernel achieved on its queue.
 struct QueueReport {
   uint64_t submitted = 0;
-  uint64_t completed = 0;  // valid completions reaped, any status
+  uint64_t completed = 0;  // commands finished: success or a final error (retried attempts not counted)
   uint64_t failed = 0;     // non-success status
   uint64_t elapsed_ns = 0; // %globaltimer, first submission to last completion
   uint32_t faults = 0;     // fault:: bits raised during this run
@@ -82,6 +134,9 @@ struct QueueReport {
   uint16_t qid = 0;
   uint32_t first_error_tag = 0;
   uint32_t pad = 0;
+  uint64_t retries = 0;      // re-issues after a retryable error status
+  uint64_t resubmitted = 0;  // re-issues after a controller reset
+  uint64_t protocol_errors = 0;
 };
 
 // A DMA buffer as kernels see it. Tier 1: pinned host memory mapped into the GPU; the controller

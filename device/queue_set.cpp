@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "driver/prp.h"
 #include "host/cuda_device.h"
@@ -30,6 +31,8 @@ std::string describe_faults(uint32_t faults) {
   add(fault::kBadSqHead, "completion with an SQ head outside the ring");
   add(fault::kNotOwner, "queue held by another warp");
   add(fault::kBadRequest, "invalid request (PRPs outside the rules)");
+  add(fault::kControllerLost, "the controller could not be reset (removed, fatal or never ready)");
+  add(fault::kParkTimedOut, "parked for a controller reset that did not finish in time");
   return s.empty() ? "none" : s;
 }
 
@@ -55,6 +58,10 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
   std::string why;
   if (!host::cuda_device_available(&why)) throw Error(ErrorKind::kUnsupported, "GPU-initiated I/O needs a GPU: " + why);
   if (queues.empty()) throw Error(ErrorKind::kInvalidArgument, "DeviceQueueSet: no queues given");
+  // Kernels keep a command's submissions in 8 bits next to its index (device_queue.h kCmdAttemptShift).
+  if (options.retry.max_attempts < 1 || options.retry.max_attempts > 255)
+    throw Error(ErrorKind::kInvalidArgument, "GPU queues: retry.max_attempts is " +
+                                                 std::to_string(options.retry.max_attempts) + "; use 1..255");
   volatile uint32_t* bar = choose_doorbells(controller, options.doorbell);
   const host::NamespaceInfo& ns = controller.namespace_info(nsid);
   lba_bytes_ = ns.lba_bytes;
@@ -105,12 +112,17 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
     q.sq_doorbell = bar ? bar + v.sq_doorbell_offset / 4 : forwarder_->device_slot(uint32_t(2 * i));
     q.cq_doorbell = bar ? bar + v.cq_doorbell_offset / 4 : forwarder_->device_slot(uint32_t(2 * i + 1));
     q.cid_count = cid_counts[i];
+    // Per id: tag and busy word (4 bytes each), command index and retry time (8 bytes each).
     void* mem = nullptr;
-    check_cuda(cudaMalloc(&mem, q.cid_count * 2 * sizeof(uint32_t)), "cudaMalloc(command id tables)");
+    const uint64_t table_bytes = uint64_t(q.cid_count) * (2 * sizeof(uint32_t) + 2 * sizeof(uint64_t));
+    check_cuda(cudaMalloc(&mem, table_bytes), "cudaMalloc(command id tables)");
     device_allocs_.push_back(mem);
-    check_cuda(cudaMemset(mem, 0, q.cid_count * 2 * sizeof(uint32_t)), "cudaMemset(command id tables)");
-    q.cid_tag = static_cast<uint32_t*>(mem);
-    q.cid_busy = static_cast<uint32_t*>(mem) + q.cid_count;
+    check_cuda(cudaMemset(mem, 0, table_bytes), "cudaMemset(command id tables)");
+    q.cid_cmd = static_cast<uint64_t*>(mem);
+    q.cid_retry_at = q.cid_cmd + q.cid_count;
+    q.cid_tag = reinterpret_cast<uint32_t*>(q.cid_retry_at + q.cid_count);
+    q.cid_busy = q.cid_tag + q.cid_count;
+    q.retry = options.retry;
     q.prp_lists = reinterpret_cast<uint64_t*>(static_cast<uint8_t*>(prp_lists_.device()) + list_off);
     q.prp_lists_bus = prp_lists_.bus(list_off);
     // A queue's list area must be bus-contiguous (always under an IOMMU; per chunk otherwise).
@@ -129,6 +141,16 @@ DeviceQueueSet::DeviceQueueSet(host::Controller& controller, const std::vector<h
     q.cq_ring.entries = v.entries;
     q.owner = kNoOwner;
     host_.push_back(q);
+  }
+  // A parked warp outwaits a whole reset: disable and enable, each bounded by CAP.TO, plus the queues.
+  const std::chrono::milliseconds reset_bound{2ull * controller.cap().ready_timeout_ms() + 5000};
+  make_recovery_words(uint32_t(host_.size()), std::max(options.park_timeout, reset_bound));
+  for (size_t i = 0; i < host_.size(); ++i) {
+    host_[i].control = control_device_;
+    QueueHealth* gpu_view = nullptr;
+    check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&gpu_view), health_host_ + i, 0),
+               "cudaHostGetDevicePointer(queue health)");
+    host_[i].health = gpu_view;
   }
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&device_), sizeof(DeviceQueue) * host_.size()), "cudaMalloc(queues)");
   check_cuda(cudaMemcpy(device_, host_.data(), sizeof(DeviceQueue) * host_.size(), cudaMemcpyHostToDevice),
@@ -161,6 +183,88 @@ DeviceQueueSet::~DeviceQueueSet() {
   cudaDeviceSynchronize();
   for (void* p : device_allocs_) cudaFree(p);
   if (device_) cudaFree(device_);
+  if (control_stream_) cudaStreamDestroy(static_cast<cudaStream_t>(control_stream_));
+  if (control_device_) cudaFree(control_device_);
+  if (control_host_) cudaFreeHost(control_host_);
+  if (health_host_) cudaFreeHost(health_host_);
+}
+
+void DeviceQueueSet::make_recovery_words(uint32_t queues, std::chrono::milliseconds park_timeout) {
+  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&control_host_), sizeof(RecoveryControl), cudaHostAllocDefault),
+             "cudaHostAlloc(recovery control)");
+  new (control_host_) RecoveryControl{};
+  control_host_->park_timeout_ns = uint64_t(park_timeout.count()) * 1'000'000;
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&control_device_), sizeof(RecoveryControl)),
+             "cudaMalloc(recovery control)");
+  check_cuda(cudaMemcpy(control_device_, control_host_, sizeof(RecoveryControl), cudaMemcpyHostToDevice),
+             "cudaMemcpy(recovery control)");
+  check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&health_host_), sizeof(QueueHealth) * queues, cudaHostAllocMapped),
+             "cudaHostAlloc(queue health)");
+  for (uint32_t i = 0; i < queues; ++i) new (health_host_ + i) QueueHealth{};
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate(recovery control)");
+  control_stream_ = s;
+}
+
+QueueHealth DeviceQueueSet::health(uint32_t i) const {
+  const volatile QueueHealth* h = health_host_ + i;
+  QueueHealth out;
+  out.state = h->state;
+  out.in_flight = h->in_flight;
+  out.progress = h->progress;
+  return out;
+}
+
+// The copy runs on a stream of its own, beside the kernels that poll the word (they never end
+// while parked, so nothing may wait for them).
+void DeviceQueueSet::write_control(std::chrono::milliseconds bound) {
+  auto* s = static_cast<cudaStream_t>(control_stream_);
+  check_cuda(cudaMemcpyAsync(control_device_, control_host_, sizeof(RecoveryControl), cudaMemcpyHostToDevice, s),
+             "cudaMemcpyAsync(recovery control)");
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  cudaError_t e;
+  while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(ErrorKind::kTimeout, "recovery: the GPU did not take the control word within " +
+                                           std::to_string(bound.count()) + " ms");
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  check_cuda(e, "recovery control write");
+}
+
+bool DeviceQueueSet::quiesce(std::chrono::milliseconds bound) {
+  const auto t0 = std::chrono::steady_clock::now();
+  control_host_->quiesce = 1;
+  write_control(bound);
+  // A warp publishes kRunning (system fence) before it reads quiesce: once the word is in device
+  // memory, a warp that still reads kIdle here will see it before its first submission.
+  for (;;) {
+    bool running = false;
+    for (uint32_t i = 0; i < size(); ++i) running |= health(i).state == health_state::kRunning;
+    if (!running) return true;
+    if (std::chrono::steady_clock::now() - t0 > bound) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+void DeviceQueueSet::resume(bool controller_ok) {
+  const std::chrono::milliseconds bound{5000};
+  // Generation and verdict first, quiesce cleared after: a warp that sees quiesce 0 sees both.
+  if (controller_ok) {
+    control_host_->generation += 1;
+    control_host_->failed = 0;
+  } else {
+    control_host_->failed = 1;
+  }
+  write_control(bound);
+  control_host_->quiesce = 0;
+  write_control(bound);
+}
+
+bool DeviceQueueSet::can_reset(std::string* why) const {
+  if (doorbell_mode_ != DoorbellMode::kCpu) return true;
+  if (why) *why = "doorbell=cpu: the forwarder keeps the rings' old doorbell values; use doorbell=gpu";
+  return false;
 }
 
 std::vector<DeviceQueue> DeviceQueueSet::snapshot() const {

@@ -6,7 +6,15 @@
 // Transport::bar0_for_gpu plus the doorbell offsets, or -- doorbell=cpu -- slots of a host mailbox
 // that the set's DoorbellForwarder thread copies to BAR0), command-id tables in device memory and a PRP-list area in GPU-mapped DMA memory.
 // From then on the queue pair belongs to kernels: do not use its CPU path (enqueue/poll/wait).
+//
+// Recovery: the set owns the words kernels and host use for a controller reset under running
+// kernels (device_queue.h RecoveryControl, QueueHealth; the kernels' side is device/warp_recovery.cuh):
+//   quiesce(bound)   every warp that holds a queue parks (stops submitting); true once none runs
+//   (the caller resets the controller: host::Controller::reset recreates the queue pairs in place)
+//   resume(ok)       ok: a new generation, parked warps restart their rings and re-issue what was in
+//                    flight; !ok: they end with fault::kControllerLost, as does any later claim
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +37,11 @@ struct DeviceQueueOptions {
   // Who writes the doorbells (device/doorbell_mode.h). auto: the GPU where BAR0 maps into it.
   DoorbellMode doorbell = DoorbellMode::kAuto;
   host::DoorbellForwarderOptions forwarder{};  // doorbell=cpu: the forwarding thread's polling
+  // Error statuses with DNR clear are re-issued by the kernels under this rule (the CPU path's).
+  nvme::RetryPolicy retry = nvme::kDefaultRetryPolicy;
+  // How long a parked warp waits for resume() before it ends with fault::kParkTimedOut (at least
+  // two CAP.TO and 5 s: a reset's disable and enable, and the queues' re-creation).
+  std::chrono::milliseconds park_timeout{10'000};
 };
 
 class DeviceQueueSet {
@@ -57,9 +70,27 @@ class DeviceQueueSet {
   // The forwarding thread (doorbell=cpu), else nullptr.
   const host::DoorbellForwarder* forwarder() const { return forwarder_.get(); }
 
+  // ---- Recovery (see the top of this file) ----
+  // Queue i's health word as its warp last wrote it (mapped host memory; no GPU synchronization).
+  QueueHealth health(uint32_t i) const;
+  // Asks every warp to park; true once no queue's warp runs, false if one still runs after `bound`
+  // (the set stays quiesced: call resume either way).
+  bool quiesce(std::chrono::milliseconds bound);
+  // Lets the warps go again after a controller reset: controller_ok bumps the generation (each warp
+  // restarts its rings and re-issues its commands that were in flight); !controller_ok makes parked
+  // warps, and every later claim, end with fault::kControllerLost.
+  void resume(bool controller_ok);
+  uint32_t generation() const { return control_host_->generation; }
+  // Whether recovery can restart these queues in place (not with doorbell=cpu, whose forwarder keeps
+  // the old ring positions), and why not.
+  bool can_reset(std::string* why) const;
+
  private:
   // Resolves options.doorbell; returns the GPU view of BAR0 for kGpu, nullptr for kCpu.
   volatile uint32_t* choose_doorbells(host::Controller& controller, DoorbellMode wanted);
+  void make_recovery_words(uint32_t queues, std::chrono::milliseconds park_timeout);
+  void write_control(std::chrono::milliseconds bound);  // control_host_ -> device, waited for
+
 
   std::vector<DeviceQueue> host_;
   DeviceQueue* device_ = nullptr;
@@ -72,6 +103,10 @@ class DeviceQueueSet {
   DoorbellMode doorbell_mode_ = DoorbellMode::kGpu;
   std::string doorbell_note_;
   std::unique_ptr<host::DoorbellForwarder> forwarder_;  // destroyed after the destructor syncs the GPU
+  RecoveryControl* control_device_ = nullptr;  // read by kernels
+  RecoveryControl* control_host_ = nullptr;    // pinned: the copy the host edits, then sends
+  QueueHealth* health_host_ = nullptr;         // mapped pinned, [size()]: written by kernels
+  void* control_stream_ = nullptr;             // cudaStream_t: control writes go around running kernels
 };
 
 // A DMA buffer described for kernels: the GPU view plus the bus address of each page (a table in

@@ -198,12 +198,16 @@ GPUNVME_HD constexpr SubmissionEntry make_get_log_page(uint8_t lid, uint32_t nsi
   return e;
 }
 
+// Abort (section 5.1): the command `cid` of SQ `sqid`. Best effort: the controller may complete the
+// command normally instead; when it does abort it, that command completes with Command Abort Requested.
 GPUNVME_HD constexpr SubmissionEntry make_abort(uint16_t sqid, uint16_t cid) {
   SubmissionEntry e{};
   e.opcode = admin_op::kAbort;
   e.cdw10 = (uint32_t(cid) << 16) | sqid;
   return e;
 }
+// The Abort completion's DW0 bit 0: 0 = the command was aborted, 1 = it was not (not found, or done).
+GPUNVME_HD constexpr bool abort_took_effect(uint32_t dw0) { return (dw0 & 1u) == 0; }
 
 // Read / Write: SLBA in CDW10/11, NLB (0's based, 16 bits) in CDW12.
 GPUNVME_HD constexpr SubmissionEntry make_rw(uint8_t opcode, uint32_t nsid, uint64_t slba, uint32_t nblocks,

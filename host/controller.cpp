@@ -43,15 +43,20 @@ Controller::Controller(std::unique_ptr<Transport> transport, const ControllerOpt
   admin_->set_health_check([this] { check_fatal("an admin command"); });
   scratch_ = DmaBuffer(*transport_, 4096, options_.memory);
 
-  write32(nvme::reg::kAqa, nvme::Aqa::make(admin_entries, admin_entries).raw);
-  nvme::mmio_write64(transport_->bar0() + nvme::reg::kAsq / 4, admin_->sq_bus());
-  nvme::mmio_write64(transport_->bar0() + nvme::reg::kAcq / 4, admin_->cq_bus());
+  program_admin_queue();
   enable();
   identify_all();
   negotiate_queues();
 }
 
 Controller::~Controller() {
+  {
+    // Queue pairs should die first (they unmap through our transport); if one does not, it must
+    // not call back into a destroyed controller.
+    std::lock_guard<std::mutex> lock(live_mu_);
+    for (QueuePair* qp : live_) qp->set_on_destroy(nullptr);
+    live_.clear();
+  }
   try {
     shutdown();
   } catch (const std::exception& e) {
@@ -93,6 +98,12 @@ void Controller::disable() {
   if (cc.en() || csts.rdy()) wait_ready(false, "disabling the controller (CC.EN=0)");
 }
 
+void Controller::program_admin_queue() {
+  write32(nvme::reg::kAqa, nvme::Aqa::make(admin_->entries(), admin_->entries()).raw);
+  nvme::mmio_write64(transport_->bar0() + nvme::reg::kAsq / 4, admin_->sq_bus());
+  nvme::mmio_write64(transport_->bar0() + nvme::reg::kAcq / 4, admin_->cq_bus());
+}
+
 void Controller::enable() {
   const nvme::Cc cc = nvme::Cc{}
                           .with_css(nvme::cc::kCssNvm)
@@ -120,6 +131,12 @@ void Controller::check_fatal(const char* during) const {
 
 Completion Controller::admin_raw(const nvme::SubmissionEntry& entry, std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(admin_mu_);
+  return admin_raw_locked(entry, timeout);
+}
+
+Completion Controller::admin_raw_locked(const nvme::SubmissionEntry& entry, std::chrono::milliseconds timeout) {
+  if (failed_.load(std::memory_order_relaxed))
+    throw Error(ErrorKind::kControllerFatal, transport_->name() + ": the controller is out of service (" + failed_why_ + ")");
   const uint16_t cid = admin_->submit(entry);
   try {
     return admin_->wait(cid, timeout);
@@ -139,6 +156,13 @@ Completion Controller::admin(const nvme::SubmissionEntry& entry, const char* wha
 
 Completion Controller::admin(const nvme::SubmissionEntry& entry, const char* what) {
   return admin(entry, what, options_.admin_timeout);
+}
+
+void Controller::admin_locked(const nvme::SubmissionEntry& entry, const char* what) {
+  const Completion c = admin_raw_locked(entry, options_.admin_timeout);
+  if (!c.ok())
+    throw Error(ErrorKind::kCommandFailed,
+                transport_->name() + ": " + what + " failed: " + nvme::describe(c.status), c.status);
 }
 
 void Controller::identify_all() {
@@ -181,6 +205,7 @@ void Controller::identify_all() {
 void Controller::negotiate_queues() {
   // 0xFFFF (0's based) is reserved, so 65535 is the largest request.
   const uint32_t wanted = options_.io_queues_wanted ? std::min<uint32_t>(options_.io_queues_wanted, 65535) : 65535;
+  io_queues_requested_ = wanted;
   const Completion c = admin(nvme::make_set_num_queues(uint16_t(wanted), uint16_t(wanted)),
                              "Set Features (Number of Queues)");
   const nvme::QueueGrant g = nvme::decode_num_queues(c.dw0);
@@ -218,23 +243,84 @@ std::unique_ptr<QueuePair> Controller::create_io_queue_pair(uint16_t qid, uint32
                                                  " queue entries requested; this controller allows 2.." +
                                                  std::to_string(cap_.max_queue_entries()) + " (CAP.MQES+1)");
   auto qp = std::make_unique<QueuePair>(*transport_, qid, entries, cap_.dstrd(), memory);
-  admin(nvme::make_create_io_cq(qid, entries, qp->cq_bus()), "Create I/O Completion Queue");
-  const Completion sq = admin_raw(nvme::make_create_io_sq(qid, entries, qp->sq_bus(), qid), options_.admin_timeout);
+  // Created and tracked under one hold of the admin lock, so a reset sees it either not yet
+  // created or created and live.
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  admin_locked(nvme::make_create_io_cq(qid, entries, qp->cq_bus()), "Create I/O Completion Queue");
+  const Completion sq = admin_raw_locked(nvme::make_create_io_sq(qid, entries, qp->sq_bus(), qid), options_.admin_timeout);
   if (!sq.ok()) {
-    admin_raw(nvme::make_delete_io_cq(qid), options_.admin_timeout);
+    admin_raw_locked(nvme::make_delete_io_cq(qid), options_.admin_timeout);
     throw Error(ErrorKind::kCommandFailed,
                 transport_->name() + ": Create I/O Submission Queue " + std::to_string(qid) + " failed: " + nvme::describe(sq.status),
                 sq.status);
   }
   qp->set_health_check([this] { check_fatal("an I/O command"); });
+  track(*qp);
   return qp;
 }
 
 void Controller::delete_io_queue_pair(QueuePair& qp) {
+  forget(&qp);
+  qp.set_on_destroy(nullptr);
   // The SQ goes first: a CQ with an SQ still attached cannot be deleted (Invalid Queue Deletion).
   admin(nvme::make_delete_io_sq(qp.qid()), "Delete I/O Submission Queue");
   admin(nvme::make_delete_io_cq(qp.qid()), "Delete I/O Completion Queue");
   qp.abandon_in_flight();
+}
+
+void Controller::track(QueuePair& qp) {
+  std::lock_guard<std::mutex> lock(live_mu_);
+  live_.push_back(&qp);
+  qp.set_on_destroy([this, p = &qp] { forget(p); });
+}
+
+void Controller::forget(QueuePair* qp) {
+  std::lock_guard<std::mutex> lock(live_mu_);
+  live_.erase(std::remove(live_.begin(), live_.end(), qp), live_.end());
+}
+
+// ---- Recovery ----
+
+bool Controller::device_removed() const { return nvme::Csts{read32(nvme::reg::kCsts)}.device_gone(); }
+
+void Controller::recreate_io_queue(QueuePair& qp) {
+  qp.reset_rings();
+  const uint16_t qid = qp.qid();
+  admin_locked(nvme::make_create_io_cq(qid, qp.entries(), qp.cq_bus()), "Create I/O Completion Queue (after reset)");
+  admin_locked(nvme::make_create_io_sq(qid, qp.entries(), qp.sq_bus(), qid), "Create I/O Submission Queue (after reset)");
+}
+
+void Controller::reset(const std::string& why) {
+  std::lock_guard<std::mutex> lock(admin_mu_);
+  const std::string what = transport_->name() + ": controller reset (" + why + ")";
+  if (failed_.load(std::memory_order_relaxed))
+    throw Error(ErrorKind::kControllerFatal, what + " refused: " + failed_why_);
+  try {
+    if (device_removed())
+      throw Error(ErrorKind::kControllerFatal, "registers read as all ones; the device was removed or stopped responding");
+    disable();
+    admin_->reset_rings();
+    program_admin_queue();
+    enable();
+    // The queue count returns to its default with the reset; ask for what we had.
+    const Completion c = admin_raw_locked(nvme::make_set_num_queues(uint16_t(io_queues_requested_), uint16_t(io_queues_requested_)),
+                                          options_.admin_timeout);
+    if (!c.ok()) throw Error(ErrorKind::kCommandFailed, "Set Features (Number of Queues) failed: " + nvme::describe(c.status), c.status);
+    const nvme::QueueGrant g = nvme::decode_num_queues(c.dw0);
+    std::lock_guard<std::mutex> live_lock(live_mu_);
+    for (QueuePair* qp : live_) {
+      if (qp->qid() > g.sq_count || qp->qid() > g.cq_count)
+        throw Error(ErrorKind::kProtocol, "the controller now grants " + std::to_string(std::min(g.sq_count, g.cq_count)) +
+                                              " I/O queues, fewer than the live queue " + std::to_string(qp->qid()) + " needs");
+      recreate_io_queue(*qp);
+    }
+  } catch (const Error& e) {
+    failed_why_ = what + " failed: " + e.what();
+    failed_.store(true, std::memory_order_relaxed);
+    if (e.has_status()) throw Error(e.kind(), failed_why_, e.status());
+    throw Error(e.kind(), failed_why_);
+  }
+  resets_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void Controller::shutdown() {
@@ -242,6 +328,13 @@ void Controller::shutdown() {
   shut_down_ = true;
   const nvme::Cc cc{read32(nvme::reg::kCc)};
   if (!cc.en()) return;
+  const nvme::Csts now{read32(nvme::reg::kCsts)};
+  if (now.device_gone()) return;
+  if (failed_.load(std::memory_order_relaxed) || !now.rdy()) {
+    // A controller that is not ready cannot shut down in order; disabling it is all that is left.
+    write32(nvme::reg::kCc, cc.with_en(false).raw);
+    return;
+  }
   // Normal shutdown (section 3.6.1): CC.SHN=01b, then wait for CSTS.SHST=10b. Bounded by CAP.TO
   // (at least 5 s, Linux's default shutdown timeout for controllers that report no RTD3E).
   write32(nvme::reg::kCc, cc.with_shn(nvme::cc::kShnNormal).raw);

@@ -1,6 +1,7 @@
 // An NVMe controller brought up from user space over a Transport (NVMe Base 2.0 section 3.5.1):
 // reset, admin queue, enable, Identify, Number of Queues, I/O queue pairs, orderly shutdown.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,25 @@ class Controller {
   // Admin-command data buffer (4 KiB, DMA mapped), for Identify/Get Log Page.
   DmaBuffer& scratch() { return scratch_; }
 
+  // Controller reset and re-initialisation for recovery (section 3.7.2): CC.EN=0, wait CSTS.RDY=0
+  // (bounded by CAP.TO), re-enable with the admin queue at the same bus addresses, negotiate the
+  // queue count again and recreate every live I/O queue pair at its same bus addresses (its rings
+  // reset with QueuePair::reset_rings()). Every command that was in flight on any queue is lost:
+  // its owner resubmits it. The caller must keep every user of every queue pair of this controller
+  // quiet meanwhile (no CPU submit/poll, GPU pump quiesced); admin commands from other threads wait.
+  // Throws kControllerFatal (registers read all ones: removed; CSTS.CFS again after enable) or
+  // kTimeout (CSTS.RDY never set) with `why` and what was seen; the controller then stays failed:
+  // further admin commands and resets are refused at once instead of timing out one by one.
+  void reset(const std::string& why);
+  // Resets completed since construction.
+  uint64_t resets() const { return resets_.load(std::memory_order_relaxed); }
+  // True when BAR0 reads as all ones (surprise removal, or a device that stopped answering).
+  bool device_removed() const;
+  // CSTS now (one register read).
+  nvme::Csts csts() const { return nvme::Csts{read32(nvme::reg::kCsts)}; }
+  // True after a reset that failed: nothing more will work on this controller.
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+
   // Orderly shutdown now; the destructor does it if not done.
   void shutdown();
   // Controller Fatal Status check; throws kControllerFatal with CSTS if set or the device is gone.
@@ -79,6 +99,12 @@ class Controller {
  private:
   void disable();
   void enable();
+  void program_admin_queue();
+  Completion admin_raw_locked(const nvme::SubmissionEntry& entry, std::chrono::milliseconds timeout);
+  void admin_locked(const nvme::SubmissionEntry& entry, const char* what);
+  void recreate_io_queue(QueuePair& qp);
+  void track(QueuePair& qp);
+  void forget(QueuePair* qp);
   void wait_ready(bool ready, const char* transition);
   void identify_all();
   void negotiate_queues();
@@ -96,7 +122,13 @@ class Controller {
   nvme::IdentifyController id_ctrl_{};
   std::vector<NamespaceInfo> namespaces_;
   uint32_t io_queues_granted_ = 0;
+  uint32_t io_queues_requested_ = 0;
   bool shut_down_ = false;
+  std::mutex live_mu_;
+  std::vector<QueuePair*> live_;  // I/O queue pairs created and not deleted: a reset recreates them
+  std::atomic<uint64_t> resets_{0};
+  std::atomic<bool> failed_{false};
+  std::string failed_why_;  // written under admin_mu_ before failed_ is set
 };
 
 }  // namespace gpunvme::host

@@ -1,5 +1,6 @@
 #include "host/queue_pair.h"
 
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -37,6 +38,10 @@ QueuePair::QueuePair(Transport& transport, uint16_t qid, uint32_t entries, uint3
   free_cids_.reserve(entries);
   for (uint32_t i = entries - 1; i-- > 0;) free_cids_.push_back(uint16_t(i));
   cid_busy_.assign(entries, 0);
+}
+
+QueuePair::~QueuePair() {
+  if (on_destroy_) on_destroy_();
 }
 
 QueueMemoryView QueuePair::view() const {
@@ -93,6 +98,7 @@ void QueuePair::ring_sq_doorbell() {
 uint32_t QueuePair::poll(Completion* out, uint32_t max) {
   volatile nvme::CompletionEntry* ring = cq_mem_.as<nvme::CompletionEntry>();
   uint32_t n = 0;
+  uint32_t taken = 0;  // CQ slots consumed, the skipped ones included
   while (n < max) {
     volatile nvme::CompletionEntry& e = ring[cq_.head];
     const uint16_t status = e.status;
@@ -101,10 +107,13 @@ uint32_t QueuePair::poll(Completion* out, uint32_t max) {
     const uint16_t cid = e.cid;
     const uint16_t sqhd = e.sqhd;
     const uint32_t dw0 = e.dw0;
-    if (cid >= cid_busy_.size() || !cid_busy_[cid])
-      throw Error(ErrorKind::kProtocol, "queue " + std::to_string(qid_) + ": the controller completed command id " +
-                                            std::to_string(cid) + " (CQ slot " + std::to_string(cq_.head) +
-                                            ") which is not in flight; the controller or its firmware is misbehaving");
+    if (cid >= cid_busy_.size() || !cid_busy_[cid]) [[unlikely]] {
+      // Never complete a command with someone else's completion: count it, skip the slot, go on.
+      note_protocol_error(cid);
+      cq_.consume(1);
+      ++taken;
+      continue;
+    }
     if (sqhd >= sq_.entries)
       throw Error(ErrorKind::kProtocol, "queue " + std::to_string(qid_) + ": completion reports SQ head " +
                                             std::to_string(sqhd) + " outside a " + std::to_string(sq_.entries) +
@@ -115,12 +124,21 @@ uint32_t QueuePair::poll(Completion* out, uint32_t max) {
     sq_.update_head(sqhd);
     out[n++] = Completion{cid, nvme::Status::from_cqe_status(status), dw0};
     cq_.consume(1);
+    ++taken;
   }
-  if (n > 0) {
+  if (taken > 0) {
     nvme::release_slots_before_head_doorbell();
     nvme::mmio_write32(cq_db_, cq_.head);
   }
   return n;
+}
+
+void QueuePair::note_protocol_error(uint16_t cid) {
+  ++protocol_errors_;
+  last_protocol_error_ = "queue " + std::to_string(qid_) + ": the controller completed command id " +
+                         std::to_string(cid) + " (CQ slot " + std::to_string(cq_.head) +
+                         ") which is not in flight; the completion was ignored (the controller or its firmware "
+                         "is misbehaving)";
 }
 
 Completion QueuePair::wait(uint16_t cid, std::chrono::milliseconds timeout) {
@@ -135,6 +153,7 @@ Completion QueuePair::wait(uint16_t cid, std::chrono::milliseconds timeout) {
   auto next_health = start;
   uint32_t idle = 0;
   Completion batch[32];
+  const uint64_t protocol_errors = protocol_errors_;
   for (;;) {
     const uint32_t n = poll(batch, 32);
     bool found = false;
@@ -148,6 +167,8 @@ Completion QueuePair::wait(uint16_t cid, std::chrono::milliseconds timeout) {
       }
     }
     if (found) return mine;
+    // A synchronous caller learns of a stray completion at once (the others are kept in early_).
+    if (protocol_errors_ != protocol_errors) throw Error(ErrorKind::kProtocol, last_protocol_error_);
     if (n == 0) {
       // Spin briefly for low latency, then yield so an emulated controller on the same cores can run.
       if (++idle > 256) std::this_thread::yield();
@@ -176,6 +197,17 @@ void QueuePair::abandon_in_flight() {
   }
   in_flight_ = 0;
   early_.clear();
+}
+
+void QueuePair::reset_rings() {
+  abandon_in_flight();
+  std::memset(cq_mem_.host(), 0, cq_mem_.size());
+  sq_.tail = 0;
+  sq_.head = 0;
+  cq_.head = 0;
+  cq_.phase = 1;
+  pending_doorbell_ = 0;
+  ++generation_;
 }
 
 }  // namespace gpunvme::host

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "driver/commands.h"
@@ -39,6 +40,7 @@ class QueuePair {
  public:
   // Allocates the rings (zeroed CQ so no stale phase tags) but does not create them on the controller.
   QueuePair(Transport& transport, uint16_t qid, uint32_t entries, uint32_t dstrd, const DmaOptions& memory);
+  ~QueuePair();
   QueuePair(const QueuePair&) = delete;
   QueuePair& operator=(const QueuePair&) = delete;
 
@@ -73,20 +75,36 @@ class QueuePair {
   }
 
   // Reaps up to `max` new completions into `out` and rings the CQ head doorbell if any were taken.
-  // Throws kProtocol if a completion names a command id that is not in flight.
+  // A completion naming a command id that is not in flight (duplicate, wrong CID) is a protocol
+  // error: it is skipped and counted (protocol_errors()), never given to the caller.
   uint32_t poll(Completion* out, uint32_t max);
+  uint64_t protocol_errors() const { return protocol_errors_; }
+  const std::string& last_protocol_error() const { return last_protocol_error_; }
 
   // Waits for the completion of `cid`, with a bound; others that complete meanwhile are kept for
-  // later wait() calls. Throws kTimeout naming the queue, command id and elapsed time.
+  // later wait() calls. Throws kTimeout naming the queue, command id and elapsed time, or
+  // kProtocol when a completion for a command not in flight arrives meanwhile.
   Completion wait(uint16_t cid, std::chrono::milliseconds timeout);
 
   // Forgets every command in flight (after a controller reset or a timed-out command that will never
   // complete), so the ids can be reused.
   void abandon_in_flight();
 
+  // After a controller reset, before the queue is created again at the same bus addresses: the
+  // rings go back to their initial state (CQ zeroed so no stale phase tag reads as new, SQ tail and
+  // head 0, CQ head 0 with phase 1, doorbell writes pending none) and every command id is free. The
+  // commands that were in flight are forgotten; their owners resubmit them. Only while no one
+  // submits to or polls this queue (CPU thread or GPU kernel).
+  void reset_rings();
+  // How many times reset_rings() ran: a user that keeps per-queue state (the GPU queue state, a
+  // CpuIo's in-flight table) compares it to notice a reset it did not do itself.
+  uint64_t generation() const { return generation_; }
+
   // Called about once a millisecond while wait() waits (the controller checks CSTS.CFS there),
   // so a dead controller ends a wait early with its own error instead of a timeout.
   void set_health_check(std::function<void()> check) { health_check_ = std::move(check); }
+  // Called from the destructor (the controller forgets the queue so a reset does not recreate it).
+  void set_on_destroy(std::function<void()> hook) { on_destroy_ = std::move(hook); }
 
  private:
   Transport& transport_;
@@ -105,7 +123,12 @@ class QueuePair {
   std::vector<Completion> early_;  // completed but not yet claimed by wait()
   uint32_t in_flight_ = 0;
   uint32_t pending_doorbell_ = 0;
+  void note_protocol_error(uint16_t cid);
+  uint64_t generation_ = 0;
+  uint64_t protocol_errors_ = 0;
+  std::string last_protocol_error_;
   std::function<void()> health_check_;
+  std::function<void()> on_destroy_;
 };
 
 }  // namespace gpunvme::host

@@ -33,7 +33,8 @@ bool EmulatedController::serve_admin_queue() {
   SqState& sq = admin_sq_;
   ThreadCounters& tc = *counters_.back();
   cq.refresh_head();
-  bool did = !cq.delayed.empty() && flush_delayed(cq) > 0;
+  SqState* const admin_sqs[] = {&sq};
+  bool did = cq.held.load(std::memory_order_relaxed) != 0 && flush_delayed(cq, admin_sqs) > 0;
   const uint32_t tail = nvme::mmio_read32(sq.tail_db);
   if (tail >= sq.entries || tail == sq.head) return did;  // an out-of-range tail is ignored
   nvme::read_entries_after_doorbell();
@@ -59,10 +60,7 @@ EmulatedController::CommandResult EmulatedController::exec_admin(const nvme::Sub
     case nvme::admin_op::kGetFeatures: return admin_get_features(e);
     case nvme::admin_op::kSetFeatures: return admin_set_features(e);
     case nvme::admin_op::kGetLogPage: return admin_get_log_page(e);
-    case nvme::admin_op::kAbort:
-      // Commands run to completion as soon as they are fetched, so there is never one to abort:
-      // DW0 bit 0 = 1 "command not aborted" (section 5.1).
-      return {0, 1};
+    case nvme::admin_op::kAbort: return admin_abort(e);
     case nvme::admin_op::kAsyncEventRequest:
       // Held outstanding: we raise no events. They vanish at reset, like on a real controller.
       if (aer_outstanding_ >= kAerLimit) return {specific(sc::kAsyncEventLimitExceeded)};
@@ -71,6 +69,20 @@ EmulatedController::CommandResult EmulatedController::exec_admin(const nvme::Sub
     default:
       return {generic(sc::kInvalidOpcode)};
   }
+}
+
+// Commands run to completion as soon as they are fetched; only a completion the fault plan holds
+// (dropped, delayed) belongs to a command still outstanding. Aborting that one posts its CQE with
+// Command Abort Requested; anything else answers DW0 bit 0 = 1, "not aborted" (section 5.1).
+EmulatedController::CommandResult EmulatedController::admin_abort(const nvme::SubmissionEntry& e) {
+  const uint16_t sqid = uint16_t(e.cdw10 & 0xFFFF);
+  const uint16_t cid = uint16_t(e.cdw10 >> 16);
+  CqState* cq = nullptr;
+  if (sqid == 0) cq = &admin_cq_;
+  else if (sqid < sqs_.size() && sqs_[sqid]) cq = sqs_[sqid]->cq;
+  const uint16_t aborted = Status::make(sct::kGeneric, sc::kAbortRequested, false).field;
+  if (cq != nullptr && cq->abort_held(sqid, cid, aborted)) return {0, 0};
+  return {0, 1};
 }
 
 EmulatedController::CommandResult EmulatedController::copy_to_host(const nvme::SubmissionEntry& e, const void* src,
@@ -220,6 +232,8 @@ EmulatedController::CommandResult EmulatedController::admin_delete_sq(const nvme
   const uint16_t qid = uint16_t(e.cdw10 & 0xFFFF);
   if (qid == 0 || qid >= sqs_.size() || !sqs_[qid]) return {specific(sc::kInvalidQueueIdentifier)};
   std::unique_ptr<SqState> sq = std::move(sqs_[qid]);
+  // Its commands still outstanding (held by a fault) complete as aborted by the deletion.
+  sq->cq->abort_held(qid, CqState::kEveryCid, Status::make(sct::kGeneric, sc::kAbortedSqDeletion, false).field);
   --sq->cq->sq_refs;
   publish_work(sq->cq->owner);  // waits until the owner's pass that could use `sq` has ended
   return {};

@@ -12,6 +12,10 @@ bool EmulatedController::complete_with_faults(SqState& sq, CqState& cq, const nv
                                               ThreadCounters& tc, Exec exec) {
   std::optional<Fault> f;
   if (faults_.commands_armed()) f = faults_.on_command(sq.qid, e.opcode);
+  if (f && f->kind == FaultKind::kSurpriseRemoval) {
+    remove_device();
+    return false;
+  }
   if (f && f->kind == FaultKind::kFatalOnCommand) {
     raise_fatal("injected fault: CSTS.CFS on SQ " + std::to_string(sq.qid) + " opcode " + std::to_string(e.opcode) +
                 " cid " + std::to_string(e.cid));
@@ -33,13 +37,16 @@ bool EmulatedController::complete_with_faults(SqState& sq, CqState& cq, const nv
   if (f) {
     switch (f->kind) {
       case FaultKind::kDropCompletion:
+        // Held for good: its CQ slot stays reserved, and only an Abort or a reset lets it go.
+        cq.hold_fault(DelayedCqe{std::chrono::steady_clock::time_point::max(), r.dw0, uint16_t(sq.head), sq.qid, cid,
+                                 r.status});
         return true;
       case FaultKind::kWrongCid:
         cid = uint16_t(cid ^ f->cid_xor);
         break;
       case FaultKind::kDelayCompletion:
-        cq.delayed.push_back(DelayedCqe{std::chrono::steady_clock::now() + f->delay, r.dw0, uint16_t(sq.head), sq.qid,
-                                        cid, r.status});
+        cq.hold_fault(DelayedCqe{std::chrono::steady_clock::now() + f->delay, r.dw0, uint16_t(sq.head), sq.qid, cid,
+                                 r.status});
         return true;
       default:
         break;

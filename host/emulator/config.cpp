@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "host/emulator/drive_keys.h"
+#include "host/emulator/fault_spec.h"
 #include "host/error.h"
 #include "host/text/numbers.h"
 
@@ -20,8 +21,8 @@ namespace {
 
 constexpr const char* kValidKeys =
     "valid keys: lba=512|4096, size=N[K|M|G|T], mdts=0..15, queues=1..1024, mqes=1..65535, dstrd=0..8, "
-    "namespaces=1..16, threads=1..64, poll=spin|adaptive, to=1..255 (CAP.TO, 500 ms units), ready_ms=0..10000; "
-    "modeled drive: ";
+    "namespaces=1..16, threads=1..64, poll=spin|adaptive, to=1..255 (CAP.TO, 500 ms units), ready_ms=0..10000, "
+    "fault=KIND[:KEY=VALUE]... (repeatable; see a tool's --help or README); modeled drive: ";
 
 [[noreturn]] void bad(std::string_view spec, const std::string& what) {
   throw Error(ErrorKind::kInvalidArgument,
@@ -123,7 +124,7 @@ SpecParts split_spec(std::string_view original, std::string_view spec) {
     if (eq == std::string_view::npos) bad(original, "option \"" + std::string(item) + "\" has no value");
     const std::string_view key = item.substr(0, eq);
     for (const auto& [seen, value] : parts.options)
-      if (seen == key) bad(original, "key \"" + std::string(key) + "\" is given twice; give it once");
+      if (seen == key && key != "fault") bad(original, "key \"" + std::string(key) + "\" is given twice; give it once");
     parts.options.emplace_back(key, item.substr(eq + 1));
   }
   return parts;
@@ -165,6 +166,8 @@ bool apply_key(std::string_view original, std::string_view key, std::string_view
     cfg->to_500ms = uint32_t(ranged(original, key, value, 1, 255));
   } else if (key == "ready_ms") {
     cfg->ready_delay = std::chrono::milliseconds(ranged(original, key, value, 0, 10000));
+  } else if (key == "fault") {
+    cfg->faults.push_back(parse_fault_spec(value));
   } else if (key == "poll") {
     if (value == "spin") cfg->poll = PollPolicy::kSpin;
     else if (value == "adaptive") cfg->poll = PollPolicy::kAdaptive;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "host/emulator/drive_params.h"
+#include "host/emulator/faults.h"
 
 namespace gpunvme::emu {
 
@@ -47,11 +48,14 @@ struct ControllerConfig {
   std::string serial = "GPUNVME-EMU-0001";
   // Modeled drive (drive_model.h): when it limits anything, completions are paced like that drive's.
   DriveParams drive;
+  // Faults armed when the controller is built (fault= keys, host/emulator/fault_spec.h).
+  std::vector<Fault> faults;
 };
 
 // Parses "emu:PATH[,key=value...]" (the "emu:" prefix is optional). PATH is a file, or "ram" / "null".
-// Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms; and the modeled
-// drive: drive (a profile), bw, wbw, iops, wiops, lat, lat99, wlat, wlat99, par, seed (docs/drives.md).
+// Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms; the modeled
+// drive: drive (a profile), bw, wbw, iops, wiops, lat, lat99, wlat, wlat99, par, seed (docs/drives.md);
+// and fault=... (fault_spec.h), the one key that may be given more than once.
 // Numbers and sizes follow host/text/numbers.h (decimal only; size= with K/M/G/T = powers of 1024); a key
 // given twice is an error. Throws gpunvme::Error(kInvalidArgument) naming the bad part and listing the
 // valid keys, or when PATH exists but is neither a regular file nor a block device; throws kNotFound

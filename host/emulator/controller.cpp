@@ -54,6 +54,7 @@ EmulatedController::EmulatedController(ControllerConfig config) : config_(std::m
   for (auto& w : work_) w.store(new WorkList{});
   for (uint32_t i = 0; i <= config_.io_threads; ++i) counters_.push_back(std::make_unique<ThreadCounters>());
 
+  for (const Fault& f : config_.faults) faults_.add(f);
   try {
     threads_.emplace_back([this] { admin_thread_main(); });
     for (unsigned i = 0; i < config_.io_threads; ++i) threads_.emplace_back([this, i] { io_thread_main(i); });
@@ -130,6 +131,11 @@ void EmulatedController::raise_fatal(const std::string& why) {
   fatal_.store(true, std::memory_order_seq_cst);
 }
 
+void EmulatedController::remove_device() {
+  removed_.store(true, std::memory_order_seq_cst);
+  raise_fatal("surprise removal (injected fault)");
+}
+
 std::string EmulatedController::fatal_reason() const {
   std::lock_guard<std::mutex> lock(fatal_mu_);
   return fatal_reason_;
@@ -144,7 +150,15 @@ bool EmulatedController::ring_is_mapped_locked(uint64_t iova, uint64_t len) cons
 void EmulatedController::admin_thread_main() {
   unsigned idle = 0;
   auto sleep = std::chrono::microseconds(1);
+  bool bar_gone = false;
   while (!stop_.load(std::memory_order_relaxed)) {
+    if (removed_.load(std::memory_order_seq_cst)) {
+      // A removed device answers every BAR read with all ones, and does nothing else, ever.
+      if (!bar_gone) std::memset(const_cast<uint32_t*>(bar0_), 0xFF, bar0_bytes_);
+      bar_gone = true;
+      std::this_thread::sleep_for(config_.max_idle_sleep);
+      continue;
+    }
     bool did;
     {
       std::lock_guard<std::mutex> lock(dma_.write_mutex());
@@ -199,7 +213,7 @@ bool EmulatedController::start_enable(nvme::Cc cc, std::string* why) {
   admin_cq_.ring = static_cast<nvme::CompletionEntry*>(dma_.translate(acq, uint64_t(cqn) * nvme::kCqeBytes));
   admin_cq_.head_db = cq_doorbell(0);
   admin_cq_.prod = nvme::CqProducer{cqn, 0, 1, 0};
-  admin_cq_.delayed.clear();
+  admin_cq_.drop_held();
   admin_cq_.sq_refs = 1;
   admin_sq_.cq = &admin_cq_;
   return true;
@@ -243,7 +257,7 @@ void EmulatedController::teardown_queues() {
   for (auto& c : cqs_) c.reset();
   admin_sq_ = SqState{};
   admin_cq_.ring = nullptr;
-  admin_cq_.delayed.clear();
+  admin_cq_.drop_held();
   granted_sqs_ = granted_cqs_ = 0;
   queues_allocated_ = false;
   io_queue_created_ = false;
@@ -261,7 +275,9 @@ bool EmulatedController::admin_step() {
 
   const auto now = Clock::now();
   const nvme::Cc cc{reg32(nvme::reg::kCc)};
-  if (fatal_.load(std::memory_order_seq_cst) && !csts().cfs()) set_csts(csts().with_cfs(true));
+  const bool fatal = fatal_.load(std::memory_order_seq_cst);
+  if (fatal && removed_.load(std::memory_order_seq_cst)) return false;  // the loop clears BAR0 next
+  if (fatal && !csts().cfs()) set_csts(csts().with_cfs(true));
 
   const uint32_t prev_shn = last_shn_;
   last_shn_ = cc.shn();

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -119,6 +120,7 @@ class EmulatedController final : public host::Transport {
   bool admin_regs_changed() const;
   void teardown_queues();
   void raise_fatal(const std::string& why);
+  void remove_device();  // surprise removal: BAR0 all ones for good, nothing processed any more
   bool ring_is_mapped_locked(uint64_t iova, uint64_t len) const;
   void on_unmapped(uint64_t iova, uint64_t len);
   void log_error(uint16_t sqid, uint16_t cid, uint16_t status, uint32_t nsid, uint64_t lba);
@@ -134,6 +136,7 @@ class EmulatedController final : public host::Transport {
   CommandResult admin_get_features(const nvme::SubmissionEntry& e);
   CommandResult admin_set_features(const nvme::SubmissionEntry& e);
   CommandResult admin_get_log_page(const nvme::SubmissionEntry& e);
+  CommandResult admin_abort(const nvme::SubmissionEntry& e);
   CommandResult copy_to_host(const nvme::SubmissionEntry& e, const void* src, uint64_t len);
   void publish_work(unsigned thread);
 
@@ -145,7 +148,7 @@ class EmulatedController final : public host::Transport {
   size_t serve_cq(const WorkList::Item& item, IoContext& ctx);
   size_t serve_sq(SqState& sq, CqState& cq, IoContext& ctx);
   size_t serve_sq_faulty(SqState& sq, CqState& cq, IoContext& ctx);
-  size_t flush_delayed(CqState& cq);
+  size_t flush_delayed(CqState& cq, std::span<SqState* const> sqs);
   // io_paced.cpp: the path taken when a drive model is configured.
   size_t serve_sq_paced(const WorkList::Item& item, SqState& sq, IoContext& ctx);
   size_t flush_paced(const WorkList::Item& item);
@@ -212,6 +215,7 @@ class EmulatedController final : public host::Transport {
   std::atomic<bool> stop_{false};
   std::atomic<bool> fatal_{false};   // CSTS.CFS pending/raised: nothing is processed until reset
   std::atomic<bool> halted_{false};  // shutdown complete: nothing is processed until reset
+  std::atomic<bool> removed_{false}; // surprise removal: set before fatal_, never cleared
   std::atomic<uint64_t> page_bytes_io_{4096};
   std::vector<std::atomic<WorkList*>> work_;          // per I/O thread
   std::vector<std::unique_ptr<ThreadCounters>> counters_;  // per I/O thread, then the admin thread

@@ -1,5 +1,6 @@
 // Fault injection: per-test plans of controller misbehaviour, checked at register and queue level.
 // A plan is empty in normal runs; the I/O path then pays one relaxed load per batch.
+// Device strings arm plans too ("emu:ram,fault=drop:every=1000"; grammar in fault_spec.h).
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -17,18 +18,24 @@ enum class FaultKind : uint8_t {
   kErrorStatus,      // the command is not executed; it completes with sct/sc/dnr
   kFatalOnCommand,   // CSTS.CFS is set when the command is fetched; nothing more is processed until reset
   kWrongCid,         // the command executes; its CQE carries cid ^ cid_xor
+  kSurpriseRemoval,  // the command is not executed; BAR0 reads all ones from now on, nothing more is processed
   // Enable faults (at a CC.EN 0 -> 1 transition; `nth` counts enables):
   kFatalAtEnable,    // CSTS.CFS is set instead of CSTS.RDY
   kSlowReady,        // CSTS.RDY follows `delay` later than the configured ready delay
   kNeverReady,       // CSTS.RDY is never set
 };
 
+inline constexpr int32_t kAnyQueue = -1;
+inline constexpr int32_t kAnyIoQueue = -2;  // every SQ but the admin queue
+
 struct Fault {
   FaultKind kind = FaultKind::kErrorStatus;
-  int32_t qid = -1;        // SQ id (0 = admin); -1 any queue
+  int32_t qid = kAnyQueue;  // SQ id (0 = admin), kAnyQueue or kAnyIoQueue
   int32_t opcode = -1;     // -1 any opcode
   uint64_t nth = 1;        // fires first on the nth matching command (or enable), 1-based
-  uint64_t times = 1;      // then on this many consecutive matches in all; 0 = every match from nth on
+  uint64_t every = 0;      // 0: then on consecutive matches; N: then on every Nth match (nth, nth+N, ...)
+  uint64_t times = 1;      // fires this many times in all; 0 = no limit
+  std::chrono::microseconds at{0};  // counts matches only from this long after the fault is armed
   std::chrono::microseconds delay{0};  // kDelayCompletion, kSlowReady
   uint8_t sct = 0;         // kErrorStatus
   uint8_t sc = 0x06;       // kErrorStatus (default Internal Error)
@@ -56,9 +63,12 @@ class FaultPlan {
   struct Armed {
     int id;
     Fault f;
+    std::chrono::steady_clock::time_point from;  // armed + f.at
     uint64_t seen = 0;
     uint64_t fired = 0;
+    bool owed = false;  // was due on a command another fault took
   };
+  static bool fires_on(const Armed& a);
   static bool is_enable_fault(FaultKind k) {
     return k == FaultKind::kFatalAtEnable || k == FaultKind::kSlowReady || k == FaultKind::kNeverReady;
   }

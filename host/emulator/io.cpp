@@ -95,7 +95,7 @@ void EmulatedController::io_thread_main(unsigned index) {
 size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) {
   CqState& cq = *item.cq;
   cq.refresh_head();
-  size_t did = cq.delayed.empty() ? 0 : flush_delayed(cq);
+  size_t did = cq.held.load(std::memory_order_relaxed) == 0 ? 0 : flush_delayed(cq, item.sqs);
   if (!cq.paced.empty()) did += flush_paced(item);
   const bool faulty = faults_.commands_armed();
   if (model_ && !faulty) {
@@ -107,14 +107,21 @@ size_t EmulatedController::serve_cq(const WorkList::Item& item, IoContext& ctx) 
   return did;
 }
 
-size_t EmulatedController::flush_delayed(CqState& cq) {
+size_t EmulatedController::flush_delayed(CqState& cq, std::span<SqState* const> sqs) {
   const auto now = std::chrono::steady_clock::now();
   size_t n = 0;
+  std::lock_guard<std::mutex> lock(cq.held_mu);
   for (auto it = cq.delayed.begin(); it != cq.delayed.end();) {
     // room() already reserves a slot for every delayed entry, so posting one never overruns.
     if (it->due <= now && nvme::ring_free(cq.prod.head, cq.prod.tail, cq.entries) > 0) {
-      cq.post(it->dw0, it->sqhd, it->sqid, it->cid, it->status);
+      // SQHD is the SQ head now, not when the command was fetched: an old value would move the
+      // host's view of the head backwards and shrink its free SQ slots.
+      uint16_t sqhd = it->sqhd;
+      for (const SqState* sq : sqs)
+        if (sq->qid == it->sqid) sqhd = uint16_t(sq->head);
+      cq.post(it->dw0, sqhd, it->sqid, it->cid, it->status);
       it = cq.delayed.erase(it);
+      cq.held.store(uint32_t(cq.delayed.size()), std::memory_order_relaxed);
       ++n;
     } else {
       ++it;

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdint>
 #include <algorithm>
+#include <atomic>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "driver/commands.h"
@@ -15,6 +17,8 @@
 
 namespace gpunvme::emu {
 
+// A completion the fault plan holds back: posted when due (delay), or never (drop: due is the end
+// of time) unless the host aborts the command; then it is posted at once as Command Abort Requested.
 struct DelayedCqe {
   std::chrono::steady_clock::time_point due;
   uint32_t dw0;
@@ -49,7 +53,11 @@ struct CqState {
   nvme::CqProducer prod{};
   uint32_t sq_refs = 0;        // SQs posting here (admin thread only)
   unsigned owner = 0;          // controller thread index
-  std::deque<DelayedCqe> delayed;  // fault-injected late completions, in due order per fault delay
+  // Fault-held completions. The admin thread reaches them too (Abort marks one due), hence the lock;
+  // `held` (their count, changed by the owner only) lets the owner skip the lock when there are none.
+  std::mutex held_mu;
+  std::deque<DelayedCqe> delayed;  // guarded by held_mu
+  std::atomic<uint32_t> held{0};
   std::vector<PacedCqe> paced;     // drive-model completions not yet due: a heap, earliest on top
   uint64_t paced_seq = 0;
 
@@ -64,8 +72,34 @@ struct CqState {
   // a command is fetched only when its CQE is sure to fit, as the CQ-full rule requires.
   uint32_t room() const {
     const uint32_t free = nvme::ring_free(prod.head, prod.tail, entries);
-    const size_t promised = delayed.size() + paced.size();
+    const size_t promised = held.load(std::memory_order_relaxed) + paced.size();
     return free > promised ? free - uint32_t(promised) : 0;
+  }
+  void hold_fault(const DelayedCqe& c) {
+    std::lock_guard<std::mutex> lock(held_mu);
+    delayed.push_back(c);
+    held.store(uint32_t(delayed.size()), std::memory_order_relaxed);
+  }
+  // Abort: the held completion of (sqid, cid), or with kEveryCid every one of sqid's, becomes due
+  // now with `status`. False if none is held.
+  static constexpr uint32_t kEveryCid = 0x10000;
+  bool abort_held(uint16_t sqid, uint32_t cid, uint16_t status) {
+    std::lock_guard<std::mutex> lock(held_mu);
+    bool any = false;
+    for (DelayedCqe& d : delayed) {
+      if (d.sqid != sqid || (cid != kEveryCid && d.cid != cid)) continue;
+      d.due = std::chrono::steady_clock::time_point::min();
+      d.status = status;
+      d.dw0 = 0;
+      any = true;
+      if (cid != kEveryCid) break;
+    }
+    return any;
+  }
+  void drop_held() {
+    std::lock_guard<std::mutex> lock(held_mu);
+    delayed.clear();
+    held.store(0, std::memory_order_relaxed);
   }
   void hold(const PacedCqe& c) {
     paced.push_back(c);

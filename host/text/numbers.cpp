@@ -92,6 +92,16 @@ double parse_decimal(std::string_view what, std::string_view text) {
   return v;
 }
 
+uint64_t parse_code(std::string_view what, std::string_view text) {
+  if (text.size() < 2 || text[0] != '0' || (text[1] != 'x' && text[1] != 'X')) return parse_u64(what, text);
+  const std::string_view hex = text.substr(2);
+  uint64_t v = 0;
+  const auto r = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+  if (hex.empty() || hex.size() > 16 || r.ec != std::errc() || r.ptr != hex.data() + hex.size())
+    fail(what, text, "is not a code (a decimal number, or 0x and 1..16 hex digits, e.g. 0x81)");
+  return v;
+}
+
 std::string size_text(uint64_t b) {
   static constexpr struct {
     unsigned shift;

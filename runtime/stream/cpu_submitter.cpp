@@ -3,16 +3,23 @@
 #include <algorithm>
 #include <string>
 
-#include "host/error.h"
-
 namespace gpunvme::stream {
+namespace {
+
+host::RecoveryOptions recovery_options(const CpuSubmitterOptions& o) {
+  host::RecoveryOptions r;
+  r.retry = o.retry;
+  r.timeout = o.timeout;
+  r.abort_timeout = o.abort_timeout;
+  return r;
+}
+
+}  // namespace
 
 CpuSubmitter::CpuSubmitter(host::Controller& controller, host::QueuePair& queue, const CpuSubmitterOptions& options)
-    : controller_(controller), queue_(queue), options_(options) {
+    : controller_(controller), queue_(queue), options_(options), rq_(controller, queue, recovery_options(options)) {
   const uint32_t max_depth = queue.entries() - 1;
   if (options_.queue_depth == 0 || options_.queue_depth > max_depth) options_.queue_depth = max_depth;
-  owner_.assign(queue.entries(), 0);
-  owner_index_.assign(queue.entries(), 0);
   if (options_.pump_thread) pump_ = std::thread([this] { pump(); });
 }
 
@@ -22,56 +29,66 @@ CpuSubmitter::~CpuSubmitter() {
 }
 
 uint64_t CpuSubmitter::issue(std::span<const nvme::SubmissionEntry> commands) {
+  if (commands.size() >= (size_t(1) << kIndexBits))
+    throw Error(ErrorKind::kInvalidArgument, "submitter: " + std::to_string(commands.size()) +
+                                                 " commands in one ticket; at most 16777215");
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t t = next_ticket_++;
   Job& j = jobs_[t];
   j.commands = commands;
-  if (!commands.empty()) pending_.push_back(t);
+  if (!fatal_.empty()) j.completed = commands.size();  // wait() reports the fatal error
+  else if (!commands.empty()) pending_.push_back(t);
   progress_locked();
   return t;
 }
 
+// Recovery gave up: nothing more will complete. Every job ends now and every wait() throws `e`.
+void CpuSubmitter::fail_all_locked(const Error& e) {
+  fatal_ = e.what();
+  fatal_kind_ = e.kind();
+  for (auto& kv : jobs_) kv.second.completed = kv.second.next = kv.second.commands.size();
+  pending_.clear();
+}
+
 bool CpuSubmitter::progress_locked() {
+  if (!fatal_.empty()) return false;
   bool moved = false;
-  host::Completion batch[64];
-  for (;;) {
-    const uint32_t n = queue_.poll(batch, 64);
-    for (uint32_t i = 0; i < n; ++i) {
-      const uint16_t cid = batch[i].cid;
-      --in_flight_;
-      auto it = jobs_.find(owner_[cid]);
-      if (it == jobs_.end()) continue;  // a ticket abandoned after a timeout
-      Job& j = it->second;
-      ++j.completed;
-      if (!batch[i].ok() && !j.failed) {
-        j.failed = true;
-        j.failure = batch[i];
-        const nvme::SubmissionEntry& e = j.commands[owner_index_[cid]];
-        j.failed_slba = nvme::rw_slba(e);
-        j.failed_nblocks = nvme::rw_nblocks(e);
+  host::Outcome batch[64];
+  try {
+    for (;;) {
+      const uint32_t n = rq_.reap(batch, 64);
+      for (uint32_t i = 0; i < n; ++i) {
+        auto it = jobs_.find(batch[i].tag >> kIndexBits);
+        if (it == jobs_.end()) continue;
+        Job& j = it->second;
+        ++j.completed;
+        if (!batch[i].ok() && !j.failed) {
+          j.failed = true;
+          j.failure = batch[i];
+          j.failed_index = size_t(batch[i].tag & ((uint64_t(1) << kIndexBits) - 1));
+        }
       }
+      completed_total_ += n;
+      if (n > 0) moved = true;
+      if (n < 64) break;
     }
-    completed_total_ += n;
-    if (n > 0) moved = true;
-    if (n < 64) break;
-  }
-  bool placed = false;
-  while (!pending_.empty() && in_flight_ < options_.queue_depth && queue_.free_slots() > 0) {
-    Job& j = jobs_[pending_.front()];
-    const uint64_t t = pending_.front();
-    while (j.next < j.commands.size() && in_flight_ < options_.queue_depth && queue_.free_slots() > 0) {
-      const uint16_t cid = queue_.take_cid();
-      owner_[cid] = t;
-      owner_index_[cid] = uint32_t(j.next);
-      queue_.place(cid, j.commands[j.next]);
-      ++j.next;
-      ++in_flight_;
-      placed = true;
+    bool placed = false;
+    while (!pending_.empty() && rq_.outstanding() < options_.queue_depth && rq_.free_slots() > 0) {
+      const uint64_t t = pending_.front();
+      Job& j = jobs_[t];
+      while (j.next < j.commands.size() && rq_.outstanding() < options_.queue_depth && rq_.free_slots() > 0) {
+        rq_.place(j.commands[j.next], (t << kIndexBits) | j.next);
+        ++j.next;
+        placed = true;
+      }
+      if (j.next == j.commands.size()) pending_.pop_front();
     }
-    if (j.next == j.commands.size()) pending_.pop_front();
-  }
-  if (placed) {
-    queue_.ring_sq_doorbell();
+    if (placed) {
+      rq_.ring();
+      moved = true;
+    }
+  } catch (const Error& e) {
+    fail_all_locked(e);
     moved = true;
   }
   return moved;
@@ -90,11 +107,18 @@ bool CpuSubmitter::done(uint64_t ticket) {
   return it->second.completed == it->second.commands.size();
 }
 
+host::RecoveryStats CpuSubmitter::recovery() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rq_.stats();
+}
+
 void CpuSubmitter::wait(uint64_t ticket) {
+  // The recovering queue bounds every command (attempts x (timeout + abort + reset)); this outer
+  // bound only catches a bug in it.
+  const auto bound = (options_.timeout + options_.abort_timeout) * (options_.retry.max_attempts + 1) +
+                     std::chrono::seconds(10);
   auto last_progress = std::chrono::steady_clock::now();
-  auto next_health = last_progress;
   uint32_t idle = 0;
-  uint64_t seen = completed_total_.load();
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -106,37 +130,31 @@ void CpuSubmitter::wait(uint64_t ticket) {
       if (j.completed == j.commands.size()) {
         const Job copy = j;
         jobs_.erase(it);
-        if (copy.failed)
+        if (!fatal_.empty()) throw Error(fatal_kind_, fatal_);
+        if (copy.failed) {
+          const nvme::SubmissionEntry& e = copy.commands[copy.failed_index];
+          const uint64_t slba = nvme::rw_slba(e);
+          const std::string where = controller_.transport().name() + ": read of LBA " + std::to_string(slba) + ".." +
+                                    std::to_string(slba + nvme::rw_nblocks(e) - 1) + " (queue " +
+                                    std::to_string(queue_.qid()) + ")";
+          const std::string tries = " after " + std::to_string(copy.failure.attempts) + " attempts";
+          if (copy.failure.lost)
+            throw Error(ErrorKind::kTimeout, where + " got no completion" + tries + " (each past the " +
+                                                 std::to_string(options_.timeout.count()) + " ms timeout)");
           throw Error(ErrorKind::kCommandFailed,
-                      controller_.transport().name() + ": read of LBA " + std::to_string(copy.failed_slba) + ".." +
-                          std::to_string(copy.failed_slba + copy.failed_nblocks - 1) + " (queue " +
-                          std::to_string(queue_.qid()) + ") failed: " + nvme::describe(copy.failure.status),
+                      where + " failed" + (copy.failure.attempts > 1 ? tries : "") + ": " +
+                          nvme::describe(copy.failure.status),
                       copy.failure.status);
+        }
         return;
       }
       const auto now = std::chrono::steady_clock::now();
-      const uint64_t total = completed_total_.load();
-      if (moved || total != seen) {
-        last_progress = now;
-        seen = total;
-      }
-      if (now >= next_health) {
-        controller_.check_fatal("waiting for streamed reads");
-        next_health = now + std::chrono::milliseconds(1);
-      }
-      if (now - last_progress > options_.timeout) {
-        // The commands will never complete: forget them so the queue can be reused.
-        const size_t missing = j.commands.size() - j.completed;
-        queue_.abandon_in_flight();
-        in_flight_ = 0;
-        for (auto& kv : jobs_) kv.second.next = kv.second.commands.size();
-        pending_.clear();
-        jobs_.erase(ticket);
-        throw Error(ErrorKind::kTimeout, controller_.transport().name() + ": " + std::to_string(missing) +
-                                             " streamed reads on queue " + std::to_string(queue_.qid()) +
-                                             " got no completion within " + std::to_string(options_.timeout.count()) +
-                                             " ms; the controller dropped them or hung (queue abandoned)");
-      }
+      if (moved) last_progress = now;
+      if (now - last_progress > bound)
+        throw Error(ErrorKind::kTimeout, controller_.transport().name() + ": streamed reads on queue " +
+                                             std::to_string(queue_.qid()) + " made no progress for " +
+                                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(bound).count()) +
+                                             " s (recovery included); this is a bug");
       if (moved) idle = 0;
     }
     if (++idle > 64) std::this_thread::yield();
@@ -149,7 +167,7 @@ void CpuSubmitter::pump() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       progress_locked();
-      busy = in_flight_ > 0 || !pending_.empty();
+      busy = rq_.outstanding() > 0 || !pending_.empty();
     }
     if (busy) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(200));

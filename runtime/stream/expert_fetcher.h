@@ -86,6 +86,8 @@ class ExpertFetcher {
   uint64_t expert_slot_bytes() const { return expert_bytes_; }
   uint32_t cache_capacity() const { return capacity_; }  // experts; 0 without cache
   const FetcherMetrics& metrics() const { return metrics_; }
+  // Retries, aborts, resets behind the fetches (the submitter's count, issue #15).
+  host::RecoveryStats recovery() const { return submitter_.recovery(); }
   std::vector<uint32_t> resident_per_layer() const;
   bool resident(uint32_t layer, uint32_t expert) const;
   const ExpertCatalog& catalog() const { return catalog_; }

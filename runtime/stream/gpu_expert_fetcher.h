@@ -27,6 +27,7 @@
 
 #include "host/controller.h"
 #include "host/dma_memory.h"
+#include "host/recovery.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/expert_fetcher.h"
 #include "runtime/stream/gpu_fetch_types.h"
@@ -68,6 +69,8 @@ class GpuExpertFetcher {
   uint32_t cache_capacity() const { return capacity_; }
   // Copied from the device (synchronizes with the device).
   FetcherMetrics metrics() const;
+  // Retries, resets behind the fetches (the submitter's count, issue #15).
+  host::RecoveryStats recovery() const { return submitter_.recovery(); }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 

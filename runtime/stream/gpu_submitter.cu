@@ -39,7 +39,9 @@ GpuSubmitter::GpuSubmitter(host::Controller& controller, std::vector<host::Queue
   device::DeviceQueueOptions qo;
   qo.max_command_bytes = options_.max_command_bytes;
   qo.doorbell = options_.doorbell;
+  qo.retry = options_.retry;
   set_ = std::make_unique<device::DeviceQueueSet>(controller, queue_pairs_, nsid, qo);
+  recovery_ = std::make_unique<GpuRecovery>(controller, *set_, options_.recovery);
   const size_t n = options_.max_tickets;
   check_cuda(cudaMalloc(reinterpret_cast<void**>(&records_device_), n * sizeof(GpuTicketRecord)),
              "cudaMalloc(ticket records)");
@@ -121,6 +123,7 @@ uint64_t GpuSubmitter::new_ticket(Ticket t, cuda_stream_t stream,
   }
   free_records_.pop_front();
   t.record = idx;
+  t.generation = set_->generation();
   t.event = e;
   const uint64_t id = next_ticket_++;
   tickets_.emplace(id, std::move(t));
@@ -199,8 +202,20 @@ const uint32_t* GpuSubmitter::device_state(uint64_t ticket) const {
 
 bool GpuSubmitter::done(uint64_t ticket) {
   const cudaError_t e = cudaEventQuery(ev(at(ticket, "done").event));
+  if (e == cudaErrorNotReady) recovery_->poll();
   return e != cudaErrorNotReady;  // an error also ends the ticket: wait() reports it
 }
+
+host::RecoveryStats GpuSubmitter::recovery() const {
+  host::RecoveryStats r = recovered_;
+  const GpuRecoveryStats& w = recovery_->stats();
+  r.timeouts += w.stalls;
+  r.resets += w.resets;
+  r.seconds_lost += w.recovery_seconds;
+  return r;
+}
+
+const std::string& GpuSubmitter::last_recovery_reason() const { return recovery_->stats().last_reason; }
 
 std::string GpuSubmitter::describe_failure(const Ticket& t, const GpuTicketRecord& r) const {
   std::string s = controller_.transport().name() + ": GPU-issued reads failed (" + std::to_string(r.completed) +
@@ -217,7 +232,10 @@ std::string GpuSubmitter::describe_failure(const Ticket& t, const GpuTicketRecor
       s += ": " + t.describe(g);
     s += ": " + nvme::describe(nvme::Status{uint16_t(r.first_error & 0xFFFF)});
   }
-  if (r.faults & device::fault::kTimedOut) s += ". The controller stopped completing commands; the queues must be rebuilt";
+  if (r.retries) s += "; " + std::to_string(r.retries) + " retries";
+  if (r.faults & device::fault::kControllerLost) s += ". " + recovery_->failure();
+  else if (r.faults & device::fault::kTimedOut)
+    s += ". The controller stopped completing commands and no reset followed (is the host polling the submitter?)";
   if (r.faults & device::fault::kNotOwner)
     s += ". Another kernel held the queues: issue a submitter's tickets on one stream only";
   return s;
@@ -230,6 +248,10 @@ void GpuSubmitter::retire(uint64_t ticket, Ticket& t, GpuTicketTimes* times) {
     times->start_ns = r.start_ns;
     times->end_ns = r.end_ns;
   }
+  recovered_.retries += r.retries;
+  recovered_.resubmitted += r.resubmitted;
+  recovered_.protocol_errors += r.protocol_errors;
+  recovered_.failed += r.failed;
   const std::string failure =
       e != cudaSuccess ? std::string("GPU submitter: the read kernel failed: ") + cudaGetErrorString(e)
       : r.state == ticket_state::kOk ? std::string()
@@ -238,11 +260,28 @@ void GpuSubmitter::retire(uint64_t ticket, Ticket& t, GpuTicketTimes* times) {
   completed_total_ += r.completed;
   if (t.own_copy) cudaFree(t.own_copy);
   cudaEventDestroy(ev(t.event));
+  const uint32_t generation = t.generation;
   free_records_.push_back(t.record);
   tickets_.erase(ticket);
-  if (!failure.empty())
-    throw Error(e != cudaSuccess ? ErrorKind::kIo : ErrorKind::kCommandFailed, failure,
-                nvme::Status{uint16_t(r.first_error != ~0ull ? r.first_error & 0xFFFF : 0)});
+  // A queue with a sticky fault (a protocol error, or its own timeout while no one polled) does
+  // nothing more until it is rebuilt: a controller reset rebuilds every queue in place.
+  constexpr uint32_t kSticky = device::fault::kWrongCid | device::fault::kBadSqHead | device::fault::kTimedOut |
+                               device::fault::kParkTimedOut;
+  // Only for a ticket issued since the last reset: later ones found the queue already faulted.
+  if ((r.faults & kSticky) && generation == set_->generation()) {
+    try {
+      recovery_->recover("rebuilding the GPU queues after: " + device::describe_faults(r.faults));
+    } catch (const Error&) {
+      // Reported by the next ticket that uses the queues; this ticket's own error comes first.
+    }
+  }
+  if (!failure.empty()) {
+    const ErrorKind kind = e != cudaSuccess                                       ? ErrorKind::kIo
+                           : r.faults & device::fault::kControllerLost            ? ErrorKind::kControllerFatal
+                           : r.faults & (device::fault::kWrongCid | device::fault::kBadSqHead) ? ErrorKind::kProtocol
+                                                                                  : ErrorKind::kCommandFailed;
+    throw Error(kind, failure, nvme::Status{uint16_t(r.first_error != ~0ull ? r.first_error & 0xFFFF : 0)});
+  }
 }
 
 void GpuSubmitter::wait(uint64_t ticket, GpuTicketTimes* times) {
@@ -258,6 +297,7 @@ void GpuSubmitter::wait(uint64_t ticket, GpuTicketTimes* times) {
                       std::to_string(options_.host_timeout.count()) +
                       " ms; its stream may be waiting on other work (a consumer kernel that never releases a slot?)");
     if (++spins > 64) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    recovery_->poll();
   }
   retire(ticket, it->second, times);
 }

@@ -16,6 +16,11 @@
 //
 // Requires a CUDA build; the host-driven Submitter calls (issue/done/wait) work too, on an internal
 // stream, so the streamer and fetcher run unchanged with a GPU submitter.
+//
+// Recovery: the kernels re-issue commands that fail with DNR clear (options.retry, the CPU path's
+// rule); while the host waits (wait/done), a watchdog (gpu_recovery.h) resets the controller under
+// the running kernels when a queue stalls or CSTS.CFS is set, and they re-issue what was in flight.
+// recovery() counts both (host/recovery.h, the CPU paths' counters).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -30,7 +35,10 @@
 #include "device/doorbell_mode.h"
 #include "host/controller.h"
 #include "host/queue_pair.h"
+#include "driver/retry_policy.h"
+#include "host/recovery.h"
 #include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/gpu_recovery.h"
 #include "runtime/stream/gpu_ticket.h"
 #include "runtime/stream/submitter.h"
 
@@ -47,7 +55,10 @@ struct GpuSubmitterOptions {
   uint64_t max_command_bytes = 1ull << 20;  // sizes each command id's PRP-list area (DeviceQueueSet)
   uint32_t max_tickets = 1024;           // tickets that may be outstanding (issued, not yet waited for)
   device::DoorbellMode doorbell = device::DoorbellMode::kAuto;  // who writes the doorbells (device/doorbell_mode.h)
+  nvme::RetryPolicy retry = nvme::kDefaultRetryPolicy;  // re-issue of DNR-clear errors, in the kernels
+  GpuRecoveryOptions recovery{};  // the watchdog: stalls and CSTS.CFS -> controller reset under the kernels
 };
+
 
 class GpuSubmitter final : public Submitter, public StreamOrdered {
  public:
@@ -98,6 +109,11 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   uint32_t queue_count() const;
   device::DeviceQueueSet& queues() { return *set_; }
   uint64_t commands_completed() const { return completed_total_; }
+  // Everything recovery did for this submitter so far: re-issues and protocol errors of retired
+  // tickets, commands given up, the watchdog's stalls (as timeouts), resets and time (seconds_lost).
+  host::RecoveryStats recovery() const override;
+  // Why the last recovery started, or why the controller was given up ("" if never).
+  const std::string& last_recovery_reason() const;
 
  private:
   struct Ticket {
@@ -106,6 +122,7 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
     void* event = nullptr;       // cudaEvent_t recorded after the kernel
     void* own_copy = nullptr;    // device copy of an unprepared span
     std::function<std::string(uint64_t)> describe;  // names command g (issue_kernel tickets)
+    uint32_t generation = 0;     // the queues' reset generation when issued
   };
   uint64_t new_ticket(Ticket t, cuda_stream_t stream, const std::function<void(const TicketLaunch&)>& launch);
   const Ticket& at(uint64_t ticket, const char* what) const;
@@ -131,6 +148,8 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   uint64_t next_ticket_ = 1;
   void* internal_stream_ = nullptr;
   uint64_t completed_total_ = 0;
+  std::unique_ptr<GpuRecovery> recovery_;
+  host::RecoveryStats recovered_;  // counters of retired tickets (the watchdog's are added on read)
 };
 
 }  // namespace gpunvme::stream

@@ -25,10 +25,14 @@ struct GpuTicketRecord {
   uint64_t start_ns = ~0ull;         // %globaltimer: first submission of any warp
   uint64_t end_ns = 0;               // last completion of any warp
   uint64_t commands = 0;
-  uint64_t completed = 0;            // valid completions, any status
-  uint64_t failed = 0;               // ... with an error status
+  uint64_t completed = 0;            // commands finished: success or a final error
+  uint64_t failed = 0;               // ... with a final error status
+  uint64_t retries = 0;              // re-issues after a retryable error status (driver/retry_policy.h)
+  uint64_t resubmitted = 0;          // re-issues after a controller reset
+  uint64_t protocol_errors = 0;      // CQEs naming a command id not in flight
+  uint64_t pad1 = 0;
 };
-static_assert(sizeof(GpuTicketRecord) == 64);
+static_assert(sizeof(GpuTicketRecord) == 96);
 
 // Everything a ticket's kernel needs besides its command source (gpu_ticket_pump.cuh).
 struct TicketLaunch {

@@ -33,8 +33,9 @@ __device__ __forceinline__ void publish_ticket(GpuTicketRecord* rec, GpuTicketRe
 }
 
 // Called by every lane of warp `w` (< launch.queue_count) of the ticket's kernel.
-//   make(g, cid) -> nvme::SubmissionEntry   command g of the ticket (g = w + i * queue_count)
-//   done(g, status)                          per completion, on the reaping lane
+//   make(g, cid) -> nvme::SubmissionEntry   command g of the ticket (g = w + i * queue_count); called
+//                                            again for g when it is re-issued (retry, controller reset)
+//   done(g, status)                          once per command (success or final error), on the reaping lane
 template <class Make, class Done>
 __device__ void pump_ticket(const TicketLaunch& launch, uint32_t w, uint64_t count, Make make, Done done) {
   const uint32_t lane = threadIdx.x & 31u;
@@ -63,6 +64,12 @@ __device__ void pump_ticket(const TicketLaunch& launch, uint32_t w, uint64_t cou
     atomicAdd(reinterpret_cast<unsigned long long*>(&rec->commands), static_cast<unsigned long long>(mine));
     atomicAdd(reinterpret_cast<unsigned long long*>(&rec->completed), static_cast<unsigned long long>(rep.completed));
     atomicAdd(reinterpret_cast<unsigned long long*>(&rec->failed), static_cast<unsigned long long>(rep.failed));
+    if (rep.retries | rep.resubmitted | rep.protocol_errors) {
+      atomicAdd(reinterpret_cast<unsigned long long*>(&rec->retries), static_cast<unsigned long long>(rep.retries));
+      atomicAdd(reinterpret_cast<unsigned long long*>(&rec->resubmitted), static_cast<unsigned long long>(rep.resubmitted));
+      atomicAdd(reinterpret_cast<unsigned long long*>(&rec->protocol_errors),
+                static_cast<unsigned long long>(rep.protocol_errors));
+    }
     __threadfence();  // this warp's contributions are visible before it counts itself done
     if (atomicAdd(&rec->warps_done, 1u) + 1 == nq) {
       __threadfence();

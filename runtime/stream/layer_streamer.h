@@ -36,6 +36,7 @@
 
 #include "host/controller.h"
 #include "host/dma_memory.h"
+#include "host/recovery.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/plan/prp_table.h"
 #include "runtime/stream/cuda_stream.h"
@@ -117,6 +118,8 @@ class LayerStreamer {
   void sync();
 
   const StreamStats& stats() const { return stats_; }
+  // Retries, aborts, resets behind the streamed reads (the submitter's count, issue #15).
+  host::RecoveryStats recovery() const { return submitter_.recovery(); }
   void reset_stats() { stats_ = {}; }
 
  private:

@@ -12,6 +12,7 @@
 #include <span>
 
 #include "driver/commands.h"
+#include "host/recovery.h"
 #include "runtime/stream/stream_ordered.h"
 
 namespace gpunvme::stream {
@@ -32,6 +33,8 @@ class Submitter {
   virtual void wait(uint64_t ticket) = 0;
   // Stream-ordered submission (stream_ordered.h), or nullptr: this submitter works from the host only.
   virtual StreamOrdered* stream_ordered() { return nullptr; }
+  // What recovering from command faults (retries, aborts, resets) cost so far; zeros when none.
+  virtual host::RecoveryStats recovery() const { return {}; }
 };
 
 }  // namespace gpunvme::stream

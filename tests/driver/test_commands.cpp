@@ -49,6 +49,10 @@ TEST_CASE("admin commands put fields where the spec says", "[driver][commands]")
   CHECK((big.cdw10 >> 16) == 0xFFFF);
   CHECK(big.cdw11 == 0x3);
   CHECK(make_abort(2, 77).cdw10 == ((77u << 16) | 2));
+  CHECK(make_abort(2, 77).opcode == 0x08);
+  CHECK(abort_took_effect(0));
+  CHECK(abort_took_effect(0xFFFFFFFEu));
+  CHECK_FALSE(abort_took_effect(1));
   CHECK(make_identify(cns::kController, 0, 0x5000, 0).cdw10 == 1);
 }
 

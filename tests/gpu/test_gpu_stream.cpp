@@ -21,69 +21,17 @@
 #include "runtime/stream/gpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
 #include "stream_check.h"
+#include "stream_fixtures.h"
 
 using namespace gpunvme;
 using test::VerifySpan;
 using test::DeviceBlob;
 using test::GpuRig;
-
-namespace {
-
-// A CUDA stream and a few device counters, freed at scope end.
-struct Streams {
-  cudaStream_t io = nullptr, compute = nullptr;
-  Streams() {
-    int lo = 0, hi = 0;
-    cudaDeviceGetStreamPriorityRange(&lo, &hi);
-    REQUIRE(cudaStreamCreateWithPriority(&io, cudaStreamNonBlocking, hi) == cudaSuccess);
-    REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
-  }
-  ~Streams() {
-    cudaStreamDestroy(io);
-    cudaStreamDestroy(compute);
-  }
-  stream::cuda_stream_t s_io() const { return reinterpret_cast<stream::cuda_stream_t>(io); }
-  stream::cuda_stream_t s_compute() const { return reinterpret_cast<stream::cuda_stream_t>(compute); }
-};
-
-template <class T>
-struct DeviceZeros {
-  T* p = nullptr;
-  size_t n;
-  explicit DeviceZeros(size_t count) : n(count) {
-    REQUIRE(cudaMalloc(&p, sizeof(T) * n) == cudaSuccess);
-    REQUIRE(cudaMemset(p, 0, sizeof(T) * n) == cudaSuccess);
-  }
-  ~DeviceZeros() { cudaFree(p); }
-  std::vector<T> get() const {
-    std::vector<T> v(n);
-    cudaDeviceSynchronize();
-    REQUIRE(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost) == cudaSuccess);
-    return v;
-  }
-};
-
-// Layers of three tensors each with unaligned starts and ends (byte ranges of a "file" at LBA 0).
-std::vector<std::vector<model::Extent>> make_layers(uint32_t n, uint32_t lba) {
-  std::vector<std::vector<model::Extent>> layers(n);
-  for (uint32_t l = 0; l < n; ++l)
-    for (uint32_t t = 0; t < 3; ++t) {
-      const uint64_t off = uint64_t(l) * (6 << 20) + uint64_t(t) * (2 << 20) + 37 + 100 * t;
-      const uint64_t len = (1 << 20) + 333 * t + 13 + (l % 3) * 4096;
-      layers[l].push_back(model::byte_range_to_extent(off, len, lba, 0));
-    }
-  return layers;
-}
-
-// The consumer's byte ranges of a slot view: where each piece's bytes start, and where they came from.
-std::vector<VerifySpan> pieces_of(const stream::SlotView& v, uint32_t lba) {
-  std::vector<VerifySpan> out;
-  for (const plan::Piece& p : v.plan->pieces)
-    out.push_back(VerifySpan{p.data_offset, p.source.first_lba * lba + p.source.byte_in_first, p.source.byte_length});
-  return out;
-}
-
-}  // namespace
+using test::DeviceZeros;
+using test::Streams;
+using test::make_catalog;
+using test::make_layers;
+using test::pieces_of;
 
 TEST_CASE("GPU layer streamer: double-buffered on CUDA streams, every byte checked by the consumer kernel",
           "[gpu][stream]") {
@@ -168,6 +116,7 @@ TEST_CASE("GPU layer streamer: a failed read reaches the consumer's status word 
   f.qid = 2;  // the first GPU queue
   f.nth = 3;
   f.sc = 0x81;  // LBA Out of Range... any NVM status: the point is that it arrives
+  f.dnr = true;  // with DNR clear the kernel would retry it (test_gpu_recovery.cpp)
   const int id = rig.emu->faults().add(f);
   Streams st;
   DeviceZeros<uint64_t> bad(1);
@@ -208,31 +157,6 @@ TEST_CASE("GPU layer streamer refuses misuse with clear errors", "[gpu][stream]"
     CHECK(std::string(e.what()).find("GPU submitter") != std::string::npos);
   }
 }
-
-namespace {
-
-// A synthetic MoE catalog: n_layers x n_experts experts of three slices with unaligned starts.
-stream::ExpertCatalog make_catalog(uint32_t n_layers, uint32_t n_experts, uint32_t lba, std::vector<uint64_t>* ns_offsets) {
-  stream::ExpertCatalog c;
-  c.n_layers = n_layers;
-  c.n_experts = n_experts;
-  c.parts.resize(size_t(n_layers) * n_experts);
-  ns_offsets->assign(size_t(n_layers) * n_experts * 4, 0);
-  uint64_t off = 4096 + 17;
-  for (uint32_t l = 0; l < n_layers; ++l)
-    for (uint32_t e = 0; e < n_experts; ++e)
-      for (uint32_t k = 0; k < 3; ++k) {
-        const uint64_t len = (96 << 10) + 257 * k + 31 * e;
-        const model::Projection proj = k == 0 ? model::Projection::kGate : k == 1 ? model::Projection::kUp
-                                                                                  : model::Projection::kDown;
-        c.parts[size_t(l) * n_experts + e].push_back({proj, model::byte_range_to_extent(off, len, lba, 0)});
-        (*ns_offsets)[(size_t(l) * n_experts + e) * 4 + k] = off;
-        off += len + 1000 + 8 * k;
-      }
-  return c;
-}
-
-}  // namespace
 
 TEST_CASE("GPU expert fetcher: routing in GPU memory, LRU placement identical to the CPU fetcher, bytes checked",
           "[gpu][fetch]") {

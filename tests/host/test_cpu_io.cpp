@@ -126,8 +126,13 @@ TEST_CASE("out-of-range and oversized requests fail with clear errors", "[host][
   // Caught on the host before submission.
   CHECK_THROWS_WITH(io.read(2047, 2, buf, 0), Catch::Matchers::ContainsSubstring("runs past the end"));
   // Caught by the controller: submit a raw read past the end and decode its status.
-  const uint16_t cid = io.submit(host::IoRequest{nvme::nvm_op::kRead, 2048, 1, &buf, 0});
-  const host::Completion c = qp->wait(cid, std::chrono::seconds(5));
+  const uint16_t tag = io.submit(host::IoRequest{nvme::nvm_op::kRead, 2048, 1, &buf, 0});
+  host::Completion c{};
+  const auto t0 = std::chrono::steady_clock::now();
+  while (io.reap(&c, 1) == 0) REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(c.cid == tag);
+  CHECK(io.recovery().failed == 1);  // DNR set: final at once
+  CHECK(io.recovery().retries == 0);
   CHECK(c.status.type() == nvme::sct::kGeneric);
   CHECK(c.status.code() == nvme::sc::kLbaOutOfRange);
   CHECK(nvme::describe(c.status).find("LBA Out of Range") != std::string::npos);

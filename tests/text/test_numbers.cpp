@@ -87,3 +87,15 @@ TEST_CASE("size_text is the shortest spelling parse_size reads back", "[text][nu
   CHECK(size_text(3ull << 30) == "3G");
   CHECK(size_text(1000) == "1000");
 }
+
+TEST_CASE("codes take decimal or 0x hex, nothing else", "[text][numbers]") {
+  CHECK(parse_code("sc", "0x81") == 0x81);
+  CHECK(parse_code("sc", "0X7f") == 0x7F);
+  CHECK(parse_code("sc", "129") == 129);
+  CHECK(parse_code("sc", "0") == 0);
+  CHECK(parse_code("xor", "0xffffffffffffffff") == ~0ull);
+  for (const char* bad : {"0x", "0x1g", "-1", "0x-1", "0100", "81h", "0x10000000000000000", ""}) {
+    INFO(bad);
+    CHECK_THROWS_AS(parse_code("sc", bad), ParseError);
+  }
+}
