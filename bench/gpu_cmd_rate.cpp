@@ -19,8 +19,10 @@
 #include <thread>
 #include <vector>
 
-#include "device/read.h"
+#include "bench/gpu_cmd_rate_kernel.h"
+#include "device/queue_set.h"
 #include "host/cpu_io.h"
+#include "host/cuda_device.h"
 #include "host/error.h"
 #include "host/open_device.h"
 #include "host/text/numbers.h"
@@ -118,19 +120,18 @@ Rate gpu_reads(const std::string& dev, uint32_t nq, uint32_t entries, uint64_t p
   host::DmaBuffer dst(rig.ctrl->transport(), (shared ? 1 : nq) * uint64_t(slots) * bytes, gpu_memory());
   device::DeviceBufferMap map(dst, rig.ctrl->page_bytes());
   const uint32_t lba = set.lba_bytes();
-  device::StreamSpec s;
+  bench::StreamSpec s;
   s.blocks = uint32_t(bytes / lba);
   s.span_blocks = shared ? rig.ctrl->namespace_info(1).blocks : span_bytes / lba;
   s.slot_bytes = bytes;
   s.slots = slots;
   s.shared_dst = shared;
-  device::ReadOptions o;
-  o.depth = depth;
+  s.depth = depth;
   s.per_queue = std::max<uint64_t>(1, per_queue / 16);  // warm-up
-  device::read_stream(set, s, map.get(), o);
+  bench::read_stream(set, s, map.get());
   s.per_queue = per_queue;
   const auto t0 = Clock::now();
-  const device::ReadResult r = device::read_stream(set, s, map.get(), o);
+  const bench::StreamResult r = bench::read_stream(set, s, map.get());
   Rate out;
   out.seconds = secs(t0, Clock::now());
   out.commands = r.completed - r.failed;

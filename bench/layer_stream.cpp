@@ -23,6 +23,7 @@
 #include "bench/layer_stream.h"
 #include "bench/layer_stream_modes.h"
 #include "host/cpu_io.h"
+#include "host/cuda_device.h"
 #include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"

@@ -25,6 +25,7 @@
 #include "bench/nvme_perf.h"
 #include "device/queue_set.h"
 #include "device/warp_queue.cuh"
+#include "host/cuda_device.h"
 #include "host/dma_memory.h"
 #include "host/error.h"
 

@@ -1,6 +1,6 @@
 // CUDA error checking, with no other dependency (a leaf header for code that only needs this:
 // the streamer, the fetchers). Defined in queue_set.cpp; CUDA builds only. Whether a GPU is
-// usable at all: host::cuda_device_available (host/dma_memory.h), in every build.
+// usable at all: host::cuda_device_available (host/cuda_device.h, also a leaf), in every build.
 #pragma once
 
 namespace gpunvme::device {

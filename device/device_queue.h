@@ -24,7 +24,7 @@ inline constexpr uint32_t kTimedOut = 1u << 0;    // no completion within the bo
 inline constexpr uint32_t kWrongCid = 1u << 1;    // a CQE named an id that is not in flight (or twice)
 inline constexpr uint32_t kBadSqHead = 1u << 2;   // CQE.SQHD outside the ring
 inline constexpr uint32_t kNotOwner = 1u << 3;    // the queue was held by another warp/thread
-inline constexpr uint32_t kBadRequest = 1u << 4;  // an extent broke a rule (alignment, buffer bounds, NLB)
+inline constexpr uint32_t kBadRequest = 1u << 4;  // a request broke a rule (PRPs: alignment, buffer bounds)
 }  // namespace fault
 
 inline constexpr int32_t kNoOwner = -1;
@@ -97,14 +97,5 @@ struct DeviceBuffer {
     return page_bus ? page_bus[page_index] : bus_base + (page_index << page_shift);
   }
 };
-
-// One piece of a read: `blocks` logical blocks from `lba` into the destination at `dst_offset`.
-struct Extent {
-  uint64_t lba = 0;
-  uint32_t blocks = 0;
-  uint32_t tag = 0;        // free for the caller (reported with the first error)
-  uint64_t dst_offset = 0; // bytes into the destination buffer; dword aligned
-};
-static_assert(sizeof(Extent) == 24);
 
 }  // namespace gpunvme::device

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "driver/prp.h"
+#include "host/cuda_device.h"
 #include "host/error.h"
 
 namespace gpunvme::device {
@@ -28,7 +29,7 @@ std::string describe_faults(uint32_t faults) {
   add(fault::kWrongCid, "completion with a command id not in flight");
   add(fault::kBadSqHead, "completion with an SQ head outside the ring");
   add(fault::kNotOwner, "queue held by another warp");
-  add(fault::kBadRequest, "invalid extent");
+  add(fault::kBadRequest, "invalid request (PRPs outside the rules)");
   return s.empty() ? "none" : s;
 }
 

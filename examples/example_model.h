@@ -15,6 +15,7 @@
 
 #include "driver/compiler.h"
 #include "host/cpu_io.h"
+#include "host/cuda_device.h"
 #include "host/dma_memory.h"
 #include "host/io_patterns.h"
 #include "host/open_device.h"

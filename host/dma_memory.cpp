@@ -49,21 +49,6 @@ void bind_numa(void* p, uint64_t bytes, int node) {
 
 }  // namespace
 
-bool cuda_device_available(std::string* why) {
-#if GPUNVME_HAVE_CUDA
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    if (why) *why = e != cudaSuccess ? std::string("CUDA reports: ") + cudaGetErrorString(e) : "no CUDA GPU present";
-    return false;
-  }
-  return true;
-#else
-  if (why) *why = "gpunvme was built without CUDA (meson option -Dcuda=enabled needs nvcc)";
-  return false;
-#endif
-}
-
 DmaBuffer::DmaBuffer(Transport& transport, uint64_t bytes, const DmaOptions& options) : transport_(&transport) {
   if (bytes == 0) throw Error(ErrorKind::kInvalidArgument, "DMA buffer of 0 bytes requested");
   size_ = bytes;

@@ -3,7 +3,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "host/transport.h"
 
@@ -47,8 +46,5 @@ class DmaBuffer {
   void* device_ = nullptr;
   bool cuda_registered_ = false;
 };
-
-// Whether the CUDA runtime has a usable GPU in this process (false in non-CUDA builds).
-bool cuda_device_available(std::string* why = nullptr);
 
 }  // namespace gpunvme::host

@@ -5,6 +5,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "host/cuda_device.h"
 #include "runtime/capi/capi_internal.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_fetch_types.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "host/cuda_device.h"
 #include "host/error.h"
 #include "runtime/stream/layer_streamer.h"
 

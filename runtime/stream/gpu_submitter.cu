@@ -8,6 +8,7 @@
 
 #include "device/queue_set.h"
 #include "driver/status.h"
+#include "host/cuda_device.h"
 #include "host/error.h"
 #include "runtime/stream/gpu_ticket_pump.cuh"
 

@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "host/cuda_device.h"
 #include "host/error.h"
 
 namespace gpunvme::stream {

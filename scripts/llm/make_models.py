@@ -23,6 +23,8 @@ try:
 except ImportError as e:  # pragma: no cover
     sys.exit(f"make_models.py: {e}; pip install gguf numpy")
 
+import bpe_train  # noqa: E402  (next to this script)
+
 QK_K = 256
 
 # ---------------------------------------------------------------- weight blocks
@@ -141,7 +143,7 @@ def moe_ffn(w, rng, s, i, qt):
     add(w, f"blk.{i}.ffn_down_exps.weight", stack(s.hidden, s.ffn), qt)
 
 
-def common_header(w, arch, s, name):
+def common_header(w, arch, s, name, vocab=None):
     w.add_name(name)
     w.add_context_length(s.ctx)
     w.add_embedding_length(s.hidden)
@@ -150,14 +152,64 @@ def common_header(w, arch, s, name):
     w.add_head_count(s.heads)
     w.add_head_count_kv(s.kv_heads)
     w.add_vocab_size(s.vocab)
-    # No vocabulary: the reference feeds token ids (llama.cpp needs vocab_size then).
-    w.add_tokenizer_model("none")
+    if vocab:
+        vocab.write(w)
+    else:
+        # No vocabulary: the reference feeds token ids (llama.cpp needs vocab_size then).
+        w.add_tokenizer_model("none")
 
 
-def write_llama_like(path, arch, qt, s, seed, qkv_bias=False):
+class BpeVocab:
+    """A GPT-2-style byte-level BPE vocabulary (bpe_train.py's merges) with the special tokens of the model
+    family that `pre` names: ids 0..255 the byte symbols, then the merged tokens in rank order, then one
+    normal token that no merge makes (" gpunvme": Llama 3's pre-tokenizer takes a word that is a token as
+    a whole, Qwen2's merges it), then `specials` ((text, type) pairs)."""
+
+    MERGES = 3000
+
+    def __init__(self, pre, specials, bos, eos, add_bos):
+        merges, merged = bpe_train.train(self.MERGES)
+        tokens = bpe_train.base_tokens()
+        for t in merged + [bpe_train.symbols(" gpunvme")]:
+            t = "".join(t)
+            if t not in tokens:  # two merges can make the same text; a vocabulary holds it once
+                tokens.append(t)
+        types = [gguf.TokenType.NORMAL] * len(tokens)
+        for text, ty in specials:
+            tokens.append(text)
+            types.append(ty)
+        self.pre, self.tokens, self.types, self.merges = pre, tokens, types, merges
+        self.bos, self.eos, self.add_bos = tokens.index(bos), tokens.index(eos), add_bos
+
+    def write(self, w):
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(self.pre)
+        w.add_token_list(self.tokens)
+        w.add_token_types(self.types)
+        w.add_token_merges(self.merges)
+        w.add_bos_token_id(self.bos)
+        w.add_eos_token_id(self.eos)
+        w.add_add_bos_token(self.add_bos)
+
+
+def llama3_vocab():
+    C, U = gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED
+    return BpeVocab("llama-bpe", [("<|begin_of_text|>", C), ("<|end_of_text|>", C), ("<|eot_id|>", C), ("<tool_call>", U)],
+                    "<|begin_of_text|>", "<|end_of_text|>", add_bos=True)
+
+
+def qwen2_vocab():
+    C, U = gguf.TokenType.CONTROL, gguf.TokenType.USER_DEFINED
+    return BpeVocab("qwen2", [("<|endoftext|>", C), ("<|im_start|>", C), ("<|im_end|>", C), ("<tool_call>", U)],
+                    "<|endoftext|>", "<|im_end|>", add_bos=False)
+
+
+def write_llama_like(path, arch, qt, s, seed, qkv_bias=False, vocab=None):
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(path, arch)
-    common_header(w, arch, s, os.path.basename(path)[:-5])
+    if vocab:
+        s = Shape(**{**s.__dict__, "vocab": len(vocab.tokens)})
+    common_header(w, arch, s, os.path.basename(path)[:-5], vocab)
     w.add_rope_dimension_count(s.head_dim)
     w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
     w.add_layer_norm_rms_eps(1e-5 if arch == "llama" else 1e-6)
@@ -224,6 +276,9 @@ MODELS["qwen2-q4_k"] = lambda p: write_llama_like(p, "qwen2", T.Q4_K, Shape(), 3
 # embedding dominates the residual); the real Gemma 3 270M covers the tied head.
 MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16), 400,
                                                embd_std=0.3, untied=True)
+# Byte-level BPE vocabularies (bpe_train.py) in the two families' layouts, for the tokenizer end to end.
+MODELS["llama3-bpe-f16"] = lambda p: write_llama_like(p, "llama", T.F16, Shape(), 500, vocab=llama3_vocab())
+MODELS["qwen2-bpe-f16"] = lambda p: write_llama_like(p, "qwen2", T.F16, Shape(), 501, qkv_bias=True, vocab=qwen2_vocab())
 
 
 def main():

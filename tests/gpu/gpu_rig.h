@@ -13,6 +13,7 @@
 #include "gpu_check.h"
 #include "host/controller.h"
 #include "host/cpu_io.h"
+#include "host/cuda_device.h"
 #include "host/dma_memory.h"
 #include "host/emulator/controller.h"
 #include "host/open_device.h"

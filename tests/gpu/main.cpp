@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "host/dma_memory.h"
+#include "host/cuda_device.h"
 
 int main(int argc, char** argv) {
   bool listing = false;  // --list-tests and friends run nothing, so they work without a GPU

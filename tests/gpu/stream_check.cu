@@ -2,9 +2,12 @@
 
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include "device/queue_set.h"
 #include "device/warp_queue.cuh"
 #include "gpu_check.h"
+#include "runtime/stream/gpu_ticket_pump.cuh"
 
 namespace gpunvme::test {
 namespace {
@@ -66,6 +69,23 @@ __global__ void verify_experts(const stream::GpuFetchResult* result, const strea
   if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), static_cast<unsigned long long>(bad));
 }
 
+// One warp per queue, as the runtime's ticket kernels: the commands come from make(), not templates.
+__global__ void generated_reads(stream::TicketLaunch launch, uint64_t count, uint32_t blocks, uint64_t span,
+                                device::DeviceBuffer dst) {
+  const uint32_t w = blockIdx.x;
+  if (w >= launch.queue_count) return;
+  const device::DeviceQueue qc = launch.queues[w];
+  const uint64_t bytes = uint64_t(blocks) << qc.lba_shift;
+  stream::pump_ticket(
+      launch, w, count,
+      [&](uint64_t g, uint16_t cid) {
+        nvme::PrpPair p;
+        device::prps_for(qc, cid, dst, 0, bytes, &p);
+        return nvme::make_read(qc.nsid, (g * blocks) % span, blocks, p.prp1, p.prp2);
+      },
+      [](uint64_t, nvme::Status) {});
+}
+
 }  // namespace
 
 void enqueue_verify_slot(stream::cuda_stream_t s, const uint8_t* slot, const VerifySpan* pieces, uint32_t n,
@@ -87,6 +107,17 @@ void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResul
                             uint64_t* mismatches) {
   verify_experts<<<32, 256, 0, cu(s)>>>(result, experts, scratch, ns_offsets, layer, n_experts, seed, mismatches);
   device::check_cuda(cudaGetLastError(), "verify_experts launch");
+}
+
+uint64_t issue_generated_reads(stream::GpuSubmitter& gpu, uint64_t count, uint32_t blocks, uint64_t span_blocks,
+                               const device::DeviceBuffer& dst) {
+  const uint64_t span = span_blocks / blocks * blocks;
+  return gpu.issue_kernel(
+      nullptr,
+      [&](const stream::TicketLaunch& l) { generated_reads<<<l.queue_count, 32>>>(l, count, blocks, span, dst); },
+      [blocks, span](uint64_t g) {
+        return "generated read #" + std::to_string(g) + " at LBA " + std::to_string((g * blocks) % span);
+      });
 }
 
 }  // namespace gpunvme::test

@@ -1,6 +1,6 @@
 // Kernels the GPU streaming suite enqueues on CUDA streams (behind plain host functions): consumers
-// that check every byte of a slot or of fetched experts against the namespace pattern, and a toy
-// router that writes expert ids into GPU memory.
+// that check every byte of a slot or of fetched experts against the namespace pattern, a toy
+// router that writes expert ids into GPU memory, and a ticket kernel that builds its own reads.
 #pragma once
 #include <cstdint>
 
@@ -8,6 +8,7 @@
 #include "gpu_check.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_fetch_types.h"
+#include "runtime/stream/gpu_submitter.h"
 
 namespace gpunvme::test {
 
@@ -39,5 +40,12 @@ void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResul
                             const stream::GpuFetchedExpert* experts, const uint8_t* scratch,
                             const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint64_t seed,
                             uint64_t* mismatches);
+
+// A ticket of `gpu` (GpuSubmitter::issue_kernel, gpu_ticket_pump.cuh) whose kernel builds its own
+// `count` reads on the GPU, no templates: read g takes `blocks` blocks at LBA (g * blocks) modulo
+// the span rounded down to whole reads, all into the first bytes of `dst` (for the null namespace,
+// which moves no data). Enqueued on the legacy default stream; returns the ticket to wait() for.
+uint64_t issue_generated_reads(stream::GpuSubmitter& gpu, uint64_t count, uint32_t blocks, uint64_t span_blocks,
+                               const device::DeviceBuffer& dst);
 
 }  // namespace gpunvme::test

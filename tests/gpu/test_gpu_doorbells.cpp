@@ -12,16 +12,17 @@
 #include <string>
 #include <vector>
 
-#include "device/read.h"
 #include "gpu_check.h"
+#include "gpu_reads.h"
 #include "gpu_rig.h"
 #include "host/error.h"
 #include "host/gpu_bar_access.h"
+#include "runtime/stream/gpu_submitter.h"
 
 using namespace gpunvme;
 using Catch::Matchers::ContainsSubstring;
 using device::DoorbellMode;
-using device::Extent;
+using test::BlockRead;
 using test::GpuRig;
 using test::VerifySpan;
 
@@ -40,48 +41,51 @@ device::DeviceQueueOptions with_doorbell(DoorbellMode m) {
   return o;
 }
 
-// Reads 6 MiB in extents of many sizes through the rig's queues; every byte compared on the GPU.
-void read_layer_and_verify(GpuRig& rig, uint64_t seed) {
+// A GPU submitter over all of the rig's GPU queue pairs, with doorbell mode `m`.
+stream::GpuSubmitter submitter(GpuRig& rig, DoorbellMode m) { return {*rig.ctrl, rig.raw, 1, {.doorbell = m}}; }
+
+// Reads 6 MiB in extents of many sizes through the submitter; every byte compared on the GPU.
+void read_layer_and_verify(GpuRig& rig, stream::GpuSubmitter& gpu, uint64_t seed) {
   rig.write_pattern(0, 8ull << 20, seed);
-  std::vector<Extent> ext;
+  std::vector<BlockRead> ext;
   std::vector<VerifySpan> spans;
   uint64_t dst = 0;
   const uint64_t sizes[] = {4096, 512, 128 << 10, 1 << 20, (2 << 20) + 512, 3 * 4096, 2 << 20};
   uint64_t ns = 0;
   for (uint32_t i = 0; i < 7; ++i) {
-    ext.push_back(Extent{ns / rig.lba, uint32_t(sizes[i] / rig.lba), i, dst});
+    ext.push_back(BlockRead{ns / rig.lba, uint32_t(sizes[i] / rig.lba), dst});
     spans.push_back(VerifySpan{dst, ns, sizes[i]});
     dst += sizes[i] + 8;
     ns += (sizes[i] + 4095) / 4096 * 4096;
   }
   host::DmaBuffer out = rig.gpu_buffer(dst + 4096);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
-  const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), uint32_t(ext.size()), map.get());
-  INFO(r.describe() << "; " << rig.set->doorbell_note());
-  REQUIRE(r.ok());
-  CHECK(test::gpu_count_mismatches(map.get().gpu, spans, seed) == 0);
+  const test::ReadPlan p = test::plan_reads(rig, gpu, out, ext);
+  INFO(gpu.queues().doorbell_note());
+  REQUIRE_NOTHROW(test::run_plan(gpu, p));
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(out.device()), spans, seed) == 0);
 }
 
 }  // namespace
 
 TEST_CASE("doorbell=cpu: kernels write the mailbox, a host thread rings BAR0; bytes verify", "[gpu][doorbell]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=2", 4, 128, true, with_doorbell(DoorbellMode::kCpu));
-  CHECK(rig.set->doorbell_mode() == DoorbellMode::kCpu);
-  REQUIRE(rig.set->forwarder() != nullptr);
-  read_layer_and_verify(rig, 31);
-  CHECK(rig.set->forwarder()->forwarded() > 0);
-  CHECK(rig.set->forwarder()->refused() == 0);
+  GpuRig rig("emu:ram,size=64M,threads=2", 4, 128, true, {}, false);
+  stream::GpuSubmitter gpu = submitter(rig, DoorbellMode::kCpu);
+  CHECK(gpu.queues().doorbell_mode() == DoorbellMode::kCpu);
+  REQUIRE(gpu.queues().forwarder() != nullptr);
+  read_layer_and_verify(rig, gpu, 31);
+  CHECK(gpu.queues().forwarder()->forwarded() > 0);
+  CHECK(gpu.queues().forwarder()->refused() == 0);
 }
 
 TEST_CASE("doorbell=gpu and auto use the GPU mapping of BAR0 where it exists", "[gpu][doorbell]") {
   REQUIRE_GPU();
   for (DoorbellMode m : {DoorbellMode::kGpu, DoorbellMode::kAuto}) {
-    GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, with_doorbell(m));
-    CHECK(rig.set->doorbell_mode() == DoorbellMode::kGpu);
-    CHECK(rig.set->forwarder() == nullptr);
-    read_layer_and_verify(rig, 32);
+    GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, {}, false);
+    stream::GpuSubmitter gpu = submitter(rig, m);
+    CHECK(gpu.queues().doorbell_mode() == DoorbellMode::kGpu);
+    CHECK(gpu.queues().forwarder() == nullptr);
+    read_layer_and_verify(rig, gpu, 32);
   }
 }
 
@@ -89,14 +93,16 @@ TEST_CASE("a BAR the GPU cannot map: auto falls back to CPU doorbells and says w
   REQUIRE_GPU();
   EnvVar refuse("GPUNVME_EMU_GPU_BAR", "refuse");
   {
-    GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, with_doorbell(DoorbellMode::kAuto));
-    CHECK(rig.set->doorbell_mode() == DoorbellMode::kCpu);
-    CHECK_THAT(rig.set->doorbell_note(), ContainsSubstring("doorbell=auto chose cpu"));
-    CHECK_THAT(rig.set->doorbell_note(), ContainsSubstring("refuses GPU mapping"));
-    read_layer_and_verify(rig, 33);
+    GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, {}, false);
+    stream::GpuSubmitter gpu = submitter(rig, DoorbellMode::kAuto);
+    CHECK(gpu.queues().doorbell_mode() == DoorbellMode::kCpu);
+    CHECK_THAT(gpu.queues().doorbell_note(), ContainsSubstring("doorbell=auto chose cpu"));
+    CHECK_THAT(gpu.queues().doorbell_note(), ContainsSubstring("refuses GPU mapping"));
+    read_layer_and_verify(rig, gpu, 33);
   }
   try {
-    GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, with_doorbell(DoorbellMode::kGpu));
+    GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, {}, false);
+    stream::GpuSubmitter gpu = submitter(rig, DoorbellMode::kGpu);
     FAIL("doorbell=gpu was accepted with a BAR the GPU cannot map");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::kUnsupported);
@@ -108,12 +114,13 @@ TEST_CASE("the cudaHostRegisterIoMemory path on the emulator's host-memory BAR: 
           "[gpu][doorbell][iomemory]") {
   REQUIRE_GPU();
   EnvVar iomem("GPUNVME_EMU_GPU_BAR", "iomemory");
-  GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, with_doorbell(DoorbellMode::kAuto));
+  GpuRig rig("emu:ram,size=64M,threads=2", 2, 128, true, {}, false);
+  stream::GpuSubmitter gpu = submitter(rig, DoorbellMode::kAuto);
   // Whether the driver registers host memory as I/O memory is its choice; both outcomes must work.
-  WARN("doorbells: " << rig.set->doorbell_note());
-  if (rig.set->doorbell_mode() == DoorbellMode::kCpu)
-    CHECK_THAT(rig.set->doorbell_note(), ContainsSubstring("cudaHostRegister(emulated BAR0, IoMemory|Mapped) failed"));
-  read_layer_and_verify(rig, 34);
+  WARN("doorbells: " << gpu.queues().doorbell_note());
+  if (gpu.queues().doorbell_mode() == DoorbellMode::kCpu)
+    CHECK_THAT(gpu.queues().doorbell_note(), ContainsSubstring("cudaHostRegister(emulated BAR0, IoMemory|Mapped) failed"));
+  read_layer_and_verify(rig, gpu, 34);
 }
 
 TEST_CASE("register_io_memory_for_gpu fails cleanly on ranges that are not a mapping", "[gpu][doorbell][iomemory]") {
@@ -135,8 +142,9 @@ TEST_CASE("register_io_memory_for_gpu fails cleanly on ranges that are not a map
   INFO(why);
   CHECK_THAT(why, ContainsSubstring("cudaHostRegister(an unmapped range, IoMemory|Mapped) failed"));
   // No CUDA error is left behind: GPU-mapped DMA memory and a kernel still work.
-  GpuRig rig("emu:ram,size=64M,threads=2", 1, 64);
-  read_layer_and_verify(rig, 35);
+  GpuRig rig("emu:ram,size=64M,threads=2", 1, 64, true, {}, false);
+  stream::GpuSubmitter gpu = submitter(rig, DoorbellMode::kAuto);
+  read_layer_and_verify(rig, gpu, 35);
 }
 
 TEST_CASE("doorbell=cpu serves the one-thread C device API too (gpunvme_device.cuh)", "[gpu][doorbell]") {

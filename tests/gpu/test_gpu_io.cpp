@@ -1,35 +1,55 @@
 // GPU-initiated I/O against the emulated controller: data written through the CPU path is read back
 // by GPU kernels (the GPU writes the SQEs, rings the doorbells, reaps the CQEs) and every byte is
-// compared on the GPU. Skips, with the reason, where no CUDA GPU is present.
+// compared on the GPU. Reads go through the runtime's GPU path (stream::GpuSubmitter with command
+// plans, the GPU expert fetcher, a ticket kernel of our own) or the one-thread device API.
+// Skips, with the reason, where no CUDA GPU is present.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "device/read.h"
 #include "driver/commands.h"
 #include "driver/status.h"
 #include "gpu_check.h"
+#include "gpu_reads.h"
 #include "gpu_rig.h"
 #include "host/cpu_io.h"
 #include "host/emulator/controller.h"
+#include "host/error.h"
 #include "host/open_device.h"
+#include "runtime/stream/gpu_expert_fetcher.h"
+#include "runtime/stream/gpu_submitter.h"
+#include "stream_check.h"
 
 using namespace gpunvme;
-using device::Extent;
+using Catch::Matchers::ContainsSubstring;
+using test::BlockRead;
 using test::GpuRig;
 using test::VerifySpan;
 using test::gpu_memory;
 
+namespace {
+
+// Per queue of the submitter, from its device state (counters survive the kernels).
+uint64_t total_completed(stream::GpuSubmitter& gpu) {
+  uint64_t n = 0;
+  for (const device::DeviceQueue& q : gpu.queues().snapshot()) n += q.completed;
+  return n;
+}
+
+}  // namespace
 
 TEST_CASE("GPU reads a transformer layer written by the CPU path; every byte checked on the GPU", "[gpu][read]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=2", 4, 256);
+  GpuRig rig("emu:ram,size=64M,threads=2", 5, 256, true, {}, false);
   const uint64_t seed = 11;
   rig.write_pattern(0, 48ull << 20, seed);
   // Tensors of very different sizes, some larger than MDTS (1 MiB), some a single block, destinations
@@ -37,90 +57,112 @@ TEST_CASE("GPU reads a transformer layer written by the CPU path; every byte che
   const std::vector<std::pair<uint64_t, uint64_t>> tensors = {  // (ns offset, bytes)
       {0, 4096}, {1 << 20, 128 << 10}, {3 << 20, 5 << 20}, {9 << 20, 512}, {10 << 20, 7 * 512},
       {11 << 20, (2 << 20) + 1536}, {20 << 20, 12 << 20}, {40 << 20, 8192}, {41 << 20, 3 * 4096 + 512}};
-  std::vector<Extent> ext;
+  std::vector<BlockRead> ext;
   std::vector<VerifySpan> spans;
   uint64_t dst = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     dst += (i % 3) * 8 + 8;  // 8-byte aligned, rarely page aligned
-    ext.push_back(Extent{tensors[i].first / rig.lba, uint32_t(tensors[i].second / rig.lba), uint32_t(i), dst});
+    ext.push_back(BlockRead{tensors[i].first / rig.lba, uint32_t(tensors[i].second / rig.lba), dst});
     spans.push_back(VerifySpan{dst, tensors[i].first, tensors[i].second});
     dst += tensors[i].second;
   }
   host::DmaBuffer out = rig.gpu_buffer(dst + 4096);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
-  const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), uint32_t(ext.size()), map.get());
-  INFO(r.describe());
-  CHECK(r.ok());
-  CHECK(r.commands > ext.size());  // the large tensors were split by MDTS
-  CHECK(test::gpu_count_mismatches(map.get().gpu, spans, seed) == 0);
-  // Same data through one queue (the whole layer on one warp) matches too.
+  // Four queues, and (below) one queue: the whole layer on one warp.
+  stream::GpuSubmitter four(*rig.ctrl, {rig.raw.begin(), rig.raw.begin() + 4}, 1);
+  stream::GpuSubmitter one(*rig.ctrl, {rig.raw[4]}, 1);
+  const test::ReadPlan p = test::plan_reads(rig, four, out, ext);
+  CHECK(p.plan.commands.size() > ext.size());  // the large tensors were split by MDTS
+  CHECK_NOTHROW(test::run_plan(four, p));
+  CHECK(total_completed(four) == p.plan.commands.size());
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(out.device()), spans, seed) == 0);
+  // Same data through one queue matches too.
   std::memset(out.host(), 0, out.size());
-  device::ReadOptions one;
-  one.queues = 1;
-  const device::ReadResult r1 = device::read_extents(*rig.set, dext.as<Extent>(), uint32_t(ext.size()), map.get(), one);
-  INFO(r1.describe());
-  CHECK(r1.ok());
-  CHECK(test::gpu_count_mismatches(map.get().gpu, spans, seed) == 0);
+  const test::ReadPlan p1 = test::plan_reads(rig, one, out, ext);
+  CHECK_NOTHROW(test::run_plan(one, p1));
+  CHECK(total_completed(one) == p1.plan.commands.size());
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(out.device()), spans, seed) == 0);
 }
 
 TEST_CASE("GPU gathers MoE experts chosen by indices that live in GPU memory", "[gpu][gather]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=2", 8, 128);
+  GpuRig rig("emu:ram,size=64M,threads=2", 8, 128, true, {}, false);
   const uint64_t seed = 12;
   const uint64_t expert_bytes = 384 << 10;
   const uint32_t experts = 64;
   rig.write_pattern(0, experts * expert_bytes, seed);
-  std::vector<Extent> table;
-  for (uint32_t e = 0; e < experts; ++e) table.push_back(Extent{e * expert_bytes / rig.lba, uint32_t(expert_bytes / rig.lba), e, 0});
+  // One layer of 64 one-part experts, expert e at namespace byte e * expert_bytes.
+  stream::ExpertCatalog table;
+  table.n_layers = 1;
+  table.n_experts = experts;
+  for (uint32_t e = 0; e < experts; ++e) {
+    const model::Extent x = model::byte_range_to_extent(e * expert_bytes, expert_bytes, rig.lba, 0);
+    table.parts.push_back({{model::Projection::kGate, x}});
+  }
   const std::vector<uint32_t> picked = {5, 63, 0, 17, 17, 42, 8, 31, 2, 60};  // a router's choice, repeats allowed
-  test::DeviceBlob dtable(table.data(), table.size() * sizeof(Extent));
+  const std::vector<uint32_t> distinct = {5, 63, 0, 17, 42, 8, 31, 2, 60};     // first-seen order
   test::DeviceBlob didx(picked.data(), picked.size() * 4);
-  host::DmaBuffer out = rig.gpu_buffer(picked.size() * expert_bytes);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  const device::ReadResult r = device::gather_extents(*rig.set, dtable.as<Extent>(), experts, didx.as<uint32_t>(),
-                                                      uint32_t(picked.size()), expert_bytes, map.get());
-  INFO(r.describe());
-  CHECK(r.ok());
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  stream::GpuExpertFetcher fetcher(*rig.ctrl, gpu, table, {.max_experts_per_fetch = uint32_t(distinct.size())});
+  fetcher.fetch(0, didx.as<uint32_t>(), uint32_t(picked.size()), nullptr);
+  const std::vector<stream::FetchedExpert> got = fetcher.wait();
+  REQUIRE(got.size() == distinct.size());
   std::vector<VerifySpan> spans;
-  for (size_t i = 0; i < picked.size(); ++i) spans.push_back(VerifySpan{i * expert_bytes, picked[i] * expert_bytes, expert_bytes});
-  CHECK(test::gpu_count_mismatches(map.get().gpu, spans, seed) == 0);
+  for (size_t d = 0; d < got.size(); ++d) {
+    CHECK(got[d].expert == distinct[d]);
+    REQUIRE(got[d].parts.size() == 1);
+    CHECK(got[d].parts[0].bytes == expert_bytes);
+    spans.push_back(VerifySpan{got[d].parts[0].offset, got[d].expert * expert_bytes, expert_bytes});
+  }
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(fetcher.scratchpad().device()), spans, seed) == 0);
+  // Selection i (a repeat too) names the distinct expert that holds table[picked[i]].
+  std::vector<uint32_t> selection(picked.size());
+  REQUIRE(cudaMemcpy(selection.data(), fetcher.device_selection(), selection.size() * 4, cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  for (size_t i = 0; i < picked.size(); ++i) {
+    REQUIRE(selection[i] < got.size());
+    CHECK(got[selection[i]].expert == picked[i]);
+  }
 
   // An index past the table is refused before any command is sent.
   const std::vector<uint32_t> wrong = {1, experts};
   test::DeviceBlob dwrong(wrong.data(), wrong.size() * 4);
-  CHECK_THROWS(device::gather_extents(*rig.set, dtable.as<Extent>(), experts, dwrong.as<uint32_t>(), 2, expert_bytes, map.get()));
+  const uint64_t read_before = fetcher.metrics().bytes_read;
+  const uint64_t completed_before = gpu.commands_completed();
+  fetcher.fetch(0, dwrong.as<uint32_t>(), 2, nullptr);
+  CHECK_THROWS(fetcher.wait());
+  CHECK(fetcher.metrics().bytes_read == read_before);
+  CHECK(gpu.commands_completed() == completed_before);
 }
 
 TEST_CASE("many queues at once: 48 warps each own a queue, 8 controller threads", "[gpu][queues]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=128M,threads=8,poll=spin", 48, 512);
+  GpuRig rig("emu:ram,size=128M,threads=8,poll=spin", 48, 512, true, {}, false);
   const uint64_t seed = 13;
   const uint64_t bytes = 96ull << 20;
   rig.write_pattern(0, bytes, seed);
   // 6000 random 4 KiB reads plus some 64 KiB ones, spread over all queues.
   std::mt19937_64 rng(7);
-  std::vector<Extent> ext;
+  std::vector<BlockRead> ext;
   std::vector<VerifySpan> spans;
   uint64_t dst = 0;
   for (uint32_t i = 0; i < 6000; ++i) {
     const uint64_t len = (i % 10 == 0) ? (64 << 10) : 4096;
     const uint64_t off = (rng() % ((bytes - len) / 4096)) * 4096;
-    ext.push_back(Extent{off / rig.lba, uint32_t(len / rig.lba), i, dst});
+    ext.push_back(BlockRead{off / rig.lba, uint32_t(len / rig.lba), dst});
     spans.push_back(VerifySpan{dst, off, len});
     dst += len;
   }
   host::DmaBuffer out = rig.gpu_buffer(dst);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
-  const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), uint32_t(ext.size()), map.get());
-  INFO(r.describe());
-  CHECK(r.ok());
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  const test::ReadPlan p = test::plan_reads(rig, gpu, out, ext);
+  CHECK_NOTHROW(test::run_plan(gpu, p));
+  const std::vector<device::DeviceQueue> queues = gpu.queues().snapshot();
   uint32_t busy_queues = 0;
-  for (const auto& q : r.per_queue) busy_queues += q.completed > 0;
+  for (const device::DeviceQueue& q : queues) busy_queues += q.completed > 0;
   CHECK(busy_queues == 48);
-  CHECK(test::gpu_count_mismatches(map.get().gpu, spans, seed) == 0);
-  for (const device::DeviceQueue& q : rig.set->snapshot()) {
+  CHECK(total_completed(gpu) == p.plan.commands.size());
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(out.device()), spans, seed) == 0);
+  for (const device::DeviceQueue& q : queues) {
     CHECK(q.in_flight == 0);
     CHECK(q.owner == device::kNoOwner);
   }
@@ -130,29 +172,28 @@ TEST_CASE("every ring and the command-id table wrap many times", "[gpu][wrap]") 
   REQUIRE_GPU();
   for (const uint32_t entries : {2u, 3u, 8u, 64u}) {
     DYNAMIC_SECTION("queues of " << entries << " entries") {
-      GpuRig rig("emu:ram,size=16M,threads=2", 3, entries);
+      GpuRig rig("emu:ram,size=16M,threads=2", 3, entries, true, {}, false);
       const uint64_t seed = 14 + entries;
       rig.write_pattern(0, 8 << 20, seed);
-      std::vector<Extent> ext;
+      std::vector<BlockRead> ext;
       std::vector<VerifySpan> spans;
       const uint32_t n = 1500;
       for (uint32_t i = 0; i < n; ++i) {
         const uint64_t off = uint64_t((i * 37) % 2000) * 4096;
-        ext.push_back(Extent{off / rig.lba, 4096 / rig.lba, i, uint64_t(i) * 4096});
+        ext.push_back(BlockRead{off / rig.lba, 4096 / rig.lba, uint64_t(i) * 4096});
         spans.push_back(VerifySpan{uint64_t(i) * 4096, off, 4096});
       }
       host::DmaBuffer out = rig.gpu_buffer(uint64_t(n) * 4096);
-      device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-      test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
+      stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+      const test::ReadPlan p = test::plan_reads(rig, gpu, out, ext);
+      REQUIRE(p.plan.commands.size() == n);
       // Twice: the second run starts from wrapped ring, phase and id state left by the first.
       for (int pass = 0; pass < 2; ++pass) {
         std::memset(out.host(), 0, out.size());
-        const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), n, map.get());
-        INFO(r.describe());
-        CHECK(r.ok());
-        CHECK(test::gpu_count_mismatches(map.get().gpu, spans, seed) == 0);
+        CHECK_NOTHROW(test::run_plan(gpu, p));
+        CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(out.device()), spans, seed) == 0);
       }
-      for (const device::DeviceQueue& q : rig.set->snapshot()) {
+      for (const device::DeviceQueue& q : gpu.queues().snapshot()) {
         CHECK(q.completed == 1000);                 // 2 x 500 per queue
         CHECK(q.submitted >= 3 * entries);  // 1000 commands through `entries` slots: many wraps
         CHECK(q.sq_ring.tail == 1000 % entries);
@@ -191,7 +232,7 @@ TEST_CASE("the device API: gpunvme_sq_submit_read / gpunvme_cq_poll_completion f
 
 TEST_CASE("an injected error status reaches the GPU with its SCT, SC and DNR", "[gpu][faults]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=16M,threads=1", 1, 64);
+  GpuRig rig("emu:ram,size=16M,threads=1", 1, 64, true, {}, false);
   rig.write_pattern(0, 4 << 20, 16);
   emu::Fault f;
   f.kind = emu::FaultKind::kErrorStatus;
@@ -202,22 +243,29 @@ TEST_CASE("an injected error status reaches the GPU with its SCT, SC and DNR", "
   f.sc = nvme::sc::kUnrecoveredReadError;
   f.dnr = true;
   const int id = rig.emu->faults().add(f);
-  std::vector<Extent> ext;
-  for (uint32_t i = 0; i < 100; ++i) ext.push_back(Extent{uint64_t(i) * 8, 8, 1000 + i, uint64_t(i) * 4096});
+  std::vector<BlockRead> ext;
+  for (uint32_t i = 0; i < 100; ++i) ext.push_back(BlockRead{uint64_t(i) * 8, 8, uint64_t(i) * 4096});
   host::DmaBuffer out = rig.gpu_buffer(100 * 4096);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
-  const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), 100, map.get());
-  INFO(r.describe());
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  const test::ReadPlan p = test::plan_reads(rig, gpu, out, ext);
+  REQUIRE(p.plan.commands.size() == 100);
+  const std::optional<Error> e = test::failure_of(gpu, p);
+  REQUIRE(e.has_value());
+  INFO(e->what());
+  CHECK(e->kind() == ErrorKind::kCommandFailed);
+  REQUIRE(e->has_status());
+  CHECK(e->status().type() == nvme::sct::kMediaError);
+  CHECK(e->status().code() == nvme::sc::kUnrecoveredReadError);
+  CHECK(e->status().dnr());
+  // The 37th read is read 36 (LBA 288): the ticket names it, and all 100 completed, one with an error.
+  CHECK_THAT(e->what(), ContainsSubstring("first failed command #36: LBA 288..295"));
+  CHECK_THAT(e->what(), ContainsSubstring("100 of 100 commands completed, 1 with an error"));
+  CHECK_THAT(e->what(), !ContainsSubstring("queue faults"));
   CHECK(rig.emu->faults().fired(id) == 1);
-  CHECK(r.completed == 100);
-  CHECK(r.failed == 1);
-  CHECK(r.faults == 0);
-  CHECK(r.first_error.type() == nvme::sct::kMediaError);
-  CHECK(r.first_error.code() == nvme::sc::kUnrecoveredReadError);
-  CHECK(r.first_error.dnr());
-  CHECK(r.first_error_tag == 1036);  // the 37th read is extent 36
-  CHECK_FALSE(r.ok());
+  const device::DeviceQueue q = gpu.queues().snapshot()[0];
+  CHECK(q.completed == 100);
+  CHECK(q.failed == 1);
+  CHECK(q.faults == 0);
 
   // The C API reports the same status for a single failing command.
   GpuRig rig2("emu:ram,size=16M,threads=1", 1, 16);
@@ -234,28 +282,29 @@ TEST_CASE("an injected error status reaches the GPU with its SCT, SC and DNR", "
 
 TEST_CASE("a completion that never comes ends the kernel with timed_out, not a hang", "[gpu][faults][timeout]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=16M,threads=1", 2, 64);
+  GpuRig rig("emu:ram,size=16M,threads=1", 2, 64, true, {}, false);
   emu::Fault f;
   f.kind = emu::FaultKind::kDropCompletion;
   f.qid = 3;  // the second GPU queue
   f.nth = 10;
   rig.emu->faults().add(f);
-  std::vector<Extent> ext;
-  for (uint32_t i = 0; i < 200; ++i) ext.push_back(Extent{uint64_t(i) * 8, 8, i, uint64_t(i) * 4096});
+  std::vector<BlockRead> ext;
+  for (uint32_t i = 0; i < 200; ++i) ext.push_back(BlockRead{uint64_t(i) * 8, 8, uint64_t(i) * 4096});
   host::DmaBuffer out = rig.gpu_buffer(200 * 4096);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
-  device::ReadOptions o;
-  o.timeout_ns = 100'000'000;  // 100 ms
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1, {.timeout_ns = 100'000'000});  // 100 ms
+  const test::ReadPlan p = test::plan_reads(rig, gpu, out, ext);
   const auto t0 = std::chrono::steady_clock::now();
-  const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), 200, map.get(), o);
+  const std::optional<Error> e = test::failure_of(gpu, p);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  INFO(r.describe());
-  CHECK((r.faults & device::fault::kTimedOut) != 0);
-  CHECK(r.per_queue[0].faults == 0);  // the healthy queue finished its share
-  CHECK(r.per_queue[0].completed == 100);
-  CHECK((r.per_queue[1].faults & device::fault::kTimedOut) != 0);
-  CHECK(r.per_queue[1].completed == 99);
+  REQUIRE(e.has_value());
+  INFO(e->what());
+  CHECK(e->kind() == ErrorKind::kCommandFailed);
+  CHECK_THAT(e->what(), ContainsSubstring("timed out"));
+  const std::vector<device::DeviceQueue> q = gpu.queues().snapshot();
+  CHECK(q[0].faults == 0);  // the healthy queue finished its share
+  CHECK(q[0].completed == 100);
+  CHECK((q[1].faults & device::fault::kTimedOut) != 0);
+  CHECK(q[1].completed == 99);
   CHECK(secs < 5.0);
 
   // The C API: one command whose completion is dropped.
@@ -274,56 +323,50 @@ TEST_CASE("a completion that never comes ends the kernel with timed_out, not a h
 
 TEST_CASE("a completion with a wrong command id is detected on the GPU", "[gpu][faults][cid]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=16M,threads=1", 1, 64);
+  GpuRig rig("emu:ram,size=16M,threads=1", 1, 64, true, {}, false);
   emu::Fault f;
   f.kind = emu::FaultKind::kWrongCid;
   f.qid = 2;
   f.nth = 20;
   f.cid_xor = 0x0001;  // names a neighbour id: in flight or not, the duplicate/unknown check must catch it
   rig.emu->faults().add(f);
-  std::vector<Extent> ext;
-  for (uint32_t i = 0; i < 100; ++i) ext.push_back(Extent{uint64_t(i) * 8, 8, i, uint64_t(i) * 4096});
+  std::vector<BlockRead> ext;
+  for (uint32_t i = 0; i < 100; ++i) ext.push_back(BlockRead{uint64_t(i) * 8, 8, uint64_t(i) * 4096});
   host::DmaBuffer out = rig.gpu_buffer(100 * 4096);
-  device::DeviceBufferMap map(out, rig.ctrl->page_bytes());
-  test::DeviceBlob dext(ext.data(), ext.size() * sizeof(Extent));
-  device::ReadOptions o;
-  o.timeout_ns = 200'000'000;
-  const device::ReadResult r = device::read_extents(*rig.set, dext.as<Extent>(), 100, map.get(), o);
-  INFO(r.describe());
-  CHECK((r.faults & (device::fault::kWrongCid | device::fault::kTimedOut)) != 0);
-  CHECK_FALSE(r.ok());
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1, {.timeout_ns = 200'000'000});
+  const test::ReadPlan p = test::plan_reads(rig, gpu, out, ext);
+  CHECK(test::failure_of(gpu, p).has_value());  // the ticket fails
+  CHECK((gpu.queues().snapshot()[0].faults & (device::fault::kWrongCid | device::fault::kTimedOut)) != 0);
 }
 
 TEST_CASE("stress: 10^8 null-namespace commands on 64 queues, none lost or duplicated", "[gpu][stress]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:null,size=1T,queues=64,threads=8,poll=spin", 64, 4096, false,
-             device::DeviceQueueOptions{.max_command_bytes = 4096});
+  GpuRig rig("emu:null,size=1T,queues=64,threads=8,poll=spin", 64, 4096, false, {}, false);
   const uint64_t before = rig.emu->stats().io_commands;
   host::DmaBuffer page = rig.gpu_buffer(4096);
   device::DeviceBufferMap map(page, rig.ctrl->page_bytes());
-  device::StreamSpec s;
-  s.per_queue = 1'562'500;  // x 64 = 10^8
-  s.blocks = 4096 / rig.lba;
-  s.span_blocks = rig.ctrl->namespace_info(1).blocks;
-  s.slot_bytes = 4096;
-  s.slots = 1;
-  s.shared_dst = true;
-  const device::ReadResult r = device::read_stream(*rig.set, s, map.get());
-  INFO(r.describe());
-  CHECK(r.commands == 100'000'000);
-  CHECK(r.submitted == 100'000'000);
-  CHECK(r.completed == 100'000'000);
-  CHECK(r.failed == 0);
-  CHECK(r.faults == 0);
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1, {.max_command_bytes = 4096});
+  const uint64_t per_queue = 1'562'500;  // x 64 = 10^8
+  // 10^8 reads are no template list: the ticket's kernel builds them (GpuSubmitter::issue_kernel).
+  const uint64_t t = test::issue_generated_reads(gpu, 64 * per_queue, 4096 / rig.lba,
+                                                 rig.ctrl->namespace_info(1).blocks, map.get());
+  stream::GpuTicketTimes times;
+  CHECK_NOTHROW(gpu.wait(t, &times));  // every command completed, none failed, no queue fault
+  CHECK(gpu.commands_completed() == 100'000'000);
   CHECK(rig.emu->stats().io_commands - before == 100'000'000);
-  uint64_t sum = 0;
-  for (const device::DeviceQueue& q : rig.set->snapshot()) {
+  uint64_t submitted = 0, completed = 0;
+  for (const device::DeviceQueue& q : gpu.queues().snapshot()) {
     CHECK(q.in_flight == 0);
-    CHECK(q.completed == s.per_queue);
-    sum += q.completed;
+    CHECK(q.submitted == per_queue);
+    CHECK(q.completed == per_queue);
+    CHECK(q.failed == 0);
+    submitted += q.submitted;
+    completed += q.completed;
     CHECK(q.faults == 0);
   }
-  CHECK(sum == 100'000'000);
-  WARN("stress: " << r.completed << " commands in " << r.seconds << " s = " << r.completed / r.seconds / 1e6
+  CHECK(submitted == 100'000'000);
+  CHECK(completed == 100'000'000);
+  const double seconds = times.ms() / 1e3;
+  WARN("stress: " << completed << " commands in " << seconds << " s = " << completed / seconds / 1e6
                   << " M cmds/s (64 queues, 8 controller threads)");
 }

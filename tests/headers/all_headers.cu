@@ -6,7 +6,6 @@
 #include "device/device_queue.h"
 #include "device/gpunvme_device.cuh"
 #include "device/queue_set.h"
-#include "device/read.h"
 #include "device/warp_queue.cuh"
 #include "runtime/stream/gpu_ticket_pump.cuh"
 

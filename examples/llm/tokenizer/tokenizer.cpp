@@ -6,18 +6,12 @@
 #include <queue>
 #include <stdexcept>
 
+#include "examples/llm/tokenizer/unicode.h"
+
 namespace gpunvme::llm {
 namespace {
 
 const std::string kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's visible space
-
-size_t utf8_len(unsigned char c) {
-  if (c < 0x80) return 1;
-  if ((c & 0xE0) == 0xC0) return 2;
-  if ((c & 0xF0) == 0xE0) return 3;
-  if ((c & 0xF8) == 0xF0) return 4;
-  return 1;  // a stray continuation byte counts alone (llama.cpp's unicode_len_utf8 table)
-}
 
 std::string escape_spaces(const std::string& s) {
   std::string out;
@@ -45,8 +39,22 @@ struct Bigram {
 }  // namespace
 
 Tokenizer::Tokenizer(Vocab v) : v_(std::move(v)) {
-  if (v_.model != "llama")
-    throw std::runtime_error("tokenizer '" + v_.model + "' is not supported (supported: 'llama', SentencePiece-style); pass --prompt-ids instead");
+  const std::string instead = "; pass --prompt-ids instead";
+  if (v_.model == "gpt2") {
+    pre_ = pre_tokenizer_named(v_.pre);
+    if (!pre_)
+      unsupported_ = "BPE pre-tokenizer tokenizer.ggml.pre = '" + v_.pre + "' is not supported (supported: " + supported_pre_tokenizers() + ")" + instead;
+    else if (v_.merges.empty())
+      unsupported_ = "the BPE vocabulary has no tokenizer.ggml.merges" + instead;
+    else
+      try {
+        merges_.emplace(v_.merges);
+      } catch (const std::runtime_error& e) {
+        unsupported_ = e.what() + instead;
+      }
+  } else if (v_.model != "llama") {
+    unsupported_ = "tokenizer '" + v_.model + "' is not supported (supported: 'llama', SentencePiece-style; 'gpt2', byte-level BPE)" + instead;
+  }
   for (uint32_t i = 0; i < v_.size(); ++i)
     if (v_.type[i] == TokenType::kUserDefined && !v_.text[i].empty()) user_defined_.push_back(i);
   std::stable_sort(user_defined_.begin(), user_defined_.end(),
@@ -81,7 +89,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_user_defined(const std::string
 void Tokenizer::encode_spm(const std::string& text, std::vector<uint32_t>& out) const {
   std::vector<Symbol> sym;
   for (size_t off = 0; off < text.size();) {
-    const size_t n = std::min(utf8_len(static_cast<unsigned char>(text[off])), text.size() - off);
+    const size_t n = std::min(utf8_sequence_length(static_cast<unsigned char>(text[off])), text.size() - off);
     sym.push_back({off, n, int(sym.size()) - 1, off + n == text.size() ? -1 : int(sym.size()) + 1});
     off += n;
   }
@@ -133,9 +141,36 @@ void Tokenizer::encode_spm(const std::string& text, std::vector<uint32_t>& out) 
   for (int i = 0; i != -1; i = sym[i].next) resegment(resegment, sym[i]);
 }
 
-std::vector<uint32_t> Tokenizer::encode(const std::string& text, bool add_bos) const {
+// Each word of the pre-tokenized text: its GPT-2 byte symbols merged into tokens (or the word's own
+// token, takes_whole_word_tokens); a piece that is no token falls back to the tokens of its single
+// bytes, if any, as llama.cpp.
+void Tokenizer::encode_bpe(const std::string& text, std::vector<uint32_t>& out) const {
+  const std::u32string cps = decode_utf8(text);
+  size_t pos = 0;
+  for (const size_t n : split_words(cps, *pre_)) {
+    std::string utf8;
+    for (size_t k = pos; k < pos + n; ++k) append_utf8(utf8, cps[k]);
+    pos += n;
+    const std::string word = bytes_to_symbols(utf8);
+    if (const int64_t id = v_.find(word); id >= 0 && takes_whole_word_tokens(*pre_)) {
+      out.push_back(uint32_t(id));
+      continue;
+    }
+    for (const std::string& p : merges_->apply(word)) {
+      if (const int64_t id = v_.find(p); id >= 0) {
+        out.push_back(uint32_t(id));
+        continue;
+      }
+      for (char c : p)
+        if (const int64_t id = v_.find(std::string(1, c)); id >= 0) out.push_back(uint32_t(id));
+    }
+  }
+}
+
+std::vector<uint32_t> Tokenizer::encode(const std::string& text, bool add_special) const {
+  if (!unsupported_.empty()) throw std::runtime_error(unsupported_);
   std::vector<uint32_t> out;
-  if (add_bos && v_.add_bos && v_.bos >= 0) out.push_back(uint32_t(v_.bos));
+  if (add_special && v_.add_bos && v_.bos >= 0) out.push_back(uint32_t(v_.bos));
   bool prev_special = true;  // the space prefix goes before the first piece of plain text
   for (const Fragment& f : split_user_defined(text)) {
     if (f.token >= 0) {
@@ -143,15 +178,23 @@ std::vector<uint32_t> Tokenizer::encode(const std::string& text, bool add_bos) c
       prev_special = true;
       continue;
     }
-    encode_spm(escape_spaces((v_.add_space_prefix && prev_special ? " " : "") + f.text), out);
+    if (pre_) encode_bpe(f.text, out);
+    else encode_spm(escape_spaces((v_.add_space_prefix && prev_special ? " " : "") + f.text), out);
     prev_special = false;
   }
+  if (add_special && v_.add_eos && v_.eos >= 0) out.push_back(uint32_t(v_.eos));
   return out;
 }
 
 std::string Tokenizer::piece(uint32_t id) const {
   if (id >= v_.size()) return "";
   const std::string& t = v_.text[id];
+  if (v_.model == "gpt2") {
+    // llama.cpp prints a BPE model's normal tokens byte-decoded, user-defined ones as they are, and
+    // nothing for the other types.
+    if (v_.type[id] == TokenType::kUserDefined) return t;
+    return v_.type[id] == TokenType::kNormal ? symbols_to_bytes(t) : "";
+  }
   if (v_.type[id] == TokenType::kByte && t.size() == 6) return std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
   if (v_.type[id] == TokenType::kControl) return "";
   std::string out;

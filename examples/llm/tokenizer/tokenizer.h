@@ -1,26 +1,36 @@
 // Text -> token ids and back, from the model's own vocabulary, the way llama.cpp does it
 // (llama-vocab.cpp): user-defined tokens are cut out of the text first, then each piece of plain
-// text goes through the model's tokenizer. SentencePiece-style ("llama": Gemma, Llama 2) is here;
-// a model whose tokenizer is not supported gets an error naming it (--prompt-ids still works).
+// text goes through the model's tokenizer:
+//   "llama"  SentencePiece-style (Gemma, Llama 2): score-ordered merges, byte fallback
+//   "gpt2"   byte-level BPE (Llama 3, Qwen2): pre-tokenizer (pretokenize.h), then rank-ordered merges
+//            over GPT-2's byte symbols (byte_level.h)
+// A vocabulary of any other kind (or a BPE pre-tokenizer not listed in pretokenize.h) still loads:
+// piece() works and --prompt-ids does, only encode() refuses, naming what is supported.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "examples/llm/tokenizer/byte_level.h"
+#include "examples/llm/tokenizer/pretokenize.h"
 #include "examples/llm/tokenizer/vocab.h"
 
 namespace gpunvme::llm {
 
 class Tokenizer {
  public:
-  // Throws std::runtime_error naming tokenizer.ggml.model when it is not supported.
   explicit Tokenizer(Vocab v);
 
-  // Token ids of `text`; with `add_bos`, the model's BOS first when the model asks for it
-  // (tokenizer.ggml.add_bos_token), as llama_tokenize(add_special = true, parse_special = false).
-  std::vector<uint32_t> encode(const std::string& text, bool add_bos) const;
-  // The text of one token as printed (SentencePiece's U+2581 back to a space, <0xXX> to its byte).
+  // Token ids of `text`, as llama_tokenize(add_special, parse_special = false): with `add_special`, the
+  // model's BOS first and EOS last when the model asks for them (tokenizer.ggml.add_bos_token /
+  // add_eos_token). Throws std::runtime_error when this vocabulary cannot be encoded (unsupported()).
+  std::vector<uint32_t> encode(const std::string& text, bool add_special) const;
+  // The text of one token as printed (SentencePiece's U+2581 back to a space, <0xXX> or GPT-2's byte
+  // symbols back to their bytes; control tokens print nothing).
   std::string piece(uint32_t id) const;
+  // Why encode() refuses this vocabulary (naming what is supported), or empty when it does not.
+  const std::string& unsupported() const { return unsupported_; }
   const Vocab& vocab() const { return v_; }
 
  private:
@@ -30,9 +40,13 @@ class Tokenizer {
   };
   std::vector<Fragment> split_user_defined(const std::string& text) const;
   void encode_spm(const std::string& text, std::vector<uint32_t>& out) const;
+  void encode_bpe(const std::string& text, std::vector<uint32_t>& out) const;
 
   Vocab v_;
   std::vector<uint32_t> user_defined_;  // longest text first, as llama.cpp's special-token cache
+  std::optional<PreTokenizer> pre_;     // "gpt2" only
+  std::optional<BpeMerges> merges_;     // "gpt2" only
+  std::string unsupported_;
 };
 
 }  // namespace gpunvme::llm

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "examples/llm/tokenizer/pretokenize.h"
+
 namespace gpunvme::llm {
 namespace {
 
@@ -48,12 +50,20 @@ Vocab read_vocab(const gguf::GgufFile& f) {
   } else {
     v.type.assign(n, TokenType::kNormal);
   }
+  if (const gguf::Value* m = md.find("tokenizer.ggml.merges")) {
+    const gguf::Array& a = m->as_array();
+    if (a.elem_type != gguf::ValueType::STRING) throw std::runtime_error("tokenizer.ggml.merges is not an array of strings");
+    v.merges = a.strings;
+  }
   v.id_of.reserve(n);
   for (uint32_t i = 0; i < n; ++i) v.id_of[v.text[i]] = i;  // the last of duplicate texts wins, as in llama.cpp
   v.bos = id_or(md, "tokenizer.ggml.bos_token_id", n);
   v.eos = id_or(md, "tokenizer.ggml.eos_token_id", n);
   v.unk = id_or(md, "tokenizer.ggml.unknown_token_id", n);
-  v.add_bos = flag_or(md, "tokenizer.ggml.add_bos_token", v.model == "llama");
+  // The defaults when the file does not say, as llama.cpp: SentencePiece and Llama 3's BPE add BOS.
+  const bool bos_default = v.model == "llama" || (v.model == "gpt2" && pre_tokenizer_named(v.pre) == PreTokenizer::kLlama3);
+  v.add_bos = flag_or(md, "tokenizer.ggml.add_bos_token", bos_default);
+  v.add_eos = flag_or(md, "tokenizer.ggml.add_eos_token", false);
   v.add_space_prefix = flag_or(md, "tokenizer.ggml.add_space_prefix", v.model == "llama");
   return v;
 }

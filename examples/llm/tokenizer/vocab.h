@@ -19,9 +19,10 @@ struct Vocab {
   std::vector<std::string> text;
   std::vector<float> score;
   std::vector<TokenType> type;
+  std::vector<std::string> merges;  // tokenizer.ggml.merges ("gpt2"): "left right", rank = index
   std::unordered_map<std::string, uint32_t> id_of;
   int64_t bos = -1, eos = -1, unk = -1;
-  bool add_bos = false, add_space_prefix = true;
+  bool add_bos = false, add_eos = false, add_space_prefix = true;
 
   size_t size() const { return text.size(); }
   int64_t find(const std::string& s) const {
