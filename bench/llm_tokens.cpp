@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -122,7 +123,7 @@ double measure_h2d() {
   return 4.0 * bytes / s;
 }
 
-uint64_t fnv1a(const std::vector<float>& v, uint64_t h) {
+uint64_t fnv1a(std::span<const float> v, uint64_t h) {
   const auto* p = reinterpret_cast<const uint8_t*>(v.data());
   for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001B3ull;
   return h;
@@ -158,7 +159,7 @@ Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budge
   }
   auto ex = llm::make_gpu_executor(*ctrl, m, warmup + tokens + 1, o);
   uint32_t pos = 0, tok = 1;
-  auto next = [&](const std::vector<float>& logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
+  auto next = [&](std::span<const float> logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
   for (uint32_t i = 0; i < warmup; ++i) tok = next(ex->step(tok, pos++));
   double drive0 = 0;
   for (pid_t t : drive_threads) drive0 += thread_cpu_s(t);
@@ -166,7 +167,7 @@ Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budge
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t h = 0xCBF29CE484222325ull;
   for (uint32_t i = 0; i < tokens; ++i) {
-    const std::vector<float>& logits = ex->step(tok, pos++);
+    const std::span<const float> logits = ex->step(tok, pos++);
     h = fnv1a(logits, h);
     tok = next(logits);
   }

@@ -28,7 +28,7 @@ namespace {
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
     "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
-    "           [--ctx N] [--path auto|gpu|cpu]\n"
+    "           [--ctx N] [--path auto|gpu|cpu] [--batch N] [--draft none|lookup --draft-k K]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
@@ -52,6 +52,12 @@ const char* kUsage =
     "                      what the RAM budget leaves; 0: the routed experts are read for every token)\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
+    "  --batch N           prompt tokens per pass over the layers (default 512): each layer is read once for\n"
+    "                      the whole chunk (1: token by token, as a baseline)\n"
+    "  --draft none|lookup speculative decoding (default none): draft tokens by prompt lookup (the tokens that\n"
+    "                      followed the context's last 1-3 tokens where they occurred before) and verify them in\n"
+    "                      the same pass; the output is exactly that of plain decoding, in fewer passes\n"
+    "  --draft-k K         tokens drafted per pass at most (1..31, default 8)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
     "  --ignore-eos        keep generating past the model's end-of-text token\n"
@@ -119,11 +125,11 @@ std::string terminal_piece(const std::string& piece) {
 }
 
 // The run's numbers as one JSON object (--json-out FILE), next to the printed summary.
-void write_json(const std::string& path, const llm::GenerateResult& r, const llm::ModelOnDevice& m,
-                const std::string& device, const std::string& described) {
+void write_json(const std::string& path, const llm::GenerateResult& r, const llm::GenerateOptions& o,
+                const llm::ModelOnDevice& m, const std::string& device, const std::string& described) {
   if (path.empty()) return;
   const auto& e = r.exec;
-  const double tps = r.decode_seconds > 0 ? r.decode_steps / r.decode_seconds : 0;
+  const double tps = r.decode_seconds > 0 ? (r.tokens.size() > 1 ? r.tokens.size() - 1 : 0) / r.decode_seconds : 0;
   char b[1024];
   std::snprintf(b, sizeof b,
                 "{\"tool\":\"llm\",\"version\":1,\"model\":%s,\"arch\":%s,\"layers\":%u,\"device\":%s,\"executor\":%s,"
@@ -140,6 +146,12 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
   std::snprintf(b, sizeof b, "\"ram_layers\":%u,\"ram_bytes\":%llu,\"ram_bytes_per_token\":%llu,\"ram_copied_bytes\":%llu,",
                 e.ram_layers, (unsigned long long)e.ram_bytes, (unsigned long long)e.ram_bytes_per_step,
                 (unsigned long long)e.ram_copied_bytes);
+  j += b;
+  std::snprintf(b, sizeof b,
+                "\"batch\":%u,\"prompt_passes\":%u,\"draft\":\"%s\",\"draft_k\":%u,\"decode_passes\":%u,"
+                "\"tokens_per_pass\":%.4f,\"drafted_tokens\":%llu,\"accepted_tokens\":%llu,\"acceptance_rate\":%.4f,",
+                o.batch, r.prompt_passes, o.draft ? "lookup" : "none", o.draft ? o.draft->k : 0, r.decode_steps,
+                r.tokens_per_pass(), (unsigned long long)r.drafted, (unsigned long long)r.accepted, r.acceptance());
   j += b;
   if (!e.plan.layers.empty()) j += "\"plan\":" + llm::plan_json(e.plan) + ",";
   if (e.has_experts) {
@@ -161,13 +173,18 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
     throw std::runtime_error("--json-out " + path + ": cannot write");
 }
 
-void print_summary(const llm::GenerateResult& r, const std::string& described) {
+void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, const std::string& described) {
   const auto& e = r.exec;
   std::printf("\n--\n%s\n", described.c_str());
-  std::printf("prompt: %u tokens in %.3f s\n", r.prompt_tokens, r.prompt_seconds);
-  const double tps = r.decode_seconds > 0 ? r.decode_steps / r.decode_seconds : 0;
+  std::printf("prompt: %u tokens in %u passes of up to %u in %.3f s\n", r.prompt_tokens, r.prompt_passes, o.batch,
+              r.prompt_seconds);
+  const double tps = r.decode_seconds > 0 ? (r.tokens.size() > 1 ? r.tokens.size() - 1 : 0) / r.decode_seconds : 0;
   std::printf("decode: %zu tokens, %u layer passes in %.3f s = %.3f tokens/s; engine thread CPU %.3f s\n", r.tokens.size(),
               r.decode_steps, r.decode_seconds, tps, r.engine_cpu_seconds);
+  if (o.draft)
+    std::printf("speculative: %.2f tokens per pass; %llu tokens drafted by prompt lookup (k <= %u), %llu accepted (%.0f %%)\n",
+                r.tokens_per_pass(), (unsigned long long)r.drafted, o.draft->k, (unsigned long long)r.accepted,
+                100 * r.acceptance());
   if (e.streamed_layers > 0) {
     const double io_gbs = e.io_seconds > 0 ? e.streamed_bytes / e.io_seconds / 1e9 : 0;
     const double hidden = e.io_seconds > 0 ? std::max(0.0, 1.0 - e.stall_seconds / e.io_seconds) : 0;
@@ -175,7 +192,7 @@ void print_summary(const llm::GenerateResult& r, const std::string& described) {
                 "compute stalled %.3f s for I/O, %.0f %% of the I/O hidden behind compute\n",
                 e.bytes_per_step / 1e6, e.streamed_layers, e.streamed_bytes / 1e6, io_gbs, e.stall_seconds, 100 * hidden);
     if (r.decode_steps)
-      std::printf("compute: %.2f ms per token (decode time less the stalls)\n",
+      std::printf("compute: %.2f ms per pass (decode time less the stalls)\n",
                   1e3 * std::max(0.0, r.decode_seconds - e.stall_seconds) / r.decode_steps);
   }
   std::printf("resident: %u layers, %.1f MB read once at start\n", e.resident_layers, e.resident_bytes / 1e6);
@@ -192,6 +209,24 @@ void print_summary(const llm::GenerateResult& r, const std::string& described) {
                 100 * e.lag.hit_rate(), (unsigned long long)e.lag.routed, (unsigned long long)e.lag.wasted,
                 e.lag.wasted_bytes / 1e6);
   }
+}
+
+// --batch, --draft, --draft-k.
+llm::GenerateOptions parse_generate(const cli::Args& args) {
+  llm::GenerateOptions g;
+  g.batch = uint32_t(parse_number("--batch", args.get("batch", "512"), UINT32_MAX));
+  if (g.batch == 0) throw cli::UsageError("--batch must be at least 1 (1: the prompt token by token)");
+  const std::string draft = args.get("draft", "none");
+  if (draft == "lookup") {
+    g.draft = llm::LookupOptions{};
+    g.draft->k = uint32_t(parse_number("--draft-k", args.get("draft-k", "8"), 31));
+    if (g.draft->k == 0) throw cli::UsageError("--draft-k must be 1..31 (or --draft none)");
+  } else if (draft != "none") {
+    throw cli::UsageError("--draft must be none or lookup, not '" + draft + "'");
+  } else if (args.has("draft-k")) {
+    throw cli::UsageError("--draft-k needs --draft lookup");
+  }
+  return g;
 }
 
 int run(const cli::Args& args, bool tokenize_only) {
@@ -228,7 +263,10 @@ int run(const cli::Args& args, bool tokenize_only) {
   if (ctx < prompt.size() + n) throw cli::UsageError("--ctx " + std::to_string(ctx) + " is shorter than the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " + std::to_string(n));
   if (ctx > m.config.n_ctx_train)
     throw cli::UsageError("prompt + -n = " + std::to_string(ctx) + " tokens is longer than the model's context (" + std::to_string(m.config.n_ctx_train) + ")");
+  const llm::GenerateOptions go = parse_generate(args);
   llm::GpuExecOptions o;
+  // The GPU's activations are sized for the largest pass: a prompt chunk or a speculative pass.
+  o.max_batch = std::max(std::min<uint32_t>(go.batch, uint32_t(prompt.size())), go.draft ? go.draft->k + 1 : 1);
   parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
@@ -246,7 +284,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
   llm::Trace trace(args.get("trace"), args.get("logits-out"), 5);
   const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
-  const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, [&](uint32_t id, const std::vector<float>& logits) {
+  const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, go, [&](uint32_t id, std::span<const float> logits) {
     trace.token(id, logits);
     if (tok) std::printf("%s", terminal_piece(tok->piece(id)).c_str());
     else std::printf(" %u", id);
@@ -254,8 +292,8 @@ int run(const cli::Args& args, bool tokenize_only) {
   });
   std::printf("\ntokens:");
   for (uint32_t id : r.tokens) std::printf(" %u", id);
-  print_summary(r, ex->describe());
-  write_json(args.get("json-out"), r, m, device, ex->describe());
+  print_summary(r, go, ex->describe());
+  write_json(args.get("json-out"), r, go, m, device, ex->describe());
   return 0;
 }
 
@@ -270,7 +308,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "json-out", "vram-budget", "ram-budget"},
+                          "logits-out", "expert-cache", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
                          {"help", "ignore-eos"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,8 @@ std::vector<std::vector<float>> run(host::Controller& c, const llm::ModelOnDevic
   std::vector<std::vector<float>> out;
   uint32_t tok = 3;
   for (uint32_t pos = 0; pos < 6; ++pos) {
-    out.push_back(ex->step(tok, pos));
+    const std::span<const float> logits = ex->step(tok, pos);
+    out.emplace_back(logits.begin(), logits.end());
     tok = uint32_t(std::max_element(out.back().begin(), out.back().end()) - out.back().begin());
   }
   ex->finish();

@@ -89,6 +89,12 @@ def main():
         cases.append(("bad --vram-budget", [dev, "--prompt-ids", "1", "--vram-budget", "12X"], ["--vram-budget", "12X"]))
         cases.append(("--resident with budgets", [dev, "--prompt-ids", "1", "--resident", "1", "--ram-budget", "1G"],
                       ["--resident", "--ram-budget", "one or the other"]))
+        cases.append(("--batch 0", [dev, "--prompt-ids", "1", "--batch", "0"], ["--batch must be at least 1"]))
+        cases.append(("bad --batch", [dev, "--prompt-ids", "1", "--batch", "many"], ["--batch"]))
+        cases.append(("unknown --draft", [dev, "--prompt-ids", "1", "--draft", "model"], ["--draft must be none or lookup"]))
+        cases.append(("--draft-k 0", [dev, "--prompt-ids", "1", "--draft", "lookup", "--draft-k", "0"], ["--draft-k must be 1..31"]))
+        cases.append(("--draft-k too large", [dev, "--prompt-ids", "1", "--draft", "lookup", "--draft-k", "32"], ["--draft-k: 32 is too large"]))
+        cases.append(("--draft-k without --draft", [dev, "--prompt-ids", "1", "--draft-k", "4"], ["--draft-k needs --draft lookup"]))
         empty = os.path.join(d, "empty.img")
         with open(empty, "wb") as f:
             f.truncate(16 << 20)

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "examples/llm/compute/batched_ops.h"
 #include "examples/llm/compute/ops.h"
 
 namespace gpunvme::llm {
@@ -28,23 +29,26 @@ CpuForward::CpuForward(const ModelConfig& c, const ModelWeights& w, std::span<co
   const size_t kv = size_t(c.n_layer) * n_ctx * c.kv_dim();
   k_cache_.assign(kv, 0.0f);
   v_cache_.assign(kv, 0.0f);
-  x_.resize(c.n_embd);
-  xn_.resize(c.n_embd);
-  tmp_.resize(c.n_embd);
-  moe_out_.resize(c.n_embd);
-  q_.resize(c.q_dim());
-  att_.resize(c.q_dim());
-  k_.resize(c.kv_dim());
-  v_.resize(c.kv_dim());
-  gate_.resize(c.n_ff);
-  up_.resize(c.n_ff);
   scores_.resize(n_ctx);
-  logits_.resize(c.n_vocab);
+  reserve(1);
 }
 
-void CpuForward::matvec(const TensorRef& t, uint64_t mat, const float* x, float* y) const {
+// Per-token buffers for a pass of n tokens (they only grow).
+void CpuForward::reserve(uint32_t n) {
+  if (n <= capacity_) return;
+  capacity_ = n;
+  for (auto* b : {&x_, &xn_, &tmp_, &gather_}) b->resize(size_t(n) * c_.n_embd);
+  for (auto* b : {&q_, &att_}) b->resize(size_t(n) * c_.q_dim());
+  for (auto* b : {&k_, &v_}) b->resize(size_t(n) * c_.kv_dim());
+  for (auto* b : {&gate_, &up_}) b->resize(size_t(n) * c_.n_ff);
+  moe_out_.resize(size_t(n) * std::max(1u, c_.n_expert_used) * c_.n_embd);
+  part_.resize(n);
+}
+
+void CpuForward::matmul(const TensorRef& t, uint64_t mat, const float* x, uint32_t n, float* y) {
   const uint8_t* base = at(t) + mat * t.mat_bytes();
-  for (uint64_t r = 0; r < t.rows; ++r) y[r] = dot_row(t.type, base + r * t.row_bytes(), t.cols, x);
+  for (uint64_t r = 0; r < t.rows; ++r)
+    dot_row_batch(t.type, base + r * t.row_bytes(), t.cols, x, t.cols, n, part_.data(), y + r, t.rows);
 }
 
 void CpuForward::rms_norm(const float* x, const TensorRef& w, uint32_t n, float* out) const {
@@ -55,41 +59,64 @@ void CpuForward::rms_norm(const float* x, const TensorRef& w, uint32_t n, float*
   for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * scale * g[i];
 }
 
-void CpuForward::attention(const LayerWeights& l, uint32_t pos) {
-  rms_norm(x_.data(), l.attn_norm, c_.n_embd, xn_.data());
-  matvec(l.wq, 0, xn_.data(), q_.data());
-  matvec(l.wk, 0, xn_.data(), k_.data());
-  matvec(l.wv, 0, xn_.data(), v_.data());
-  if (l.bq.present) {
-    add_into(q_.data(), reinterpret_cast<const float*>(at(l.bq)), c_.q_dim());
-    add_into(k_.data(), reinterpret_cast<const float*>(at(l.bk)), c_.kv_dim());
-    add_into(v_.data(), reinterpret_cast<const float*>(at(l.bv)), c_.kv_dim());
-  }
+// n consecutive vectors of `dim` (out may be x).
+void CpuForward::rms_norm_rows(float* x, const TensorRef& w, uint32_t dim, uint32_t n, float* out) const {
+  for (uint32_t t = 0; t < n; ++t) rms_norm(x + size_t(t) * dim, w, dim, out + size_t(t) * dim);
+}
+
+void CpuForward::attention(const LayerWeights& l, uint32_t pos0, uint32_t n) {
+  const uint32_t E = c_.n_embd, Q = c_.q_dim(), KV = c_.kv_dim(), hd = c_.head_dim;
+  rms_norm_rows(x_.data(), l.attn_norm, E, n, xn_.data());
+  matmul(l.wq, 0, xn_.data(), n, q_.data());
+  matmul(l.wk, 0, xn_.data(), n, k_.data());
+  matmul(l.wv, 0, xn_.data(), n, v_.data());
   const bool swa = c_.layer_is_swa(l.index);
   const float base = swa ? c_.rope_base_swa : c_.rope_base;
-  const uint32_t hd = c_.head_dim;
-  for (uint32_t h = 0; h < c_.n_head; ++h) {
-    if (c_.qk_norm) rms_norm(&q_[h * hd], l.q_norm, hd, &q_[h * hd]);
-    rope_head(&q_[h * hd], hd, pos, base, c_.rope);
+  float* kc = &k_cache_[(size_t(l.index) * n_ctx_) * KV];
+  float* vc = &v_cache_[(size_t(l.index) * n_ctx_) * KV];
+  for (uint32_t t = 0; t < n; ++t) {
+    float* q = &q_[size_t(t) * Q];
+    float* k = &k_[size_t(t) * KV];
+    float* v = &v_[size_t(t) * KV];
+    if (l.bq.present) {
+      add_into(q, reinterpret_cast<const float*>(at(l.bq)), Q);
+      add_into(k, reinterpret_cast<const float*>(at(l.bk)), KV);
+      add_into(v, reinterpret_cast<const float*>(at(l.bv)), KV);
+    }
+    for (uint32_t h = 0; h < c_.n_head; ++h) {
+      if (c_.qk_norm) rms_norm(&q[h * hd], l.q_norm, hd, &q[h * hd]);
+      rope_head(&q[h * hd], hd, pos0 + t, base, c_.rope);
+    }
+    for (uint32_t h = 0; h < c_.n_head_kv; ++h) {
+      if (c_.qk_norm) rms_norm(&k[h * hd], l.k_norm, hd, &k[h * hd]);
+      rope_head(&k[h * hd], hd, pos0 + t, base, c_.rope);
+    }
+    // The whole batch's keys and values go into the cache first; token t then attends to positions
+    // <= pos0 + t only (causal), so it never sees the tokens after it.
+    for (uint32_t i = 0; i < KV; ++i) {
+      kc[size_t(pos0 + t) * KV + i] = round_f16(k[i]);
+      vc[size_t(pos0 + t) * KV + i] = round_f16(v[i]);
+    }
   }
-  for (uint32_t h = 0; h < c_.n_head_kv; ++h) {
-    if (c_.qk_norm) rms_norm(&k_[h * hd], l.k_norm, hd, &k_[h * hd]);
-    rope_head(&k_[h * hd], hd, pos, base, c_.rope);
-  }
-  float* kc = &k_cache_[(size_t(l.index) * n_ctx_) * c_.kv_dim()];
-  float* vc = &v_cache_[(size_t(l.index) * n_ctx_) * c_.kv_dim()];
-  for (uint32_t i = 0; i < c_.kv_dim(); ++i) {
-    kc[size_t(pos) * c_.kv_dim() + i] = round_f16(k_[i]);
-    vc[size_t(pos) * c_.kv_dim() + i] = round_f16(v_[i]);
-  }
+  for (uint32_t t = 0; t < n; ++t) attend(&q_[size_t(t) * Q], l.index, pos0 + t, swa, &att_[size_t(t) * Q]);
+  matmul(l.wo, 0, att_.data(), n, tmp_.data());
+  if (c_.post_norms) rms_norm_rows(tmp_.data(), l.post_attn_norm, E, n, tmp_.data());
+  add_into(x_.data(), tmp_.data(), n * E);
+}
+
+// One token's attention at `pos` over the cached positions it may see (a sliding window on SWA layers).
+void CpuForward::attend(const float* q, uint32_t layer, uint32_t pos, bool swa, float* att) {
+  const uint32_t KV = c_.kv_dim(), hd = c_.head_dim;
+  const float* kc = &k_cache_[(size_t(layer) * n_ctx_) * KV];
+  const float* vc = &v_cache_[(size_t(layer) * n_ctx_) * KV];
   const uint32_t first = swa && pos + 1 > c_.swa_window ? pos + 1 - c_.swa_window : 0;
   const uint32_t group = c_.n_head / c_.n_head_kv;
   for (uint32_t h = 0; h < c_.n_head; ++h) {
-    const float* qh = &q_[h * hd];
+    const float* qh = &q[h * hd];
     const uint32_t kvh = h / group;
     float mx = -INFINITY;
     for (uint32_t p = first; p <= pos; ++p) {
-      const float* kp = &kc[size_t(p) * c_.kv_dim() + kvh * hd];
+      const float* kp = &kc[size_t(p) * KV + kvh * hd];
       float s = 0.0f;
       for (uint32_t i = 0; i < hd; ++i) s += qh[i] * kp[i];
       scores_[p] = s * c_.attn_scale;
@@ -97,73 +124,109 @@ void CpuForward::attention(const LayerWeights& l, uint32_t pos) {
     }
     float sum = 0.0f;
     for (uint32_t p = first; p <= pos; ++p) sum += (scores_[p] = std::exp(scores_[p] - mx));
-    float* out = &att_[h * hd];
+    float* out = &att[h * hd];
     std::fill(out, out + hd, 0.0f);
     for (uint32_t p = first; p <= pos; ++p) {
       const float wgt = scores_[p] / sum;
-      const float* vp = &vc[size_t(p) * c_.kv_dim() + kvh * hd];
+      const float* vp = &vc[size_t(p) * KV + kvh * hd];
       for (uint32_t i = 0; i < hd; ++i) out[i] += wgt * vp[i];
     }
   }
-  matvec(l.wo, 0, att_.data(), tmp_.data());
-  if (c_.post_norms) rms_norm(tmp_.data(), l.post_attn_norm, c_.n_embd, tmp_.data());
-  add_into(x_.data(), tmp_.data(), c_.n_embd);
 }
 
-void CpuForward::ffn(const LayerWeights& l) {
-  rms_norm(x_.data(), l.ffn_norm, c_.n_embd, xn_.data());
+void CpuForward::ffn(const LayerWeights& l, uint32_t n) {
+  const uint32_t E = c_.n_embd;
+  rms_norm_rows(x_.data(), l.ffn_norm, E, n, xn_.data());
   if (c_.is_moe()) {
-    moe(l);
+    moe(l, n);
   } else {
-    matvec(l.gate, 0, xn_.data(), gate_.data());
-    matvec(l.up, 0, xn_.data(), up_.data());
-    for (uint32_t i = 0; i < c_.n_ff; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
-    matvec(l.down, 0, gate_.data(), tmp_.data());
+    matmul(l.gate, 0, xn_.data(), n, gate_.data());
+    matmul(l.up, 0, xn_.data(), n, up_.data());
+    for (size_t i = 0; i < size_t(n) * c_.n_ff; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
+    matmul(l.down, 0, gate_.data(), n, tmp_.data());
   }
-  if (c_.post_norms) rms_norm(tmp_.data(), l.post_ffw_norm, c_.n_embd, tmp_.data());
-  add_into(x_.data(), tmp_.data(), c_.n_embd);
+  if (c_.post_norms) rms_norm_rows(tmp_.data(), l.post_ffw_norm, E, n, tmp_.data());
+  add_into(x_.data(), tmp_.data(), n * E);
 }
 
 // Mixtral-style: softmax over the router's logits, the top n_expert_used, weights renormalised to sum 1.
-void CpuForward::moe(const LayerWeights& l) {
-  std::vector<float> probs(c_.n_expert);
-  matvec(l.gate_inp, 0, xn_.data(), probs.data());
-  const float mx = *std::max_element(probs.begin(), probs.end());
-  float sum = 0.0f;
-  for (float& p : probs) sum += (p = std::exp(p - mx));
-  for (float& p : probs) p /= sum;
-  std::vector<uint32_t> order(c_.n_expert);
-  std::iota(order.begin(), order.end(), 0u);
-  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return probs[a] > probs[b]; });
-  float wsum = 0.0f;
-  for (uint32_t k = 0; k < c_.n_expert_used; ++k) wsum += probs[order[k]];
-  std::fill(tmp_.begin(), tmp_.end(), 0.0f);
-  for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
-    const uint32_t e = order[k];
-    matvec(l.gate_exps, e, xn_.data(), gate_.data());
-    matvec(l.up_exps, e, xn_.data(), up_.data());
-    for (uint32_t i = 0; i < c_.n_ff; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
-    matvec(l.down_exps, e, gate_.data(), moe_out_.data());
-    const float wgt = probs[e] / wsum;
-    for (uint32_t i = 0; i < c_.n_embd; ++i) tmp_[i] += wgt * moe_out_[i];
+// Each expert runs once for all the tokens of the pass that chose it; each token then adds its experts'
+// outputs in its own top-k order (the order a pass of that token alone adds them).
+void CpuForward::moe(const LayerWeights& l, uint32_t n) {
+  const uint32_t E = c_.n_embd, K = c_.n_expert_used, F = c_.n_ff;
+  std::vector<float> probs(size_t(n) * c_.n_expert);
+  matmul(l.gate_inp, 0, xn_.data(), n, probs.data());
+  std::vector<uint32_t> chosen(size_t(n) * K);  // [token][k] expert id
+  std::vector<float> weight(size_t(n) * K);
+  for (uint32_t t = 0; t < n; ++t) {
+    float* p = &probs[size_t(t) * c_.n_expert];
+    const float mx = *std::max_element(p, p + c_.n_expert);
+    float sum = 0.0f;
+    for (uint32_t e = 0; e < c_.n_expert; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (uint32_t e = 0; e < c_.n_expert; ++e) p[e] /= sum;
+    std::vector<uint32_t> order(c_.n_expert);
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
+    float wsum = 0.0f;
+    for (uint32_t k = 0; k < K; ++k) wsum += p[order[k]];
+    for (uint32_t k = 0; k < K; ++k) {
+      chosen[size_t(t) * K + k] = order[k];
+      weight[size_t(t) * K + k] = p[order[k]] / wsum;
+    }
+  }
+  std::vector<uint32_t> users;  // (token, k) slots that chose expert e, as t * K + k
+  for (uint32_t e = 0; e < c_.n_expert; ++e) {
+    users.clear();
+    for (uint32_t s = 0; s < n * K; ++s)
+      if (chosen[s] == e) users.push_back(s);
+    if (users.empty()) continue;
+    const uint32_t m = uint32_t(users.size());
+    for (uint32_t j = 0; j < m; ++j) std::copy_n(&xn_[size_t(users[j] / K) * E], E, &gather_[size_t(j) * E]);
+    matmul(l.gate_exps, e, gather_.data(), m, gate_.data());
+    matmul(l.up_exps, e, gather_.data(), m, up_.data());
+    for (size_t i = 0; i < size_t(m) * F; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
+    matmul(l.down_exps, e, gate_.data(), m, tmp_.data());
+    for (uint32_t j = 0; j < m; ++j) std::copy_n(&tmp_[size_t(j) * E], E, &moe_out_[size_t(users[j]) * E]);
+  }
+  for (uint32_t t = 0; t < n; ++t) {
+    float* y = &tmp_[size_t(t) * E];
+    std::fill(y, y + E, 0.0f);
+    for (uint32_t k = 0; k < K; ++k) {
+      const float wgt = weight[size_t(t) * K + k];
+      const float* o = &moe_out_[(size_t(t) * K + k) * E];
+      for (uint32_t i = 0; i < E; ++i) y[i] += wgt * o[i];
+    }
   }
 }
 
-const std::vector<float>& CpuForward::eval(uint32_t token, uint32_t pos) {
-  if (token >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(token) + " is outside the vocabulary (" + std::to_string(c_.n_vocab) + " tokens)");
-  if (pos >= n_ctx_) throw std::runtime_error("position " + std::to_string(pos) + " is past the context (" + std::to_string(n_ctx_) + " tokens)");
+std::span<const float> CpuForward::eval_batch(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) {
+  const uint32_t n = uint32_t(tokens.size());
+  if (n == 0) throw std::runtime_error("a pass needs at least one token");
+  for (uint32_t id : tokens)
+    if (id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c_.n_vocab) + " tokens)");
+  if (uint64_t(pos0) + n > n_ctx_)
+    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + " tokens)");
+  reserve(n);
   const TensorRef& e = w_.token_embd;
   float g[kGroup];
-  for (uint64_t i = 0; i < c_.n_embd / kGroup; ++i) {
-    dequant_group(e.type, at(e) + uint64_t(token) * e.row_bytes(), i, g);
-    for (int j = 0; j < kGroup; ++j) x_[i * kGroup + j] = g[j] * c_.embd_scale;
-  }
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint64_t i = 0; i < c_.n_embd / kGroup; ++i) {
+      dequant_group(e.type, at(e) + uint64_t(tokens[t]) * e.row_bytes(), i, g);
+      for (int j = 0; j < kGroup; ++j) x_[size_t(t) * c_.n_embd + i * kGroup + j] = g[j] * c_.embd_scale;
+    }
   for (const LayerWeights& l : w_.layers) {
-    attention(l, pos);
-    ffn(l);
+    attention(l, pos0, n);
+    ffn(l, n);
   }
-  rms_norm(x_.data(), w_.output_norm, c_.n_embd, xn_.data());
-  matvec(w_.output, 0, xn_.data(), logits_.data());
+  const uint32_t first = all_logits ? 0 : n - 1, rows = n - first;
+  rms_norm_rows(&x_[size_t(first) * c_.n_embd], w_.output_norm, c_.n_embd, rows, xn_.data());
+  logits_.resize(size_t(rows) * c_.n_vocab);
+  matmul(w_.output, 0, xn_.data(), rows, logits_.data());
+  return logits_;
+}
+
+const std::vector<float>& CpuForward::eval(uint32_t token, uint32_t pos) {
+  eval_batch(std::span(&token, 1), pos, true);
   return logits_;
 }
 

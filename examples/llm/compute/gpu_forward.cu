@@ -3,54 +3,26 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
 #include "runtime/model/tensor_names.h"
 
 namespace gpunvme::llm {
 namespace {
 
-constexpr uint32_t kRowsPerBlock = 8;  // matvec: one warp per row, 8 warps per block
+constexpr uint32_t kRowsPerBlock = 8;  // matvec_fetched_kernel: one warp per row, 8 warps per block
 constexpr uint32_t kThreads = 256;
+constexpr uint32_t kMaxLogitRows = 32;  // rows of logits a pass returns at most (a speculative pass: k + 1)
 
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// One row times x by a warp: lane i takes 32-element groups i, i + 32, ... (dequantized in registers),
-// then the lanes' partial sums are added. Every lane returns the dot product.
-__device__ float warp_dot_row(GgmlType t, const uint8_t* row, uint32_t cols, const float* x, uint32_t lane) {
-  float part = 0.0f, g[kGroup];
-  for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
-    dequant_group(t, row, grp, g);
-    float s = 0.0f;
-    for (int l = 0; l < kGroup; ++l) s += g[l] * x[grp * kGroup + l];
-    part += s;
-  }
-  return warp_sum(part);
-}
-
-// y[r] = W[r] . x (+ bias[r]); one warp per row. With `sel`, W is matrix *sel of a stack of mat_bytes each.
-__global__ void matvec_kernel(GgmlType t, const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols,
-                              const float* x, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
-  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (row >= rows) return;
-  if (sel) w += uint64_t(*sel) * mat_bytes;
-  const float dot = warp_dot_row(t, w + uint64_t(row) * row_bytes, cols, x, lane);
-  if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
-}
+using gpu::warp_dot_row;
+using gpu::warp_max;
+using gpu::warp_sum;
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
 // offset the fetcher recorded for the k-th routing id.
@@ -87,10 +59,11 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * scale * w[i];
 }
 
-// One warp per head: optional per-head RMS norm, then RoPE at `pos`.
-__global__ void qk_kernel(float* v, uint32_t head_dim, const float* norm_w, float eps, uint32_t pos, float base,
+// One warp per (head, token): optional per-head RMS norm, then RoPE at pos0 + token.
+__global__ void qk_kernel(float* v, uint32_t head_dim, const float* norm_w, float eps, uint32_t pos0, float base,
                           RopeLayout layout) {
-  float* h = v + uint64_t(blockIdx.x) * head_dim;
+  float* h = v + (uint64_t(blockIdx.y) * gridDim.x + blockIdx.x) * head_dim;
+  const uint32_t pos = pos0 + blockIdx.y;
   const uint32_t lane = threadIdx.x;
   if (norm_w) {
     float ss = 0.0f;
@@ -115,14 +88,18 @@ __global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __ha
   }
 }
 
-// One block per query head: scores over positions [first, pos], softmax, weighted sum of V.
+// One block per (query head, token): the token at pos = pos0 + token sees positions [first, pos] (the
+// last `window` of them on a sliding-window layer, window 0: all); scores, softmax, weighted sum of V.
+// Causal inside a batch: later tokens' cache rows are written but never read here.
 __global__ void attention_kernel(const float* q, const __half* kc, const __half* vc, uint32_t kv_dim, uint32_t head_dim,
-                                 uint32_t group, uint32_t first, uint32_t pos, float scale, float* scores, uint32_t n_ctx,
+                                 uint32_t group, uint32_t window, uint32_t pos0, float scale, float* scores, uint32_t n_ctx,
                                  float* out) {
   __shared__ float red[kThreads / 32];
-  const uint32_t h = blockIdx.x, kvh = h / group;
-  const float* qh = q + uint64_t(h) * head_dim;
-  float* sc = scores + uint64_t(h) * n_ctx;
+  const uint32_t h = blockIdx.x, kvh = h / group, pos = pos0 + blockIdx.y;
+  const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
+  const uint64_t head = uint64_t(blockIdx.y) * gridDim.x + h;
+  const float* qh = q + head * head_dim;
+  float* sc = scores + head * n_ctx;
   float mx = -INFINITY;
   for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) {
     const __half* kp = kc + uint64_t(p) * kv_dim + kvh * head_dim;
@@ -147,7 +124,7 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
   for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
     float acc = 0.0f;
     for (uint32_t p = first; p <= pos; ++p) acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
-    out[uint64_t(h) * head_dim + i] = acc;
+    out[head * head_dim + i] = acc;
   }
 }
 
@@ -167,12 +144,14 @@ __global__ void weighted_add_kernel(float* acc, const float* y, const float* wei
   if (i < n) acc[i] = (first ? 0.0f : acc[i]) + *weight * y[i];
 }
 
-__global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_bytes, uint32_t token, float scale, float* x,
+// x[token] = scale * embedding row ids[token], for token = blockIdx.y.
+__global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_bytes, const uint32_t* ids, float scale, float* x,
                              uint32_t n) {
   const uint32_t g = blockIdx.x * blockDim.x + threadIdx.x;
   if (g >= n / kGroup) return;
+  x += uint64_t(blockIdx.y) * n;
   float buf[kGroup];
-  dequant_group(t, table + uint64_t(token) * row_bytes, g, buf);
+  dequant_group(t, table + uint64_t(ids[blockIdx.y]) * row_bytes, g, buf);
   for (int l = 0; l < kGroup; ++l) x[g * kGroup + l] = buf[l] * scale;
 }
 
@@ -224,27 +203,31 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute)
-    : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute) {
+                       gpu_stream_t compute, uint32_t max_batch)
+    : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
+      logit_rows_(std::min(max_batch_, kMaxLogitRows)) {
   uint64_t& t = device_bytes_;
-  x_ = alloc<float>(c.n_embd, t);
-  xn_ = alloc<float>(c.n_embd, t);
-  tmp_ = alloc<float>(c.n_embd, t);
-  moe_acc_ = alloc<float>(c.n_embd, t);
-  q_ = alloc<float>(c.q_dim(), t);
-  att_ = alloc<float>(c.q_dim(), t);
-  k_ = alloc<float>(c.kv_dim(), t);
-  v_ = alloc<float>(c.kv_dim(), t);
-  gate_ = alloc<float>(c.n_ff, t);
-  up_ = alloc<float>(c.n_ff, t);
-  scores_ = alloc<float>(uint64_t(c.n_head) * n_ctx, t);
-  logits_d_ = alloc<float>(c.n_vocab, t);
+  const uint64_t B = max_batch_;
+  x_ = alloc<float>(B * c.n_embd, t);
+  xn_ = alloc<float>(B * c.n_embd, t);
+  tmp_ = alloc<float>(B * c.n_embd, t);
+  moe_acc_ = alloc<float>(B * c.n_embd, t);
+  q_ = alloc<float>(B * c.q_dim(), t);
+  att_ = alloc<float>(B * c.q_dim(), t);
+  k_ = alloc<float>(B * c.kv_dim(), t);
+  v_ = alloc<float>(B * c.kv_dim(), t);
+  gate_ = alloc<float>(B * c.n_ff, t);
+  up_ = alloc<float>(B * c.n_ff, t);
+  scores_ = alloc<float>(B * c.n_head * n_ctx, t);
+  logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
+  ids_ = alloc<uint32_t>(B, t);
   const uint64_t kv = uint64_t(c.n_layer) * n_ctx * c.kv_dim();
   k_cache_ = alloc<uint16_t>(kv, t);
   v_cache_ = alloc<uint16_t>(kv, t);
-  device::check_cuda(cudaMallocHost(&logits_host_, c.n_vocab * sizeof(float)), "cudaMallocHost");
+  device::check_cuda(cudaMallocHost(&logits_host_, uint64_t(logit_rows_) * c.n_vocab * sizeof(float)), "cudaMallocHost");
+  device::check_cuda(cudaMallocHost(&ids_host_, B * sizeof(uint32_t)), "cudaMallocHost");
   device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
 }
@@ -253,30 +236,45 @@ GpuForward::~GpuForward() {
   cudaStreamSynchronize(stream_);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)k_cache_, (void*)v_cache_})
+                  (void*)ids_, (void*)k_cache_, (void*)v_cache_})
     cudaFree(p);
   cudaFreeHost(logits_host_);
+  cudaFreeHost(ids_host_);
   cudaEventDestroy(done_);
 }
 
-void GpuForward::embed(uint32_t token, uint32_t pos) {
-  if (token >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(token) + " is outside the vocabulary");
-  if (pos >= n_ctx_) throw std::runtime_error("position " + std::to_string(pos) + " is past the context (" + std::to_string(n_ctx_) + ")");
-  pos_ = pos;
+void GpuForward::embed(uint32_t token, uint32_t pos) { embed(std::span(&token, 1), pos); }
+
+void GpuForward::embed(std::span<const uint32_t> tokens, uint32_t pos0) {
+  const uint32_t n = uint32_t(tokens.size());
+  if (n == 0 || n > max_batch_)
+    throw std::runtime_error("a pass of " + std::to_string(n) + " tokens: this GPU forward pass takes 1.." + std::to_string(max_batch_));
+  for (uint32_t id : tokens)
+    if (id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary");
+  if (uint64_t(pos0) + n > n_ctx_)
+    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + ")");
+  pos_ = pos0;
+  n_ = n;
+  // ids_host_ is free: the previous pass's copy finished before its logits() returned.
+  std::copy(tokens.begin(), tokens.end(), ids_host_);
+  device::check_cuda(cudaMemcpyAsync(ids_, ids_host_, n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_), "token ids");
   const TensorRef& e = w_.token_embd;
-  embed_kernel<<<blocks_for(c_.n_embd / kGroup, 128), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(), token,
-                                                                         c_.embd_scale, x_, c_.n_embd);
+  embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), n), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(),
+                                                                                  ids_, c_.embd_scale, x_, c_.n_embd);
   device::check_cuda(cudaGetLastError(), "embed kernel");
 }
 
 namespace {
-void matvec(cudaStream_t s, const TensorRef& t, const uint8_t* w, const float* x, const float* bias, float* y,
-            const uint32_t* sel = nullptr) {
-  matvec_kernel<<<blocks_for(t.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
-      t.type, w, t.row_bytes(), uint32_t(t.rows), uint32_t(t.cols), x, bias, sel, t.mat_bytes(), y);
+GpuMatrix matrix(const TensorRef& t, const uint8_t* w, const uint32_t* sel = nullptr) {
+  return {t.type, w, t.row_bytes(), uint32_t(t.rows), uint32_t(t.cols), sel, t.mat_bytes()};
 }
-void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t n, float eps, float* out) {
-  rms_norm_kernel<<<1, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), n, eps, out);
+void matmul(cudaStream_t s, const TensorRef& t, const uint8_t* w, const float* x, uint32_t n, const float* bias, float* y,
+            const uint32_t* sel = nullptr) {
+  gpu_matmul(reinterpret_cast<gpu_stream_t>(s), matrix(t, w, sel), x, n, bias, y);
+}
+// n consecutive vectors of `dim` (one block each); out may be x.
+void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t dim, uint32_t n, float eps, float* out) {
+  rms_norm_kernel<<<n, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), dim, eps, out);
 }
 const float* f32(const WeightView& v, const TensorRef& t) {
   return t.present ? reinterpret_cast<const float*>(v.at(t)) : nullptr;
@@ -285,60 +283,70 @@ const float* f32(const WeightView& v, const TensorRef& t) {
 
 void GpuForward::attention(const LayerWeights& l, WeightView v) {
   cudaStream_t s = stream_;
-  rms_norm(s, x_, v.at(l.attn_norm), c_.n_embd, c_.rms_eps, xn_);
-  matvec(s, l.wq, v.at(l.wq), xn_, f32(v, l.bq), q_);
-  matvec(s, l.wk, v.at(l.wk), xn_, f32(v, l.bk), k_);
-  matvec(s, l.wv, v.at(l.wv), xn_, f32(v, l.bv), v_);
+  const uint32_t n = n_, E = c_.n_embd, KV = c_.kv_dim();
+  rms_norm(s, x_, v.at(l.attn_norm), E, n, c_.rms_eps, xn_);
+  matmul(s, l.wq, v.at(l.wq), xn_, n, f32(v, l.bq), q_);
+  matmul(s, l.wk, v.at(l.wk), xn_, n, f32(v, l.bk), k_);
+  matmul(s, l.wv, v.at(l.wv), xn_, n, f32(v, l.bv), v_);
   const bool swa = c_.layer_is_swa(l.index);
   const float base = swa ? c_.rope_base_swa : c_.rope_base;
-  qk_kernel<<<c_.n_head, 32, 0, s>>>(q_, c_.head_dim, c_.qk_norm ? f32(v, l.q_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
-  qk_kernel<<<c_.n_head_kv, 32, 0, s>>>(k_, c_.head_dim, c_.qk_norm ? f32(v, l.k_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
-  const uint64_t layer_off = uint64_t(l.index) * n_ctx_ * c_.kv_dim();
+  qk_kernel<<<dim3(c_.n_head, n), 32, 0, s>>>(q_, c_.head_dim, c_.qk_norm ? f32(v, l.q_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
+  qk_kernel<<<dim3(c_.n_head_kv, n), 32, 0, s>>>(k_, c_.head_dim, c_.qk_norm ? f32(v, l.k_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
+  const uint64_t layer_off = uint64_t(l.index) * n_ctx_ * KV;
   auto* kc = reinterpret_cast<__half*>(k_cache_) + layer_off;
   auto* vc = reinterpret_cast<__half*>(v_cache_) + layer_off;
-  store_kv_kernel<<<blocks_for(c_.kv_dim(), 128), 128, 0, s>>>(k_, v_, c_.kv_dim(), kc + uint64_t(pos_) * c_.kv_dim(),
-                                                               vc + uint64_t(pos_) * c_.kv_dim());
-  const uint32_t first = swa && pos_ + 1 > c_.swa_window ? pos_ + 1 - c_.swa_window : 0;
-  attention_kernel<<<c_.n_head, kThreads, 0, s>>>(q_, kc, vc, c_.kv_dim(), c_.head_dim, c_.n_head / c_.n_head_kv, first,
-                                                  pos_, c_.attn_scale, scores_, n_ctx_, att_);
-  matvec(s, l.wo, v.at(l.wo), att_, nullptr, tmp_);
-  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_attn_norm), c_.n_embd, c_.rms_eps, tmp_);
-  add_kernel<<<blocks_for(c_.n_embd, 128), 128, 0, s>>>(x_, tmp_, c_.n_embd);
+  // The pass's positions are consecutive: its K and V rows are one block of the cache.
+  store_kv_kernel<<<blocks_for(uint64_t(n) * KV, 128), 128, 0, s>>>(k_, v_, n * KV, kc + uint64_t(pos_) * KV,
+                                                                     vc + uint64_t(pos_) * KV);
+  attention_kernel<<<dim3(c_.n_head, n), kThreads, 0, s>>>(q_, kc, vc, KV, c_.head_dim, c_.n_head / c_.n_head_kv,
+                                                           swa ? c_.swa_window : 0, pos_, c_.attn_scale, scores_, n_ctx_, att_);
+  matmul(s, l.wo, v.at(l.wo), att_, n, nullptr, tmp_);
+  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_attn_norm), E, n, c_.rms_eps, tmp_);
+  add_kernel<<<blocks_for(uint64_t(n) * E, 128), 128, 0, s>>>(x_, tmp_, n * E);
   device::check_cuda(cudaGetLastError(), "attention kernels");
 }
 
 void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
   cudaStream_t s = stream_;
-  rms_norm(s, x_, v.at(l.ffn_norm), c_.n_embd, c_.rms_eps, xn_);
-  const uint32_t eb = blocks_for(c_.n_embd, 128), fb = blocks_for(c_.n_ff, 128);
+  const uint32_t n = n_, E = c_.n_embd, F = c_.n_ff;
+  rms_norm(s, x_, v.at(l.ffn_norm), E, n, c_.rms_eps, xn_);
   if (!c_.is_moe()) {
-    matvec(s, l.gate, v.at(l.gate), xn_, nullptr, gate_);
-    matvec(s, l.up, v.at(l.up), xn_, nullptr, up_);
-    glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
-    matvec(s, l.down, v.at(l.down), gate_, nullptr, tmp_);
+    matmul(s, l.gate, v.at(l.gate), xn_, n, nullptr, gate_);
+    matmul(s, l.up, v.at(l.up), xn_, n, nullptr, up_);
+    glu_kernel<<<blocks_for(uint64_t(n) * F, 128), 128, 0, s>>>(gate_, up_, n * F, c_.act);
+    matmul(s, l.down, v.at(l.down), gate_, n, nullptr, tmp_);
   } else {
-    matvec(s, l.gate_inp, v.at(l.gate_inp), xn_, nullptr, router_);
-    float* weights = reinterpret_cast<float*>(experts_ + c_.n_expert_used);
-    route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, c_.n_expert_used, experts_, weights);
-    if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
-    auto expert_matvec = [&](const TensorRef& t, model::Projection proj, const float* x, float* y, uint32_t k) {
-      if (!src) return matvec(s, t, v.at(t), x, nullptr, y, experts_ + k);
-      matvec_fetched_kernel<<<blocks_for(t.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
-          t.type, src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), t.row_bytes(), uint32_t(t.rows),
-          uint32_t(t.cols), x, y);
-    };
-    for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
-      expert_matvec(l.gate_exps, model::Projection::kGate, xn_, gate_, k);
-      expert_matvec(l.up_exps, model::Projection::kUp, xn_, up_, k);
-      glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
-      expert_matvec(l.down_exps, model::Projection::kDown, gate_, tmp_, k);
-      weighted_add_kernel<<<eb, 128, 0, s>>>(moe_acc_, tmp_, weights + k, c_.n_embd, k == 0);
-    }
-    device::check_cuda(cudaMemcpyAsync(tmp_, moe_acc_, c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
+    // Token by token: each token routes to its own experts (fetched for it when they stream).
+    for (uint32_t t = 0; t < n; ++t) moe_token(l, v, src, t);
+    device::check_cuda(cudaMemcpyAsync(tmp_, moe_acc_, uint64_t(n) * E * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
   }
-  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), c_.n_embd, c_.rms_eps, tmp_);
-  add_kernel<<<eb, 128, 0, s>>>(x_, tmp_, c_.n_embd);
+  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), E, n, c_.rms_eps, tmp_);
+  add_kernel<<<blocks_for(uint64_t(n) * E, 128), 128, 0, s>>>(x_, tmp_, n * E);
   device::check_cuda(cudaGetLastError(), "FFN kernels");
+}
+
+// Token t's MoE FFN: router, top-k, each expert's GLU, their weighted sum into moe_acc_ row t.
+void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* src, uint32_t t) {
+  cudaStream_t s = stream_;
+  const uint32_t E = c_.n_embd, fb = blocks_for(c_.n_ff, 128), eb = blocks_for(E, 128);
+  const float* xn = xn_ + uint64_t(t) * E;
+  matmul(s, l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, router_);
+  float* weights = reinterpret_cast<float*>(experts_ + c_.n_expert_used);
+  route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, c_.n_expert_used, experts_, weights);
+  if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
+  auto expert_matvec = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
+    if (!src) return matmul(s, w, v.at(w), x, 1, nullptr, y, experts_ + k);
+    matvec_fetched_kernel<<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
+        w.type, src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
+        uint32_t(w.cols), x, y);
+  };
+  for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
+    expert_matvec(l.gate_exps, model::Projection::kGate, xn, gate_, k);
+    expert_matvec(l.up_exps, model::Projection::kUp, xn, up_, k);
+    glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
+    expert_matvec(l.down_exps, model::Projection::kDown, gate_, tmp_, k);
+    weighted_add_kernel<<<eb, 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, tmp_, weights + k, E, k == 0);
+  }
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {
@@ -346,15 +354,19 @@ void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* expert
   ffn(l, v, experts);
 }
 
-const std::vector<float>& GpuForward::logits() {
-  rms_norm(stream_, x_, globals_.output_norm, c_.n_embd, c_.rms_eps, xn_);
-  matvec(stream_, w_.output, globals_.output, xn_, nullptr, logits_d_);
-  device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, c_.n_vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
-  // A blocking-sync event: the host thread sleeps until the token is done instead of spinning a core
+const std::vector<float>& GpuForward::logits(bool all_rows) {
+  const uint32_t first = all_rows ? 0 : n_ - 1, rows = n_ - first;
+  if (rows > logit_rows_)
+    throw std::runtime_error("logits of " + std::to_string(rows) + " tokens asked; this GPU forward pass returns at most " + std::to_string(logit_rows_));
+  const uint64_t V = c_.n_vocab;
+  rms_norm(stream_, x_ + uint64_t(first) * c_.n_embd, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
+  matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
+  device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
+  // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
   // (CUDA's default stream synchronisation spins).
   device::check_cuda(cudaEventRecord(done_, stream_), "token event");
   device::check_cuda(cudaEventSynchronize(done_), "token");
-  std::copy(logits_host_, logits_host_ + c_.n_vocab, logits_.begin());
+  logits_.assign(logits_host_, logits_host_ + rows * V);
   return logits_;
 }
 

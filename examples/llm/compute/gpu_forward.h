@@ -3,6 +3,7 @@
 // WeightView. The arithmetic is ops.h's, the same as the CPU executor's.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,19 +43,29 @@ struct GlobalWeights {
 
 class GpuForward {
  public:
-  // Allocates activations and the KV cache (f16, like llama.cpp's) on the current device.
-  // `globals` must stay valid while tokens run.
-  GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute);
+  // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
+  // on the current device. `globals` must stay valid while tokens run.
+  GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
+             uint32_t max_batch = 1);
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
 
-  // One token, in three steps, all enqueued on the compute stream:
+  // One pass, in three steps, all enqueued on the compute stream. A pass carries one token or a batch of
+  // consecutive ones (tokens[i] at pos0 + i): each layer's weights are read once for all of them, the KV
+  // cache is filled for all of them, attention is causal inside the batch, and every token's numbers
+  // have the bits a pass of that token alone gives (gpu_matmul.h). A pass at pos0 overwrites the cache
+  // from pos0 on (how a speculative pass is rolled back).
   void embed(uint32_t token, uint32_t pos);                   // x = scaled embedding of `token`
-  // x = layer(x) at the current position; a MoE layer's experts come from `experts` when given, else
-  // from the view.
+  void embed(std::span<const uint32_t> tokens, uint32_t pos0);  // the same for 1..max_batch tokens
+  // x = layer(x) at the pass's positions; a MoE layer's experts come from `experts` when given, else
+  // from the view (a batch's MoE layers run their experts token by token).
   void layer(const LayerWeights& l, WeightView v, ExpertSource* experts = nullptr);
-  const std::vector<float>& logits();                         // final norm, output head; waits for the stream
+  // Final norm and output head; waits for the stream. The last token's logits (n_vocab floats), or with
+  // `all_rows` every token's (n x n_vocab; n at most max_logit_rows()).
+  const std::vector<float>& logits(bool all_rows = false);
+  uint32_t max_batch() const { return max_batch_; }
+  uint32_t max_logit_rows() const { return logit_rows_; }
 
   gpu_stream_t stream() const { return stream_; }
   // Bytes of GPU memory this object allocated (activations + KV cache).
@@ -63,18 +74,22 @@ class GpuForward {
  private:
   void attention(const LayerWeights& l, WeightView v);
   void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
+  void moe_token(const LayerWeights& l, WeightView v, ExpertSource* experts, uint32_t t);
 
   ModelConfig c_;
   ModelWeights w_;
   uint32_t n_ctx_;
   GlobalWeights globals_;
   gpu_stream_t stream_;
-  uint32_t pos_ = 0;
+  uint32_t pos_ = 0, n_ = 1;  // the pass: tokens at pos_ .. pos_ + n_ - 1
+  uint32_t max_batch_ = 1, logit_rows_ = 1;
   uint64_t device_bytes_ = 0;
   // Device buffers (floats unless said otherwise).
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *tmp_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *scores_ = nullptr, *logits_d_ = nullptr, *router_ = nullptr, *moe_acc_ = nullptr;
   uint32_t* experts_ = nullptr;  // top-k expert ids and their weights (as floats after the ids)
+  uint32_t* ids_ = nullptr;      // the pass's token ids
+  uint32_t* ids_host_ = nullptr;  // pinned
   uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer][pos][kv_dim] halves
   float* logits_host_ = nullptr;                       // pinned
   struct CUevent_st* done_ = nullptr;                  // blocking-sync event: the end of a token

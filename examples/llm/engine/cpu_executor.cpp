@@ -13,7 +13,10 @@ class CpuExecutor final : public Executor {
     read_model_bytes(m, 0, bytes_.size(), bytes_.data());
     layers_ = m.config.n_layer;
   }
-  const std::vector<float>& step(uint32_t token, uint32_t pos) override { return fwd_.eval(token, pos); }
+  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
+    return fwd_.eval_batch(tokens, pos0, all_logits);
+  }
+  uint32_t max_batch() const override { return UINT32_MAX; }  // buffers grow with the pass
   ExecStats stats() const override {
     ExecStats s;
     s.resident_bytes = bytes_.size();

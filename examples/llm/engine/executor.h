@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,8 +37,18 @@ struct ExecStats {
 class Executor {
  public:
   virtual ~Executor() = default;
-  // Runs `token` at position `pos` (0, 1, 2, ... in order) through every layer; returns the logits.
-  virtual const std::vector<float>& step(uint32_t token, uint32_t pos) = 0;
+  // One pass over the layers for tokens[i] at positions pos0 + i (1 .. max_batch() tokens): each layer's
+  // weights are read once for all of them, the KV cache is filled for all of them, attention is causal.
+  // Returns the logits of every token (n x n_vocab, row i for tokens[i]) when `all_logits`, else of the
+  // last one (n_vocab floats), valid until the next pass. Each row has the bits a pass of that token
+  // alone gives. A pass at pos0 overwrites the cache from pos0 on and attends to the positions before
+  // pos0 as last written: rolling back a speculative pass is starting the next one at the right pos0.
+  virtual std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) = 0;
+  // One token at `pos`: a pass of one; its logits.
+  std::span<const float> step(uint32_t token, uint32_t pos) { return pass(std::span(&token, 1), pos, false); }
+  virtual uint32_t max_batch() const = 0;
+  // With all_logits, at most this many tokens per pass (a speculative pass: the draft + 1).
+  virtual uint32_t max_logit_rows() const { return max_batch(); }
   // Ends all outstanding work (bounded) and reports any I/O error; called once after the last step.
   virtual void finish() {}
   virtual ExecStats stats() const = 0;
@@ -69,6 +80,7 @@ struct GpuExecOptions {
   uint32_t slots = 2;            // streaming slots (double buffering: 2)
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
   std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
+  uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
   LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
 };
 

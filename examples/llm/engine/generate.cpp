@@ -2,8 +2,11 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
+
+#include "examples/llm/engine/speculative.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -21,29 +24,52 @@ double since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
-                        const std::function<void(uint32_t, const std::vector<float>&)>& on_token) {
+                        const GenerateOptions& o, const std::function<void(uint32_t, std::span<const float>)>& on_token) {
+  if (prompt.empty()) throw std::runtime_error("generate: the prompt has no tokens");
+  if (o.batch == 0) throw std::runtime_error("generate: a pass needs at least one token (batch 0)");
   GenerateResult r;
   r.prompt_tokens = uint32_t(prompt.size());
-  uint32_t pos = 0;
   auto t0 = std::chrono::steady_clock::now();
-  if (prompt.empty()) throw std::runtime_error("generate: the prompt has no tokens");
-  const std::vector<float>* logits = nullptr;
-  for (uint32_t id : prompt) logits = &ex.step(id, pos++);
+  const uint32_t chunk = std::min(o.batch, ex.max_batch());
+  std::span<const float> logits;
+  for (uint32_t p = 0; p < prompt.size(); p += chunk) {
+    logits = ex.pass(std::span(prompt).subspan(p, std::min<size_t>(chunk, prompt.size() - p)), p, false);
+    ++r.prompt_passes;
+  }
   r.prompt_seconds = since(t0);
   t0 = std::chrono::steady_clock::now();
   const double cpu0 = thread_cpu_seconds();
-  for (uint32_t i = 0; i < n_new; ++i) {
-    const uint32_t tok = sampler.pick(*logits);
+  std::vector<uint32_t> context = prompt;  // the prompt and every token generated so far
+  bool done = n_new == 0;
+  auto emit = [&](uint32_t tok, std::span<const float> from) {
     r.tokens.push_back(tok);
-    on_token(tok, *logits);
-    if (eos >= 0 && tok == uint32_t(eos)) {
-      r.stopped_at_eos = true;
-      break;
+    context.push_back(tok);
+    on_token(tok, from);
+    if (eos >= 0 && tok == uint32_t(eos)) r.stopped_at_eos = done = true;
+    if (r.tokens.size() == n_new) done = true;
+  };
+  if (!done) emit(sampler.pick(logits), logits);
+  // The last generated token is not in the KV cache yet: each pass runs it at `pos`, followed by the
+  // draft, and keeps what verification keeps.
+  uint32_t pos = uint32_t(prompt.size());
+  std::vector<uint32_t> batch;
+  while (!done) {
+    batch.assign(1, r.tokens.back());
+    if (o.draft) {
+      // No more drafts than tokens still wanted after this pass's first, nor than a pass returns rows for.
+      LookupOptions d = *o.draft;
+      d.k = std::min({d.k, n_new - uint32_t(r.tokens.size()) - 1, ex.max_logit_rows() - 1});
+      const std::vector<uint32_t> drafted = draft_lookup(context, d);
+      batch.insert(batch.end(), drafted.begin(), drafted.end());
     }
-    if (i + 1 < n_new) {
-      logits = &ex.step(tok, pos++);
-      ++r.decode_steps;
-    }
+    const std::span<const float> rows = ex.pass(batch, pos, true);
+    ++r.decode_steps;
+    const uint32_t vocab = uint32_t(rows.size() / batch.size());
+    const Verdict v = verify(std::span(batch).subspan(1), rows, vocab, [&](std::span<const float> row) { return sampler.pick(row); });
+    r.drafted += batch.size() - 1;
+    r.accepted += v.accepted;
+    for (size_t i = 0; i < v.tokens.size() && !done; ++i) emit(v.tokens[i], rows.subspan(i * vocab, vocab));
+    pos = v.next_pos(pos);
   }
   ex.finish();
   r.decode_seconds = since(t0);

@@ -1,29 +1,45 @@
-// The generation loop, written once over an Executor: the prompt token by token, then decoding with
-// the sampler, printing each piece of text as soon as it is known, and the run's numbers.
+// The generation loop, written once over an Executor: the prompt in passes of up to `batch` tokens,
+// then decoding with the sampler, printing each piece of text as soon as it is known, and the run's
+// numbers. With a drafter, each decoding pass also verifies drafted tokens (speculative.h): the same
+// tokens as plain decoding, in fewer passes.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "examples/llm/engine/draft.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/sampler.h"
 
 namespace gpunvme::llm {
 
+struct GenerateOptions {
+  uint32_t batch = 512;                // prompt tokens per pass at most (--batch)
+  std::optional<LookupOptions> draft;  // speculative decoding with prompt-lookup drafts (--draft lookup)
+};
+
 struct GenerateResult {
   std::vector<uint32_t> tokens;  // generated, not the prompt
   uint32_t prompt_tokens = 0;
-  uint32_t decode_steps = 0;      // layer passes after the prompt (each yields one more token)
+  uint32_t prompt_passes = 0;     // passes over the layers for the prompt
+  uint32_t decode_steps = 0;      // passes over the layers after the prompt (each yields one token or more)
+  uint64_t drafted = 0, accepted = 0;  // drafted tokens verified, and those kept
   double prompt_seconds = 0, decode_seconds = 0;
   double engine_cpu_seconds = 0;  // CPU time of the engine's thread during decoding (not the emulator's)
   bool stopped_at_eos = false;
   ExecStats exec;
+
+  // Tokens generated per decoding pass (the first token comes from the prompt's last pass).
+  double tokens_per_pass() const { return decode_steps ? double(tokens.size() - 1) / decode_steps : 0; }
+  double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0; }
 };
 
 // Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at the model's EOS.
 // `on_token` gets each generated token id, and the logits it was picked from, as soon as it is picked.
 GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
-                        const std::function<void(uint32_t, const std::vector<float>&)>& on_token);
+                        const GenerateOptions& o, const std::function<void(uint32_t, std::span<const float>)>& on_token);
 
 }  // namespace gpunvme::llm

@@ -119,7 +119,7 @@ class GpuExecutor final : public Executor {
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
                                         GlobalWeights{embd_->at(m.weights.token_embd), norm_->at(m.weights.output_norm),
                                                       out_ ? out_->at(m.weights.output) : embd_->at(m.weights.output)},
-                                        reinterpret_cast<gpu_stream_t>(compute_));
+                                        reinterpret_cast<gpu_stream_t>(compute_), o.max_batch);
     make_plan(o);
     load_tiers(o);
     if (plan_.any_fetched_experts())
@@ -150,8 +150,8 @@ class GpuExecutor final : public Executor {
     if (compute_) cudaStreamDestroy(compute_);
   }
 
-  const std::vector<float>& step(uint32_t token, uint32_t pos) override {
-    fwd_->embed(token, pos);
+  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
+    fwd_->embed(tokens, pos0);
     for (const LayerWeights& l : m_.weights.layers) {
       const LayerPlacement& at = plan_.layers[l.index];
       ExpertSource* experts = at.experts_in_vram ? nullptr : experts_.get();
@@ -172,10 +172,14 @@ class GpuExecutor final : public Executor {
         begin_next();
       }
     }
-    const std::vector<float>& logits = fwd_->logits();
-    if (experts_) experts_->end_token(compute_);
+    const std::span<const float> logits = fwd_->logits(all_logits);
+    // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
+    // only its last token's ids, and a speculative pass's last token may be a rejected draft).
+    if (experts_ && tokens.size() == 1) experts_->end_token(compute_);
     return logits;
   }
+  uint32_t max_batch() const override { return fwd_->max_batch(); }
+  uint32_t max_logit_rows() const override { return fwd_->max_logit_rows(); }
 
   void finish() override {
     if (finished_) return;

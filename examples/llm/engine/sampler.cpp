@@ -6,14 +6,14 @@
 
 namespace gpunvme::llm {
 
-uint32_t argmax(const std::vector<float>& logits) {
+uint32_t argmax(std::span<const float> logits) {
   uint32_t best = 0;
   for (uint32_t i = 1; i < logits.size(); ++i)
     if (logits[i] > logits[best]) best = i;
   return best;
 }
 
-std::vector<uint32_t> top_k(const std::vector<float>& logits, uint32_t k) {
+std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k) {
   std::vector<uint32_t> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0u);
   std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](uint32_t a, uint32_t b) {
@@ -23,7 +23,7 @@ std::vector<uint32_t> top_k(const std::vector<float>& logits, uint32_t k) {
   return idx;
 }
 
-uint32_t Sampler::pick(const std::vector<float>& logits) {
+uint32_t Sampler::pick(std::span<const float> logits) {
   if (o_.temperature <= 0.0f) return argmax(logits);
   const uint32_t k = std::max<uint32_t>(1, std::min<uint32_t>(o_.top_k, uint32_t(logits.size())));
   const std::vector<uint32_t> idx = top_k(logits, k);

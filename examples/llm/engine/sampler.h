@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace gpunvme::llm {
@@ -16,7 +17,7 @@ struct SamplerOptions {
 class Sampler {
  public:
   explicit Sampler(SamplerOptions o) : o_(o), rng_(o.seed) {}
-  uint32_t pick(const std::vector<float>& logits);
+  uint32_t pick(std::span<const float> logits);
 
  private:
   SamplerOptions o_;
@@ -24,9 +25,9 @@ class Sampler {
 };
 
 // Index of the largest logit; the lowest index on a tie (llama.cpp's greedy sampler does the same).
-uint32_t argmax(const std::vector<float>& logits);
+uint32_t argmax(std::span<const float> logits);
 
 // The indices of the k largest logits, largest first, the lower index first on a tie (k <= size).
-std::vector<uint32_t> top_k(const std::vector<float>& logits, uint32_t k);
+std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k);
 
 }  // namespace gpunvme::llm

@@ -34,7 +34,7 @@ Trace::~Trace() {
   if (raw_) std::fclose(raw_);
 }
 
-void Trace::token(uint32_t id, const std::vector<float>& logits) {
+void Trace::token(uint32_t id, std::span<const float> logits) {
   if (raw_ && std::fwrite(logits.data(), sizeof(float), logits.size(), raw_) != logits.size())
     throw std::runtime_error("--logits-out: write failed");
   if (json_) {

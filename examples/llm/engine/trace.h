@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -15,7 +16,7 @@ class Trace {
   ~Trace();
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
-  void token(uint32_t id, const std::vector<float>& logits);
+  void token(uint32_t id, std::span<const float> logits);
 
  private:
   std::FILE* json_ = nullptr;

@@ -1,0 +1,34 @@
+// Matrix times vectors on the GPU for the engine: the single-token matrix-vector kernel (a warp per
+// row, weights dequantized in registers) and the batched kernel for a pass of several tokens, in which a
+// warp dequantizes its row ONCE into shared memory and multiplies it by every token's vector (the
+// vectors staged in shared memory a chunk at a time, once per block of rows). The batched kernel adds in the matrix-vector kernel's order (each lane its groups, then the same
+// butterfly), so a (row, token) result has the same bits whichever kernel computed it: a batched pass
+// gives the logits of single-token passes (tests/gpu/test_llm_matmul.cpp holds them equal).
+#pragma once
+#include <cstdint>
+
+#include "examples/llm/quant/blocks.h"
+
+namespace gpunvme::llm {
+
+using gpu_stream_t = struct CUstream_st*;
+
+// Matrix `*sel` (when given, in device memory) of a stack of mat_bytes each, else the matrix at w.
+struct GpuMatrix {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* w = nullptr;
+  uint64_t row_bytes = 0;
+  uint32_t rows = 0, cols = 0;
+  const uint32_t* sel = nullptr;
+  uint64_t mat_bytes = 0;
+};
+
+// y[t * rows + r] = W[r] . x[t * cols .. + cols) (+ bias[r]) for t < n, enqueued on `s`: the
+// matrix-vector kernel for n == 1, the batched kernel otherwise.
+void gpu_matmul(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
+
+// The batched kernel for any n (n == 1 included, for the tests), or a matrix-vector kernel per token
+// where one row does not fit in shared memory (cols above ~56k).
+void gpu_matmul_batched(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
+
+}  // namespace gpunvme::llm
