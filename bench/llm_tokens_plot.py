@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Tables and plots of bench/llm_tokens results (its --json-out files: one JSON object per cell).
+
+usage: python3 bench/llm_tokens_plot.py RESULTS.jsonl [...] [--markdown] [--out-dir docs/img] [--prefix llm_tokens]
+
+--markdown prints one Markdown table per model for docs/performance.md (cells with an error are shown
+with the error, never a number). Without it, writes one PNG per model: tokens/s against the drive's
+rated bandwidth, one line per (budget, loader), and the plan's bound per budget drawn dashed. Plots
+need matplotlib (pip install matplotlib); the JSON can come from another machine.
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def load(paths):
+    cells = []
+    for path in paths:
+        with open(path) as f:
+            for n, line in enumerate(f, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    print(f"llm_tokens_plot: {path}:{n}: not JSON ({e}); skipped", file=sys.stderr)
+                    continue
+                if rec.get("tool") == "llm_tokens":
+                    cells.append(rec)
+    return cells
+
+
+def by_model(cells):
+    out = {}
+    for c in cells:
+        out.setdefault(c["model"], []).append(c)
+    return out
+
+
+def markdown(cells):
+    lines = []
+    for model, cs in by_model(cells).items():
+        lines += [f"**{model}**", "",
+                  "| VRAM:RAM | drive | loader | layers V/R/N | tok/s | bound tok/s | efficiency | host CPU (s) | expert cache hits | lag prediction |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+        for c in cs:
+            head = f"| {c['budget']} | {c['drive']} | {c['mode']} | {c['vram_layers']}/{c['ram_layers']}/{c['nvme_layers']} |"
+            if c.get("error"):
+                lines.append(head + f" error: {c['error']} | | | | | |")
+                continue
+            routed = c.get("experts_routed", 0)
+            hits = f"{100 * c['expert_hits'] / routed:.0f} %" if routed else "—"
+            lag = f"{100 * c['lag_predicted_hits'] / c['lag_routed']:.0f} %" if c.get("lag_routed") else "—"
+            lines.append(head + f" {c['tokens_per_second']:.3f} | {c['bound_tokens_per_second']:.3f} | "
+                                f"{100 * c['efficiency']:.0f} % | {c['host_cpu_seconds']:.3f} | {hits} | {lag} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(cells, out_dir, prefix):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("llm_tokens_plot: plots need matplotlib (pip install matplotlib); --markdown works without it", file=sys.stderr)
+        return 1
+    os.makedirs(out_dir, exist_ok=True)
+    for model, cs in by_model(cells).items():
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        series, bounds = {}, {}
+        for c in cs:
+            if c.get("error") or not c.get("drive_bytes_per_second"):
+                continue
+            x = c["drive_bytes_per_second"] / 1e9
+            series.setdefault((c["budget"], c["mode"]), []).append((x, c["tokens_per_second"]))
+            bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
+        for (budget, mode), pts in sorted(series.items()):
+            pts.sort()
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{budget} {mode}")
+        for budget, b in sorted(bounds.items()):
+            xs = sorted(b)
+            ax.plot(xs, [b[x] for x in xs], linestyle="--", color="gray", label=f"{budget} bound")
+        ax.set_xlabel("drive read bandwidth (GB/s, modeled)")
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"{model}: tokens/s at the I/O bound")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        path = os.path.join(out_dir, f"{prefix}_{model}.png")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        print(path)
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results", nargs="+")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--out-dir", default="docs/img")
+    ap.add_argument("--prefix", default="llm_tokens")
+    a = ap.parse_args()
+    cells = load(a.results)
+    if not cells:
+        print("llm_tokens_plot: no llm_tokens cells in the input", file=sys.stderr)
+        return 1
+    if a.markdown:
+        print(markdown(cells))
+        return 0
+    return plot(cells, a.out_dir, a.prefix)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
