@@ -29,7 +29,8 @@ namespace {
 
 const char* kUsage =
     "usage: llm_tokens --image PATH [--image PATH ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap] [--tokens N] [--warmup N] [--slots N] [--json-out FILE]\n"
+    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--json-out FILE]\n"
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
     "emu:/dev/shm/m.img,size=60G), budget pair, modeled drive and loader, the engine's GPU executor decodes\n"
@@ -40,9 +41,11 @@ const char* kUsage =
     "  eff          tok/s / bound\n"
     "  host CPU     CPU time of the process during the timed tokens, less the emulator's controller threads\n"
     "               (the drive's work, not the engine's)\n"
-    "  experts      MoE: fetched experts' cache hits / routed, and the one-token-lag prediction's hit rate (the\n"
-    "               previous token's experts at each layer; measured, no prefetch is issued). A random-weight\n"
-    "               router is the worst case for caching and prediction: uniform choices, so these are floors\n"
+    "  experts      MoE: fetched experts' cache hits / routed; the one-token-lag prediction's hit rate (the\n"
+    "               previous token's experts at each layer, measured from routing); with the prefetch on, its\n"
+    "               hits / experts it read, and the time layers waited for their experts (stall). A random-\n"
+    "               weight router is the worst case for caching and prediction: uniform choices, so these are\n"
+    "               floors. The JSON has the wasted prefetch bytes and the stall of every layer\n"
     "Loaders for the NVMe tier: gpunvme (GPU-issued reads into slots, LayerStreamer) and mmap (the\n"
     "ntransformer-style pipeline: mmap + one memcpy worker + pinned staging + copy to the GPU, paced like\n"
     "the modeled drive). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
@@ -52,6 +55,10 @@ const char* kUsage =
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        default gpunvme,mmap\n"
+    "  --expert-prefetch  MoE models whose plan fetches experts: the one-token-lag prefetch per cell, a list of\n"
+    "                 auto (the engine's default: on when the expert cache holds two fetches), on, off; default\n"
+    "                 auto (the JSON's \"prefetch\" says whether it ran). Cells with it on and off must give the\n"
+    "                 same logits; dense models run once\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
     "Striped drives are not offered: the engine streams from one namespace.\n";
 
@@ -133,7 +140,7 @@ struct Cell {
   Cell() = default;
   Cell(std::string m, std::string b, std::string d, std::string md)
       : model(std::move(m)), budget(std::move(b)), drive(std::move(d)), mode(std::move(md)) {}
-  std::string model, budget, drive, mode, error;
+  std::string model, budget, drive, mode, prefetch = "-", error;
   llm::ExecStats stats;
   double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
   uint32_t tokens = 0;
@@ -141,8 +148,10 @@ struct Cell {
 };
 
 Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
-              const std::string& mode, uint32_t warmup, uint32_t tokens, uint32_t slots, double h2d) {
+              const std::string& mode, const std::string& prefetch, uint32_t warmup, uint32_t tokens, uint32_t slots,
+              double h2d) {
   Cell c{m.file->model_name(), budget.text, drive, mode};
+  c.prefetch = prefetch;
   const std::set<pid_t> before = thread_ids();
   // The drive's controller: its threads are the emulated drive's work, not the engine's.
   auto ctrl = host::open_controller("emu:" + image + ",drive=" + drive, {}, host::Access::kReadOnly);
@@ -153,6 +162,7 @@ Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budge
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;
   o.slots = slots;
+  if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
   if (mode == "mmap") {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, 1);
     o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(image, m, std::move(r), pacer); };
@@ -189,14 +199,14 @@ std::string cell_json(const Cell& c, double h2d) {
   const auto& e = c.stats;
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"mode\":%s,\"tokens\":%u,"
+                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"mode\":%s,\"expert_prefetch\":%s,\"tokens\":%u,"
                 "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
                 "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
                 "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
-                text::json_string(c.mode).c_str(), c.tokens,
+                text::json_string(c.mode).c_str(), text::json_string(c.prefetch).c_str(), c.tokens,
                 c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
                 bench::ls::drive_read_bandwidth(c.drive), e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
@@ -204,21 +214,29 @@ std::string cell_json(const Cell& c, double h2d) {
                 (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted_bytes,
                 (unsigned long long)c.logits_hash);
   // The error text and the plan can be long: appended, not formatted into the fixed buffer.
-  return b + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  std::string prefetch;
+  if (e.has_experts) prefetch = llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + ",";
+  return b + prefetch + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
 void print_cell(const Cell& c) {
   if (!c.error.empty()) {
-    std::printf("%-22s %-10s %-6s %-8s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive.c_str(), c.mode.c_str(), c.error.c_str());
+    std::printf("%-22s %-10s %-6s %-8s %-4s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive.c_str(), c.mode.c_str(),
+                c.prefetch.c_str(), c.error.c_str());
   } else {
     const auto& x = c.stats.experts;
-    char experts[96] = "-";
+    const auto& p = c.stats.prefetch;
+    double stall = 0;
+    for (double v : p.stall_seconds) stall += v;
+    char experts[160] = "-";
     if (c.stats.has_experts)
-      std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%", (unsigned long long)x.hits, (unsigned long long)x.requested,
-                    100 * c.stats.lag.hit_rate());
-    std::printf("%-22s %-10s %-6s %-8s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
-                c.drive.c_str(), c.mode.c_str(), c.stats.resident_layers, c.stats.ram_layers, c.stats.streamed_layers, c.tps,
+      std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%; prefetch %llu/%llu; stall %.3f s",
+                    (unsigned long long)x.hits, (unsigned long long)x.requested, 100 * c.stats.lag.hit_rate(),
+                    (unsigned long long)p.hits, (unsigned long long)p.reads, stall);
+    std::printf("%-22s %-10s %-6s %-8s %-4s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+                c.drive.c_str(), c.mode.c_str(), c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
+                c.stats.streamed_layers, c.tps,
                 c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, c.host_cpu, experts);
   }
   std::fflush(stdout);
@@ -232,14 +250,18 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     if (!bench::ls::drive_profile_known(d)) throw cli::UsageError("--drives: unknown drive '" + d + "' (" + bench::ls::drive_profile_names() + ")");
   for (const std::string& md : modes)
     if (md != "gpunvme" && md != "mmap") throw cli::UsageError("--modes: '" + md + "' is not gpunvme or mmap");
+  const std::vector<std::string> prefetches = split(args.get("expert-prefetch", "auto"));
+  for (const std::string& p : prefetches)
+    if (p != "auto" && p != "on" && p != "off") throw cli::UsageError("--expert-prefetch: '" + p + "' is not auto, on or off");
+  if (prefetches.empty()) throw cli::UsageError("--expert-prefetch is empty (auto, on, off, or a list: on,off)");
   const uint32_t tokens = args.get_u32("tokens", 3), warmup = args.get_u32("warmup", 1), slots = args.get_u32("slots", 2);
   if (tokens == 0) throw cli::UsageError("--tokens must be at least 1");
   std::string why;
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
   const double h2d = measure_h2d();
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", h2d / 1e9);
-  std::printf("%-22s %-10s %-6s %-8s %11s %9s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "V/R/N lay", "tok/s",
-              "bound", "eff", "host CPU", "expert cache hits; lag prediction");
+  std::printf("%-22s %-10s %-6s %-8s %-4s %11s %9s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "pf",
+              "V/R/N lay", "tok/s", "bound", "eff", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
   if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
   int errors = 0;
@@ -255,24 +277,29 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
       // A plan with nothing on NVMe reads no drive per token: one cell stands for every drive and loader.
       const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(m), b.b);
       const bool drive_free = plan.count(llm::Tier::kNvme) == 0 && !plan.any_fetched_experts();
+      // The prefetch dimension only where experts are fetched ("-": not applicable).
+      const std::vector<std::string> pfs = plan.any_fetched_experts() ? prefetches : std::vector<std::string>{"-"};
       for (const std::string& d : drives) {
         for (const std::string& md : modes) {
-          if (drive_free && (d != drives.front() || md != modes.front())) continue;
-          Cell c;
-          try {
-            c = run_cell(image, m, b, d, md, warmup, tokens, slots, h2d);
-            if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
-            if (!first_hash) first_hash = c.logits_hash;
-          } catch (const std::exception& e) {
-            c = Cell{m.file->model_name(), b.text, d, md};
-            c.error = e.what();
-          }
-          errors += !c.error.empty();
-          print_cell(c);
-          if (json) {
-            const std::string j = cell_json(c, h2d);
-            std::fwrite(j.data(), 1, j.size(), json);
-            std::fflush(json);
+          for (const std::string& pf : pfs) {
+            if (drive_free && (d != drives.front() || md != modes.front())) continue;
+            Cell c;
+            try {
+              c = run_cell(image, m, b, d, md, pf, warmup, tokens, slots, h2d);
+              if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
+              if (!first_hash) first_hash = c.logits_hash;
+            } catch (const std::exception& e) {
+              c = Cell{m.file->model_name(), b.text, d, md};
+              c.prefetch = pf;
+              c.error = e.what();
+            }
+            errors += !c.error.empty();
+            print_cell(c);
+            if (json) {
+              const std::string j = cell_json(c, h2d);
+              std::fwrite(j.data(), 1, j.size(), json);
+              std::fflush(json);
+            }
           }
         }
       }
@@ -293,7 +320,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
       else rest.push_back(argv[i]);
     }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "tokens", "warmup", "slots", "json-out"}, {"help"});
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "tokens", "warmup", "slots", "json-out"}, {"help"});
     if (args.has("help")) {
       std::printf("%s", kUsage);
       return 0;

@@ -43,18 +43,21 @@ def markdown(cells):
     lines = []
     for model, cs in by_model(cells).items():
         lines += [f"**{model}**", "",
-                  "| VRAM:RAM | drive | loader | layers V/R/N | tok/s | bound tok/s | efficiency | host CPU (s) | expert cache hits | lag prediction |",
-                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+                  "| VRAM:RAM | drive | loader | layers V/R/N | tok/s | bound tok/s | efficiency | host CPU (s) | expert cache hits | lag prediction | prefetch hits / read | expert stall (s) |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for c in cs:
-            head = f"| {c['budget']} | {c['drive']} | {c['mode']} | {c['vram_layers']}/{c['ram_layers']}/{c['nvme_layers']} |"
+            mode = c["mode"] + (" + prefetch" if c.get("prefetch") else "")
+            head = f"| {c['budget']} | {c['drive']} | {mode} | {c['vram_layers']}/{c['ram_layers']}/{c['nvme_layers']} |"
             if c.get("error"):
-                lines.append(head + f" error: {c['error']} | | | | | |")
+                lines.append(head + f" error: {c['error']} | | | | | | | |")
                 continue
             routed = c.get("experts_routed", 0)
             hits = f"{100 * c['expert_hits'] / routed:.0f} %" if routed else "—"
             lag = f"{100 * c['lag_predicted_hits'] / c['lag_routed']:.0f} %" if c.get("lag_routed") else "—"
+            pf = f"{c['prefetch_hits']}/{c['prefetch_reads']}" if c.get("prefetch") else "—"
+            stall = f"{c['stall_seconds']:.3f}" if "stall_seconds" in c else "—"
             lines.append(head + f" {c['tokens_per_second']:.3f} | {c['bound_tokens_per_second']:.3f} | "
-                                f"{100 * c['efficiency']:.0f} % | {c['host_cpu_seconds']:.3f} | {hits} | {lag} |")
+                                f"{100 * c['efficiency']:.0f} % | {c['host_cpu_seconds']:.3f} | {hits} | {lag} | {pf} | {stall} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -75,7 +78,8 @@ def plot(cells, out_dir, prefix):
             if c.get("error") or not c.get("drive_bytes_per_second"):
                 continue
             x = c["drive_bytes_per_second"] / 1e9
-            series.setdefault((c["budget"], c["mode"]), []).append((x, c["tokens_per_second"]))
+            mode = c["mode"] + (" + prefetch" if c.get("prefetch") else "")
+            series.setdefault((c["budget"], mode), []).append((x, c["tokens_per_second"]))
             bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
         for (budget, mode), pts in sorted(series.items()):
             pts.sort()

@@ -28,6 +28,7 @@ namespace {
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
     "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
+    "           [--expert-prefetch on|off]\n"
     "           [--ctx N] [--path auto|gpu|cpu] [--batch N] [--draft none|lookup --draft-k K]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
@@ -48,8 +49,12 @@ const char* kUsage =
     "  --resident all|none|N  GPU path, instead of the budgets: the first N layers in GPU memory, the rest read\n"
     "                      from the namespace for every token (none: every layer streams)\n"
     "  --slots N           streaming slots (default 2: layer i+1 is read while layer i computes)\n"
-    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in GPU-mapped memory (default: the plan's,\n"
-    "                      what the RAM budget leaves; 0: the routed experts are read for every token)\n"
+    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in pinned host memory the GPU reads (the\n"
+    "                      drive's reads land there; default: the plan's, what the RAM budget leaves; 0: the\n"
+    "                      routed experts are read for every token)\n"
+    "  --expert-prefetch on|off  MoE, GPU path: before each layer's routing, read the experts the previous token\n"
+    "                      chose there into the cache, overlapping compute (default: on when the cache holds two\n"
+    "                      tokens' experts of a layer); the logits are the same either way\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
     "  --batch N           prompt tokens per pass over the layers (default 512): each layer is read once for\n"
@@ -105,6 +110,11 @@ void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOption
   if (args.has("vram-budget")) o.vram_budget = args.get_size("vram-budget", 0);
   o.ram_budget = args.get_size("ram-budget", 0);
   if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
+  if (args.has("expert-prefetch")) {
+    const std::string v = args.get("expert-prefetch");
+    if (v != "on" && v != "off") throw cli::UsageError("--expert-prefetch must be on or off, not '" + v + "'");
+    o.expert_prefetch = v == "on";
+  }
 }
 
 // The text of a token for the terminal: control bytes escaped, so a model cannot forge terminal
@@ -158,12 +168,13 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
     const auto& x = e.experts;
     std::snprintf(b, sizeof b,
                   "\"experts\":{\"fetches\":%llu,\"requested\":%llu,\"hits\":%llu,\"faults\":%llu,\"bytes_read\":%llu,"
-                  "\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,\"lag_wasted\":%llu,\"lag_wasted_bytes\":%llu},",
+                  "\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,\"lag_wasted\":%llu,\"lag_wasted_bytes\":%llu,",
                   (unsigned long long)x.tokens, (unsigned long long)x.requested, (unsigned long long)x.hits,
                   (unsigned long long)x.faults, (unsigned long long)x.bytes_read, (unsigned long long)e.lag.routed,
                   (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted,
                   (unsigned long long)e.lag.wasted_bytes);
     j += b;
+    j += llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + "},";
   }
   j += "\"tokens\":[";
   for (size_t i = 0; i < r.tokens.size(); ++i) j += (i ? "," : "") + std::to_string(r.tokens[i]);
@@ -204,10 +215,11 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
     std::printf("experts: %llu fetches, %llu experts routed, %llu cache hits (%.0f %%), %llu read (%.1f MB)\n",
                 (unsigned long long)x.tokens, (unsigned long long)x.requested, (unsigned long long)x.hits, 100 * x.hit_rate(),
                 (unsigned long long)x.faults, x.bytes_read / 1e6);
-    std::printf("one-token-lag prediction (the previous token's experts at each layer; measured, not issued): "
+    std::printf("one-token-lag prediction (the previous token's experts at each layer, measured from routing): "
                 "%.0f %% of %llu routed experts; %llu predicted for nothing (%.1f MB a prefetch would waste)\n",
                 100 * e.lag.hit_rate(), (unsigned long long)e.lag.routed, (unsigned long long)e.lag.wasted,
                 e.lag.wasted_bytes / 1e6);
+    std::printf("%s\n", llm::prefetch_summary(e.expert_prefetch, e.prefetch, e.experts).c_str());
   }
 }
 
@@ -308,7 +320,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
+                          "logits-out", "expert-cache", "expert-prefetch", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
                          {"help", "ignore-eos"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

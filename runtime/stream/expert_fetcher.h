@@ -69,6 +69,19 @@ struct FetcherMetrics {
   double hit_rate() const { return requested ? double(hits) / requested : 0; }
 };
 
+// What GpuExpertFetcher::prefetch() did, and the GPU fetches' stalls (gpu_expert_fetcher.h).
+struct PrefetchMetrics {
+  uint64_t prefetches = 0;    // prefetch() calls
+  uint64_t reads = 0;         // experts the prefetches read (the others were resident already)
+  uint64_t bytes_read = 0;
+  uint64_t hits = 0;          // of the experts read, those the next fetch of that layer selected
+  uint64_t wasted = 0;        // the others: read for nothing
+  uint64_t wasted_bytes = 0;
+  // [layer]: GPU time from the kernel before each fetch (routing done) to its experts' reads done,
+  // including any wait for a prefetch still reading; summed over all fetches.
+  std::vector<double> stall_seconds;
+};
+
 class ExpertFetcher {
  public:
   ExpertFetcher(host::Controller& controller, Submitter& submitter, ExpertCatalog catalog,

@@ -35,8 +35,24 @@ struct FetchCmd {
 
 struct DeviceFetchMetrics {
   unsigned long long tokens, requested, faults, hits, bytes_read, steady_tokens, steady_faults;
+  unsigned long long prefetches, prefetch_reads, prefetch_bytes, prefetch_hits, prefetch_wasted, prefetch_wasted_bytes;
   uint32_t last_faults, pad;
 };
+
+// One fetch's tables. The demand fetch's are what the consumers read (device_result() ...); the
+// prefetch has its own, so that placing a prefetch never touches what a running consumer reads.
+struct FetchTable {
+  GpuFetchResult* result = nullptr;
+  GpuFetchedExpert* experts = nullptr;  // [max_experts]
+  uint32_t* selection = nullptr;        // [max_ids]
+  FetchCmd* cmds = nullptr;             // [max_commands]
+  uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
+  uint32_t ncmds = 0;
+  uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
+  uint32_t unsettled = 0;               // prefetch: its reads not yet counted as hits or waste
+  uint32_t pad = 0;
+};
+inline constexpr uint32_t kDemand = 0, kPrefetch = 1;
 
 struct GpuFetcherState {
   // Tables, built once.
@@ -53,14 +69,12 @@ struct GpuFetcherState {
   unsigned long long* slot_used = nullptr;  // [capacity]
   unsigned long long clock = 0;
   uint32_t resident = 0;
-  uint32_t ncmds = 0;
-  // Per fetch.
-  GpuFetchResult* result = nullptr;
-  GpuFetchedExpert* experts = nullptr;  // [max_experts]
-  uint32_t* selection = nullptr;        // [max_ids]
-  FetchCmd* cmds = nullptr;             // [max_commands]
-  uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
+  uint32_t pad = 0;
+  FetchTable table[2];                  // [kDemand], [kPrefetch]
   DeviceFetchMetrics metrics{};
+  // Stall: from routing done (stall_begin on the consumer's stream) to the fetch's reads done.
+  unsigned long long stall_t0 = 0;
+  unsigned long long* stall_ns = nullptr;  // [n_layers]
 };
 
 namespace {
@@ -97,11 +111,13 @@ __device__ uint32_t lru_victim(const GpuFetcherState& s, unsigned long long fetc
 // the GPU suite runs this kernel and the policy object on the same id sequences.
 
 // Phase 1 (lane 0): a previous fetch's failed read leaves the cache: its slot's bytes are undefined.
-__device__ void forget_failed_reads(GpuFetcherState& s) {
-  const GpuFetchResult* r = s.result;
+__device__ void forget_failed_reads(GpuFetcherState& s, FetchTable& t) {
+  const GpuFetchResult* r = t.result;
+  if (t.failures_checked) return;
+  t.failures_checked = 1;
   if (s.capacity == 0 || r->error != fetch_error::kNone) return;
   for (uint32_t d = 0; d < r->count; ++d) {
-    const GpuFetchedExpert& e = s.experts[d];
+    const GpuFetchedExpert& e = t.experts[d];
     if (e.failed == 0 || e.hit) continue;
     const uint64_t key = uint64_t(r->layer) * s.n_experts + e.expert;
     const int32_t slot = s.where[key];
@@ -116,10 +132,10 @@ __device__ void forget_failed_reads(GpuFetcherState& s) {
 
 // Phase 2 (lane 0): the distinct experts of the routing ids, in first-seen order, and each id's
 // distinct index; returns fetch_error::* (and sets error_value) for a bad id, too many, no slices.
-__device__ uint32_t select_experts(GpuFetcherState& s, uint32_t layer, const uint32_t* ids, uint32_t n_ids,
-                                   uint32_t& count) {
-  GpuFetchResult* r = s.result;
-  GpuFetchedExpert* ex = s.experts;
+__device__ uint32_t select_experts(const GpuFetcherState& s, FetchTable& t, uint32_t layer, const uint32_t* ids,
+                                   uint32_t n_ids, uint32_t& count) {
+  GpuFetchResult* r = t.result;
+  GpuFetchedExpert* ex = t.experts;
   count = 0;
   for (uint32_t i = 0; i < n_ids; ++i) {
     const uint32_t id = ids[i];
@@ -143,16 +159,16 @@ __device__ uint32_t select_experts(GpuFetcherState& s, uint32_t layer, const uin
       e.expert = id;
       ex[count++] = e;
     }
-    s.selection[i] = d;
+    t.selection[i] = d;
   }
   return fetch_error::kNone;
 }
 
 // Phase 3 (lane 0): hits keep their slot and are touched first, in selection order, so no victim
 // chosen below is an expert of this fetch.
-__device__ void touch_hits(GpuFetcherState& s, uint32_t layer, uint32_t count) {
+__device__ void touch_hits(GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count) {
   for (uint32_t d = 0; d < count; ++d) {
-    GpuFetchedExpert& e = s.experts[d];
+    GpuFetchedExpert& e = t.experts[d];
     const int32_t slot = s.where[uint64_t(layer) * s.n_experts + e.expert];
     if (slot < 0) continue;
     e.hit = 1;
@@ -163,9 +179,10 @@ __device__ void touch_hits(GpuFetcherState& s, uint32_t layer, uint32_t count) {
 
 // Phase 4 (warp): each fault takes the least recently used slot (warp-wide search), or the next
 // packed position without a cache.
-__device__ void place_faults(GpuFetcherState& s, uint32_t layer, uint32_t count, unsigned long long fetch_start) {
+__device__ void place_faults(GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count,
+                             unsigned long long fetch_start) {
   const uint32_t lane = threadIdx.x & 31u;
-  GpuFetchedExpert* ex = s.experts;
+  GpuFetchedExpert* ex = t.experts;
   uint64_t packed_at = 0;
   for (uint32_t d = 0; d < count; ++d) {
     if (ex[d].hit) continue;
@@ -195,9 +212,10 @@ struct FetchCounts {
 };
 
 // Phase 5 (warp): every expert's parts (lane 0) and the faults' reads (spread over the lanes).
-__device__ FetchCounts write_reads(GpuFetcherState& s, uint32_t layer, uint32_t count, uint32_t token) {
+__device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count,
+                                   uint32_t token) {
   const uint32_t lane = threadIdx.x & 31u;
-  GpuFetchedExpert* ex = s.experts;
+  GpuFetchedExpert* ex = t.experts;
   FetchCounts n;
   for (uint32_t d = 0; d < count; ++d) {
     const uint64_t key = uint64_t(layer) * s.n_experts + ex[d].expert;
@@ -222,7 +240,7 @@ __device__ FetchCounts write_reads(GpuFetcherState& s, uint32_t layer, uint32_t 
         cmd.blocks = uint32_t(min(uint64_t(s.max_blocks), uint64_t(part.blocks) - b0));
         cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
         cmd.sel = d;
-        s.cmds[n.commands + c] = cmd;
+        t.cmds[n.commands + c] = cmd;
       }
       n.commands += chunks;
       mine += chunks;
@@ -233,77 +251,122 @@ __device__ FetchCounts write_reads(GpuFetcherState& s, uint32_t layer, uint32_t 
       ex[d].bytes = s.packed[key];
       ex[d].failed = 0;
       ex[d].ready = fault ? 0u : token;
-      s.remaining[d] = mine;
+      t.remaining[d] = mine;
     }
     n.faults += fault;
   }
   return n;
 }
 
+// Bytes the reads of expert `key` transfer.
+__device__ uint64_t read_bytes(const GpuFetcherState& s, uint64_t key) {
+  uint64_t b = 0;
+  for (uint32_t p = s.part_first[key]; p < s.part_first[key + 1]; ++p) b += uint64_t(s.parts[p].blocks) << s.lba_shift;
+  return b;
+}
+
+// Phase 2b (lane 0): the last prefetch's reads are counted once: an expert it read that the demand
+// fetch of its layer selects (`count` experts, already selected) is a prefetch hit; any other read was
+// in vain (all of them when the next fetch is another layer's, or another prefetch: layer ~0u).
+__device__ void settle_prefetch(GpuFetcherState& s, uint32_t layer, uint32_t count) {
+  FetchTable& p = s.table[kPrefetch];
+  if (!p.unsettled) return;
+  p.unsettled = 0;
+  const GpuFetchResult* r = p.result;
+  if (r->error != fetch_error::kNone) return;
+  const GpuFetchedExpert* demand = s.table[kDemand].experts;
+  for (uint32_t d = 0; d < r->count; ++d) {
+    const GpuFetchedExpert& e = p.experts[d];
+    if (e.hit || e.failed) continue;
+    bool selected = false;
+    for (uint32_t i = 0; r->layer == layer && i < count; ++i) selected |= demand[i].expert == e.expert;
+    if (selected) {
+      s.metrics.prefetch_hits += 1;
+    } else {
+      s.metrics.prefetch_wasted += 1;
+      s.metrics.prefetch_wasted_bytes += read_bytes(s, uint64_t(r->layer) * s.n_experts + e.expert);
+    }
+  }
+}
+
 // Phase 6 (lane 0): the result header and the metrics.
-__device__ void finish_fetch(GpuFetcherState& s, uint32_t count, const FetchCounts& n, bool steady) {
-  GpuFetchResult* r = s.result;
+__device__ void finish_fetch(GpuFetcherState& s, FetchTable& t, uint32_t which, uint32_t count, const FetchCounts& n,
+                             bool steady) {
+  GpuFetchResult* r = t.result;
   r->count = count;
   r->commands = n.commands;
-  s.ncmds = n.commands;
-  s.metrics.tokens += 1;
-  s.metrics.requested += count;
-  s.metrics.faults += n.faults;
-  s.metrics.hits += count - n.faults;
-  s.metrics.bytes_read += n.bytes_read;
-  s.metrics.last_faults = n.faults;
-  if (steady) {
-    s.metrics.steady_tokens += 1;
-    s.metrics.steady_faults += n.faults;
+  t.ncmds = n.commands;
+  if (which == kPrefetch) {
+    s.metrics.prefetches += 1;
+    s.metrics.prefetch_reads += n.faults;
+    s.metrics.prefetch_bytes += n.bytes_read;
+    t.unsettled = 1;
+  } else {
+    s.metrics.tokens += 1;
+    s.metrics.requested += count;
+    s.metrics.faults += n.faults;
+    s.metrics.hits += count - n.faults;
+    s.metrics.bytes_read += n.bytes_read;
+    s.metrics.last_faults = n.faults;
+    if (steady) {
+      s.metrics.steady_tokens += 1;
+      s.metrics.steady_faults += n.faults;
+    }
   }
   __threadfence();
 }
 
-// One warp: selection, cache placement, result and the reads of this fetch.
-__global__ void place_experts(GpuFetcherState* S, uint32_t layer, const uint32_t* ids, uint32_t n_ids) {
+// One warp: selection, cache placement, result and the reads of this fetch (which: kDemand, or
+// kPrefetch: the same rules into the prefetch's own tables; the caller orders the two, see fetch()).
+__global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer, const uint32_t* ids, uint32_t n_ids) {
   GpuFetcherState& s = *S;
+  FetchTable& t = s.table[which];
   const uint32_t lane = threadIdx.x & 31u;
-  GpuFetchResult* r = s.result;
+  GpuFetchResult* r = t.result;
   __shared__ uint32_t count, error, token;
   __shared__ unsigned long long fetch_start;
   __shared__ bool steady;
   if (lane == 0) {
-    forget_failed_reads(s);
+    forget_failed_reads(s, s.table[kDemand]);
+    forget_failed_reads(s, s.table[kPrefetch]);
+    if (which == kPrefetch) settle_prefetch(s, ~0u, 0);  // a prefetch no demand fetch followed
     token = r->token + 1;
     r->token = token;
     r->layer = layer;
     r->error_value = 0;
-    error = select_experts(s, layer, ids, n_ids, count);
+    error = select_experts(s, t, layer, ids, n_ids, count);
     r->error = error;
+    t.failures_checked = 0;
+    if (which == kDemand && error == fetch_error::kNone) settle_prefetch(s, layer, count);
     steady = s.warmup_tokens > 0 ? s.metrics.tokens >= s.warmup_tokens
                                  : (s.capacity == 0 || s.resident == s.capacity);
     fetch_start = s.clock;
-    if (error == fetch_error::kNone && s.capacity > 0) touch_hits(s, layer, count);
+    if (error == fetch_error::kNone && s.capacity > 0) touch_hits(s, t, layer, count);
   }
   __syncwarp();
   if (error != fetch_error::kNone) {
     if (lane == 0) {
       r->count = 0;
       r->commands = 0;
-      s.ncmds = 0;
+      t.ncmds = 0;
     }
     return;
   }
-  place_faults(s, layer, count, fetch_start);
-  const FetchCounts n = write_reads(s, layer, count, token);
-  if (lane == 0) finish_fetch(s, count, n, steady);
+  place_faults(s, t, layer, count, fetch_start);
+  const FetchCounts n = write_reads(s, t, layer, count, token);
+  if (lane == 0) finish_fetch(s, t, which, count, n, steady);
 }
 
 // One warp per queue: the reads placed above; the last read of an expert publishes its readiness.
-__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, device::DeviceBuffer dst) {
+__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t which, device::DeviceBuffer dst) {
   const uint32_t w = blockIdx.x;
   if (w >= launch.queue_count) return;
-  const GpuFetcherState* s = S;
-  const uint32_t count = *const_cast<volatile uint32_t*>(&S->ncmds);
-  const uint32_t token = s->result->token;
-  const FetchCmd* cmds = s->cmds;
-  GpuFetchedExpert* ex = s->experts;
-  uint32_t* remaining = s->remaining;
+  const FetchTable* t = &S->table[which];
+  const uint32_t count = *const_cast<volatile uint32_t*>(&t->ncmds);
+  const uint32_t token = t->result->token;
+  const FetchCmd* cmds = t->cmds;
+  GpuFetchedExpert* ex = t->experts;
+  uint32_t* remaining = t->remaining;
   const device::DeviceQueue qc = launch.queues[w];
   pump_ticket(
       launch, w, count,
@@ -322,6 +385,12 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, device::Devi
             *const_cast<volatile uint32_t*>(&ex[sel].ready) = token;
         }
       });
+}
+
+// Stall of a demand fetch on its stream: from the kernel before it (routing done) to its reads done.
+__global__ void stall_begin(GpuFetcherState* S) { S->stall_t0 = device::global_timer_ns(); }
+__global__ void stall_end(GpuFetcherState* S, uint32_t layer) {
+  S->stall_ns[layer] += device::global_timer_ns() - S->stall_t0;
 }
 
 template <class T>
@@ -413,16 +482,22 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.slot_used = device_copy(allocations_, std::vector<unsigned long long>(used0.begin(), used0.end()));
   st.clock = ExpertCachePolicy::initial_clock(capacity_);
   const size_t result_bytes = sizeof(GpuFetchResult) + sizeof(GpuFetchedExpert) * options_.max_experts_per_fetch;
-  char* res = device_alloc<char>(allocations_, result_bytes);
-  check_cuda(cudaMemset(res, 0, result_bytes), "cudaMemset(fetch result)");
-  st.result = reinterpret_cast<GpuFetchResult*>(res);
-  st.experts = reinterpret_cast<GpuFetchedExpert*>(res + sizeof(GpuFetchResult));
-  st.selection = device_alloc<uint32_t>(allocations_, max_ids_);
-  st.cmds = device_alloc<FetchCmd>(allocations_, max_commands_);
-  st.remaining = device_alloc<uint32_t>(allocations_, options_.max_experts_per_fetch);
-  result_ = st.result;
-  experts_ = st.experts;
-  selection_ = st.selection;
+  for (FetchTable& t : st.table) {
+    char* res = device_alloc<char>(allocations_, result_bytes);
+    check_cuda(cudaMemset(res, 0, result_bytes), "cudaMemset(fetch result)");
+    t.result = reinterpret_cast<GpuFetchResult*>(res);
+    t.experts = reinterpret_cast<GpuFetchedExpert*>(res + sizeof(GpuFetchResult));
+    t.selection = device_alloc<uint32_t>(allocations_, max_ids_);
+    t.cmds = device_alloc<FetchCmd>(allocations_, max_commands_);
+    t.remaining = device_alloc<uint32_t>(allocations_, options_.max_experts_per_fetch);
+  }
+  st.stall_ns = device_copy(allocations_, std::vector<unsigned long long>(catalog_.n_layers, 0));
+  result_ = st.table[kDemand].result;
+  experts_ = st.table[kDemand].experts;
+  selection_ = st.table[kDemand].selection;
+  cudaEvent_t chain = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&chain, cudaEventDisableTiming), "cudaEventCreate(expert fetcher)");
+  chain_ = chain;
   state_ = device_alloc<GpuFetcherState>(allocations_, 1);
   check_cuda(cudaMemcpy(state_, &st, sizeof(st), cudaMemcpyHostToDevice), "cudaMemcpy(expert fetcher state)");
 }
@@ -436,11 +511,12 @@ GpuExpertFetcher::~GpuExpertFetcher() {
     }
   }
   cudaDeviceSynchronize();
+  if (chain_) cudaEventDestroy(static_cast<cudaEvent_t>(chain_));
   for (void* p : allocations_) cudaFree(p);
 }
 
-void GpuExpertFetcher::retire_done(bool block) {
-  while (!tickets_.empty() && (block || submitter_.done(tickets_.front()))) {
+void GpuExpertFetcher::retire_done(bool block, size_t keep) {
+  while (tickets_.size() > keep && (block || submitter_.done(tickets_.front()))) {
     const uint64_t t = tickets_.front();
     tickets_.pop_front();
     try {
@@ -451,31 +527,63 @@ void GpuExpertFetcher::retire_done(bool block) {
   }
 }
 
-void GpuExpertFetcher::fetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {
+void GpuExpertFetcher::check_request(uint32_t layer, uint32_t n_ids) const {
   if (n_ids > max_ids_)
     throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: " + std::to_string(n_ids) +
                                                  " routing ids in one fetch; at most " + std::to_string(max_ids_));
   if (layer >= catalog_.n_layers)
     throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: layer " + std::to_string(layer) +
                                                  " has no experts (" + std::to_string(catalog_.n_layers) + " layers)");
+}
+
+// Place and pump kernels of one fetch or prefetch on `stream`, after every earlier fetch's and
+// prefetch's reads (the chain event): one LRU state, one set of queues, used by one fetch at a time.
+void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* device_ids, uint32_t n_ids,
+                              cuda_stream_t stream) {
   retire_done(false);
-  place_experts<<<1, 32, 0, cu(stream)>>>(state_, layer, device_ids, n_ids);
+  // The submitter holds a bounded number of tickets (a batched pass enqueues a fetch per token and
+  // layer): past half of them the host waits for the oldest.
+  retire_done(true, kMaxOutstanding - 1);
+  cudaEvent_t chain = static_cast<cudaEvent_t>(chain_);
+  check_cuda(cudaStreamWaitEvent(cu(stream), chain, 0), "GPU expert fetcher: ordering after the previous fetch");
+  place_experts<<<1, 32, 0, cu(stream)>>>(state_, which, layer, device_ids, n_ids);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the place kernel");
   GpuFetcherState* state = state_;
   const device::DeviceBuffer dst = scratch_map_->get();
   const uint64_t t = submitter_.issue_kernel(
       stream,
-      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count, 32, 0, cu(stream)>>>(l, state, dst); },
-      [state, layer](uint64_t g) {
+      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count, 32, 0, cu(stream)>>>(l, state, which, dst); },
+      [state, layer, which](uint64_t g) {
         GpuFetcherState st;
         FetchCmd c;
         if (cudaMemcpy(&st, state, sizeof(st), cudaMemcpyDeviceToHost) != cudaSuccess ||
-            cudaMemcpy(&c, st.cmds + g, sizeof(c), cudaMemcpyDeviceToHost) != cudaSuccess)
+            cudaMemcpy(&c, st.table[which].cmds + g, sizeof(c), cudaMemcpyDeviceToHost) != cudaSuccess)
           return std::string("expert read #") + std::to_string(g);
-        return "expert read #" + std::to_string(g) + " of layer " + std::to_string(layer) + ", LBA " +
-               std::to_string(c.lba) + ".." + std::to_string(c.lba + c.blocks - 1);
+        return std::string(which == kPrefetch ? "expert prefetch read #" : "expert read #") + std::to_string(g) +
+               " of layer " + std::to_string(layer) + ", LBA " + std::to_string(c.lba) + ".." +
+               std::to_string(c.lba + c.blocks - 1);
       });
   tickets_.push_back(t);
+  check_cuda(cudaEventRecord(chain, cu(stream)), "GPU expert fetcher: chain event");
+}
+
+void GpuExpertFetcher::fetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {
+  check_request(layer, n_ids);
+  // The stall clock starts before the wait on the chain: time waiting for a prefetch counts.
+  stall_begin<<<1, 1, 0, cu(stream)>>>(state_);
+  launch(kDemand, layer, device_ids, n_ids, stream);
+  stall_end<<<1, 1, 0, cu(stream)>>>(state_, layer);
+  check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the stall clock");
+}
+
+void GpuExpertFetcher::prefetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {
+  if (!can_prefetch())
+    throw Error(ErrorKind::kInvalidArgument,
+                "GPU expert fetcher: a prefetch needs a cache of at least 2 fetches (" +
+                    std::to_string(2 * options_.max_experts_per_fetch) + " experts); the cache holds " +
+                    std::to_string(capacity_) + ": raise cache_bytes, or do not prefetch");
+  check_request(layer, n_ids);
+  launch(kPrefetch, layer, device_ids, n_ids, stream);
 }
 
 std::vector<FetchedExpert> GpuExpertFetcher::wait() {
@@ -527,6 +635,24 @@ FetcherMetrics GpuExpertFetcher::metrics() const {
   m.last_faults = st.metrics.last_faults;
   m.steady_tokens = st.metrics.steady_tokens;
   m.steady_faults = st.metrics.steady_faults;
+  return m;
+}
+
+PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
+  check_cuda(cudaDeviceSynchronize(), "expert fetcher metrics");
+  GpuFetcherState st;
+  check_cuda(cudaMemcpy(&st, state_, sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch state)");
+  PrefetchMetrics m;
+  m.prefetches = st.metrics.prefetches;
+  m.reads = st.metrics.prefetch_reads;
+  m.bytes_read = st.metrics.prefetch_bytes;
+  m.hits = st.metrics.prefetch_hits;
+  m.wasted = st.metrics.prefetch_wasted;
+  m.wasted_bytes = st.metrics.prefetch_wasted_bytes;
+  std::vector<unsigned long long> ns(catalog_.n_layers);
+  check_cuda(cudaMemcpy(ns.data(), st.stall_ns, sizeof(unsigned long long) * ns.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy(stall clock)");
+  for (unsigned long long v : ns) m.stall_seconds.push_back(double(v) * 1e-9);
   return m;
 }
 

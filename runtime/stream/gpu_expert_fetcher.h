@@ -17,6 +17,14 @@
 //   f.fetch(layer, ids, n_ids, s);                    // reads start as soon as the router is done
 //   expert_ffn<<<..., s>>>(f.device_result(), f.device_experts(), f.scratchpad().device());
 //
+// Prefetch (MoE one-token lag): prefetch(layer, ids, s2) on another stream reads experts into the
+// cache ahead of routing, with the same rules and place kernel (into tables of its own, so consumers
+// of the previous fetch read theirs undisturbed); the next fetch() finds them as hits. Every fetch and
+// prefetch runs after the previous one's reads (one chain event: one LRU state, one set of queues),
+// so a prefetch overlaps the consumers' compute, not other reads. With a cache of >= 2 fetches a
+// prefetch never evicts an expert of the previous fetch (its experts are the most recently used:
+// at most max_experts_per_fetch older slots are taken), so its consumers may still be running.
+//
 // The next fetch on the stream reuses the result memory and (without a cache) the scratchpad, so a
 // token's consumers must be enqueued on that stream before the next fetch. A failed read marks its
 // expert failed (never ready) and the expert leaves the cache; wait() on the host throws it.
@@ -55,6 +63,10 @@ class GpuExpertFetcher {
   // Enqueues the fetch of layer `layer`'s experts named by device_ids[0..n_ids) on `stream`.
   // n_ids <= max_ids(); ids may repeat (top-k of several tokens). Returns at once.
   void fetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
+  // Enqueues on `stream` the reads of layer `layer`'s experts device_ids[0..n_ids) into the cache
+  // (no result for consumers; a bad id reads nothing). Needs can_prefetch(). Returns at once.
+  void prefetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
+  bool can_prefetch() const { return capacity_ >= 2 * options_.max_experts_per_fetch; }
   // Host: waits (bounded) for the latest fetch's reads; throws on a bad id, too many experts or a
   // failed read; returns the result as FetchedExpert (offsets, parts, hit).
   std::vector<FetchedExpert> wait();
@@ -69,13 +81,18 @@ class GpuExpertFetcher {
   uint32_t cache_capacity() const { return capacity_; }
   // Copied from the device (synchronizes with the device).
   FetcherMetrics metrics() const;
+  PrefetchMetrics prefetch_metrics() const;
   // Retries, resets behind the fetches (the submitter's count, issue #15).
   host::RecoveryStats recovery() const { return submitter_.recovery(); }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 
  private:
-  void retire_done(bool block);
+  // Retires finished fetches (block: waits, oldest first, until at most `keep` are outstanding).
+  void retire_done(bool block, size_t keep = 0);
+  static constexpr size_t kMaxOutstanding = 512;  // GpuSubmitterOptions::max_tickets is 1024
+  void check_request(uint32_t layer, uint32_t n_ids) const;
+  void launch(uint32_t which, uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
 
   host::Controller& controller_;
   GpuSubmitter& submitter_;
@@ -94,6 +111,7 @@ class GpuExpertFetcher {
   GpuFetchedExpert* experts_ = nullptr;
   uint32_t* selection_ = nullptr;
   std::vector<void*> allocations_;    // device memory to free
+  void* chain_ = nullptr;             // cudaEvent_t: recorded after every fetch's and prefetch's reads
   std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
 };

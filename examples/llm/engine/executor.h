@@ -32,6 +32,8 @@ struct ExecStats {
   bool has_experts = false;      // the fetcher ran (MoE with experts not in VRAM)
   stream::FetcherMetrics experts;
   LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
+  bool expert_prefetch = false;  // the one-token-lag prefetch ran
+  stream::PrefetchMetrics prefetch;  // what it did, and the fetches' stall time per layer
 };
 
 class Executor {
@@ -80,6 +82,7 @@ struct GpuExecOptions {
   uint32_t slots = 2;            // streaming slots (double buffering: 2)
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
   std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
+  std::optional<bool> expert_prefetch;  // MoE: one-token-lag prefetch (default: on when the cache holds 2 fetches)
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
   LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
 };

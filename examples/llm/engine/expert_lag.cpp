@@ -1,6 +1,7 @@
 #include "examples/llm/engine/expert_lag.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <iterator>
 #include <stdexcept>
 
@@ -31,6 +32,52 @@ void ExpertLag::token(std::span<const uint32_t> ids) {
     prev_[l] = std::move(cur);
   }
   c_.tokens += compared;
+}
+
+namespace {
+double total(const std::vector<double>& v) {
+  double t = 0;
+  for (double x : v) t += x;
+  return t;
+}
+}  // namespace
+
+std::string prefetch_summary(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
+  const double stall = total(p.stall_seconds);
+  size_t worst = 0;
+  for (size_t i = 0; i < p.stall_seconds.size(); ++i)
+    if (p.stall_seconds[i] > p.stall_seconds[worst]) worst = i;
+  char b[512];
+  const int n = on ? std::snprintf(b, sizeof b,
+                                   "expert prefetch (one-token lag): %llu prefetches read %llu experts (%.1f MB): %llu hit "
+                                   "(%.0f %%), %llu wasted (%.1f MB); ",
+                                   (unsigned long long)p.prefetches, (unsigned long long)p.reads, p.bytes_read / 1e6,
+                                   (unsigned long long)p.hits, p.reads ? 100.0 * double(p.hits) / double(p.reads) : 0.0,
+                                   (unsigned long long)p.wasted, p.wasted_bytes / 1e6)
+                   : std::snprintf(b, sizeof b, "expert prefetch: off; ");
+  std::string s(b, size_t(std::max(n, 0)));
+  std::snprintf(b, sizeof b,
+                "%llu post-routing faults; layers waited %.3f s for their experts (%.3f ms per fetch; most: layer %zu, %.3f s)",
+                (unsigned long long)fetch.faults, stall, fetch.tokens ? 1e3 * stall / double(fetch.tokens) : 0.0, worst,
+                p.stall_seconds.empty() ? 0.0 : p.stall_seconds[worst]);
+  return s + b;
+}
+
+std::string prefetch_json(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
+  char b[512];
+  std::snprintf(b, sizeof b,
+                "\"prefetch\":%s,\"prefetches\":%llu,\"prefetch_reads\":%llu,\"prefetch_bytes_read\":%llu,"
+                "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"prefetch_wasted_bytes\":%llu,"
+                "\"post_routing_faults\":%llu,\"stall_seconds\":%.6f,\"stall_seconds_per_layer\":[",
+                on ? "true" : "false", (unsigned long long)p.prefetches, (unsigned long long)p.reads,
+                (unsigned long long)p.bytes_read, (unsigned long long)p.hits, (unsigned long long)p.wasted,
+                (unsigned long long)p.wasted_bytes, (unsigned long long)fetch.faults, total(p.stall_seconds));
+  std::string s = b;
+  for (size_t i = 0; i < p.stall_seconds.size(); ++i) {
+    std::snprintf(b, sizeof b, "%s%.6f", i ? "," : "", p.stall_seconds[i]);
+    s += b;
+  }
+  return s + "]";
 }
 
 }  // namespace gpunvme::llm

@@ -1,11 +1,14 @@
-// How well a one-token-lag prefetch would do (issue #13): at each MoE layer, would "the experts the
-// previous token chose here" have been the ones this token chose? Measured from the routed ids of every
-// token; no read is issued for it (the prefetch itself is not implemented: the GPU expert fetcher runs
-// one fetch at a time on the compute stream, so an early fetch could not overlap anything yet).
+// How well a one-token-lag prefetch does (issue #13): at each MoE layer, were "the experts the previous
+// token chose here" the ones this token chose? Measured from the routed ids of every token, whether or
+// not the prefetch runs (GpuExpertFetcher::prefetch, counted there as reads, hits and waste). Also the
+// prefetch's report lines, written once for the engine's summary and JSON and bench/llm_tokens.
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
+
+#include "runtime/stream/expert_fetcher.h"
 
 namespace gpunvme::llm {
 
@@ -32,5 +35,11 @@ class ExpertLag {
   std::vector<std::vector<uint32_t>> prev_;  // [layer] distinct ids of the previous token, sorted
   LagCounts c_;
 };
+
+// One summary line: whether the prefetch ran, its reads, hits and waste, the post-routing faults
+// (`fetch`: the demand fetches) and the stall per layer (total, mean per fetch, worst layer).
+std::string prefetch_summary(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch);
+// The same as JSON members (no braces): "prefetch":..,"prefetch_reads":.., ..,"stall_seconds_per_layer":[..].
+std::string prefetch_json(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch);
 
 }  // namespace gpunvme::llm

@@ -12,12 +12,16 @@
 //     does not depend on the token.
 //   - MoE models: the streamer reads only a streamed layer's dense part (attention, norms, router); the
 //     router's top-k ids stay in GPU memory and the GPU expert fetcher reads just those experts (with an
-//     optional LRU cache in GPU-mapped memory) before the expert kernels run, all on the compute stream.
+//     optional LRU cache in GPU-mapped pinned memory) before the expert kernels run, on the compute
+//     stream. With a cache of two fetches, the experts the previous token chose at a layer are
+//     prefetched into it on a stream of their own before the layer runs (one-token lag; docs/engine.md).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "examples/gpu_toys.h"
 #include "examples/llm/compute/gpu_forward.h"
@@ -55,23 +59,43 @@ struct DeviceCopy {
 
 // MoE experts of layers not wholly in VRAM: the GPU expert fetcher reads the routed experts after the
 // router ran, on the compute stream, on queues of its own (the streamer's kernels drive theirs on the
-// I/O stream). Each fetch's ids are also copied into a per-layer log, read once per token for the
-// one-token-lag prediction counters (expert_lag.h).
+// I/O stream). Each fetch's ids are also copied into a per-layer log: the one-token-lag prediction
+// counters (expert_lag.h) read it once per token, and the prefetch reads layer L's entry (the experts
+// the previous pass chose there) into the cache on a stream of its own before layer L is computed.
 class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
-                 uint64_t cache_bytes)
+                 uint64_t cache_bytes, std::optional<bool> prefetch)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
                  stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}),
         k_(m.config.n_expert_used),
         lag_(k_, fetched_expert_bytes(plan)),
-        ids_(size_t(m.config.n_layer) * k_) {
+        ids_(size_t(m.config.n_layer) * k_),
+        logged_(m.config.n_layer, false) {
     device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&log_), ids_.size() * sizeof(uint32_t)), "cudaMalloc for the routing log");
     device::check_cuda(cudaMemset(log_, 0, ids_.size() * sizeof(uint32_t)), "routing log");
+    // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
+    if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
+      throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
+                               " experts (2 x " + std::to_string(k_) + " routed); it holds " +
+                               std::to_string(fetcher_.cache_capacity()) +
+                               ": raise --ram-budget or --expert-cache, or use --expert-prefetch off");
+    prefetch_ = prefetch.value_or(fetcher_.can_prefetch());
+    if (prefetch_) {
+      int lo = 0, hi = 0;
+      device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
+      device::check_cuda(cudaStreamCreateWithPriority(&prefetch_stream_, cudaStreamNonBlocking, hi), "prefetch stream");
+    }
   }
-  ~FetchedExperts() override { cudaFree(log_); }
+  ~FetchedExperts() override {
+    if (prefetch_stream_) {
+      cudaStreamSynchronize(prefetch_stream_);
+      cudaStreamDestroy(prefetch_stream_);
+    }
+    cudaFree(log_);
+  }
   FetchedExperts(const FetchedExperts&) = delete;
   FetchedExperts& operator=(const FetchedExperts&) = delete;
 
@@ -79,7 +103,18 @@ class FetchedExperts final : public ExpertSource {
     fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
     device::check_cuda(cudaMemcpyAsync(log_ + size_t(layer) * k_, ids, k * sizeof(uint32_t), cudaMemcpyDeviceToDevice, s),
                        "routing log");
+    logged_[layer] = true;
   }
+  // Before layer `layer`'s kernels are enqueued: the experts the previous pass routed to at this layer,
+  // read into the cache on the prefetch stream. The fetcher orders it after the previous fetch's reads
+  // (so it reads layer `layer`'s log entry of the previous pass, and overlaps that fetch's expert
+  // kernels and this layer's attention) and before this layer's fetch, which waits for it and finds
+  // the predicted experts as hits.
+  void prefetch(uint32_t layer) {
+    if (!prefetch_ || !logged_[layer]) return;
+    fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
+  }
+  bool prefetching() const { return prefetch_; }
   // After a token's kernels ran: its routed ids into the lag counters.
   void end_token(cudaStream_t s) {
     device::check_cuda(cudaMemcpyAsync(ids_.data(), log_, ids_.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "routing log");
@@ -90,6 +125,7 @@ class FetchedExperts final : public ExpertSource {
   const stream::GpuFetchedExpert* experts() const override { return fetcher_.device_experts(); }
   const uint32_t* selection() const override { return fetcher_.device_selection(); }
   stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
+  stream::PrefetchMetrics prefetch_metrics() const { return fetcher_.prefetch_metrics(); }
   const LagCounts& lag() const { return lag_.counts(); }
   void wait() { fetcher_.wait(); }
 
@@ -108,7 +144,10 @@ class FetchedExperts final : public ExpertSource {
   uint32_t k_;
   ExpertLag lag_;
   std::vector<uint32_t> ids_;  // host copy of the log (not pinned: a few hundred bytes per token)
+  std::vector<bool> logged_;   // [layer]: the log holds a fetch of it (a prediction exists)
   uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
+  bool prefetch_ = false;
+  cudaStream_t prefetch_stream_ = nullptr;
 };
 
 class GpuExecutor final : public Executor {
@@ -124,7 +163,7 @@ class GpuExecutor final : public Executor {
     load_tiers(o);
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
-                                                  o.expert_cache_bytes.value_or(plan_.expert_cache_bytes));
+                                                  o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch);
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
       std::vector<ByteRange> ranges;
       for (const LayerWeights& l : m_.weights.layers)
@@ -155,6 +194,7 @@ class GpuExecutor final : public Executor {
     for (const LayerWeights& l : m_.weights.layers) {
       const LayerPlacement& at = plan_.layers[l.index];
       ExpertSource* experts = at.experts_in_vram ? nullptr : experts_.get();
+      if (experts) experts_->prefetch(l.index);
       if (at.dense == Tier::kVram) {
         fwd_->layer(l, vram_[l.index]->view(), experts);
       } else if (at.dense == Tier::kRam) {
@@ -223,6 +263,8 @@ class GpuExecutor final : public Executor {
       s.has_experts = true;
       s.experts = experts_->metrics();
       s.lag = experts_->lag();
+      s.expert_prefetch = experts_->prefetching();
+      s.prefetch = experts_->prefetch_metrics();
     }
     return s;
   }
@@ -233,7 +275,9 @@ class GpuExecutor final : public Executor {
                   "GPU executor: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
                   "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB",
                   plan_.count(Tier::kVram), plan_.count(Tier::kRam), plan_.count(Tier::kNvme), streamer_ ? slots_ : 0,
-                  queues_ ? queues_->raw.size() : size_t(0), experts_ ? ", routed experts fetched after routing" : "",
+                  queues_ ? queues_->raw.size() : size_t(0), experts_ ? (experts_->prefetching() ? ", routed experts fetched after routing, prefetched by one-token lag"
+                                                                : ", routed experts fetched after routing (no prefetch)")
+                           : "",
                   fwd_->device_bytes() / 1e6);
     return b;
   }
