@@ -57,8 +57,9 @@ const char* kUsage =
     "  --modes        default gpunvme,mmap\n"
     "  --expert-prefetch  MoE models whose plan fetches experts: the one-token-lag prefetch per cell, a list of\n"
     "                 auto (the engine's default: on when the expert cache holds two fetches), on, off; default\n"
-    "                 auto (the JSON's \"prefetch\" says whether it ran). Cells with it on and off must give the\n"
-    "                 same logits; dense models run once\n"
+    "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
+    "                 without it is skipped). Cells with it on and off must give the same logits; dense models\n"
+    "                 run once\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
     "Striped drives are not offered: the engine streams from one namespace.\n";
 
@@ -281,13 +282,16 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
       const std::vector<std::string> pfs = plan.any_fetched_experts() ? prefetches : std::vector<std::string>{"-"};
       for (const std::string& d : drives) {
         for (const std::string& md : modes) {
+          bool auto_ran_without = false;  // an auto cell ran with the prefetch off: an off cell would repeat it
           for (const std::string& pf : pfs) {
             if (drive_free && (d != drives.front() || md != modes.front())) continue;
+            if (pf == "off" && auto_ran_without) continue;
             Cell c;
             try {
               c = run_cell(image, m, b, d, md, pf, warmup, tokens, slots, h2d);
               if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
               if (!first_hash) first_hash = c.logits_hash;
+              auto_ran_without |= pf == "auto" && !c.stats.expert_prefetch;
             } catch (const std::exception& e) {
               c = Cell{m.file->model_name(), b.text, d, md};
               c.prefetch = pf;

@@ -74,8 +74,6 @@ class FetchedExperts final : public ExpertSource {
         lag_(k_, fetched_expert_bytes(plan)),
         ids_(size_t(m.config.n_layer) * k_),
         logged_(m.config.n_layer, false) {
-    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&log_), ids_.size() * sizeof(uint32_t)), "cudaMalloc for the routing log");
-    device::check_cuda(cudaMemset(log_, 0, ids_.size() * sizeof(uint32_t)), "routing log");
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -88,6 +86,8 @@ class FetchedExperts final : public ExpertSource {
       device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
       device::check_cuda(cudaStreamCreateWithPriority(&prefetch_stream_, cudaStreamNonBlocking, hi), "prefetch stream");
     }
+    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&log_), ids_.size() * sizeof(uint32_t)), "cudaMalloc for the routing log");
+    device::check_cuda(cudaMemset(log_, 0, ids_.size() * sizeof(uint32_t)), "routing log");
   }
   ~FetchedExperts() override {
     if (prefetch_stream_) {
