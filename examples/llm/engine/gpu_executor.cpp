@@ -270,15 +270,15 @@ class GpuExecutor final : public Executor {
   }
 
   std::string describe() const override {
-    char b[384];
+    const char* moe = !experts_                 ? ""
+                      : experts_->prefetching() ? ", routed experts fetched after routing, prefetched by one-token lag"
+                                                : ", routed experts fetched after routing (no prefetch)";
+    char b[512];
     std::snprintf(b, sizeof b,
                   "GPU executor: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
                   "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB",
                   plan_.count(Tier::kVram), plan_.count(Tier::kRam), plan_.count(Tier::kNvme), streamer_ ? slots_ : 0,
-                  queues_ ? queues_->raw.size() : size_t(0), experts_ ? (experts_->prefetching() ? ", routed experts fetched after routing, prefetched by one-token lag"
-                                                                : ", routed experts fetched after routing (no prefetch)")
-                           : "",
-                  fwd_->device_bytes() / 1e6);
+                  queues_ ? queues_->raw.size() : size_t(0), moe, fwd_->device_bytes() / 1e6);
     return b;
   }
 
