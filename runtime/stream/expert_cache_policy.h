@@ -1,6 +1,8 @@
 // The expert cache's LRU policy as data: which slot every expert of a fetch uses and which expert
 // leaves. The CPU ExpertFetcher runs it; the GPU fetcher's place kernel runs the same rules on the
-// same state (initial_slot_used(), a touch clock) and the GPU suite checks both agree id for id.
+// same state (initial_slot_used(), a touch clock) and the GPU suite checks both agree id for id. A
+// GPU prefetch (GpuExpertFetcher::prefetch) is a fetch to this policy: its keys are chosen and
+// committed by the same rules (tests/gpu/test_gpu_prefetch.cpp holds that too).
 //
 // Rules, per fetch of distinct keys (key = layer * n_experts + expert), in request order:
 //   1. hits: a resident key keeps its slot; hits are touched first, in request order;
