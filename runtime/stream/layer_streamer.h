@@ -117,6 +117,8 @@ class LayerStreamer {
   void sync();
 
   const StreamStats& stats() const { return stats_; }
+  // Retries, aborts, resets behind the streamed reads (the submitter's count, issue #15).
+  host::RecoveryStats recovery() const { return submitter_.recovery(); }
   void reset_stats() { stats_ = {}; }
 
  private:
