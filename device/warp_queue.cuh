@@ -144,15 +144,19 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
 }
 
 // Phase 2: writes up to kSubmitRounds * 32 of the remaining commands (make(i, cid, &tag)) into the
-// SQ, within the depth and the ring's room. Returns the commands written (the caller rings).
+// SQ, within the depth (in flight plus retries pending) and the ring's room. Returns the commands
+// written (the caller rings).
 template <class Make>
 __device__ __forceinline__ uint32_t submit_pass(const PumpContext& c, WarpState& s, uint64_t count, uint64_t& issued,
                                                 Make& make) {
   const uint32_t lane = lane_id();
-  if (s.faults != 0 || issued >= count || s.in_flight >= c.max_in_flight) return 0;
+  // The depth counts commands waiting for a retry too (the CPU path's RecoveringQueue::outstanding()):
+  // a failed command keeps its place, so at depth 1 its re-issues come before any newer command.
+  const uint32_t outstanding = s.in_flight + s.retry_pending;
+  if (s.faults != 0 || issued >= count || outstanding >= c.max_in_flight) return 0;
   uint32_t n = 0;
   const uint64_t want64 = count - issued;
-  const uint32_t room = c.max_in_flight - s.in_flight;
+  const uint32_t room = c.max_in_flight - outstanding;
   const uint32_t ring_room = s.sq.free_slots();
   uint32_t want = uint32_t(want64 < room ? want64 : room);
   if (ring_room < want) want = ring_room;
@@ -237,7 +241,8 @@ __device__ __forceinline__ void join_recovery(const PumpContext& c, WarpState& s
 //                                                  Called again with the same i to re-issue it.
 //   done(tag, status)                              called once per command, by the lane that reaped
 //                                                  its completion: success, or the final error.
-// depth caps the commands in flight (besides the ring: entries - 1). Returns this run's report;
+// depth caps the commands outstanding: in flight or waiting for a retry (besides the ring: entries - 1),
+// as the CPU path's queue depth counts RecoveringQueue::outstanding(). Returns this run's report;
 // the queue's state is written back, and the queue given up, before returning.
 template <class Make, class Done>
 __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth, uint64_t timeout_ns, Make make,
