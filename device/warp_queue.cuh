@@ -85,6 +85,7 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
   uint32_t my_sqhd = 0;
   uint32_t bad = 0, good = 0, errs = 0, retried = 0;
   uint64_t retry_due = ~0ull;
+  bool any_error = false;  // warp-uniform: a fault-free pass skips the retry bookkeeping below
   const uint32_t last = reaped - 1;
 #pragma unroll
   for (uint32_t r = 0; r < kPollRounds; ++r) {
@@ -99,6 +100,7 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
       const uint32_t err_mask = __ballot_sync(kFullMask, valid && !st.ok());
       bool retry = false;
       if (err_mask != 0) {  // the error path (warp-uniform): the retry policy decides per command
+        any_error = true;
         const uint64_t now = warp_now();
         uint64_t due = ~0ull;
         if (valid && !st.ok()) retry = schedule_retry(c, cid, st, now, &due);
@@ -133,7 +135,7 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
   s.in_flight -= reaped;
   s.completed += ngood;
   s.failed += nerr;
-  const uint32_t nretry = __reduce_add_sync(kFullMask, retried);
+  const uint32_t nretry = any_error ? __reduce_add_sync(kFullMask, retried) : 0u;
   if (nretry) {
     const uint64_t due = warp_min64(retry_due);
     s.retry_due = s.retry_pending == 0 || due < s.retry_due ? due : s.retry_due;
