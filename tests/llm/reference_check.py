@@ -21,10 +21,11 @@ the generated ones; --models DIR may hold them already, e.g. on a machine withou
 The prompts run in the engine's default batched passes (--batch 512): the long cases (a few hundred tokens;
 scripts/llm/reference.py) go through one or two passes of many tokens, the short ones through one.
 With --variants every case also runs token by token (--batch 1) and with speculative decoding (--draft
-lookup): their tokens and all their logits must be the batched run's to the bit, so batched = token by
-token = llama.cpp. On --path cpu, of the real Gemma's long cases only the longest runs (it crosses the
-model's 512-token sliding window; each such case takes a minute on 2 cores): the others run with
---long-gemma, and always on --path gpu.
+lookup), with the batched run's residency: their tokens and all their logits must be the batched run's to
+the bit, so batched = token by token = llama.cpp. On --path cpu, of the real Gemma's long cases only the
+longest runs (593 tokens, past the model's 512-token sliding window; half a minute or more on 2 cores):
+the others run with --long-gemma, and always on --path gpu (the 283-token one fails the near-tie rule at
+step 1: docs/engine.md, Correctness).
 With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
 two runs' logits must be equal to the bit (streaming changes nothing). With --tiers, every case runs with
 --resident all and with budgets that put about a third of the layers in each tier (VRAM, pinned RAM,
