@@ -19,9 +19,9 @@ lists below are added this way); a changed file gets all its cases made anew.
 Long prompts (several hundred tokens, LONG_*): llama.cpp evaluates them with a context just large enough
 for the prompt and the 32 steps (at least 512, the short prompts' setting) and in llama-cpp-python's
 chunks of n_batch = 512 tokens, so the prompt is one batch or two, as the engine's default --batch 512
-splits it too (llama.cpp's CPU logits do not depend on the chunking: with chunks of 32 the long cases' top-5
-logits came out the same to the bit). Every prompt plus the steps must fit the model's training context (the generated models:
-512, so at most 480 prompt ids; the real Gemma: 32768).
+splits it too (llama.cpp's CPU logits do not depend on the chunking: with chunks of 32 the long cases'
+top-5 logits came out the same to the bit). Every prompt plus the steps must fit the model's training
+context (the generated models: 512, so at most 480 prompt ids; the real Gemma: 32768).
 """
 import argparse
 import json
