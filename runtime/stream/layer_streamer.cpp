@@ -378,6 +378,12 @@ void LayerStreamer::keep_failure(std::exception_ptr e) {
   if (!first_failure_) first_failure_ = std::move(e);
 }
 
+void LayerStreamer::throw_if_failed() {
+  stream_ordered("throw_if_failed");
+  retire_gpu_loads(false);
+  if (first_failure_) std::rethrow_exception(std::exchange(first_failure_, nullptr));
+}
+
 void LayerStreamer::sync() {
   stream_ordered("sync");
   for (GpuLoad& g : gpu_loads_) {

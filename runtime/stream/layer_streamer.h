@@ -119,6 +119,10 @@ class LayerStreamer {
   // ticket_state::kFailed in SlotView::status at once); fills stats(). A failed load does not stop
   // the streamer: begin() and wait() of later layers go on. Call before reading stats().
   void sync();
+  // Non-blocking: retires the GPU-ordered loads whose consumers got past them and throws the first
+  // failure since the last sync(). For a consumer that must stop at the token it computed on a failed
+  // load (the engine, after each token's logits), not only at sync().
+  void throw_if_failed();
 
   const StreamStats& stats() const { return stats_; }
   // Retries, aborts, resets behind the streamed reads (the submitter's count, issue #15).
