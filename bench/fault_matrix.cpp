@@ -59,12 +59,13 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   std::string cells;
   size_t ran = 0;
-  if (!json)
-    std::printf("%-26s %-13s %-9s %-8s %9s  %s\n", "fault", "workload", "outcome", "expected", "seconds", "recovery / error");
   for (const faultmx::FaultCase& f : faultmx::fault_cases()) {
     if (std::string(f.name).find(fault_filter) == std::string::npos) continue;
     for (faultmx::Workload w : faultmx::kWorkloads) {
       if (std::string(faultmx::workload_name(w)).find(workload_filter) == std::string::npos) continue;
+      if (!json && ran == 0)
+        std::printf("%-26s %-13s %-9s %-8s %9s  %s\n", "fault", "workload", "outcome", "expected", "seconds",
+                    "recovery / error");
       const faultmx::CellResult r = faultmx::run_cell(f, w, o);
       ++ran;
       all_ok &= r.as_expected;

@@ -826,14 +826,14 @@ int main(int argc, char** argv) {
           row.error = "bytes did not verify (no figures): " + row.mismatch;
         }
         if (!o.json) {
-          if (row.ran)
+          if (row.ran) {
             std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n",
                         profile.c_str(), mode.c_str(), row.gbps_read(), row.gbps_io(), row.gbps_pipe(),
                         row.verified ? "verified" : "MISMATCH");
-          if (row.ran && row.recovery.any())
-            std::printf("  [%s] %-11s recovery: %s\n", profile.c_str(), mode.c_str(),
-                        host::recovery_text(row.recovery).c_str());
-          else if (!row.unavailable.empty())
+            if (row.recovery.any())
+              std::printf("  [%s] %-11s recovery: %s\n", profile.c_str(), mode.c_str(),
+                          host::recovery_text(row.recovery).c_str());
+          } else if (!row.unavailable.empty())
             std::printf("  [%s] %-11s not available: %s\n", profile.c_str(), mode.c_str(), row.unavailable.c_str());
           else
             std::printf("  [%s] %-11s FAILED: %s\n", profile.c_str(), mode.c_str(), row.error.c_str());

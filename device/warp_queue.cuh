@@ -85,6 +85,7 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
   uint32_t my_sqhd = 0;
   uint32_t bad = 0, good = 0, errs = 0, retried = 0;
   uint64_t retry_due = ~0ull;
+  bool any_error = false;  // warp-uniform: a fault-free pass skips the retry bookkeeping below
   const uint32_t last = reaped - 1;
 #pragma unroll
   for (uint32_t r = 0; r < kPollRounds; ++r) {
@@ -99,6 +100,7 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
       const uint32_t err_mask = __ballot_sync(kFullMask, valid && !st.ok());
       bool retry = false;
       if (err_mask != 0) {  // the error path (warp-uniform): the retry policy decides per command
+        any_error = true;
         const uint64_t now = warp_now();
         uint64_t due = ~0ull;
         if (valid && !st.ok()) retry = schedule_retry(c, cid, st, now, &due);
@@ -133,7 +135,7 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
   s.in_flight -= reaped;
   s.completed += ngood;
   s.failed += nerr;
-  const uint32_t nretry = __reduce_add_sync(kFullMask, retried);
+  const uint32_t nretry = any_error ? __reduce_add_sync(kFullMask, retried) : 0u;
   if (nretry) {
     const uint64_t due = warp_min64(retry_due);
     s.retry_due = s.retry_pending == 0 || due < s.retry_due ? due : s.retry_due;
@@ -144,15 +146,19 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
 }
 
 // Phase 2: writes up to kSubmitRounds * 32 of the remaining commands (make(i, cid, &tag)) into the
-// SQ, within the depth and the ring's room. Returns the commands written (the caller rings).
+// SQ, within the depth (in flight plus retries pending) and the ring's room. Returns the commands
+// written (the caller rings).
 template <class Make>
 __device__ __forceinline__ uint32_t submit_pass(const PumpContext& c, WarpState& s, uint64_t count, uint64_t& issued,
                                                 Make& make) {
   const uint32_t lane = lane_id();
-  if (s.faults != 0 || issued >= count || s.in_flight >= c.max_in_flight) return 0;
+  // The depth counts commands waiting for a retry too (the CPU path's RecoveringQueue::outstanding()):
+  // a failed command keeps its place, so at depth 1 its re-issues come before any newer command.
+  const uint32_t outstanding = s.in_flight + s.retry_pending;
+  if (s.faults != 0 || issued >= count || outstanding >= c.max_in_flight) return 0;
   uint32_t n = 0;
   const uint64_t want64 = count - issued;
-  const uint32_t room = c.max_in_flight - s.in_flight;
+  const uint32_t room = c.max_in_flight - outstanding;
   const uint32_t ring_room = s.sq.free_slots();
   uint32_t want = uint32_t(want64 < room ? want64 : room);
   if (ring_room < want) want = ring_room;
@@ -237,7 +243,8 @@ __device__ __forceinline__ void join_recovery(const PumpContext& c, WarpState& s
 //                                                  Called again with the same i to re-issue it.
 //   done(tag, status)                              called once per command, by the lane that reaped
 //                                                  its completion: success, or the final error.
-// depth caps the commands in flight (besides the ring: entries - 1). Returns this run's report;
+// depth caps the commands outstanding: in flight or waiting for a retry (besides the ring: entries - 1),
+// as the CPU path's queue depth counts RecoveringQueue::outstanding(). Returns this run's report;
 // the queue's state is written back, and the queue given up, before returning.
 template <class Make, class Done>
 __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth, uint64_t timeout_ns, Make make,

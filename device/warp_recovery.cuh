@@ -73,6 +73,7 @@ __device__ uint32_t retry_pass(const PumpContext& c, WarpState& s, Make& make) {
   __syncwarp();  // other lanes' id-table stores (schedule_retry, submit_pass) before this scan reads them
   const uint64_t now = warp_now();
   if (now < s.retry_due) return 0;
+  // A pending retry already holds its place in the depth (submit_pass counts it): room is there.
   const uint32_t depth_room = c.max_in_flight > s.in_flight ? c.max_in_flight - s.in_flight : 0;
   const uint32_t ring_room = s.sq.free_slots();
   const uint32_t room = depth_room < ring_room ? depth_room : ring_room;

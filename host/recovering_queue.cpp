@@ -140,7 +140,6 @@ void RecoveringQueue::scan() {
 }
 
 void RecoveringQueue::abort_overdue(uint16_t cid, Cmd& c) {
-  const auto t0 = Clock::now();
   ++stats_.aborts;
   bool took = false;
   try {
@@ -158,7 +157,7 @@ void RecoveringQueue::abort_overdue(uint16_t cid, Cmd& c) {
   // aborted (the controller does not have it: a lost completion, a wrong CID): reset next scan.
   const auto t1 = Clock::now();
   c.abort_by = took ? t1 + options_.abort_timeout : t1;
-  stats_.seconds_lost += seconds(t1 - t0);
+  stats_.seconds_lost += seconds(t1 - c.seen);  // waiting out the timeout, then the Abort itself
 }
 
 void RecoveringQueue::reset_and_resubmit(const std::string& why) {

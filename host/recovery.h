@@ -23,7 +23,9 @@ struct RecoveryStats {
   uint64_t resubmitted = 0;      // commands submitted again after a reset (this path's or another's)
   uint64_t protocol_errors = 0;  // completions for command ids not in flight, ignored
   uint64_t failed = 0;           // commands given up: DNR set, attempts spent, or recovery impossible
-  double seconds_lost = 0;       // wall time inside aborts and resets, plus retry backoff waits
+  // Wall time lost: each timed-out command's wait until its Abort, the Abort, resets, and each
+  // retry's wait for resubmission. Waits of commands in flight together are each counted.
+  double seconds_lost = 0;
 
   bool any() const { return retries + timeouts + aborts + resets + resubmitted + protocol_errors + failed != 0; }
   RecoveryStats& operator+=(const RecoveryStats& o) {

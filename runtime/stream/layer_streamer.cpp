@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <string>
-
 #include <thread>
+#include <utility>
 
 #include "host/cuda_device.h"
 #include "host/error.h"
@@ -316,15 +316,22 @@ bool LayerStreamer::retire_gpu_load(GpuLoad& g, bool block) {
     GpuTicketTimes t;
     g.ticket_retired = true;  // wait() forgets the ticket even when it throws
     if (slots_[g.slot].ticket == g.ticket) slots_[g.slot].landed = true;
-    sub->wait_timed(g.ticket, &t);
-    LayerTiming lt;
-    lt.layer = g.layer;
-    lt.bytes = g.bytes;
-    lt.io_ms = t.ms();
-    stats_.layers += 1;
-    stats_.bytes += g.bytes;
-    stats_.io_seconds += lt.io_ms / 1e3;
-    stats_.per_layer.push_back(lt);
+    try {
+      sub->wait_timed(g.ticket, &t);
+      LayerTiming lt;
+      lt.layer = g.layer;
+      lt.bytes = g.bytes;
+      lt.io_ms = t.ms();
+      stats_.layers += 1;
+      stats_.bytes += g.bytes;
+      stats_.io_seconds += lt.io_ms / 1e3;
+      stats_.per_layer.push_back(lt);
+    } catch (const Error&) {
+      // This load failed: its consumer saw ticket_state::kFailed in its status word, and sync()
+      // throws the error. Nothing else is wrong: the submitter's queues stay usable (it rebuilt them
+      // if they faulted), so later loads go on, and begin() never throws an older load's error.
+      keep_failure(std::current_exception());
+    }
   }
   if (g.stall_end) {
     if (block) {
@@ -367,19 +374,29 @@ void LayerStreamer::retire_gpu_loads(bool block) {
   gpu_loads_.resize(keep);
 }
 
+void LayerStreamer::keep_failure(std::exception_ptr e) {
+  if (!first_failure_) first_failure_ = std::move(e);
+}
+
+void LayerStreamer::throw_if_failed() {
+  stream_ordered("throw_if_failed");
+  retire_gpu_loads(false);
+  if (first_failure_) std::rethrow_exception(std::exchange(first_failure_, nullptr));
+}
+
 void LayerStreamer::sync() {
   stream_ordered("sync");
-  std::exception_ptr first;
   for (GpuLoad& g : gpu_loads_) {
     try {
       retire_gpu_load(g, true);  // loads nobody waited for yet stay in their slot, marked landed
     } catch (...) {
-      if (!first) first = std::current_exception();
+      keep_failure(std::current_exception());
     }
   }
   gpu_loads_.clear();
   stats_.elapsed_seconds = ms_since(first_begin_) / 1e3;
-  if (first) std::rethrow_exception(first);
+  // The first failure since the last sync(), also one that begin() found while retiring loads.
+  if (first_failure_) std::rethrow_exception(std::exchange(first_failure_, nullptr));
 }
 
 

@@ -32,6 +32,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <vector>
 
 #include "host/controller.h"
@@ -114,8 +115,14 @@ class LayerStreamer {
   SlotView wait(uint32_t slot, cuda_stream_t compute);          // `compute` waits for them; returns at once
   void release(uint32_t slot, cuda_stream_t compute);           // refill only after `compute`'s work so far
   // Blocks (bounded) until every GPU-ordered read ended and the compute stream passed every wait;
-  // throws the first failure; fills stats(). Call before reading stats() of GPU-ordered streaming.
+  // throws the first failure since the last sync() (a failed load's consumer sees
+  // ticket_state::kFailed in SlotView::status at once); fills stats(). A failed load does not stop
+  // the streamer: begin() and wait() of later layers go on. Call before reading stats().
   void sync();
+  // Non-blocking: retires the GPU-ordered loads whose consumers got past them and throws the first
+  // failure since the last sync(). For a consumer that must stop at the token it computed on a failed
+  // load (the engine, after each token's logits), not only at sync().
+  void throw_if_failed();
 
   const StreamStats& stats() const { return stats_; }
   // Retries, aborts, resets behind the streamed reads (the submitter's count, issue #15).
@@ -153,6 +160,7 @@ class LayerStreamer {
   StreamOrdered* stream_ordered(const char* what);  // the submitter's capability; throws kUnsupported
   bool retire_gpu_load(GpuLoad& g, bool block);  // true once its stats are in
   void retire_gpu_loads(bool block);
+  void keep_failure(std::exception_ptr e);  // the first one, for sync()
   void* take_event();
 
   host::Controller& controller_;
@@ -169,6 +177,7 @@ class LayerStreamer {
   std::vector<GpuLoad> gpu_loads_;   // in begin order
   std::vector<void*> spare_events_;  // timing events for stalls, reused
   std::vector<void*> all_events_;    // every event this streamer created (destroyed with it)
+  std::exception_ptr first_failure_; // a GPU-ordered load's error, until sync() throws it
 };
 
 // Per-command block limit for a namespace: MDTS, NLB, and an optional byte cap.

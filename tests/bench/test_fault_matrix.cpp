@@ -41,6 +41,14 @@ TEST_CASE("fault matrix, CPU path: recovered with bytes verified, or the expecte
     CHECK(r.recovery.resets == 1);
   }
   if (name == "error, DNR set") CHECK(r.recovery.retries == 0);
+  // Final errors come without a retry storm: removal is seen before any abort or reset is tried,
+  // a controller that never comes back is reset once.
+  if (name == "surprise removal") {
+    CHECK(r.recovery.aborts == 0);
+    CHECK(r.recovery.resets == 0);
+    CHECK(r.seconds < 1.0);
+  }
+  if (name == "never ready after reset") CHECK(r.recovery.resets == 1);
 }
 
 TEST_CASE("long run: a fault every few thousand commands, all data verified", "[bench][faults][recovery]") {

@@ -47,11 +47,12 @@ __global__ void verify_experts(const stream::GpuFetchResult* result, const strea
   uint64_t bad = 0;
   for (uint32_t d = 0; d < count; ++d) {
     const stream::GpuFetchedExpert* e = experts + d;
-    // Per-expert readiness: spin on the expert's ready word (bounded), as a consumer kernel would.
+    // Per-expert readiness: spin on the expert's ready word (bounded), as a consumer kernel would;
+    // a failed read sets `failed` and never `ready`, so that ends the spin at once.
     const uint64_t t0 = device::global_timer_ns();
     bool ready = true;
     while (*const_cast<const volatile uint32_t*>(&e->ready) != token) {
-      if (device::global_timer_ns() - t0 > 2'000'000'000ull) {
+      if (*const_cast<const volatile uint32_t*>(&e->failed) != 0 || device::global_timer_ns() - t0 > 2'000'000'000ull) {
         ready = false;
         break;
       }
