@@ -17,6 +17,7 @@
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
+#include "host/recovery.h"
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -176,6 +177,7 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
     j += b;
     j += llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + "},";
   }
+  j += "\"recovery\":" + host::recovery_json(e.recovery) + ",";
   j += "\"tokens\":[";
   for (size_t i = 0; i < r.tokens.size(); ++i) j += (i ? "," : "") + std::to_string(r.tokens[i]);
   j += "]}\n";
@@ -207,6 +209,7 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
                   1e3 * std::max(0.0, r.decode_seconds - e.stall_seconds) / r.decode_steps);
   }
   std::printf("resident: %u layers, %.1f MB read once at start\n", e.resident_layers, e.resident_bytes / 1e6);
+  if (e.recovery.any()) std::printf("recovery: %s\n", host::recovery_text(e.recovery).c_str());
   if (e.ram_layers)
     std::printf("RAM tier: %u layers, %.1f MB pinned, %.1f MB copied to the GPU per token (%.1f MB in all)\n", e.ram_layers,
                 e.ram_bytes / 1e6, e.ram_bytes_per_step / 1e6, e.ram_copied_bytes / 1e6);

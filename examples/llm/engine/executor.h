@@ -15,6 +15,7 @@
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/residency_plan.h"
+#include "host/recovery.h"
 #include "runtime/stream/expert_fetcher.h"
 
 namespace gpunvme::llm {
@@ -34,6 +35,7 @@ struct ExecStats {
   LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
   stream::PrefetchMetrics prefetch;  // what it did, and the fetches' stall time per layer
+  host::RecoveryStats recovery;      // retries, aborts, resets behind the streamed and fetched reads (#15)
 };
 
 class Executor {

@@ -126,6 +126,7 @@ class FetchedExperts final : public ExpertSource {
   const uint32_t* selection() const override { return fetcher_.device_selection(); }
   stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
   stream::PrefetchMetrics prefetch_metrics() const { return fetcher_.prefetch_metrics(); }
+  host::RecoveryStats recovery() const { return fetcher_.recovery(); }
   const LagCounts& lag() const { return lag_.counts(); }
   void wait() { fetcher_.wait(); }
 
@@ -213,6 +214,10 @@ class GpuExecutor final : public Executor {
       }
     }
     const std::span<const float> logits = fwd_->logits(all_logits);
+    // The logits are on the host, so every layer of this pass was consumed: a load that failed (its
+    // retries spent, or the controller lost) ends the generation here, not at finish(), so no text is
+    // ever printed from a layer that did not arrive.
+    if (streamer_) streamer_->throw_if_failed();
     // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
     // only its last token's ids, and a speculative pass's last token may be a rejected draft).
     if (experts_ && tokens.size() == 1) experts_->end_token(compute_);
@@ -258,6 +263,7 @@ class GpuExecutor final : public Executor {
       s.streamed_bytes = st.bytes;
       s.io_seconds = st.io_seconds;
       s.stall_seconds = st.wait_seconds;
+      s.recovery += streamer_->recovery();
     }
     if (experts_) {
       s.has_experts = true;
@@ -265,6 +271,7 @@ class GpuExecutor final : public Executor {
       s.lag = experts_->lag();
       s.expert_prefetch = experts_->prefetching();
       s.prefetch = experts_->prefetch_metrics();
+      s.recovery += experts_->recovery();
     }
     return s;
   }
