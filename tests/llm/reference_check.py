@@ -25,15 +25,13 @@ comparison stops there, counted as "near tie": never silently passed. Prints the
 per model. Exit 77 (skipped) without the reference file, or when no model could be had (gguf-py writes
 the generated ones; --models DIR may hold them already, e.g. on a machine without PyPI).
   reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
-                     [--resident-pair] [--tiers] [--variants] [--long-gemma] [--models DIR] [--only NAME...]
+                     [--resident-pair] [--tiers] [--variants] [--models DIR] [--only NAME...]
 The prompts run in the engine's default batched passes (--batch 512): the long cases (a few hundred tokens;
 scripts/llm/reference.py) go through one or two passes of many tokens, the short ones through one.
 With --variants every case also runs token by token (--batch 1) and with speculative decoding (--draft
 lookup), with the batched run's residency: their tokens and all their logits must be the batched run's to
-the bit, so batched = token by token = llama.cpp. On --path cpu, of the real Gemma's long cases only the
-longest runs (593 tokens, past the model's 512-token sliding window; half a minute or more on 2 cores):
-the others run with --long-gemma, and always on --path gpu (the 283-token one fails the near-tie rule at
-step 1: docs/engine.md, Correctness).
+the bit, so batched = token by token = llama.cpp. Every case runs on both paths, the real Gemma's long
+ones included (283 and 593 tokens; about two minutes for the model on 2 cores).
 With --path gpu --resident-pair, every case also runs with --resident all and --resident none and the
 two runs' logits must be equal to the bit (streaming changes nothing). With --tiers, every case runs with
 --resident all and with budgets that put about a third of the layers in each tier (VRAM, pinned RAM,
@@ -58,7 +56,6 @@ sys.path.insert(0, os.path.join(ROOT, "scripts", "llm"))
 from llm_files import gemma_path, sha256  # noqa: E402
 NEAR_TIE = 0.12  # logits; the least tolerance of a near tie, whatever llama.cpp's own spread (see above)
 SPREAD_FACTOR = 2  # a near tie's tolerance is at least this many times llama.cpp's own spread there (see above)
-LONG = 100  # prompt tokens from which a case is a long one (scripts/llm/reference.py: LONG_*)
 # Runs whose tokens and logits must equal the batched run's (--variants).
 VARIANTS = [("token by token (--batch 1)", "batch1", ["--batch", "1"]),
             ("lookup drafts (--draft lookup)", "draft", ["--draft", "lookup"])]
@@ -213,8 +210,6 @@ def main():
     ap.add_argument("--tiers", action="store_true")
     ap.add_argument("--variants", action="store_true",
                     help="also --batch 1 and --draft lookup per case: tokens and logits equal to the batched run's")
-    ap.add_argument("--long-gemma", action="store_true",
-                    help="on --path cpu all the real Gemma's long cases, not only the longest (minutes)")
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
@@ -241,13 +236,9 @@ def main():
             failed += 1
             continue
         device = deploy(a.gpunvme, path, models_dir)
-        worst, statuses, lengths, left, extra_failed = 0.0, [], [], 0, 0
-        longest = max(len(c["prompt_ids"]) for c in entry["cases"])
+        worst, statuses, lengths, extra_failed = 0.0, [], [], 0
         for k, case in enumerate(entry["cases"]):
             n_ids = len(case["prompt_ids"])
-            if (name == "gemma3-270m" and a.path == "cpu" and not a.long_gemma and LONG <= n_ids < longest):
-                left += 1
-                continue
             label = f"{name} case {k} ({n_ids}-token prompt)"
             ours, failures = run_checked(a, device, case, ref["steps"], models_dir, label if k == 0 else None)
             status, detail, diff = compare_case(ours, case)
@@ -266,8 +257,7 @@ def main():
               f"{statuses.count('near-tie')} stopped at a near tie, {statuses.count('FAIL')} failed; "
               f"largest logit difference {worst:.4f}; prompts of {min(lengths, default=0)}-{max(lengths, default=0)} tokens"
               + (f"; {extra_failed} other check(s) failed" if extra_failed else
-                 ", batched = token by token = lookup drafts" if a.variants else "")
-              + (f"; {left} long case(s) left to --long-gemma" if left else ""))
+                 ", batched = token by token = lookup drafts" if a.variants else ""))
     print(f"reference: llama-cpp-python {ref['llama_cpp_python']}")
     if failed:
         return 1
