@@ -4,6 +4,7 @@
 # output is appended to $OUT/session.log under a header (JSON goes to $OUT where a tool writes it);
 # a summary line per step goes to stdout, so a failed step never hides behind a later one.
 #   STEPS="build probe gpu-suite meson cmd-rate layer-stream" bash scripts/gpu_session.sh
+# (also: engine, engine-speed, recovery, llm-tokens; see each step_ below)
 # BD (build dir, default /tmp/bd), OUT (default ./gpu-out), JOBS (default nproc).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,25 @@ step_engine_speed() {
         --resident $r --json-out "$OUT/llm_${drive}_$r.json" | tail -7 || return 1
     done
   done
+}
+
+# Recovery (issue #15): the GPU fault matrix, the CPU one, and the no-fault cost against the tree before
+# recovery built in $BASE_BD (e.g. from `git archive 0c33f5e`), alternating in the same call.
+step_recovery() {
+  "$BD/tests/gpu/gpu_tests" "[recovery]" && "$BD/bench/fault_matrix" --json > "$OUT/fault_matrix.json" || return 1
+  [ -n "${BASE_BD:-}" ] || return 0
+  for r in 1 2; do
+    for b in "$BASE_BD" "$BD"; do echo "--- $b"; "$b/bench/gpu_cmd_rate" --skip-ram | tail -4; done
+  done
+}
+# Tokens/s at the I/O bound (issue #13): the 70B-shaped model generated onto /dev/shm, both loaders.
+step_llm_tokens() {
+  "$BD/examples/llm_make_model" --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=55G | tail -1 &&
+    "$BD/bench/llm_tokens" --image /dev/shm/m.img --budgets 22G:0 --drives none,pcie4,pcie5 --tokens 2 \
+      --json-out "$OUT/llm_tokens_70b.json"
+  local rc=$?
+  rm -f /dev/shm/m.img
+  return $rc
 }
 
 fails=0
