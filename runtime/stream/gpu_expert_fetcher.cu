@@ -622,10 +622,15 @@ std::vector<FetchedExpert> GpuExpertFetcher::wait() {
   return out;
 }
 
-FetcherMetrics GpuExpertFetcher::metrics() const {
-  check_cuda(cudaDeviceSynchronize(), "expert fetcher metrics");
+GpuFetcherState GpuExpertFetcher::read_state(const char* what) const {
+  check_cuda(cudaDeviceSynchronize(), what);
   GpuFetcherState st;
   check_cuda(cudaMemcpy(&st, state_, sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch state)");
+  return st;
+}
+
+FetcherMetrics GpuExpertFetcher::metrics() const {
+  const GpuFetcherState st = read_state("expert fetcher metrics");
   FetcherMetrics m;
   m.tokens = st.metrics.tokens;
   m.requested = st.metrics.requested;
@@ -639,9 +644,7 @@ FetcherMetrics GpuExpertFetcher::metrics() const {
 }
 
 PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
-  check_cuda(cudaDeviceSynchronize(), "expert fetcher metrics");
-  GpuFetcherState st;
-  check_cuda(cudaMemcpy(&st, state_, sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch state)");
+  const GpuFetcherState st = read_state("expert fetcher metrics");
   PrefetchMetrics m;
   m.prefetches = st.metrics.prefetches;
   m.reads = st.metrics.prefetch_reads;
@@ -657,9 +660,7 @@ PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
 }
 
 std::vector<uint32_t> GpuExpertFetcher::resident_per_layer() const {
-  check_cuda(cudaDeviceSynchronize(), "expert fetcher residency");
-  GpuFetcherState st;
-  check_cuda(cudaMemcpy(&st, state_, sizeof(st), cudaMemcpyDeviceToHost), "cudaMemcpy(fetch state)");
+  const GpuFetcherState st = read_state("expert fetcher residency");
   std::vector<int32_t> where(catalog_.parts.size());
   check_cuda(cudaMemcpy(where.data(), st.where, sizeof(int32_t) * where.size(), cudaMemcpyDeviceToHost),
              "cudaMemcpy(cache table)");

@@ -88,6 +88,9 @@ class GpuExpertFetcher {
   const ExpertCatalog& catalog() const { return catalog_; }
 
  private:
+  // The device-side state (counters, tables), after every fetch and prefetch so far ended; `what`
+  // names the caller in a CUDA error.
+  GpuFetcherState read_state(const char* what) const;
   // Retires finished fetches (block: waits, oldest first, until at most `keep` are outstanding).
   void retire_done(bool block, size_t keep = 0);
   static constexpr size_t kMaxOutstanding = 512;  // GpuSubmitterOptions::max_tickets is 1024
