@@ -18,11 +18,15 @@ TEST_CASE("fault matrix, CPU path: recovered with bytes verified, or the expecte
   faultmx::CellOptions o;
   o.reads = 3000;
   o.layers = 1000;
+  // 500 ms, not the bench's 100 ms: on two cores shared with the rest of the suite, the emulator's
+  // threads were once descheduled past 100 ms, so healthy commands timed out, their aborts too, and a
+  // reset followed. The injected faults (drops, 10 s delays) are still far past this deadline.
+  o.timeout_ms = 500;
   const faultmx::CellResult r = faultmx::run_cell(f, w, o);
   INFO(faultmx::cell_json(r));
   CHECK(r.as_expected);
   CHECK(r.bad_bytes == 0);
-  // Bounded: a few timeouts, aborts and resets (100 ms timeouts, CAP.TO 500 ms) on top of the work.
+  // Bounded: a few timeouts, aborts and resets (500 ms timeouts, CAP.TO 500 ms) on top of the work.
   CHECK(r.seconds < 8.0);
   if (f.recovers) {
     CHECK(r.recovered);
