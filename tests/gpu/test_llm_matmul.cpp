@@ -1,6 +1,6 @@
 // The engine's batched matrix kernel (examples/llm/compute/gpu_matmul.h) on the GPU: for every weight
-// type, batch sizes across the kernel's token tile, rows that do not fill a block, wide rows (fewer warps
-// per block) and a stacked expert matrix chosen by a device-side id, every (row, token) result must
+// type, batch sizes across the kernel's token tile, rows that do not fill a block, wide rows (up to
+// Llama-3-70B's 28672-wide FFN row) and a stacked expert matrix chosen by a device-side id, every (row, token) result must
 // have the bits of the single-token matrix-vector kernel (so a batched pass gives the logits of
 // single-token passes), and be the CPU's dot product up to float rounding.
 #include <catch2/catch_test_macros.hpp>
@@ -47,7 +47,7 @@ TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every toke
                               GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
   struct Shape { uint32_t rows, cols, n, mats; };
   const Shape sh = GENERATE(Shape{37, 512, 1, 1}, Shape{37, 512, 7, 1}, Shape{37, 512, 9, 1}, Shape{64, 256, 33, 1},
-                            Shape{19, 8192, 5, 1}, Shape{21, 768, 12, 3});
+                            Shape{19, 8192, 5, 1}, Shape{9, 28672, 17, 1}, Shape{21, 768, 12, 3});
   CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.n, sh.mats);
   std::mt19937 rng(uint32_t(t) * 7 + sh.n);
   const auto w = llm::test::random_rows(t, sh.cols, uint64_t(sh.rows) * sh.mats, rng);

@@ -26,7 +26,8 @@ using gpu::warp_sum;
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
 // offset the fetcher recorded for the k-th routing id.
-__global__ void matvec_fetched_kernel(GgmlType t, const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
+template <GgmlType T>
+__global__ void matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
                                       uint32_t rows, uint32_t cols, const float* x, float* y) {
   const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
@@ -39,7 +40,7 @@ __global__ void matvec_fetched_kernel(GgmlType t, const uint8_t* scratch, const 
     if (lane == 0) y[row] = NAN;
     return;
   }
-  const float dot = warp_dot_row(t, scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
+  const float dot = warp_dot_row<T>(scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
   if (lane == 0) y[row] = dot;
 }
 
@@ -336,9 +337,11 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
   if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
   auto expert_matvec = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
     if (!src) return matmul(s, w, v.at(w), x, 1, nullptr, y, experts_ + k);
-    matvec_fetched_kernel<<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
-        w.type, src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
-        uint32_t(w.cols), x, y);
+    gpu::with_weight_type(w.type, [&](auto type) {
+      matvec_fetched_kernel<decltype(type)::value><<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
+          src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
+          uint32_t(w.cols), x, y);
+    });
   };
   for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
     expert_matvec(l.gate_exps, model::Projection::kGate, xn, gate_, k);

@@ -25,6 +25,7 @@
 
 #include "examples/gpu_toys.h"
 #include "examples/llm/compute/gpu_forward.h"
+#include "examples/llm/compute/gpu_matmul.h"
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_lag.h"
@@ -207,8 +208,15 @@ class GpuExecutor final : public Executor {
       } else {
         const uint32_t slot = uint32_t(consumed_ % slots_);
         const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
-        fwd_->layer(l, {static_cast<const uint8_t*>(v.device), slot_delta_[stream_index_[l.index]]}, experts);
-        streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
+        const int64_t delta = slot_delta_[stream_index_[l.index]];
+        if (tokens.size() > kBatchTileTokens) {  // copied once; the slot is free before the compute
+          const uint8_t* weights = stage_streamed(v);
+          streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
+          fwd_->layer(l, {weights, delta}, experts);
+        } else {  // read in place through the link
+          fwd_->layer(l, {static_cast<const uint8_t*>(v.device), delta}, experts);
+          streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
+        }
         ++consumed_;
         begin_next();
       }
@@ -307,7 +315,9 @@ class GpuExecutor final : public Executor {
       device::check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
       uint64_t widest = 0;
       for (const LayerBytes& l : bytes) widest = std::max(widest, l.dense);
-      const uint64_t reserve = uint64_t(std::max<uint32_t>(1, o.slots)) * widest + kVramReserve;
+      // RAM-tier buffers, and the copy of a streamed layer that passes of more than kBatchTileTokens use.
+      const uint64_t buffers = std::max<uint32_t>(1, o.slots) + (o.max_batch > kBatchTileTokens ? 1 : 0);
+      const uint64_t reserve = buffers * widest + kVramReserve;
       b.vram = free > reserve ? free - reserve : 0;
     }
     plan_ = plan_residency(bytes, b);
@@ -383,6 +393,21 @@ class GpuExecutor final : public Executor {
     return delta;
   }
 
+  // A pass of more than kBatchTileTokens tokens reads each weight several times (gpu_matmul.h): from a
+  // slot, that is several times across the GPU's link (a 512-token prompt of the 70B-shaped model once
+  // took 78 s, not one 4.7 s pass). So the slot is copied to GPU memory first, once, on the compute
+  // stream, and released: the next layer's reads may land in it while this one computes.
+  const uint8_t* stage_streamed(const stream::SlotView& v) {
+    if (!stage_) {
+      void* p = nullptr;
+      device::check_cuda(cudaMalloc(&p, streamer_->slot_bytes()), "cudaMalloc of the batched pass's layer copy");
+      stage_.reset(static_cast<uint8_t*>(p));
+    }
+    device::check_cuda(cudaMemcpyAsync(stage_.get(), v.device, v.bytes, cudaMemcpyDefault, compute_),
+                       "copy of a streamed layer to GPU memory");
+    return stage_.get();
+  }
+
   void begin_next() {
     const uint32_t n = n_streamed_;
     streamer_->begin(uint32_t(begun_ % n), uint32_t(begun_ % slots_), reinterpret_cast<stream::cuda_stream_t>(io_stream_));
@@ -398,6 +423,10 @@ class GpuExecutor final : public Executor {
   cudaStream_t io_stream_ = nullptr, compute_ = nullptr;
   std::unique_ptr<DeviceCopy> embd_, norm_, out_;
   std::vector<std::unique_ptr<DeviceCopy>> vram_;  // [layer]: the VRAM tier's copies
+  struct CudaFree {
+    void operator()(uint8_t* p) const { cudaFree(p); }
+  };
+  std::unique_ptr<uint8_t, CudaFree> stage_;  // a streamed layer in GPU memory, for batched passes
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<LayerSource> nvme_source_;
   std::unique_ptr<example::GpuQueues> queues_;
