@@ -1,0 +1,225 @@
+// llm_pass_compute: what the engine's matrix kernels cost per pass over a dense model's layers, for passes
+// of n tokens (issue #17: the extra compute of a speculative pass of k + 1 tokens, and of a prompt batch),
+// with nothing read from a drive: each of a layer's seven matrices (q, k, v, o, gate, up, down) at the
+// shape's full size in GPU memory, random but valid blocks (the model generator's), timed with CUDA
+// events, times the layer count. Every (matrix, n) is first checked: the batched kernel's rows for the
+// first and last token must have the bits of the matrix-vector kernel's (a batched pass gives
+// token-by-token logits); a mismatch prints an error and no number. Attention, norms and the head are not
+// included (they are small next to the matrices up to a few thousand positions); the engine's own pass
+// times (scripts/llm/bench_passes.py) include everything.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/tools/generated_model.h"
+#include "examples/llm/tools/model_shapes.h"
+#include "host/text/escape.h"
+#include "host/text/numbers.h"
+#include "runtime/cli/args.h"
+#include "runtime/gguf/ggml_types.h"
+
+using namespace gpunvme;
+using namespace gpunvme::llm;
+
+namespace {
+
+constexpr const char* kHelp =
+    "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k] [--tokens 1,2,3,...] [--reps N] [--json-out FILE]\n"
+    "\n"
+    "Times the engine's GPU matrix kernels over one pass of a dense model shape (llm_make_model's shapes;\n"
+    "default llama3-70b, Q6_K): the seven matrices of a layer at full size in GPU memory, times the layers,\n"
+    "for passes of each token count (default 1,2,3,5,9,17,32,128,512,2048: speculative passes of k + 1\n"
+    "tokens and prompt batches). Prints seconds per pass, the extra over one token, and TFLOP/s (2 flops\n"
+    "per weight and token). Before timing, the batched kernel's first and last token are checked against\n"
+    "the matrix-vector kernel, bit for bit; a mismatch is an error, not a number.\n"
+    "  --reps N        timed repetitions per matrix and token count, median kept (default 3)\n"
+    "  --json-out F    also write the rows as one JSON object\n";
+
+struct Matrix {
+  std::string name;
+  uint32_t rows = 0, cols = 0;
+  uint8_t* w = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+struct DeviceBuffer {
+  void* p = nullptr;
+  explicit DeviceBuffer(uint64_t bytes) { device::check_cuda(cudaMalloc(&p, bytes), "cudaMalloc"); }
+  ~DeviceBuffer() { cudaFree(p); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+// A rows x cols matrix of the generator's blocks: 256 distinct rows, repeated (the kernels' time does not
+// depend on the values; the check compares two kernels on the same bytes).
+std::vector<uint8_t> make_rows(uint32_t type, uint32_t cols, uint32_t rows, uint64_t seed) {
+  const auto info = gguf::ggml_type_info(type);
+  const uint64_t blocks = cols / info->block_size, row_bytes = blocks * info->type_size;
+  const uint32_t distinct = std::min<uint32_t>(rows, 256);
+  std::vector<uint8_t> out(row_bytes * rows);
+  for (uint32_t r = 0; r < distinct; ++r)
+    for (uint64_t b = 0; b < blocks; ++b)
+      gen::make_block(type, gen::Fill::kWeight, cols, seed * 1000003 + r * blocks + b, &out[r * row_bytes + b * info->type_size]);
+  for (uint32_t r = distinct; r < rows; ++r) std::memcpy(&out[r * row_bytes], &out[(r % distinct) * row_bytes], row_bytes);
+  return out;
+}
+
+GpuMatrix view(const Matrix& m, uint32_t type) {
+  return {GgmlType(type), m.w, m.row_bytes, m.rows, m.cols, nullptr, 0};
+}
+
+// The batched kernel's rows for tokens 0 and n-1 against the matrix-vector kernel's, bit for bit.
+bool same_bits(const Matrix& m, uint32_t type, const float* x, uint32_t n, float* y, float* ref) {
+  gpu_matmul(nullptr, view(m, type), x, n, nullptr, y);
+  for (uint32_t t : {0u, n - 1}) {
+    gpu_matmul(nullptr, view(m, type), x + uint64_t(t) * m.cols, 1, nullptr, ref);
+    std::vector<float> a(m.rows), b(m.rows);
+    device::check_cuda(cudaMemcpy(a.data(), y + uint64_t(t) * m.rows, m.rows * 4, cudaMemcpyDeviceToHost), "copy");
+    device::check_cuda(cudaMemcpy(b.data(), ref, m.rows * 4, cudaMemcpyDeviceToHost), "copy");
+    if (std::memcmp(a.data(), b.data(), a.size() * 4) != 0) return false;
+  }
+  return true;
+}
+
+double median_seconds(const Matrix& m, uint32_t type, const float* x, uint32_t n, float* y, uint32_t reps) {
+  cudaEvent_t a, b;
+  device::check_cuda(cudaEventCreate(&a), "event");
+  device::check_cuda(cudaEventCreate(&b), "event");
+  std::vector<double> t;
+  for (uint32_t r = 0; r < reps; ++r) {
+    device::check_cuda(cudaEventRecord(a), "event");
+    gpu_matmul(nullptr, view(m, type), x, n, nullptr, y);
+    device::check_cuda(cudaEventRecord(b), "event");
+    device::check_cuda(cudaEventSynchronize(b), "kernel");
+    float ms = 0;
+    device::check_cuda(cudaEventElapsedTime(&ms, a, b), "event time");
+    t.push_back(ms / 1e3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Options {
+  std::string shape = "llama3-70b";
+  uint32_t type = uint32_t(GgmlType::Q6_K);
+  std::vector<uint32_t> tokens{1, 2, 3, 5, 9, 17, 32, 128, 512, 2048};
+  uint32_t reps = 3;
+  std::string json_out;
+};
+
+Options parse(int argc, char** argv) {
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out"}, {"help"});
+  if (args.has("help")) {
+    std::fputs(kHelp, stdout);
+    std::exit(0);
+  }
+  if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
+  Options o;
+  o.shape = args.get("shape", o.shape);
+  const std::string type = args.get("type", "q6_k");
+  if (type != "q6_k" && type != "q4_k") throw cli::UsageError("--type must be q6_k or q4_k, not '" + text::printable(type) + "'");
+  o.type = uint32_t(type == "q6_k" ? GgmlType::Q6_K : GgmlType::Q4_K);
+  if (args.has("tokens")) {
+    o.tokens.clear();
+    std::string list = args.get("tokens");
+    for (size_t at = 0; at <= list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const uint64_t n = text::parse_u64("--tokens", list.substr(at, end - at));
+      if (n == 0 || n > 8192) throw cli::UsageError("--tokens: each count must be 1..8192");
+      o.tokens.push_back(uint32_t(n));
+      at = end + 1;
+    }
+  }
+  o.reps = args.get_u32("reps", o.reps);
+  if (o.reps == 0) throw cli::UsageError("--reps must be at least 1");
+  o.json_out = args.get("json-out");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  gen::Shape s;
+  try {
+    o = parse(argc, argv);
+    s = gen::shape_named(o.shape);
+    if (s.experts != 0) throw cli::UsageError("--shape " + o.shape + " is a MoE shape: its experts run token by token; give a dense one");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "llm_pass_compute: %s\n", e.what());
+    return 2;
+  }
+  try {
+    const uint32_t head = s.hidden / s.heads;
+    std::vector<Matrix> ms = {{"q", s.heads * head, s.hidden},     {"k", s.kv_heads * head, s.hidden},
+                              {"v", s.kv_heads * head, s.hidden},  {"o", s.hidden, s.heads * head},
+                              {"gate", s.ffn, s.hidden},           {"up", s.ffn, s.hidden},
+                              {"down", s.hidden, s.ffn}};
+    std::vector<std::unique_ptr<DeviceBuffer>> keep;
+    uint64_t weights = 0;
+    uint32_t widest = 0, tallest = 0;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const auto bytes = make_rows(o.type, ms[i].cols, ms[i].rows, i + 1);
+      keep.push_back(std::make_unique<DeviceBuffer>(bytes.size()));
+      device::check_cuda(cudaMemcpy(keep.back()->p, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "weights");
+      ms[i].w = keep.back()->as<uint8_t>();
+      ms[i].row_bytes = bytes.size() / ms[i].rows;
+      weights += uint64_t(ms[i].rows) * ms[i].cols;
+      widest = std::max(widest, ms[i].cols);
+      tallest = std::max(tallest, ms[i].rows);
+    }
+    const uint32_t n_max = *std::max_element(o.tokens.begin(), o.tokens.end());
+    std::vector<float> xh(uint64_t(n_max) * widest);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> d;
+    for (float& v : xh) v = d(rng);
+    DeviceBuffer x(xh.size() * 4), y(uint64_t(n_max) * tallest * 4), ref(uint64_t(tallest) * 4);
+    device::check_cuda(cudaMemcpy(x.p, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice), "inputs");
+    std::printf("%s, %s matrices, %u layers (%.2f G weights per layer); matrix kernels per pass:\n",
+                s.name.c_str(), gguf::ggml_type_name(o.type).c_str(), s.layers, weights / 1e9);
+    std::printf("%7s | %12s | %14s | %9s\n", "tokens", "s per pass", "extra over 1", "TFLOP/s");
+    std::string rows_json;
+    double one = 0;
+    for (uint32_t n : o.tokens) {
+      double layer = 0;
+      for (const Matrix& m : ms) {
+        if (!same_bits(m, o.type, x.as<float>(), n, y.as<float>(), ref.as<float>())) {
+          std::fprintf(stderr, "llm_pass_compute: ERROR: %s, %u tokens: the batched kernel's bits differ from the matrix-vector kernel's: no figure\n",
+                       m.name.c_str(), n);
+          return 1;
+        }
+        layer += median_seconds(m, o.type, x.as<float>(), n, y.as<float>(), o.reps);
+      }
+      const double pass = layer * s.layers, tflops = 2.0 * weights * s.layers * n / pass / 1e12;
+      if (n == 1) one = pass;
+      std::printf("%7u | %10.4f s | %12s | %9.2f\n", n, pass, one > 0 ? (std::to_string(int((pass - one) * 1e3)) + " ms").c_str() : "-", tflops);
+      char row[256];
+      std::snprintf(row, sizeof row, "{\"tokens\":%u,\"seconds_per_pass\":%.6f,\"tflops\":%.3f,\"bits_checked\":true}", n, pass, tflops);
+      rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+    }
+    if (!o.json_out.empty()) {
+      FILE* f = std::fopen(o.json_out.c_str(), "w");
+      if (!f) throw std::runtime_error("cannot write " + o.json_out);
+      std::fprintf(f, "{\"tool\":\"llm_pass_compute\",\"shape\":%s,\"type\":%s,\"layers\":%u,\"weights_per_layer\":%llu,\"rows\":[%s]}\n",
+                   text::json_string(s.name).c_str(), text::json_string(gguf::ggml_type_name(o.type)).c_str(), s.layers,
+                   static_cast<unsigned long long>(weights), rows_json.c_str());
+      std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "llm_pass_compute: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
