@@ -284,6 +284,8 @@ TEST_CASE("the GPU decides retries exactly as the host: driver/retry_policy.h ov
       nvme::Status::make(nvme::sct::kMediaError, nvme::sc::kUnrecoveredReadError, false),
       nvme::Status::make(nvme::sct::kMediaError, nvme::sc::kUnrecoveredReadError, true),
       nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kInternalError, false),
+      // An aborted command's completion (the watchdog's Abort): retried on both paths.
+      nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kAbortRequested, false),
       nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kLbaOutOfRange, true),
       nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kNamespaceNotReady, false),
       nvme::Status::make(nvme::sct::kPathRelated, 0x00, false),
