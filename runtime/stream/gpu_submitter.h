@@ -57,7 +57,7 @@ struct GpuSubmitterOptions {
   uint32_t max_tickets = 1024;           // tickets that may be outstanding (issued, not yet waited for)
   device::DoorbellMode doorbell = device::DoorbellMode::kAuto;  // who writes the doorbells (device/doorbell_mode.h)
   nvme::RetryPolicy retry = nvme::kDefaultRetryPolicy;  // re-issue of DNR-clear errors, in the kernels
-  GpuRecoveryOptions recovery{};  // the watchdog: stalls and CSTS.CFS -> controller reset under the kernels
+  GpuRecoveryOptions recovery{};  // the watchdog: overdue command -> Abort; no help, CSTS.CFS -> controller reset
 };
 
 
