@@ -52,24 +52,29 @@ __device__ __forceinline__ void publish_progress(const PumpContext& c, const War
 // microsecond per 1,024 ids, every 10 ms. The host's abort bound is 100s of ms, so 10 ms is plenty.
 inline constexpr uint64_t kOldestPeriodNs = 10'000'000;
 
-// Publishes the in-flight command submitted first (lowest command index), or kNoOldest; one store,
-// only when it changed. Called every pass; returns at once unless a refresh is due.
+// The in-flight command submitted first (lowest command index) as pack_oldest(), uniform across
+// lanes. Out of line, with plain values (no address of the pump's context is taken): the pump's
+// loop keeps only the time compare of publish_oldest.
+__device__ __noinline__ inline uint64_t scan_oldest(const uint32_t* busy, const uint64_t* cmds, uint32_t cid_mask) {
+  uint64_t oldest = kNoOldest;
+  __syncwarp();  // other lanes' id-table stores before this scan reads them
+#pragma unroll 8
+  for (uint32_t cid = lane_id(); cid <= cid_mask; cid += 32) {
+    if (busy[cid] != cid_state::kInFlight) continue;
+    const uint64_t cmd = cmds[cid];
+    const uint64_t key = pack_oldest(cmd & kCmdIndexMask, uint32_t(cmd >> kCmdAttemptShift), cid);
+    oldest = key < oldest ? key : oldest;
+  }
+  return warp_min64(oldest);
+}
+
+// Publishes the oldest in-flight command, or kNoOldest; one store, only when it changed. Called
+// every pass; returns at once unless a refresh is due.
 __device__ __forceinline__ void publish_oldest(const PumpContext& c, const WarpState& s, uint64_t now,
                                                uint64_t& refreshed, uint64_t& published) {
   if (now - refreshed < kOldestPeriodNs) return;
   refreshed = now;
-  uint64_t oldest = kNoOldest;
-  if (s.in_flight != 0) {
-    __syncwarp();  // other lanes' id-table stores before this scan reads them
-#pragma unroll 8
-    for (uint32_t cid = lane_id(); cid <= c.cid_mask; cid += 32) {
-      if (c.busy[cid] != cid_state::kInFlight) continue;
-      const uint64_t cmd = c.cmd[cid];
-      const uint64_t key = pack_oldest(cmd & kCmdIndexMask, uint32_t(cmd >> kCmdAttemptShift), cid);
-      oldest = key < oldest ? key : oldest;
-    }
-    oldest = warp_min64(oldest);
-  }
+  const uint64_t oldest = s.in_flight != 0 ? scan_oldest(c.busy, c.cmd, c.cid_mask) : kNoOldest;
   if (oldest == published) return;
   published = oldest;
   if (lane_id() == 0) static_cast<volatile QueueHealth*>(c.health)->oldest = oldest;
