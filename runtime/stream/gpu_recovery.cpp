@@ -74,14 +74,17 @@ std::string GpuRecovery::abort_command(uint32_t i, uint64_t oldest, const std::s
   Seen& s = seen_[i];
   const uint16_t cid = device::oldest_cid(oldest);
   stats_.aborts += 1;
-  const Clock::time_point t0 = Clock::now();
+  // Time lost, as the CPU path counts it: the wait for the overdue command, then the Abort itself.
+  struct Lost {
+    GpuRecoveryStats& stats;
+    Clock::time_point since;
+    ~Lost() { stats.recovery_seconds += seconds_since(since); }
+  } lost{stats_, s.oldest_since};
   try {
     const host::Completion a = controller_.admin_raw(nvme::make_abort(queues_.qid(i), cid), options_.abort_timeout);
-    stats_.recovery_seconds += seconds_since(t0);
     if (!a.ok()) return why + "; its Abort failed: " + nvme::describe(a.status);
     if (!nvme::abort_took_effect(a.dw0)) return why + "; the controller did not have it to abort";
   } catch (const Error& e) {
-    stats_.recovery_seconds += seconds_since(t0);
     return why + "; its Abort did not complete: " + e.what();
   }
   stats_.last_reason = why + "; aborted";

@@ -47,7 +47,7 @@ struct GpuRecoveryStats {
   uint64_t stalls = 0;             // overdue commands and stalled queues found (host::RecoveryStats::timeouts)
   uint64_t aborts = 0;             // Admin Abort commands sent (host::RecoveryStats::aborts)
   uint64_t resets = 0;             // controller resets this watchdog did
-  double recovery_seconds = 0;     // time from the decision to the kernels' resume
+  double recovery_seconds = 0;     // overdue commands' waits and their Aborts; resets: decision to resume
   std::string last_reason;         // why the last recovery started ("" if none)
 };
 
