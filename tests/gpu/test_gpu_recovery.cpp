@@ -545,8 +545,8 @@ TEST_CASE("GPU streamer: a DNR-set error on a streamed layer stops the consumer 
   const uint32_t n_layers = 40;
   const std::vector<std::vector<model::Extent>> layers = small_layers(n_layers, rig.lba);
   stream::LayerStreamer s(*rig.ctrl, gpu, layers, {.slots = 2});
-  // The 25th read on the first GPU queue (q=2): a few layers in, deterministic.
-  const int id = rig.emu->faults().add(emu::parse_fault_spec("error:q=2:op=read:sct=2:sc=0x81:dnr=1:nth=25"));
+  // The 12th read on the first GPU queue (q=2): a few layers in, deterministic.
+  const int id = rig.emu->faults().add(emu::parse_fault_spec("error:q=2:op=read:sct=2:sc=0x81:dnr=1:nth=12"));
   Streams st;
   std::vector<VerifySpan> all;
   std::vector<uint32_t> first(n_layers + 1, 0);
