@@ -9,7 +9,7 @@
 // Ring, command-id and counter state lives here between kernels, so ownership can move from one kernel
 // (or warp) to the next with commands still in flight.
 //
-// Recovery (device/queue_recovery.h): a command that completes with a retryable error is re-issued by
+// Recovery (device/warp_recovery.cuh): a command that completes with a retryable error is re-issued by
 // the warp from its command index (cid_cmd) under driver/retry_policy.h; a controller reset is done by
 // the host while the warps are parked (RecoveryControl::quiesce), and each warp rebuilds its rings
 // when it sees a new RecoveryControl::generation.
@@ -65,12 +65,24 @@ inline constexpr uint32_t kIdle = 0;     // no warp holds the queue
 inline constexpr uint32_t kRunning = 1;  // a warp pumps it
 inline constexpr uint32_t kParked = 2;   // a warp holds it but stopped for a reset
 }  // namespace health_state
+// QueueHealth::oldest: the in-flight command with the lowest command index of the warp's run (the
+// one submitted first), so the host knows which command to abort (Admin Abort names SQID and CID).
+// One 64-bit word, so the host never reads a torn pair: index (bits 63:24, low 40 bits), the
+// submissions made before this one (23:16, as in cid_cmd), CID (15:0). The same value for longer
+// than the watchdog's bound means the same submission of the same command is still outstanding.
+inline constexpr uint64_t kNoOldest = ~uint64_t(0);
+GPUNVME_HD constexpr uint64_t pack_oldest(uint64_t index, uint32_t attempt, uint32_t cid) {
+  return ((index & ((uint64_t(1) << 40) - 1)) << 24) | (uint64_t(attempt & 0xFFu) << 16) | (cid & 0xFFFFu);
+}
+GPUNVME_HD constexpr uint16_t oldest_cid(uint64_t oldest) { return uint16_t(oldest & 0xFFFFu); }
+GPUNVME_HD constexpr uint64_t oldest_index(uint64_t oldest) { return oldest >> 24; }
 struct QueueHealth {
   uint64_t progress = 0;    // %globaltimer of a recent pass that submitted or reaped (changes while healthy)
   uint32_t state = health_state::kIdle;
   uint32_t in_flight = 0;   // at the last progress store or park
+  uint64_t oldest = kNoOldest;  // pack_oldest(), refreshed at most every kOldestPeriodNs while running
 };
-static_assert(sizeof(QueueHealth) == 16);
+static_assert(sizeof(QueueHealth) == 24);
 
 struct DeviceQueue {
   // ---- Set by the host, read-only for kernels. ----
@@ -137,6 +149,7 @@ struct QueueReport {
   uint64_t retries = 0;      // re-issues after a retryable error status
   uint64_t resubmitted = 0;  // re-issues after a controller reset
   uint64_t protocol_errors = 0;
+  uint64_t issued = 0;       // commands 0..issued-1 were built by make(); with a fault, the rest never were
 };
 
 // A DMA buffer as kernels see it. Tier 1: pinned host memory mapped into the GPU; the controller

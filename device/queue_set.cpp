@@ -212,6 +212,7 @@ QueueHealth DeviceQueueSet::health(uint32_t i) const {
   out.state = h->state;
   out.in_flight = h->in_flight;
   out.progress = h->progress;
+  out.oldest = h->oldest;  // one 8-byte store by the warp, one 8-byte load here: never torn
   return out;
 }
 
@@ -241,7 +242,10 @@ bool DeviceQueueSet::quiesce(std::chrono::milliseconds bound) {
   for (;;) {
     bool running = false;
     for (uint32_t i = 0; i < size(); ++i) running |= health(i).state == health_state::kRunning;
-    if (!running) return true;
+    if (!running) {
+      if (forwarder_) forwarder_->pause();  // the parked warps' last doorbell stores go out first
+      return true;
+    }
     if (std::chrono::steady_clock::now() - t0 > bound) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
@@ -256,15 +260,15 @@ void DeviceQueueSet::resume(bool controller_ok) {
   } else {
     control_host_->failed = 1;
   }
+  if (forwarder_ && forwarder_->paused()) {
+    // A reset recreated every queue with SQ tail and CQ head 0, where the warps restart their rings.
+    if (controller_ok)
+      for (uint32_t slot = 0; slot < forwarder_->slots(); ++slot) forwarder_->rebase(slot, 0);
+    forwarder_->resume();
+  }
   write_control(bound);
   control_host_->quiesce = 0;
   write_control(bound);
-}
-
-bool DeviceQueueSet::can_reset(std::string* why) const {
-  if (doorbell_mode_ != DoorbellMode::kCpu) return true;
-  if (why) *why = "doorbell=cpu: the forwarder keeps the rings' old doorbell values; use doorbell=gpu";
-  return false;
 }
 
 std::vector<DeviceQueue> DeviceQueueSet::snapshot() const {

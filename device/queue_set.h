@@ -13,6 +13,8 @@
 //   (the caller resets the controller: host::Controller::reset recreates the queue pairs in place)
 //   resume(ok)       ok: a new generation, parked warps restart their rings and re-issue what was in
 //                    flight; !ok: they end with fault::kControllerLost, as does any later claim
+// With doorbell=cpu, quiesce also pauses the forwarder once the warps parked (nothing stale reaches a
+// recreated queue), and resume(true) restarts its slots at the new rings' positions (0).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -81,9 +83,8 @@ class DeviceQueueSet {
   // warps, and every later claim, end with fault::kControllerLost.
   void resume(bool controller_ok);
   uint32_t generation() const { return control_host_->generation; }
-  // Whether recovery can restart these queues in place (not with doorbell=cpu, whose forwarder keeps
-  // the old ring positions), and why not.
-  bool can_reset(std::string* why) const;
+  // Queue i's queue id (an Admin Abort names it as the SQID).
+  uint16_t qid(uint32_t i) const { return host_[i].qid; }
 
  private:
   // Resolves options.doorbell; returns the GPU view of BAR0 for kGpu, nullptr for kCpu.

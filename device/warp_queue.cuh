@@ -13,10 +13,15 @@
 //   3. ring_doorbells: one system-scope fence, then the SQ tail and CQ head doorbells (lane 0).
 //   4. the quiesce word (loaded at the top of the pass, used here): park for a controller reset.
 //   5. timed_out: no progress for `timeout_ns` on %globaltimer ends the pass with fault::kTimedOut.
+//   6. publish_oldest, at most every kOldestPeriodNs: the command the host would abort.
 // What recovery added to a fault-free pass: one load of the set's quiesce word (device memory, issued
 // before the CQ loads so its latency overlaps theirs) and a compare; a compare of the pending-retry
 // count; one 8-byte store per command (its index, for a re-issue); lane 0's progress store to the
-// health word at most every kHealthPeriodNs.
+// health word at most every kHealthPeriodNs; a compare per pass and an id-table scan every
+// kOldestPeriodNs for the oldest in-flight command (a store only when it changed).
+// A run ending with a sticky fault hands its unfinished commands to done() as failed
+// (warp_recovery.cuh fail_unfinished); `done` must accept them (the commands may still be on the
+// controller until the host rebuilds the queue: do not reuse their buffers before the ticket ends).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -269,6 +274,7 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
   const bool usable = s.faults == 0;
   const uint64_t t0 = warp_now();
   uint64_t last_progress = t0, published = 0;
+  uint64_t oldest_at = t0, oldest_published = kNoOldest;  // refreshed first after kOldestPeriodNs
   while (usable && (finished < count || s.in_flight > 0 || s.retry_pending > 0)) {
     // Loaded first, used (as lane 0 saw it) after the doorbells: its latency hides behind the CQ loads.
     const uint32_t quiesce_seen = c.control ? load_volatile32(&c.control->quiesce) : 0u;
@@ -291,12 +297,14 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
     const uint64_t now = warp_now();
     const bool progressed = n > 0 || r.consumed > 0;
     if (progressed) publish_progress(c, s, now, published);
+    if (c.health) publish_oldest(c, s, now, oldest_at, oldest_published);
     if (timed_out(progressed, now, last_progress, timeout_ns)) {
       s.faults |= fault::kTimedOut;
       break;
     }
   }
   const uint64_t t1 = warp_now();
+  if (usable && s.faults != 0) fail_unfinished(c, done);
   if (c.control) publish_state(c, health_state::kIdle, s.in_flight);
   // The run's counters are the differences to the queue's stored ones (not kept live through the loop).
   rep.submitted = s.submitted - q->submitted;
@@ -316,6 +324,7 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
   rep.faults = usable ? s.faults & ~faults0 : s.faults;
   rep.first_error_status = s.first_error_status;
   rep.first_error_tag = s.first_error_tag;
+  rep.issued = issued;
   return rep;
 }
 

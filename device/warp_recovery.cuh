@@ -7,7 +7,11 @@
 //     as a warp sees it: stop submitting, say so in the queue's health word, wait (bounded) for the
 //     host to bump RecoveryControl::generation, then start the rings over at slot 0 / phase 1 and
 //     send what was in flight again through the retry path.
-//   - publish_*: the queue's health word (mapped host memory) that the host's watchdog reads.
+//   - publish_*: the queue's health word (mapped host memory) that the host's watchdog reads,
+//     including the oldest in-flight command, which the host aborts (Admin Abort) when it is overdue;
+//     its completion (Command Abort Requested, DNR clear) is re-issued by schedule_retry like any
+//     retryable error.
+//   - fail_unfinished: a run ending with a sticky fault tells its consumers at once.
 #pragma once
 #include <cstdint>
 
@@ -27,6 +31,7 @@ __device__ __forceinline__ void publish_state(const PumpContext& c, uint32_t sta
   volatile QueueHealth* h = c.health;
   h->in_flight = in_flight;
   h->progress = global_timer_ns();
+  if (state == health_state::kIdle) h->oldest = kNoOldest;  // the next run starts with none
   h->state = state;
   __threadfence_system();  // the state is visible before this warp next reads the control word
 }
@@ -40,6 +45,56 @@ __device__ __forceinline__ void publish_progress(const PumpContext& c, const War
     h->in_flight = s.in_flight;
     h->progress = now;
   }
+}
+
+// How often, at most, a running warp refreshes its queue's oldest in-flight command (the host's
+// Abort target; QueueHealth::oldest). A scan of the id table, off the per-command path: about a
+// microsecond per 1,024 ids, every 10 ms. The host's abort bound is 100s of ms, so 10 ms is plenty.
+inline constexpr uint64_t kOldestPeriodNs = 10'000'000;
+
+// The in-flight command submitted first (lowest command index) as pack_oldest(), uniform across
+// lanes. Out of line, with plain values (no address of the pump's context is taken): the pump's
+// loop keeps only the time compare of publish_oldest.
+__device__ __noinline__ inline uint64_t scan_oldest(const uint32_t* busy, const uint64_t* cmds, uint32_t cid_mask) {
+  uint64_t oldest = kNoOldest;
+  __syncwarp();  // other lanes' id-table stores before this scan reads them
+#pragma unroll 8
+  for (uint32_t cid = lane_id(); cid <= cid_mask; cid += 32) {
+    if (busy[cid] != cid_state::kInFlight) continue;
+    const uint64_t cmd = cmds[cid];
+    const uint64_t key = pack_oldest(cmd & kCmdIndexMask, uint32_t(cmd >> kCmdAttemptShift), cid);
+    oldest = key < oldest ? key : oldest;
+  }
+  return warp_min64(oldest);
+}
+
+// Publishes the oldest in-flight command, or kNoOldest; one store, only when it changed. Called
+// every pass; returns at once unless a refresh is due.
+__device__ __forceinline__ void publish_oldest(const PumpContext& c, const WarpState& s, uint64_t now,
+                                               uint64_t& refreshed, uint64_t& published) {
+  if (now - refreshed < kOldestPeriodNs) return;
+  refreshed = now;
+  const uint64_t oldest = s.in_flight != 0 ? scan_oldest(c.busy, c.cmd, c.cid_mask) : kNoOldest;
+  if (oldest == published) return;
+  published = oldest;
+  if (lane_id() == 0) static_cast<volatile QueueHealth*>(c.health)->oldest = oldest;
+}
+
+// A run that ends with a sticky fault (a wrong command id, its own timeout, a lost controller) hands
+// its unfinished commands to done() as failed (Command Abort Requested) right away, so consumers
+// waiting on per-command words (the expert fetcher's ready/failed words) end at once instead of at
+// their own bounds. Ids stay reserved (kInFlight, kRetryPending): the controller may still own them
+// until the host rebuilds the queue. Commands never issued are the caller's: it knows their tags
+// (QueueReport::issued). Not counted as completed: the report says how many really finished.
+template <class Done>
+__device__ void fail_unfinished(const PumpContext& c, Done& done) {
+  const nvme::Status aborted = nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kAbortRequested, false);
+  __syncwarp();  // other lanes' id-table stores before this scan reads them
+  for (uint32_t cid = lane_id(); cid <= c.cid_mask; cid += 32) {
+    const uint32_t b = c.busy[cid];
+    if (b == cid_state::kInFlight || b == cid_state::kRetryPending) done(c.tags[cid], aborted);
+  }
+  __syncwarp();
 }
 
 // A control word as lane 0 read it: every lane takes the same branch on it (a word the host is

@@ -1,5 +1,6 @@
 #include "host/doorbell_forwarder.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -83,7 +84,34 @@ void DoorbellForwarder::stop() noexcept {
   if (!thread_.joinable()) return;
   stop_.store(true, std::memory_order_release);
   thread_.join();
-  forward_pending();  // a store that landed after the thread's last scan
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!paused_) forward_pending();  // a store that landed after the thread's last scan
+}
+
+void DoorbellForwarder::pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!paused_) forward_pending();
+  paused_ = true;
+}
+
+void DoorbellForwarder::rebase(uint32_t slot, uint32_t position) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!paused_) throw Error(ErrorKind::kInvalidArgument, "doorbell forwarder: rebase() needs pause() first");
+  if (slot >= routes_.size() || position >= routes_[slot].entries)
+    throw Error(ErrorKind::kInvalidArgument, "doorbell forwarder: rebase of slot " + std::to_string(slot) + " to " +
+                                                 std::to_string(position) + " is outside the routes or the ring");
+  std::atomic_ref<uint32_t>(mailbox_[slot]).store(position, std::memory_order_release);
+  last_[slot] = position;
+}
+
+void DoorbellForwarder::resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  paused_ = false;
+}
+
+bool DoorbellForwarder::paused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return paused_;
 }
 
 uint32_t DoorbellForwarder::forward_pending() {
@@ -112,7 +140,12 @@ void DoorbellForwarder::run() {
   using Clock = std::chrono::steady_clock;
   auto last_change = Clock::now();
   while (!stop_.load(std::memory_order_acquire)) {
-    if (forward_pending() != 0) {
+    uint32_t n = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!paused_) n = forward_pending();
+    }
+    if (n != 0) {
       last_change = Clock::now();
       continue;
     }

@@ -11,10 +11,17 @@
 // change, sleeps `idle_sleep` between scans; a store is forwarded at most idle_sleep + one scan (plus
 // the scheduler's wake-up) after it lands. stop() (and the destructor) forwards what is pending, then
 // joins. A slot value outside its ring is never written to the device: it is counted and reported.
+//
+// Controller resets (GPU recovery, device/queue_set.h): the queues are recreated with their rings at
+// 0, so the registers and the slots must start over there too. pause() forwards what is pending and
+// then holds every later store; rebase() sets a slot and its last forwarded value (no register
+// write: the reset already cleared it); resume() forwards again. Without the pause a store made
+// before the reset could reach a recreated queue's register after it.
 #pragma once
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,12 +65,21 @@ class DoorbellForwarder {
   // Forwards what is pending and joins the thread. Idempotent; the destructor calls it.
   void stop() noexcept;
 
+  // Recovery (see the top of this file). pause() returns once nothing more will be forwarded;
+  // rebase() needs a pause (throws kInvalidArgument otherwise, or for a position outside the ring).
+  void pause();
+  void rebase(uint32_t slot, uint32_t position);
+  void resume();
+  bool paused() const;
+
  private:
   void run();
-  uint32_t forward_pending();  // one scan; only the forwarding thread (or stop(), after join) calls it
+  uint32_t forward_pending();  // one scan, under mu_
 
   std::vector<DoorbellRoute> routes_;
-  std::vector<uint32_t> last_;  // value last written to each register
+  mutable std::mutex mu_;       // one scan at a time; held by pause/rebase/resume
+  bool paused_ = false;         // under mu_
+  std::vector<uint32_t> last_;  // value last written to each register (under mu_)
   DoorbellForwarderOptions options_;
   uint32_t* mailbox_ = nullptr;
   uint64_t mailbox_bytes_ = 0;

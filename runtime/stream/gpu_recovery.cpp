@@ -1,49 +1,95 @@
 #include "runtime/stream/gpu_recovery.h"
 
 #include "device/queue_set.h"
+#include "driver/commands.h"
 #include "host/error.h"
 
 namespace gpunvme::stream {
 
-using Clock = std::chrono::steady_clock;
-
 namespace {
-const std::string kStallPrefix = "GPU queue ";
+using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 long long ms_of(Clock::duration d) { return std::chrono::duration_cast<std::chrono::milliseconds>(d).count(); }
 }  // namespace
 
 GpuRecovery::GpuRecovery(host::Controller& controller, device::DeviceQueueSet& queues, const GpuRecoveryOptions& options)
     : controller_(controller), queues_(queues), options_(options), seen_(queues.size()) {
-  can_reset_ = queues_.can_reset(nullptr);
+  for (Seen& s : seen_) s.oldest = s.aborted = device::kNoOldest;
 }
 
 void GpuRecovery::poll() {
-  if (options_.stall_timeout.count() == 0 || !can_reset_ || !failure_.empty()) return;
+  if (options_.stall_timeout.count() == 0 || !failure_.empty()) return;
   const Clock::time_point now = Clock::now();
   if (now < next_check_) return;
   next_check_ = now + options_.check_period;
-  std::string why = stalled_queue(now);
+  std::string why;
+  for (uint32_t i = 0; i < queues_.size() && why.empty() && failure_.empty(); ++i) why = check_queue(i, now);
   if (why.empty() && ++checks_ % 10 == 0) why = controller_failure();
-  if (why.empty()) return;
-  if (why.rfind(kStallPrefix, 0) == 0) stats_.stalls += 1;
-  recover(why);
+  if (!why.empty()) recover(why);
 }
 
-// A queue whose warp runs and whose progress word has not changed for stall_timeout.
-std::string GpuRecovery::stalled_queue(Clock::time_point now) {
-  for (uint32_t i = 0; i < queues_.size(); ++i) {
-    const device::QueueHealth h = queues_.health(i);
-    Seen& s = seen_[i];
-    if (h.state != device::health_state::kRunning || h.progress != s.progress) {
-      s.progress = h.progress;
-      s.since = now;
-      continue;
-    }
-    if (now - s.since > options_.stall_timeout)
-      return kStallPrefix + std::to_string(i) + " made no progress for " + std::to_string(ms_of(now - s.since)) +
-             " ms with " + std::to_string(h.in_flight) + " commands in flight (a lost or late completion)";
+// One queue's check: its oldest command overdue, or the queue stalled -> an Abort for the oldest.
+// Returns why to reset ("" for nothing): an Abort that did not help within abort_timeout, or a
+// stalled queue with no command to abort.
+std::string GpuRecovery::check_queue(uint32_t i, Clock::time_point now) {
+  const device::QueueHealth h = queues_.health(i);
+  Seen& s = seen_[i];
+  if (h.state != device::health_state::kRunning || h.progress != s.progress) {
+    s.progress = h.progress;
+    s.since = now;
   }
+  const uint64_t oldest = h.state == device::health_state::kRunning ? h.oldest : device::kNoOldest;
+  if (oldest != s.oldest) {
+    s.oldest = oldest;
+    s.oldest_since = now;
+  }
+  auto queue = [&] { return "GPU queue " + std::to_string(i) + " (qid " + std::to_string(queues_.qid(i)) + ")"; };
+  if (s.aborted != device::kNoOldest) {
+    // Aborted: its completion (Abort Requested) came and the warp re-issued it, or it completed.
+    if (oldest != s.aborted) {
+      s.aborted = device::kNoOldest;
+      return {};
+    }
+    if (now < s.abort_by) return {};
+    s.aborted = device::kNoOldest;
+    return queue() + ": command id " + std::to_string(device::oldest_cid(oldest)) + " still had no completion " +
+           std::to_string(options_.abort_timeout.count()) + " ms after its Abort";
+  }
+  const bool overdue = oldest != device::kNoOldest && now - s.oldest_since > options_.stall_timeout;
+  const bool stalled = h.state == device::health_state::kRunning && now - s.since > options_.stall_timeout;
+  if (!overdue && !stalled) return {};
+  stats_.stalls += 1;
+  const std::string why =
+      overdue ? queue() + ": command id " + std::to_string(device::oldest_cid(oldest)) + " had no completion for " +
+                    std::to_string(ms_of(now - s.oldest_since)) + " ms (a lost or late completion)"
+              : queue() + " made no progress for " + std::to_string(ms_of(now - s.since)) + " ms with " +
+                    std::to_string(h.in_flight) + " commands in flight (a lost or late completion)";
+  if (oldest == device::kNoOldest) return why;  // nothing known to abort (not yet published): reset
+  return abort_command(i, oldest, why);
+}
+
+// Sends the Admin Abort for queue i's oldest command; "" when the controller aborted it (its
+// completion should follow), else why a reset is needed.
+std::string GpuRecovery::abort_command(uint32_t i, uint64_t oldest, const std::string& why) {
+  Seen& s = seen_[i];
+  const uint16_t cid = device::oldest_cid(oldest);
+  stats_.aborts += 1;
+  // Time lost, as the CPU path counts it: the wait for the overdue command, then the Abort itself.
+  struct Lost {
+    GpuRecoveryStats& stats;
+    Clock::time_point since;
+    ~Lost() { stats.recovery_seconds += seconds_since(since); }
+  } lost{stats_, s.oldest_since};
+  try {
+    const host::Completion a = controller_.admin_raw(nvme::make_abort(queues_.qid(i), cid), options_.abort_timeout);
+    if (!a.ok()) return why + "; its Abort failed: " + nvme::describe(a.status);
+    if (!nvme::abort_took_effect(a.dw0)) return why + "; the controller did not have it to abort";
+  } catch (const Error& e) {
+    return why + "; its Abort did not complete: " + e.what();
+  }
+  stats_.last_reason = why + "; aborted";
+  s.aborted = oldest;
+  s.abort_by = Clock::now() + options_.abort_timeout;
   return {};
 }
 
@@ -57,7 +103,7 @@ std::string GpuRecovery::controller_failure() const {
 }
 
 void GpuRecovery::recover(const std::string& why) {
-  if (!can_reset_ || !failure_.empty()) return;
+  if (!failure_.empty()) return;
   const Clock::time_point t0 = Clock::now();
   while (!recent_resets_.empty() && t0 - recent_resets_.front() > options_.reset_window) recent_resets_.pop_front();
   if (recent_resets_.size() >= options_.max_resets) {
@@ -81,7 +127,10 @@ void GpuRecovery::recover(const std::string& why) {
   }
   stats_.resets += 1;
   stats_.recovery_seconds += seconds_since(t0);
-  for (Seen& s : seen_) s.since = Clock::now();
+  for (Seen& s : seen_) {
+    s.since = s.oldest_since = Clock::now();
+    s.aborted = device::kNoOldest;
+  }
 }
 
 // The kernels parked (or about to claim a queue) end with fault::kControllerLost; so will later ones.

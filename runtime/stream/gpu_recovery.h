@@ -1,15 +1,20 @@
 // Recovery of the GPU path, host side: a watchdog over the queues a GPU submitter's kernels drive.
 // While the host waits for GPU work it calls poll(); poll() looks at each queue's health word (mapped
-// host memory the warps write, device_queue.h QueueHealth) and, every few checks, at CSTS. A queue
-// whose warp runs but has made no progress for `stall_timeout` (a dropped or very late completion),
-// or a controller reporting CSTS.CFS, starts one recovery:
-//   quiesce the warps (they park, device/warp_recovery.cuh) -> host::Controller::reset (queue pairs
-//   recreated at the same addresses) -> resume: each warp restarts its rings and re-issues what was
-//   in flight, in the same kernel (no relaunch; the ticket simply completes later).
+// host memory the warps write, device_queue.h QueueHealth) and, every few checks, at CSTS. The
+// discipline is the CPU path's (host/recovering_queue.h), with the host owning the admin queue:
+//   - a queue's oldest in-flight command (QueueHealth::oldest) unchanged for `stall_timeout`, or a
+//     running queue without progress that long, gets an Admin Abort for that SQID/CID. The
+//     controller completes the command with Command Abort Requested (DNR clear), which the warp
+//     re-issues under driver/retry_policy.h like any retryable error: no reset, no host round trip;
+//   - the Abort refused (the controller does not have the command: a lost completion), not answered
+//     within `abort_timeout`, the same command still outstanding `abort_timeout` after it, or
+//     CSTS.CFS set start a controller reset: quiesce the warps (they park, device/warp_recovery.cuh)
+//     -> host::Controller::reset (queue pairs recreated at the same addresses) -> resume: each warp
+//     restarts its rings and re-issues what was in flight, in the same kernel (no relaunch).
 // A reset that fails (device removed, never ready) ends the kernels with fault::kControllerLost at
 // once, and so does every later ticket: one clear final error, no retry storm. More than max_resets
-// resets within reset_window is treated the same way. With doorbell=cpu the watchdog stays off (the
-// forwarder would keep the old ring positions): a stall ends, as before, by the kernels' timeout.
+// resets within reset_window is treated the same way. With doorbell=cpu the set's forwarder is held
+// during the reset and restarted at the new ring positions (DeviceQueueSet::quiesce / resume).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -26,9 +31,12 @@ class DeviceQueueSet;
 namespace gpunvme::stream {
 
 struct GpuRecoveryOptions {
-  // A running queue with no progress this long is reset. Keep it below the kernels' own timeout
-  // (GpuSubmitterOptions::timeout_ns), which stays the backstop when no one polls. 0: no watchdog.
+  // A command outstanding this long (the queue's oldest), or a running queue with no progress this
+  // long, is aborted. Keep it below the kernels' own timeout (GpuSubmitterOptions::timeout_ns),
+  // which stays the backstop when no one polls. 0: no watchdog.
   std::chrono::milliseconds stall_timeout{500};
+  // The Abort's own completion, and then the aborted command's, each within this; else a reset.
+  std::chrono::milliseconds abort_timeout{1000};
   std::chrono::microseconds check_period{1000};  // health words at most this often; CSTS every 10th check
   std::chrono::milliseconds quiesce_timeout{1000};  // for every running warp to park
   uint32_t max_resets = 8;                        // within reset_window; one more gives up
@@ -36,9 +44,10 @@ struct GpuRecoveryOptions {
 };
 
 struct GpuRecoveryStats {
-  uint64_t stalls = 0;             // queues found without progress (host::RecoveryStats::timeouts)
+  uint64_t stalls = 0;             // overdue commands and stalled queues found (host::RecoveryStats::timeouts)
+  uint64_t aborts = 0;             // Admin Abort commands sent (host::RecoveryStats::aborts)
   uint64_t resets = 0;             // controller resets this watchdog did
-  double recovery_seconds = 0;     // time from the decision to the kernels' resume
+  double recovery_seconds = 0;     // overdue commands' waits and their Aborts; resets: decision to resume
   std::string last_reason;         // why the last recovery started ("" if none)
 };
 
@@ -56,19 +65,26 @@ class GpuRecovery {
   const std::string& failure() const { return failure_; }
 
  private:
-  std::string stalled_queue(std::chrono::steady_clock::time_point now);
+  using Clock = std::chrono::steady_clock;
+  // What the host remembers of a queue between checks.
+  struct Seen {
+    uint64_t progress = 0;
+    Clock::time_point since{};       // when `progress` last changed (or the queue started running)
+    uint64_t oldest = 0;             // QueueHealth::oldest as last seen
+    Clock::time_point oldest_since{};
+    uint64_t aborted = 0;            // the oldest value an Abort was sent for (kNoOldest: none)
+    Clock::time_point abort_by{};    // ... which must be gone by then
+  };
+  // "" or why the controller must be reset; sends an Abort when a queue's oldest command is overdue.
+  std::string check_queue(uint32_t i, Clock::time_point now);
+  std::string abort_command(uint32_t i, uint64_t oldest, const std::string& why);
   std::string controller_failure() const;
   void give_up(const std::string& why);
 
   host::Controller& controller_;
   device::DeviceQueueSet& queues_;
   GpuRecoveryOptions options_;
-  struct Seen {
-    uint64_t progress = 0;
-    std::chrono::steady_clock::time_point since{};
-  };
   std::vector<Seen> seen_;
-  bool can_reset_ = false;  // not with doorbell=cpu: then stalls end by the kernels' own timeout
   std::chrono::steady_clock::time_point next_check_{};
   uint64_t checks_ = 0;
   std::deque<std::chrono::steady_clock::time_point> recent_resets_;

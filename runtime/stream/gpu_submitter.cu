@@ -210,6 +210,7 @@ host::RecoveryStats GpuSubmitter::recovery() const {
   host::RecoveryStats r = recovered_;
   const GpuRecoveryStats& w = recovery_->stats();
   r.timeouts += w.stalls;
+  r.aborts += w.aborts;
   r.resets += w.resets;
   r.seconds_lost += w.recovery_seconds;
   return r;

@@ -18,9 +18,10 @@
 // stream, so the streamer and fetcher run unchanged with a GPU submitter.
 //
 // Recovery: the kernels re-issue commands that fail with DNR clear (options.retry, the CPU path's
-// rule); while the host waits (wait/done), a watchdog (gpu_recovery.h) resets the controller under
-// the running kernels when a queue stalls or CSTS.CFS is set, and they re-issue what was in flight.
-// recovery() counts both (host/recovery.h, the CPU paths' counters).
+// rule); while the host waits (wait/done), a watchdog (gpu_recovery.h) aborts a command outstanding
+// too long (the kernels re-issue it on its Abort Requested completion), and resets the controller
+// under the running kernels when the Abort does not help or CSTS.CFS is set; they re-issue what was
+// in flight. recovery() counts it all (host/recovery.h, the CPU paths' counters).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -56,7 +57,7 @@ struct GpuSubmitterOptions {
   uint32_t max_tickets = 1024;           // tickets that may be outstanding (issued, not yet waited for)
   device::DoorbellMode doorbell = device::DoorbellMode::kAuto;  // who writes the doorbells (device/doorbell_mode.h)
   nvme::RetryPolicy retry = nvme::kDefaultRetryPolicy;  // re-issue of DNR-clear errors, in the kernels
-  GpuRecoveryOptions recovery{};  // the watchdog: stalls and CSTS.CFS -> controller reset under the kernels
+  GpuRecoveryOptions recovery{};  // the watchdog: overdue command -> Abort; no help, CSTS.CFS -> controller reset
 };
 
 
@@ -110,7 +111,8 @@ class GpuSubmitter final : public Submitter, public StreamOrdered {
   device::DeviceQueueSet& queues() { return *set_; }
   uint64_t commands_completed() const { return completed_total_; }
   // Everything recovery did for this submitter so far: re-issues and protocol errors of retired
-  // tickets, commands given up, the watchdog's stalls (as timeouts), resets and time (seconds_lost).
+  // tickets, commands given up, the watchdog's overdue commands and stalls (as timeouts), aborts,
+  // resets and time (seconds_lost).
   host::RecoveryStats recovery() const override;
   // Why the last recovery started, or why the controller was given up ("" if never).
   const std::string& last_recovery_reason() const;

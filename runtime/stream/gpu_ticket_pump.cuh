@@ -35,7 +35,9 @@ __device__ __forceinline__ void publish_ticket(GpuTicketRecord* rec, GpuTicketRe
 // Called by every lane of warp `w` (< launch.queue_count) of the ticket's kernel.
 //   make(g, cid) -> nvme::SubmissionEntry   command g of the ticket (g = w + i * queue_count); called
 //                                            again for g when it is re-issued (retry, controller reset)
-//   done(g, status)                          once per command (success or final error), on the reaping lane
+//   done(g, status)                          once per command (success or final error), on the reaping lane;
+//                                            after a queue fault, Command Abort Requested for every
+//                                            command the run did not finish (issued or not)
 template <class Make, class Done>
 __device__ void pump_ticket(const TicketLaunch& launch, uint32_t w, uint64_t count, Make make, Done done) {
   const uint32_t lane = threadIdx.x & 31u;
@@ -44,6 +46,11 @@ __device__ void pump_ticket(const TicketLaunch& launch, uint32_t w, uint64_t cou
   uint64_t t0 = 0;
   if (lane == 0) t0 = device::global_timer_ns();
   const uint64_t mine = w < count ? (count - w + nq - 1) / nq : 0;
+  auto finish = [&](uint32_t tag, nvme::Status st) {
+    if (!st.ok()) atomicMin(reinterpret_cast<unsigned long long*>(&rec->first_error),
+                            (static_cast<unsigned long long>(tag) << 16) | st.field);
+    done(uint64_t(tag), st);
+  };
   const device::QueueReport rep = device::warp_pump(
       launch.queues + w, mine, launch.depth, launch.timeout_ns,
       [&](uint64_t i, uint16_t cid, uint32_t* tag) {
@@ -51,11 +58,14 @@ __device__ void pump_ticket(const TicketLaunch& launch, uint32_t w, uint64_t cou
         *tag = uint32_t(g);
         return make(g, cid);
       },
-      [&](uint32_t tag, nvme::Status st) {
-        if (!st.ok()) atomicMin(reinterpret_cast<unsigned long long*>(&rec->first_error),
-                                (static_cast<unsigned long long>(tag) << 16) | st.field);
-        done(uint64_t(tag), st);
-      });
+      finish);
+  // A faulted run: the commands it never issued end now too (warp_pump failed the unfinished
+  // issued ones), so consumers of per-command words do not wait out their own bounds.
+  if (rep.faults != 0) {
+    const nvme::Status aborted = nvme::Status::make(nvme::sct::kGeneric, nvme::sc::kAbortRequested, false);
+    for (uint64_t i = rep.issued + lane; i < mine; i += 32) finish(uint32_t(w + i * nq), aborted);
+    __syncwarp();
+  }
   if (lane == 0) {
     const uint64_t t1 = device::global_timer_ns();
     atomicMin(reinterpret_cast<unsigned long long*>(&rec->start_ns), static_cast<unsigned long long>(t0));

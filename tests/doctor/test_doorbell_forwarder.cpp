@@ -153,3 +153,39 @@ TEST_CASE("forwarder: bad routes are refused at construction", "[doorbell][forwa
   CHECK_THROWS_AS(host::DoorbellForwarder({{&reg, 1, 0}}), Error);
   CHECK_THROWS_AS(host::DoorbellForwarder({{&reg, 64, 64}}), Error);
 }
+
+// A controller reset under doorbell=cpu (device/queue_set.h): the forwarder is paused once the
+// kernels parked, the queues are recreated at 0, the slots rebased there, then forwarding resumes.
+TEST_CASE("forwarder: pause holds later stores, rebase restarts a slot at the recreated ring's 0",
+          "[doorbell][forwarder][recovery]") {
+  uint32_t regs[2] = {0, 0};
+  host::DoorbellForwarder fwd({{&regs[0], 64, 0}, {&regs[1], 64, 0}}, {.spin = 0ns, .idle_sleep = 100us});
+  store_slot(fwd.slot(0), 37);
+  REQUIRE(eventually([&] { return nvme::mmio_read32(&regs[0]) == 37; }));
+  store_slot(fwd.slot(1), 12);
+  fwd.pause();  // forwards what is pending first
+  CHECK(regs[1] == 12);
+  CHECK(fwd.paused());
+  // A store made while paused (a stale value) never reaches the register.
+  store_slot(fwd.slot(0), 40);
+  std::this_thread::sleep_for(5ms);
+  CHECK(regs[0] == 37);
+  // The reset: registers back to 0, slots rebased to 0.
+  regs[0] = regs[1] = 0;
+  fwd.rebase(0, 0);
+  fwd.rebase(1, 0);
+  CHECK(*fwd.slot(0) == 0);
+  CHECK_THROWS_AS(fwd.rebase(0, 64), Error);
+  CHECK_THROWS_AS(fwd.rebase(2, 0), Error);
+  fwd.resume();
+  CHECK_FALSE(fwd.paused());
+  std::this_thread::sleep_for(5ms);
+  CHECK(regs[0] == 0);  // nothing stale was written after the resume
+  // The old value 37 is a new position after the reset: it must be forwarded, not taken as unchanged.
+  store_slot(fwd.slot(0), 37);
+  CHECK(eventually([&] { return nvme::mmio_read32(&regs[0]) == 37; }));
+  store_slot(fwd.slot(1), 1);
+  CHECK(eventually([&] { return nvme::mmio_read32(&regs[1]) == 1; }));
+  // rebase() without a pause is refused: the thread could be forwarding the slot.
+  CHECK_THROWS_AS(fwd.rebase(0, 0), Error);
+}

@@ -58,6 +58,18 @@ TEST_CASE("a timed-out command spends the same budget as a retryable error", "[d
   CHECK(decide_retry_after_timeout(3, p).action == RetryAction::kFinal);
 }
 
+// The completion of a command the host aborted (CPU path: RecoveringQueue; GPU path: the watchdog's
+// Abort, the warp's schedule_retry) is retried like a lost one: the same decision, one place.
+TEST_CASE("an aborted command's completion (Abort Requested) is retried as a timed-out one", "[driver][retry]") {
+  const RetryPolicy p{.max_attempts = 3, .backoff_base_ns = 10, .backoff_cap_ns = 100};
+  const Status aborted = Status::make(sct::kGeneric, sc::kAbortRequested, false);
+  for (uint32_t a = 1; a <= 4; ++a) {
+    CHECK(decide_retry(aborted, a, p).action == decide_retry_after_timeout(a, p).action);
+    CHECK(decide_retry(aborted, a, p).backoff_ns == decide_retry_after_timeout(a, p).backoff_ns);
+  }
+  CHECK(decide_retry(aborted, 1, p).action == RetryAction::kRetry);
+}
+
 TEST_CASE("the default policy is bounded and small", "[driver][retry]") {
   CHECK(kDefaultRetryPolicy.max_attempts >= 2);
   CHECK(kDefaultRetryPolicy.backoff_base_ns <= kDefaultRetryPolicy.backoff_cap_ns);

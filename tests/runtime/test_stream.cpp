@@ -7,11 +7,17 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <exception>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "host/emulator/controller.h"
+#include "host/emulator/fault_spec.h"
 #include "host/error.h"
 #include "host/open_device.h"
 #include "runtime/gguf/gguf_file.h"
@@ -226,7 +232,12 @@ struct HostOrderedSubmitter final : stream::Submitter, stream::StreamOrdered {
   void progress() override { inner.progress(); }
   bool done(uint64_t t) override { return finished.count(t) > 0 || inner.done(t); }
   void wait(uint64_t t) override {
-    if (finished.erase(t) == 0) inner.wait(t);
+    if (finished.erase(t) == 0) return inner.wait(t);
+    if (auto it = failed.find(t); it != failed.end()) {
+      const std::exception_ptr e = it->second;
+      failed.erase(it);
+      std::rethrow_exception(e);
+    }
   }
   stream::StreamOrdered* stream_ordered() override { return this; }
   // StreamOrdered
@@ -239,7 +250,13 @@ struct HostOrderedSubmitter final : stream::Submitter, stream::StreamOrdered {
   }
   void order_after(uint64_t t, stream::cuda_stream_t consumer) override {
     log.push_back("order " + name(consumer));
-    inner.wait(t);
+    // A failed load is the consumer's to see (a GPU consumer reads kFailed in its status word); the
+    // error itself comes from the ticket's retirement, as on a GPU submitter.
+    try {
+      inner.wait(t);
+    } catch (const Error&) {
+      failed[t] = std::current_exception();
+    }
     finished.insert(t);
   }
   const uint32_t* device_state(uint64_t) const override { return &ok_state; }
@@ -266,6 +283,7 @@ struct HostOrderedSubmitter final : stream::Submitter, stream::StreamOrdered {
   stream::CpuSubmitter& inner;
   std::set<const void*> prepared;
   std::set<uint64_t> finished;
+  std::map<uint64_t, std::exception_ptr> failed;
   std::vector<std::string> log;
   uint32_t ok_state = 1;
   int markers_made = 0;
@@ -318,4 +336,75 @@ TEST_CASE("streamer: GPU-ordered calls need only the StreamOrdered capability (h
   // A CPU submitter has no such capability.
   stream::LayerStreamer plain(*rig.ctrl, cpu, plan::layer_extents(*rig.map), {.slots = 2});
   CHECK_THROWS_WITH(plain.begin(0, 0, io), ContainsSubstring("needs a GPU submitter"));
+}
+
+namespace {
+
+// The read's LBA range named in a submitter's error ("LBA a..b"), checked to lie in layer `l`.
+bool names_a_read_of(const std::string& msg, const std::vector<model::Extent>& layer) {
+  const size_t at = msg.find("LBA ");
+  unsigned long long lo = 0, hi = 0;
+  if (at == std::string::npos || std::sscanf(msg.c_str() + at, "LBA %llu..%llu", &lo, &hi) != 2) return false;
+  for (const model::Extent& e : layer)
+    if (lo <= hi && lo >= e.first_lba && hi < e.first_lba + e.lba_count) return true;
+  return false;
+}
+
+}  // namespace
+
+// The CPU half of the engine's stop at a failed streamed layer: a DNR-set error, armed through the
+// fault grammar, fires on a read of one layer. Host-ordered, that layer's wait() throws; stream-
+// ordered (host-played streams), throw_if_failed() after the consumer passed it throws. Either way
+// the error names the read's LBA range (inside that layer) and the decoded status, at once, and the
+// streamer goes on with the next layers.
+TEST_CASE("streamer: a DNR-set error on a streamed layer stops its consumer there with a clear error",
+          "[runtime][stream][faults]") {
+  const bool ordered = GENERATE(false, true);
+  INFO((ordered ? "stream-ordered: throw_if_failed()" : "host-ordered: wait()"));
+  Rig rig("emu:ram,size=32M,lba=512,mdts=1", rt_test::dense_model(8, 9000, 3));
+  auto* emu = dynamic_cast<emu::EmulatedController*>(&rig.ctrl->transport());
+  REQUIRE(emu != nullptr);
+  stream::CpuSubmitter cpu(*rig.ctrl, *rig.qp);
+  HostOrderedSubmitter host_ordered(cpu);
+  stream::Submitter& sub = ordered ? static_cast<stream::Submitter&>(host_ordered) : cpu;
+  const std::vector<std::vector<model::Extent>> layers = plan::layer_extents(*rig.map);
+  stream::LayerStreamer s(*rig.ctrl, sub, layers, {.slots = 2});
+  const uint32_t L = s.layer_count();
+  // Armed after the model was written: the 30th streamed read (layers take several 8 KiB reads).
+  const int id = emu->faults().add(emu::parse_fault_spec("error:op=read:sct=2:sc=0x81:dnr=1:nth=30"));
+  const auto io = HostOrderedSubmitter::io_stream(), compute = HostOrderedSubmitter::compute_stream();
+  std::string error;
+  ErrorKind kind = ErrorKind::kIo;
+  uint32_t stopped_at = L, verified = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  ordered ? s.begin(0, 0, io) : s.begin(0, 0);
+  for (uint32_t l = 0; l < L; ++l) {
+    if (l + 1 < L) ordered ? s.begin(l + 1, (l + 1) % 2, io) : s.begin(l + 1, (l + 1) % 2);
+    try {
+      const stream::SlotView v = ordered ? s.wait(l % 2, compute) : s.wait(l % 2);
+      if (ordered) s.throw_if_failed();  // the engine's check once the token's logits are back
+      CHECK(rig.bad(v) == 0);
+      ++verified;
+      ordered ? s.release(l % 2, compute) : s.release(l % 2);
+    } catch (const Error& e) {
+      if (stopped_at == L) {
+        error = e.what();
+        kind = e.kind();
+        stopped_at = l;
+      }
+      if (ordered) s.release(l % 2, compute);
+    }
+  }
+  if (ordered) s.sync();  // nothing more to throw: the failure was reported once
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(error << "; stopped at layer " << stopped_at << " of " << L);
+  CHECK(emu->faults().fired(id) == 1);
+  REQUIRE(stopped_at < L);
+  CHECK(kind == ErrorKind::kCommandFailed);
+  CHECK_THAT(error, ContainsSubstring("Unrecovered Read Error"));
+  CHECK_THAT(error, ContainsSubstring("DNR"));
+  CHECK(names_a_read_of(error, layers[stopped_at]));
+  CHECK(verified == L - 1);   // every other layer arrived, byte-exact
+  CHECK(cpu.recovery().retries == 0);  // DNR: never retried
+  CHECK(secs < 2.0);
 }
