@@ -16,11 +16,10 @@ using gpu::with_weight_type;
 
 constexpr uint32_t kRowsPerBlock = 8;  // one warp per row, 8 warps per block (both kernels)
 constexpr uint32_t kTile = kBatchTileTokens;  // batched: tokens whose sums a lane keeps in registers at once
-constexpr uint32_t kPad = kGroup + 4;  // a group in shared memory, padded to 36 floats: a lane reads its
-                                       // group as 8 float4s, and the 8 lanes of each quarter-warp phase
-                                       // hit 8 disjoint sets of 4 banks (36 x 4 B = 144 B apart)
+constexpr uint32_t kPad = kGroup + 1;  // a group in shared memory, padded: the lanes of a warp read
+                                       // groups lane, lane+32, ... at once, one bank each
 constexpr uint32_t kChunk = 32;        // batched: groups of the tokens' vectors staged at once (one per lane)
-constexpr uint64_t kStageBytes = uint64_t(kTile) * kChunk * kPad * sizeof(float);  // 72 KB: opted in
+constexpr uint32_t kStageFloats = kTile * kChunk * kPad;  // 33.8 KB: under the default 48 KB, no opt-in
 
 // y[r] = W[r] . x (+ bias[r]); one warp per row. With `sel`, W is matrix *sel of a stack of mat_bytes each.
 template <GgmlType T>
@@ -51,13 +50,12 @@ __device__ inline void stage_chunk(const float* x, uint32_t cols, uint32_t t0, u
 // registers and sums it against each token exactly as warp_dot_row sums its group, and after the last
 // chunk the warp adds the lanes' sums by the same butterfly: every result has matvec_kernel's bits.
 // A row is dequantized once per tile of tokens; nothing of it is kept in shared memory, so a block needs
-// the same 72 KB whatever the row's width, and an SM runs three (a 28672-wide row of Llama-3-70B's FFN
-// once took a 151 KB block: one warp per SM).
+// the same 33.8 KB whatever the row's width, and an SM runs several (a 28672-wide row of Llama-3-70B's
+// FFN once took a 151 KB block: one warp per SM).
 template <GgmlType T>
 __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                               uint32_t n, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
-  extern __shared__ float4 stage[];  // [kTile][kChunk groups][kPad floats], 16-byte aligned
-  float* xs = reinterpret_cast<float*>(stage);
+  __shared__ float xs[kStageFloats];  // [kTile][kChunk groups][kPad]
   const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t row = blockIdx.x * warps + warp, groups = cols / kGroup;
   const bool active = row < rows;  // an idle warp still takes part in the block's staging and barriers
@@ -80,16 +78,10 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 #pragma unroll
       for (uint32_t j = 0; j < kTile; ++j) {
         if (j >= m) break;
-        const float4* xg = reinterpret_cast<const float4*>(xs + (j * kChunk + lane) * kPad);
-        float s = 0.0f;  // warp_dot_row's order: l = 0, 1, ..., 31
+        const float* xg = xs + (j * kChunk + lane) * kPad;
+        float s = 0.0f;
 #pragma unroll
-        for (int q = 0; q < kGroup / 4; ++q) {
-          const float4 v = xg[q];
-          s += g[4 * q] * v.x;
-          s += g[4 * q + 1] * v.y;
-          s += g[4 * q + 2] * v.z;
-          s += g[4 * q + 3] * v.w;
-        }
+        for (int l = 0; l < kGroup; ++l) s += g[l] * xg[l];
         part[j] += s;
       }
     }
@@ -114,15 +106,9 @@ void matvec(cudaStream_t s, const GpuMatrix& m, const float* x, const float* bia
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   with_weight_type(m.type, [&](auto type) {
-    constexpr GgmlType T = decltype(type)::value;
-    static const bool opted_in = [] {  // once per weight type: the stage is over the default 48 KB
-      device::check_cuda(cudaFuncSetAttribute(matmul_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kStageBytes)),
-                         "shared memory opt-in of the batched matrix kernel");
-      return true;
-    }();
-    (void)opted_in;
-    matmul_kernel<T><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, kStageBytes, reinterpret_cast<cudaStream_t>(stream)>>>(
-        m.w, m.row_bytes, m.rows, m.cols, x, n, bias, m.sel, m.mat_bytes, y);
+    matmul_kernel<decltype(type)::value><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, 0,
+                                           reinterpret_cast<cudaStream_t>(stream)>>>(m.w, m.row_bytes, m.rows, m.cols, x,
+                                                                                     n, bias, m.sel, m.mat_bytes, y);
   });
 }
 

@@ -1,6 +1,6 @@
 // Matrix times vectors on the GPU for the engine: the single-token matrix-vector kernel (a warp per
 // row, weights dequantized in registers) and the batched kernel for a pass of several tokens, in which a
-// warp dequantizes its row in registers once per tile of 16 tokens and multiplies it by each token's
+// warp dequantizes its row in registers once per tile of 8 tokens and multiplies it by each token's
 // vector (the vectors staged in shared memory a chunk at a time, once per block of 8 rows). The batched
 // kernel adds in the matrix-vector kernel's order (each lane its groups, then the same butterfly), so a
 // (row, token) result has the same bits whichever kernel computed it: a batched pass gives the logits of
@@ -17,7 +17,7 @@ using gpu_stream_t = struct CUstream_st*;
 // Tokens the batched kernel multiplies per read of a weight row: a pass of n tokens reads every weight
 // ceil(n / kBatchTileTokens) times. Weights in mapped host memory (a streamed layer's slot) are
 // therefore copied to GPU memory once when a pass has more tokens than this (gpu_executor.cpp).
-inline constexpr uint32_t kBatchTileTokens = 16;
+inline constexpr uint32_t kBatchTileTokens = 8;
 
 // Matrix `*sel` (when given, in device memory) of a stack of mat_bytes each, else the matrix at w.
 struct GpuMatrix {
