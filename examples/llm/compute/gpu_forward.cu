@@ -337,6 +337,7 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
   if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
   auto expert_matvec = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
     if (!src) return matmul(s, w, v.at(w), x, 1, nullptr, y, experts_ + k);
+    gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
     gpu::with_weight_type(w.type, [&](auto type) {
       matvec_fetched_kernel<decltype(type)::value><<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
           src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),

@@ -96,6 +96,7 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
 void matvec(cudaStream_t s, const GpuMatrix& m, const float* x, const float* bias, float* y) {
+  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   with_weight_type(m.type, [&](auto type) {
     matvec_kernel<decltype(type)::value><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
         m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y);
