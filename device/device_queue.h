@@ -14,6 +14,7 @@
 // the host while the warps are parked (RecoveryControl::quiesce), and each warp rebuilds its rings
 // when it sees a new RecoveryControl::generation.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 #include "driver/commands.h"
@@ -51,13 +52,18 @@ inline constexpr uint64_t kCmdIndexMask = (uint64_t(1) << kCmdAttemptShift) - 1;
 
 // Written by the host (device memory, one per DeviceQueueSet), read by every warp of the set.
 struct RecoveryControl {
-  uint32_t quiesce = 0;     // non-zero: warps stop submitting and park (checked once per pump pass)
+  // quiesce and oldest_request are one 64-bit word that a warp loads once per pump pass and compares
+  // with one value; anything else is the rare path.
+  uint32_t quiesce = 0;         // non-zero: warps stop submitting and park
+  uint32_t oldest_request = 0;  // bumped by the host's watchdog: each running warp publishes its oldest
+                                // in-flight command once (QueueHealth::oldest), the Abort's target
   uint32_t generation = 0;  // bumped after each controller reset: a warp seeing a new one rebuilds its rings
   uint32_t failed = 0;      // with the bump: the reset failed; parked warps end with fault::kControllerLost
-  uint32_t pad = 0;
   uint64_t park_timeout_ns = 10'000'000'000;  // a warp parked longer ends with fault::kParkTimedOut
 };
 static_assert(sizeof(RecoveryControl) == 24);
+static_assert(offsetof(RecoveryControl, quiesce) == 0 && offsetof(RecoveryControl, oldest_request) == 4,
+              "the pump loads both as one little-endian 64-bit word");
 
 // Written by a queue's warp (mapped host memory, one per queue), read by the host's watchdog.
 namespace health_state {
@@ -80,7 +86,7 @@ struct QueueHealth {
   uint64_t progress = 0;    // %globaltimer of a recent pass that submitted or reaped (changes while healthy)
   uint32_t state = health_state::kIdle;
   uint32_t in_flight = 0;   // at the last progress store or park
-  uint64_t oldest = kNoOldest;  // pack_oldest(), refreshed at most every kOldestPeriodNs while running
+  uint64_t oldest = kNoOldest;  // pack_oldest(), written when the host asks (RecoveryControl::oldest_request)
 };
 static_assert(sizeof(QueueHealth) == 24);
 

@@ -216,6 +216,20 @@ QueueHealth DeviceQueueSet::health(uint32_t i) const {
   return out;
 }
 
+uint64_t DeviceQueueSet::ask_oldest(uint32_t i, std::chrono::milliseconds bound) {
+  volatile QueueHealth* h = health_host_ + i;
+  h->oldest = kNoOldest;  // the warp's answer replaces it
+  control_host_->oldest_request += 1;
+  const auto deadline = std::chrono::steady_clock::now() + bound;
+  write_control(bound);
+  for (;;) {
+    const uint64_t oldest = h->oldest;
+    if (oldest != kNoOldest || h->state != health_state::kRunning) return oldest;
+    if (std::chrono::steady_clock::now() > deadline) return kNoOldest;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 // The copy runs on a stream of its own, beside the kernels that poll the word (they never end
 // while parked, so nothing may wait for them).
 void DeviceQueueSet::write_control(std::chrono::milliseconds bound) {

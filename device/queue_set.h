@@ -83,6 +83,10 @@ class DeviceQueueSet {
   // warps, and every later claim, end with fault::kControllerLost.
   void resume(bool controller_ok);
   uint32_t generation() const { return control_host_->generation; }
+  // Queue i's oldest in-flight command (pack_oldest), asked of its warp (RecoveryControl::oldest_request:
+  // every running warp answers within one pump pass); kNoOldest when none answered within `bound` or
+  // the queue has nothing in flight.
+  uint64_t ask_oldest(uint32_t i, std::chrono::milliseconds bound);
   // Queue i's queue id (an Admin Abort names it as the SQID).
   uint16_t qid(uint32_t i) const { return host_[i].qid; }
 

@@ -13,12 +13,12 @@
 //   3. ring_doorbells: one system-scope fence, then the SQ tail and CQ head doorbells (lane 0).
 //   4. the quiesce word (loaded at the top of the pass, used here): park for a controller reset.
 //   5. timed_out: no progress for `timeout_ns` on %globaltimer ends the pass with fault::kTimedOut.
-//   6. publish_oldest, at most every kOldestPeriodNs: the command the host would abort.
+//   6. answer_oldest, only when the host asks (a stalled queue): the command it would abort.
 // What recovery added to a fault-free pass: one load of the set's quiesce word (device memory, issued
 // before the CQ loads so its latency overlaps theirs) and a compare; a compare of the pending-retry
 // count; one 8-byte store per command (its index, for a re-issue); lane 0's progress store to the
-// health word at most every kHealthPeriodNs; a compare per pass and an id-table scan every
-// kOldestPeriodNs for the oldest in-flight command (a store only when it changed).
+// health word at most every kHealthPeriodNs. The host's request for the oldest in-flight command
+// rides in the quiesce word's load (one 64-bit load and compare per pass for both).
 // A run ending with a sticky fault hands its unfinished commands to done() as failed
 // (warp_recovery.cuh fail_unfinished); `done` must accept them (the commands may still be on the
 // controller until the host rebuilds the queue: do not reuse their buffers before the ticket ends).
@@ -274,10 +274,12 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
   const bool usable = s.faults == 0;
   const uint64_t t0 = warp_now();
   uint64_t last_progress = t0, published = 0;
-  uint64_t oldest_at = t0, oldest_published = kNoOldest;  // refreshed first after kOldestPeriodNs
+  // The control word as a fault-free pass expects it: not quiescing, the host's last request for the
+  // oldest command seen (requests made before this run are not this run's to answer).
+  uint64_t expected = c.control ? uint64_t(load_control32(&c.control->oldest_request)) << 32 : 0u;
   while (usable && (finished < count || s.in_flight > 0 || s.retry_pending > 0)) {
     // Loaded first, used (as lane 0 saw it) after the doorbells: its latency hides behind the CQ loads.
-    const uint32_t quiesce_seen = c.control ? load_volatile32(&c.control->quiesce) : 0u;
+    const uint64_t control_seen = c.control ? load_control_word(c.control) : expected;
     const Reaped r = reap_pass(c, s, done);
     finished += r.finished;
     uint32_t n = s.retry_pending != 0 ? retry_pass(c, s, make) : 0u;
@@ -285,19 +287,24 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
     ring_doorbells(q, s, n, r.consumed);
     if (s.faults != 0) break;
     if (finished >= count && s.in_flight == 0 && s.retry_pending == 0) break;
-    if (__shfl_sync(kFullMask, quiesce_seen, 0) != 0) {  // the host resets the controller: park, restart
-      if (wait_for_resume(c, s)) {
-        const uint32_t generation = load_control32(&c.control->generation);
-        if (generation != s.generation) finished += rebuild_after_reset(c, s, generation, done);
+    const uint64_t control = __shfl_sync(kFullMask, control_seen, 0);
+    if (control != expected) {  // the rare path: a reset, or the host asks for the oldest command
+      expected = control & ~uint64_t(0xFFFFFFFFu);
+      if (uint32_t(control) == 0) {
+        answer_oldest(c, s);
+      } else {  // the host resets the controller: park, restart
+        if (wait_for_resume(c, s)) {
+          const uint32_t generation = load_control32(&c.control->generation);
+          if (generation != s.generation) finished += rebuild_after_reset(c, s, generation, done);
+        }
+        if (s.faults != 0) break;
+        last_progress = warp_now();
+        continue;
       }
-      if (s.faults != 0) break;
-      last_progress = warp_now();
-      continue;
     }
     const uint64_t now = warp_now();
     const bool progressed = n > 0 || r.consumed > 0;
     if (progressed) publish_progress(c, s, now, published);
-    if (c.health) publish_oldest(c, s, now, oldest_at, oldest_published);
     if (timed_out(progressed, now, last_progress, timeout_ns)) {
       s.faults |= fault::kTimedOut;
       break;

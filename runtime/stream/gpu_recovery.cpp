@@ -14,7 +14,7 @@ long long ms_of(Clock::duration d) { return std::chrono::duration_cast<std::chro
 
 GpuRecovery::GpuRecovery(host::Controller& controller, device::DeviceQueueSet& queues, const GpuRecoveryOptions& options)
     : controller_(controller), queues_(queues), options_(options), seen_(queues.size()) {
-  for (Seen& s : seen_) s.oldest = s.aborted = device::kNoOldest;
+  for (Seen& s : seen_) s.aborted = device::kNoOldest;
 }
 
 void GpuRecovery::poll() {
@@ -28,58 +28,47 @@ void GpuRecovery::poll() {
   if (!why.empty()) recover(why);
 }
 
-// One queue's check: its oldest command overdue, or the queue stalled -> an Abort for the oldest.
-// Returns why to reset ("" for nothing): an Abort that did not help within abort_timeout, or a
-// stalled queue with no command to abort.
+// One queue's check: a running queue without progress for stall_timeout -> an Abort for its oldest
+// command. Returns why to reset ("" for nothing): no progress abort_timeout after an Abort, or a
+// stalled queue whose warp named no command to abort.
 std::string GpuRecovery::check_queue(uint32_t i, Clock::time_point now) {
   const device::QueueHealth h = queues_.health(i);
   Seen& s = seen_[i];
   if (h.state != device::health_state::kRunning || h.progress != s.progress) {
     s.progress = h.progress;
     s.since = now;
-  }
-  const uint64_t oldest = h.state == device::health_state::kRunning ? h.oldest : device::kNoOldest;
-  if (oldest != s.oldest) {
-    s.oldest = oldest;
-    s.oldest_since = now;
+    s.aborted = device::kNoOldest;  // progress: the aborted command was re-issued and went through
+    return {};
   }
   auto queue = [&] { return "GPU queue " + std::to_string(i) + " (qid " + std::to_string(queues_.qid(i)) + ")"; };
   if (s.aborted != device::kNoOldest) {
-    // Aborted: its completion (Abort Requested) came and the warp re-issued it, or it completed.
-    if (oldest != s.aborted) {
-      s.aborted = device::kNoOldest;
-      return {};
-    }
     if (now < s.abort_by) return {};
+    const uint16_t cid = device::oldest_cid(s.aborted);
     s.aborted = device::kNoOldest;
-    return queue() + ": command id " + std::to_string(device::oldest_cid(oldest)) + " still had no completion " +
+    return queue() + ": command id " + std::to_string(cid) + " still had no completion " +
            std::to_string(options_.abort_timeout.count()) + " ms after its Abort";
   }
-  const bool overdue = oldest != device::kNoOldest && now - s.oldest_since > options_.stall_timeout;
-  const bool stalled = h.state == device::health_state::kRunning && now - s.since > options_.stall_timeout;
-  if (!overdue && !stalled) return {};
+  if (now - s.since <= options_.stall_timeout) return {};
   stats_.stalls += 1;
-  const std::string why =
-      overdue ? queue() + ": command id " + std::to_string(device::oldest_cid(oldest)) + " had no completion for " +
-                    std::to_string(ms_of(now - s.oldest_since)) + " ms (a lost or late completion)"
-              : queue() + " made no progress for " + std::to_string(ms_of(now - s.since)) + " ms with " +
-                    std::to_string(h.in_flight) + " commands in flight (a lost or late completion)";
-  if (oldest == device::kNoOldest) return why;  // nothing known to abort (not yet published): reset
-  return abort_command(i, oldest, why);
+  const std::string why = queue() + " made no progress for " + std::to_string(ms_of(now - s.since)) + " ms with " +
+                          std::to_string(h.in_flight) + " commands in flight (a lost or late completion)";
+  const uint64_t oldest = queues_.ask_oldest(i, options_.ask_timeout);
+  if (oldest == device::kNoOldest) return why + "; its warp named no command to abort";
+  return abort_command(i, oldest, why, s.since);
 }
 
 // Sends the Admin Abort for queue i's oldest command; "" when the controller aborted it (its
 // completion should follow), else why a reset is needed.
-std::string GpuRecovery::abort_command(uint32_t i, uint64_t oldest, const std::string& why) {
+std::string GpuRecovery::abort_command(uint32_t i, uint64_t oldest, const std::string& why, Clock::time_point stalled_since) {
   Seen& s = seen_[i];
   const uint16_t cid = device::oldest_cid(oldest);
   stats_.aborts += 1;
-  // Time lost, as the CPU path counts it: the wait for the overdue command, then the Abort itself.
+  // Time lost, as the CPU path counts it: the wait since the queue stalled, then the Abort itself.
   struct Lost {
     GpuRecoveryStats& stats;
     Clock::time_point since;
     ~Lost() { stats.recovery_seconds += seconds_since(since); }
-  } lost{stats_, s.oldest_since};
+  } lost{stats_, stalled_since};
   try {
     const host::Completion a = controller_.admin_raw(nvme::make_abort(queues_.qid(i), cid), options_.abort_timeout);
     if (!a.ok()) return why + "; its Abort failed: " + nvme::describe(a.status);
@@ -128,7 +117,7 @@ void GpuRecovery::recover(const std::string& why) {
   stats_.resets += 1;
   stats_.recovery_seconds += seconds_since(t0);
   for (Seen& s : seen_) {
-    s.since = s.oldest_since = Clock::now();
+    s.since = Clock::now();
     s.aborted = device::kNoOldest;
   }
 }
