@@ -58,7 +58,10 @@ class Device {
   // Whole-block reads/writes through a 4 MiB bounce buffer; `name` is "emu:... namespace N".
   const model::BlockIo& block_io() const { return bio_; }
   // A DMA buffer of `bytes` for bulk transfers with cpu().
-  host::DmaBuffer alloc(uint64_t bytes) { return host::DmaBuffer(ctrl_->transport(), bytes); }
+  // A striped set: member 0's (read_blocks / write_blocks copy through the members' bounce buffers).
+  host::DmaBuffer alloc(uint64_t bytes) {
+    return striped() ? members_[0]->alloc(bytes) : host::DmaBuffer(ctrl_->transport(), bytes);
+  }
   void flush();
   // emu:null: every write is thrown away (deploy refuses it).
   bool discards_writes() const { return discards_writes_; }
