@@ -68,7 +68,15 @@ void StripedSubmitter::progress() {
   for (auto& m : members_) m.submitter->progress();
 }
 
+const std::vector<uint64_t>& StripedSubmitter::member_tickets(uint64_t ticket, const char* what) const {
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end())
+    throw Error(ErrorKind::kInvalidArgument, std::string("striped submitter ") + what + ": unknown ticket " + std::to_string(ticket));
+  return it->second;
+}
+
 bool StripedSubmitter::done(uint64_t ticket) {
+  if (!tickets_.count(ticket)) return true;  // waited for and forgotten, like the CPU submitter's
   const auto& t = tickets_.at(ticket);
   for (size_t m = 0; m < t.size(); ++m)
     if (t[m] && !members_[m].submitter->done(t[m])) return false;
@@ -130,13 +138,13 @@ uint64_t StripedSubmitter::issue_on(std::span<const nvme::SubmissionEntry> comma
 }
 
 void StripedSubmitter::order_after(uint64_t ticket, cuda_stream_t consumer) {
-  const auto& t = tickets_.at(ticket);
+  const auto& t = member_tickets(ticket, "order_after");
   for (size_t m = 0; m < t.size(); ++m)
     if (t[m]) ordered(uint32_t(m)).order_after(t[m], consumer);
 }
 
 const uint32_t* StripedSubmitter::device_state(uint64_t ticket) const {
-  const auto& t = tickets_.at(ticket);
+  const auto& t = member_tickets(ticket, "device_state");
   for (size_t m = 0; m < t.size(); ++m)
     if (t[m]) return ordered(uint32_t(m)).device_state(t[m]);
   return nullptr;

@@ -62,6 +62,7 @@ class StripedSubmitter final : public Submitter, public StreamOrdered {
     std::span<const nvme::SubmissionEntry> commands;
   };
   std::vector<Part> parts_of(std::span<const nvme::SubmissionEntry> commands) const;
+  const std::vector<uint64_t>& member_tickets(uint64_t ticket, const char* what) const;
   StreamOrdered& ordered(uint32_t m) const { return *members_[m].submitter->stream_ordered(); }
   // Waits for every member's ticket (each is forgotten); the first failure is rethrown after all.
   void wait_all(uint64_t ticket, GpuTicketTimes* times);

@@ -467,3 +467,17 @@ TEST_CASE("streamer: a striped set streams every layer into the slot exactly as 
   CHECK(striped.stats().bytes == read);
   CHECK(read == single.stats().bytes);
 }
+
+TEST_CASE("striped submitter: a plan it was not given, or counts that do not add up, are refused", "[runtime][stream][stripe]") {
+  Rig rig("emu:ram,size=16M,lba=512", rt_test::dense_model(2, 3000, 3));
+  stream::CpuSubmitter a(*rig.ctrl, *rig.qp);
+  stream::StripedSubmitter s({{&a, nullptr}, {&a, nullptr}});
+  CHECK(s.stream_ordered() == nullptr);  // CPU members: host-driven only
+  std::vector<nvme::SubmissionEntry> cmds(3);
+  CHECK_THROWS_WITH(s.add_plan(cmds, {1, 1}), ContainsSubstring("do not add up"));
+  CHECK_THROWS_WITH(s.add_plan(cmds, {3}), ContainsSubstring("do not add up"));
+  CHECK_THROWS_WITH(s.issue(cmds), ContainsSubstring("not given (add_plan)"));
+  CHECK_THROWS_WITH(s.wait(12345), ContainsSubstring("unknown ticket"));
+  CHECK(s.done(12345));
+  CHECK_THROWS_AS(stream::StripedSubmitter({{nullptr, nullptr}}), Error);
+}
