@@ -79,10 +79,14 @@ StripeRecord parse_stripe_record(std::span<const uint8_t> block, const std::stri
   if (h.format_version != kStripeVersion)
     throw ModelError(where + " has format version " + std::to_string(h.format_version) + "; this build reads version " +
                      std::to_string(kStripeVersion) + ": use a matching gpunvme");
+  if (h.lba_size != block.size())
+    throw ModelError(where + " was written with " + std::to_string(h.lba_size) + "-byte blocks but the device has " +
+                     std::to_string(block.size()) + "-byte blocks now: open it with the LBA size it was written with "
+                     "(emu: lba=" + std::to_string(h.lba_size) + "), or re-create the set");
   uint32_t stored;
   std::memcpy(&stored, block.data() + kCrcOffset, 4);
-  if (h.lba_size != block.size() || block_crc(block) != stored)
-    throw ModelError(where + " is damaged (CRC or LBA size mismatch); re-create the set with llm_make_model or "
+  if (block_crc(block) != stored)
+    throw ModelError(where + " is damaged (its CRC does not match); re-create the set with llm_make_model or "
                      "`gpunvme deploy` over all its members");
   if (h.header_bytes != sizeof(StripeHeader) || h.member_count == 0 || h.member_count > kMaxStripeMembers ||
       h.member_index >= h.member_count || h.unit_blocks == 0 || h.data_start_lba == 0 || h.member_data_blocks == 0 ||

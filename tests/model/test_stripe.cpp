@@ -1,6 +1,7 @@
 // Striped sets (runtime/model/stripe.h): the logical -> member mapping against a block-by-block
 // reference, the bytes of split extents, and every way of giving the members wrongly.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <memory>
 #include <random>
 
@@ -134,6 +135,10 @@ TEST_CASE("stripe: members given wrongly are refused with the fix") {
   r.chunk_crcs = {0};
   plain.put(0, serialize_record(r));
   CHECK(has(error_of({plain.io, a.devs[1]->io}), "single-drive deploy"));
+  // A member read with another LBA size than it was written with.
+  const std::vector<uint8_t> rec4k = serialize_stripe_record({make_stripe_geometry(2, 4096, 4096, 4096, 3), 0});
+  CHECK_THROWS_WITH(parse_stripe_record(std::span(rec4k).first(512), "dev"),
+                    Catch::Matchers::ContainsSubstring("written with 4096-byte blocks but the device has 512-byte"));
   // A damaged record.
   a.devs[2]->bytes[20] ^= 1;
   CHECK(has(error_of(a.ios()), "damaged"));
