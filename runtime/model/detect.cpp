@@ -100,8 +100,8 @@ DetectedModel detect_model(const BlockIo& io, std::optional<uint64_t> start_lba_
   if (has_record_magic(block)) return record_model(io, block, start_lba_hint);
   if (has_stripe_magic(block)) {
     const StripeRecord r = parse_stripe_record(block, io.name);
-    throw ModelError(describe_member(r, io.name) + ": one member alone holds every " + std::to_string(r.geometry.members) +
-                     "th stripe unit of the model; give all " + std::to_string(r.geometry.members) +
+    throw ModelError(describe_member(r, io.name) + ": one member alone holds 1 of every " + std::to_string(r.geometry.members) +
+                     " stripe units of the model; give all " + std::to_string(r.geometry.members) +
                      " members, in order (--device M1 --device M2 ...)");
   }
   const bool raw_at_0 = std::memcmp(block.data(), "GGUF", 4) == 0;
