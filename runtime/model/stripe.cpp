@@ -231,6 +231,11 @@ StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)
       throw ModelError(members_[i].name + " is given as member " + std::to_string(i + 1) + " but is " +
                        member_text(recs[i]) + "; give the members in their order: " + order);
     }
+  for (uint32_t i = 0; i < n; ++i)
+    if (members_[i].n_lbas != 0 && members_[i].n_lbas < g_.data_start_lba + g_.member_data_blocks)
+      throw ModelError(members_[i].name + " has " + std::to_string(members_[i].n_lbas) + " blocks but " + member_text(recs[i]) +
+                       " needs " + std::to_string(g_.data_start_lba + g_.member_data_blocks) +
+                       ": it was truncated or resized (an emu: image opened with a smaller size=?); re-create the set");
   logical_.lba_size = g_.lba_size;
   logical_.n_lbas = g_.logical_blocks();
   logical_.name = set_text(g_) + " over " + members_[0].name + (n > 1 ? " ..." : "");

@@ -135,6 +135,10 @@ TEST_CASE("stripe: members given wrongly are refused with the fix") {
   r.chunk_crcs = {0};
   plain.put(0, serialize_record(r));
   CHECK(has(error_of({plain.io, a.devs[1]->io}), "single-drive deploy"));
+  // A member smaller than the set says (truncated image).
+  std::vector<BlockIo> small = a.ios();
+  small[1].n_lbas -= 1;
+  CHECK(has(error_of(small), "truncated or resized"));
   // A member read with another LBA size than it was written with.
   const std::vector<uint8_t> rec4k = serialize_stripe_record({make_stripe_geometry(2, 4096, 4096, 4096, 3), 0});
   CHECK_THROWS_WITH(parse_stripe_record(std::span(rec4k).first(512), "dev"),
