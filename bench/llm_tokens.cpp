@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <span>
@@ -28,17 +30,23 @@ using namespace gpunvme;
 namespace {
 
 const char* kUsage =
-    "usage: llm_tokens --image PATH [--image PATH ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
+    "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
     "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--json-out FILE]\n"
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
-    "emu:/dev/shm/m.img,size=60G), budget pair, modeled drive and loader, the engine's GPU executor decodes\n"
-    "--warmup tokens, then --tokens timed tokens, with the real compute. Per cell:\n"
+    "emu:/dev/shm/m.img,size=60G; a comma-separated list is a striped set's member images, in order, as\n"
+    "llm_make_model wrote them with several --device), budget pair, modeled drive and loader, the engine's\n"
+    "GPU executor decodes --warmup tokens, then --tokens timed tokens, with the real compute. Per cell:\n"
     "  tok/s        timed tokens / their wall time\n"
-    "  bound        the plan's floor (residency_plan.h): max(NVMe bytes per token / the drive's rated read\n"
-    "               bandwidth, bytes entering the GPU per token / the measured host-to-GPU bandwidth), as tok/s\n"
+    "  drive        the modeled drive; Nx before it: a striped set of N members, each its own emulated\n"
+    "               controller modeling that drive (4 controller threads each)\n"
+    "  bound        the plan's floor (residency_plan.h): max(NVMe bytes per token / (N x the drive's rated read\n"
+    "               bandwidth), bytes entering the GPU per token / the measured host-to-GPU bandwidth), as tok/s\n"
     "  eff          tok/s / bound\n"
+    "  emu          tok/s of the same model, budget and loader with drive `none` (the emulator unthrottled: what\n"
+    "               the emulator itself can feed, about one pcie5 on 16 cores), when --drives lists none first\n"
+    "  eff<         tok/s / min(bound, emu): efficiency against the lower of the drives and the emulator\n"
     "  host CPU     CPU time of the process during the timed tokens, less the emulator's controller threads\n"
     "               (the drive's work, not the engine's)\n"
     "  experts      MoE: fetched experts' cache hits / routed; the one-token-lag prediction's hit rate (the\n"
@@ -61,7 +69,9 @@ const char* kUsage =
     "                 without it is skipped). Cells with it on and off must give the same logits; dense models\n"
     "                 run once\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
-    "Striped drives are not offered: the engine streams from one namespace.\n";
+    "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
+    "the mmap loader reads the member images through the set's layout (one memcpy worker, each member paced\n"
+    "as its own drive). MoE experts are not fetched from a striped set (give a VRAM budget that holds them).\n";
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -143,22 +153,34 @@ struct Cell {
       : model(std::move(m)), budget(std::move(b)), drive(std::move(d)), mode(std::move(md)) {}
   std::string model, budget, drive, mode, prefetch = "-", error;
   llm::ExecStats stats;
+  uint32_t members = 1;  // drives striped over
   double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
+  double emu_tps = 0;  // the same cell with drive none (0: not measured)
+  double lower_tps() const { return emu_tps > 0 && emu_tps < bound_tps ? emu_tps : bound_tps; }
+  std::string drive_label() const { return members > 1 ? std::to_string(members) + "x" + drive : drive; }
   uint32_t tokens = 0;
   uint64_t logits_hash = 0;
 };
 
-Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
+Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
               const std::string& mode, const std::string& prefetch, uint32_t warmup, uint32_t tokens, uint32_t slots,
               double h2d) {
   Cell c{m.file->model_name(), budget.text, drive, mode};
   c.prefetch = prefetch;
+  c.members = uint32_t(images.size());
   const std::set<pid_t> before = thread_ids();
   // The drive's controller: its threads are the emulated drive's work, not the engine's. One controller
   // thread per queue of the engine (4 for the streamer, 4 more for the expert fetcher), as bench/layer_stream
   // gives: with the emulator's default of one thread the emulator itself, not the modeled drive, capped
   // streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap reached 85 %).
-  auto ctrl = host::open_controller("emu:" + image + ",drive=" + drive + ",threads=8", {}, host::Access::kReadOnly);
+  // A striped set: one controller per member, 4 threads each (its streamer's 4 queues; MoE experts are
+  // not fetched from a set).
+  std::vector<std::unique_ptr<host::Controller>> ctrls;
+  const std::string threads = images.size() > 1 ? "4" : "8";
+  for (const std::string& image : images)
+    ctrls.push_back(host::open_controller("emu:" + image + ",drive=" + drive + ",threads=" + threads, {}, host::Access::kReadOnly));
+  std::vector<host::Controller*> raw;
+  for (auto& x : ctrls) raw.push_back(x.get());
   std::vector<pid_t> drive_threads;
   for (pid_t t : thread_ids())
     if (!before.count(t)) drive_threads.push_back(t);
@@ -168,10 +190,10 @@ Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budge
   o.slots = slots;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
   if (mode == "mmap") {
-    auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, 1);
-    o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(image, m, std::move(r), pacer); };
+    auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
+    o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer); };
   }
-  auto ex = llm::make_gpu_executor(*ctrl, m, warmup + tokens + 1, o);
+  auto ex = llm::make_gpu_executor(raw, m, warmup + tokens + 1, o);
   uint32_t pos = 0, tok = 1;
   auto next = [&](std::span<const float> logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
   for (uint32_t i = 0; i < warmup; ++i) tok = next(ex->step(tok, pos++));
@@ -194,7 +216,7 @@ Cell run_cell(const std::string& image, const llm::ModelOnDevice& m, const Budge
   c.tokens = tokens;
   c.logits_hash = h;
   c.tps = c.seconds > 0 ? tokens / c.seconds : 0;
-  const double bound_s = c.stats.plan.bound_seconds(bench::ls::drive_read_bandwidth(drive), h2d);
+  const double bound_s = c.stats.plan.bound_seconds(bench::ls::drive_read_bandwidth(drive) * double(c.members), h2d);
   c.bound_tps = bound_s > 0 ? 1 / bound_s : 0;
   return c;
 }
@@ -203,16 +225,16 @@ std::string cell_json(const Cell& c, double h2d) {
   const auto& e = c.stats;
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"mode\":%s,\"expert_prefetch\":%s,\"tokens\":%u,"
+                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"drives\":%u,\"mode\":%s,\"expert_prefetch\":%s,\"tokens\":%u,"
                 "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
                 "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
                 "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
-                text::json_string(c.mode).c_str(), text::json_string(c.prefetch).c_str(), c.tokens,
+                c.members, text::json_string(c.mode).c_str(), text::json_string(c.prefetch).c_str(), c.tokens,
                 c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
-                bench::ls::drive_read_bandwidth(c.drive), e.resident_layers, e.ram_layers, e.streamed_layers,
+                bench::ls::drive_read_bandwidth(c.drive) * c.members, e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
                 (unsigned long long)e.experts.bytes_read, (unsigned long long)e.lag.routed,
                 (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted_bytes,
@@ -220,13 +242,19 @@ std::string cell_json(const Cell& c, double h2d) {
   // The error text and the plan can be long: appended, not formatted into the fixed buffer.
   std::string prefetch;
   if (e.has_experts) prefetch = llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + ",";
-  return b + prefetch + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  char emu[160];
+  if (c.emu_tps > 0)
+    std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":%.6f,\"efficiency_vs_lower\":%.4f,", c.emu_tps,
+                  c.tps / c.lower_tps());
+  else
+    std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":null,\"efficiency_vs_lower\":null,");
+  return b + prefetch + emu + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
 void print_cell(const Cell& c) {
   if (!c.error.empty()) {
-    std::printf("%-22s %-10s %-6s %-8s %-4s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive.c_str(), c.mode.c_str(),
+    std::printf("%-22s %-10s %-7s %-8s %-4s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(), c.mode.c_str(),
                 c.prefetch.c_str(), c.error.c_str());
   } else {
     const auto& x = c.stats.experts;
@@ -238,10 +266,12 @@ void print_cell(const Cell& c) {
       std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%; prefetch %llu/%llu; stall %.3f s",
                     (unsigned long long)x.hits, (unsigned long long)x.requested, 100 * c.stats.lag.hit_rate(),
                     (unsigned long long)p.hits, (unsigned long long)p.reads, stall);
-    std::printf("%-22s %-10s %-6s %-8s %-4s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
-                c.drive.c_str(), c.mode.c_str(), c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
+    char emu[48] = "        -      -";
+    if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
+    std::printf("%-22s %-10s %-7s %-8s %-4s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+                c.drive_label().c_str(), c.mode.c_str(), c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
                 c.stats.streamed_layers, c.tps,
-                c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, c.host_cpu, experts);
+                c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, emu, c.host_cpu, experts);
   }
   std::fflush(stdout);
 }
@@ -264,20 +294,22 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
   const double h2d = measure_h2d();
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", h2d / 1e9);
-  std::printf("%-22s %-10s %-6s %-8s %-4s %11s %9s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "pf",
-              "V/R/N lay", "tok/s", "bound", "eff", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
+  std::printf("%-22s %-10s %-7s %-8s %-4s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "pf",
+              "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
   if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
   int errors = 0;
-  for (const std::string& image : images) {
-    const host::DeviceLock lock = host::DeviceLock::acquire("emu:" + image, 1, host::LockMode::kShared);
-    // Unthrottled: the startup loads (VRAM and RAM tiers) are not what the cells measure.
-    auto ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
-    auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
-    host::CpuIo io(*ctrl, *qp, 1);
-    const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
+  for (const std::string& image_list : images) {
+    // One image, or a striped set's member images in order.
+    const std::vector<std::string> members = split(image_list);
+    std::vector<std::string> devices;
+    for (const std::string& p : members) devices.push_back("emu:" + p);
+    // Unthrottled, with readers' locks: the startup loads (VRAM and RAM tiers) are not what the cells measure.
+    llm::DeviceSet set(devices);
+    const llm::ModelOnDevice m = llm::open_model(set.namespaces());
     for (const Budget& b : budgets) {
       std::optional<uint64_t> first_hash;
+      std::map<std::string, double> capacity;  // "loader/prefetch" -> tok/s with drive none
       // A plan with nothing on NVMe reads no drive per token: one cell stands for every drive and loader.
       const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(m), b.b);
       const bool drive_free = plan.count(llm::Tier::kNvme) == 0 && !plan.any_fetched_experts();
@@ -291,13 +323,18 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
             if (pf == "off" && auto_ran_without) continue;
             Cell c;
             try {
-              c = run_cell(image, m, b, d, md, pf, warmup, tokens, slots, h2d);
+              c = run_cell(members, m, b, d, md, pf, warmup, tokens, slots, h2d);
+              // The emulator's own ceiling for this cell: the same cell unthrottled, if it ran first.
+              const auto cap = capacity.find(md + "/" + pf);
+              if (d == "none") capacity[md + "/" + pf] = c.tps;
+              else if (cap != capacity.end()) c.emu_tps = cap->second;
               if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
               if (!first_hash) first_hash = c.logits_hash;
               auto_ran_without |= pf == "auto" && !c.stats.expert_prefetch;
             } catch (const std::exception& e) {
               c = Cell{m.file->model_name(), b.text, d, md};
               c.prefetch = pf;
+              c.members = uint32_t(members.size());
               c.error = e.what();
             }
             errors += !c.error.empty();

@@ -20,27 +20,35 @@ constexpr uint64_t kChunk = 1u << 20;  // bytes per memcpy step and per paced re
 
 }  // namespace
 
-MmapLayerSource::MmapLayerSource(const std::string& image, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
-                                 std::shared_ptr<ls::Pacer> pacer)
-    : ranges_(std::move(ranges)), pacer_(std::move(pacer)) {
+MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m,
+                                 std::vector<llm::ByteRange> ranges, std::shared_ptr<ls::Pacer> pacer)
+    : ranges_(std::move(ranges)), pacer_(std::move(pacer)), stripe_(m.stripe) {
   if (ranges_.empty()) throw std::invalid_argument("mmap loader: no layers");
+  if (images.size() != (stripe_ ? stripe_->members : 1))
+    throw std::invalid_argument("mmap loader: " + std::to_string(images.size()) + " image(s) for a model on " +
+                                std::to_string(stripe_ ? stripe_->members : 1) + " namespace(s)");
   for (const llm::ByteRange& r : ranges_) {
     at_.push_back(m.device_byte(r.begin));
     slot_ = std::max(slot_, r.bytes());
   }
-  const int fd = ::open(image.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error("mmap loader: cannot open " + image + ": " + std::strerror(errno));
-  struct stat st{};
-  fstat(fd, &st);
-  map_bytes_ = uint64_t(st.st_size);
-  void* p = map_bytes_ ? mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
-  const int err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) throw std::runtime_error("mmap loader: cannot mmap " + image + ": " + std::strerror(err));
-  map_ = static_cast<const uint8_t*>(p);
-  madvise(p, map_bytes_, MADV_SEQUENTIAL);
+  for (const std::string& image : images) {
+    const int fd = ::open(image.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("mmap loader: cannot open " + image + ": " + std::strerror(errno));
+    struct stat st{};
+    fstat(fd, &st);
+    Map mp;
+    mp.bytes = uint64_t(st.st_size);
+    void* p = mp.bytes ? mmap(nullptr, mp.bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    const int err = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap loader: cannot mmap " + image + ": " + std::strerror(err));
+    mp.p = static_cast<const uint8_t*>(p);
+    madvise(p, mp.bytes, MADV_SEQUENTIAL);
+    maps_.push_back(mp);
+  }
+  const uint64_t logical = stripe_ ? stripe_->logical_blocks() * stripe_->lba_size : maps_[0].bytes;
   for (const uint64_t a : at_)
-    if (a >= map_bytes_) throw std::runtime_error("mmap loader: a layer lies past the end of " + image);
+    if (a >= logical) throw std::runtime_error("mmap loader: a layer lies past the end of " + images[0]);
   device::check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "mmap loader: copy stream");
   for (int b = 0; b < 2; ++b) {
     device::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&staging_[b]), slot_, cudaHostAllocDefault), "mmap loader: staging");
@@ -66,7 +74,7 @@ MmapLayerSource::~MmapLayerSource() {
     if (free_[b]) cudaEventDestroy(free_[b]);
   }
   if (copy_) cudaStreamDestroy(copy_);
-  if (map_) munmap(const_cast<uint8_t*>(map_), map_bytes_);
+  for (const Map& mp : maps_) munmap(const_cast<uint8_t*>(mp.p), mp.bytes);
 }
 
 // The one worker: layer n (cyclic over the ranges) into staging n % 2, as soon as that buffer is free.
@@ -93,15 +101,36 @@ void MmapLayerSource::worker() {
   }
 }
 
+int64_t MmapLayerSource::copy(uint64_t at, uint64_t len, uint8_t* dst) {
+  int64_t due = 0;
+  for (uint64_t done = 0; done < len;) {
+    const uint64_t b = at + done;
+    uint32_t member = 0;
+    uint64_t src = b, n = len - done;
+    if (stripe_) {  // the RAID-0 rule of model/stripe.h, in bytes
+      const uint64_t unit = stripe_->unit_bytes(), s = b / unit;
+      member = uint32_t(s % stripe_->members);
+      src = stripe_->data_start_lba * stripe_->lba_size + (s / stripe_->members) * unit + b % unit;
+      n = std::min(n, unit - b % unit);
+    }
+    if (pacer_) due = std::max(due, pacer_->admit(member, n));
+    const Map& mp = maps_[member];
+    const uint64_t have = src < mp.bytes ? std::min(n, mp.bytes - src) : 0;
+    if (have) std::memcpy(dst + done, mp.p + src, have);
+    if (have < n) std::memset(dst + done + have, 0, n - have);
+    done += n;
+  }
+  return due;
+}
+
+// One memcpy worker; per step it asks every member drive for 1 MiB (one drive: 1 MiB) and waits for
+// the last of them, as a readahead over the array would.
 void MmapLayerSource::fill(uint64_t n, uint8_t* dst) {
   const size_t j = n % ranges_.size();
   const uint64_t bytes = ranges_[j].bytes();
-  for (uint64_t off = 0; off < bytes; off += kChunk) {
-    const uint64_t len = std::min(kChunk, bytes - off);
-    const int64_t due = pacer_ ? pacer_->admit(0, len) : 0;
-    const uint64_t at = at_[j] + off, have = at < map_bytes_ ? std::min(len, map_bytes_ - at) : 0;
-    if (have) std::memcpy(dst + off, map_ + at, have);
-    if (have < len) std::memset(dst + off + have, 0, len - have);
+  const uint64_t step = kChunk * (stripe_ ? stripe_->members : 1);
+  for (uint64_t off = 0; off < bytes; off += step) {
+    const int64_t due = copy(at_[j] + off, std::min(step, bytes - off), dst + off);
     if (pacer_) ls::wait_until_ns(due);
   }
 }

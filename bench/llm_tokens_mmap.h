@@ -1,5 +1,6 @@
 // The ntransformer-style loader as the engine's NVMe tier (bench/llm_tokens' `mmap` mode): the
-// namespace image is mmap'ed; one worker thread memcpy's each streamed layer's bytes from the mapping
+// namespace image is mmap'ed (a striped set's member images each, read through the set's layout as
+// an md RAID-0 array would be: model/stripe.h); one worker thread memcpy's each streamed layer's bytes from the mapping
 // into one of two pinned staging buffers (paced like the modeled drive, pacing.h, when given); the
 // engine's thread copies a filled buffer to one of two GPU buffers (cudaMemcpyAsync on a copy stream),
 // waits for that copy, hands the staging buffer back, and the compute stream waits for the copy.
@@ -10,6 +11,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,8 +24,11 @@ namespace gpunvme::bench {
 class MmapLayerSource final : public llm::LayerSource {
  public:
   // ranges: the layers' model-file byte ranges, in order; the image holds the namespace, so file byte
-  // b of the model is at image offset m.device_byte(b). pacer may be null (unthrottled).
-  MmapLayerSource(const std::string& image, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
+  // b of the model is at image offset m.device_byte(b) (a striped set: at that byte of the set's logical
+  // volume, images[i] holding member i). pacer may be null (unthrottled); with a set it models one
+  // drive per member, and the worker asks every member for its next 1 MiB at once (as the readahead of
+  // an md array would) before it waits.
+  MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
                   std::shared_ptr<ls::Pacer> pacer);
   ~MmapLayerSource() override;
   MmapLayerSource(const MmapLayerSource&) = delete;
@@ -36,12 +41,19 @@ class MmapLayerSource final : public llm::LayerSource {
  private:
   void worker();
   void fill(uint64_t n, uint8_t* dst);
-
+  // Copies logical bytes [at, at + len) into dst from the member mappings, asking the pacer for each
+  // member's share; returns the latest due time (ns).
+  int64_t copy(uint64_t at, uint64_t len, uint8_t* dst);
+  struct Map {
+    const uint8_t* p = nullptr;
+    uint64_t bytes = 0;
+  };
+  std::vector<Map> maps_;                         // one per member image
+  std::optional<model::StripeGeometry> stripe_;  // a striped set's layout
   std::vector<uint64_t> at_;  // image offset of each range
   std::vector<llm::ByteRange> ranges_;
   std::shared_ptr<ls::Pacer> pacer_;
-  const uint8_t* map_ = nullptr;
-  uint64_t map_bytes_ = 0, slot_ = 0;
+  uint64_t slot_ = 0;
   uint8_t* staging_[2] = {nullptr, nullptr};  // pinned
   uint8_t* device_[2] = {nullptr, nullptr};
   cudaEvent_t copied_[2] = {nullptr, nullptr}, free_[2] = {nullptr, nullptr};

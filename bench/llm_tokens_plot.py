@@ -47,7 +47,10 @@ def markdown(cells):
                   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for c in cs:
             mode = c["mode"] + (" + prefetch" if c.get("prefetch") else "")
-            head = f"| {c['budget']} | {c['drive']} | {mode} | {c['vram_layers']}/{c['ram_layers']}/{c['nvme_layers']} |"
+            drive = (f"{c['drives']}x" if c.get("drives", 1) > 1 else "") + c["drive"]
+            if c.get("emulator_tokens_per_second"):  # the emulator's own ceiling for this set, and efficiency against the lower
+                drive += f" (emu {c['emulator_tokens_per_second']:.3f} tok/s; {100 * c['efficiency_vs_lower']:.0f} % of the lower)"
+            head = f"| {c['budget']} | {drive} | {mode} | {c['vram_layers']}/{c['ram_layers']}/{c['nvme_layers']} |"
             if c.get("error"):
                 lines.append(head + f" error: {c['error']} | | | | | | | |")
                 continue

@@ -133,4 +133,32 @@ DmaBuffer& DmaBuffer::operator=(DmaBuffer&& o) noexcept {
   return *this;
 }
 
+DmaMapping::DmaMapping(Transport& transport, const DmaBuffer& buffer)
+    : transport_(&transport), host_(buffer.host()), len_(buffer.mapped_size()) {
+  translation_ = transport.dma_map(host_, len_);
+}
+
+DmaMapping::~DmaMapping() { release(); }
+
+void DmaMapping::release() noexcept {
+  if (transport_ && host_) transport_->dma_unmap(host_, len_);
+  transport_ = nullptr;
+  host_ = nullptr;
+}
+
+DmaMapping::DmaMapping(DmaMapping&& o) noexcept
+    : transport_(std::exchange(o.transport_, nullptr)), host_(std::exchange(o.host_, nullptr)), len_(o.len_),
+      translation_(o.translation_) {}
+
+DmaMapping& DmaMapping::operator=(DmaMapping&& o) noexcept {
+  if (this != &o) {
+    release();
+    transport_ = std::exchange(o.transport_, nullptr);
+    host_ = std::exchange(o.host_, nullptr);
+    len_ = o.len_;
+    translation_ = o.translation_;
+  }
+  return *this;
+}
+
 }  // namespace gpunvme::host

@@ -30,6 +30,7 @@ class DmaBuffer {
   template <class T>
   T* as() const { return static_cast<T*>(host_); }
   uint64_t size() const { return size_; }
+  uint64_t mapped_size() const { return mapped_size_; }  // size rounded up to the pages it maps
   uint64_t bus(uint64_t offset = 0) const { return translation_.bus(offset); }
   const DmaTranslation& translation() const { return translation_; }
   // GPU view (cudaHostGetDevicePointer), or nullptr when not GPU mapped.
@@ -45,6 +46,28 @@ class DmaBuffer {
   DmaTranslation translation_;
   void* device_ = nullptr;
   bool cuda_registered_ = false;
+};
+
+// A DmaBuffer made reachable by a second controller's DMA too (a striped set: one streaming slot
+// filled by several controllers, each through its own IOMMU mapping). Unmapped when destroyed; the
+// buffer must outlive it.
+class DmaMapping {
+ public:
+  DmaMapping() = default;
+  DmaMapping(Transport& transport, const DmaBuffer& buffer);
+  ~DmaMapping();
+  DmaMapping(DmaMapping&& other) noexcept;
+  DmaMapping& operator=(DmaMapping&& other) noexcept;
+  DmaMapping(const DmaMapping&) = delete;
+  DmaMapping& operator=(const DmaMapping&) = delete;
+  const DmaTranslation& translation() const { return translation_; }
+
+ private:
+  void release() noexcept;
+  Transport* transport_ = nullptr;
+  void* host_ = nullptr;
+  uint64_t len_ = 0;
+  DmaTranslation translation_;
 };
 
 }  // namespace gpunvme::host

@@ -36,6 +36,9 @@ const char* kUsage =
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
     "generated, then the run's numbers. Architectures: llama (dense and Mixtral-style MoE), qwen2, gemma3;\n"
     "weights F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.\n"
+    "  --device DEV        the namespace holding the model; repeat it for a striped set (llm_make_model or\n"
+    "                      `gpunvme deploy` with several --device): every member, in the order written. Each\n"
+    "                      member's record names its place: a wrong order, a missing or repeated member is refused\n"
     "  --prompt TEXT       tokenized with the model's own vocabulary (BOS added when the model asks for it)\n"
     "  --prompt-ids LIST   token ids, comma-separated (any model, also one without a vocabulary)\n"
     "  -n N                tokens to generate (default 32; stops early at the model's end-of-text token)\n"
@@ -245,14 +248,13 @@ llm::GenerateOptions parse_generate(const cli::Args& args) {
 }
 
 int run(const cli::Args& args, bool tokenize_only) {
-  const std::string device = args.get("device", "emu:/tmp/gpunvme-models.img");
-  // A reader's shared lock for the whole run: a deploy cannot rewrite the model under the engine (and
-  // the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
-  const host::DeviceLock lock = host::DeviceLock::acquire(device, 1, host::LockMode::kShared);
-  auto ctrl = host::open_controller(device, {}, host::Access::kReadOnly);
-  auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
-  host::CpuIo io(*ctrl, *qp, 1);
-  const llm::ModelOnDevice m = llm::open_model(*ctrl, io);
+  std::vector<std::string> devices = args.all("device");
+  if (devices.empty()) devices.push_back("emu:/tmp/gpunvme-models.img");
+  // Readers' shared locks for the whole run (DeviceSet): a deploy cannot rewrite the model under the
+  // engine (and the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
+  llm::DeviceSet set(devices);
+  const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+  const std::string device = set.describe();
   std::vector<uint32_t> prompt;
   std::unique_ptr<llm::Tokenizer> tok;
   if (m.vocab.model != "none") tok = std::make_unique<llm::Tokenizer>(m.vocab);
@@ -287,12 +289,13 @@ int run(const cli::Args& args, bool tokenize_only) {
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   std::unique_ptr<llm::Executor> ex;
   if (example::use_gpu_path(args.get("path", "auto"))) {
-    ex = llm::make_gpu_executor(*ctrl, m, ctx, o);
+    const std::vector<host::Controller*> ctrls = set.controllers();
+    ex = llm::make_gpu_executor(ctrls, m, ctx, o);
   } else {
     ex = llm::make_cpu_executor(m, ctx);
   }
   std::printf("model: %s (%s, %u layers) on %s: %s\n", m.file->model_name().c_str(), m.config.arch_name.c_str(),
-              m.config.n_layer, ctrl->transport().name().c_str(), m.detected.describe().c_str());
+              m.config.n_layer, (m.stripe ? m.io.name : set.controller(0).transport().name()).c_str(), m.detected.describe().c_str());
   if (!ex->stats().plan.layers.empty()) std::printf("%s", llm::plan_table(ex->stats().plan).c_str());
   std::fflush(stdout);
   llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
                           "logits-out", "expert-cache", "expert-prefetch", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
-                         {"help", "ignore-eos"});
+                         {"help", "ignore-eos"}, {"device"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());
       return 0;

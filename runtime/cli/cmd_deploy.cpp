@@ -4,8 +4,10 @@
 
 #include <csignal>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
@@ -37,7 +39,12 @@ const char* kDeployHelp =
     "(signal, error) leaves an unfinished record that ls and verify refuse; run it again. While it\n"
     "runs the device is locked: a second deploy, ls or verify is refused, naming the pid.\n"
     "\n"
-    "  --device DEVICE   the namespace to write (required). WARNING: this overwrites it.\n"
+    "  --device DEVICE   the namespace to write (required). WARNING: this overwrites it. Repeated: a\n"
+    "                    striped set (RAID-0) over those namespaces in that order, each with a stripe\n"
+    "                    record at LBA 0 naming the set and its place; ls, verify and the engine then take\n"
+    "                    the same --device list (a wrong order, a missing or repeated member is refused)\n"
+    "  --stripe-unit SIZE  striped set: bytes per member before the next (default 1M; a multiple of the\n"
+    "                    LBA size). --print-dd and --record-only write one namespace only\n"
     "  --nsid N          namespace id (default 1)\n"
     "  --start-lba N     LBA of the model's byte 0 (default: 1 MiB in: LBA 2048 with 512-byte\n"
     "                    blocks, 256 with 4 KiB blocks). LBA 0 holds the record, so N >= 1.\n"
@@ -70,6 +77,7 @@ std::string lba_range(uint64_t first, uint64_t end) {
 struct DeployCommand {
   std::string path;
   std::string device;
+  std::vector<std::string> devices;  // more than one: a striped set
   uint32_t nsid = 1;
   std::optional<uint64_t> start;  // as given
   bool force = false;
@@ -88,7 +96,15 @@ DeployCommand parse_command(const Args& args) {
   if (args.has("print-dd") && args.has("record-only")) throw UsageError("--print-dd and --record-only exclude each other");
   DeployCommand c;
   c.path = args.positional()[0];
-  c.device = args.get("device");
+  c.devices = args.all("device");
+  c.device = c.devices.front();
+  if (c.devices.size() > 1 && (args.has("print-dd") || args.has("record-only")))
+    throw UsageError("a striped set (several --device) is laid out by deploy itself: dd cannot write the stripes; "
+                     "drop --print-dd / --record-only");
+  if (c.devices.size() > 1 && args.has("start-lba"))
+    throw UsageError("--start-lba with a striped set: the model starts 1 MiB into the set's logical volume");
+  if (args.has("stripe-unit") && c.devices.size() < 2)
+    throw UsageError("--stripe-unit needs a striped set: give --device once per member (2 or more)");
   c.nsid = uint32_t(args.get_u64("nsid", 1));
   if (args.has("start-lba")) c.start = args.get_u64("start-lba", 0);
   c.force = args.has("force");
@@ -176,19 +192,23 @@ void print_summary(const deploy::DeployResult& res, bool record_only, const depl
 }  // namespace
 
 int cmd_deploy(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "start-lba", "nsid"},
-            {"help", "allow-write", "force", "progress", "print-dd", "record-only"});
+  Args args(argc, argv, 2, {"device", "start-lba", "nsid", "stripe-unit"},
+            {"help", "allow-write", "force", "progress", "print-dd", "record-only"}, {"device"});
   if (args.has("help")) {
     std::printf("%s%s", kDeployHelp, host::device_string_help());
     return 0;
   }
   const DeployCommand c = parse_command(args);
   // The tools' one write rule (runtime/guard): a real device needs --allow-write, before anything is opened.
-  guard::check_write_allowed(c.device, {args.has("allow-write"), c.force},
-                             "deploy writes the model and a record at LBA 0");
+  for (const std::string& d : c.devices)
+    guard::check_write_allowed(d, {args.has("allow-write"), c.force}, "deploy writes the model and a record at LBA 0");
   // Header first: a file that is not a GGUF (or not a regular file) is reported before any device is touched.
   const auto file = deploy::open_model_file(c.path);
-  deploy::Device dev(c.device, c.nsid);
+  const std::unique_ptr<deploy::Device> owned =
+      c.devices.size() > 1
+          ? deploy::Device::create_stripe(c.devices, args.get_size("stripe-unit", model::kDefaultStripeUnitBytes), c.force, c.nsid)
+          : std::make_unique<deploy::Device>(c.device, c.nsid);
+  deploy::Device& dev = *owned;
   if (args.has("print-dd")) return print_dd(c, file, dev);
 
   deploy::DeployOptions opt;

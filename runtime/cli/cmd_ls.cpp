@@ -19,7 +19,8 @@ const char* kLsHelp =
     "name, start LBA, size and block size, every layer (blk.N) with its LBA range and bytes, and the\n"
     "non-layer tensors (token embedding, output, norms).\n"
     "\n"
-    "  --device DEVICE   the namespace to read (required); nothing is written\n"
+    "  --device DEVICE   the namespace to read (required); nothing is written. Repeat it for a striped\n"
+    "                    set: every member, in order (one member alone is named with its place)\n"
     "  --nsid N          namespace id (default 1)\n"
     "  --start-lba N     where dd put a model that has no deploy record\n"
     "  --tensors         also every tensor: type, LBA range, byte offset in its first block, bytes\n"
@@ -34,14 +35,16 @@ const char* kLsHelp =
 }  // namespace
 
 int cmd_ls(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "nsid", "start-lba"}, {"help", "tensors", "experts", "json"});
+  Args args(argc, argv, 2, {"device", "nsid", "start-lba"}, {"help", "tensors", "experts", "json"}, {"device"});
   if (args.has("help")) {
     std::printf("%s%s", kLsHelp, host::device_string_help());
     return 0;
   }
   if (!args.positional().empty()) throw UsageError("ls takes no file arguments; the model is read from --device");
   if (!args.has("device")) throw UsageError("--device is required, e.g. --device emu:/tmp/models.img (see --help)");
-  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)), host::Access::kReadOnly);
+  // Several --device: a striped set's members, in order (its logical volume holds the model).
+  const auto owned = deploy::Device::open(args.all("device"), uint32_t(args.get_u64("nsid", 1)), host::Access::kReadOnly);
+  deploy::Device& dev = *owned;
   std::optional<uint64_t> start;
   if (args.has("start-lba")) start = args.get_u64("start-lba", 0);
   const auto listing = deploy::list_model(dev.block_io(), start);

@@ -30,7 +30,8 @@ const char* kVerifyHelp =
     "exit status: 0 every byte checked and equal; 1 a difference, an unfinished deploy, no model or an\n"
     "error; 2 a usage error; 3 header only, bytes unverified (no record, no --against).\n"
     "\n"
-    "  --device DEVICE      the namespace to read (required); nothing is written\n"
+    "  --device DEVICE      the namespace to read (required); nothing is written. Repeat it for a\n"
+    "                       striped set: every member, in order\n"
     "  --nsid N             namespace id (default 1)\n"
     "  --start-lba N        where dd put a model that has no deploy record\n"
     "  --against FILE       also compare every chunk with this GGUF file\n"
@@ -47,7 +48,7 @@ constexpr int kExitUnverified = 3;
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "nsid", "start-lba", "against"}, {"help", "progress"});
+  Args args(argc, argv, 2, {"device", "nsid", "start-lba", "against"}, {"help", "progress"}, {"device"});
   if (args.has("help")) {
     std::printf("%s%s", kVerifyHelp, host::device_string_help());
     return 0;
@@ -56,7 +57,9 @@ int cmd_verify(int argc, char** argv) {
     throw UsageError("verify takes no file arguments; to compare with a file use --against " + args.positional()[0]);
   }
   if (!args.has("device")) throw UsageError("--device is required, e.g. --device emu:/tmp/models.img (see --help)");
-  deploy::Device dev(args.get("device"), uint32_t(args.get_u64("nsid", 1)), host::Access::kReadOnly);
+  // Several --device: a striped set's members, in order (its logical volume holds the model).
+  const auto owned = deploy::Device::open(args.all("device"), uint32_t(args.get_u64("nsid", 1)), host::Access::kReadOnly);
+  deploy::Device& dev = *owned;
   deploy::VerifyOptions opt;
   if (args.has("start-lba")) opt.start_lba = args.get_u64("start-lba", 0);
   opt.against = args.get("against");

@@ -106,7 +106,7 @@ class ModelStream {
       if (held) std::memcpy(first_block.data(), buf_[slot].host(), lba_);
       const uint64_t blocks = (len + lba_ - 1) / lba_;
       try {
-        if (blocks > held) dev_.cpu().write(r_.model_start_lba + off / lba_ + held, blocks - held, buf_[slot], held * lba_);
+        if (blocks > held) dev_.write_blocks(r_.model_start_lba + off / lba_ + held, blocks - held, buf_[slot], held * lba_);
       } catch (...) {
         if (next.valid()) next.wait();
         throw;

@@ -1,11 +1,14 @@
 #include "runtime/deploy/device.h"
 
 #include <algorithm>
+#include <random>
 
 #include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"
+#include "runtime/deploy/safety.h"
 #include "runtime/io/cpu_block_io.h"
+#include "runtime/model/model_error.h"
 
 namespace gpunvme::deploy {
 
@@ -41,7 +44,97 @@ Device::Device(const std::string& device, uint32_t nsid, host::Access access) : 
     };
 }
 
+Device::Device(std::vector<std::unique_ptr<Device>> members) : members_(std::move(members)) {
+  nsid_ = members_.at(0)->nsid();
+  std::vector<model::BlockIo> ios;
+  for (const auto& m : members_) {
+    ios.push_back(m->block_io());
+    discards_writes_ |= m->discards_writes();
+  }
+  stripe_ = std::make_unique<model::StripeSet>(std::move(ios));
+  bio_ = stripe_->logical();
+  name_ = "striped set of " + std::to_string(members_.size()) + " (" + members_[0]->name();
+  for (size_t i = 1; i < members_.size(); ++i) name_ += ", " + members_[i]->name();
+  name_ += ")";
+  bio_.name = name_;
+}
+
+std::unique_ptr<Device> Device::open(const std::vector<std::string>& devices, uint32_t nsid, host::Access access) {
+  if (devices.empty()) throw Error(ErrorKind::kInvalidArgument, "no --device given");
+  if (devices.size() == 1) return std::make_unique<Device>(devices[0], nsid, access);
+  std::vector<std::unique_ptr<Device>> members;
+  for (const std::string& d : devices) members.push_back(std::make_unique<Device>(d, nsid, access));
+  return std::unique_ptr<Device>(new Device(std::move(members)));
+}
+
+std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes, bool force,
+                                              uint32_t nsid) {
+  if (devices.size() < 2) throw Error(ErrorKind::kInvalidArgument, "a striped set needs 2 or more --device");
+  std::vector<std::unique_ptr<Device>> members;
+  std::vector<model::BlockIo> ios;
+  uint64_t smallest = UINT64_MAX;
+  for (const std::string& d : devices) {
+    members.push_back(std::make_unique<Device>(d, nsid, host::Access::kReadWrite));
+    ios.push_back(members.back()->block_io());
+    smallest = std::min(smallest, members.back()->n_lbas());
+  }
+  const uint32_t lba = members[0]->lba_size();
+  std::random_device rd;
+  const uint64_t id = (uint64_t(rd()) << 32) ^ rd();
+  const model::StripeGeometry g = model::make_stripe_geometry(uint32_t(devices.size()), lba, smallest, unit_bytes, id);
+  for (const auto& m : members) {
+    if (m->discards_writes())
+      throw RefusedError(m->name() + " stores nothing (emu:null): a striped set needs members that keep data");
+    if (force) continue;
+    const auto found = scan_device(m->block_io(), g.data_start_lba);
+    if (found.empty()) continue;
+    std::string msg = "refusing to make " + m->name() + " a member of a striped set: found ";
+    for (size_t i = 0; i < found.size(); ++i) msg += (i ? ", " : "") + found[i].what + " at LBA " + std::to_string(found[i].lba);
+    throw RefusedError(msg + ". If this device really holds nothing you need, add --force", found);
+  }
+  model::write_stripe_records(ios, g);
+  for (const auto& m : members) m->flush();
+  return std::unique_ptr<Device>(new Device(std::move(members)));
+}
+
+host::Controller& Device::controller() {
+  if (striped()) throw Error(ErrorKind::kInvalidArgument, name_ + " is a striped set: it has one controller per member");
+  return *ctrl_;
+}
+
+host::CpuIo& Device::cpu() {
+  if (striped()) throw Error(ErrorKind::kInvalidArgument, name_ + " is a striped set: it has one queue per member");
+  return *cpu_;
+}
+
+void Device::read_blocks(uint64_t lba, uint64_t count, host::DmaBuffer& buf, uint64_t offset) {
+  if (!striped()) return cpu_->read(lba, count, buf, offset);
+  for (uint64_t done = 0; done < count;) {
+    const uint32_t n = uint32_t(std::min<uint64_t>(count - done, UINT32_MAX / lba_size()));
+    bio_.read(lba + done, n, buf.as<uint8_t>() + offset + done * lba_size());
+    done += n;
+  }
+}
+
+void Device::write_blocks(uint64_t lba, uint64_t count, const host::DmaBuffer& buf, uint64_t offset) {
+  if (!striped()) return cpu_->write(lba, count, buf, offset);
+  for (uint64_t done = 0; done < count;) {
+    const uint32_t n = uint32_t(std::min<uint64_t>(count - done, UINT32_MAX / lba_size()));
+    bio_.write(lba + done, n, buf.as<uint8_t>() + offset + done * lba_size());
+    done += n;
+  }
+}
+
+void Device::flush() {
+  if (!striped()) return cpu_->flush();
+  for (auto& m : members_) m->flush();
+}
+
+uint32_t Device::lba_size() const { return striped() ? bio_.lba_size : cpu_->lba_bytes(); }
+uint64_t Device::n_lbas() const { return striped() ? bio_.n_lbas : cpu_->blocks(); }
+
 Device::~Device() {
+  if (striped()) return;  // the members close themselves (the set's BlockIo goes first: declared later)
   try {
     cpu_.reset();
     if (qp_) ctrl_->delete_io_queue_pair(*qp_);

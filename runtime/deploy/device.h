@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "host/controller.h"
 #include "host/cpu_io.h"
@@ -15,6 +16,7 @@
 #include "host/dma_memory.h"
 #include "host/open_device.h"
 #include "runtime/model/block_io.h"
+#include "runtime/model/stripe.h"
 
 namespace gpunvme::deploy {
 
@@ -24,27 +26,50 @@ class Device {
   // does not come up or the namespace does not exist (naming the namespaces that do), and
   // host::DeviceBusyError when another process writes it (or, for kReadWrite, reads it).
   explicit Device(const std::string& device, uint32_t nsid = 1, host::Access access = host::Access::kReadWrite);
+  // One device string: that namespace. Several: the striped set they form (model/stripe.h), opened
+  // as one namespace (its logical volume); throws model::ModelError when they are not one set in order.
+  static std::unique_ptr<Device> open(const std::vector<std::string>& devices, uint32_t nsid = 1,
+                                      host::Access access = host::Access::kReadWrite);
+  // Writes a new striped set over `devices` (each member's stripe record, a fresh set id) and opens it.
+  // Refuses, as deploy does, members holding something not ours (a signature, non-zero bytes) at LBA 0
+  // or where the set's data starts, unless `force`.
+  static std::unique_ptr<Device> create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes,
+                                               bool force, uint32_t nsid = 1);
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
   const std::string& name() const { return name_; }
   uint32_t nsid() const { return nsid_; }
-  uint32_t lba_size() const { return cpu_->lba_bytes(); }
-  uint64_t n_lbas() const { return cpu_->blocks(); }
+  uint32_t lba_size() const;
+  uint64_t n_lbas() const;
   uint64_t capacity_bytes() const { return n_lbas() * lba_size(); }
 
-  host::Controller& controller() { return *ctrl_; }
-  host::CpuIo& cpu() { return *cpu_; }
+  // A striped set: its members (each a single namespace), the set; nullptr / empty for one namespace.
+  bool striped() const { return stripe_ != nullptr; }
+  const model::StripeSet* stripe() const { return stripe_.get(); }
+  // One namespace only (a striped set has one controller per member): throws for a set.
+  host::Controller& controller();
+  host::CpuIo& cpu();
+  // Whole blocks between `buf` (from alloc(), from `offset`) and the namespace or the set's logical
+  // volume: zero-copy DMA for one namespace, through the members' bounce buffers for a set.
+  void read_blocks(uint64_t lba, uint64_t count, host::DmaBuffer& buf, uint64_t offset);
+  void write_blocks(uint64_t lba, uint64_t count, const host::DmaBuffer& buf, uint64_t offset);
   // Whole-block reads/writes through a 4 MiB bounce buffer; `name` is "emu:... namespace N".
   const model::BlockIo& block_io() const { return bio_; }
   // A DMA buffer of `bytes` for bulk transfers with cpu().
-  host::DmaBuffer alloc(uint64_t bytes) { return host::DmaBuffer(ctrl_->transport(), bytes); }
-  void flush() { cpu_->flush(); }
+  // A striped set: member 0's (read_blocks / write_blocks copy through the members' bounce buffers).
+  host::DmaBuffer alloc(uint64_t bytes) {
+    return striped() ? members_[0]->alloc(bytes) : host::DmaBuffer(ctrl_->transport(), bytes);
+  }
+  void flush();
   // emu:null: every write is thrown away (deploy refuses it).
   bool discards_writes() const { return discards_writes_; }
 
  private:
+  explicit Device(std::vector<std::unique_ptr<Device>> members);  // a striped set over opened members
+  std::vector<std::unique_ptr<Device>> members_;
+  std::unique_ptr<model::StripeSet> stripe_;
   std::string name_;
   uint32_t nsid_;
   bool discards_writes_ = false;

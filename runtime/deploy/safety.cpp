@@ -13,6 +13,7 @@
 
 #include "runtime/model/deploy_record.h"
 #include "runtime/model/model_error.h"
+#include "runtime/model/stripe.h"
 
 namespace gpunvme::deploy {
 namespace {
@@ -29,7 +30,9 @@ bool has(std::span<const uint8_t> b, uint64_t off, std::string_view magic) {
 uint16_t le16(std::span<const uint8_t> b, uint64_t off) { return uint16_t(b[off] | (b[off + 1] << 8)); }
 
 // A GGUF file or our own record at the start of a window means a model, which deploy may replace.
-bool starts_with_model(std::span<const uint8_t> b) { return has(b, 0, "GGUF") || model::has_record_magic(b); }
+bool starts_with_model(std::span<const uint8_t> b) {
+  return has(b, 0, "GGUF") || model::has_record_magic(b) || model::has_stripe_magic(b);
+}
 
 // The common cases by their magic numbers, also when the rest of the structure is damaged.
 std::vector<Signature> known_magics(std::span<const uint8_t> b, uint64_t base_lba, uint32_t lba_size) {
@@ -175,7 +178,7 @@ std::vector<Signature> scan_device(const model::BlockIo& io, uint64_t start_lba,
   // A record of ours at LBA 0 means the device was given to gpunvme before (checked, or --force):
   // leftovers of what was there then, or of an older model, are not a reason to refuse again.
   const auto head = read_window(0);
-  const bool ours = model::has_record_magic(head);
+  const bool ours = model::has_record_magic(head) || model::has_stripe_magic(head);
   auto scan = [&](const std::vector<uint8_t>& w, uint64_t first, uint64_t unknown_end) {
     const uint64_t area = io.n_lbas > first ? (io.n_lbas - first) * lba : 0;
     auto found = scan_signatures(w, first, io.lba_size, area);

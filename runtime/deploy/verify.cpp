@@ -80,7 +80,7 @@ void check_chunks(Device& dev, const VerifyOptions& opt, const std::vector<uint3
     cc.end_lba = start + (cc.byte_offset + cc.bytes + lba - 1) / lba;
     for (uint64_t done = 0; done < cc.bytes;) {
       const uint64_t n = std::min(piece, cc.bytes - done);
-      dev.cpu().read(start + (cc.byte_offset + done) / lba, (n + lba - 1) / lba, buf, 0);
+      dev.read_blocks(start + (cc.byte_offset + done) / lba, (n + lba - 1) / lba, buf, 0);
       cc.actual = model::crc32c(buf.host(), n, cc.actual);
       done += n;
       if (opt.progress) opt.progress(cc.byte_offset + done, total);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/model/model_error.h"
+#include "runtime/model/stripe.h"
 
 namespace gpunvme::model {
 namespace {
@@ -97,6 +98,12 @@ DetectedModel detect_model(const BlockIo& io, std::optional<uint64_t> start_lba_
   std::vector<uint8_t> block(io.lba_size);
   io.read(kRecordLba, 1, block.data());
   if (has_record_magic(block)) return record_model(io, block, start_lba_hint);
+  if (has_stripe_magic(block)) {
+    const StripeRecord r = parse_stripe_record(block, io.name);
+    throw ModelError(describe_member(r, io.name) + ": one member alone holds 1 of every " + std::to_string(r.geometry.members) +
+                     " stripe units of the model; give all " + std::to_string(r.geometry.members) +
+                     " members, in order (--device M1 --device M2 ...)");
+  }
   const bool raw_at_0 = std::memcmp(block.data(), "GGUF", 4) == 0;
   const uint64_t dflt = default_model_start_lba(io.lba_size);
   if (start_lba_hint) {

@@ -42,6 +42,17 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
       plan::check_extent(layers_[l][i], ns.lba_bytes, ns.blocks,
                          "streamer: layer " + std::to_string(l) + " extent " + std::to_string(i) + " (namespace " +
                              std::to_string(options_.nsid) + ")");
+  allocate_slots(controller, align);
+  plans_.reserve(layers_.size() * slots_.size());
+  for (size_t l = 0; l < layers_.size(); ++l)
+    for (const Slot& s : slots_) plans_.push_back(plan::build_plan(layers_[l], geometry_, s.table, align));
+  // A stream-ordered submitter gets every template in device memory now, so begin() only launches a kernel.
+  if (StreamOrdered* o = submitter_.stream_ordered())
+    for (const auto& p : plans_) o->prepare(p.commands);
+}
+
+void LayerStreamer::allocate_slots(host::Controller& controller, uint64_t align) {
+  const uint64_t page = controller.page_bytes();
   for (const auto& L : layers_) slot_bytes_ = std::max(slot_bytes_, plan::packed_bytes(L, geometry_.lba_bytes, align));
   slot_bytes_ = std::max<uint64_t>((slot_bytes_ + page - 1) / page * page, page);
   host::DmaOptions mem{options_.hugepages};
@@ -51,10 +62,96 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
     s.buffer = host::DmaBuffer(controller.transport(), slot_bytes_, mem);
     s.table = plan::PrpTable(controller.transport(), s.buffer, page);
   }
-  plans_.reserve(layers_.size() * slots_.size());
+}
+
+namespace {
+std::vector<StripeMemberIo> member_ios(const std::vector<StripedMember>& members) {
+  std::vector<StripeMemberIo> v;
+  for (const StripedMember& m : members) {
+    if (!m.controller || !m.submitter)
+      throw Error(ErrorKind::kInvalidArgument, "striped streamer: a member without a controller or submitter");
+    v.push_back({m.submitter, m.io});
+  }
+  return v;
+}
+}  // namespace
+
+LayerStreamer::LayerStreamer(std::vector<StripedMember> members, const model::StripeGeometry& stripe,
+                             std::vector<std::vector<model::Extent>> layers, const StreamerOptions& options)
+    : LayerStreamer(std::make_unique<StripedSubmitter>(member_ios(members)), members, stripe, std::move(layers),
+                    options) {}
+
+LayerStreamer::LayerStreamer(std::unique_ptr<StripedSubmitter> striped, std::vector<StripedMember> members,
+                             const model::StripeGeometry& stripe, std::vector<std::vector<model::Extent>> layers,
+                             const StreamerOptions& options)
+    : controller_(*members.at(0).controller), submitter_(*striped), layers_(std::move(layers)), options_(options),
+      striped_(std::move(striped)) {
+  if (members.size() != stripe.members)
+    throw Error(ErrorKind::kInvalidArgument, "striped streamer: " + std::to_string(members.size()) +
+                                                 " members for a set of " + std::to_string(stripe.members));
+  if (options_.slots == 0 || options_.slots > 64)
+    throw Error(ErrorKind::kInvalidArgument, "streamer: " + std::to_string(options_.slots) + " slots; use 1..64");
+  if (layers_.empty()) throw Error(ErrorKind::kInvalidArgument, "streamer: no layers to stream");
+  const uint64_t page = controller_.page_bytes();
+  geometry_.nsid = options_.nsid;
+  geometry_.lba_bytes = stripe.lba_size;
+  geometry_.max_blocks = UINT32_MAX;
+  for (const StripedMember& m : members) {
+    const auto& ns = m.controller->namespace_info(options_.nsid);
+    if (ns.lba_bytes != stripe.lba_size || m.controller->page_bytes() != page)
+      throw Error(ErrorKind::kInvalidArgument, "striped streamer: the members differ in LBA size or controller page size");
+    geometry_.max_blocks = std::min(geometry_.max_blocks, command_block_limit(*m.controller, options_.nsid, options_.max_command_bytes));
+  }
+  geometry_.namespace_blocks = stripe.logical_blocks();
   for (size_t l = 0; l < layers_.size(); ++l)
-    for (const Slot& s : slots_) plans_.push_back(plan::build_plan(layers_[l], geometry_, s.table, align));
-  // A stream-ordered submitter gets every template in device memory now, so begin() only launches a kernel.
+    for (size_t i = 0; i < layers_[l].size(); ++i)
+      plan::check_extent(layers_[l][i], stripe.lba_size, stripe.logical_blocks(),
+                         "striped streamer: layer " + std::to_string(l) + " extent " + std::to_string(i));
+  const uint64_t align = options_.align ? options_.align : page;
+  allocate_slots(controller_, align);
+  for (Slot& s : slots_)
+    for (size_t m = 1; m < members.size(); ++m) {
+      s.member_maps.emplace_back(members[m].controller->transport(), s.buffer);
+      s.member_tables.emplace_back(members[m].controller->transport(), s.member_maps.back().translation(), slot_bytes_, page);
+    }
+  build_striped_plans(members, stripe, align);
+}
+
+void LayerStreamer::build_striped_plans(const std::vector<StripedMember>& members, const model::StripeGeometry& stripe,
+                                        uint64_t align) {
+  const uint32_t n = uint32_t(members.size());
+  std::vector<plan::PlanGeometry> geo(n, geometry_);
+  for (uint32_t m = 0; m < n; ++m) {
+    geo[m].namespace_blocks = members[m].controller->namespace_info(options_.nsid).blocks;
+    geo[m].max_blocks = command_block_limit(*members[m].controller, options_.nsid, options_.max_command_bytes);
+  }
+  std::vector<std::vector<uint32_t>> counts;
+  plans_.reserve(layers_.size() * slots_.size());
+  for (const auto& L : layers_)
+    for (const Slot& s : slots_) {
+      uint64_t end = 0;
+      const std::vector<uint64_t> at = plan::pack_extents(L, geometry_.lba_bytes, align, 0, &end);
+      std::vector<plan::CommandPlan> part(n);
+      plan::CommandPlan view;
+      for (size_t i = 0; i < L.size(); ++i) {
+        const auto split = model::split_extent(stripe, L[i]);
+        for (uint32_t m = 0; m < n; ++m)
+          for (const model::MemberExtent& me : split[m])
+            plan::append_extent(part[m], me.extent, at[i] + me.block_offset * geometry_.lba_bytes, geo[m],
+                                m == 0 ? s.table : s.member_tables[m - 1]);
+        view.pieces.push_back(plan::Piece{L[i], at[i], at[i] + L[i].byte_in_first, 0, 0});
+      }
+      std::vector<uint32_t> c(n);
+      for (uint32_t m = 0; m < n; ++m) {
+        c[m] = uint32_t(part[m].commands.size());
+        view.commands.insert(view.commands.end(), part[m].commands.begin(), part[m].commands.end());
+        view.read_bytes += part[m].read_bytes;
+      }
+      view.dest_bytes = end;
+      counts.push_back(std::move(c));
+      plans_.push_back(std::move(view));
+    }
+  for (size_t i = 0; i < plans_.size(); ++i) striped_->add_plan(plans_[i].commands, counts[i]);
   if (StreamOrdered* o = submitter_.stream_ordered())
     for (const auto& p : plans_) o->prepare(p.commands);
 }

@@ -33,14 +33,17 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <vector>
 
 #include "host/controller.h"
 #include "host/dma_memory.h"
 #include "host/recovery.h"
 #include "runtime/plan/command_plan.h"
+#include "runtime/model/stripe.h"
 #include "runtime/plan/prp_table.h"
 #include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/striped_submitter.h"
 #include "runtime/stream/submitter.h"
 
 namespace gpunvme::stream {
@@ -83,11 +86,28 @@ struct StreamStats {
   double gb_per_s() const { return elapsed_seconds > 0 ? bytes / elapsed_seconds / 1e9 : 0; }
 };
 
+// A member of a striped set for the striped streamer: its controller and submitter (its own queues),
+// and for GPU-ordered loads of members 1..N-1 a CUDA stream of its own (striped_submitter.h).
+struct StripedMember {
+  host::Controller* controller = nullptr;
+  Submitter* submitter = nullptr;
+  cuda_stream_t io = nullptr;
+};
+
 class LayerStreamer {
  public:
   // layers[i]: the extents of layer i (plan::layer_extents(map) or a synthetic layout).
   LayerStreamer(host::Controller& controller, Submitter& submitter, std::vector<std::vector<model::Extent>> layers,
                 const StreamerOptions& options = {});
+  // A striped set (model/stripe.h): `layers` holds extents of the set's logical volume (an LbaMap of
+  // the model found there); each is split per member, and every member's controller reads its part
+  // into the same slot at the offset where it would land from one drive, so a slot's bytes, its
+  // plan's pieces and locate() are those of the same model on one drive. A begin() issues every
+  // member's reads at once (each through its own submitter); wait() waits for all of them. Every
+  // slot is mapped for every member's DMA. plan(layer, slot).commands holds member 0's commands,
+  // then member 1's, ... (read_bytes: all of them).
+  LayerStreamer(std::vector<StripedMember> members, const model::StripeGeometry& stripe,
+                std::vector<std::vector<model::Extent>> layers, const StreamerOptions& options = {});
   // Waits for reads still landing in a slot (they must not outlive the slot memory or the plans).
   ~LayerStreamer();
   LayerStreamer(const LayerStreamer&) = delete;
@@ -134,6 +154,8 @@ class LayerStreamer {
   struct Slot {
     host::DmaBuffer buffer;
     plan::PrpTable table;
+    std::vector<host::DmaMapping> member_maps;     // striped: the buffer for members 1..N-1
+    std::vector<plan::PrpTable> member_tables;     // striped: member m's table is member_tables[m - 1]
     State state = State::kFree;
     uint32_t layer = 0;
     uint64_t ticket = 0;
@@ -163,6 +185,12 @@ class LayerStreamer {
   void keep_failure(std::exception_ptr e);  // the first one, for sync()
   void* take_event();
 
+  LayerStreamer(std::unique_ptr<StripedSubmitter> striped, std::vector<StripedMember> members,
+                const model::StripeGeometry& stripe, std::vector<std::vector<model::Extent>> layers,
+                const StreamerOptions& options);
+  void allocate_slots(host::Controller& controller, uint64_t align);
+  void build_striped_plans(const std::vector<StripedMember>& members, const model::StripeGeometry& stripe, uint64_t align);
+
   host::Controller& controller_;
   Submitter& submitter_;
   std::vector<std::vector<model::Extent>> layers_;
@@ -178,6 +206,7 @@ class LayerStreamer {
   std::vector<void*> spare_events_;  // timing events for stalls, reused
   std::vector<void*> all_events_;    // every event this streamer created (destroyed with it)
   std::exception_ptr first_failure_; // a GPU-ordered load's error, until sync() throws it
+  std::unique_ptr<StripedSubmitter> striped_;  // a striped set's: submitter_ refers to it
 };
 
 // Per-command block limit for a namespace: MDTS, NLB, and an optional byte cap.

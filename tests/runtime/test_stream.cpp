@@ -20,7 +20,10 @@
 #include "host/emulator/fault_spec.h"
 #include "host/error.h"
 #include "host/open_device.h"
+#include "host/cpu_io.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/io/cpu_block_io.h"
+#include "runtime/model/stripe.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
@@ -407,4 +410,74 @@ TEST_CASE("streamer: a DNR-set error on a streamed layer stops its consumer ther
   CHECK(verified == L - 1);   // every other layer arrived, byte-exact
   CHECK(cpu.recovery().retries == 0);  // DNR: never retried
   CHECK(secs < 2.0);
+}
+
+// A striped set (model/stripe.h): the same model, laid RAID-0 over 3 emulated controllers, streamed
+// by one striped streamer (a CPU submitter per member): every slot must hold exactly the bytes the
+// one-drive streamer puts there, at the same offsets, and every tensor must equal the file.
+TEST_CASE("streamer: a striped set streams every layer into the slot exactly as one drive", "[runtime][stream][stripe]") {
+  const uint32_t lba = GENERATE(512u, 4096u);
+  const uint64_t unit = GENERATE(uint64_t(4096), uint64_t(64 * 1024));
+  INFO("lba " << lba << " unit " << unit);
+  const std::string dev = "emu:ram,size=16M,mdts=2,lba=" + std::to_string(lba);
+  Rig one(dev, rt_test::dense_model(6, 7000, 5));
+  struct Member {
+    std::unique_ptr<host::Controller> ctrl;
+    std::unique_ptr<host::QueuePair> qp;
+    std::unique_ptr<host::CpuIo> io;
+    std::unique_ptr<stream::CpuSubmitter> sub;
+  };
+  std::vector<Member> ms(3);
+  std::vector<model::BlockIo> ios;
+  for (auto& m : ms) {
+    m.ctrl = host::open_controller(dev);
+    m.qp = m.ctrl->create_io_queue_pair(1, 64);
+    m.io = std::make_unique<host::CpuIo>(*m.ctrl, *m.qp, 1);
+    ios.push_back(model::cpu_block_io(*m.ctrl, *m.io, "member"));
+  }
+  model::write_stripe_records(ios, model::make_stripe_geometry(3, lba, ms[0].io->blocks(), unit, 99));
+  const model::StripeSet set(ios);
+  // The model at the logical volume's 1 MiB, as on the single drive.
+  std::vector<uint8_t> padded(one.file);
+  padded.resize((padded.size() + lba - 1) / lba * lba, 0);
+  set.logical().write(one.start_lba, uint32_t(padded.size() / lba), padded.data());
+  std::vector<stream::StripedMember> members;
+  for (auto& m : ms) {
+    m.sub = std::make_unique<stream::CpuSubmitter>(*m.ctrl, *m.qp);
+    members.push_back({m.ctrl.get(), m.sub.get(), nullptr});
+  }
+  stream::CpuSubmitter sub1(*one.ctrl, *one.qp);
+  stream::LayerStreamer single(*one.ctrl, sub1, plan::layer_extents(*one.map));
+  stream::LayerStreamer striped(members, set.geometry(), plan::layer_extents(*one.map));
+  REQUIRE(striped.slot_bytes() == single.slot_bytes());
+  uint64_t read = 0;
+  for (uint32_t l = 0; l < 6; ++l) {
+    single.begin(l, l % 2);
+    striped.begin(l, l % 2);
+    const stream::SlotView a = single.wait(l % 2);
+    const stream::SlotView b = striped.wait(l % 2);
+    REQUIRE(a.bytes == b.bytes);
+    CHECK(std::memcmp(a.host, b.host, a.bytes) == 0);
+    CHECK(one.bad_tensors(b) == 0);
+    for (const auto& p : a.plan->pieces) CHECK(b.plan->locate(p.source.first_lba * lba + p.source.byte_in_first, lba) == p.data_offset);
+    read += b.plan->read_bytes;
+    single.release(l % 2);
+    striped.release(l % 2);
+  }
+  CHECK(striped.stats().bytes == read);
+  CHECK(read == single.stats().bytes);
+}
+
+TEST_CASE("striped submitter: a plan it was not given, or counts that do not add up, are refused", "[runtime][stream][stripe]") {
+  Rig rig("emu:ram,size=16M,lba=512", rt_test::dense_model(2, 3000, 3));
+  stream::CpuSubmitter a(*rig.ctrl, *rig.qp);
+  stream::StripedSubmitter s({{&a, nullptr}, {&a, nullptr}});
+  CHECK(s.stream_ordered() == nullptr);  // CPU members: host-driven only
+  std::vector<nvme::SubmissionEntry> cmds(3);
+  CHECK_THROWS_WITH(s.add_plan(cmds, {1, 1}), ContainsSubstring("do not add up"));
+  CHECK_THROWS_WITH(s.add_plan(cmds, {3}), ContainsSubstring("do not add up"));
+  CHECK_THROWS_WITH(s.issue(cmds), ContainsSubstring("not given (add_plan)"));
+  CHECK_THROWS_WITH(s.wait(12345), ContainsSubstring("unknown ticket"));
+  CHECK(s.done(12345));
+  CHECK_THROWS_AS(stream::StripedSubmitter({{nullptr, nullptr}}), Error);
 }

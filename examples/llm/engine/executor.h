@@ -92,5 +92,11 @@ struct GpuExecOptions {
 // CUDA builds with a GPU; otherwise throws naming why.
 std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx,
                                             const GpuExecOptions& o);
+// The same with the controllers the NVMe tier streams through: one, or a striped model's members in
+// order (m.stripe; each gets GPU queues, a GPU submitter and an I/O stream of its own). They may be
+// other controllers of the same namespaces than those m was opened with (bench/llm_tokens streams
+// through modeled drives). MoE expert fetches from a striped set are refused (not supported yet).
+std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const> controllers, const ModelOnDevice& m,
+                                            uint32_t n_ctx, const GpuExecOptions& o);
 
 }  // namespace gpunvme::llm

@@ -154,7 +154,13 @@ class FetchedExperts final : public ExpertSource {
 
 class GpuExecutor final : public Executor {
  public:
-  GpuExecutor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o) : m_(m) {
+  GpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
+      : m_(m), ctrls_(ctrls.begin(), ctrls.end()) {
+    const size_t want = m.stripe ? m.stripe->members : 1;
+    if (ctrls_.size() != want)
+      throw std::runtime_error("the GPU executor got " + std::to_string(ctrls_.size()) + " controller(s) for a model on " +
+                               std::to_string(want) + " namespace(s)");
+    host::Controller& c = *ctrls_[0];
     open_streams();
     load_globals();
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
@@ -163,6 +169,9 @@ class GpuExecutor final : public Executor {
                                         reinterpret_cast<gpu_stream_t>(compute_), o.max_batch);
     make_plan(o);
     load_tiers(o);
+    if (plan_.any_fetched_experts() && m.stripe)
+      throw std::runtime_error("fetching MoE experts from a striped set is not supported yet: give a VRAM budget that "
+                               "holds every expert, or put the model on one namespace");
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
                                                   o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch);
@@ -187,6 +196,7 @@ class GpuExecutor final : public Executor {
     experts_.reset();
     streamer_.reset();
     submitter_.reset();
+    members_.clear();
     if (io_stream_) cudaStreamDestroy(io_stream_);
     if (compute_) cudaStreamDestroy(compute_);
   }
@@ -362,15 +372,38 @@ class GpuExecutor final : public Executor {
       streamed.push_back(all[i]);
       streamer_bytes_per_step_ += dense_range(m_, m_.weights.layers[i]).bytes();
     }
-    queues_ = std::make_unique<example::GpuQueues>(c, 2, o.queues, 256);
-    submitter_ = std::make_unique<stream::GpuSubmitter>(c, queues_->raw, 1);
     slots_ = std::max<uint32_t>(1, o.slots);
     const uint32_t n = uint32_t(streamed.size());
-    streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
+    if (m_.stripe) {
+      open_striped_streamer(o, std::move(streamed));
+    } else {
+      queues_ = std::make_unique<example::GpuQueues>(c, 2, o.queues, 256);
+      submitter_ = std::make_unique<stream::GpuSubmitter>(c, queues_->raw, 1);
+      streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
+    }
     for (uint32_t i = 0; i < m_.config.n_layer; ++i)
       if (stream_index_[i] != UINT32_MAX) slot_delta_.push_back(locate_layer(m_.weights.layers[i], stream_index_[i]));
     n_streamed_ = n;
     for (uint32_t k = 0; k < slots_; ++k) begin_next();
+  }
+
+  // A striped set: per member its GPU queues and submitter, and (members 1..N-1) an I/O stream of its
+  // own, highest priority like io_stream_: one submitter's kernels run one after another, and the
+  // members must read at once (runtime/stream/striped_submitter.h). Member 0 reads on io_stream_.
+  void open_striped_streamer(const GpuExecOptions& o, std::vector<std::vector<model::Extent>> streamed) {
+    int lo = 0, hi = 0;
+    device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
+    std::vector<stream::StripedMember> sm;
+    for (size_t i = 0; i < ctrls_.size(); ++i) {
+      auto mem = std::make_unique<StripeMember>();
+      mem->queues = std::make_unique<example::GpuQueues>(*ctrls_[i], 2, o.queues, 256);
+      mem->submitter = std::make_unique<stream::GpuSubmitter>(*ctrls_[i], mem->queues->raw, 1);
+      if (i > 0) device::check_cuda(cudaStreamCreateWithPriority(&mem->io, cudaStreamNonBlocking, hi), "member I/O stream");
+      sm.push_back({ctrls_[i], mem->submitter.get(), reinterpret_cast<stream::cuda_stream_t>(mem->io)});
+      members_.push_back(std::move(mem));
+    }
+    streamer_ = std::make_unique<stream::LayerStreamer>(std::move(sm), *m_.stripe, std::move(streamed),
+                                                        stream::StreamerOptions{.slots = slots_});
   }
 
   // slot offset - file offset for every tensor of the layer (the same in every slot, checked).
@@ -429,8 +462,19 @@ class GpuExecutor final : public Executor {
   std::unique_ptr<uint8_t, CudaFree> stage_;  // a streamed layer in GPU memory, for batched passes
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<LayerSource> nvme_source_;
+  std::vector<host::Controller*> ctrls_;  // the NVMe tier's: one, or a striped set's members
   std::unique_ptr<example::GpuQueues> queues_;
   std::unique_ptr<stream::GpuSubmitter> submitter_;
+  struct StripeMember {
+    std::unique_ptr<example::GpuQueues> queues;
+    std::unique_ptr<stream::GpuSubmitter> submitter;
+    cudaStream_t io = nullptr;
+    ~StripeMember() {
+      submitter.reset();  // waits for its kernels
+      if (io) cudaStreamDestroy(io);
+    }
+  };
+  std::vector<std::unique_ptr<StripeMember>> members_;  // a striped set's, in member order
   std::unique_ptr<stream::LayerStreamer> streamer_;
   std::unique_ptr<FetchedExperts> experts_;
   std::unique_ptr<GpuForward> fwd_;
@@ -444,11 +488,17 @@ class GpuExecutor final : public Executor {
 
 }  // namespace
 
-std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx,
-                                            const GpuExecOptions& o) {
+std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const> controllers, const ModelOnDevice& m,
+                                            uint32_t n_ctx, const GpuExecOptions& o) {
   std::string why;
   if (!gpu_available(&why)) throw std::runtime_error("no GPU for the GPU executor: " + why);
-  return std::make_unique<GpuExecutor>(c, m, n_ctx, o);
+  return std::make_unique<GpuExecutor>(controllers, m, n_ctx, o);
+}
+
+std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx,
+                                            const GpuExecOptions& o) {
+  host::Controller* one = &c;
+  return make_gpu_executor(std::span<host::Controller* const>(&one, 1), m, n_ctx, o);
 }
 
 }  // namespace gpunvme::llm

@@ -10,4 +10,9 @@ std::unique_ptr<Executor> make_gpu_executor(host::Controller&, const ModelOnDevi
   throw std::runtime_error("this build has no CUDA (meson setup -Dcuda=enabled with nvcc on PATH builds the GPU executor)");
 }
 
+std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const>, const ModelOnDevice&, uint32_t,
+                                            const GpuExecOptions&) {
+  throw std::runtime_error("this build has no CUDA (meson setup -Dcuda=enabled with nvcc on PATH builds the GPU executor)");
+}
+
 }  // namespace gpunvme::llm

@@ -3,24 +3,83 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "host/device_lock.h"
+#include "host/open_device.h"
 #include "runtime/io/cpu_block_io.h"
 #include "runtime/model/tensor_names.h"
 
 namespace gpunvme::llm {
 
 ModelOnDevice open_model(host::Controller& c, host::CpuIo& io) {
+  const NamespaceIo one{&c, &io};
+  return open_model(std::span<const NamespaceIo>(&one, 1));
+}
+
+ModelOnDevice open_model(std::span<const NamespaceIo> members) {
+  if (members.empty()) throw std::runtime_error("no device given");
   ModelOnDevice m;
-  m.io = model::cpu_block_io(c, io, c.transport().name());
+  std::vector<model::BlockIo> ios;
+  for (const NamespaceIo& n : members) ios.push_back(model::cpu_block_io(*n.controller, *n.io, n.controller->transport().name()));
+  if (members.size() == 1 && !model::is_stripe_member(ios[0])) {
+    m.io = ios[0];  // one namespace (a lone set member is refused by detect_model, naming the set)
+  } else {
+    m.set = std::make_unique<model::StripeSet>(std::move(ios));
+    m.stripe = m.set->geometry();
+    m.io = m.set->logical();
+  }
   m.detected = model::detect_model(m.io);
   m.file = std::make_unique<gguf::GgufFile>(model::read_model_header(m.io, m.detected));
-  m.map = std::make_unique<model::LbaMap>(*m.file, io.lba_bytes(), m.detected.start_lba);
+  m.map = std::make_unique<model::LbaMap>(*m.file, m.io.lba_size, m.detected.start_lba);
   m.config = read_config(*m.file);
   m.weights = map_weights(*m.file, m.config);
   m.vocab = read_vocab(*m.file);
   const uint64_t end = m.device_byte(m.file->data_end());
-  if (end > io.blocks() * uint64_t(io.lba_bytes()))
+  if (end > m.io.capacity_bytes())
     throw std::runtime_error("the model's tensors run past the end of the namespace: the device holds a truncated copy; deploy it again");
   return m;
+}
+
+struct DeviceSet::Member {
+  host::DeviceLock lock;
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+  std::unique_ptr<host::CpuIo> io;
+  std::string device;
+};
+
+DeviceSet::DeviceSet(const std::vector<std::string>& devices, host::Access access) {
+  if (devices.empty()) throw std::runtime_error("no --device given");
+  for (const std::string& d : devices) {
+    Member& m = *members_.emplace_back(std::make_unique<Member>());
+    m.device = d;
+    // A reader's shared lock for the whole run: a deploy cannot rewrite the model under the engine.
+    m.lock = host::DeviceLock::acquire(d, 1, access == host::Access::kReadOnly ? host::LockMode::kShared : host::LockMode::kExclusive);
+    m.ctrl = host::open_controller(d, {}, access);
+    m.qp = m.ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, m.ctrl->max_queue_entries()));
+    m.io = std::make_unique<host::CpuIo>(*m.ctrl, *m.qp, 1);
+  }
+}
+
+DeviceSet::~DeviceSet() = default;
+
+host::Controller& DeviceSet::controller(size_t i) { return *members_.at(i)->ctrl; }
+
+std::vector<NamespaceIo> DeviceSet::namespaces() {
+  std::vector<NamespaceIo> v;
+  for (auto& m : members_) v.push_back({m->ctrl.get(), m->io.get()});
+  return v;
+}
+
+std::vector<host::Controller*> DeviceSet::controllers() {
+  std::vector<host::Controller*> v;
+  for (auto& m : members_) v.push_back(m->ctrl.get());
+  return v;
+}
+
+std::string DeviceSet::describe() const {
+  std::string s;
+  for (const auto& m : members_) s += (s.empty() ? "" : " + ") + m->device;
+  return s;
 }
 
 ByteRange dense_range(const ModelOnDevice& m, const LayerWeights& l) {

@@ -3,20 +3,29 @@
 // configuration, weight map and vocabulary. Nothing here reads tensor data.
 #pragma once
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "examples/llm/engine/residency_plan.h"
 #include "examples/llm/model/weights.h"
 #include "examples/llm/tokenizer/vocab.h"
 #include "host/controller.h"
 #include "host/cpu_io.h"
+#include "host/open_device.h"
 #include "runtime/model/detect.h"
 #include "runtime/model/lba_map.h"
+#include "runtime/model/stripe.h"
 
 namespace gpunvme::llm {
 
 struct ModelOnDevice {
-  model::BlockIo io;  // whole-block reads through the CPU queue (runtime/io/cpu_block_io.h)
+  // One namespace, or a striped set's logical volume (model/stripe.h): every LBA below (detected,
+  // map) is then a logical one, and `stripe` says how it is laid over the members.
+  model::BlockIo io;  // whole-block reads through the CPU queue(s) (runtime/io/cpu_block_io.h)
+  std::optional<model::StripeGeometry> stripe;
+  std::unique_ptr<model::StripeSet> set;  // the members' records checked; io reads through it
   model::DetectedModel detected;
   std::unique_ptr<gguf::GgufFile> file;
   std::unique_ptr<model::LbaMap> map;
@@ -32,6 +41,33 @@ struct ModelOnDevice {
 // Finds and checks the model; `io` must outlive the result (its block reads go through it). Throws std::runtime_error with what is wrong and what to do (no model on
 // the device, an unfinished deploy, an unsupported architecture, a missing tensor...).
 ModelOnDevice open_model(host::Controller& c, host::CpuIo& io);
+// The same on a striped set: its members in order, each with a CPU queue (clear errors for members in
+// the wrong order, missing, twice, of another set, or not members: model/stripe.h). One member that is
+// no set member is the one-namespace case.
+struct NamespaceIo {
+  host::Controller* controller = nullptr;
+  host::CpuIo* io = nullptr;
+};
+ModelOnDevice open_model(std::span<const NamespaceIo> members);
+
+// The namespaces a model lives on, opened for reading: one, or a striped set's members in order
+// (repeated --device), each with a reader's lock, its controller and one CPU queue (qid 1).
+class DeviceSet {
+ public:
+  explicit DeviceSet(const std::vector<std::string>& devices, host::Access access = host::Access::kReadOnly);
+  ~DeviceSet();
+  DeviceSet(const DeviceSet&) = delete;
+  DeviceSet& operator=(const DeviceSet&) = delete;
+  size_t size() const { return members_.size(); }
+  host::Controller& controller(size_t i);
+  std::vector<NamespaceIo> namespaces();
+  std::vector<host::Controller*> controllers();
+  std::string describe() const;  // the device strings, " + "-joined
+
+ private:
+  struct Member;
+  std::vector<std::unique_ptr<Member>> members_;  // heap: each keeps its address
+};
 
 // The bytes of a layer read every token: file range [begin, end) of every tensor but the routed experts
 // (for a dense model: the whole layer). Gaps between those tensors count (they are copied with them).

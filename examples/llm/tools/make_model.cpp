@@ -4,6 +4,7 @@
 //
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=60G
 //   llm_make_model --shape tiny --type q4_k --out /tmp/tiny.gguf
+//   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/s0.img,size=30G --device emu:/dev/shm/s1.img,size=30G
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
@@ -28,8 +30,8 @@ using namespace gpunvme;
 namespace {
 
 const char* kUsage =
-    "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV | --out FILE) [--seed S] [--threads N]\n"
-    "                      [--allow-write] [--force] [--progress]\n"
+    "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV [--device DEV ...] | --out FILE) [--seed S]\n"
+    "                      [--threads N] [--stripe-unit SIZE] [--allow-write] [--force] [--progress]\n"
     "\n"
     "Writes a model with random but valid weights (finite, centred scales; any byte range generated the same\n"
     "way every time, so `gpunvme verify --against` and the deploy's checksums hold) at full size:\n"
@@ -38,6 +40,11 @@ const char* kUsage =
     "  --type T       the matrices' type, q4_k or q6_k (norms and the MoE router are F32)\n"
     "  --device DEV   write onto a namespace with a deploy record (as `gpunvme deploy`): `llm --device DEV`\n"
     "                 finds it. An emu: image must be large enough: size=60G for llama3-70b Q6_K\n"
+    "  --device ...   repeated: a striped set (RAID-0) over those namespaces, in that order: each gets a stripe\n"
+    "                 record at LBA 0 naming the set and its place, the model is laid unit by unit over their\n"
+    "                 data (1 MiB in); `llm --device M1 --device M2 ...` streams from all at once. Each member\n"
+    "                 needs 1/N of the model plus 1 MiB (size=30G each for llama3-70b Q6_K over 2)\n"
+    "  --stripe-unit SIZE  bytes per member before the next one (default 1M; a multiple of the LBA size)\n"
     "  --out FILE     write a GGUF file instead\n"
     "  --seed S       the weights' seed (default 1)\n"
     "  --threads N    generator threads (default: every core)\n"
@@ -76,6 +83,10 @@ void write_file(gguf::ByteSource& src, const std::string& path, const deploy::Pr
 int run(const cli::Args& args) {
   if (!args.has("shape") || !args.has("type")) throw cli::UsageError("give --shape and --type");
   if (args.has("device") == args.has("out")) throw cli::UsageError("give one of --device DEV and --out FILE");
+  const std::vector<std::string> devices = args.all("device");
+  if (args.has("stripe-unit") && devices.size() < 2)
+    throw cli::UsageError("--stripe-unit needs a striped set: give --device once per member (2 or more)");
+  const uint64_t unit = args.get_size("stripe-unit", model::kDefaultStripeUnitBytes);
   llm::gen::Shape shape;
   try {
     shape = llm::gen::shape_named(args.get("shape"));
@@ -95,20 +106,25 @@ int run(const cli::Args& args) {
   if (args.has("out")) {
     write_file(model, args.get("out"), bar.fn());
   } else {
-    const std::string device = args.get("device");
-    guard::check_write_allowed(device, {args.has("allow-write"), args.has("force")},
-                               "llm_make_model writes a model and a deploy record at LBA 0");
-    deploy::Device dev(device);
+    for (const std::string& device : devices)
+      guard::check_write_allowed(device, {args.has("allow-write"), args.has("force")},
+                                 devices.size() > 1 ? "llm_make_model writes a stripe record at LBA 0 and model stripes"
+                                                    : "llm_make_model writes a model and a deploy record at LBA 0");
+    std::unique_ptr<deploy::Device> dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, unit, args.has("force"))
+                                                             : std::make_unique<deploy::Device>(devices[0]);
+    if (dev->striped())
+      std::printf("striped set of %zu members, stripe unit %s, %s of logical volume\n", devices.size(),
+                  text::human_bytes(double(unit)).c_str(), text::human_bytes(double(dev->capacity_bytes())).c_str());
     deploy::DeployOptions opt;
     opt.force = args.has("force");
     opt.piece_bytes = 64u << 20;
     opt.progress = bar.fn();
-    deploy::deploy_source(dev, model, name, opt);
+    deploy::deploy_source(*dev, model, name, opt);
   }
   bar.finish();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("wrote %s to %s in %.1f s (%.2f GB/s)\n", text::human_bytes(double(model.size())).c_str(),
-              (args.has("out") ? args.get("out") : args.get("device")).c_str(), s, s > 0 ? model.size() / s / 1e9 : 0);
+              (args.has("out") ? args.get("out") : devices.size() > 1 ? std::to_string(devices.size()) + " striped members" : devices[0]).c_str(), s, s > 0 ? model.size() / s / 1e9 : 0);
   return 0;
 }
 
@@ -116,8 +132,8 @@ int run(const cli::Args& args) {
 
 int main(int argc, char** argv) {
   try {
-    const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads"},
-                         {"help", "allow-write", "force", "progress"});
+    const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads", "stripe-unit"},
+                         {"help", "allow-write", "force", "progress"}, {"device"});
     if (args.has("help")) {
       std::printf("%s\n%s%s", kUsage, guard::kWriteFlagsHelp, host::device_string_help());
       return 0;

@@ -1,0 +1,254 @@
+#include "runtime/model/stripe.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "runtime/model/crc32c.h"
+#include "runtime/model/model_error.h"
+
+namespace gpunvme::model {
+
+static_assert(std::endian::native == std::endian::little, "the stripe record is serialized with memcpy");
+
+namespace {
+constexpr size_t kCrcOffset = offsetof(StripeHeader, record_crc);
+
+uint32_t block_crc(std::span<const uint8_t> block) {
+  static constexpr uint8_t kZero[4] = {0, 0, 0, 0};
+  uint32_t c = crc32c(block.data(), kCrcOffset);
+  c = crc32c(kZero, 4, c);
+  return crc32c(block.data() + kCrcOffset + 4, block.size() - kCrcOffset - 4, c);
+}
+
+std::string hex64(uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", (unsigned long long)v);
+  return b;
+}
+
+std::string set_text(const StripeGeometry& g) {
+  return "striped set " + hex64(g.set_id) + " (" + std::to_string(g.members) + " members, stripe unit " +
+         std::to_string(g.unit_bytes()) + " bytes)";
+}
+
+std::string member_text(const StripeRecord& r) {
+  return "member " + std::to_string(r.member_index + 1) + " of " + set_text(r.geometry);
+}
+
+// The fix for members given wrongly: all of them, in order.
+std::string order_fix(uint32_t n) {
+  return "give all " + std::to_string(n) + " members, each once, in the order they were written (--device M1 --device M2 ...; "
+         "`gpunvme ls --device M` names a member's place)";
+}
+}  // namespace
+
+std::vector<uint8_t> serialize_stripe_record(const StripeRecord& r) {
+  const StripeGeometry& g = r.geometry;
+  check_lba_size(g.lba_size);
+  if (g.members == 0 || r.member_index >= g.members || g.unit_blocks == 0)
+    throw ModelError("stripe record: member " + std::to_string(r.member_index) + " of " + std::to_string(g.members) +
+                     ", unit " + std::to_string(g.unit_blocks) + " blocks is not a valid set");
+  StripeHeader h{};
+  std::memcpy(h.magic, kStripeMagic, sizeof h.magic);
+  h.format_version = kStripeVersion;
+  h.header_bytes = sizeof(StripeHeader);
+  h.set_id = g.set_id;
+  h.member_index = r.member_index;
+  h.member_count = g.members;
+  h.unit_blocks = g.unit_blocks;
+  h.lba_size = g.lba_size;
+  h.data_start_lba = g.data_start_lba;
+  h.member_data_blocks = g.member_data_blocks;
+  std::vector<uint8_t> block(g.lba_size, 0);
+  std::memcpy(block.data(), &h, sizeof h);
+  const uint32_t crc = block_crc(block);
+  std::memcpy(block.data() + kCrcOffset, &crc, 4);
+  return block;
+}
+
+bool has_stripe_magic(std::span<const uint8_t> block) {
+  return block.size() >= sizeof kStripeMagic && std::memcmp(block.data(), kStripeMagic, sizeof kStripeMagic) == 0;
+}
+
+StripeRecord parse_stripe_record(std::span<const uint8_t> block, const std::string& device) {
+  const std::string where = "the stripe record at LBA 0 of " + device;
+  if (!has_stripe_magic(block) || block.size() < 512) throw ModelError(where + ": no stripe record magic");
+  StripeHeader h;
+  std::memcpy(&h, block.data(), sizeof h);
+  if (h.format_version != kStripeVersion)
+    throw ModelError(where + " has format version " + std::to_string(h.format_version) + "; this build reads version " +
+                     std::to_string(kStripeVersion) + ": use a matching gpunvme");
+  if (h.lba_size != block.size())
+    throw ModelError(where + " was written with " + std::to_string(h.lba_size) + "-byte blocks but the device has " +
+                     std::to_string(block.size()) + "-byte blocks now: open it with the LBA size it was written with "
+                     "(emu: lba=" + std::to_string(h.lba_size) + "), or re-create the set");
+  uint32_t stored;
+  std::memcpy(&stored, block.data() + kCrcOffset, 4);
+  if (block_crc(block) != stored)
+    throw ModelError(where + " is damaged (its CRC does not match); re-create the set with llm_make_model or "
+                     "`gpunvme deploy` over all its members");
+  if (h.header_bytes != sizeof(StripeHeader) || h.member_count == 0 || h.member_count > kMaxStripeMembers ||
+      h.member_index >= h.member_count || h.unit_blocks == 0 || h.data_start_lba == 0 || h.member_data_blocks == 0 ||
+      h.member_data_blocks % h.unit_blocks != 0)
+    throw ModelError(where + " holds impossible fields (member " + std::to_string(h.member_index) + " of " +
+                     std::to_string(h.member_count) + ", unit " + std::to_string(h.unit_blocks) +
+                     " blocks); re-create the set");
+  StripeRecord r;
+  r.member_index = h.member_index;
+  r.geometry = {h.set_id, h.member_count, h.unit_blocks, h.lba_size, h.data_start_lba, h.member_data_blocks};
+  return r;
+}
+
+StripeGeometry make_stripe_geometry(uint32_t members, uint32_t lba_size, uint64_t member_blocks, uint64_t unit_bytes,
+                                    uint64_t set_id) {
+  check_lba_size(lba_size);
+  if (members < 1 || members > kMaxStripeMembers)
+    throw ModelError("a striped set has 1 to " + std::to_string(kMaxStripeMembers) + " members, not " +
+                     std::to_string(members));
+  if (unit_bytes == 0 || unit_bytes % lba_size != 0 || unit_bytes / lba_size > UINT32_MAX)
+    throw ModelError("stripe unit " + std::to_string(unit_bytes) + " bytes is not a multiple of the " +
+                     std::to_string(lba_size) + "-byte LBA size (or is 0 or past 4 GiB); use e.g. --stripe-unit 1M");
+  StripeGeometry g;
+  g.set_id = set_id;
+  g.members = members;
+  g.lba_size = lba_size;
+  g.unit_blocks = uint32_t(unit_bytes / lba_size);
+  g.data_start_lba = std::max<uint64_t>(1, kStripeDataOffsetBytes / lba_size);
+  const uint64_t avail = member_blocks > g.data_start_lba ? member_blocks - g.data_start_lba : 0;
+  g.member_data_blocks = avail / g.unit_blocks * g.unit_blocks;
+  if (g.member_data_blocks == 0)
+    throw ModelError("the smallest member has " + std::to_string(member_blocks) + " blocks: no room for one " +
+                     std::to_string(unit_bytes) + "-byte stripe unit after the 1 MiB record area; use larger members");
+  return g;
+}
+
+std::vector<StripePiece> split_blocks(const StripeGeometry& g, uint64_t lba, uint64_t count) {
+  if (lba > g.logical_blocks() || count > g.logical_blocks() - lba)
+    throw ModelError("logical blocks " + std::to_string(lba) + "+" + std::to_string(count) + " lie past the " +
+                     std::to_string(g.logical_blocks()) + " blocks of " + set_text(g));
+  std::vector<StripePiece> out;
+  for (uint64_t done = 0; done < count;) {
+    const uint64_t L = lba + done;
+    const uint64_t s = L / g.unit_blocks, within = L % g.unit_blocks;
+    const uint64_t n = std::min<uint64_t>(count - done, g.unit_blocks - within);
+    StripePiece p{uint32_t(s % g.members), g.data_start_lba + (s / g.members) * g.unit_blocks + within, n, done};
+    if (!out.empty() && out.back().member == p.member && out.back().first_lba + out.back().lba_count == p.first_lba)
+      out.back().lba_count += n;
+    else
+      out.push_back(p);
+    done += n;
+  }
+  return out;
+}
+
+std::vector<std::vector<MemberExtent>> split_extent(const StripeGeometry& g, const model::Extent& logical) {
+  std::vector<std::vector<MemberExtent>> out(g.members);
+  const uint64_t lba = g.lba_size;
+  const uint64_t data_lo = logical.byte_in_first, data_hi = logical.byte_in_first + logical.byte_length;
+  for (const StripePiece& p : split_blocks(g, logical.first_lba, logical.lba_count)) {
+    // The logical extent's bytes [data_lo, data_hi) that fall in this piece's blocks.
+    const uint64_t lo = std::max(data_lo, p.block_offset * lba);
+    const uint64_t hi = std::min(data_hi, (p.block_offset + p.lba_count) * lba);
+    model::Extent e;
+    e.first_lba = p.first_lba;
+    e.lba_count = p.lba_count;
+    e.byte_in_first = uint32_t(lo - p.block_offset * lba);
+    e.byte_length = hi > lo ? hi - lo : 0;
+    out[p.member].push_back({e, p.block_offset});
+  }
+  return out;
+}
+
+void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g) {
+  if (members.size() != g.members) throw ModelError("write_stripe_records: member count differs from the geometry");
+  for (uint32_t i = 0; i < g.members; ++i) {
+    const BlockIo& m = members[i];
+    if (m.lba_size != g.lba_size)
+      throw ModelError("the members of a striped set must share one LBA size: " + m.name + " has " +
+                       std::to_string(m.lba_size) + "-byte blocks, " + members[0].name + " " +
+                       std::to_string(g.lba_size) + "; format them alike");
+    if (m.n_lbas != 0 && m.n_lbas < g.data_start_lba + g.member_data_blocks)
+      throw ModelError(m.name + " has " + std::to_string(m.n_lbas) + " blocks, fewer than the set's " +
+                       std::to_string(g.data_start_lba + g.member_data_blocks));
+  }
+  for (uint32_t i = 0; i < g.members; ++i) {
+    const std::vector<uint8_t> block = serialize_stripe_record({g, i});
+    members[i].write(0, 1, block.data());
+  }
+}
+
+std::string describe_member(const StripeRecord& r, const std::string& device) {
+  return device + " is " + member_text(r);
+}
+
+bool is_stripe_member(const BlockIo& io) {
+  std::vector<uint8_t> block(io.lba_size);
+  io.read(0, 1, block.data());
+  return has_stripe_magic(block);
+}
+
+StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)) {
+  if (members_.empty()) throw ModelError("a striped set needs at least one member");
+  std::vector<StripeRecord> recs;
+  for (const BlockIo& m : members_) {
+    check_lba_size(m.lba_size);
+    std::vector<uint8_t> block(m.lba_size);
+    m.read(0, 1, block.data());
+    if (!has_stripe_magic(block))
+      throw ModelError(m.name + " is not a member of a striped set (no stripe record at LBA 0: " +
+                       (std::memcmp(block.data(), "GPUNVMEM", 8) == 0 ? std::string("it holds a single-drive deploy")
+                                                                       : std::string("nothing of ours")) +
+                       "); give only the set's members, or write a set onto these devices with llm_make_model / "
+                       "`gpunvme deploy` and several --device");
+    recs.push_back(parse_stripe_record(block, m.name));
+  }
+  g_ = recs[0].geometry;
+  const uint32_t n = uint32_t(members_.size());
+  for (uint32_t i = 0; i < n; ++i) {
+    const StripeRecord& r = recs[i];
+    if (r.geometry.set_id != g_.set_id)
+      throw ModelError(members_[i].name + " is " + member_text(r) + ", not of " + set_text(g_) + " like " +
+                       members_[0].name + ": the devices belong to different sets; " + order_fix(g_.members));
+    if (!(r.geometry == g_))
+      throw ModelError(members_[i].name + " and " + members_[0].name + " name one set but disagree on its geometry; "
+                       "the records are damaged: re-create the set");
+    for (uint32_t j = 0; j < i; ++j)
+      if (recs[j].member_index == r.member_index)
+        throw ModelError(members_[i].name + " and " + members_[j].name + " are both " + member_text(r) +
+                         ": a member is given twice (or copied); " + order_fix(g_.members));
+  }
+  if (n != g_.members)
+    throw ModelError(std::to_string(n) + " device(s) given but " + members_[0].name + " is " + member_text(recs[0]) +
+                     ": " + std::to_string(g_.members > n ? g_.members - n : n - g_.members) +
+                     (g_.members > n ? " member(s) missing; " : " too many; ") + order_fix(g_.members));
+  for (uint32_t i = 0; i < n; ++i)
+    if (recs[i].member_index != i) {
+      std::string order;
+      for (uint32_t k = 0; k < n; ++k)
+        for (uint32_t j = 0; j < n; ++j)
+          if (recs[j].member_index == k) order += (k ? " " : "") + std::string("--device ") + members_[j].name;
+      throw ModelError(members_[i].name + " is given as member " + std::to_string(i + 1) + " but is " +
+                       member_text(recs[i]) + "; give the members in their order: " + order);
+    }
+  for (uint32_t i = 0; i < n; ++i)
+    if (members_[i].n_lbas != 0 && members_[i].n_lbas < g_.data_start_lba + g_.member_data_blocks)
+      throw ModelError(members_[i].name + " has " + std::to_string(members_[i].n_lbas) + " blocks but " + member_text(recs[i]) +
+                       " needs " + std::to_string(g_.data_start_lba + g_.member_data_blocks) +
+                       ": it was truncated or resized (an emu: image opened with a smaller size=?); re-create the set");
+  logical_.lba_size = g_.lba_size;
+  logical_.n_lbas = g_.logical_blocks();
+  logical_.name = set_text(g_) + " over " + members_[0].name + (n > 1 ? " ..." : "");
+  logical_.read = [this](uint64_t lba, uint32_t count, void* dst) {
+    auto* d = static_cast<uint8_t*>(dst);
+    for (const StripePiece& p : split_blocks(g_, lba, count))
+      members_[p.member].read(p.first_lba, uint32_t(p.lba_count), d + p.block_offset * g_.lba_size);
+  };
+  logical_.write = [this](uint64_t lba, uint32_t count, const void* src) {
+    const auto* s = static_cast<const uint8_t*>(src);
+    for (const StripePiece& p : split_blocks(g_, lba, count))
+      members_[p.member].write(p.first_lba, uint32_t(p.lba_count), s + p.block_offset * g_.lba_size);
+  };
+}
+
+}  // namespace gpunvme::model

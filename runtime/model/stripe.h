@@ -1,0 +1,153 @@
+// Striped sets (RAID-0): one model image laid over N namespaces, so N drives stream a layer at once.
+//
+// Each member holds a stripe record at its LBA 0 (StripeHeader below) naming the set: a random set id,
+// its member index, the member count, the stripe unit, the LBA size and how many data blocks every
+// member gives the set. A member's data region starts 1 MiB in (kStripeDataOffsetBytes). The set's
+// *logical volume* is the members' data regions interleaved unit by unit:
+//   logical block L -> stripe s = L / unit_blocks, member s % N, member LBA data_start + (s / N) *
+//   unit_blocks + L % unit_blocks.
+// The logical volume is an ordinary namespace for everything above it: a deploy record at its LBA 0
+// and the GGUF 1 MiB in, found by detect_model, mapped by LbaMap (logical LBAs). Only what issues
+// commands (the BlockIo below, the layer streamer) splits a logical extent into per-member extents
+// (split_extent), and the bytes land where they would from one drive.
+//
+// Opening checks every member's record against its position: a member given in the wrong place,
+// one missing, one given twice, a member of another set, or a device that is no member at all is
+// an error that names the device and the fix. A member opened alone is refused by detect_model.
+//
+// Block layout (little-endian; StripeHeader below, the rest of the block zero):
+//   0   char[8]  magic "GPUNVMES"      36  u32  reserved (0)
+//   8   u32      format version (1)    40  u32  LBA size
+//   12  u32      header bytes (72)     44  u32  reserved (0)
+//   16  u64      set id                48  u64  data start LBA (on every member)
+//   24  u32      member index          56  u32  reserved (0)
+//   28  u32      member count          60  u32  CRC-32C of the whole block, this field as 0
+//   32  u32      stripe unit blocks    64  u64  data blocks per member
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/model/block_io.h"
+#include "runtime/model/lba_map.h"
+
+namespace gpunvme::model {
+
+inline constexpr char kStripeMagic[8] = {'G', 'P', 'U', 'N', 'V', 'M', 'E', 'S'};
+inline constexpr uint32_t kStripeVersion = 1;
+inline constexpr uint64_t kStripeDataOffsetBytes = 1u << 20;
+inline constexpr uint64_t kDefaultStripeUnitBytes = 1u << 20;
+inline constexpr uint32_t kMaxStripeMembers = 16;
+
+struct StripeHeader {
+  char magic[8];
+  uint32_t format_version;
+  uint32_t header_bytes;
+  uint64_t set_id;
+  uint32_t member_index;
+  uint32_t member_count;
+  uint32_t unit_blocks;
+  uint32_t reserved0;
+  uint32_t lba_size;
+  uint32_t reserved1;
+  uint64_t data_start_lba;
+  uint32_t reserved2;
+  uint32_t record_crc;
+  uint64_t member_data_blocks;
+};
+static_assert(sizeof(StripeHeader) == 72);
+static_assert(offsetof(StripeHeader, set_id) == 16);
+static_assert(offsetof(StripeHeader, member_index) == 24);
+static_assert(offsetof(StripeHeader, unit_blocks) == 32);
+static_assert(offsetof(StripeHeader, lba_size) == 40);
+static_assert(offsetof(StripeHeader, data_start_lba) == 48);
+static_assert(offsetof(StripeHeader, record_crc) == 60);
+static_assert(offsetof(StripeHeader, member_data_blocks) == 64);
+
+// The set as every member's record describes it (member_index aside).
+struct StripeGeometry {
+  uint64_t set_id = 0;
+  uint32_t members = 1;
+  uint32_t unit_blocks = 0;
+  uint32_t lba_size = 512;
+  uint64_t data_start_lba = 0;
+  uint64_t member_data_blocks = 0;
+
+  uint64_t unit_bytes() const { return uint64_t(unit_blocks) * lba_size; }
+  uint64_t logical_blocks() const { return member_data_blocks * members; }
+  bool operator==(const StripeGeometry&) const = default;
+};
+
+struct StripeRecord {
+  StripeGeometry geometry;
+  uint32_t member_index = 0;
+};
+
+// One block of geometry.lba_size bytes.
+std::vector<uint8_t> serialize_stripe_record(const StripeRecord& r);
+bool has_stripe_magic(std::span<const uint8_t> block);
+// Validates magic, version, CRC and the fields; throws ModelError naming `device` and the field.
+StripeRecord parse_stripe_record(std::span<const uint8_t> block, const std::string& device);
+
+// The geometry for N members of `lba_size` blocks, the smallest holding `member_blocks` blocks, with a
+// stripe unit of `unit_bytes` (a multiple of the LBA size, at most 4 GiB). Throws ModelError naming
+// the fix for a bad unit, too many members or members too small for one unit.
+StripeGeometry make_stripe_geometry(uint32_t members, uint32_t lba_size, uint64_t member_blocks, uint64_t unit_bytes,
+                                    uint64_t set_id);
+
+// One member's part of a logical extent: blocks [first_lba, first_lba + lba_count) of `member`,
+// which are the extent's blocks from `block_offset` on (so they land at dest + block_offset * lba).
+struct StripePiece {
+  uint32_t member = 0;
+  uint64_t first_lba = 0;
+  uint64_t lba_count = 0;
+  uint64_t block_offset = 0;
+  bool operator==(const StripePiece&) const = default;
+};
+// Logical blocks [lba, lba + count) cut at stripe-unit boundaries, in logical order; runs that stay
+// contiguous on one member (one member) are merged. Throws ModelError past the logical volume.
+std::vector<StripePiece> split_blocks(const StripeGeometry& g, uint64_t lba, uint64_t count);
+// The same per member: the pieces of `member`, each an Extent whose byte_in_first / byte_length say which
+// of the logical extent's bytes it carries (the first piece keeps byte_in_first; the length is clipped).
+struct MemberExtent {
+  model::Extent extent;   // member LBAs
+  uint64_t block_offset;  // blocks into the logical extent
+};
+std::vector<std::vector<MemberExtent>> split_extent(const StripeGeometry& g, const model::Extent& logical);
+
+// Writes the stripe record of every member (member i = members[i]) after checking that all have
+// g.lba_size blocks and at least g.data_start_lba + g.member_data_blocks of them.
+void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g);
+
+// An opened striped set: every member's record checked against its position, and the logical volume
+// as a BlockIo (whole-block reads and writes split over the members' BlockIos, which it keeps).
+class StripeSet {
+ public:
+  // Throws ModelError naming the device and the fix: a member without a record ("not a member of a
+  // striped set"), a member of another set, at the wrong position, given twice, a set with members
+  // missing or extra, members that disagree on the geometry. One member is allowed only when the set
+  // has one member.
+  explicit StripeSet(std::vector<BlockIo> members);
+  StripeSet(const StripeSet&) = delete;  // logical() calls back into this object
+  StripeSet& operator=(const StripeSet&) = delete;
+  const StripeGeometry& geometry() const { return g_; }
+  uint32_t members() const { return g_.members; }
+  const BlockIo& member(uint32_t i) const { return members_.at(i); }
+  // The logical volume (valid while this object lives).
+  const BlockIo& logical() const { return logical_; }
+
+ private:
+  std::vector<BlockIo> members_;
+  StripeGeometry g_;
+  BlockIo logical_;
+};
+
+// Whether the device's LBA 0 holds a stripe record (a member of a striped set).
+bool is_stripe_member(const BlockIo& io);
+// "emu:/a.img namespace 1 is member 2 of striped set ... (2 members ...)": for the error a reader of
+// one member alone throws (detect_model).
+std::string describe_member(const StripeRecord& r, const std::string& device);
+
+}  // namespace gpunvme::model

@@ -1,0 +1,121 @@
+// A model on a striped set (runtime/model/stripe.h) through the engine (CPU executor): written by the
+// same writer as llm_make_model (a generated model, deploy_source) onto 2 and 3 emulated namespaces,
+// found from the members alone, and decoded with logits equal to the bit to the same model on one
+// namespace. Members given wrongly are refused with the fix.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/tools/generated_model.h"
+#include "runtime/deploy/deploy.h"
+#include "runtime/deploy/device.h"
+#include "runtime/gguf/ggml_types.h"
+
+using namespace gpunvme;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/gpunvme-stripe-XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  std::string image(const std::string& name, const std::string& keys = "") const {
+    return "emu:" + (path / name).string() + keys;
+  }
+};
+
+// The generated tiny model (llm_make_model --shape tiny --type q4_k), written onto `devices`.
+void write_model(const std::vector<std::string>& devices, uint64_t unit) {
+  const auto layout = llm::gen::model_layout(llm::gen::shape_named("tiny"), uint32_t(gguf::GgmlType::Q4_K), "tiny-q4_k");
+  llm::gen::GeneratedModel model(layout, 7, 2);
+  auto dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, unit, false) : std::make_unique<deploy::Device>(devices[0]);
+  deploy::deploy_source(*dev, model, "tiny-q4_k", {});
+}
+
+// Greedy decoding of a few tokens; every step's logits, concatenated.
+std::vector<float> decode(const std::vector<std::string>& devices) {
+  llm::DeviceSet set(devices);
+  const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+  CHECK(m.stripe.has_value() == (devices.size() > 1));
+  auto ex = llm::make_cpu_executor(m, 16);
+  std::vector<float> all;
+  uint32_t tok = 1;
+  for (uint32_t pos = 0; pos < 6; ++pos) {
+    const auto logits = ex->step(tok, pos);
+    all.insert(all.end(), logits.begin(), logits.end());
+    tok = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  }
+  ex->finish();
+  return all;
+}
+
+std::string open_error(const std::vector<std::string>& devices) {
+  try {
+    llm::DeviceSet set(devices);
+    llm::open_model(set.namespaces());
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("striped set: the engine's logits equal the one-namespace model's to the bit", "[llm][stripe]") {
+  const uint32_t members = GENERATE(2u, 3u);
+  const uint64_t unit = GENERATE(uint64_t(4096), uint64_t(64 * 1024));
+  const std::string lba = GENERATE(std::string("512"), std::string("4096"));
+  INFO(members << " members, unit " << unit << ", lba " << lba);
+  TempDir dir;
+  const std::string keys = ",size=16M,lba=" + lba;
+  write_model({dir.image("one.img", keys)}, 0);
+  std::vector<std::string> set;
+  for (uint32_t i = 0; i < members; ++i) set.push_back(dir.image("m" + std::to_string(i) + ".img", keys));
+  write_model(set, unit);
+  const std::vector<float> one = decode({dir.image("one.img", ",lba=" + lba)});  // the emulator's LBA size is a key
+  std::vector<std::string> open;
+  for (uint32_t i = 0; i < members; ++i) open.push_back(dir.image("m" + std::to_string(i) + ".img", ",lba=" + lba));
+  const std::vector<float> striped = decode(open);
+  REQUIRE(one.size() == striped.size());
+  CHECK(std::memcmp(one.data(), striped.data(), one.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("striped set: members given wrongly are refused, naming the fix", "[llm][stripe]") {
+  TempDir dir;
+  const std::string keys = ",size=8M";
+  write_model({dir.image("a.img", keys), dir.image("b.img", keys)}, 64 * 1024);
+  write_model({dir.image("x.img", keys), dir.image("y.img", keys)}, 64 * 1024);  // another set, same model
+  write_model({dir.image("one.img", keys)}, 0);
+  const std::string a = dir.image("a.img"), b = dir.image("b.img"), y = dir.image("y.img"), one = dir.image("one.img");
+  CHECK(open_error({a, b}).empty());
+  CHECK_THAT(open_error({b, a}), ContainsSubstring("is given as member 1 but is member 2") &&
+                                     ContainsSubstring("--device " + a + " --device " + b));
+  CHECK_THAT(open_error({a}), ContainsSubstring("is member 1 of striped set") && ContainsSubstring("give all 2 members"));
+  CHECK_THAT(open_error({b}), ContainsSubstring("is member 2 of striped set"));
+  CHECK_THAT(open_error({a, a}), ContainsSubstring("given twice"));
+  CHECK_THAT(open_error({a, y}), ContainsSubstring("different sets"));
+  CHECK_THAT(open_error({a, b, one}), ContainsSubstring("not a member of a striped set"));
+  CHECK_THAT(open_error({one, a}), ContainsSubstring("single-drive deploy"));
+  // A stripe unit that is not a multiple of the LBA size is refused before anything is written.
+  CHECK_THROWS_WITH(write_model({dir.image("c.img", ",size=8M,lba=4096"), dir.image("d.img", ",size=8M,lba=4096")}, 6144),
+                    ContainsSubstring("not a multiple of the 4096-byte LBA size"));
+  // A striped write refuses members holding something not ours, unless forced.
+  std::FILE* f = std::fopen((dir.path / "junk.img").c_str(), "wb");
+  REQUIRE(f);
+  std::vector<char> junk(8u << 20, 'j');
+  std::fwrite(junk.data(), 1, junk.size(), f);
+  std::fclose(f);
+  CHECK_THROWS_WITH(write_model({dir.image("junk.img"), dir.image("e.img", keys)}, 4096),
+                    ContainsSubstring("refusing to make") && ContainsSubstring("--force"));
+}
