@@ -106,17 +106,14 @@ __device__ __forceinline__ Reaped reap_pass(const PumpContext& c, WarpState& s, 
       bool retry = false;
       if (err_mask != 0) {  // the error path (warp-uniform): the retry policy decides per command
         any_error = true;
-        const uint64_t now = warp_now();
-        uint64_t due = ~0ull;
-        if (valid && !st.ok()) retry = schedule_retry(c, cid, st, now, &due);
-        retry_due = due < retry_due ? due : retry_due;
-        // Remember the queue's first final error (lowest lane of the earliest round).
-        const uint32_t final_mask = __ballot_sync(kFullMask, valid && !st.ok() && !retry);
-        if (final_mask != 0 && s.failed == 0 && s.first_error_status == 0) {
-          const uint32_t src = __ffs(final_mask) - 1;
-          s.first_error_status = uint16_t(__shfl_sync(kFullMask, uint32_t(st.field), src));
-          s.first_error_cid = uint16_t(__shfl_sync(kFullMask, cid, src));
-          s.first_error_tag = c.tags[s.first_error_cid];
+        const RoundErrors e =
+            reap_errors(c, valid && !st.ok(), cid, st, s.failed == 0 && s.first_error_status == 0);
+        retry = e.retry;
+        retry_due = e.due < retry_due ? e.due : retry_due;
+        if (e.first) {
+          s.first_error_status = e.first_status;
+          s.first_error_cid = e.first_cid;
+          s.first_error_tag = e.first_tag;
         }
       }
       retried += retry;

@@ -120,6 +120,37 @@ __device__ __forceinline__ bool schedule_retry(const PumpContext& c, uint32_t ci
   return true;
 }
 
+// What reap_errors() decided for one round of a reap pass: per lane, whether its command is retried
+// (and when it may go); uniform, the round's first final error when the queue wants one recorded.
+struct RoundErrors {
+  uint64_t due = ~0ull;
+  uint32_t first_tag = 0;
+  uint16_t first_status = 0;
+  uint16_t first_cid = 0;
+  bool retry = false;
+  bool first = false;
+};
+
+// The error path of one reap round (a warp-uniform branch: some lane's CQE carries an error). Out of
+// line and given plain values: inlined into each of reap_pass()'s kPollRounds unrolled rounds it made
+// the pump's hot loop about 40 KB longer, and a fault-free pass only jumped over it.
+__device__ __noinline__ inline RoundErrors reap_errors(PumpContext c, bool error_lane, uint32_t cid, nvme::Status st,
+                                                       bool want_first) {
+  RoundErrors out;
+  const uint64_t now = warp_now();
+  if (error_lane) out.retry = schedule_retry(c, cid, st, now, &out.due);
+  // The queue's first final error: the lowest such lane of the earliest round.
+  const uint32_t final_mask = __ballot_sync(kFullMask, error_lane && !out.retry);
+  if (final_mask != 0 && want_first) {
+    const uint32_t src = __ffs(final_mask) - 1;
+    out.first = true;
+    out.first_status = uint16_t(__shfl_sync(kFullMask, uint32_t(st.field), src));
+    out.first_cid = uint16_t(__shfl_sync(kFullMask, cid, src));
+    out.first_tag = c.tags[out.first_cid];
+  }
+  return out;
+}
+
 // Re-issues the pending retries that are due, within the ring's room and the depth; returns the SQEs
 // written (the caller rings the doorbell with the new commands). Scans the id table: error path only.
 template <class Make>
