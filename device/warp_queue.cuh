@@ -1,13 +1,14 @@
 // GPU-initiated NVMe I/O, the C++ device API: a warp drives one DeviceQueue (see device_queue.h for
 // the ownership model). Header-only so that engines' .cu files inline it; needs nvcc, sm_70 or newer.
 //
-// One pass of warp_pump(), one function per phase:
+// One pass of warp_pump(), one function per phase (fault_free_passes() loops over 1-5; the rare work,
+// 2a and 4-6, runs outside that loop):
 //   1. reap_pass: every lane loads the status word of up to kPollRounds CQ slots past the head and checks
 //      its phase tag; a ballot finds the run of new entries; read_fields_after_phase(); the lanes read
 //      SQHD and CID, check each id is in flight exactly once (atomicExch on its busy word), hand the
 //      status to the caller and free the ids. An error status the retry policy allows is not handed
 //      over: its id stays reserved for the re-issue (warp_recovery.cuh schedule_retry).
-//   2. retry_pass, only while retries are pending (warp_recovery.cuh), then submit_pass: up to
+//   2. submit_pass (2a. retry_pass, between passes while retries are pending, warp_recovery.cuh): up to
 //      kSubmitRounds * 32 commands, one SQE per lane per round written with four 16-byte stores;
 //      command ids come round-robin from the busy table (an id still in flight is never reused).
 //   3. ring_doorbells: one system-scope fence, then the SQ tail and CQ head doorbells (lane 0).
@@ -239,6 +240,51 @@ __device__ __forceinline__ void join_recovery(const PumpContext& c, WarpState& s
   if (load_control32(&c.control->failed) != 0) s.faults |= fault::kControllerLost;
 }
 
+// Where a run stands between passes (uniform across lanes).
+struct PumpProgress {
+  uint64_t issued = 0;         // commands made and submitted at least once
+  uint64_t finished = 0;       // commands handed to done()
+  uint64_t last_progress = 0;  // %globaltimer of the last pass that submitted or reaped
+  uint64_t published = 0;      // when lane 0 last stored progress to the health word
+};
+
+__device__ __forceinline__ bool run_complete(const WarpState& s, const PumpProgress& p, uint64_t count) {
+  return p.finished >= count && s.in_flight == 0 && s.retry_pending == 0;
+}
+
+// Records a pass's progress for the watchdog; false (with kTimedOut) when none came for timeout_ns.
+__device__ __forceinline__ bool note_progress(const PumpContext& c, WarpState& s, PumpProgress& p, bool progressed,
+                                              uint64_t timeout_ns) {
+  const uint64_t now = warp_now();
+  if (progressed) publish_progress(c, s, now, p.published);
+  if (!timed_out(progressed, now, p.last_progress, timeout_ns)) return true;
+  s.faults |= fault::kTimedOut;
+  return false;
+}
+
+// Phases 1-5, pass after pass, for as long as nothing needs recovery: returns the control word as the
+// last pass saw it. It leaves on completion, a fault, a retry to schedule or a control-word change;
+// the rare work (retry_pass, a reset, the host's question) runs outside this loop, so that none of
+// its code (another inlined make() and done()) sits in the loop a fault-free run spins in: with it
+// inside, the no-fault command rate was 3-12 % lower than without recovery.
+template <class Make, class Done>
+__device__ __forceinline__ uint64_t fault_free_passes(DeviceQueue* q, const PumpContext& c, WarpState& s,
+                                                      PumpProgress& p, uint64_t count, uint64_t expected,
+                                                      uint64_t timeout_ns, Make& make, Done& done) {
+  for (;;) {
+    // Loaded first, used (as lane 0 saw it) after the doorbells: its latency hides behind the CQ loads.
+    const uint64_t control_seen = c.control ? load_control_word(c.control) : expected;
+    const Reaped r = reap_pass(c, s, done);
+    p.finished += r.finished;
+    const uint32_t n = submit_pass(c, s, count, p.issued, make);
+    ring_doorbells(q, s, n, r.consumed);
+    const uint64_t control = __shfl_sync(kFullMask, control_seen, 0);
+    if (s.faults != 0 || run_complete(s, p, count) || control != expected) return control;
+    if (!note_progress(c, s, p, n > 0 || r.consumed > 0, timeout_ns)) return control;
+    if (s.retry_pending != 0) return control;
+  }
+}
+
 // Drives `count` commands through queue `q` with the calling (full) warp and waits for all of them.
 //   make(i, cid, &tag) -> nvme::SubmissionEntry   builds the warp's i-th command (0 <= i < count);
 //                                                  the pump stores cid; tag comes back in done().
@@ -266,45 +312,35 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
   const PumpContext c = pump_context(q, depth);
   if (c.control) join_recovery(c, s);
   const uint32_t faults0 = s.faults;
-  uint64_t issued = 0, finished = 0;
+  PumpProgress p;
   // A queue with a sticky fault does nothing more until the host rebuilds it (resets the controller).
   const bool usable = s.faults == 0;
   const uint64_t t0 = warp_now();
-  uint64_t last_progress = t0, published = 0;
+  p.last_progress = t0;
   // The control word as a fault-free pass expects it: not quiescing, the host's last request for the
   // oldest command seen (requests made before this run are not this run's to answer).
   uint64_t expected = c.control ? uint64_t(load_control32(&c.control->oldest_request)) << 32 : 0u;
-  while (usable && (finished < count || s.in_flight > 0 || s.retry_pending > 0)) {
-    // Loaded first, used (as lane 0 saw it) after the doorbells: its latency hides behind the CQ loads.
-    const uint64_t control_seen = c.control ? load_control_word(c.control) : expected;
-    const Reaped r = reap_pass(c, s, done);
-    finished += r.finished;
-    uint32_t n = s.retry_pending != 0 ? retry_pass(c, s, make) : 0u;
-    n += submit_pass(c, s, count, issued, make);
-    ring_doorbells(q, s, n, r.consumed);
-    if (s.faults != 0) break;
-    if (finished >= count && s.in_flight == 0 && s.retry_pending == 0) break;
-    const uint64_t control = __shfl_sync(kFullMask, control_seen, 0);
-    if (control != expected) {  // the rare path: a reset, or the host asks for the oldest command
+  while (usable && !run_complete(s, p, count)) {
+    const uint64_t control = fault_free_passes(q, c, s, p, count, expected, timeout_ns, make, done);
+    if (s.faults != 0 || run_complete(s, p, count)) break;
+    if (control != expected) {  // a reset, or the host asks for the oldest command
       expected = control & ~uint64_t(0xFFFFFFFFu);
       if (uint32_t(control) == 0) {
         answer_oldest(c, s);
       } else {  // the host resets the controller: park, restart
         if (wait_for_resume(c, s)) {
           const uint32_t generation = load_control32(&c.control->generation);
-          if (generation != s.generation) finished += rebuild_after_reset(c, s, generation, done);
+          if (generation != s.generation) p.finished += rebuild_after_reset(c, s, generation, done);
         }
         if (s.faults != 0) break;
-        last_progress = warp_now();
+        p.last_progress = warp_now();
         continue;
       }
     }
-    const uint64_t now = warp_now();
-    const bool progressed = n > 0 || r.consumed > 0;
-    if (progressed) publish_progress(c, s, now, published);
-    if (timed_out(progressed, now, last_progress, timeout_ns)) {
-      s.faults |= fault::kTimedOut;
-      break;
+    if (s.retry_pending != 0) {
+      const uint32_t n = retry_pass(c, s, make);
+      ring_doorbells(q, s, n, 0);
+      if (n > 0 && !note_progress(c, s, p, true, timeout_ns)) break;
     }
   }
   const uint64_t t1 = warp_now();
@@ -328,7 +364,7 @@ __device__ QueueReport warp_pump(DeviceQueue* q, uint64_t count, uint32_t depth,
   rep.faults = usable ? s.faults & ~faults0 : s.faults;
   rep.first_error_status = s.first_error_status;
   rep.first_error_tag = s.first_error_tag;
-  rep.issued = issued;
+  rep.issued = p.issued;
   return rep;
 }
 
