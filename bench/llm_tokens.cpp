@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <span>
@@ -31,7 +32,7 @@ namespace {
 
 const char* kUsage =
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--json-out FILE]\n"
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
@@ -68,6 +69,9 @@ const char* kUsage =
     "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
     "                 without it is skipped). Cells with it on and off must give the same logits; dense models\n"
     "                 run once\n"
+    "  --expert-overlap  MoE: each expert kernel starts once the part it reads is in (on), or after all of\n"
+    "                 the layer's reads (off); default auto (on where the CUDA driver has stream memory waits;\n"
+    "                 the JSON's \"expert_overlap\" says which ran). The logits are the same either way\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
     "the mmap loader reads the member images through the set's layout (one memcpy worker, each member paced\n"
@@ -163,8 +167,8 @@ struct Cell {
 };
 
 Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
-              const std::string& mode, const std::string& prefetch, uint32_t warmup, uint32_t tokens, uint32_t slots,
-              double h2d) {
+              const std::string& mode, const std::string& prefetch, std::optional<bool> overlap, uint32_t warmup,
+              uint32_t tokens, uint32_t slots, double h2d) {
   Cell c{m.file->model_name(), budget.text, drive, mode};
   c.prefetch = prefetch;
   c.members = uint32_t(images.size());
@@ -189,6 +193,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.ram_budget = budget.b.ram;
   o.slots = slots;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
+  o.expert_overlap = overlap;
   if (mode == "mmap") {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
     o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer); };
@@ -241,7 +246,9 @@ std::string cell_json(const Cell& c, double h2d) {
                 (unsigned long long)c.logits_hash);
   // The error text and the plan can be long: appended, not formatted into the fixed buffer.
   std::string prefetch;
-  if (e.has_experts) prefetch = llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + ",";
+  if (e.has_experts)
+    prefetch = std::string("\"expert_overlap\":") + (e.expert_overlap ? "true," : "false,") +
+               llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + ",";
   char emu[160];
   if (c.emu_tps > 0)
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":%.6f,\"efficiency_vs_lower\":%.4f,", c.emu_tps,
@@ -288,6 +295,10 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   for (const std::string& p : prefetches)
     if (p != "auto" && p != "on" && p != "off") throw cli::UsageError("--expert-prefetch: '" + p + "' is not auto, on or off");
   if (prefetches.empty()) throw cli::UsageError("--expert-prefetch is empty (auto, on, off, or a list: on,off)");
+  const std::string overlap_arg = args.get("expert-overlap", "auto");
+  if (overlap_arg != "auto" && overlap_arg != "on" && overlap_arg != "off")
+    throw cli::UsageError("--expert-overlap: '" + overlap_arg + "' is not auto, on or off");
+  const std::optional<bool> overlap = overlap_arg == "auto" ? std::nullopt : std::optional<bool>(overlap_arg == "on");
   const uint32_t tokens = args.get_u32("tokens", 3), warmup = args.get_u32("warmup", 1), slots = args.get_u32("slots", 2);
   if (tokens == 0) throw cli::UsageError("--tokens must be at least 1");
   std::string why;
@@ -323,7 +334,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
             if (pf == "off" && auto_ran_without) continue;
             Cell c;
             try {
-              c = run_cell(members, m, b, d, md, pf, warmup, tokens, slots, h2d);
+              c = run_cell(members, m, b, d, md, pf, overlap, warmup, tokens, slots, h2d);
               // The emulator's own ceiling for this cell: the same cell unthrottled, if it ran first.
               const auto cap = capacity.find(md + "/" + pf);
               if (d == "none") capacity[md + "/" + pf] = c.tps;
@@ -364,7 +375,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
       else rest.push_back(argv[i]);
     }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "tokens", "warmup", "slots", "json-out"}, {"help"});
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "tokens", "warmup", "slots", "json-out"}, {"help"});
     if (args.has("help")) {
       std::printf("%s", kUsage);
       return 0;

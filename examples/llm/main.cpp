@@ -29,7 +29,7 @@ namespace {
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
     "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
-    "           [--expert-prefetch on|off]\n"
+    "           [--expert-prefetch on|off] [--expert-overlap on|off]\n"
     "           [--ctx N] [--path auto|gpu|cpu] [--batch N] [--draft none|lookup --draft-k K]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
@@ -59,6 +59,9 @@ const char* kUsage =
     "  --expert-prefetch on|off  MoE, GPU path: before each layer's routing, read the experts the previous token\n"
     "                      chose there into the cache, overlapping compute (default: on when the cache holds two\n"
     "                      tokens' experts of a layer); the logits are the same either way\n"
+    "  --expert-overlap on|off  MoE, GPU path: each expert kernel starts once the part it reads is in, while\n"
+    "                      the layer's other reads still stream (default: on where the CUDA driver has stream\n"
+    "                      memory waits); off: the expert kernels start after all of the layer's reads\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
     "  --batch N           prompt tokens per pass over the layers (default 512): each layer is read once for\n"
@@ -105,6 +108,14 @@ uint32_t parse_resident(const std::string& s, uint32_t n_layer) {
   }
 }
 
+// An optional on|off flag: absent -> the engine's default.
+std::optional<bool> on_off(const cli::Args& args, const char* name) {
+  if (!args.has(name)) return std::nullopt;
+  const std::string v = args.get(name);
+  if (v != "on" && v != "off") throw cli::UsageError(std::string("--") + name + " must be on or off, not '" + v + "'");
+  return v == "on";
+}
+
 // --resident, or the budgets (not both: they are two ways of saying where layers live).
 void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOptions& o) {
   const bool budgets = args.has("vram-budget") || args.has("ram-budget");
@@ -114,11 +125,8 @@ void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOption
   if (args.has("vram-budget")) o.vram_budget = args.get_size("vram-budget", 0);
   o.ram_budget = args.get_size("ram-budget", 0);
   if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
-  if (args.has("expert-prefetch")) {
-    const std::string v = args.get("expert-prefetch");
-    if (v != "on" && v != "off") throw cli::UsageError("--expert-prefetch must be on or off, not '" + v + "'");
-    o.expert_prefetch = v == "on";
-  }
+  o.expert_prefetch = on_off(args, "expert-prefetch");
+  o.expert_overlap = on_off(args, "expert-overlap");
 }
 
 // The text of a token for the terminal: control bytes escaped, so a model cannot forge terminal
@@ -178,6 +186,7 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
                   (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted,
                   (unsigned long long)e.lag.wasted_bytes);
     j += b;
+    j += std::string("\"overlap\":") + (e.expert_overlap ? "true," : "false,");
     j += llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + "},";
   }
   j += "\"recovery\":" + host::recovery_json(e.recovery) + ",";
@@ -326,7 +335,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "expert-prefetch", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
+                          "logits-out", "expert-cache", "expert-prefetch", "expert-overlap", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
                          {"help", "ignore-eos"}, {"device"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

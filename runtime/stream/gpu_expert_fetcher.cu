@@ -1,5 +1,6 @@
 #include "runtime/stream/gpu_expert_fetcher.h"
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -31,6 +32,8 @@ struct FetchCmd {
   uint64_t dst = 0;
   uint32_t blocks = 0;
   uint32_t sel = 0;
+  uint32_t proj = 0;  // model::Projection of its part (< kProjectionWords)
+  uint32_t pad = 0;
 };
 
 struct DeviceFetchMetrics {
@@ -47,6 +50,9 @@ struct FetchTable {
   uint32_t* selection = nullptr;        // [max_ids]
   FetchCmd* cmds = nullptr;             // [max_commands]
   uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
+  uint32_t* part_remaining = nullptr;   // [max_experts * kProjectionWords] the same per projection
+  uint32_t* part_ready = nullptr;       // [max_ids * kProjectionWords] per routing id (gpu_fetch_types.h)
+  uint32_t n_ids = 0;                   // routing ids of the fetch (selection's entries)
   uint32_t ncmds = 0;
   uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
   uint32_t unsettled = 0;               // prefetch: its reads not yet counted as hits or waste
@@ -223,6 +229,8 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
     const uint64_t base = ex[d].offset;
     const bool fault = !ex[d].hit;
     uint32_t mine = 0;
+    if (lane < kProjectionWords) t.part_remaining[d * kProjectionWords + lane] = 0;
+    __syncwarp();
     for (uint32_t p = p0; p < p1; ++p) {
       const GpuPart part = s.parts[p];
       if (lane == 0) {
@@ -240,8 +248,10 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
         cmd.blocks = uint32_t(min(uint64_t(s.max_blocks), uint64_t(part.blocks) - b0));
         cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
         cmd.sel = d;
+        cmd.proj = part.proj;
         t.cmds[n.commands + c] = cmd;
       }
+      if (lane == 0) t.part_remaining[d * kProjectionWords + part.proj] += chunks;
       n.commands += chunks;
       mine += chunks;
       n.bytes_read += uint64_t(part.blocks) << s.lba_shift;
@@ -256,6 +266,19 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
     n.faults += fault;
   }
   return n;
+}
+
+// Phase 7 (warp): the readiness words of the projections no read is pending for (cache hits, parts
+// the expert lacks); the pump sets the others as their last read ends. After an error (no reads),
+// every word of the fetch's ids, so that no consumer waits for reads that were never issued.
+__device__ void publish_ready_parts(const FetchTable& t, uint32_t n_ids, uint32_t token, bool error) {
+  __syncwarp();  // lane 0's counters (write_reads) before the lanes read them
+  __threadfence();  // the result and the experts' table before any word that says they are there
+  for (uint32_t i = threadIdx.x & 31u; i < n_ids * kProjectionWords; i += 32) {
+    const uint32_t k = i / kProjectionWords, proj = i % kProjectionWords;
+    if (error || t.part_remaining[t.selection[k] * kProjectionWords + proj] == 0)
+      *const_cast<volatile uint32_t*>(&t.part_ready[i]) = token;
+  }
 }
 
 // Bytes the reads of expert `key` transfer.
@@ -333,6 +356,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     token = r->token + 1;
     r->token = token;
     r->layer = layer;
+    t.n_ids = n_ids;
     r->error_value = 0;
     error = select_experts(s, t, layer, ids, n_ids, count);
     r->error = error;
@@ -350,14 +374,32 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
       r->commands = 0;
       t.ncmds = 0;
     }
+    publish_ready_parts(t, n_ids, token, true);
     return;
   }
   place_faults(s, t, layer, count, fetch_start);
   const FetchCounts n = write_reads(s, t, layer, count, token);
   if (lane == 0) finish_fetch(s, t, which, count, n, steady);
+  publish_ready_parts(t, n_ids, token, false);
 }
 
-// One warp per queue: the reads placed above; the last read of an expert publishes its readiness.
+// A read of the fetch ended (success or final error): the last of its projection sets that
+// projection's readiness word of every routing id naming its expert, the last of its expert the
+// expert's `ready` word (unless a read of it failed).
+__device__ void read_ended(const FetchTable& t, const FetchCmd& c, nvme::Status st, uint32_t token) {
+  GpuFetchedExpert& e = t.experts[c.sel];
+  if (!st.ok()) atomicCAS(&e.failed, 0u, uint32_t(st.field) | 0x10000u);
+  const bool part_done = atomicSub(&t.part_remaining[c.sel * kProjectionWords + c.proj], 1u) == 1u;
+  const bool expert_done = atomicSub(&t.remaining[c.sel], 1u) == 1u;
+  if (!part_done && !expert_done) return;
+  __threadfence_system();  // the bytes and the failed flag before a word that says they are there
+  if (part_done)
+    for (uint32_t k = 0; k < t.n_ids; ++k)
+      if (t.selection[k] == c.sel) *const_cast<volatile uint32_t*>(&t.part_ready[k * kProjectionWords + c.proj]) = token;
+  if (expert_done && *const_cast<volatile uint32_t*>(&e.failed) == 0) *const_cast<volatile uint32_t*>(&e.ready) = token;
+}
+
+// One warp per queue: the reads placed above, each ending in read_ended().
 __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t which, device::DeviceBuffer dst) {
   const uint32_t w = blockIdx.x;
   if (w >= launch.queue_count) return;
@@ -365,8 +407,6 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
   const uint32_t count = *const_cast<volatile uint32_t*>(&t->ncmds);
   const uint32_t token = t->result->token;
   const FetchCmd* cmds = t->cmds;
-  GpuFetchedExpert* ex = t->experts;
-  uint32_t* remaining = t->remaining;
   const device::DeviceQueue qc = launch.queues[w];
   pump_ticket(
       launch, w, count,
@@ -376,15 +416,7 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
         device::prps_for(qc, cid, dst, c.dst, uint64_t(c.blocks) << qc.lba_shift, &p);
         return nvme::make_read(qc.nsid, c.lba, c.blocks, p.prp1, p.prp2);
       },
-      [&](uint64_t g, nvme::Status st) {
-        const uint32_t sel = cmds[g].sel;
-        if (!st.ok()) atomicCAS(&ex[sel].failed, 0u, uint32_t(st.field) | 0x10000u);
-        if (atomicSub(&remaining[sel], 1u) == 1u) {
-          __threadfence_system();  // the expert's bytes and flags before its ready word
-          if (*const_cast<volatile uint32_t*>(&ex[sel].failed) == 0)
-            *const_cast<volatile uint32_t*>(&ex[sel].ready) = token;
-        }
-      });
+      [&](uint64_t g, nvme::Status st) { read_ended(*t, cmds[g], st, token); });
 }
 
 // Stall of a demand fetch on its stream: from the kernel before it (routing done) to its reads done.
@@ -444,6 +476,7 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
       g.blocks = uint32_t(ps[i].extent.lba_count);
       g.dest_rel = layout.part_offset(k, i);
       g.proj = uint32_t(ps[i].proj);
+      if (g.proj >= kProjectionWords) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: an expert part of an unknown projection");
       g.byte_in_first = ps[i].extent.byte_in_first;
       g.bytes = ps[i].extent.byte_length;
       parts.push_back(g);
@@ -490,7 +523,12 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
     t.selection = device_alloc<uint32_t>(allocations_, max_ids_);
     t.cmds = device_alloc<FetchCmd>(allocations_, max_commands_);
     t.remaining = device_alloc<uint32_t>(allocations_, options_.max_experts_per_fetch);
+    t.part_remaining = device_alloc<uint32_t>(allocations_, size_t(options_.max_experts_per_fetch) * kProjectionWords);
+    t.part_ready = device_alloc<uint32_t>(allocations_, size_t(max_ids_) * kProjectionWords);
+    check_cuda(cudaMemset(t.part_ready, 0, sizeof(uint32_t) * max_ids_ * kProjectionWords), "cudaMemset(part readiness)");
   }
+  part_ready_ = st.table[kDemand].part_ready;
+  open_overlap();
   st.stall_ns = device_copy(allocations_, std::vector<unsigned long long>(catalog_.n_layers, 0));
   result_ = st.table[kDemand].result;
   experts_ = st.table[kDemand].experts;
@@ -512,6 +550,8 @@ GpuExpertFetcher::~GpuExpertFetcher() {
   }
   cudaDeviceSynchronize();
   if (chain_) cudaEventDestroy(static_cast<cudaEvent_t>(chain_));
+  if (routed_) cudaEventDestroy(static_cast<cudaEvent_t>(routed_));
+  if (stream_) cudaStreamDestroy(cu(stream_));
   for (void* p : allocations_) cudaFree(p);
 }
 
@@ -565,6 +605,10 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
       });
   tickets_.push_back(t);
   check_cuda(cudaEventRecord(chain, cu(stream)), "GPU expert fetcher: chain event");
+  if (which == kDemand) {
+    ++demand_token_;
+    last_ids_ = n_ids;
+  }
 }
 
 void GpuExpertFetcher::fetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {
@@ -574,6 +618,59 @@ void GpuExpertFetcher::fetch(uint32_t layer, const uint32_t* device_ids, uint32_
   launch(kDemand, layer, device_ids, n_ids, stream);
   stall_end<<<1, 1, 0, cu(stream)>>>(state_, layer);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the stall clock");
+}
+
+// The overlapped fetch's own stream (highest priority: its pump warps start before the consumer's
+// expert kernels fill the GPU) and the driver's stream wait on a memory word, looked up once: where
+// the driver lacks it, can_overlap() says so and fetch_overlapped() refuses.
+void GpuExpertFetcher::open_overlap() {
+  int lo = 0, hi = 0;
+  check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "GPU expert fetcher: stream priorities");
+  cudaStream_t s = nullptr;
+  check_cuda(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, hi), "GPU expert fetcher: its stream");
+  stream_ = reinterpret_cast<cuda_stream_t>(s);
+  cudaEvent_t e = nullptr;
+  check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(expert fetcher)");
+  routed_ = e;
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &found) == cudaSuccess &&
+      found == cudaDriverEntryPointSuccess)
+    wait_value_ = fn;
+  cudaGetLastError();  // a failed lookup is an answer, not an error for the next call to find
+}
+
+void GpuExpertFetcher::fetch_overlapped(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids,
+                                        cuda_stream_t consumer) {
+  if (!can_overlap())
+    throw Error(ErrorKind::kUnsupported, "GPU expert fetcher: the CUDA driver has no cuStreamWaitValue32, which an "
+                                         "overlapped fetch needs; use fetch() (the reads end before the consumer runs)");
+  check_request(layer, n_ids);
+  cudaEvent_t routed = static_cast<cudaEvent_t>(routed_);
+  // After the consumer's work so far: its routing, and its kernels of the previous fetch, which read
+  // the result tables and scratchpad slots that this fetch may now reuse.
+  check_cuda(cudaEventRecord(routed, cu(consumer)), "GPU expert fetcher: routing event");
+  check_cuda(cudaStreamWaitEvent(cu(stream_), routed, 0), "GPU expert fetcher: waiting for the routing");
+  stall_begin<<<1, 1, 0, cu(stream_)>>>(state_);
+  launch(kDemand, layer, device_ids, n_ids, stream_);
+  stall_end<<<1, 1, 0, cu(stream_)>>>(state_, layer);
+  check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the stall clock");
+}
+
+void GpuExpertFetcher::wait_part(uint32_t k, model::Projection proj, cuda_stream_t consumer) {
+  if (!can_overlap()) throw Error(ErrorKind::kUnsupported, "GPU expert fetcher: wait_part() needs an overlapped fetch");
+  if (k >= last_ids_ || uint32_t(proj) >= kProjectionWords)
+    throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: wait_part(" + std::to_string(k) + ", " +
+                                                 std::to_string(uint32_t(proj)) + ") names no part of the last fetch (" +
+                                                 std::to_string(last_ids_) + " routing ids)");
+  using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  const auto wait = reinterpret_cast<WaitValue32>(wait_value_);
+  const uint32_t* word = part_ready_ + size_t(k) * kProjectionWords + uint32_t(proj);
+  // The front end waits, no SM spins: bounded, as every read ends (the pump's timeout fails the rest).
+  const CUresult r = wait(reinterpret_cast<CUstream>(consumer), reinterpret_cast<CUdeviceptr>(word), demand_token_,
+                          CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS)
+    throw Error(ErrorKind::kIo, "GPU expert fetcher: cuStreamWaitValue32 failed (CUresult " + std::to_string(int(r)) + ")");
 }
 
 void GpuExpertFetcher::prefetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {

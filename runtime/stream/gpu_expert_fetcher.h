@@ -25,6 +25,16 @@
 // prefetch never evicts an expert of the previous fetch (its experts are the most recently used:
 // at most max_experts_per_fetch older slots are taken), so its consumers may still be running.
 //
+// Overlapped fetch (fetch_overlapped + wait_part): the place and pump kernels run on the fetcher's
+// own stream after the consumer's work so far, and the consumer's stream waits, part by part, only
+// for the projection its next kernel reads (a stream wait on that part's readiness word: no SM
+// spins): the expert kernels compute on the parts already read while the rest still stream. The
+// consumer must enqueue the next fetch after its kernels of this one (stream order does that).
+//
+//   router<<<..., s>>>(..., ids);
+//   f.fetch_overlapped(layer, ids, k, s);
+//   for (k...) { f.wait_part(k, Projection::kGate, s); gate<<<..., s>>>(...); ... }
+//
 // The next fetch on the stream reuses the result memory and (without a cache) the scratchpad, so a
 // token's consumers must be enqueued on that stream before the next fetch. A failed read marks its
 // expert failed (never ready) and the expert leaves the cache; wait() on the host throws it.
@@ -67,6 +77,14 @@ class GpuExpertFetcher {
   // (no result for consumers; a bad id reads nothing). Needs can_prefetch(). Returns at once.
   void prefetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
   bool can_prefetch() const { return capacity_ >= 2 * options_.max_experts_per_fetch; }
+  // As fetch(), but the reads run on the fetcher's stream after `consumer`'s work so far, and return
+  // at once for the consumer: before a kernel reads routing id k's projection `proj`, wait_part()
+  // on the consumer's stream. Needs can_overlap().
+  void fetch_overlapped(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t consumer);
+  // Enqueues on `consumer` a wait until the last fetch's routing id k has its projection `proj` in
+  // the scratchpad (or its read failed: the expert's `failed` word says so). k < that fetch's n_ids.
+  void wait_part(uint32_t k, model::Projection proj, cuda_stream_t consumer);
+  bool can_overlap() const { return wait_value_ != nullptr; }
   // Host: waits (bounded) for the latest fetch's reads; throws on a bad id, too many experts or a
   // failed read; returns the result as FetchedExpert (offsets, parts, hit).
   std::vector<FetchedExpert> wait();
@@ -74,6 +92,7 @@ class GpuExpertFetcher {
   const GpuFetchResult* device_result() const { return result_; }  // for kernels after fetch() on its stream
   const GpuFetchedExpert* device_experts() const { return experts_; }  // [max_experts_per_fetch]
   const uint32_t* device_selection() const { return selection_; }     // [n_ids]: distinct index of each id
+  const uint32_t* device_part_ready() const { return part_ready_; }   // [max_ids * kProjectionWords]
   uint32_t max_ids() const { return max_ids_; }
 
   const host::DmaBuffer& scratchpad() const { return scratch_; }
@@ -96,6 +115,7 @@ class GpuExpertFetcher {
   static constexpr size_t kMaxOutstanding = 512;  // GpuSubmitterOptions::max_tickets is 1024
   void check_request(uint32_t layer, uint32_t n_ids) const;
   void launch(uint32_t which, uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
+  void open_overlap();
 
   host::Controller& controller_;
   GpuSubmitter& submitter_;
@@ -115,6 +135,12 @@ class GpuExpertFetcher {
   uint32_t* selection_ = nullptr;
   std::vector<void*> allocations_;    // device memory to free
   void* chain_ = nullptr;             // cudaEvent_t: recorded after every fetch's and prefetch's reads
+  cuda_stream_t stream_ = nullptr;    // the overlapped fetches' stream
+  void* routed_ = nullptr;            // cudaEvent_t: the consumer's work before an overlapped fetch
+  void* wait_value_ = nullptr;        // the driver's cuStreamWaitValue32, or nullptr
+  uint32_t* part_ready_ = nullptr;    // the demand fetch's readiness words (gpu_fetch_types.h)
+  uint32_t demand_token_ = 0;         // the last demand fetch's token, as place_experts counts them
+  uint32_t last_ids_ = 0;             // its routing ids
   std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
 };

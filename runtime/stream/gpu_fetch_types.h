@@ -6,6 +6,11 @@
 namespace gpunvme::stream {
 
 inline constexpr uint32_t kMaxExpertParts = 4;  // gate, up, down (+ one spare: a split tensor)
+// Readiness words per routing id of an overlapped fetch (GpuExpertFetcher::fetch_overlapped), one per
+// model::Projection value (gate, up, down, gate+up): part_ready()[k * kProjectionWords + proj] equals
+// the fetch's token once every read of that projection of routing id k's expert ended (or it was a
+// cache hit, or the expert has no such part): a consumer may then read it, or find `failed` set.
+inline constexpr uint32_t kProjectionWords = 4;
 
 // One distinct selected expert of the current fetch, in first-seen order of the routing ids.
 struct GpuFetchedExpert {

@@ -70,6 +70,29 @@ __global__ void verify_experts(const stream::GpuFetchResult* result, const strea
   if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), static_cast<unsigned long long>(bad));
 }
 
+__global__ void verify_part(const stream::GpuFetchResult* result, const stream::GpuFetchedExpert* experts,
+                            const uint32_t* selection, const uint32_t* part_ready, const uint8_t* scratch,
+                            const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint32_t k, uint32_t proj,
+                            uint64_t seed, uint64_t* mismatches, uint64_t* failed) {
+  const bool first = blockIdx.x == 0 && threadIdx.x == 0;
+  const stream::GpuFetchedExpert* e = experts + selection[k];
+  if (part_ready[k * stream::kProjectionWords + proj] != result->token) {
+    if (first) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), 1ull);
+    return;
+  }
+  if (e->failed != 0) {
+    if (first) atomicAdd(reinterpret_cast<unsigned long long*>(failed), 1ull);
+    return;
+  }
+  uint64_t bad = 0;
+  for (uint32_t p = 0; p < e->part_count; ++p) {
+    if (e->part_proj[p] != proj) continue;
+    const uint64_t ns = ns_offsets[(uint64_t(layer) * n_experts + e->expert) * 4 + p];
+    bad += count_bad(scratch + e->part_offset[p], ns, e->part_bytes[p], seed);
+  }
+  if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), static_cast<unsigned long long>(bad));
+}
+
 // One warp per queue, as the runtime's ticket kernels: the commands come from make(), not templates.
 __global__ void generated_reads(stream::TicketLaunch launch, uint64_t count, uint32_t blocks, uint64_t span,
                                 device::DeviceBuffer dst) {
@@ -108,6 +131,16 @@ void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResul
                             uint64_t* mismatches) {
   verify_experts<<<32, 256, 0, cu(s)>>>(result, experts, scratch, ns_offsets, layer, n_experts, seed, mismatches);
   device::check_cuda(cudaGetLastError(), "verify_experts launch");
+}
+
+void enqueue_verify_part(stream::cuda_stream_t s, const stream::GpuFetchResult* result,
+                         const stream::GpuFetchedExpert* experts, const uint32_t* selection,
+                         const uint32_t* part_ready, const uint8_t* scratch, const uint64_t* ns_offsets,
+                         uint32_t layer, uint32_t n_experts, uint32_t k, uint32_t proj, uint64_t seed,
+                         uint64_t* mismatches, uint64_t* failed) {
+  verify_part<<<16, 256, 0, cu(s)>>>(result, experts, selection, part_ready, scratch, ns_offsets, layer, n_experts, k,
+                                     proj, seed, mismatches, failed);
+  device::check_cuda(cudaGetLastError(), "verify_part launch");
 }
 
 uint64_t issue_generated_reads(stream::GpuSubmitter& gpu, uint64_t count, uint32_t blocks, uint64_t span_blocks,

@@ -145,6 +145,26 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
         INFO("prefetch off, step " << i);
         CHECK(std::memcmp(got_off[i].data(), want[i].data(), got_off[i].size() * sizeof(float)) == 0);
       }
+      // The expert kernels overlapped with the reads (the default where the driver has stream memory
+      // waits, as on the GPUs this suite runs on) and not: the same logits. Without a cache every
+      // fetch packs its experts over the bytes the previous layer's kernels read.
+      CHECK(sm.expert_overlap);
+      for (const bool overlap : {false, true}) {
+        llm::GpuExecOptions ov = mixed;
+        ov.expert_overlap = overlap;
+        if (overlap) {
+          ov.expert_cache_bytes = 0;
+          ov.expert_prefetch = false;
+        }
+        llm::ExecStats sv;
+        const auto got_ov = run(*o.ctrl, o.m, ov, &sv);
+        CHECK(sv.expert_overlap == overlap);
+        REQUIRE(got_ov.size() == want.size());
+        for (size_t i = 0; i < got_ov.size(); ++i) {
+          INFO("overlap " << overlap << ", step " << i);
+          CHECK(std::memcmp(got_ov[i].data(), want[i].data(), got_ov[i].size() * sizeof(float)) == 0);
+        }
+      }
       // A cache of 3 experts holds one fetch (k = 2) but not a prefetch next to it: asking for the
       // prefetch is an error naming the fix (slots are page rounded: 3 x (expert + 3 pages) still gives 3).
       llm::GpuExecOptions tiny = mixed;

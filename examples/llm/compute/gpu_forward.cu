@@ -36,7 +36,7 @@ __global__ void matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuF
   uint64_t off = ~0ull;
   for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
     if (e.part_proj[p] == proj) off = e.part_offset[p];
-  if (off == ~0ull) {  // the fetcher has no such part: poison the output rather than read garbage
+  if (off == ~0ull || e.failed != 0) {  // no such part, or its read failed: poison the output, read no garbage
     if (lane == 0) y[row] = NAN;
     return;
   }
@@ -338,6 +338,7 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
   auto expert_matvec = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
     if (!src) return matmul(s, w, v.at(w), x, 1, nullptr, y, experts_ + k);
     gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
+    src->wait_part(k, proj, stream_);
     gpu::with_weight_type(w.type, [&](auto type) {
       matvec_fetched_kernel<decltype(type)::value><<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
           src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),

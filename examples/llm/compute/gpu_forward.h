@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "examples/llm/model/weights.h"
+#include "runtime/model/tensor_names.h"
 #include "runtime/stream/gpu_fetch_types.h"
 
 namespace gpunvme::llm {
@@ -32,6 +33,9 @@ class ExpertSource {
   virtual const uint8_t* scratch() const = 0;                     // device view of the scratchpad
   virtual const stream::GpuFetchedExpert* experts() const = 0;    // distinct experts of the last fetch
   virtual const uint32_t* selection() const = 0;                  // ids[k] -> index into experts()
+  // Before a kernel on `stream` reads routing id k's projection `proj`: a source whose reads may still
+  // run when fetch() returns (an overlapped fetch) enqueues the wait for that part here.
+  virtual void wait_part(uint32_t /*k*/, ::gpunvme::model::Projection /*proj*/, gpu_stream_t /*stream*/) {}
 };
 
 // The weights every token needs, resident on the GPU.

@@ -34,6 +34,7 @@ struct ExecStats {
   stream::FetcherMetrics experts;
   LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
+  bool expert_overlap = false;   // the expert kernels computed on parts read while the rest streamed
   stream::PrefetchMetrics prefetch;  // what it did, and the fetches' stall time per layer
   host::RecoveryStats recovery;      // retries, aborts, resets behind the streamed and fetched reads (#15)
 };
@@ -85,6 +86,9 @@ struct GpuExecOptions {
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
   std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
   std::optional<bool> expert_prefetch;  // MoE: one-token-lag prefetch (default: on when the cache holds 2 fetches)
+  // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
+  // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.
+  std::optional<bool> expert_overlap;
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
   LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
 };

@@ -66,7 +66,7 @@ struct DeviceCopy {
 class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
-                 uint64_t cache_bytes, std::optional<bool> prefetch)
+                 uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<bool> overlap)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
@@ -82,6 +82,10 @@ class FetchedExperts final : public ExpertSource {
                                std::to_string(fetcher_.cache_capacity()) +
                                ": raise --ram-budget or --expert-cache, or use --expert-prefetch off");
     prefetch_ = prefetch.value_or(fetcher_.can_prefetch());
+    if (overlap.value_or(false) && !fetcher_.can_overlap())
+      throw std::runtime_error("--expert-overlap on needs stream memory waits (cuStreamWaitValue32), which this CUDA "
+                               "driver does not offer: use --expert-overlap off");
+    overlap_ = overlap.value_or(fetcher_.can_overlap());
     if (prefetch_) {
       int lo = 0, hi = 0;
       device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
@@ -101,7 +105,8 @@ class FetchedExperts final : public ExpertSource {
   FetchedExperts& operator=(const FetchedExperts&) = delete;
 
   void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
-    fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
+    if (overlap_) fetcher_.fetch_overlapped(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
+    else fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
     device::check_cuda(cudaMemcpyAsync(log_ + size_t(layer) * k_, ids, k * sizeof(uint32_t), cudaMemcpyDeviceToDevice, s),
                        "routing log");
     logged_[layer] = true;
@@ -115,7 +120,11 @@ class FetchedExperts final : public ExpertSource {
     if (!prefetch_ || !logged_[layer]) return;
     fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
+  void wait_part(uint32_t k, model::Projection proj, gpu_stream_t s) override {
+    if (overlap_) fetcher_.wait_part(k, proj, reinterpret_cast<stream::cuda_stream_t>(s));
+  }
   bool prefetching() const { return prefetch_; }
+  bool overlapped() const { return overlap_; }
   // After a token's kernels ran: its routed ids into the lag counters.
   void end_token(cudaStream_t s) {
     device::check_cuda(cudaMemcpyAsync(ids_.data(), log_, ids_.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "routing log");
@@ -149,6 +158,7 @@ class FetchedExperts final : public ExpertSource {
   std::vector<bool> logged_;   // [layer]: the log holds a fetch of it (a prediction exists)
   uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
   bool prefetch_ = false;
+  bool overlap_ = false;  // fetch_overlapped + wait_part (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
 };
 
@@ -174,7 +184,8 @@ class GpuExecutor final : public Executor {
                                "holds every expert, or put the model on one namespace");
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
-                                                  o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch);
+                                                  o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch,
+                                                  o.expert_overlap);
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
       std::vector<ByteRange> ranges;
       for (const LayerWeights& l : m_.weights.layers)
@@ -288,6 +299,7 @@ class GpuExecutor final : public Executor {
       s.experts = experts_->metrics();
       s.lag = experts_->lag();
       s.expert_prefetch = experts_->prefetching();
+      s.expert_overlap = experts_->overlapped();
       s.prefetch = experts_->prefetch_metrics();
       s.recovery += experts_->recovery();
     }
