@@ -15,8 +15,9 @@
 //   4. the quiesce word (loaded at the top of the pass, used here): park for a controller reset.
 //   5. timed_out: no progress for `timeout_ns` on %globaltimer ends the pass with fault::kTimedOut.
 //   6. answer_oldest, only when the host asks (a stalled queue): the command it would abort.
-// What recovery added to a fault-free pass: one load of the set's quiesce word (device memory, issued
-// before the CQ loads so its latency overlaps theirs) and a compare; a compare of the pending-retry
+// What recovery added to a fault-free pass: a load of the set's quiesce word at most every
+// kControlPollNs (device memory, issued before the CQ loads; loaded every pass it cost one warp 5-8 % of
+// its command rate at 1-4 queues) and a compare; a compare of the pending-retry
 // count; one 8-byte store per command (its index, for a re-issue); lane 0's progress store to the
 // health word at most every kHealthPeriodNs. The host's request for the oldest in-flight command
 // rides in the quiesce word's load (one 64-bit load and compare per pass for both).
@@ -246,7 +247,13 @@ struct PumpProgress {
   uint64_t finished = 0;       // commands handed to done()
   uint64_t last_progress = 0;  // %globaltimer of the last pass that submitted or reaped
   uint64_t published = 0;      // when lane 0 last stored progress to the health word
+  uint64_t now = 0;            // %globaltimer at the end of the last pass
+  uint64_t control_polled = 0; // when the control word was last loaded
 };
+
+// How often, at most, a running pass loads the set's control word (a reset's quiesce, the host's
+// question): the host waits for parking in milliseconds, a pass takes about a microsecond.
+inline constexpr uint64_t kControlPollNs = 4'000;
 
 __device__ __forceinline__ bool run_complete(const WarpState& s, const PumpProgress& p, uint64_t count) {
   return p.finished >= count && s.in_flight == 0 && s.retry_pending == 0;
@@ -256,6 +263,7 @@ __device__ __forceinline__ bool run_complete(const WarpState& s, const PumpProgr
 __device__ __forceinline__ bool note_progress(const PumpContext& c, WarpState& s, PumpProgress& p, bool progressed,
                                               uint64_t timeout_ns) {
   const uint64_t now = warp_now();
+  p.now = now;
   if (progressed) publish_progress(c, s, now, p.published);
   if (!timed_out(progressed, now, p.last_progress, timeout_ns)) return true;
   s.faults |= fault::kTimedOut;
@@ -273,7 +281,10 @@ __device__ __forceinline__ uint64_t fault_free_passes(DeviceQueue* q, const Pump
                                                       uint64_t timeout_ns, Make& make, Done& done) {
   for (;;) {
     // Loaded first, used (as lane 0 saw it) after the doorbells: its latency hides behind the CQ loads.
-    const uint64_t control_seen = c.control ? load_control_word(c.control) : expected;
+    // Not every pass: see kControlPollNs.
+    const bool poll = c.control && p.now - p.control_polled >= kControlPollNs;
+    const uint64_t control_seen = poll ? load_control_word(c.control) : expected;
+    if (poll) p.control_polled = p.now;
     const Reaped r = reap_pass(c, s, done);
     p.finished += r.finished;
     const uint32_t n = submit_pass(c, s, count, p.issued, make);
