@@ -139,10 +139,13 @@ __global__ void add_kernel(float* x, const float* y, uint32_t n) {
   if (i < n) x[i] += y[i];
 }
 
-// acc (+)= weight[k] * y; `first` overwrites.
-__global__ void weighted_add_kernel(float* acc, const float* y, const float* weight, uint32_t n, bool first) {
+// acc = sum over j < k, in order, of weight[j] * y[j * n ..]: the routed experts' outputs, weighted.
+__global__ void weighted_sum_kernel(float* acc, const float* y, const float* weight, uint32_t n, uint32_t k) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) acc[i] = (first ? 0.0f : acc[i]) + *weight * y[i];
+  if (i >= n) return;
+  float a = 0.0f;
+  for (uint32_t j = 0; j < k; ++j) a = a + weight[j] * y[uint64_t(j) * n + i];
+  acc[i] = a;
 }
 
 // x[token] = scale * embedding row ids[token], for token = blockIdx.y.
@@ -223,6 +226,10 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
+  const uint64_t K = c.n_expert_used > 0 ? c.n_expert_used : 1;
+  moe_gate_ = alloc<float>(K * c.n_ff, t);
+  moe_up_ = alloc<float>(K * c.n_ff, t);
+  moe_out_ = alloc<float>(K * c.n_embd, t);
   ids_ = alloc<uint32_t>(B, t);
   const uint64_t kv = uint64_t(c.n_layer) * n_ctx * c.kv_dim();
   k_cache_ = alloc<uint16_t>(kv, t);
@@ -237,7 +244,7 @@ GpuForward::~GpuForward() {
   cudaStreamSynchronize(stream_);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)ids_, (void*)k_cache_, (void*)v_cache_})
+                  (void*)ids_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_})
     cudaFree(p);
   cudaFreeHost(logits_host_);
   cudaFreeHost(ids_host_);
@@ -326,32 +333,43 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
   device::check_cuda(cudaGetLastError(), "FFN kernels");
 }
 
-// Token t's MoE FFN: router, top-k, each expert's GLU, their weighted sum into moe_acc_ row t.
+// Token t's MoE FFN: router, top-k, each expert's GLU, their weighted sum into moe_acc_ row t. Experts in
+// VRAM: each projection of the k experts in one launch. Fetched experts: expert by expert, each kernel
+// after the wait for the part it reads (an overlapped fetch streams the rest meanwhile). Either way the
+// same products, the same GLU and one weighted sum in routing order: the same bits.
 void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* src, uint32_t t) {
   cudaStream_t s = stream_;
-  const uint32_t E = c_.n_embd, fb = blocks_for(c_.n_ff, 128), eb = blocks_for(E, 128);
+  const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const float* xn = xn_ + uint64_t(t) * E;
   matmul(s, l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, router_);
-  float* weights = reinterpret_cast<float*>(experts_ + c_.n_expert_used);
-  route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, c_.n_expert_used, experts_, weights);
-  if (src) src->fetch(l.index, experts_, c_.n_expert_used, stream_);
-  auto expert_matvec = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
-    if (!src) return matmul(s, w, v.at(w), x, 1, nullptr, y, experts_ + k);
-    gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
-    src->wait_part(k, proj, stream_);
-    gpu::with_weight_type(w.type, [&](auto type) {
-      matvec_fetched_kernel<decltype(type)::value><<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
-          src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
-          uint32_t(w.cols), x, y);
-    });
-  };
-  for (uint32_t k = 0; k < c_.n_expert_used; ++k) {
-    expert_matvec(l.gate_exps, model::Projection::kGate, xn, gate_, k);
-    expert_matvec(l.up_exps, model::Projection::kUp, xn, up_, k);
-    glu_kernel<<<fb, 128, 0, s>>>(gate_, up_, c_.n_ff, c_.act);
-    expert_matvec(l.down_exps, model::Projection::kDown, gate_, tmp_, k);
-    weighted_add_kernel<<<eb, 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, tmp_, weights + k, E, k == 0);
+  float* weights = reinterpret_cast<float*>(experts_ + K);
+  route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, K, experts_, weights);
+  const gpu_stream_t gs = reinterpret_cast<gpu_stream_t>(s);
+  if (!src) {
+    gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
+    gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
+    glu_kernel<<<blocks_for(uint64_t(K) * F, 128), 128, 0, s>>>(moe_gate_, moe_up_, K * F, c_.act);
+    gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
+  } else {
+    src->fetch(l.index, experts_, K, stream_);
+    auto fetched = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
+      gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
+      src->wait_part(k, proj, stream_);
+      gpu::with_weight_type(w.type, [&](auto type) {
+        matvec_fetched_kernel<decltype(type)::value><<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
+            src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
+            uint32_t(w.cols), x, y);
+      });
+    };
+    for (uint32_t k = 0; k < K; ++k) {
+      float* g = moe_gate_ + uint64_t(k) * F;
+      fetched(l.gate_exps, model::Projection::kGate, xn, g, k);
+      fetched(l.up_exps, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F, k);
+      glu_kernel<<<blocks_for(F, 128), 128, 0, s>>>(g, moe_up_ + uint64_t(k) * F, F, c_.act);
+      fetched(l.down_exps, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E, k);
+    }
   }
+  weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {

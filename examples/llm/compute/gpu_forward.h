@@ -91,6 +91,7 @@ class GpuForward {
   // Device buffers (floats unless said otherwise).
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *tmp_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *scores_ = nullptr, *logits_d_ = nullptr, *router_ = nullptr, *moe_acc_ = nullptr;
+  float *moe_gate_ = nullptr, *moe_up_ = nullptr, *moe_out_ = nullptr;  // MoE: [k][n_ff], [k][n_ff], [k][n_embd]
   uint32_t* experts_ = nullptr;  // top-k expert ids and their weights (as floats after the ids)
   uint32_t* ids_ = nullptr;      // the pass's token ids
   uint32_t* ids_host_ = nullptr;  // pinned

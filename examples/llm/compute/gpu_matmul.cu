@@ -22,12 +22,16 @@ constexpr uint32_t kChunk = 32;        // batched: groups of the tokens' vectors
 constexpr uint32_t kStageFloats = kTile * kChunk * kPad;  // 33.8 KB: under the default 48 KB, no opt-in
 
 // y[r] = W[r] . x (+ bias[r]); one warp per row. With `sel`, W is matrix *sel of a stack of mat_bytes each.
+// blockIdx.y = j > 0 (gpu_matvec_selected): matrix sel[j], vector x + j * x_stride, into y + j * y_stride.
 template <GgmlType T>
 __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
-                              const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
+                              const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y,
+                              uint64_t x_stride = 0, uint64_t y_stride = 0) {
   const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
   if (row >= rows) return;
-  if (sel) w += uint64_t(*sel) * mat_bytes;
+  x += blockIdx.y * x_stride;
+  y += blockIdx.y * y_stride;
+  if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
   const float dot = warp_dot_row<T>(w + uint64_t(row) * row_bytes, cols, x, lane);
   if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
 }
@@ -110,6 +114,17 @@ void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x,
     matmul_kernel<decltype(type)::value><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, 0,
                                            reinterpret_cast<cudaStream_t>(stream)>>>(m.w, m.row_bytes, m.rows, m.cols, x,
                                                                                      n, bias, m.sel, m.mat_bytes, y);
+  });
+}
+
+void gpu_matvec_selected(gpu_stream_t stream, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride,
+                         float* y, uint64_t y_stride) {
+  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
+  if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
+  with_weight_type(m.type, [&](auto type) {
+    matvec_kernel<decltype(type)::value><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0,
+                                           reinterpret_cast<cudaStream_t>(stream)>>>(
+        m.w, m.row_bytes, m.rows, m.cols, x, nullptr, m.sel, m.mat_bytes, y, x_stride, y_stride);
   });
 }
 

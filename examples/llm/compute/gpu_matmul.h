@@ -33,6 +33,12 @@ struct GpuMatrix {
 // matrix-vector kernel for n == 1, the batched kernel otherwise.
 void gpu_matmul(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
 
+// One matrix-vector product per selected matrix of a stack, in one launch (MoE: the k routed experts'
+// projections): y[j * y_stride + r] = W_{m.sel[j]}[r] . x[j * x_stride ..] for j < count; m.sel (device
+// memory) holds count matrix indexes. Each product has gpu_matmul's bits for that matrix and vector.
+void gpu_matvec_selected(gpu_stream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride,
+                         float* y, uint64_t y_stride);
+
 // The batched kernel for any n (n == 1 included, for the tests) and any row width.
 void gpu_matmul_batched(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
 
