@@ -145,6 +145,22 @@ GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, fl
 // thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
 inline constexpr int kGroup = 32;
 
+// 32 quant bytes into registers: on the GPU two 16-byte loads where the bytes are 16-byte aligned
+// (Q4_K rows are, in VRAM: a super-block is 144 bytes and its quants start at byte 16), one load per
+// byte otherwise. A warp's byte loads touched a sector per lane per byte: the Q4_K row kernel ran at a
+// tenth of the memory's rate. The same bytes either way, so the same results.
+GPUNVME_HD inline void load_32_bytes(const uint8_t* q, uint8_t* out) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+    const uint4 a = reinterpret_cast<const uint4*>(q)[0], b = reinterpret_cast<const uint4*>(q)[1];
+    std::memcpy(out, &a, 16);
+    std::memcpy(out + 16, &b, 16);
+    return;
+  }
+#endif
+  for (int l = 0; l < 32; ++l) out[l] = q[l];
+}
+
 // Dequantizes group `g` (elements 32g .. 32g + 31) of a row of type `t` into y[0..32). Equal to the
 // matching slice of dequant_block's output for every type (tests/llm holds the two routes equal).
 GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, float* y) {
@@ -166,9 +182,11 @@ GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, fl
       const uint8_t* q = (q5 ? b5->qs : b4->qs) + 32 * (sub / 2);
       const int shift = 4 * (sub & 1);
       const uint8_t hbit = uint8_t(1u << sub);
+      uint8_t qb[32];
+      load_32_bytes(q, qb);
       for (int l = 0; l < 32; ++l) {
         const int hi = q5 && (b5->qh[l] & hbit) ? 16 : 0;
-        y[l] = dl * float(((q[l] >> shift) & 0xF) + hi) - ml;
+        y[l] = dl * float(((qb[l] >> shift) & 0xF) + hi) - ml;
       }
       return;
     }
