@@ -39,7 +39,9 @@ constexpr const char* kHelp =
     "for passes of each token count (default 1,2,3,5,9,17,32,128,512,2048: speculative passes of k + 1\n"
     "tokens and prompt batches). Prints seconds per pass, the extra over one token, and TFLOP/s (2 flops\n"
     "per weight and token). Before timing, the batched kernel's first and last token are checked against\n"
-    "the matrix-vector kernel, bit for bit; a mismatch is an error, not a number.\n"
+    "the matrix-vector kernel, bit for bit; a mismatch is an error, not a number. Last, the single-token\n"
+    "kernel (x staged in shared memory) is timed against the warp-per-row kernel it replaced, on the same\n"
+    "matrices, after the same bit-for-bit check: GB/s of weights for both and the ratio.\n"
     "  --reps N        timed repetitions per matrix and token count, median kept (default 3)\n"
     "  --json-out F    also write the rows as one JSON object\n";
 
@@ -91,14 +93,15 @@ bool same_bits(const Matrix& m, uint32_t type, const float* x, uint32_t n, float
   return true;
 }
 
-double median_seconds(const Matrix& m, uint32_t type, const float* x, uint32_t n, float* y, uint32_t reps) {
+template <class Launch>
+double median_seconds(uint32_t reps, Launch launch) {
   cudaEvent_t a, b;
   device::check_cuda(cudaEventCreate(&a), "event");
   device::check_cuda(cudaEventCreate(&b), "event");
   std::vector<double> t;
   for (uint32_t r = 0; r < reps; ++r) {
     device::check_cuda(cudaEventRecord(a), "event");
-    gpu_matmul(nullptr, view(m, type), x, n, nullptr, y);
+    launch();
     device::check_cuda(cudaEventRecord(b), "event");
     device::check_cuda(cudaEventSynchronize(b), "kernel");
     float ms = 0;
@@ -109,6 +112,17 @@ double median_seconds(const Matrix& m, uint32_t type, const float* x, uint32_t n
   cudaEventDestroy(b);
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
+}
+
+// The staged matrix-vector kernel (gpu_matmul for one token) against the warp-per-row kernel it replaced,
+// bit for bit.
+bool same_bits_unstaged(const Matrix& m, uint32_t type, const float* x, float* y, float* ref) {
+  gpu_matmul(nullptr, view(m, type), x, 1, nullptr, y);
+  gpu_matvec_unstaged(nullptr, view(m, type), x, nullptr, ref);
+  std::vector<float> a(m.rows), b(m.rows);
+  device::check_cuda(cudaMemcpy(a.data(), y, m.rows * 4, cudaMemcpyDeviceToHost), "copy");
+  device::check_cuda(cudaMemcpy(b.data(), ref, m.rows * 4, cudaMemcpyDeviceToHost), "copy");
+  return std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 struct Options {
@@ -168,7 +182,7 @@ int main(int argc, char** argv) {
                               {"gate", s.ffn, s.hidden},           {"up", s.ffn, s.hidden},
                               {"down", s.hidden, s.ffn}};
     std::vector<std::unique_ptr<DeviceBuffer>> keep;
-    uint64_t weights = 0;
+    uint64_t weights = 0, weight_bytes = 0;
     uint32_t widest = 0, tallest = 0;
     for (size_t i = 0; i < ms.size(); ++i) {
       const auto bytes = make_rows(o.type, ms[i].cols, ms[i].rows, i + 1);
@@ -177,6 +191,7 @@ int main(int argc, char** argv) {
       ms[i].w = keep.back()->as<uint8_t>();
       ms[i].row_bytes = bytes.size() / ms[i].rows;
       weights += uint64_t(ms[i].rows) * ms[i].cols;
+      weight_bytes += bytes.size();
       widest = std::max(widest, ms[i].cols);
       tallest = std::max(tallest, ms[i].rows);
     }
@@ -189,7 +204,7 @@ int main(int argc, char** argv) {
     device::check_cuda(cudaMemcpy(x.p, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice), "inputs");
     std::printf("%s, %s matrices, %u layers (%.2f G weights per layer); matrix kernels per pass:\n",
                 s.name.c_str(), gguf::ggml_type_name(o.type).c_str(), s.layers, weights / 1e9);
-    std::printf("%7s | %12s | %14s | %9s\n", "tokens", "s per pass", "extra over 1", "TFLOP/s");
+    std::printf("%7s | %12s | %14s | %9s | %14s\n", "tokens", "s per pass", "extra over 1", "TFLOP/s", "weight GB/s");
     std::string rows_json;
     double one = 0;
     for (uint32_t n : o.tokens) {
@@ -200,21 +215,41 @@ int main(int argc, char** argv) {
                        m.name.c_str(), n);
           return 1;
         }
-        layer += median_seconds(m, o.type, x.as<float>(), n, y.as<float>(), o.reps);
+        layer += median_seconds(o.reps, [&] { gpu_matmul(nullptr, view(m, o.type), x.as<float>(), n, nullptr, y.as<float>()); });
       }
       const double pass = layer * s.layers, tflops = 2.0 * weights * s.layers * n / pass / 1e12;
+      const double gbps = double(weight_bytes) * s.layers / pass / 1e9;
       if (n == 1) one = pass;
-      std::printf("%7u | %10.4f s | %12s | %9.2f\n", n, pass, one > 0 ? (std::to_string(int((pass - one) * 1e3)) + " ms").c_str() : "-", tflops);
+      std::printf("%7u | %10.4f s | %12s | %9.2f | %14.0f\n", n, pass,
+                  one > 0 ? (std::to_string(int((pass - one) * 1e3)) + " ms").c_str() : "-", tflops, gbps);
       char row[256];
-      std::snprintf(row, sizeof row, "{\"tokens\":%u,\"seconds_per_pass\":%.6f,\"tflops\":%.3f,\"bits_checked\":true}", n, pass, tflops);
+      std::snprintf(row, sizeof row, "{\"tokens\":%u,\"seconds_per_pass\":%.6f,\"tflops\":%.3f,\"weight_gb_per_s\":%.1f,\"bits_checked\":true}",
+                    n, pass, tflops, gbps);
       rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
     }
+    // The single-token kernel against the warp-per-row kernel it replaced, same matrices, same run.
+    double staged = 0, unstaged = 0;
+    for (const Matrix& m : ms) {
+      if (!same_bits_unstaged(m, o.type, x.as<float>(), y.as<float>(), ref.as<float>())) {
+        std::fprintf(stderr, "llm_pass_compute: ERROR: %s: the staged kernel's bits differ from the warp-per-row kernel's: no figure\n",
+                     m.name.c_str());
+        return 1;
+      }
+      staged += median_seconds(o.reps, [&] { gpu_matmul(nullptr, view(m, o.type), x.as<float>(), 1, nullptr, y.as<float>()); });
+      unstaged += median_seconds(o.reps, [&] { gpu_matvec_unstaged(nullptr, view(m, o.type), x.as<float>(), nullptr, ref.as<float>()); });
+    }
+    const double layer_bytes = double(weight_bytes);
+    std::printf("one token, staged vs warp-per-row kernel: %.0f vs %.0f GB/s of weights (%.2fx), bits equal\n",
+                layer_bytes / staged / 1e9, layer_bytes / unstaged / 1e9, unstaged / staged);
+    char cmp[256];
+    std::snprintf(cmp, sizeof cmp, "{\"staged_gb_per_s\":%.1f,\"warp_per_row_gb_per_s\":%.1f,\"speedup\":%.3f,\"bits_equal\":true}",
+                  layer_bytes / staged / 1e9, layer_bytes / unstaged / 1e9, unstaged / staged);
     if (!o.json_out.empty()) {
       FILE* f = std::fopen(o.json_out.c_str(), "w");
       if (!f) throw std::runtime_error("cannot write " + o.json_out);
-      std::fprintf(f, "{\"tool\":\"llm_pass_compute\",\"shape\":%s,\"type\":%s,\"layers\":%u,\"weights_per_layer\":%llu,\"rows\":[%s]}\n",
+      std::fprintf(f, "{\"tool\":\"llm_pass_compute\",\"shape\":%s,\"type\":%s,\"layers\":%u,\"weights_per_layer\":%llu,\"rows\":[%s],\"matvec_vs_warp_per_row\":%s}\n",
                    text::json_string(s.name).c_str(), text::json_string(gguf::ggml_type_name(o.type)).c_str(), s.layers,
-                   static_cast<unsigned long long>(weights), rows_json.c_str());
+                   static_cast<unsigned long long>(weights), rows_json.c_str(), cmp);
       std::fclose(f);
     }
   } catch (const std::exception& e) {

@@ -81,3 +81,72 @@ TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every toke
       REQUIRE(std::fabs(y[size_t(k) * sh.rows + r] - cpu) <= 1e-5f * mag + 1e-6f);
     }
 }
+
+// The staged matrix-vector kernel (x in shared memory, one or two rows per warp, blocks striding over
+// rows) against the warp-per-row kernel that reads x from global memory: the same bits for every type,
+// for short matrices (one row per warp), tall ones whose last block is partly idle (two rows per warp),
+// rows too wide to stage (the fallback), and k selected matrices of a stack in one launch.
+TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  struct Shape { uint32_t rows, cols, mats, count; };
+  const Shape sh = GENERATE(Shape{37, 512, 1, 1}, Shape{4501, 256, 1, 1}, Shape{700, 1024, 4, 3}, Shape{3, 28672, 1, 1},
+                            Shape{2, 65536, 1, 1});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.mats, sh.count);
+  std::mt19937 rng(uint32_t(t) * 11 + sh.rows);
+  const auto w = llm::test::random_rows(t, sh.cols, uint64_t(sh.rows) * sh.mats, rng);
+  std::vector<float> x(size_t(sh.count) * sh.cols);
+  std::normal_distribution<float> d;
+  for (float& v : x) v = d(rng);
+  std::vector<uint32_t> sel(sh.count);
+  for (uint32_t j = 0; j < sh.count; ++j) sel[j] = (sh.mats - 1 + 2 * j) % sh.mats;  // out of order, repeats allowed
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dy(std::vector<float>(size_t(sh.count) * sh.rows, NAN)),
+      dref(std::vector<float>(size_t(sh.count) * sh.rows, NAN));
+  DeviceArray<uint32_t> dsel(sel);
+  const uint64_t row_bytes = w.size() / (uint64_t(sh.rows) * sh.mats);
+  GpuMatrix m{t, dw.p, row_bytes, sh.rows, sh.cols, sh.mats > 1 ? dsel.p : nullptr, row_bytes * sh.rows};
+  if (sh.count == 1) gpu_matmul(nullptr, m, dx.p, 1, nullptr, dy.p);
+  else gpu_matvec_selected(nullptr, m, sh.count, dx.p, sh.cols, dy.p, sh.rows);
+  for (uint32_t j = 0; j < sh.count; ++j) {
+    GpuMatrix one = m;
+    one.sel = nullptr;
+    one.w = dw.p + uint64_t(sel[j]) * m.mat_bytes;
+    gpu_matvec_unstaged(nullptr, one, dx.p + size_t(j) * sh.cols, nullptr, dref.p + size_t(j) * sh.rows);
+  }
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = dy.get(size_t(sh.count) * sh.rows), ref = dref.get(size_t(sh.count) * sh.rows);
+  for (float v : ref) REQUIRE(!std::isnan(v));  // every row was written
+  REQUIRE(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
+}
+
+// The GPU's dequantization (byte permutes and the exponent trick, wide loads) against the host's, weight
+// for weight: with a one-hot x the matrix-vector kernel returns column j's weights exactly (every other
+// product is 0 * x), so each must equal dequant_group's value on the CPU.
+TEST_CASE("matrix-vector kernel: the GPU dequantizes every weight to the CPU's value", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
+                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)));
+  const uint32_t rows = 300, cols = 512;  // two K-quant super-blocks a row: every sub-block position
+  std::mt19937 rng(uint32_t(t) + 99);
+  const auto w = llm::test::random_rows(t, cols, rows, rng);
+  const uint64_t row_bytes = w.size() / rows;
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dy(std::vector<float>(rows, NAN));
+  const GpuMatrix m{t, dw.p, row_bytes, rows, cols, nullptr, 0};
+  for (uint32_t j = 0; j < cols; j += 7) {
+    std::vector<float> x(cols, 0.0f);
+    x[j] = 1.0f;
+    DeviceArray<float> dx(x);
+    gpu_matmul(nullptr, m, dx.p, 1, nullptr, dy.p);
+    const auto y = dy.get(rows);
+    for (uint32_t r = 0; r < rows; ++r) {
+      float g[kGroup];
+      dequant_group(t, w.data() + r * row_bytes, j / kGroup, g);
+      CAPTURE(j, r, g[j % kGroup], y[r]);
+      REQUIRE(y[r] == g[j % kGroup]);
+    }
+  }
+}

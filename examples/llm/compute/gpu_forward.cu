@@ -9,6 +9,7 @@
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
 #include "runtime/model/tensor_names.h"
@@ -16,7 +17,7 @@
 namespace gpunvme::llm {
 namespace {
 
-constexpr uint32_t kRowsPerBlock = 8;  // matvec_fetched_kernel: one warp per row, 8 warps per block
+constexpr uint32_t kRowsPerBlock = 8;  // matvec_fetched_kernel unstaged: one warp per row, 8 warps per block
 constexpr uint32_t kThreads = 256;
 constexpr uint32_t kMaxLogitRows = 32;  // rows of logits a pass returns at most (a speculative pass: k + 1)
 
@@ -25,23 +26,30 @@ using gpu::warp_max;
 using gpu::warp_sum;
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
-// offset the fetcher recorded for the k-th routing id.
-template <GgmlType T>
+// offset the fetcher recorded for the k-th routing id. R rows per warp with x staged in shared memory
+// (gpu_rows.cuh); R = 0: a warp per row reading x from global memory (rows too wide to stage x for).
+template <GgmlType T, uint32_t R>
 __global__ void matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
                                       uint32_t rows, uint32_t cols, const float* x, float* y) {
-  const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
-  if (row >= rows) return;
+  extern __shared__ float4 xs[];
   const stream::GpuFetchedExpert& e = ex[selection[k]];
   uint64_t off = ~0ull;
   for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
     if (e.part_proj[p] == proj) off = e.part_offset[p];
   if (off == ~0ull || e.failed != 0) {  // no such part, or its read failed: poison the output, read no garbage
-    if (lane == 0) y[row] = NAN;
-    return;
+    for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += gridDim.x * blockDim.x) y[i] = NAN;
+    return;  // the whole block returns: every thread reads the same expert
   }
-  const float dot = warp_dot_row<T>(scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
-  if (lane == 0) y[row] = dot;
+  if constexpr (R > 0) {
+    gpu::stage_vector(x, cols / kGroup, xs);
+    gpu::block_rows<T, R>(scratch + off, row_bytes, rows, cols / kGroup, xs, nullptr, y);
+  } else {
+    const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const float dot = warp_dot_row<T>(scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
+    if (lane == 0) y[row] = dot;
+  }
 }
 
 // out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
@@ -185,6 +193,26 @@ __global__ void route_kernel(const float* logits, uint32_t n_expert, uint32_t k,
 }
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
+
+// Routing id k's projection `proj` (fetched by `src`) times x into y, after the wait for that part.
+void launch_fetched(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
+                    const float* x, float* y) {
+  gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
+  src->wait_part(k, proj, reinterpret_cast<gpu_stream_t>(s));
+  const gpu::StagedLaunch g = gpu::staged_launch(uint32_t(w.rows), uint32_t(w.cols), 1);
+  gpu::with_weight_type(w.type, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    auto run = [&]<uint32_t R>(uint32_t blocks, uint32_t shared) {
+      if constexpr (R > 0) gpu::allow_staged_shared<matvec_fetched_kernel<T, R>>();
+      matvec_fetched_kernel<T, R><<<blocks, (R > 0 ? gpu::kStagedWarps : kRowsPerBlock) * 32, shared, s>>>(
+          src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
+          uint32_t(w.cols), x, y);
+    };
+    if (!g.staged) run.template operator()<0>(blocks_for(w.rows, kRowsPerBlock), 0);
+    else if (g.two_rows) run.template operator()<2>(g.blocks, g.shared_bytes);
+    else run.template operator()<1>(g.blocks, g.shared_bytes);
+  });
+}
 
 template <class T>
 T* alloc(uint64_t count, uint64_t& total) {
@@ -352,21 +380,12 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
     gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
   } else {
     src->fetch(l.index, experts_, K, stream_);
-    auto fetched = [&](const TensorRef& w, model::Projection proj, const float* x, float* y, uint32_t k) {
-      gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
-      src->wait_part(k, proj, stream_);
-      gpu::with_weight_type(w.type, [&](auto type) {
-        matvec_fetched_kernel<decltype(type)::value><<<blocks_for(w.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
-            src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
-            uint32_t(w.cols), x, y);
-      });
-    };
     for (uint32_t k = 0; k < K; ++k) {
       float* g = moe_gate_ + uint64_t(k) * F;
-      fetched(l.gate_exps, model::Projection::kGate, xn, g, k);
-      fetched(l.up_exps, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F, k);
+      launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g);
+      launch_fetched(s, l.up_exps, src, k, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F);
       glu_kernel<<<blocks_for(F, 128), 128, 0, s>>>(g, moe_up_ + uint64_t(k) * F, F, c_.act);
-      fetched(l.down_exps, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E, k);
+      launch_fetched(s, l.down_exps, src, k, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E);
     }
   }
   weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);

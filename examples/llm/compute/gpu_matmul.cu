@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 
 namespace gpunvme::llm {
@@ -21,8 +22,10 @@ constexpr uint32_t kPad = kGroup + 1;  // a group in shared memory, padded: the 
 constexpr uint32_t kChunk = 32;        // batched: groups of the tokens' vectors staged at once (one per lane)
 constexpr uint32_t kStageFloats = kTile * kChunk * kPad;  // 33.8 KB: under the default 48 KB, no opt-in
 
-// y[r] = W[r] . x (+ bias[r]); one warp per row. With `sel`, W is matrix *sel of a stack of mat_bytes each.
-// blockIdx.y = j > 0 (gpu_matvec_selected): matrix sel[j], vector x + j * x_stride, into y + j * y_stride.
+// y[r] = W[r] . x (+ bias[r]); one warp per row, x read from global memory: the fallback for rows too wide
+// for x to fit in shared memory, and the reference the staged kernel is held equal to.
+// With `sel`, W is matrix *sel of a stack of mat_bytes each. blockIdx.y = j > 0 (gpu_matvec_selected):
+// matrix sel[j], vector x + j * x_stride, into y + j * y_stride.
 template <GgmlType T>
 __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                               const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y,
@@ -34,6 +37,20 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
   const float dot = warp_dot_row<T>(w + uint64_t(row) * row_bytes, cols, x, lane);
   if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
+}
+
+// The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32)
+    matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
+                         const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
+                         uint64_t y_stride) {
+  extern __shared__ float4 xs[];
+  x += blockIdx.y * x_stride;
+  y += blockIdx.y * y_stride;
+  if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
+  gpu::stage_vector(x, cols / kGroup, xs);
+  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, xs, bias, y);
 }
 
 // Stages tokens t0 .. t0+m of X, columns of groups g0 .. g0+cg, into xs[token][group][kPad] with the
@@ -99,15 +116,76 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
-void matvec(cudaStream_t s, const GpuMatrix& m, const float* x, const float* bias, float* y) {
+// count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
+// by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
+void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
+            float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
+  if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
+  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
-    matvec_kernel<decltype(type)::value><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, 0, s>>>(
-        m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y);
+    constexpr GgmlType T = decltype(type)::value;
+    auto staged = [&]<uint32_t R>() {
+      gpu::allow_staged_shared<matvec_staged_kernel<T, R>>();
+      matvec_staged_kernel<T, R><<<dim3(g.blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(
+          m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y, x_stride, y_stride);
+    };
+    if (!g.staged)
+      matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
+          m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y, x_stride, y_stride);
+    else if (g.two_rows)
+      staged.template operator()<2>();
+    else
+      staged.template operator()<1>();
   });
 }
 
 }  // namespace
+
+namespace gpu {
+
+namespace {
+struct DeviceLimits {
+  uint32_t sms = 1, shared_per_block = 48 * 1024, shared_per_sm = 48 * 1024;
+};
+// Asked once: the engine runs its kernels on one device.
+const DeviceLimits& device_limits() {
+  static const DeviceLimits l = [] {
+    DeviceLimits d;
+    int dev = 0, v = 0;
+    device::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0) d.sms = uint32_t(v);
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess && v > 0)
+      d.shared_per_block = uint32_t(v);
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess && v > 0)
+      d.shared_per_sm = uint32_t(v);
+    return d;
+  }();
+  return l;
+}
+}  // namespace
+
+uint32_t staged_shared_limit() { return device_limits().shared_per_block; }
+
+// Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
+// beyond that would only stage x again). Two rows per warp when that still leaves two blocks per SM.
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count) {
+  StagedLaunch l;
+  const uint64_t bytes = uint64_t(cols / kGroup) * kGroup * sizeof(float);
+  const DeviceLimits& d = device_limits();
+  if (bytes == 0 || bytes > d.shared_per_block || rows == 0 || count == 0) return l;
+  l.staged = true;
+  l.shared_bytes = uint32_t(bytes);
+  const uint64_t per_sm = std::clamp<uint64_t>(d.shared_per_sm / (bytes + 1024), 1, 2048 / (kStagedWarps * 32));
+  const uint64_t resident = d.sms * per_sm;
+  l.two_rows = (uint64_t(rows) + 2 * kStagedWarps - 1) / (2 * kStagedWarps) * count >= 2 * d.sms;
+  const uint64_t per_block = (l.two_rows ? 2 : 1) * kStagedWarps;
+  const uint64_t needed = (rows + per_block - 1) / per_block;
+  l.blocks = uint32_t(std::max<uint64_t>(1, std::min(needed, (resident + count - 1) / count)));
+  return l;
+}
+
+}  // namespace gpu
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   with_weight_type(m.type, [&](auto type) {
@@ -119,17 +197,15 @@ void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x,
 
 void gpu_matvec_selected(gpu_stream_t stream, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride,
                          float* y, uint64_t y_stride) {
-  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
-  if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  with_weight_type(m.type, [&](auto type) {
-    matvec_kernel<decltype(type)::value><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0,
-                                           reinterpret_cast<cudaStream_t>(stream)>>>(
-        m.w, m.row_bytes, m.rows, m.cols, x, nullptr, m.sel, m.mat_bytes, y, x_stride, y_stride);
-  });
+  matvec(reinterpret_cast<cudaStream_t>(stream), m, count, x, x_stride, nullptr, y, y_stride);
+}
+
+void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* y) {
+  matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0, false);
 }
 
 void gpu_matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
-  if (n == 1) return matvec(reinterpret_cast<cudaStream_t>(stream), m, x, bias, y);
+  if (n == 1) return matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0);
   gpu_matmul_batched(stream, m, x, n, bias, y);
 }
 

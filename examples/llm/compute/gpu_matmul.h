@@ -1,5 +1,5 @@
-// Matrix times vectors on the GPU for the engine: the single-token matrix-vector kernel (a warp per
-// row, weights dequantized in registers) and the batched kernel for a pass of several tokens, in which a
+// Matrix times vectors on the GPU for the engine: the single-token matrix-vector kernel (the vector
+// staged in shared memory, a warp per one or two rows, weights dequantized in registers) and the batched kernel for a pass of several tokens, in which a
 // warp dequantizes its row in registers once per tile of 8 tokens and multiplies it by each token's
 // vector (the vectors staged in shared memory a chunk at a time, once per block of 8 rows). The batched
 // kernel adds in the matrix-vector kernel's order (each lane its groups, then the same butterfly), so a
@@ -38,6 +38,11 @@ void gpu_matmul(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, 
 // memory) holds count matrix indexes. Each product has gpu_matmul's bits for that matrix and vector.
 void gpu_matvec_selected(gpu_stream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride,
                          float* y, uint64_t y_stride);
+
+// The warp-per-row matrix-vector kernel that reads x from global memory: gpu_matmul's fallback for rows
+// too wide for x to fit in a block's shared memory, and the reference the staged kernel (gpu_rows.cuh)
+// is held equal to, bit for bit (tests/gpu/test_llm_matmul.cpp, bench/llm_pass_compute).
+void gpu_matvec_unstaged(gpu_stream_t s, const GpuMatrix& m, const float* x, const float* bias, float* y);
 
 // The batched kernel for any n (n == 1 included, for the tests) and any row width.
 void gpu_matmul_batched(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);

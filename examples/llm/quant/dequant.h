@@ -145,20 +145,43 @@ GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, fl
 // thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
 inline constexpr int kGroup = 32;
 
-// 32 quant bytes into registers: on the GPU two 16-byte loads where the bytes are 16-byte aligned
-// (Q4_K rows are, in VRAM: a super-block is 144 bytes and its quants start at byte 16), one load per
-// byte otherwise. A warp's byte loads touched a sector per lane per byte: the Q4_K row kernel ran at a
-// tenth of the memory's rate. The same bytes either way, so the same results.
-GPUNVME_HD inline void load_32_bytes(const uint8_t* q, uint8_t* out) {
+// 32 quant bytes as 8 little-endian words. On the GPU with the widest loads q's alignment allows (Q4_K
+// and Q5_K quants are 16-byte aligned in VRAM: a super-block is 144 or 176 bytes and its quants start at
+// byte 16 or 48; Q6_K's 210-byte super-blocks are only 2-byte aligned): a warp's byte loads touched a
+// sector per lane per byte, and were a tenth of the row kernel's instructions. The same bytes either way.
+GPUNVME_HD inline void load_32_bytes(const uint8_t* q, uint32_t (&w)[8]) {
 #if defined(__CUDA_ARCH__)
-  if ((reinterpret_cast<uintptr_t>(q) & 15u) == 0) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(q);
+  if ((at & 15u) == 0) {
     const uint4 a = reinterpret_cast<const uint4*>(q)[0], b = reinterpret_cast<const uint4*>(q)[1];
-    std::memcpy(out, &a, 16);
-    std::memcpy(out + 16, &b, 16);
+    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+    return;
+  }
+  if ((at & 3u) == 0) {
+    for (int j = 0; j < 8; ++j) w[j] = reinterpret_cast<const uint32_t*>(q)[j];
+    return;
+  }
+  if ((at & 1u) == 0) {
+    const auto* h = reinterpret_cast<const uint16_t*>(q);
+    for (int j = 0; j < 8; ++j) w[j] = uint32_t(h[2 * j]) | uint32_t(h[2 * j + 1]) << 16;
     return;
   }
 #endif
-  for (int l = 0; l < 32; ++l) out[l] = q[l];
+  for (int j = 0; j < 8; ++j)
+    w[j] = uint32_t(q[4 * j]) | uint32_t(q[4 * j + 1]) << 8 | uint32_t(q[4 * j + 2]) << 16 | uint32_t(q[4 * j + 3]) << 24;
+}
+
+// Byte i of v minus Bias, as a float: the exact integer on both sides, so the same bits. On the GPU a
+// byte permute puts the byte under the exponent of 2^23 and one subtraction takes 2^23 + Bias off (a
+// PRMT and an FADD per weight), instead of shifts, masks and an integer-to-float conversion (quarter
+// rate on sm_90), which made the Q4_K row kernel issue-bound at about 12 instructions per weight.
+template <uint32_t Bias>
+GPUNVME_HD inline float byte_to_float(uint32_t v, int i) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540u + uint32_t(i))) - (8388608.0f + float(Bias));
+#else
+  return float(int((v >> (8 * i)) & 0xFFu) - int(Bias));
+#endif
 }
 
 // Dequantizes group `g` (elements 32g .. 32g + 31) of a row of type `t` into y[0..32). Equal to the
@@ -181,12 +204,12 @@ GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, fl
       const float dl = d * sc, ml = dmin * m;
       const uint8_t* q = (q5 ? b5->qs : b4->qs) + 32 * (sub / 2);
       const int shift = 4 * (sub & 1);
-      const uint8_t hbit = uint8_t(1u << sub);
-      uint8_t qb[32];
-      load_32_bytes(q, qb);
-      for (int l = 0; l < 32; ++l) {
-        const int hi = q5 && (b5->qh[l] & hbit) ? 16 : 0;
-        y[l] = dl * float(((qb[l] >> shift) & 0xF) + hi) - ml;
+      uint32_t qw[8], hw[8] = {};
+      load_32_bytes(q, qw);
+      if (q5) load_32_bytes(b5->qh, hw);
+      for (int j = 0; j < 8; ++j) {  // four weights a word: a byte each, nibble plus fifth bit (Q5_K)
+        const uint32_t v = ((qw[j] >> shift) & 0x0F0F0F0Fu) | (((hw[j] >> sub) & 0x01010101u) << 4);
+        for (int i = 0; i < 4; ++i) y[4 * j + i] = dl * byte_to_float<0>(v, i) - ml;
       }
       return;
     }
@@ -198,10 +221,13 @@ GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, fl
       const uint8_t* ql = b.ql + 64 * n + (k & 1) * 32;
       const uint8_t* qh = b.qh + 32 * n;
       const int8_t* sc = b.scales + 8 * n + 2 * k;
-      for (int l = 0; l < 32; ++l) {
-        const int lo = (k < 2) ? (ql[l] & 0xF) : (ql[l] >> 4);
-        const int q = int(lo | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
-        y[l] = d * float(sc[l / 16]) * float(q);
+      const float d0 = d * float(sc[0]), d1 = d * float(sc[1]);  // elements 0..15 and 16..31
+      uint32_t lw[8], hw[8];
+      load_32_bytes(ql, lw);
+      load_32_bytes(qh, hw);
+      for (int j = 0; j < 8; ++j) {  // four weights a word: low nibble (k < 2) or high, and two high bits
+        const uint32_t v = ((lw[j] >> (k < 2 ? 0 : 4)) & 0x0F0F0F0Fu) | (((hw[j] >> (2 * k)) & 0x03030303u) << 4);
+        for (int i = 0; i < 4; ++i) y[4 * j + i] = (j < 4 ? d0 : d1) * byte_to_float<32>(v, i);
       }
       return;
     }

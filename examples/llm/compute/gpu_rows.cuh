@@ -1,0 +1,109 @@
+// The matrix-vector kernels' row loop with the input vector in shared memory (gpu_matmul.cu's
+// matvec_kernel, gpu_forward.cu's matvec_fetched_kernel).
+//
+// Why: with a warp per row reading x from global memory, lane i reads group i's 32 floats, 128 bytes
+// away from lane i + 1's, so each of a warp's float4 loads of x touched 32 cache lines, and x is 7 times
+// the bytes of a Q4_K row: the kernel was bound by L1 at about 490 GB/s of weights on an H100. Here the
+// block stages x once into shared memory, swizzled so that the same per-lane reads hit 8 distinct bank
+// groups per quarter-warp (conflict-free), and a warp computes kRowsPerWarp rows against each group of x
+// it reads. Each row's arithmetic is warp_dot_row's, operation for operation (the lane's groups in
+// order, each group's 32 products in order, then the same butterfly): the results have the same bits,
+// so a batched pass (gpu_matmul.cu's matmul_kernel) still gives single-token logits.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_warp.cuh"
+
+namespace gpunvme::llm::gpu {
+
+inline constexpr uint32_t kStagedWarps = 8;  // warps per block of the staged kernels
+
+// x's float4 (group, q) at shared float4 8 * group + (q ^ (group % 8)): eight consecutive lanes read
+// eight consecutive groups' q-th float4s, which land in eight different 16-byte bank groups.
+__device__ inline uint32_t staged_index(uint32_t group, uint32_t q) { return 8 * group + (q ^ (group & 7)); }
+
+// The whole block copies x's `groups` groups into xs (coalesced loads, conflict-free stores), then waits.
+__device__ inline void stage_vector(const float* x, uint32_t groups, float4* xs) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (uint32_t f = threadIdx.x; f < groups * 8; f += blockDim.x) xs[staged_index(f / 8, f % 8)] = x4[f];
+  __syncthreads();
+}
+
+// R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
+// lane. The per-row operations are warp_dot_row's (see the file comment).
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
+                                     float (&out)[R]) {
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  for (uint32_t grp = lane; grp < groups; grp += 32) {
+    float4 xv[kGroup / 4];
+#pragma unroll
+    for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) {
+      float g[kGroup];
+      dequant_group(T, row[r], grp, g);
+      float s = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kGroup / 4; ++q) {
+        s += g[4 * q] * xv[q].x;
+        s += g[4 * q + 1] * xv[q].y;
+        s += g[4 * q + 2] * xv[q].z;
+        s += g[4 * q + 3] * xv[q].w;
+      }
+      part[r] += s;
+    }
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+// y[row] = W[row] . xs (+ bias[row]) for every row of the matrix at w, the block's warps taking R rows each
+// and the blocks striding over the rows (each block stages x once, however many rows it computes).
+template <GgmlType T, uint32_t R>
+__device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float4* xs,
+                                  const float* bias, float* y) {
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
+  for (uint32_t first = blockIdx.x * per_block + warp * R; first < rows; first += gridDim.x * per_block) {
+    const uint8_t* p[R];
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) p[r] = w + uint64_t(min(first + r, rows - 1)) * row_bytes;
+    float dot[R];
+    warp_dot_rows<T, R>(p, groups, xs, lane, dot);
+    if (lane != 0) continue;
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r)
+      if (first + r < rows) y[first + r] = dot[r] + (bias ? bias[first + r] : 0.0f);
+  }
+}
+
+// Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
+// bytes; `staged` false when x does not fit in a block's shared memory (the caller then runs the
+// warp-per-row kernel, which reads x from global memory).
+struct StagedLaunch {
+  bool staged = false;
+  bool two_rows = false;  // kRowsPerWarp 2 for tall matrices; 1 keeps more blocks busy on short ones
+  uint32_t blocks = 0;
+  uint32_t shared_bytes = 0;
+};
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count);
+
+// The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
+// once.
+uint32_t staged_shared_limit();
+
+// Lets kernel `K` use up to staged_shared_limit() bytes of dynamic shared memory (above the default
+// 48 KB a launch needs the opt-in), once per kernel.
+template <auto K>
+void allow_staged_shared() {
+  static const cudaError_t set =
+      cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged_shared_limit()));
+  device::check_cuda(set, "cudaFuncSetAttribute (the staged matrix kernel's shared memory)");
+}
+
+}  // namespace gpunvme::llm::gpu
