@@ -29,7 +29,7 @@ using gpu::warp_sum;
 // offset the fetcher recorded for the k-th routing id. R rows per warp with x staged in shared memory
 // (gpu_rows.cuh); R = 0: a warp per row reading x from global memory (rows too wide to stage x for).
 template <GgmlType T, uint32_t R>
-__global__ void matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks) matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
                                       uint32_t rows, uint32_t cols, const float* x, float* y) {
   extern __shared__ float4 xs[];
@@ -45,7 +45,7 @@ __global__ void matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuF
     gpu::stage_vector(x, cols / kGroup, xs);
     gpu::block_rows<T, R>(scratch + off, row_bytes, rows, cols / kGroup, xs, nullptr, y);
   } else {
-    const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+    const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;  // kRowsPerBlock warps
     if (row >= rows) return;
     const float dot = warp_dot_row<T>(scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
     if (lane == 0) y[row] = dot;

@@ -41,7 +41,7 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
 template <GgmlType T, uint32_t R>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32)
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
                          uint64_t y_stride) {

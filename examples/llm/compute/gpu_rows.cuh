@@ -20,6 +20,11 @@
 namespace gpunvme::llm::gpu {
 
 inline constexpr uint32_t kStagedWarps = 8;  // warps per block of the staged kernels
+// Their launch bounds' blocks per SM: registers capped at 85 a thread (no spills for any type) so that
+// three blocks fit instead of two. On the H100, 2-7 % faster for Q4_K and Q6_K in one run, within the
+// noise in another; four rows per warp, blocks capped at two per SM and an unrolled group loop measured
+// no better (docs/performance.md, session 8).
+inline constexpr uint32_t kStagedMinBlocks = 3;
 
 // x's float4 (group, q) at shared float4 8 * group + (q ^ (group % 8)): eight consecutive lanes read
 // eight consecutive groups' q-th float4s, which land in eight different 16-byte bank groups.
