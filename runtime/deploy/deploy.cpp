@@ -9,6 +9,7 @@
 #include <future>
 
 #include "host/text/human_bytes.h"
+#include "runtime/deploy/layout_check.h"
 #include "runtime/deploy/model_file.h"
 #include "runtime/deploy/shell_quote.h"
 #include "runtime/gguf/gguf_file.h"
@@ -150,6 +151,7 @@ class ModelStream {
 // The full write, in the order that keeps it atomic for readers (see deploy_model in deploy.h).
 void write_model(Device& dev, gguf::ByteSource& src, model::DeployRecord& r, const DeployOptions& opt,
                  uint64_t& written) {
+  dev.write_layout();  // a new striped set: its members' records, now that every check has passed
   model::DeployRecord in_progress = r;
   in_progress.in_progress = true;
   in_progress.chunk_crcs.assign((r.model_bytes + r.chunk_bytes() - 1) >> r.chunk_shift, 0);
@@ -185,6 +187,7 @@ std::vector<Signature> check_target(Device& dev, uint64_t model_bytes, uint64_t 
                        "file (emu:/path/disk.img,size=1G) or a real drive");
   }
   check_fit(model_bytes, dev.nsid(), lba, dev.n_lbas(), start);
+  if (!dev.striped()) check_not_stripe_member(dev.block_io(), force);
   auto found = scan_device(dev.block_io(), start, !record_only);
   if (found.empty() || force) return found;
   std::string msg = "refusing to write to " + dev.name() + ": found ";
@@ -231,6 +234,9 @@ DeployResult deploy_checked(Device& dev, gguf::ByteSource& src, uint64_t bytes, 
   r.name = name;
   const auto t0 = std::chrono::steady_clock::now();
   if (opt.record_only) {
+    if (dev.layout_pending())
+      throw model::ModelError("--record-only cannot lay out a new striped set: dd cannot write the stripes; deploy "
+                              "the model without --record-only");
     check_model_on_device(dev, path, bytes, start);
     r.chunk_crcs = model::compute_chunk_crcs(src, bytes, r.chunk_shift);
     write_block(dev, model::kRecordLba, model::serialize_record(r));

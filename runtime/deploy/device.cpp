@@ -6,6 +6,7 @@
 #include "host/emulator/config.h"
 #include "host/error.h"
 #include "host/open_device.h"
+#include "runtime/deploy/layout_check.h"
 #include "runtime/deploy/safety.h"
 #include "runtime/io/cpu_block_io.h"
 #include "runtime/model/model_error.h"
@@ -44,14 +45,17 @@ Device::Device(const std::string& device, uint32_t nsid, host::Access access) : 
     };
 }
 
-Device::Device(std::vector<std::unique_ptr<Device>> members) : members_(std::move(members)) {
+Device::Device(std::vector<std::unique_ptr<Device>> members, const std::optional<model::StripeGeometry>& layout)
+    : members_(std::move(members)) {
   nsid_ = members_.at(0)->nsid();
   std::vector<model::BlockIo> ios;
   for (const auto& m : members_) {
     ios.push_back(m->block_io());
     discards_writes_ |= m->discards_writes();
   }
-  stripe_ = std::make_unique<model::StripeSet>(std::move(ios));
+  stripe_ = layout ? std::make_unique<model::StripeSet>(std::move(ios), *layout)
+                   : std::make_unique<model::StripeSet>(std::move(ios));
+  layout_pending_ = layout.has_value();
   bio_ = stripe_->logical();
   name_ = "striped set of " + std::to_string(members_.size()) + " (" + members_[0]->name();
   for (size_t i = 1; i < members_.size(); ++i) name_ += ", " + members_[i]->name();
@@ -64,8 +68,31 @@ std::unique_ptr<Device> Device::open(const std::vector<std::string>& devices, ui
   if (devices.size() == 1) return std::make_unique<Device>(devices[0], nsid, access);
   std::vector<std::unique_ptr<Device>> members;
   for (const std::string& d : devices) members.push_back(std::make_unique<Device>(d, nsid, access));
-  return std::unique_ptr<Device>(new Device(std::move(members)));
+  return std::unique_ptr<Device>(new Device(std::move(members), std::nullopt));
 }
+
+namespace {
+
+uint64_t random_set_id() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+// What a member must pass before the set is laid over it (check_stripe_layout aside): it keeps data,
+// and unless `force` holds nothing of somebody else's at LBA 0 (its stripe record's place) or where
+// the set's data starts.
+void check_member(Device& m, uint64_t data_start_lba, bool force) {
+  if (m.discards_writes())
+    throw RefusedError(m.name() + " stores nothing (emu:null): a striped set needs members that keep data");
+  if (force) return;
+  const auto found = scan_device(m.block_io(), data_start_lba);
+  if (found.empty()) return;
+  std::string msg = "refusing to make " + m.name() + " a member of a striped set: found ";
+  for (size_t i = 0; i < found.size(); ++i) msg += (i ? ", " : "") + found[i].what + " at LBA " + std::to_string(found[i].lba);
+  throw RefusedError(msg + ". If this device really holds nothing you need, add --force", found);
+}
+
+}  // namespace
 
 std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes, bool force,
                                               uint32_t nsid) {
@@ -78,23 +105,21 @@ std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& de
     ios.push_back(members.back()->block_io());
     smallest = std::min(smallest, members.back()->n_lbas());
   }
-  const uint32_t lba = members[0]->lba_size();
-  std::random_device rd;
-  const uint64_t id = (uint64_t(rd()) << 32) ^ rd();
-  const model::StripeGeometry g = model::make_stripe_geometry(uint32_t(devices.size()), lba, smallest, unit_bytes, id);
-  for (const auto& m : members) {
-    if (m->discards_writes())
-      throw RefusedError(m->name() + " stores nothing (emu:null): a striped set needs members that keep data");
-    if (force) continue;
-    const auto found = scan_device(m->block_io(), g.data_start_lba);
-    if (found.empty()) continue;
-    std::string msg = "refusing to make " + m->name() + " a member of a striped set: found ";
-    for (size_t i = 0; i < found.size(); ++i) msg += (i ? ", " : "") + found[i].what + " at LBA " + std::to_string(found[i].lba);
-    throw RefusedError(msg + ". If this device really holds nothing you need, add --force", found);
-  }
-  model::write_stripe_records(ios, g);
-  for (const auto& m : members) m->flush();
-  return std::unique_ptr<Device>(new Device(std::move(members)));
+  model::StripeGeometry g =
+      model::make_stripe_geometry(uint32_t(devices.size()), members[0]->lba_size(), smallest, unit_bytes, random_set_id());
+  for (const auto& m : members) check_member(*m, g.data_start_lba, force);
+  // The set these members already form in this very layout keeps its id: a re-deploy changes no record.
+  if (const auto same = check_stripe_layout(ios, g.unit_blocks, force)) g.set_id = same->set_id;
+  return std::unique_ptr<Device>(new Device(std::move(members), g));
+}
+
+void Device::write_layout() {
+  if (!layout_pending_) return;
+  std::vector<model::BlockIo> ios;
+  for (const auto& m : members_) ios.push_back(m->block_io());
+  model::write_stripe_records(ios, stripe_->geometry());
+  for (const auto& m : members_) m->flush();
+  layout_pending_ = false;
 }
 
 host::Controller& Device::controller() {

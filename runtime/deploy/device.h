@@ -1,5 +1,4 @@
 // A namespace opened through our own driver for the deploy/verify/ls commands: the controller, one
-// A namespace opened through our own driver for the deploy/verify/ls commands: the controller, one
 // I/O queue pair, CpuIo, and a model::BlockIo view (runtime/io/cpu_block_io.h, bounce-buffered) for
 // the model/ code. Bulk transfers go straight through CpuIo on caller-owned DmaBuffers (see alloc()).
 // Opened for writing it holds the device's exclusive lock, for reading a shared one
@@ -7,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,11 +30,19 @@ class Device {
   // as one namespace (its logical volume); throws model::ModelError when they are not one set in order.
   static std::unique_ptr<Device> open(const std::vector<std::string>& devices, uint32_t nsid = 1,
                                       host::Access access = host::Access::kReadWrite);
-  // Writes a new striped set over `devices` (each member's stripe record, a fresh set id) and opens it.
-  // Refuses, as deploy does, members holding something not ours (a signature, non-zero bytes) at LBA 0
-  // or where the set's data starts, unless `force`.
+  // Lays a striped set out over `devices` in this order and opens its logical volume, writing
+  // nothing: every check runs first, on every member, and the members' stripe records are written
+  // only by write_layout(), which deploy calls once its own checks on the logical volume have passed.
+  // Refuses (RefusedError), unless `force`: members holding something not ours (a signature,
+  // non-zero bytes) at LBA 0 or where the set's data starts, as deploy does; a member with a model of
+  // its own, or members of a set laid otherwise (another order, unit or membership: layout_check.h).
+  // The set they already form in this layout keeps its id.
   static std::unique_ptr<Device> create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes,
                                                bool force, uint32_t nsid = 1);
+  // A set from create_stripe: writes every member's stripe record, then flushes them; a no-op for
+  // anything else and once done. Until then the members hold what they held.
+  void write_layout();
+  bool layout_pending() const { return layout_pending_; }
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -67,12 +75,14 @@ class Device {
   bool discards_writes() const { return discards_writes_; }
 
  private:
-  explicit Device(std::vector<std::unique_ptr<Device>> members);  // a striped set over opened members
+  // A striped set over opened members: as their records say, or as `layout` lays it out (not written yet).
+  Device(std::vector<std::unique_ptr<Device>> members, const std::optional<model::StripeGeometry>& layout);
   std::vector<std::unique_ptr<Device>> members_;
   std::unique_ptr<model::StripeSet> stripe_;
   std::string name_;
   uint32_t nsid_;
   bool discards_writes_ = false;
+  bool layout_pending_ = false;
   host::DeviceLock lock_;
   std::unique_ptr<host::Controller> ctrl_;
   std::unique_ptr<host::QueuePair> qp_;

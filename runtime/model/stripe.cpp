@@ -160,10 +160,9 @@ std::vector<std::vector<MemberExtent>> split_extent(const StripeGeometry& g, con
   return out;
 }
 
-void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g) {
-  if (members.size() != g.members) throw ModelError("write_stripe_records: member count differs from the geometry");
-  for (uint32_t i = 0; i < g.members; ++i) {
-    const BlockIo& m = members[i];
+void check_stripe_members(std::span<const BlockIo> members, const StripeGeometry& g) {
+  if (members.size() != g.members) throw ModelError("check_stripe_members: member count differs from the geometry");
+  for (const BlockIo& m : members) {
     if (m.lba_size != g.lba_size)
       throw ModelError("the members of a striped set must share one LBA size: " + m.name + " has " +
                        std::to_string(m.lba_size) + "-byte blocks, " + members[0].name + " " +
@@ -172,6 +171,10 @@ void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry
       throw ModelError(m.name + " has " + std::to_string(m.n_lbas) + " blocks, fewer than the set's " +
                        std::to_string(g.data_start_lba + g.member_data_blocks));
   }
+}
+
+void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g) {
+  check_stripe_members(members, g);
   for (uint32_t i = 0; i < g.members; ++i) {
     const std::vector<uint8_t> block = serialize_stripe_record({g, i});
     members[i].write(0, 1, block.data());
@@ -189,6 +192,16 @@ bool is_stripe_member(const BlockIo& io) {
 }
 
 StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)) {
+  g_ = read_geometry();
+  make_logical();
+}
+
+StripeSet::StripeSet(std::vector<BlockIo> members, const StripeGeometry& g) : members_(std::move(members)), g_(g) {
+  check_stripe_members(members_, g_);
+  make_logical();
+}
+
+StripeGeometry StripeSet::read_geometry() const {
   if (members_.empty()) throw ModelError("a striped set needs at least one member");
   std::vector<StripeRecord> recs;
   for (const BlockIo& m : members_) {
@@ -203,25 +216,25 @@ StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)
                        "`gpunvme deploy` and several --device");
     recs.push_back(parse_stripe_record(block, m.name));
   }
-  g_ = recs[0].geometry;
+  const StripeGeometry g = recs[0].geometry;
   const uint32_t n = uint32_t(members_.size());
   for (uint32_t i = 0; i < n; ++i) {
     const StripeRecord& r = recs[i];
-    if (r.geometry.set_id != g_.set_id)
-      throw ModelError(members_[i].name + " is " + member_text(r) + ", not of " + set_text(g_) + " like " +
-                       members_[0].name + ": the devices belong to different sets; " + order_fix(g_.members));
-    if (!(r.geometry == g_))
+    if (r.geometry.set_id != g.set_id)
+      throw ModelError(members_[i].name + " is " + member_text(r) + ", not of " + set_text(g) + " like " +
+                       members_[0].name + ": the devices belong to different sets; " + order_fix(g.members));
+    if (!(r.geometry == g))
       throw ModelError(members_[i].name + " and " + members_[0].name + " name one set but disagree on its geometry; "
                        "the records are damaged: re-create the set");
     for (uint32_t j = 0; j < i; ++j)
       if (recs[j].member_index == r.member_index)
         throw ModelError(members_[i].name + " and " + members_[j].name + " are both " + member_text(r) +
-                         ": a member is given twice (or copied); " + order_fix(g_.members));
+                         ": a member is given twice (or copied); " + order_fix(g.members));
   }
-  if (n != g_.members)
+  if (n != g.members)
     throw ModelError(std::to_string(n) + " device(s) given but " + members_[0].name + " is " + member_text(recs[0]) +
-                     ": " + std::to_string(g_.members > n ? g_.members - n : n - g_.members) +
-                     (g_.members > n ? " member(s) missing; " : " too many; ") + order_fix(g_.members));
+                     ": " + std::to_string(g.members > n ? g.members - n : n - g.members) +
+                     (g.members > n ? " member(s) missing; " : " too many; ") + order_fix(g.members));
   for (uint32_t i = 0; i < n; ++i)
     if (recs[i].member_index != i) {
       std::string order;
@@ -232,10 +245,15 @@ StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)
                        member_text(recs[i]) + "; give the members in their order: " + order);
     }
   for (uint32_t i = 0; i < n; ++i)
-    if (members_[i].n_lbas != 0 && members_[i].n_lbas < g_.data_start_lba + g_.member_data_blocks)
+    if (members_[i].n_lbas != 0 && members_[i].n_lbas < g.data_start_lba + g.member_data_blocks)
       throw ModelError(members_[i].name + " has " + std::to_string(members_[i].n_lbas) + " blocks but " + member_text(recs[i]) +
-                       " needs " + std::to_string(g_.data_start_lba + g_.member_data_blocks) +
+                       " needs " + std::to_string(g.data_start_lba + g.member_data_blocks) +
                        ": it was truncated or resized (an emu: image opened with a smaller size=?); re-create the set");
+  return g;
+}
+
+void StripeSet::make_logical() {
+  const uint32_t n = uint32_t(members_.size());
   logical_.lba_size = g_.lba_size;
   logical_.n_lbas = g_.logical_blocks();
   logical_.name = set_text(g_) + " over " + members_[0].name + (n > 1 ? " ..." : "");

@@ -117,8 +117,10 @@ struct MemberExtent {
 };
 std::vector<std::vector<MemberExtent>> split_extent(const StripeGeometry& g, const model::Extent& logical);
 
-// Writes the stripe record of every member (member i = members[i]) after checking that all have
+// Throws ModelError naming the member and the fix unless there are g.members of them, all with
 // g.lba_size blocks and at least g.data_start_lba + g.member_data_blocks of them.
+void check_stripe_members(std::span<const BlockIo> members, const StripeGeometry& g);
+// Writes the stripe record of every member (member i = members[i]) after check_stripe_members.
 void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g);
 
 // An opened striped set: every member's record checked against its position, and the logical volume
@@ -130,6 +132,9 @@ class StripeSet {
   // missing or extra, members that disagree on the geometry. One member is allowed only when the set
   // has one member.
   explicit StripeSet(std::vector<BlockIo> members);
+  // A set laid out as `g` whose records are not written yet (check_stripe_members only): what a
+  // deploy checks and writes through before it commits the members to the set.
+  StripeSet(std::vector<BlockIo> members, const StripeGeometry& g);
   StripeSet(const StripeSet&) = delete;  // logical() calls back into this object
   StripeSet& operator=(const StripeSet&) = delete;
   const StripeGeometry& geometry() const { return g_; }
@@ -139,6 +144,9 @@ class StripeSet {
   const BlockIo& logical() const { return logical_; }
 
  private:
+  StripeGeometry read_geometry() const;  // from the members' records, every one checked
+  void make_logical();
+
   std::vector<BlockIo> members_;
   StripeGeometry g_;
   BlockIo logical_;
