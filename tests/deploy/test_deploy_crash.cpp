@@ -1,118 +1,120 @@
 // The real `gpunvme` binary stopped mid-deploy (SIGKILL, SIGTERM, SIGINT at many points, a write
-// error like ENOSPC), and run twice at once: ls and verify must never report an unfinished deploy
-// as a model, and a second writer (or a reader) must be refused while a deploy runs.
+// error like ENOSPC), onto one namespace and onto a striped set, and run twice at once: ls and verify
+// must never report an unfinished deploy as a model, and a second writer (or a reader) must be
+// refused while a deploy runs.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <chrono>
+#include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/deploy/cli_run.h"
 #include "tests/deploy/deploy_fixture.h"
+#include "tests/deploy/read_back.h"
 
 using namespace deploy_test;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// The write bandwidth of the modeled drive: a 24 MiB model takes about 0.8 s to write.
+// The write bandwidth of the modeled drive: a 24 MiB model takes about 0.8 s to write (a striped set
+// of two members at half that each: the same).
 constexpr const char* kSlowDrive = ",wbw=32M";
+constexpr const char* kSlowMember = ",wbw=16M";
 
-// Until a deploy started with --progress prints its first progress line (its first 8 MiB piece is
-// written), or exits; at most a minute.
-void wait_for_progress(Background& deploy, const std::string& log) {
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (read_file(log).empty() && deploy.running() && std::chrono::steady_clock::now() < limit)
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-}
-
-struct Outcome {
-  bool refused_unfinished = false;  // ls and verify both said "did not finish"
-  std::string listed;               // model ls listed (and verify checked every byte of)
+// Where the deploys go: the --device arguments that write (creating and slowing the images) and
+// those that read back, and the image files.
+struct Target {
+  std::string write_args, read_args;
+  std::vector<const TempPath*> images;
 };
 
-// What a reader sees: either a refusal naming the unfinished deploy, or a model whose every byte
-// verifies against its record. Anything else (a listing that does not verify, exit 0 on half a
-// model) fails the test.
-Outcome read_back(const std::string& dev) {
-  const auto ls = run("ls --device " + dev);
-  const auto verify = run("verify --device " + dev);
-  INFO("ls:\n" << ls.out << "verify:\n" << verify.out);
-  Outcome o;
-  if (ls.rc == 0) {
-    CHECK(verify.rc == 0);
-    CHECK_THAT(verify.out, ContainsSubstring("OK: "));
-    CHECK_THAT(ls.out, ContainsSubstring("found by   deploy record"));
-    o.listed = ls.out.find("'new model'") != std::string::npos ? "new" : ls.out.find("'old model'") != std::string::npos ? "old" : "?";
-    return o;
+Target one_namespace(const TempPath& img) {
+  const std::string dev = "emu:" + img.path;
+  return {dev + ",size=64M" + kSlowDrive, dev, {&img}};
+}
+
+Target striped_pair(const TempPath& a, const TempPath& b) {
+  const std::string A = "emu:" + a.path, B = "emu:" + b.path;
+  return {A + ",size=32M" + kSlowMember + " --device " + B + ",size=32M" + kSlowMember, A + " --device " + B, {&a, &b}};
+}
+
+// Kills timed from the start (before or while it opens the device), or from its first progress
+// line (the first 8 MiB piece written: mid-write on any machine, however loaded), or long after
+// (a finished deploy).
+struct Stop {
+  int sig;
+  int after_ms;
+  bool from_progress;
+};
+
+// A deploy of `new_model` onto `t` (over `old_model` when given), stopped by `s`; what a reader sees.
+Outcome stop_deploy(const Target& t, const Stop& s, const std::string& new_model, const std::string* old_model) {
+  INFO("signal " << s.sig << " " << s.after_ms << " ms after " << (s.from_progress ? "the first progress line" : "spawn"));
+  TempPath log;
+  for (const TempPath* img : t.images) ::unlink(img->path.c_str());
+  if (old_model) {
+    REQUIRE(run("deploy " + *old_model + " --device " + t.write_args).rc == 0);
+    REQUIRE(run("verify --device " + t.read_args).rc == 0);
   }
-  CHECK(ls.rc == 1);
-  CHECK(verify.rc == 1);
-  // Killed before anything was written: no image yet, an image not yet sized (killed between its
-  // creation and ftruncate), or nothing on it.
-  for (const char* nothing : {"no model on", "does not exist", "holds less than one"})
-    if (ls.out.find(nothing) != std::string::npos) return o;
-  CHECK_THAT(ls.out, ContainsSubstring("did not finish") && ContainsSubstring("Re-run `gpunvme deploy"));
-  CHECK_THAT(verify.out, ContainsSubstring("did not finish"));
-  o.refused_unfinished = true;
-  return o;
+  Background deploy("'" + gpunvme_bin() + "' deploy " + new_model + " --device " + t.write_args + " --progress", log.path);
+  if (s.from_progress) wait_for_progress(deploy, log.path);
+  std::this_thread::sleep_for(std::chrono::milliseconds(s.after_ms));
+  deploy.signal(s.sig);
+  const int st = deploy.wait();
+  if (s.sig != SIGKILL && WIFSIGNALED(st) && s.after_ms < 3000) {  // stopped mid-write: it says what it left
+    CHECK(WTERMSIG(st) == s.sig);
+    const auto log_bytes = read_file(log.path);
+    CHECK_THAT(std::string(log_bytes.begin(), log_bytes.end()), ContainsSubstring("interrupted") &&
+                                                                     ContainsSubstring("run the deploy again"));
+  }
+  return read_back(t.read_args);
+}
+
+// Every stop in `stops` onto `t`, on fresh images or over an older model: never a half model read as
+// one, and enough stops mid-write to prove it.
+void check_stops(const Target& t, std::span<const Stop> stops, int min_unfinished) {
+  const bool over_old = GENERATE(false, true);
+  INFO((over_old ? "over an older model" : "on fresh images"));
+  TempPath old_model, new_model;
+  write_file(old_model.path, make_model(6u << 20, "old model", 11));
+  write_file(new_model.path, make_model(24u << 20, "new model", 12));
+  int unfinished = 0;
+  for (const Stop& s : stops) {
+    const Outcome o = stop_deploy(t, s, new_model.path, over_old ? &old_model.path : nullptr);
+    unfinished += o.refused_unfinished;
+    if (!over_old) CHECK(o.listed != "old");
+    if (s.after_ms >= 3000) CHECK(o.listed == "new");  // the signal came after the deploy had finished
+  }
+  // The kills really landed mid-write (otherwise this test proves nothing).
+  CHECK(unfinished >= min_unfinished);
+  // Deploying again replaces the unfinished deploy.
+  REQUIRE(run("deploy " + new_model.path + " --device " + t.read_args).rc == 0);
+  CHECK(read_back(t.read_args).listed == "new");
 }
 
 }  // namespace
 
 TEST_CASE("a deploy killed at any point is never listed or verified as a model", "[deploy][cli][crash]") {
   if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
-  const bool over_old = GENERATE(false, true);
-  INFO((over_old ? "over an older model" : "on a fresh image"));
-  TempPath img, old_model, new_model, log;
-  write_file(old_model.path, make_model(6u << 20, "old model", 11));
-  write_file(new_model.path, make_model(24u << 20, "new model", 12));
-  const std::string dev = "emu:" + img.path;
-  // Kills timed from the start (before or while it opens the device), or from its first progress
-  // line (the first 8 MiB piece written: mid-write on any machine, however loaded), or long after
-  // (a finished deploy).
-  struct Stop {
-    int sig;
-    int after_ms;
-    bool from_progress;
-  };
+  TempPath img;
   const Stop stops[] = {{SIGKILL, 5, false},   {SIGKILL, 60, false},  {SIGKILL, 0, true},
                         {SIGKILL, 100, true},  {SIGKILL, 250, true},  {SIGKILL, 400, true},
                         {SIGTERM, 150, true},  {SIGINT, 300, true},   {SIGKILL, 3000, true}};
-  int unfinished = 0;
-  for (const Stop& s : stops) {
-    INFO("signal " << s.sig << " " << s.after_ms << " ms after " << (s.from_progress ? "the first progress line" : "spawn"));
-    ::unlink(img.path.c_str());
-    if (over_old) {
-      REQUIRE(run("deploy " + old_model.path + " --device " + dev + ",size=64M").rc == 0);
-      REQUIRE(run("verify --device " + dev).rc == 0);
-    }
-    {
-      Background deploy("'" + gpunvme_bin() + "' deploy " + new_model.path + " --device " + dev + ",size=64M" +
-                            kSlowDrive + " --progress",
-                        log.path);
-      if (s.from_progress) wait_for_progress(deploy, log.path);
-      std::this_thread::sleep_for(std::chrono::milliseconds(s.after_ms));
-      deploy.signal(s.sig);
-      const int st = deploy.wait();
-      if (s.sig != SIGKILL && WIFSIGNALED(st) && s.after_ms < 3000) {  // stopped mid-write: it says what it left
-        CHECK(WTERMSIG(st) == s.sig);
-        const auto log_bytes = read_file(log.path);
-        CHECK_THAT(std::string(log_bytes.begin(), log_bytes.end()), ContainsSubstring("interrupted") &&
-                                                                         ContainsSubstring("run the deploy again"));
-      }
-    }
-    const Outcome o = read_back(dev);
-    unfinished += o.refused_unfinished;
-    if (!over_old) CHECK(o.listed != "old");
-    if (s.after_ms >= 3000) CHECK(o.listed == "new");  // the signal came after the deploy had finished
-  }
-  // The kills really landed mid-write (otherwise this test proves nothing).
-  CHECK(unfinished >= 5);
-  // Deploying again replaces the unfinished deploy.
-  REQUIRE(run("deploy " + new_model.path + " --device " + dev).rc == 0);
-  CHECK(read_back(dev).listed == "new");
+  check_stops(one_namespace(img), stops, 5);
+}
+
+TEST_CASE("a striped deploy stopped by a signal is never listed or verified as a model", "[deploy][cli][crash][stripe]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  TempPath a, b;
+  // SIGINT while the members are opened: test_deploy_striped.cpp (timed from spawn, a SIGINT could
+  // land before main() runs, where no handler can be).
+  const Stop stops[] = {{SIGKILL, 5, false},  {SIGKILL, 60, false}, {SIGINT, 0, true},
+                        {SIGTERM, 150, true}, {SIGINT, 300, true},  {SIGKILL, 200, true}, {SIGINT, 3000, true}};
+  check_stops(striped_pair(a, b), stops, 3);
 }
 
 TEST_CASE("a deploy that fails writing (file size limit, like ENOSPC) leaves a refused, unfinished deploy",
