@@ -2,7 +2,6 @@
 // record (runtime/deploy/deploy.h); or the dd route: --print-dd, then --record-only.
 #include <unistd.h>
 
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -16,6 +15,7 @@
 #include "runtime/deploy/deploy.h"
 #include "runtime/deploy/model_file.h"
 #include "runtime/deploy/shell_quote.h"
+#include "runtime/deploy/stop_signal.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/guard/write_guard.h"
 
@@ -158,18 +158,6 @@ int print_dd(const DeployCommand& c, const gguf::GgufFile& file, deploy::Device&
   return 0;
 }
 
-// SIGINT/SIGTERM mid-deploy: say what the device holds now, then end by the signal as before.
-void on_stop_signal(int sig) {
-  static const char kMsg[] =
-      "\ngpunvme deploy: interrupted. If it had begun writing, the device holds an unfinished deploy, which "
-      "ls and verify refuse: run the deploy again\n";
-  if (::write(2, kMsg, sizeof kMsg - 1) < 0) {
-    // Nothing else is safe to do in a signal handler.
-  }
-  std::signal(sig, SIG_DFL);
-  std::raise(sig);
-}
-
 void print_summary(const deploy::DeployResult& res, bool record_only, const deploy::Device& dev, const std::string& device) {
   for (const auto& s : res.overridden) {
     std::fprintf(stderr, "gpunvme deploy: --force: wrote over %s at LBA %llu\n", s.what.c_str(), (unsigned long long)s.lba);
@@ -207,6 +195,9 @@ int cmd_deploy(int argc, char** argv) {
     guard::check_write_allowed(d, {args.has("allow-write"), c.force}, "deploy writes the model and a record at LBA 0");
   // Header first: a file that is not a GGUF (or not a regular file) is reported before any device is touched.
   const auto file = deploy::open_model_file(c.path);
+  const bool record_only = args.has("record-only");
+  // Before any device is opened: a stop from here on is reported, whatever it interrupts.
+  if (!record_only && !args.has("print-dd")) deploy::report_stop_signals("gpunvme deploy");
   const std::unique_ptr<deploy::Device> owned =
       c.devices.size() > 1
           ? deploy::Device::create_stripe(c.devices, args.get_size("stripe-unit", model::kDefaultStripeUnitBytes), c.force, c.nsid)
@@ -217,11 +208,7 @@ int cmd_deploy(int argc, char** argv) {
   deploy::DeployOptions opt;
   opt.start_lba = c.start;
   opt.force = c.force;
-  opt.record_only = args.has("record-only");
-  if (!opt.record_only) {
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
-  }
+  opt.record_only = record_only;
   deploy::ProgressLine bar("deploy", !opt.record_only && (args.has("progress") || isatty(2)));
   opt.progress = bar.fn();
   const auto res = deploy::deploy_model(dev, c.path, opt);

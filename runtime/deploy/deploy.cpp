@@ -151,13 +151,15 @@ class ModelStream {
 // The full write, in the order that keeps it atomic for readers (see deploy_model in deploy.h).
 void write_model(Device& dev, gguf::ByteSource& src, model::DeployRecord& r, const DeployOptions& opt,
                  uint64_t& written) {
-  dev.write_layout();  // a new striped set: its members' records, now that every check has passed
   model::DeployRecord in_progress = r;
   in_progress.in_progress = true;
   in_progress.chunk_crcs.assign((r.model_bytes + r.chunk_bytes() - 1) >> r.chunk_shift, 0);
   write_block(dev, model::kRecordLba, model::serialize_record(in_progress));
   write_block(dev, r.model_start_lba, std::vector<uint8_t>(dev.lba_size(), 0));  // an older model's magic
   dev.flush();
+  // A new striped set's member records only now: the first moment its members open as the set, its
+  // logical LBA 0 already says "unfinished" (never an older model's bytes laid out anew).
+  dev.write_layout();
   ModelStream stream(dev, src, r, opt.piece_bytes);
   const std::vector<uint8_t> first_block = stream.run(opt.progress, written);
   dev.flush();  // every other model byte durable before the magic

@@ -37,10 +37,13 @@ struct DeployResult {
 // done, or done elsewhere).
 //
 // The write is atomic for readers (detect.h): an in-progress record goes to LBA 0 and the start
-// block is zeroed (both flushed) before any model byte; the model's first block (its GGUF magic)
-// is written only after all the others, then a flush, then the final record, then a flush. A
-// deploy that stops anywhere (signal, error, power) leaves the in-progress record, which ls,
-// verify and the runtime refuse. A failed write throws ModelError saying how far it got.
+// block is zeroed (both flushed) before any model byte; a new striped set's member records
+// (Device::write_layout) follow them, flushed, so the set never opens on an older model's bytes;
+// the model's first block (its GGUF magic) is written only after all the others, then a flush,
+// then the final record, then a flush. A deploy that stops anywhere (signal, error, power) leaves
+// the in-progress record, which ls, verify and the runtime refuse (or, for a set stopped before its
+// records, members that do not open as one set). A failed write throws ModelError saying how far
+// it got.
 DeployResult deploy_model(Device& dev, const std::string& gguf_path, const DeployOptions& opt = {});
 // The same write from bytes made on the fly (a generated model, examples/llm/tools/make_model.cpp):
 // `model` holds a whole GGUF (checked: header, tensors inside it); read in pieces of

@@ -22,6 +22,7 @@
 #include "runtime/cli/args.h"
 #include "runtime/deploy/deploy.h"
 #include "runtime/deploy/progress.h"
+#include "runtime/deploy/stop_signal.h"
 #include "runtime/gguf/ggml_types.h"
 #include "runtime/guard/write_guard.h"
 
@@ -106,6 +107,7 @@ int run(const cli::Args& args) {
   if (args.has("out")) {
     write_file(model, args.get("out"), bar.fn());
   } else {
+    deploy::report_stop_signals("llm_make_model");  // before the devices are opened, as gpunvme deploy does
     for (const std::string& device : devices)
       guard::check_write_allowed(device, {args.has("allow-write"), args.has("force")},
                                  devices.size() > 1 ? "llm_make_model writes a stripe record at LBA 0 and model stripes"
