@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 #include <vector>
 
@@ -84,6 +86,30 @@ DeviceLock& DeviceLock::operator=(DeviceLock&& o) noexcept {
     o.fd_ = -1;
   }
   return *this;
+}
+
+std::string DeviceLock::key(std::string_view device, uint32_t nsid) {
+  bool create = false;
+  const std::string path = lock_path(device, nsid, create);
+  if (path.empty()) return "";
+  std::error_code ec;  // weakly: an image the emulator has not created yet has a key too
+  const std::filesystem::path canonical = std::filesystem::weakly_canonical(path, ec);
+  return ec ? path : canonical.string();
+}
+
+std::vector<size_t> lock_order(const std::vector<std::string>& devices, uint32_t nsid) {
+  std::vector<std::string> keys;
+  for (const std::string& d : devices) keys.push_back(DeviceLock::key(d, nsid));
+  std::vector<size_t> order(devices.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return keys[a] < keys[b]; });
+  for (size_t i = 1; i < order.size(); ++i) {
+    const size_t a = std::min(order[i - 1], order[i]), b = std::max(order[i - 1], order[i]);
+    if (!keys[a].empty() && keys[a] == keys[b])
+      throw Error(ErrorKind::kInvalidArgument, devices[a] + " and " + devices[b] + " are one namespace (" + keys[a] +
+                                                   "), given twice; give each device once");
+  }
+  return order;
 }
 
 DeviceLock DeviceLock::acquire(std::string_view device, uint32_t nsid, LockMode mode) {

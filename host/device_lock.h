@@ -1,7 +1,8 @@
 // Advisory locks that keep gpunvme processes from writing one device at the same time, or reading
 // it while it is written: every writer takes an exclusive lock, every reader a shared one, and
 // neither waits (a busy device is refused at once, naming the holder's pid). One place for every
-// tool: deploy/verify/ls (runtime/deploy/device.h) and the general write guard use acquire().
+// tool: deploy/verify/ls (runtime/deploy/device.h) and the general write guard use acquire(), and
+// whatever locks several namespaces (a striped set's members) takes them in lock_order().
 //   emu:PATH   flock(2) on the namespace's backing file itself: nothing is created or left behind.
 //   vfio:BDF   flock(2) on /run/gpunvme/vfio-BDF.lock (/tmp/gpunvme-vfio-BDF.lock where /run is not
 //              writable), which also holds the holder's pid as a note for people.
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "host/error.h"
 
@@ -40,6 +42,11 @@ class DeviceLock {
   // file that does not exist yet: call again once the emulator has created it.
   static DeviceLock acquire(std::string_view device, uint32_t nsid, LockMode mode);
 
+  // What identifies namespace `nsid` of `device` for locking, across processes and spellings: the
+  // canonical path of the file its lock is taken on ("emu:/tmp/./a.img" and "emu:/tmp/a.img,size=1G"
+  // have one key), "" for a device that needs no lock.
+  static std::string key(std::string_view device, uint32_t nsid);
+
   bool held() const { return fd_ >= 0; }
   const std::string& what() const { return what_; }  // the locked file
 
@@ -47,5 +54,13 @@ class DeviceLock {
   int fd_ = -1;
   std::string what_;
 };
+
+// The order in which to lock (and open) several namespaces held together, a striped set's members:
+// indices into `devices`, ascending by key() (devices that need no lock first, as given). Whatever
+// order its members are given in, every process then asks for one set's locks in one order, so of
+// two processes opening one set at once the first to lock its first member gets them all and the
+// other is refused at once, never each holding some and refused the rest. Throws gpunvme::Error
+// (kInvalidArgument) naming both strings when two of them are one namespace.
+std::vector<size_t> lock_order(const std::vector<std::string>& devices, uint32_t nsid);
 
 }  // namespace gpunvme::host

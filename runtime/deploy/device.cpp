@@ -63,12 +63,23 @@ Device::Device(std::vector<std::unique_ptr<Device>> members, const std::optional
   bio_.name = name_;
 }
 
+namespace {
+
+// A set's members, each opened (so locked) in host::lock_order and kept in the order given: two
+// processes opening one set in different orders never each hold some members and miss the rest.
+std::vector<std::unique_ptr<Device>> open_members(const std::vector<std::string>& devices, uint32_t nsid,
+                                                  host::Access access) {
+  std::vector<std::unique_ptr<Device>> members(devices.size());
+  for (const size_t i : host::lock_order(devices, nsid)) members[i] = std::make_unique<Device>(devices[i], nsid, access);
+  return members;
+}
+
+}  // namespace
+
 std::unique_ptr<Device> Device::open(const std::vector<std::string>& devices, uint32_t nsid, host::Access access) {
   if (devices.empty()) throw Error(ErrorKind::kInvalidArgument, "no --device given");
   if (devices.size() == 1) return std::make_unique<Device>(devices[0], nsid, access);
-  std::vector<std::unique_ptr<Device>> members;
-  for (const std::string& d : devices) members.push_back(std::make_unique<Device>(d, nsid, access));
-  return std::unique_ptr<Device>(new Device(std::move(members), std::nullopt));
+  return std::unique_ptr<Device>(new Device(open_members(devices, nsid, access), std::nullopt));
 }
 
 namespace {
@@ -97,13 +108,12 @@ void check_member(Device& m, uint64_t data_start_lba, bool force) {
 std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes, bool force,
                                               uint32_t nsid) {
   if (devices.size() < 2) throw Error(ErrorKind::kInvalidArgument, "a striped set needs 2 or more --device");
-  std::vector<std::unique_ptr<Device>> members;
+  std::vector<std::unique_ptr<Device>> members = open_members(devices, nsid, host::Access::kReadWrite);
   std::vector<model::BlockIo> ios;
   uint64_t smallest = UINT64_MAX;
-  for (const std::string& d : devices) {
-    members.push_back(std::make_unique<Device>(d, nsid, host::Access::kReadWrite));
-    ios.push_back(members.back()->block_io());
-    smallest = std::min(smallest, members.back()->n_lbas());
+  for (const auto& m : members) {
+    ios.push_back(m->block_io());
+    smallest = std::min(smallest, m->n_lbas());
   }
   model::StripeGeometry g =
       model::make_stripe_geometry(uint32_t(devices.size()), members[0]->lba_size(), smallest, unit_bytes, random_set_id());

@@ -1,7 +1,8 @@
 // Striped sets (several --device) against a hostile or unlucky user, through the real `gpunvme`
 // binary: a new set laid over members that already hold a model (another member order, another
 // stripe unit, a one-namespace model) is refused before any byte changes unless --force; a deploy
-// stopped at any write leaves members that ls and verify read honestly.
+// stopped at any write leaves members that ls and verify read honestly; two processes at once, or
+// one namespace given twice, get a clear refusal at once.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <chrono>
@@ -11,10 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include "host/device_lock.h"
 #include "tests/deploy/cli_run.h"
 #include "tests/deploy/deploy_fixture.h"
 #include "tests/deploy/read_back.h"
 
+using namespace gpunvme;
 using namespace deploy_test;
 using Catch::Matchers::ContainsSubstring;
 
@@ -140,4 +143,60 @@ TEST_CASE("SIGINT while the members are being opened: the line, the signal's exi
   CHECK_THAT(std::string(out.begin(), out.end()), ContainsSubstring("interrupted") && ContainsSubstring("run the deploy again"));
   CHECK(t.unchanged_since(before));
   CHECK(run("verify --device " + t.A + " --device " + t.B).rc == 0);
+}
+
+TEST_CASE("two deploys of one set in opposite orders: one writes it, the other is refused at once", "[deploy][stripe][lock]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  TwoMembers t;
+  TempPath log_ab, log_ba;
+  REQUIRE(run_shell("truncate -s 16M " + t.a.path + " " + t.b.path).rc == 0);  // no set yet: either order may lay it
+  // Each member's controller takes half a second to come up, so each deploy still holds its first
+  // member's lock when the other asks for it: locked in the order given, each would hold one member
+  // and be refused the other, and neither would write.
+  const std::string slow = ",ready_ms=500";
+  const std::string deploy = "'" + gpunvme_bin() + "' deploy " + t.new_model.path;
+  const auto t0 = std::chrono::steady_clock::now();
+  Background ab(deploy + " --device " + t.A + slow + " --device " + t.B + slow, log_ab.path);
+  Background ba(deploy + " --device " + t.B + slow + " --device " + t.A + slow, log_ba.path);
+  const int st_ab = ab.wait(), st_ba = ba.wait();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto out_ab = read_file(log_ab.path), out_ba = read_file(log_ba.path);
+  const std::string both = std::string(out_ab.begin(), out_ab.end()) + "---\n" + std::string(out_ba.begin(), out_ba.end());
+  INFO(both);
+  const int written = (WIFEXITED(st_ab) && WEXITSTATUS(st_ab) == 0) + (WIFEXITED(st_ba) && WEXITSTATUS(st_ba) == 0);
+  CHECK(written >= 1);
+  if (written == 1) CHECK_THAT(both, ContainsSubstring("is in use: pid") && ContainsSubstring("try again"));
+  CHECK(seconds < 30);  // nobody waits for a lock: the refusal comes at once
+  // The set, in the order of the deploy that wrote it.
+  const bool ab_wrote = WIFEXITED(st_ab) && WEXITSTATUS(st_ab) == 0;
+  CHECK(run("verify --device " + (ab_wrote ? t.A + " --device " + t.B : t.B + " --device " + t.A)).rc == 0);
+}
+
+TEST_CASE("one namespace given twice, under any spelling, is refused as such", "[deploy][stripe][lock]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  TwoMembers t;
+  REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + ",size=16M").rc == 0);
+  const std::string dir = t.a.path.substr(0, t.a.path.rfind('/')), base = t.a.path.substr(t.a.path.rfind('/') + 1);
+  for (const std::string& again : {t.A, "emu:" + dir + "/./" + base, "emu:" + dir + "/../" + dir.substr(1) + "/" + base + ",size=16M"}) {
+    const auto r = run("deploy " + t.new_model.path + " --device " + t.A + " --device " + again + " --force");
+    INFO(again << "\n" << r.out);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.out, ContainsSubstring("given twice"));
+    CHECK(r.out.find("is in use") == std::string::npos);  // not "busy", naming this very process
+  }
+  CHECK(run("verify --device " + t.A).rc == 0);
+}
+
+TEST_CASE("lock_order: one order for one set, whatever order its members are given in", "[deploy][stripe][lock]") {
+  TwoMembers t;
+  REQUIRE(run_shell("truncate -s 16M " + t.a.path + " " + t.b.path).rc == 0);
+  const std::string ram = "emu:ram,size=1M";
+  const bool a_first = host::DeviceLock::key(t.A, 1) < host::DeviceLock::key(t.B, 1);
+  CHECK(host::lock_order({t.A, t.B}, 1) == (a_first ? std::vector<size_t>{0, 1} : std::vector<size_t>{1, 0}));
+  CHECK(host::lock_order({t.B, t.A}, 1) == (a_first ? std::vector<size_t>{1, 0} : std::vector<size_t>{0, 1}));
+  CHECK(host::lock_order({t.B, ram, t.A, ram}, 1).front() == 1);  // no lock to take: first, as given
+  CHECK(host::DeviceLock::key(t.A + ",size=16M", 1) == t.a.path);  // keys are the lock file's path
+  CHECK(host::DeviceLock::key(ram, 1).empty());
+  CHECK_THROWS_WITH(host::lock_order({t.A, t.B, t.A + ",size=16M"}, 1), ContainsSubstring("given twice"));
+  CHECK_NOTHROW(host::lock_order({ram, ram}, 1));  // two emu:ram are two namespaces
 }

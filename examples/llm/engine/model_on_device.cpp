@@ -49,8 +49,11 @@ struct DeviceSet::Member {
 
 DeviceSet::DeviceSet(const std::vector<std::string>& devices, host::Access access) {
   if (devices.empty()) throw std::runtime_error("no --device given");
-  for (const std::string& d : devices) {
-    Member& m = *members_.emplace_back(std::make_unique<Member>());
+  // Locked in host::lock_order, kept in the order given (member i is the set's member i).
+  members_.resize(devices.size());
+  for (const size_t i : host::lock_order(devices, 1)) {
+    const std::string& d = devices[i];
+    Member& m = *(members_[i] = std::make_unique<Member>());
     m.device = d;
     // A reader's shared lock for the whole run: a deploy cannot rewrite the model under the engine.
     m.lock = host::DeviceLock::acquire(d, 1, access == host::Access::kReadOnly ? host::LockMode::kShared : host::LockMode::kExclusive);
