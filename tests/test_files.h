@@ -33,6 +33,12 @@ inline std::vector<uint8_t> read_file(const std::string& path, uint64_t offset =
   return out;
 }
 
+// The whole file as text (a child's log); empty when it cannot be read.
+inline std::string read_text(const std::string& path) {
+  const std::vector<uint8_t> b = read_file(path);
+  return std::string(b.begin(), b.end());
+}
+
 inline void write_file(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <catch2/catch_test_macros.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,11 @@ namespace deploy_test {
 inline std::string gpunvme_bin() {
   const char* bin = std::getenv("GPUNVME_BIN");
   return bin ? bin : "gpunvme";
+}
+
+// The first line of every test that runs the binary: outside meson there may be none to run.
+inline void skip_without_gpunvme_bin() {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
 }
 
 using cli_test::Run;

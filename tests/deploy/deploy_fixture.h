@@ -57,6 +57,7 @@ inline std::vector<uint8_t> make_model(uint64_t bytes, const std::string& name =
 }
 
 using test_files::read_file;
+using test_files::read_text;
 using test_files::write_file;
 
 inline void pwrite_file(const std::string& path, uint64_t offset, const void* data, size_t len) {

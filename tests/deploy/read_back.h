@@ -1,10 +1,12 @@
-// What `gpunvme ls` and `gpunvme verify` say about a device (or a striped set) after a deploy was
-// stopped, for the tests that stop deploys: read_back() for deploys that are stopped by a signal or
-// a failed write, reads_honestly() for any state a stopped deploy can leave.
+// For the tests that stop deploys: when to stop one (wait_for_progress, wait_for_lock), and what
+// `gpunvme ls` and `gpunvme verify` say about a device (or a striped set) afterwards: read_back()
+// for deploys stopped by a signal or a failed write, reads_honestly() for any state a stopped
+// deploy can leave.
 #pragma once
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -19,6 +21,20 @@ inline void wait_for_progress(Background& deploy, const std::string& log) {
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (read_file(log).empty() && deploy.running() && std::chrono::steady_clock::now() < limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+// Until `child` holds a flock (it has begun opening its devices: host/device_lock.h), from
+// /proc/locks without taking one (a probe lock could make the child's own attempt fail); at most a minute.
+inline bool wait_for_lock(Background& child) {
+  const std::string pid = " " + std::to_string(child.pid()) + " ";
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (child.running() && std::chrono::steady_clock::now() < limit) {
+    std::ifstream locks("/proc/locks");
+    for (std::string line; std::getline(locks, line);)
+      if (line.find("FLOCK") != std::string::npos && line.find(pid) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
 }
 
 struct Outcome {

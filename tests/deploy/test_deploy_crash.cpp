@@ -67,9 +67,7 @@ Outcome stop_deploy(const Target& t, const Stop& s, const std::string& new_model
   const int st = deploy.wait();
   if (s.sig != SIGKILL && WIFSIGNALED(st) && s.after_ms < 3000) {  // stopped mid-write: it says what it left
     CHECK(WTERMSIG(st) == s.sig);
-    const auto log_bytes = read_file(log.path);
-    CHECK_THAT(std::string(log_bytes.begin(), log_bytes.end()), ContainsSubstring("interrupted") &&
-                                                                     ContainsSubstring("run the deploy again"));
+    CHECK_THAT(read_text(log.path), ContainsSubstring("interrupted") && ContainsSubstring("run the deploy again"));
   }
   return read_back(t.read_args);
 }
@@ -99,7 +97,7 @@ void check_stops(const Target& t, std::span<const Stop> stops, int min_unfinishe
 }  // namespace
 
 TEST_CASE("a deploy killed at any point is never listed or verified as a model", "[deploy][cli][crash]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TempPath img;
   const Stop stops[] = {{SIGKILL, 5, false},   {SIGKILL, 60, false},  {SIGKILL, 0, true},
                         {SIGKILL, 100, true},  {SIGKILL, 250, true},  {SIGKILL, 400, true},
@@ -108,7 +106,7 @@ TEST_CASE("a deploy killed at any point is never listed or verified as a model",
 }
 
 TEST_CASE("a striped deploy stopped by a signal is never listed or verified as a model", "[deploy][cli][crash][stripe]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TempPath a, b;
   // SIGINT while the members are opened: test_deploy_striped.cpp (timed from spawn, a SIGINT could
   // land before main() runs, where no handler can be).
@@ -119,7 +117,7 @@ TEST_CASE("a striped deploy stopped by a signal is never listed or verified as a
 
 TEST_CASE("a deploy that fails writing (file size limit, like ENOSPC) leaves a refused, unfinished deploy",
           "[deploy][cli][crash]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   const bool over_old = GENERATE(false, true);
   TempPath img, old_model, new_model;
   write_file(old_model.path, make_model(3u << 20, "old model", 13));
@@ -139,7 +137,7 @@ TEST_CASE("a deploy that fails writing (file size limit, like ENOSPC) leaves a r
 }
 
 TEST_CASE("two deploys at once: the second is refused naming the first's pid; ls waits its turn", "[deploy][cli][lock]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TempPath img, first, second, log;
   write_file(first.path, make_model(24u << 20, "new model", 15));
   write_file(second.path, make_model(2u << 20, "second model", 16));

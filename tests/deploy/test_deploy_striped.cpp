@@ -3,13 +3,13 @@
 // stripe unit, a one-namespace model) is refused before any byte changes unless --force; a deploy
 // stopped at any write leaves members that ls and verify read honestly; two processes at once, or
 // one namespace given twice, get a clear refusal at once.
+#include <unistd.h>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "host/device_lock.h"
@@ -34,29 +34,21 @@ struct TwoMembers {
   // Both images, byte for byte.
   std::vector<std::vector<uint8_t>> images() const { return {read_file(a.path), read_file(b.path)}; }
   bool unchanged_since(const std::vector<std::vector<uint8_t>>& before) const { return images() == before; }
-};
-
-// Until `child` holds a flock (it has begun opening its devices: host/device_lock.h), from
-// /proc/locks without taking one (a probe lock could make the child's own attempt fail); at most a minute.
-bool wait_for_lock(Background& child) {
-  const std::string pid = " " + std::to_string(child.pid()) + " ";
-  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (child.running() && std::chrono::steady_clock::now() < limit) {
-    std::ifstream locks("/proc/locks");
-    for (std::string line; std::getline(locks, line);)
-      if (line.find("FLOCK") != std::string::npos && line.find(pid) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // The old model as the set A,B on new 16 MiB images (any older ones removed): deploy's exit status.
+  int lay_old_set() const {
+    ::unlink(a.path.c_str());
+    ::unlink(b.path.c_str());
+    return run("deploy " + old_model.path + " --device " + A + ",size=16M --device " + B + ",size=16M").rc;
   }
-  return false;
-}
+};
 
 }  // namespace
 
 TEST_CASE("a striped set in another order or stripe unit is refused before anything is written", "[deploy][stripe][safety]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TwoMembers t;
   TempPath c;
-  REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + ",size=16M --device " + t.B + ",size=16M").rc == 0);
+  REQUIRE(t.lay_old_set() == 0);
   const auto before = t.images();
   const std::string other_layouts[] = {
       "--device " + t.B + " --device " + t.A,                           // the members swapped
@@ -84,7 +76,7 @@ TEST_CASE("a striped set in another order or stripe unit is refused before anyth
 }
 
 TEST_CASE("a striped set over a one-namespace model is refused before anything is written", "[deploy][stripe][safety]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TwoMembers t;
   REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + ",size=16M").rc == 0);
   REQUIRE(run_shell("truncate -s 16M " + t.b.path).rc == 0);
@@ -100,7 +92,7 @@ TEST_CASE("a striped set over a one-namespace model is refused before anything i
 }
 
 TEST_CASE("a striped deploy stopped at any write leaves members that read honestly", "[deploy][stripe][crash]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   // Set A,B re-laid as B,A (--force), stopped at each write of either member in turn (the member's
   // Nth write fails, as a signal there would stop it): whatever is on the images then, the old order
   // and the new one either read a model that verifies or are refused, by ls and verify alike.
@@ -108,9 +100,7 @@ TEST_CASE("a striped deploy stopped at any write leaves members that read honest
   for (const bool fail_b : {true, false}) {
     for (int nth = 1;; ++nth) {
       INFO("write " << nth << " to " << (fail_b ? "B" : "A") << " fails");
-      ::unlink(t.a.path.c_str());
-      ::unlink(t.b.path.c_str());
-      REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + ",size=16M --device " + t.B + ",size=16M").rc == 0);
+      REQUIRE(t.lay_old_set() == 0);
       const std::string fault = ",fault=error:op=write:nth=" + std::to_string(nth) + ":dnr=1";
       const auto r = run("deploy " + t.new_model.path + " --device " + t.B + (fail_b ? fault : "") + " --device " + t.A +
                          (fail_b ? "" : fault) + " --force");
@@ -124,10 +114,10 @@ TEST_CASE("a striped deploy stopped at any write leaves members that read honest
 }
 
 TEST_CASE("SIGINT while the members are being opened: the line, the signal's exit, nothing written", "[deploy][stripe][crash]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TwoMembers t;
   TempPath log;
-  REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + ",size=16M --device " + t.B + ",size=16M").rc == 0);
+  REQUIRE(t.lay_old_set() == 0);
   const auto before = t.images();
   // Each member's controller takes a second to come up: the deploy is opening them, nothing else.
   Background deploy("'" + gpunvme_bin() + "' deploy " + t.new_model.path + " --device " + t.A + ",ready_ms=1000 --device " +
@@ -136,17 +126,17 @@ TEST_CASE("SIGINT while the members are being opened: the line, the signal's exi
   REQUIRE(wait_for_lock(deploy));
   deploy.signal(SIGINT);
   const int st = deploy.wait();
-  const auto out = read_file(log.path);
-  INFO(std::string(out.begin(), out.end()));
+  const std::string out = read_text(log.path);
+  INFO(out);
   CHECK(WIFSIGNALED(st));
   CHECK((WIFSIGNALED(st) && WTERMSIG(st) == SIGINT));
-  CHECK_THAT(std::string(out.begin(), out.end()), ContainsSubstring("interrupted") && ContainsSubstring("run the deploy again"));
+  CHECK_THAT(out, ContainsSubstring("interrupted") && ContainsSubstring("run the deploy again"));
   CHECK(t.unchanged_since(before));
   CHECK(run("verify --device " + t.A + " --device " + t.B).rc == 0);
 }
 
 TEST_CASE("two deploys of one set in opposite orders: one writes it, the other is refused at once", "[deploy][stripe][lock]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TwoMembers t;
   TempPath log_ab, log_ba;
   REQUIRE(run_shell("truncate -s 16M " + t.a.path + " " + t.b.path).rc == 0);  // no set yet: either order may lay it
@@ -160,8 +150,7 @@ TEST_CASE("two deploys of one set in opposite orders: one writes it, the other i
   Background ba(deploy + " --device " + t.B + slow + " --device " + t.A + slow, log_ba.path);
   const int st_ab = ab.wait(), st_ba = ba.wait();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const auto out_ab = read_file(log_ab.path), out_ba = read_file(log_ba.path);
-  const std::string both = std::string(out_ab.begin(), out_ab.end()) + "---\n" + std::string(out_ba.begin(), out_ba.end());
+  const std::string both = read_text(log_ab.path) + "---\n" + read_text(log_ba.path);
   INFO(both);
   const int written = (WIFEXITED(st_ab) && WEXITSTATUS(st_ab) == 0) + (WIFEXITED(st_ba) && WEXITSTATUS(st_ba) == 0);
   CHECK(written >= 1);
@@ -173,7 +162,7 @@ TEST_CASE("two deploys of one set in opposite orders: one writes it, the other i
 }
 
 TEST_CASE("one namespace given twice, under any spelling, is refused as such", "[deploy][stripe][lock]") {
-  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  skip_without_gpunvme_bin();
   TwoMembers t;
   REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + ",size=16M").rc == 0);
   const std::string dir = t.a.path.substr(0, t.a.path.rfind('/')), base = t.a.path.substr(t.a.path.rfind('/') + 1);
