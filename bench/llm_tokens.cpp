@@ -33,6 +33,7 @@ namespace {
 const char* kUsage =
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
     "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
@@ -73,6 +74,13 @@ const char* kUsage =
     "                 the layer's reads (off); default auto (on where the CUDA driver has stream memory waits;\n"
     "                 the JSON's \"expert_overlap\" says which ran). The logits are the same either way\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
+    "  --queues N     the engine's GPU-driven NVMe queues (default 8; the engine's own default is 4): the\n"
+    "                 streamer's, and as many again for the expert fetcher; the emulated controller gets one\n"
+    "                 thread per queue (2N for one namespace, N per striped member). One thread copies about\n"
+    "                 3.4 GB/s on the H100 machine, so with 4 the emulator itself, not the modeled drive, capped\n"
+    "                 a pcie5 (14.7 GB/s) cell at 70-97 %; with 8 the 70B pcie5 cell reached 100 %\n"
+    "  --emu-opts KEYS  extra keys for every cell's emulated controllers, e.g. poll=spin (the README's\n"
+    "                 emulator grammar; drive= and threads= come from --drives and --queues)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
     "the mmap loader reads the member images through the set's layout (one memcpy worker, each member paced\n"
     "as its own drive). MoE experts are not fetched from a striped set (give a VRAM budget that holds them).\n";
@@ -158,6 +166,8 @@ struct Cell {
   std::string model, budget, drive, mode, prefetch = "-", error;
   llm::ExecStats stats;
   uint32_t members = 1;  // drives striped over
+  uint32_t queues = 0;   // the engine's GPU queues (--queues)
+  std::string emu_opts;  // --emu-opts, as given
   double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
   double emu_tps = 0;  // the same cell with drive none (0: not measured)
   double lower_tps() const { return emu_tps > 0 && emu_tps < bound_tps ? emu_tps : bound_tps; }
@@ -166,23 +176,34 @@ struct Cell {
   uint64_t logits_hash = 0;
 };
 
+// What every cell of a run shares (the command line's settings).
+struct RunSettings {
+  std::optional<bool> overlap;  // --expert-overlap; nullopt: the engine's auto
+  uint32_t warmup = 1, tokens = 3, slots = 2;
+  uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
+  std::string emu_opts;  // extra emulator keys for every cell's controllers (",poll=spin")
+  double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
+};
+
 Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
-              const std::string& mode, const std::string& prefetch, std::optional<bool> overlap, uint32_t warmup,
-              uint32_t tokens, uint32_t slots, double h2d) {
+              const std::string& mode, const std::string& prefetch, const RunSettings& rs) {
+  const uint32_t warmup = rs.warmup, tokens = rs.tokens;
   Cell c{m.file->model_name(), budget.text, drive, mode};
   c.prefetch = prefetch;
   c.members = uint32_t(images.size());
+  c.queues = rs.queues;
+  c.emu_opts = rs.emu_opts.empty() ? "" : rs.emu_opts.substr(1);
   const std::set<pid_t> before = thread_ids();
   // The drive's controller: its threads are the emulated drive's work, not the engine's. One controller
-  // thread per queue of the engine (4 for the streamer, 4 more for the expert fetcher), as bench/layer_stream
-  // gives: with the emulator's default of one thread the emulator itself, not the modeled drive, capped
-  // streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap reached 85 %).
-  // A striped set: one controller per member, 4 threads each (its streamer's 4 queues; MoE experts are
-  // not fetched from a set).
+  // thread per queue of the engine (--queues for the streamer, as many again for the expert fetcher), as
+  // bench/layer_stream gives: with the emulator's default of one thread the emulator itself, not the
+  // modeled drive, capped streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap
+  // reached 85 %). A striped set: one controller per member, one thread per streamer queue (MoE experts
+  // are not fetched from a set).
   std::vector<std::unique_ptr<host::Controller>> ctrls;
-  const std::string threads = images.size() > 1 ? "4" : "8";
+  const std::string threads = std::to_string(images.size() > 1 ? rs.queues : 2 * rs.queues);
   for (const std::string& image : images)
-    ctrls.push_back(host::open_controller("emu:" + image + ",drive=" + drive + ",threads=" + threads, {}, host::Access::kReadOnly));
+    ctrls.push_back(host::open_controller("emu:" + image + ",drive=" + drive + ",threads=" + threads + rs.emu_opts, {}, host::Access::kReadOnly));
   std::vector<host::Controller*> raw;
   for (auto& x : ctrls) raw.push_back(x.get());
   std::vector<pid_t> drive_threads;
@@ -191,9 +212,10 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   llm::GpuExecOptions o;
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;
-  o.slots = slots;
+  o.slots = rs.slots;
+  o.queues = rs.queues;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
-  o.expert_overlap = overlap;
+  o.expert_overlap = rs.overlap;
   if (mode == "mmap") {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
     o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer); };
@@ -221,7 +243,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   c.tokens = tokens;
   c.logits_hash = h;
   c.tps = c.seconds > 0 ? tokens / c.seconds : 0;
-  const double bound_s = c.stats.plan.bound_seconds(bench::ls::drive_read_bandwidth(drive) * double(c.members), h2d);
+  const double bound_s = c.stats.plan.bound_seconds(bench::ls::drive_read_bandwidth(drive) * double(c.members), rs.h2d);
   c.bound_tps = bound_s > 0 ? 1 / bound_s : 0;
   return c;
 }
@@ -230,14 +252,14 @@ std::string cell_json(const Cell& c, double h2d) {
   const auto& e = c.stats;
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"drives\":%u,\"mode\":%s,\"expert_prefetch\":%s,\"tokens\":%u,"
+                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"drives\":%u,\"queues\":%u,\"mode\":%s,\"expert_prefetch\":%s,\"tokens\":%u,"
                 "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
                 "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
                 "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
-                c.members, text::json_string(c.mode).c_str(), text::json_string(c.prefetch).c_str(), c.tokens,
+                c.members, c.queues, text::json_string(c.mode).c_str(), text::json_string(c.prefetch).c_str(), c.tokens,
                 c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
                 bench::ls::drive_read_bandwidth(c.drive) * c.members, e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
@@ -255,7 +277,7 @@ std::string cell_json(const Cell& c, double h2d) {
                   c.tps / c.lower_tps());
   else
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":null,\"efficiency_vs_lower\":null,");
-  return b + prefetch + emu + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  return b + prefetch + emu + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
@@ -298,12 +320,26 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   const std::string overlap_arg = args.get("expert-overlap", "auto");
   if (overlap_arg != "auto" && overlap_arg != "on" && overlap_arg != "off")
     throw cli::UsageError("--expert-overlap: '" + overlap_arg + "' is not auto, on or off");
-  const std::optional<bool> overlap = overlap_arg == "auto" ? std::nullopt : std::optional<bool>(overlap_arg == "on");
-  const uint32_t tokens = args.get_u32("tokens", 3), warmup = args.get_u32("warmup", 1), slots = args.get_u32("slots", 2);
-  if (tokens == 0) throw cli::UsageError("--tokens must be at least 1");
+  RunSettings rs;
+  rs.overlap = overlap_arg == "auto" ? std::nullopt : std::optional<bool>(overlap_arg == "on");
+  rs.tokens = args.get_u32("tokens", 3);
+  rs.warmup = args.get_u32("warmup", 1);
+  rs.slots = args.get_u32("slots", 2);
+  rs.queues = args.get_u32("queues", 8);
+  if (args.has("emu-opts")) {
+    rs.emu_opts = args.get("emu-opts");
+    if (rs.emu_opts.empty()) throw cli::UsageError("--emu-opts is empty (e.g. poll=spin)");
+    if (rs.emu_opts.find_first_of("=") == std::string::npos) throw cli::UsageError("--emu-opts: '" + rs.emu_opts + "' has no key=value");
+    if (rs.emu_opts.find("drive=") != std::string::npos || rs.emu_opts.find("threads=") != std::string::npos)
+      throw cli::UsageError("--emu-opts: drive= and threads= are the cell's own (--drives, --queues)");
+    rs.emu_opts.insert(0, ",");
+  }
+  if (rs.tokens == 0) throw cli::UsageError("--tokens must be at least 1");
+  if (rs.queues == 0 || rs.queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets two threads a queue)");
   std::string why;
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
-  const double h2d = measure_h2d();
+  rs.h2d = measure_h2d();
+  const double h2d = rs.h2d;
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", h2d / 1e9);
   std::printf("%-22s %-10s %-7s %-8s %-4s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "pf",
               "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
@@ -334,7 +370,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
             if (pf == "off" && auto_ran_without) continue;
             Cell c;
             try {
-              c = run_cell(members, m, b, d, md, pf, overlap, warmup, tokens, slots, h2d);
+              c = run_cell(members, m, b, d, md, pf, rs);
               // The emulator's own ceiling for this cell: the same cell unthrottled, if it ran first.
               const auto cap = capacity.find(md + "/" + pf);
               if (d == "none") capacity[md + "/" + pf] = c.tps;
@@ -375,7 +411,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
       else rest.push_back(argv[i]);
     }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "tokens", "warmup", "slots", "json-out"}, {"help"});
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {"help"});
     if (args.has("help")) {
       std::printf("%s", kUsage);
       return 0;
