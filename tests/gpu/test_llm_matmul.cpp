@@ -5,6 +5,7 @@
 // single-token passes), and be the CPU's dot product up to float rounding.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
+#include <catch2/generators/catch_generators_range.hpp>
 
 #include <cuda_runtime.h>
 
@@ -20,6 +21,7 @@
 
 using namespace gpunvme;
 using namespace gpunvme::llm;
+using Catch::Generators::from_range;
 
 namespace {
 
@@ -39,12 +41,15 @@ struct DeviceArray {
   }
 };
 
+// Every weight type the kernels decode.
+const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
 }  // namespace
 
 TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every token", "[gpu][llm]") {
   REQUIRE_GPU();
-  const GgmlType t = GENERATE(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, n, mats; };
   const Shape sh = GENERATE(Shape{37, 512, 1, 1}, Shape{37, 512, 7, 1}, Shape{37, 512, 9, 1}, Shape{64, 256, 33, 1},
                             Shape{19, 8192, 5, 1}, Shape{9, 28672, 17, 1}, Shape{21, 768, 12, 3});
@@ -88,8 +93,7 @@ TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every toke
 // rows too wide to stage (the fallback), and k selected matrices of a stack in one launch.
 TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const GgmlType t = GENERATE(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, mats, count; };
   const Shape sh = GENERATE(Shape{37, 512, 1, 1}, Shape{4501, 256, 1, 1}, Shape{700, 1024, 4, 3}, Shape{3, 28672, 1, 1},
                             Shape{2, 65536, 1, 1});
@@ -126,8 +130,7 @@ TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][
 // product is 0 * x), so each must equal dequant_group's value on the CPU.
 TEST_CASE("matrix-vector kernel: the GPU dequantizes every weight to the CPU's value", "[gpu][llm]") {
   REQUIRE_GPU();
-  const GgmlType t = GENERATE(GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0,
-                              GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K);
+  const GgmlType t = GENERATE(from_range(kTypes));
   CAPTURE(gguf::ggml_type_name(uint32_t(t)));
   const uint32_t rows = 300, cols = 512;  // two K-quant super-blocks a row: every sub-block position
   std::mt19937 rng(uint32_t(t) + 99);
