@@ -9,6 +9,7 @@
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
@@ -165,31 +166,6 @@ __global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_byte
   float buf[kGroup];
   dequant_group(t, table + uint64_t(ids[blockIdx.y]) * row_bytes, g, buf);
   for (int l = 0; l < kGroup; ++l) x[g * kGroup + l] = buf[l] * scale;
-}
-
-// Mixtral-style routing, one thread: softmax over the router's logits, the top k (lowest id first on a
-// tie, as the CPU executor's stable sort), weights renormalised. ids[0..k) then weights as floats.
-__global__ void route_kernel(const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights) {
-  float mx = -INFINITY;
-  for (uint32_t e = 0; e < n_expert; ++e) mx = fmaxf(mx, logits[e]);
-  float sum = 0.0f;
-  for (uint32_t e = 0; e < n_expert; ++e) sum += expf(logits[e] - mx);
-  uint64_t taken[4] = {0, 0, 0, 0};
-  float wsum = 0.0f;
-  for (uint32_t j = 0; j < k; ++j) {
-    uint32_t best = 0;
-    float bp = -1.0f;
-    for (uint32_t e = 0; e < n_expert; ++e) {
-      if (taken[e / 64] >> (e % 64) & 1) continue;
-      const float p = expf(logits[e] - mx) / sum;
-      if (p > bp) { bp = p; best = e; }
-    }
-    taken[best / 64] |= 1ull << (best % 64);
-    ids[j] = best;
-    weights[j] = bp;
-    wsum += bp;
-  }
-  for (uint32_t j = 0; j < k; ++j) weights[j] /= wsum;
 }
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
@@ -371,8 +347,8 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
   const float* xn = xn_ + uint64_t(t) * E;
   matmul(s, l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, router_);
   float* weights = reinterpret_cast<float*>(experts_ + K);
-  route_kernel<<<1, 1, 0, s>>>(router_, c_.n_expert, K, experts_, weights);
   const gpu_stream_t gs = reinterpret_cast<gpu_stream_t>(s);
+  gpu_route(gs, router_, c_.n_expert, K, experts_, weights);
   if (!src) {
     gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
     gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
