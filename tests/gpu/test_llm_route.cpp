@@ -40,9 +40,10 @@ std::vector<float> make_logits(Logits kind, uint32_t n, uint32_t seed) {
       break;
     case Logits::kWithNaN: v[n / 2] = std::numeric_limits<float>::quiet_NaN(); break;
     case Logits::kAllEqual: std::fill(v.begin(), v.end(), 0.25f); break;
-    case Logits::kSeparated:  // distinct, 0.5 apart, shuffled: the top k are unambiguous
+    case Logits::kSeparated:  // distinct, 0.25 apart, shuffled: the top k are unambiguous (256 of them span
+                              // 64, so no probability underflows to a tie at 0)
       std::iota(v.begin(), v.end(), 0.0f);
-      for (float& x : v) x = x * 0.5f - float(n) * 0.25f;
+      for (float& x : v) x = x * 0.25f - float(n) * 0.125f;
       std::shuffle(v.begin(), v.end(), rng);
       break;
   }
