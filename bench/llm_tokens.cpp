@@ -335,7 +335,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     rs.emu_opts.insert(0, ",");
   }
   if (rs.tokens == 0) throw cli::UsageError("--tokens must be at least 1");
-  if (rs.queues == 0 || rs.queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets two threads a queue)");
+  if (rs.queues == 0 || rs.queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets up to two threads a queue)");
   std::string why;
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
   rs.h2d = measure_h2d();
