@@ -181,7 +181,7 @@ struct RunSettings {
   std::optional<bool> overlap;  // --expert-overlap; nullopt: the engine's auto
   uint32_t warmup = 1, tokens = 3, slots = 2;
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
-  std::string emu_opts;  // extra emulator keys for every cell's controllers (",poll=spin")
+  std::string emu_opts;  // extra emulator keys for every cell's controllers ("poll=spin"), as given
   double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
 };
 
@@ -192,7 +192,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   c.prefetch = prefetch;
   c.members = uint32_t(images.size());
   c.queues = rs.queues;
-  c.emu_opts = rs.emu_opts.empty() ? "" : rs.emu_opts.substr(1);
+  c.emu_opts = rs.emu_opts;
   const std::set<pid_t> before = thread_ids();
   // The drive's controller: its threads are the emulated drive's work, not the engine's. One controller
   // thread per queue of the engine (--queues for the streamer, as many again for the expert fetcher), as
@@ -203,7 +203,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   std::vector<std::unique_ptr<host::Controller>> ctrls;
   const std::string threads = std::to_string(images.size() > 1 ? rs.queues : 2 * rs.queues);
   for (const std::string& image : images)
-    ctrls.push_back(host::open_controller("emu:" + image + ",drive=" + drive + ",threads=" + threads + rs.emu_opts, {}, host::Access::kReadOnly));
+    ctrls.push_back(host::open_controller("emu:" + image + ",drive=" + drive + ",threads=" + threads + (rs.emu_opts.empty() ? "" : "," + rs.emu_opts), {}, host::Access::kReadOnly));
   std::vector<host::Controller*> raw;
   for (auto& x : ctrls) raw.push_back(x.get());
   std::vector<pid_t> drive_threads;
@@ -332,15 +332,13 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     if (rs.emu_opts.find_first_of("=") == std::string::npos) throw cli::UsageError("--emu-opts: '" + rs.emu_opts + "' has no key=value");
     if (rs.emu_opts.find("drive=") != std::string::npos || rs.emu_opts.find("threads=") != std::string::npos)
       throw cli::UsageError("--emu-opts: drive= and threads= are the cell's own (--drives, --queues)");
-    rs.emu_opts.insert(0, ",");
   }
   if (rs.tokens == 0) throw cli::UsageError("--tokens must be at least 1");
   if (rs.queues == 0 || rs.queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets up to two threads a queue)");
   std::string why;
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
   rs.h2d = measure_h2d();
-  const double h2d = rs.h2d;
-  std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", h2d / 1e9);
+  std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
   std::printf("%-22s %-10s %-7s %-8s %-4s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "pf",
               "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
@@ -387,7 +385,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
             errors += !c.error.empty();
             print_cell(c);
             if (json) {
-              const std::string j = cell_json(c, h2d);
+              const std::string j = cell_json(c, rs.h2d);
               std::fwrite(j.data(), 1, j.size(), json);
               std::fflush(json);
             }
