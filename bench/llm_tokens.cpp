@@ -33,7 +33,7 @@ namespace {
 const char* kUsage =
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
     "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
-    "                  [--queues N] [--emu-opts KEYS]\n"
+    "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
@@ -73,6 +73,11 @@ const char* kUsage =
     "  --expert-overlap  MoE: each expert kernel starts once the part it reads is in (on), or after all of\n"
     "                 the layer's reads (off); default auto (on where the CUDA driver has stream memory waits;\n"
     "                 the JSON's \"expert_overlap\" says which ran). The logits are the same either way\n"
+    "  --expert-window SIZE  MoE: bytes of a layer's expert reads in flight at once, issued in the order the\n"
+    "                 kernels use them (default: the engine's 8M, at least one read per queue; 0: all at once,\n"
+    "                 so they end together and the first expert kernel waits for nearly all of them)\n"
+    "  --expert-read SIZE  MoE: the largest read of an expert fetch (default: the engine's 256K; the drive's\n"
+    "                 MDTS caps it): smaller reads end in finer order, so the last expert kernel waits less\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
     "  --queues N     the engine's GPU-driven NVMe queues (default 8; the engine's own default is 4): the\n"
     "                 streamer's, and as many again for the expert fetcher; the emulated controller gets one\n"
@@ -179,6 +184,8 @@ struct Cell {
 // What every cell of a run shares (the command line's settings).
 struct RunSettings {
   std::optional<bool> overlap;  // --expert-overlap; nullopt: the engine's auto
+  std::optional<uint64_t> window;  // --expert-window; nullopt: the engine's
+  std::optional<uint64_t> read_bytes;  // --expert-read; nullopt: the engine's
   uint32_t warmup = 1, tokens = 3, slots = 2;
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
   std::string emu_opts;  // extra emulator keys for every cell's controllers ("poll=spin"), as given
@@ -216,6 +223,8 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.queues = rs.queues;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
   o.expert_overlap = rs.overlap;
+  o.expert_window_bytes = rs.window;
+  o.expert_read_bytes = rs.read_bytes;
   if (mode == "mmap") {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
     o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer); };
@@ -270,6 +279,8 @@ std::string cell_json(const Cell& c, double h2d) {
   std::string prefetch;
   if (e.has_experts)
     prefetch = std::string("\"expert_overlap\":") + (e.expert_overlap ? "true," : "false,") +
+               "\"expert_window_bytes\":" + std::to_string(e.expert_window_bytes) + "," +
+               "\"expert_read_bytes\":" + std::to_string(e.expert_read_bytes) + "," +
                llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + ",";
   char emu[160];
   if (c.emu_tps > 0)
@@ -326,6 +337,11 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   rs.warmup = args.get_u32("warmup", 1);
   rs.slots = args.get_u32("slots", 2);
   rs.queues = args.get_u32("queues", 8);
+  if (args.has("expert-window")) rs.window = args.get_size("expert-window", 0);
+  if (args.has("expert-read")) {
+    rs.read_bytes = args.get_size("expert-read", 0);
+    if (*rs.read_bytes < 4096 || *rs.read_bytes > (1ull << 30)) throw cli::UsageError("--expert-read must be 4K to 1G");
+  }
   if (args.has("emu-opts")) {
     rs.emu_opts = args.get("emu-opts");
     if (rs.emu_opts.empty()) throw cli::UsageError("--emu-opts is empty (e.g. poll=spin)");
@@ -409,7 +425,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
       else rest.push_back(argv[i]);
     }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {"help"});
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {"help"});
     if (args.has("help")) {
       std::printf("%s", kUsage);
       return 0;

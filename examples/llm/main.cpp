@@ -29,7 +29,8 @@ namespace {
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
     "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
-    "           [--expert-prefetch on|off] [--expert-overlap on|off]\n"
+    "           [--expert-prefetch on|off] [--expert-overlap on|off] [--expert-window SIZE]\n"
+    "           [--expert-read SIZE]\n"
     "           [--ctx N] [--path auto|gpu|cpu] [--batch N] [--draft none|lookup --draft-k K]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
@@ -62,6 +63,11 @@ const char* kUsage =
     "  --expert-overlap on|off  MoE, GPU path: each expert kernel starts once the part it reads is in, while\n"
     "                      the layer's other reads still stream (default: on where the CUDA driver has stream\n"
     "                      memory waits); off: the expert kernels start after all of the layer's reads\n"
+    "  --expert-window SIZE MoE, GPU path: bytes of a layer's expert reads in flight at once, issued in the\n"
+    "                      order the expert kernels use them so that they also end in that order (default 8M,\n"
+    "                      at least one read per queue; 0: all at once, which end together)\n"
+    "  --expert-read SIZE  MoE, GPU path: the largest read of an expert fetch (default 256K, 4K to 1G; the\n"
+    "                      drive's MDTS caps it): smaller reads end in finer order\n"
     "  --ctx N             context length to allocate (default: prompt + n)\n"
     "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
     "  --batch N           prompt tokens per pass over the layers (default 512): each layer is read once for\n"
@@ -127,6 +133,11 @@ void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOption
   if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
   o.expert_prefetch = on_off(args, "expert-prefetch");
   o.expert_overlap = on_off(args, "expert-overlap");
+  if (args.has("expert-window")) o.expert_window_bytes = args.get_size("expert-window", 0);
+  if (args.has("expert-read")) {
+    o.expert_read_bytes = args.get_size("expert-read", 0);
+    if (*o.expert_read_bytes < 4096 || *o.expert_read_bytes > (1ull << 30)) throw cli::UsageError("--expert-read must be 4K to 1G");
+  }
 }
 
 // The text of a token for the terminal: control bytes escaped, so a model cannot forge terminal
@@ -187,6 +198,8 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
                   (unsigned long long)e.lag.wasted_bytes);
     j += b;
     j += std::string("\"overlap\":") + (e.expert_overlap ? "true," : "false,");
+    j += "\"window_bytes\":" + std::to_string(e.expert_window_bytes) + ",";
+    j += "\"read_bytes\":" + std::to_string(e.expert_read_bytes) + ",";
     j += llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + "},";
   }
   j += "\"recovery\":" + host::recovery_json(e.recovery) + ",";
@@ -335,7 +348,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "expert-prefetch", "expert-overlap", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
+                          "logits-out", "expert-cache", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
                          {"help", "ignore-eos"}, {"device"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

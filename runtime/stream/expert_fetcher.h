@@ -39,6 +39,12 @@ struct FetcherOptions {
   uint32_t max_command_bytes = 0;      // further cap below MDTS
   bool gpu_mapped = true;
   uint32_t warmup_tokens = 0;  // steady-state metrics start after this many fetches (0: once the cache is full)
+  // GPU fetcher: about this many bytes of a fetch's reads in flight at once (rounded up to one command
+  // per queue), issued in the order the consumer reads them; 0: as many as the queues take. All reads at
+  // once end together (a drive, or the emulator, shares its bandwidth among them): the consumer's first
+  // expert would wait for nearly the whole fetch. A window of a few times the drive's bandwidth-delay
+  // product keeps the drive busy and lets the reads end in order (gpu_expert_fetcher.h).
+  uint64_t read_window_bytes = 8ull << 20;
 };
 
 struct FetchedPart {
@@ -80,6 +86,11 @@ struct PrefetchMetrics {
   // [layer]: GPU time from the kernel before each fetch (routing done) to its experts' reads done,
   // including any wait for a prefetch still reading; summed over all fetches.
   std::vector<double> stall_seconds;
+  // [layer]: the part of the stall spent reading: from the reads written (the place kernel's end) to
+  // the last one done. The rest is the wait for the previous fetch's reads, placement and launches.
+  std::vector<double> read_seconds;
+  // [layer]: from the reads done to the consumer's kernels done (GpuExpertFetcher::consumed()).
+  std::vector<double> tail_seconds;
 };
 
 class ExpertFetcher {

@@ -81,6 +81,12 @@ struct GpuFetcherState {
   // Stall: from routing done (stall_begin on the consumer's stream) to the fetch's reads done.
   unsigned long long stall_t0 = 0;
   unsigned long long* stall_ns = nullptr;  // [n_layers]
+  // The reads' part of the stall: from the place kernel's end (the reads are written) to the reads done.
+  unsigned long long reads_t0 = 0;
+  unsigned long long* read_ns = nullptr;   // [n_layers]
+  // After the reads: from the last demand fetch's reads done to its consumer's kernels done (consumed()).
+  unsigned long long reads_end = 0;
+  unsigned long long* tail_ns = nullptr;   // [n_layers]
 };
 
 namespace {
@@ -381,6 +387,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
   const FetchCounts n = write_reads(s, t, layer, count, token);
   if (lane == 0) finish_fetch(s, t, which, count, n, steady);
   publish_ready_parts(t, n_ids, token, false);
+  if (lane == 0 && which == kDemand) s.reads_t0 = device::global_timer_ns();
 }
 
 // A read of the fetch ended (success or final error): the last of its projection sets that
@@ -399,8 +406,12 @@ __device__ void read_ended(const FetchTable& t, const FetchCmd& c, nvme::Status 
   if (expert_done && *const_cast<volatile uint32_t*>(&e.failed) == 0) *const_cast<volatile uint32_t*>(&e.ready) = token;
 }
 
-// One warp per queue: the reads placed above, each ending in read_ended().
-__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t which, device::DeviceBuffer dst) {
+// One warp per queue: the reads placed above, each ending in read_ended(); at most `depth` in flight
+// per queue (0: the launch's depth). Queue w takes reads w, w + queues, ...: with a small depth the
+// queues move through the list side by side, so the reads end roughly in the list's order.
+__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t which, device::DeviceBuffer dst,
+                           uint32_t depth) {
+  if (depth != 0 && (launch.depth == 0 || depth < launch.depth)) launch.depth = depth;  // launch: 0 = the ring's
   const uint32_t w = blockIdx.x;
   if (w >= launch.queue_count) return;
   const FetchTable* t = &S->table[which];
@@ -422,7 +433,15 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
 // Stall of a demand fetch on its stream: from the kernel before it (routing done) to its reads done.
 __global__ void stall_begin(GpuFetcherState* S) { S->stall_t0 = device::global_timer_ns(); }
 __global__ void stall_end(GpuFetcherState* S, uint32_t layer) {
-  S->stall_ns[layer] += device::global_timer_ns() - S->stall_t0;
+  const unsigned long long now = device::global_timer_ns();
+  S->reads_end = now;
+  S->stall_ns[layer] += now - S->stall_t0;
+  if (S->reads_t0 >= S->stall_t0) S->read_ns[layer] += now - S->reads_t0;  // not after a failed placement
+}
+
+__global__ void consumed_clock(GpuFetcherState* S, uint32_t layer) {
+  const unsigned long long now = device::global_timer_ns(), end = *const_cast<volatile unsigned long long*>(&S->reads_end);
+  if (now > end) S->tail_ns[layer] += now - end;
 }
 
 template <class T>
@@ -490,6 +509,11 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   const uint64_t max_cmds = max_cmds_per_expert * options_.max_experts_per_fetch;
   if (max_cmds > 0xFFFFFFFFull) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: too many reads per fetch");
   max_commands_ = uint32_t(max_cmds);
+  max_blocks_ = max_blocks;
+  if (options_.read_window_bytes != 0) {
+    const uint64_t per_round = uint64_t(submitter.queue_count()) * max_blocks * lba_bytes_;  // one read per queue
+    read_depth_ = uint32_t(std::clamp<uint64_t>((options_.read_window_bytes + per_round - 1) / per_round, 1, 1u << 16));
+  }
   host::DmaOptions mem{host::HugePages::kAuto};
   mem.gpu_mapped = true;
   scratch_ = host::DmaBuffer(controller.transport(), scratch_bytes, mem);
@@ -530,6 +554,8 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   part_ready_ = st.table[kDemand].part_ready;
   open_overlap();
   st.stall_ns = device_copy(allocations_, std::vector<unsigned long long>(catalog_.n_layers, 0));
+  st.read_ns = device_copy(allocations_, std::vector<unsigned long long>(catalog_.n_layers, 0));
+  st.tail_ns = device_copy(allocations_, std::vector<unsigned long long>(catalog_.n_layers, 0));
   result_ = st.table[kDemand].result;
   experts_ = st.table[kDemand].experts;
   selection_ = st.table[kDemand].selection;
@@ -592,7 +618,7 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
   const device::DeviceBuffer dst = scratch_map_->get();
   const uint64_t t = submitter_.issue_kernel(
       stream,
-      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count, 32, 0, cu(stream)>>>(l, state, which, dst); },
+      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count, 32, 0, cu(stream)>>>(l, state, which, dst, read_depth_); },
       [state, layer, which](uint64_t g) {
         GpuFetcherState st;
         FetchCmd c;
@@ -671,6 +697,12 @@ void GpuExpertFetcher::wait_part(uint32_t k, model::Projection proj, cuda_stream
                           CU_STREAM_WAIT_VALUE_GEQ);
   if (r != CUDA_SUCCESS)
     throw Error(ErrorKind::kIo, "GPU expert fetcher: cuStreamWaitValue32 failed (CUresult " + std::to_string(int(r)) + ")");
+}
+
+void GpuExpertFetcher::consumed(uint32_t layer, cuda_stream_t consumer) {
+  check_request(layer, 0);
+  consumed_clock<<<1, 1, 0, cu(consumer)>>>(state_, layer);
+  check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the tail clock");
 }
 
 void GpuExpertFetcher::prefetch(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream) {
@@ -753,6 +785,12 @@ PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
   check_cuda(cudaMemcpy(ns.data(), st.stall_ns, sizeof(unsigned long long) * ns.size(), cudaMemcpyDeviceToHost),
              "cudaMemcpy(stall clock)");
   for (unsigned long long v : ns) m.stall_seconds.push_back(double(v) * 1e-9);
+  check_cuda(cudaMemcpy(ns.data(), st.read_ns, sizeof(unsigned long long) * ns.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy(read clock)");
+  for (unsigned long long v : ns) m.read_seconds.push_back(double(v) * 1e-9);
+  check_cuda(cudaMemcpy(ns.data(), st.tail_ns, sizeof(unsigned long long) * ns.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy(tail clock)");
+  for (unsigned long long v : ns) m.tail_seconds.push_back(double(v) * 1e-9);
   return m;
 }
 

@@ -7,8 +7,10 @@
 //      fetch; without a cache the experts are packed with cumulative offsets), writes the result
 //      (GpuFetchResult + GpuFetchedExpert[]) and the reads. Validation, part offsets and sizes come
 //      from ExpertLayout (expert_layout.h), as for the CPU fetcher;
-//   2. pump (one warp per queue of the GpuSubmitter): issues the reads, and as the last read of an
-//      expert completes sets its `ready` word to the fetch's token (per-expert readiness).
+//   2. pump (one warp per queue of the GpuSubmitter): issues the reads in the order consumers read them
+//      (expert by expert, part by part), about FetcherOptions::read_window_bytes in flight, so that
+//      they also end in about that order; as the last read of an expert completes it sets the expert's
+//      `ready` word to the fetch's token (per-expert readiness).
 // A consumer kernel on the same stream (or any kernel polling `ready`) finds each expert's parts at
 // their scratchpad offsets through scratchpad().device().
 //
@@ -85,6 +87,10 @@ class GpuExpertFetcher {
   // the scratchpad (or its read failed: the expert's `failed` word says so). k < that fetch's n_ids.
   void wait_part(uint32_t k, model::Projection proj, cuda_stream_t consumer);
   bool can_overlap() const { return wait_value_ != nullptr; }
+  // Optional, on the consumer's stream after its kernels of the last fetch of `layer`: the time from
+  // that fetch's reads done to here goes into PrefetchMetrics::tail_seconds (the compute the reads
+  // did not hide).
+  void consumed(uint32_t layer, cuda_stream_t consumer);
   // Host: waits (bounded) for the latest fetch's reads; throws on a bad id, too many experts or a
   // failed read; returns the result as FetchedExpert (offsets, parts, hit).
   std::vector<FetchedExpert> wait();
@@ -98,6 +104,8 @@ class GpuExpertFetcher {
   const host::DmaBuffer& scratchpad() const { return scratch_; }
   uint64_t expert_slot_bytes() const { return expert_bytes_; }
   uint32_t cache_capacity() const { return capacity_; }
+  uint64_t read_window_bytes() const { return options_.read_window_bytes; }
+  uint64_t max_command_bytes() const { return uint64_t(max_blocks_) * lba_bytes_; }  // the largest read it issues
   // Copied from the device (synchronizes with the device).
   FetcherMetrics metrics() const;
   PrefetchMetrics prefetch_metrics() const;
@@ -127,6 +135,8 @@ class GpuExpertFetcher {
   uint32_t capacity_ = 0;
   uint32_t max_ids_ = 1024;
   uint32_t max_commands_ = 0;
+  uint32_t max_blocks_ = 0;          // blocks of its largest read (MDTS, the queues, options.max_command_bytes)
+  uint32_t read_depth_ = 0;           // reads in flight per queue (options.read_window_bytes); 0: the queues'
   host::DmaBuffer scratch_;
   std::unique_ptr<device::DeviceBufferMap> scratch_map_;
   GpuFetcherState* state_ = nullptr;  // device memory

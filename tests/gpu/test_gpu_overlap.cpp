@@ -2,7 +2,8 @@
 // fetcher's stream, and the consumer's stream waits per routing id and projection for the readiness
 // word of that part only. The consumer kernels check, with no spinning of their own, that the word
 // holds the fetch's token and that every byte of the part is the namespace's; a failed read still
-// ends the waits (the part is flagged failed, the host's wait() throws), in bounded time.
+// ends the waits (the part is flagged failed, the host's wait() throws), in bounded time. Any read
+// window (FetcherOptions::read_window_bytes) gives the same bytes.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -97,9 +98,13 @@ TEST_CASE("GPU expert fetcher, overlapped: every part is in place when its wait 
   const uint64_t seed = 57;
   rig.write_pattern(0, 40ull << 20, seed);
   const bool cached = GENERATE(true, false);
-  INFO((cached ? "with" : "without") << " a cache");
+  // The read window: the default (8 MiB: every read of a fetch here), one read per queue at a time
+  // (the reads end in the list's order), all at once.
+  const uint64_t window = GENERATE(stream::FetcherOptions{}.read_window_bytes, uint64_t(1), uint64_t(0));
+  INFO((cached ? "with" : "without") << " a cache, read window " << window);
   stream::FetcherOptions o;
   o.max_experts_per_fetch = kDistinct;
+  o.read_window_bytes = window;
   // Without a cache every fetch packs its experts at the scratchpad's start, over the bytes the
   // previous token's consumers read: the next fetch must wait for them (the routing event).
   o.cache_bytes = cached ? 10 * ((3 * (100 << 10)) + 3 * 4096) : 0;

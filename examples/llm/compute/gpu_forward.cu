@@ -363,6 +363,7 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
       glu_kernel<<<blocks_for(F, 128), 128, 0, s>>>(g, moe_up_ + uint64_t(k) * F, F, c_.act);
       launch_fetched(s, l.down_exps, src, k, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E);
     }
+    src->consumed(l.index, gs);
   }
   weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
 }

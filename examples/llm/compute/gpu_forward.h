@@ -36,6 +36,9 @@ class ExpertSource {
   // Before a kernel on `stream` reads routing id k's projection `proj`: a source whose reads may still
   // run when fetch() returns (an overlapped fetch) enqueues the wait for that part here.
   virtual void wait_part(uint32_t /*k*/, ::gpunvme::model::Projection /*proj*/, gpu_stream_t /*stream*/) {}
+  // After the last kernel on `stream` that reads the experts of the last fetch (for a clock of the
+  // compute the reads did not hide).
+  virtual void consumed(uint32_t /*layer*/, gpu_stream_t /*stream*/) {}
 };
 
 // The weights every token needs, resident on the GPU.

@@ -20,6 +20,12 @@
 
 namespace gpunvme::llm {
 
+// The expert fetcher's largest read by default: the expert kernels wait per part (gate, up, down of an
+// expert), so the reads must end in order and in pieces small enough that the last part waits for
+// little more than its own bytes. 256 KiB still moves a modeled drive's full bandwidth (the drives
+// reach it from 128 KiB) and is a few microseconds of the emulator's copying.
+inline constexpr uint64_t kExpertReadBytes = 256 << 10;
+
 struct ExecStats {
   uint64_t streamed_bytes = 0;   // read from the namespace during tokens (not at start)
   double io_seconds = 0;         // GPU time spent on those reads (sum over layers)
@@ -35,6 +41,8 @@ struct ExecStats {
   LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
   bool expert_overlap = false;   // the expert kernels computed on parts read while the rest streamed
+  uint64_t expert_window_bytes = 0;  // the fetcher's reads in flight (FetcherOptions::read_window_bytes; 0: all)
+  uint64_t expert_read_bytes = 0;    // its largest read (GpuExecOptions::expert_read_bytes)
   stream::PrefetchMetrics prefetch;  // what it did, and the fetches' stall time per layer
   host::RecoveryStats recovery;      // retries, aborts, resets behind the streamed and fetched reads (#15)
 };
@@ -89,6 +97,11 @@ struct GpuExecOptions {
   // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
   // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.
   std::optional<bool> expert_overlap;
+  // MoE: bytes of a layer's expert reads in flight at once, issued in the order the kernels use them
+  // (default: the fetcher's, FetcherOptions::read_window_bytes; 0: all at once).
+  std::optional<uint64_t> expert_window_bytes;
+  // MoE: the largest read of an expert fetch (default kExpertReadBytes; the drive's MDTS caps it too).
+  std::optional<uint64_t> expert_read_bytes;
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
   LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
 };

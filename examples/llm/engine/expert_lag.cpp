@@ -57,8 +57,10 @@ std::string prefetch_summary(bool on, const stream::PrefetchMetrics& p, const st
                    : std::snprintf(b, sizeof b, "expert prefetch: off; ");
   std::string s(b, size_t(std::max(n, 0)));
   std::snprintf(b, sizeof b,
-                "%llu post-routing faults; layers waited %.3f s for their experts (%.3f ms per fetch; most: layer %zu, %.3f s)",
-                (unsigned long long)fetch.faults, stall, fetch.tokens ? 1e3 * stall / double(fetch.tokens) : 0.0, worst,
+                "%llu post-routing faults; layers waited %.3f s for their experts (%.3f ms per fetch, %.3f ms of it reading; "
+                "most: layer %zu, %.3f s)",
+                (unsigned long long)fetch.faults, stall, fetch.tokens ? 1e3 * stall / double(fetch.tokens) : 0.0,
+                fetch.tokens ? 1e3 * total(p.read_seconds) / double(fetch.tokens) : 0.0, worst,
                 p.stall_seconds.empty() ? 0.0 : p.stall_seconds[worst]);
   return s + b;
 }
@@ -68,10 +70,12 @@ std::string prefetch_json(bool on, const stream::PrefetchMetrics& p, const strea
   std::snprintf(b, sizeof b,
                 "\"prefetch\":%s,\"prefetches\":%llu,\"prefetch_reads\":%llu,\"prefetch_bytes_read\":%llu,"
                 "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"prefetch_wasted_bytes\":%llu,"
-                "\"post_routing_faults\":%llu,\"stall_seconds\":%.6f,\"stall_seconds_per_layer\":[",
+                "\"post_routing_faults\":%llu,\"stall_seconds\":%.6f,\"stall_read_seconds\":%.6f,"
+                "\"compute_after_reads_seconds\":%.6f,\"stall_seconds_per_layer\":[",
                 on ? "true" : "false", (unsigned long long)p.prefetches, (unsigned long long)p.reads,
                 (unsigned long long)p.bytes_read, (unsigned long long)p.hits, (unsigned long long)p.wasted,
-                (unsigned long long)p.wasted_bytes, (unsigned long long)fetch.faults, total(p.stall_seconds));
+                (unsigned long long)p.wasted_bytes, (unsigned long long)fetch.faults, total(p.stall_seconds),
+                total(p.read_seconds), total(p.tail_seconds));
   std::string s = b;
   for (size_t i = 0; i < p.stall_seconds.size(); ++i) {
     std::snprintf(b, sizeof b, "%s%.6f", i ? "," : "", p.stall_seconds[i]);

@@ -66,11 +66,11 @@ struct DeviceCopy {
 class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
-                 uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<bool> overlap)
+                 uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<bool> overlap,
+                 std::optional<uint64_t> window, uint64_t read_bytes)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
-        fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
-                 stream::FetcherOptions{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes}),
+        fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map), fetcher_options(m, cache_bytes, window, read_bytes)),
         k_(m.config.n_expert_used),
         lag_(k_, fetched_expert_bytes(plan)),
         ids_(size_t(m.config.n_layer) * k_),
@@ -123,8 +123,13 @@ class FetchedExperts final : public ExpertSource {
   void wait_part(uint32_t k, model::Projection proj, gpu_stream_t s) override {
     if (overlap_) fetcher_.wait_part(k, proj, reinterpret_cast<stream::cuda_stream_t>(s));
   }
+  void consumed(uint32_t layer, gpu_stream_t s) override {
+    fetcher_.consumed(layer, reinterpret_cast<stream::cuda_stream_t>(s));
+  }
   bool prefetching() const { return prefetch_; }
   bool overlapped() const { return overlap_; }
+  uint64_t window_bytes() const { return fetcher_.read_window_bytes(); }
+  uint64_t read_bytes() const { return fetcher_.max_command_bytes(); }
   // After a token's kernels ran: its routed ids into the lag counters.
   void end_token(cudaStream_t s) {
     device::check_cuda(cudaMemcpyAsync(ids_.data(), log_, ids_.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "routing log");
@@ -141,6 +146,15 @@ class FetchedExperts final : public ExpertSource {
   void wait() { fetcher_.wait(); }
 
  private:
+  static stream::FetcherOptions fetcher_options(const ModelOnDevice& m, uint64_t cache_bytes, std::optional<uint64_t> window,
+                                                uint64_t read_bytes) {
+    if (read_bytes == 0 || read_bytes > 0xFFFFFFFFull)
+      throw std::runtime_error("the expert fetcher's largest read must be 1 byte to 4 GiB (got " + std::to_string(read_bytes) + ")");
+    stream::FetcherOptions o{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes,
+                             .max_command_bytes = uint32_t(read_bytes)};
+    if (window) o.read_window_bytes = *window;
+    return o;
+  }
   // One expert's bytes for each layer whose experts are fetched, 0 for the others.
   static std::vector<uint64_t> fetched_expert_bytes(const ResidencyPlan& p) {
     std::vector<uint64_t> b(p.layers.size(), 0);
@@ -185,7 +199,8 @@ class GpuExecutor final : public Executor {
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
                                                   o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch,
-                                                  o.expert_overlap);
+                                                  o.expert_overlap, o.expert_window_bytes,
+                                                  o.expert_read_bytes.value_or(kExpertReadBytes));
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
       std::vector<ByteRange> ranges;
       for (const LayerWeights& l : m_.weights.layers)
@@ -300,6 +315,8 @@ class GpuExecutor final : public Executor {
       s.lag = experts_->lag();
       s.expert_prefetch = experts_->prefetching();
       s.expert_overlap = experts_->overlapped();
+      s.expert_window_bytes = experts_->window_bytes();
+      s.expert_read_bytes = experts_->read_bytes();
       s.prefetch = experts_->prefetch_metrics();
       s.recovery += experts_->recovery();
     }
