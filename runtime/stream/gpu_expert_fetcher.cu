@@ -33,7 +33,7 @@ struct FetchCmd {
   uint32_t blocks = 0;
   uint32_t sel = 0;
   uint32_t proj = 0;  // model::Projection of its part (< kProjectionWords)
-  uint32_t pad = 0;
+  uint16_t slice_first = 0, slice_last = 0;  // the part's slices its bytes overlap (gpu_fetch_types.h)
 };
 
 struct DeviceFetchMetrics {
@@ -50,8 +50,8 @@ struct FetchTable {
   uint32_t* selection = nullptr;        // [max_ids]
   FetchCmd* cmds = nullptr;             // [max_commands]
   uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
-  uint32_t* part_remaining = nullptr;   // [max_experts * kProjectionWords] the same per projection
-  uint32_t* part_ready = nullptr;       // [max_ids * kProjectionWords] per routing id (gpu_fetch_types.h)
+  uint32_t* part_remaining = nullptr;   // [max_experts * kReadyWordsPerId] the same per projection and slice
+  uint32_t* part_ready = nullptr;       // [max_ids * kReadyWordsPerId] per routing id (gpu_fetch_types.h ready_word)
   uint32_t n_ids = 0;                   // routing ids of the fetch (selection's entries)
   uint32_t ncmds = 0;
   uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
@@ -235,7 +235,7 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
     const uint64_t base = ex[d].offset;
     const bool fault = !ex[d].hit;
     uint32_t mine = 0;
-    if (lane < kProjectionWords) t.part_remaining[d * kProjectionWords + lane] = 0;
+    for (uint32_t i = lane; i < kReadyWordsPerId; i += 32) t.part_remaining[d * kReadyWordsPerId + i] = 0;
     __syncwarp();
     for (uint32_t p = p0; p < p1; ++p) {
       const GpuPart part = s.parts[p];
@@ -247,6 +247,7 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
       }
       if (!fault) continue;
       const uint32_t chunks = (part.blocks + s.max_blocks - 1) / s.max_blocks;
+      const uint64_t slice = part_slice_bytes(part.bytes);
       for (uint32_t c = lane; c < chunks; c += 32) {
         const uint64_t b0 = uint64_t(c) * s.max_blocks;
         FetchCmd cmd;
@@ -255,9 +256,18 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
         cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
         cmd.sel = d;
         cmd.proj = part.proj;
+        // The part's bytes this read carries: [lo, hi) from the part's first byte (byte_in_first in).
+        const uint64_t lo = (b0 << s.lba_shift) > part.byte_in_first ? (b0 << s.lba_shift) - part.byte_in_first : 0;
+        const uint64_t end = ((b0 + cmd.blocks) << s.lba_shift) - part.byte_in_first;
+        const uint64_t hi = end < part.bytes ? end : part.bytes;
+        cmd.slice_first = uint16_t(lo / slice);
+        cmd.slice_last = uint16_t(hi > lo ? (hi - 1) / slice : lo / slice);
+        if (cmd.slice_last >= kMaxPartSlices) cmd.slice_last = kMaxPartSlices - 1;  // only a read past the part's end
+        if (cmd.slice_first > cmd.slice_last) cmd.slice_first = cmd.slice_last;
+        for (uint32_t x = cmd.slice_first; x <= cmd.slice_last; ++x)
+          atomicAdd(&t.part_remaining[d * kReadyWordsPerId + ready_word(0, part.proj, x)], 1u);
         t.cmds[n.commands + c] = cmd;
       }
-      if (lane == 0) t.part_remaining[d * kProjectionWords + part.proj] += chunks;
       n.commands += chunks;
       mine += chunks;
       n.bytes_read += uint64_t(part.blocks) << s.lba_shift;
@@ -280,9 +290,9 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
 __device__ void publish_ready_parts(const FetchTable& t, uint32_t n_ids, uint32_t token, bool error) {
   __syncwarp();  // lane 0's counters (write_reads) before the lanes read them
   __threadfence();  // the result and the experts' table before any word that says they are there
-  for (uint32_t i = threadIdx.x & 31u; i < n_ids * kProjectionWords; i += 32) {
-    const uint32_t k = i / kProjectionWords, proj = i % kProjectionWords;
-    if (error || t.part_remaining[t.selection[k] * kProjectionWords + proj] == 0)
+  for (uint32_t i = threadIdx.x & 31u; i < n_ids * kReadyWordsPerId; i += 32) {
+    const uint32_t k = i / kReadyWordsPerId, word = i % kReadyWordsPerId;
+    if (error || t.part_remaining[t.selection[k] * kReadyWordsPerId + word] == 0)
       *const_cast<volatile uint32_t*>(&t.part_ready[i]) = token;
   }
 }
@@ -390,19 +400,22 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
   if (lane == 0 && which == kDemand) s.reads_t0 = device::global_timer_ns();
 }
 
-// A read of the fetch ended (success or final error): the last of its projection sets that
-// projection's readiness word of every routing id naming its expert, the last of its expert the
+// A read of the fetch ended (success or final error): the last read of a slice of its projection sets
+// that slice's readiness word of every routing id naming its expert, the last of its expert the
 // expert's `ready` word (unless a read of it failed).
 __device__ void read_ended(const FetchTable& t, const FetchCmd& c, nvme::Status st, uint32_t token) {
   GpuFetchedExpert& e = t.experts[c.sel];
   if (!st.ok()) atomicCAS(&e.failed, 0u, uint32_t(st.field) | 0x10000u);
-  const bool part_done = atomicSub(&t.part_remaining[c.sel * kProjectionWords + c.proj], 1u) == 1u;
+  uint32_t done_slices = 0;  // bit x: slice x of the part has no read left
+  for (uint32_t x = c.slice_first; x <= c.slice_last; ++x)
+    if (atomicSub(&t.part_remaining[c.sel * kReadyWordsPerId + ready_word(0, c.proj, x)], 1u) == 1u) done_slices |= 1u << x;
   const bool expert_done = atomicSub(&t.remaining[c.sel], 1u) == 1u;
-  if (!part_done && !expert_done) return;
+  if (done_slices == 0 && !expert_done) return;
   __threadfence_system();  // the bytes and the failed flag before a word that says they are there
-  if (part_done)
-    for (uint32_t k = 0; k < t.n_ids; ++k)
-      if (t.selection[k] == c.sel) *const_cast<volatile uint32_t*>(&t.part_ready[k * kProjectionWords + c.proj]) = token;
+  for (uint32_t k = 0; done_slices != 0 && k < t.n_ids; ++k)
+    if (t.selection[k] == c.sel)
+      for (uint32_t x = c.slice_first; x <= c.slice_last; ++x)
+        if (done_slices & (1u << x)) *const_cast<volatile uint32_t*>(&t.part_ready[ready_word(k, c.proj, x)]) = token;
   if (expert_done && *const_cast<volatile uint32_t*>(&e.failed) == 0) *const_cast<volatile uint32_t*>(&e.ready) = token;
 }
 
@@ -485,6 +498,7 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   std::vector<uint32_t> part_first(1, 0);
   std::vector<GpuPart> parts;
   std::vector<uint64_t> packed(catalog_.parts.size(), 0);
+  slices_.assign(size_t(catalog_.n_layers) * kProjectionWords, 1);
   uint64_t max_cmds_per_expert = 0;
   for (size_t k = 0; k < catalog_.parts.size(); ++k) {
     const auto& ps = catalog_.parts[k];
@@ -500,6 +514,8 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
       g.bytes = ps[i].extent.byte_length;
       parts.push_back(g);
       cmds += (g.blocks + max_blocks - 1) / max_blocks;
+      uint32_t& sl = slices_[size_t(k / catalog_.n_experts) * kProjectionWords + g.proj];
+      sl = std::max(sl, stream::part_slices(g.bytes));
     }
     part_first.push_back(uint32_t(parts.size()));
     packed[k] = layout.packed_bytes(k);
@@ -547,9 +563,9 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
     t.selection = device_alloc<uint32_t>(allocations_, max_ids_);
     t.cmds = device_alloc<FetchCmd>(allocations_, max_commands_);
     t.remaining = device_alloc<uint32_t>(allocations_, options_.max_experts_per_fetch);
-    t.part_remaining = device_alloc<uint32_t>(allocations_, size_t(options_.max_experts_per_fetch) * kProjectionWords);
-    t.part_ready = device_alloc<uint32_t>(allocations_, size_t(max_ids_) * kProjectionWords);
-    check_cuda(cudaMemset(t.part_ready, 0, sizeof(uint32_t) * max_ids_ * kProjectionWords), "cudaMemset(part readiness)");
+    t.part_remaining = device_alloc<uint32_t>(allocations_, size_t(options_.max_experts_per_fetch) * kReadyWordsPerId);
+    t.part_ready = device_alloc<uint32_t>(allocations_, size_t(max_ids_) * kReadyWordsPerId);
+    check_cuda(cudaMemset(t.part_ready, 0, sizeof(uint32_t) * max_ids_ * kReadyWordsPerId), "cudaMemset(part readiness)");
   }
   part_ready_ = st.table[kDemand].part_ready;
   open_overlap();
@@ -634,6 +650,7 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
   if (which == kDemand) {
     ++demand_token_;
     last_ids_ = n_ids;
+    last_layer_ = layer;
   }
 }
 
@@ -683,15 +700,26 @@ void GpuExpertFetcher::fetch_overlapped(uint32_t layer, const uint32_t* device_i
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the stall clock");
 }
 
+uint32_t GpuExpertFetcher::part_slices(model::Projection proj) const {
+  if (uint32_t(proj) >= kProjectionWords) return 1;
+  return slices_[size_t(last_layer_) * kProjectionWords + uint32_t(proj)];
+}
+
 void GpuExpertFetcher::wait_part(uint32_t k, model::Projection proj, cuda_stream_t consumer) {
+  const uint32_t n = part_slices(proj);
+  for (uint32_t x = 0; x < n; ++x) wait_slice(k, proj, x, consumer);
+}
+
+void GpuExpertFetcher::wait_slice(uint32_t k, model::Projection proj, uint32_t slice, cuda_stream_t consumer) {
   if (!can_overlap()) throw Error(ErrorKind::kUnsupported, "GPU expert fetcher: wait_part() needs an overlapped fetch");
-  if (k >= last_ids_ || uint32_t(proj) >= kProjectionWords)
+  if (k >= last_ids_ || uint32_t(proj) >= kProjectionWords || slice >= kMaxPartSlices)
     throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: wait_part(" + std::to_string(k) + ", " +
-                                                 std::to_string(uint32_t(proj)) + ") names no part of the last fetch (" +
-                                                 std::to_string(last_ids_) + " routing ids)");
+                                                 std::to_string(uint32_t(proj)) + ", slice " + std::to_string(slice) +
+                                                 ") names no part of the last fetch (" + std::to_string(last_ids_) +
+                                                 " routing ids, " + std::to_string(kMaxPartSlices) + " slices at most)");
   using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
   const auto wait = reinterpret_cast<WaitValue32>(wait_value_);
-  const uint32_t* word = part_ready_ + size_t(k) * kProjectionWords + uint32_t(proj);
+  const uint32_t* word = part_ready_ + ready_word(k, uint32_t(proj), slice);
   // The front end waits, no SM spins: bounded, as every read ends (the pump's timeout fails the rest).
   const CUresult r = wait(reinterpret_cast<CUstream>(consumer), reinterpret_cast<CUdeviceptr>(word), demand_token_,
                           CU_STREAM_WAIT_VALUE_GEQ);

@@ -86,6 +86,12 @@ class GpuExpertFetcher {
   // Enqueues on `consumer` a wait until the last fetch's routing id k has its projection `proj` in
   // the scratchpad (or its read failed: the expert's `failed` word says so). k < that fetch's n_ids.
   void wait_part(uint32_t k, model::Projection proj, cuda_stream_t consumer);
+  // The same for slice `slice` of that part only: bytes [slice * B, (slice + 1) * B) of it, B =
+  // part_slice_bytes(part bytes) (gpu_fetch_types.h); waits for slices 0..s in turn let a kernel work
+  // on a large part's first rows while the rest stream. part_slices(proj): the slices of the last
+  // fetch's layer's parts of `proj` (the most of any of its experts; 1 below kMinSliceBytes).
+  void wait_slice(uint32_t k, model::Projection proj, uint32_t slice, cuda_stream_t consumer);
+  uint32_t part_slices(model::Projection proj) const;
   bool can_overlap() const { return wait_value_ != nullptr; }
   // Optional, on the consumer's stream after its kernels of the last fetch of `layer`: the time from
   // that fetch's reads done to here goes into PrefetchMetrics::tail_seconds (the compute the reads
@@ -98,7 +104,7 @@ class GpuExpertFetcher {
   const GpuFetchResult* device_result() const { return result_; }  // for kernels after fetch() on its stream
   const GpuFetchedExpert* device_experts() const { return experts_; }  // [max_experts_per_fetch]
   const uint32_t* device_selection() const { return selection_; }     // [n_ids]: distinct index of each id
-  const uint32_t* device_part_ready() const { return part_ready_; }   // [max_ids * kProjectionWords]
+  const uint32_t* device_part_ready() const { return part_ready_; }   // [max_ids * kReadyWordsPerId]: ready_word()
   uint32_t max_ids() const { return max_ids_; }
 
   const host::DmaBuffer& scratchpad() const { return scratch_; }
@@ -151,6 +157,8 @@ class GpuExpertFetcher {
   uint32_t* part_ready_ = nullptr;    // the demand fetch's readiness words (gpu_fetch_types.h)
   uint32_t demand_token_ = 0;         // the last demand fetch's token, as place_experts counts them
   uint32_t last_ids_ = 0;             // its routing ids
+  uint32_t last_layer_ = 0;           // and layer
+  std::vector<uint32_t> slices_;      // [layer * kProjectionWords + proj]: the most slices of a part
   std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
 };

@@ -3,14 +3,35 @@
 #pragma once
 #include <cstdint>
 
+#include "driver/compiler.h"
+
 namespace gpunvme::stream {
 
 inline constexpr uint32_t kMaxExpertParts = 4;  // gate, up, down (+ one spare: a split tensor)
-// Readiness words per routing id of an overlapped fetch (GpuExpertFetcher::fetch_overlapped), one per
-// model::Projection value (gate, up, down, gate+up): part_ready()[k * kProjectionWords + proj] equals
-// the fetch's token once every read of that projection of routing id k's expert ended (or it was a
-// cache hit, or the expert has no such part): a consumer may then read it, or find `failed` set.
+// Readiness words of an overlapped fetch (GpuExpertFetcher::fetch_overlapped): per routing id k, per
+// model::Projection value (gate, up, down, gate+up), per slice s of that part:
+// part_ready()[ready_word(k, proj, s)] equals the fetch's token once every read overlapping bytes
+// [s * B, (s + 1) * B) of the part ended, B = part_slice_bytes(part bytes) (or it was a cache hit, or
+// the expert has no such part or slice): a consumer may then read those bytes, or find `failed` set.
+// A part is sliced so that a kernel can start on its first rows while the rest still stream: the
+// product of a 33 MB Mixtral part waited for all of it, about 1 ms after the layer's last read.
 inline constexpr uint32_t kProjectionWords = 4;
+inline constexpr uint32_t kMaxPartSlices = 8;
+inline constexpr uint64_t kMinSliceBytes = 4ull << 20;  // smaller parts are one slice: a wait and a launch each
+inline constexpr uint32_t kReadyWordsPerId = kProjectionWords * kMaxPartSlices;
+
+GPUNVME_HD constexpr uint64_t part_slice_bytes(uint64_t part_bytes) {
+  const uint64_t even = (part_bytes + kMaxPartSlices - 1) / kMaxPartSlices;
+  return even > kMinSliceBytes ? even : kMinSliceBytes;
+}
+GPUNVME_HD constexpr uint32_t part_slices(uint64_t part_bytes) {
+  return part_bytes == 0 ? 1u : uint32_t((part_bytes + part_slice_bytes(part_bytes) - 1) / part_slice_bytes(part_bytes));
+}
+GPUNVME_HD constexpr uint32_t ready_word(uint32_t k, uint32_t proj, uint32_t slice) {
+  return (k * kProjectionWords + proj) * kMaxPartSlices + slice;
+}
+static_assert(part_slices(1) == 1 && part_slices(kMinSliceBytes) == 1 && part_slices(kMinSliceBytes + 1) == 2);
+static_assert(part_slices(33ull << 20) == 8 && part_slices(1ull << 40) == kMaxPartSlices);
 
 // One distinct selected expert of the current fetch, in first-seen order of the routing ids.
 struct GpuFetchedExpert {

@@ -73,13 +73,14 @@ __global__ void verify_experts(const stream::GpuFetchResult* result, const strea
 __global__ void verify_part(const stream::GpuFetchResult* result, const stream::GpuFetchedExpert* experts,
                             const uint32_t* selection, const uint32_t* part_ready, const uint8_t* scratch,
                             const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint32_t k, uint32_t proj,
-                            uint64_t seed, uint64_t* mismatches, uint64_t* failed) {
+                            uint64_t seed, uint64_t* mismatches, uint64_t* failed, uint32_t upto) {
   const bool first = blockIdx.x == 0 && threadIdx.x == 0;
   const stream::GpuFetchedExpert* e = experts + selection[k];
-  if (part_ready[k * stream::kProjectionWords + proj] != result->token) {
-    if (first) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), 1ull);
-    return;
-  }
+  for (uint32_t x = 0; x <= upto; ++x)
+    if (part_ready[stream::ready_word(k, proj, x)] != result->token) {
+      if (first) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), 1ull);
+      return;
+    }
   if (e->failed != 0) {
     if (first) atomicAdd(reinterpret_cast<unsigned long long*>(failed), 1ull);
     return;
@@ -88,7 +89,8 @@ __global__ void verify_part(const stream::GpuFetchResult* result, const stream::
   for (uint32_t p = 0; p < e->part_count; ++p) {
     if (e->part_proj[p] != proj) continue;
     const uint64_t ns = ns_offsets[(uint64_t(layer) * n_experts + e->expert) * 4 + p];
-    bad += count_bad(scratch + e->part_offset[p], ns, e->part_bytes[p], seed);
+    const uint64_t end = (upto + 1) * stream::part_slice_bytes(e->part_bytes[p]);
+    bad += count_bad(scratch + e->part_offset[p], ns, end < e->part_bytes[p] ? end : e->part_bytes[p], seed);
   }
   if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(mismatches), static_cast<unsigned long long>(bad));
 }
@@ -137,9 +139,9 @@ void enqueue_verify_part(stream::cuda_stream_t s, const stream::GpuFetchResult* 
                          const stream::GpuFetchedExpert* experts, const uint32_t* selection,
                          const uint32_t* part_ready, const uint8_t* scratch, const uint64_t* ns_offsets,
                          uint32_t layer, uint32_t n_experts, uint32_t k, uint32_t proj, uint64_t seed,
-                         uint64_t* mismatches, uint64_t* failed) {
+                         uint64_t* mismatches, uint64_t* failed, uint32_t upto) {
   verify_part<<<16, 256, 0, cu(s)>>>(result, experts, selection, part_ready, scratch, ns_offsets, layer, n_experts, k,
-                                     proj, seed, mismatches, failed);
+                                     proj, seed, mismatches, failed, upto);
   device::check_cuda(cudaGetLastError(), "verify_part launch");
 }
 

@@ -41,15 +41,16 @@ void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResul
                             const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint64_t seed,
                             uint64_t* mismatches);
 
-// Enqueues on `s` (after GpuExpertFetcher::wait_part(k, proj, s)): no waiting, the stream did it.
-// Checks that routing id k's readiness word for `proj` holds the fetch's token, then either counts
-// the expert as failed (*failed) or checks the bytes of its part(s) of that projection as
+// Enqueues on `s` (after GpuExpertFetcher::wait_part(k, proj, s), or wait_slice for slices 0..upto):
+// no waiting, the stream did it. Checks that routing id k's readiness words for `proj`, slices 0..upto,
+// hold the fetch's token, then either counts the expert as failed (*failed) or checks the bytes of its
+// part(s) of that projection up to the end of slice `upto` (gpu_fetch_types.h) as
 // enqueue_verify_experts does. Adds mismatching bytes (1 for a word not yet set) to *mismatches.
 void enqueue_verify_part(stream::cuda_stream_t s, const stream::GpuFetchResult* result,
                          const stream::GpuFetchedExpert* experts, const uint32_t* selection,
                          const uint32_t* part_ready, const uint8_t* scratch, const uint64_t* ns_offsets,
                          uint32_t layer, uint32_t n_experts, uint32_t k, uint32_t proj, uint64_t seed,
-                         uint64_t* mismatches, uint64_t* failed);
+                         uint64_t* mismatches, uint64_t* failed, uint32_t upto = stream::kMaxPartSlices - 1);
 
 // A ticket of `gpu` (GpuSubmitter::issue_kernel, gpu_ticket_pump.cuh) whose kernel builds its own
 // `count` reads on the GPU, no templates: read g takes `blocks` blocks at LBA (g * blocks) modulo

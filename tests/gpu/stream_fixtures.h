@@ -70,7 +70,8 @@ inline std::vector<VerifySpan> pieces_of(const stream::SlotView& v, uint32_t lba
 }
 
 // A synthetic MoE catalog: n_layers x n_experts experts of three slices with unaligned starts.
-inline stream::ExpertCatalog make_catalog(uint32_t n_layers, uint32_t n_experts, uint32_t lba, std::vector<uint64_t>* ns_offsets) {
+inline stream::ExpertCatalog make_catalog(uint32_t n_layers, uint32_t n_experts, uint32_t lba, std::vector<uint64_t>* ns_offsets,
+                                          uint64_t part_bytes = 96 << 10) {
   stream::ExpertCatalog c;
   c.n_layers = n_layers;
   c.n_experts = n_experts;
@@ -80,7 +81,7 @@ inline stream::ExpertCatalog make_catalog(uint32_t n_layers, uint32_t n_experts,
   for (uint32_t l = 0; l < n_layers; ++l)
     for (uint32_t e = 0; e < n_experts; ++e)
       for (uint32_t k = 0; k < 3; ++k) {
-        const uint64_t len = (96 << 10) + 257 * k + 31 * e;
+        const uint64_t len = part_bytes + 257 * k + 31 * e;
         const model::Projection proj = k == 0 ? model::Projection::kGate : k == 1 ? model::Projection::kUp
                                                                                   : model::Projection::kDown;
         c.parts[size_t(l) * n_experts + e].push_back({proj, model::byte_range_to_extent(off, len, lba, 0)});

@@ -27,18 +27,23 @@ using gpu::warp_max;
 using gpu::warp_sum;
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
-// offset the fetcher recorded for the k-th routing id. R rows per warp with x staged in shared memory
-// (gpu_rows.cuh); R = 0: a warp per row reading x from global memory (rows too wide to stage x for).
+// offset the fetcher recorded for the k-th routing id; rows [row_begin, row_begin + rows) of its
+// `total_rows` (a slice the fetcher said is in: gpu_fetch_types.h), into y[0, rows). R rows per warp
+// with x staged in shared memory (gpu_rows.cuh); R = 0: a warp per row reading x from global memory
+// (rows too wide to stage x for).
 template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks) matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
-                                      uint32_t rows, uint32_t cols, const float* x, float* y) {
+                                      uint32_t rows, uint32_t cols, const float* x, float* y, uint32_t row_begin,
+                                      uint32_t total_rows) {
   extern __shared__ float4 xs[];
   const stream::GpuFetchedExpert& e = ex[selection[k]];
   uint64_t off = ~0ull;
   for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
-    if (e.part_proj[p] == proj) off = e.part_offset[p];
-  if (off == ~0ull || e.failed != 0) {  // no such part, or its read failed: poison the output, read no garbage
+    if (e.part_proj[p] == proj && e.part_bytes[p] == uint64_t(total_rows) * row_bytes) off = e.part_offset[p] + uint64_t(row_begin) * row_bytes;
+  // No such part (or not the size the slices were cut for), or its read failed: poison the output,
+  // read no garbage.
+  if (off == ~0ull || e.failed != 0) {
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += gridDim.x * blockDim.x) y[i] = NAN;
     return;  // the whole block returns: every thread reads the same expert
   }
@@ -170,24 +175,39 @@ __global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_byte
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
-// Routing id k's projection `proj` (fetched by `src`) times x into y, after the wait for that part.
-void launch_fetched(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
-                    const float* x, float* y) {
-  gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
-  src->wait_part(k, proj, reinterpret_cast<gpu_stream_t>(s));
-  const gpu::StagedLaunch g = gpu::staged_launch(uint32_t(w.rows), uint32_t(w.cols), 1);
+// Rows [row_begin, row_begin + rows) of routing id k's projection `proj` times x into y + row_begin.
+void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
+                         const float* x, float* y, uint32_t row_begin, uint32_t rows) {
+  const gpu::StagedLaunch g = gpu::staged_launch(rows, uint32_t(w.cols), 1);
   gpu::with_weight_type(w.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto run = [&]<uint32_t R>(uint32_t blocks, uint32_t shared) {
       if constexpr (R > 0) gpu::allow_staged_shared<matvec_fetched_kernel<T, R>>();
       matvec_fetched_kernel<T, R><<<blocks, (R > 0 ? gpu::kStagedWarps : kRowsPerBlock) * 32, shared, s>>>(
-          src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), uint32_t(w.rows),
-          uint32_t(w.cols), x, y);
+          src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), rows, uint32_t(w.cols), x,
+          y + row_begin, row_begin, uint32_t(w.rows));
     };
-    if (!g.staged) run.template operator()<0>(blocks_for(w.rows, kRowsPerBlock), 0);
+    if (!g.staged) run.template operator()<0>(blocks_for(rows, kRowsPerBlock), 0);
     else if (g.two_rows) run.template operator()<2>(g.blocks, g.shared_bytes);
     else run.template operator()<1>(g.blocks, g.shared_bytes);
   });
+}
+
+// Routing id k's projection `proj` (fetched by `src`) times x into y, slice by slice: each launch after
+// the wait for its slice (the rows it reads end within slices 0..i, waited for in turn), so a large
+// part's first rows are multiplied while its last bytes still stream.
+void launch_fetched(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
+                    const float* x, float* y) {
+  gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
+  const uint64_t rb = w.row_bytes(), slice = stream::part_slice_bytes(rb * w.rows);
+  const uint32_t slices = src->part_slices(proj);  // the fetcher's; the kernel checks the part's size
+  uint32_t row = 0;
+  for (uint32_t i = 0; i < slices; ++i) {
+    src->wait_slice(k, proj, i, reinterpret_cast<gpu_stream_t>(s));
+    const uint32_t end = i + 1 == slices ? uint32_t(w.rows) : uint32_t(std::min<uint64_t>(w.rows, (i + 1) * slice / rb));
+    if (end > row) launch_fetched_rows(s, w, src, k, proj, x, y, row, end - row);
+    row = std::max(row, end);
+  }
 }
 
 template <class T>

@@ -33,9 +33,12 @@ class ExpertSource {
   virtual const uint8_t* scratch() const = 0;                     // device view of the scratchpad
   virtual const stream::GpuFetchedExpert* experts() const = 0;    // distinct experts of the last fetch
   virtual const uint32_t* selection() const = 0;                  // ids[k] -> index into experts()
-  // Before a kernel on `stream` reads routing id k's projection `proj`: a source whose reads may still
-  // run when fetch() returns (an overlapped fetch) enqueues the wait for that part here.
-  virtual void wait_part(uint32_t /*k*/, ::gpunvme::model::Projection /*proj*/, gpu_stream_t /*stream*/) {}
+  // Before a kernel on `stream` reads slice `slice` of routing id k's projection `proj` (bytes
+  // [slice * B, (slice + 1) * B) of it, B = stream::part_slice_bytes(its bytes)): a source whose reads
+  // may still run when fetch() returns (an overlapped fetch) enqueues the wait for that slice here.
+  // part_slices(proj): how many slices the last fetch's parts of `proj` have (1: wait for it whole).
+  virtual void wait_slice(uint32_t /*k*/, ::gpunvme::model::Projection /*proj*/, uint32_t /*slice*/, gpu_stream_t /*stream*/) {}
+  virtual uint32_t part_slices(::gpunvme::model::Projection /*proj*/) const { return 1; }
   // After the last kernel on `stream` that reads the experts of the last fetch (for a clock of the
   // compute the reads did not hide).
   virtual void consumed(uint32_t /*layer*/, gpu_stream_t /*stream*/) {}

@@ -29,6 +29,7 @@
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_lag.h"
+#include "examples/llm/engine/host_lead.h"
 #include "examples/llm/engine/ram_tier.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
@@ -120,9 +121,10 @@ class FetchedExperts final : public ExpertSource {
     if (!prefetch_ || !logged_[layer]) return;
     fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
-  void wait_part(uint32_t k, model::Projection proj, gpu_stream_t s) override {
-    if (overlap_) fetcher_.wait_part(k, proj, reinterpret_cast<stream::cuda_stream_t>(s));
+  void wait_slice(uint32_t k, model::Projection proj, uint32_t slice, gpu_stream_t s) override {
+    if (overlap_) fetcher_.wait_slice(k, proj, slice, reinterpret_cast<stream::cuda_stream_t>(s));
   }
+  uint32_t part_slices(model::Projection proj) const override { return overlap_ ? fetcher_.part_slices(proj) : 1; }
   void consumed(uint32_t layer, gpu_stream_t s) override {
     fetcher_.consumed(layer, reinterpret_cast<stream::cuda_stream_t>(s));
   }
@@ -172,7 +174,7 @@ class FetchedExperts final : public ExpertSource {
   std::vector<bool> logged_;   // [layer]: the log holds a fetch of it (a prediction exists)
   uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
   bool prefetch_ = false;
-  bool overlap_ = false;  // fetch_overlapped + wait_part (gpu_expert_fetcher.h)
+  bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
 };
 
@@ -230,6 +232,7 @@ class GpuExecutor final : public Executor {
   std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
     fwd_->embed(tokens, pos0);
     for (const LayerWeights& l : m_.weights.layers) {
+      lead_.before_layer();
       const LayerPlacement& at = plan_.layers[l.index];
       ExpertSource* experts = at.experts_in_vram ? nullptr : experts_.get();
       if (experts) experts_->prefetch(l.index);
@@ -256,6 +259,7 @@ class GpuExecutor final : public Executor {
         ++consumed_;
         begin_next();
       }
+      lead_.after_layer(compute_);
     }
     const std::span<const float> logits = fwd_->logits(all_logits);
     // The logits are on the host, so every layer of this pass was consumed: a load that failed (its
@@ -479,10 +483,14 @@ class GpuExecutor final : public Executor {
   // GPU memory kept free when the VRAM budget is the default: the CUDA context's growth, the queues,
   // the fetcher's tables, the kernels' launch state.
   static constexpr uint64_t kVramReserve = 512ull << 20;
+  // Layers the host enqueues ahead of the GPU (host_lead.h): a few hundred pending operations at most,
+  // and a fetched layer's worth of work queued while the host wakes.
+  static constexpr uint32_t kHostLeadLayers = 4;
 
   const ModelOnDevice& m_;
   ResidencyPlan plan_;
   cudaStream_t io_stream_ = nullptr, compute_ = nullptr;
+  HostLead lead_{kHostLeadLayers};
   std::unique_ptr<DeviceCopy> embd_, norm_, out_;
   std::vector<std::unique_ptr<DeviceCopy>> vram_;  // [layer]: the VRAM tier's copies
   struct CudaFree {
