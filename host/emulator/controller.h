@@ -90,6 +90,11 @@ class EmulatedController final : public host::Transport {
   struct alignas(64) QueueCounter {
     std::atomic<uint64_t> n{0};
   };
+  // A batch of commands (io.cpp, io_paced.cpp) also ends once it moved this many bytes, so that its
+  // CQEs are posted before the thread copies more: one thread copies a few GB/s, and a batch of large
+  // reads held every completion until the last copy, so a burst of reads ended all together (a drive
+  // completes each command on its own).
+  static constexpr uint64_t kBatchBytes = 128 << 10;
   struct IoContext {
     unsigned index = 0;
     ThreadCounters* counters = nullptr;

@@ -148,12 +148,13 @@ size_t EmulatedController::serve_sq(SqState& sq, CqState& cq, IoContext& ctx) {
   uint64_t reads = 0, writes = 0, bytes_read = 0, bytes_written = 0, errors = 0;
   uint16_t status[kBatch];
   while (todo > 0) {
-    const uint32_t n = std::min(todo, kBatch);
-    // The whole batch is fetched before any CQE is visible: SQHD reports the batch's end in all.
-    const uint16_t sqhd = uint16_t(nvme::ring_advance(head, n, entries));
+    const uint32_t most = std::min(todo, kBatch);
     const uint32_t first = cq.prod.tail;
     uint32_t ci = first;
-    for (uint32_t i = 0; i < n; ++i) {
+    uint32_t n = 0;
+    uint64_t moved = 0;  // bytes copied (a null namespace moves none): the batch ends at kBatchBytes
+    while (n < most && moved < kBatchBytes) {
+      const uint32_t i = n++;
       const nvme::SubmissionEntry& e = ring[head];
       head = nvme::ring_next(head, entries);
       uint32_t dw0 = 0;
@@ -186,17 +187,20 @@ size_t EmulatedController::serve_sq(SqState& sq, CqState& cq, IoContext& ctx) {
         st = r.status;
         dw0 = r.dw0;
         if (st != 0) log_error(sqid, e.cid, st, r.nsid, r.lba);
+        else if (op == nvme::nvm_op::kRead || op == nvme::nvm_op::kWrite) moved += uint64_t(nvme::rw_nblocks(e)) << fast[nsx].shift;
       }
       errors += st != 0;
       status[i] = st;
       nvme::CompletionEntry* c = cring + ci;
       c->dw0 = dw0;
       c->dw1 = 0;
-      c->sqhd = sqhd;
       c->sqid = sqid;
       c->cid = e.cid;
       ci = nvme::ring_next(ci, centries);
     }
+    // The whole batch is fetched before any CQE is visible: SQHD reports the batch's end in all.
+    const uint16_t sqhd = uint16_t(head);
+    for (uint32_t i = 0, cj = first; i < n; ++i, cj = nvme::ring_next(cj, centries)) cring[cj].sqhd = sqhd;
     // Every field of the batch's CQEs, then (one fence) the status words that carry the phase.
     nvme::publish_cqe_fields_before_phase();
     uint32_t phase = cq.prod.phase;

@@ -13,11 +13,8 @@ namespace {
 
 // Commands executed and admitted to the model per lock. Small, because completions fall due while a
 // batch executes (a 4 KiB copy takes about a microsecond): the thread posts what is due after every
-// batch, so a deep SQ does not make held CQEs late. A batch also ends once it moved kBatchBytes: one
-// thread copies a few GB/s, so sixteen 1 MiB reads would hold every CQE of the batch for ~5 ms after
-// the drive model let the first one go (a drive completes each command on its own).
+// batch, so a deep SQ does not make held CQEs late. A batch also ends after kBatchBytes (controller.h).
 constexpr uint32_t kBatch = 16;
-constexpr uint64_t kBatchBytes = 128 << 10;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
