@@ -22,8 +22,9 @@ namespace gpunvme::llm {
 
 // The expert fetcher's largest read by default: the expert kernels wait per part (gate, up, down of an
 // expert), so the reads must end in order and in pieces small enough that the last part waits for
-// little more than its own bytes. 256 KiB still moves a modeled drive's full bandwidth (the drives
-// reach it from 128 KiB) and is a few microseconds of the emulator's copying.
+// little more than its own bytes. At 256 KiB a modeled drive is still bandwidth-bound (its latency
+// and IOPS caps matter only far below), and one emulator thread copies a read in about 75 µs.
+// Measured against 1 MiB and 512 KiB in docs/performance.md, session 10.
 inline constexpr uint64_t kExpertReadBytes = 256 << 10;
 
 struct ExecStats {
