@@ -1,6 +1,6 @@
 // How far the host may enqueue a pass ahead of the GPU, in layers. The executor enqueues a whole pass
-// without waiting; CUDA keeps about a thousand launches and stream waits pending, and past that a
-// launch call spins the CPU until the GPU drains some. A fetched MoE layer enqueues a wait and a
+// without waiting; CUDA's queue of pending launches and stream waits is bounded, and past it a launch
+// call blocks, spinning the CPU, until the GPU drains some. A fetched MoE layer enqueues a wait and a
 // launch per slice of every expert part (up to 8 for a 33 MB Mixtral part): about 3,800 a Mixtral
 // token, and the host spent 0.46 s of CPU a token spinning (session 10). Sleeping on a blocking-sync
 // event of the layer `layers` back keeps the queue short and the host asleep, still `layers` ahead.
