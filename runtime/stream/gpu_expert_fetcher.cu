@@ -142,36 +142,51 @@ __device__ void forget_failed_reads(GpuFetcherState& s, FetchTable& t) {
   }
 }
 
-// Phase 2 (lane 0): the distinct experts of the routing ids, in first-seen order, and each id's
-// distinct index; returns fetch_error::* (and sets error_value) for a bad id, too many, no slices.
+// Phase 2 (warp): the distinct experts of the routing ids, in first-seen order, and each id's
+// distinct index; returns fetch_error::* (and sets error_value) for a bad id, too many, no slices:
+// the error of the first id that has one, as a scan in id order stops there. Why a warp: one lane
+// scanning the distinct experts so far for each id was a global-memory round trip per comparison,
+// in the chain between the router and the first read of every fetched layer.
 __device__ uint32_t select_experts(const GpuFetcherState& s, FetchTable& t, uint32_t layer, const uint32_t* ids,
-                                   uint32_t n_ids, uint32_t& count) {
-  GpuFetchResult* r = t.result;
+                                   uint32_t n_ids, uint32_t& count, uint32_t& error_value) {
+  const uint32_t lane = threadIdx.x & 31u;
+  const uint32_t n_experts = s.n_experts, max_experts = s.max_experts;
+  const bool bad_layer = layer >= s.n_layers;
   GpuFetchedExpert* ex = t.experts;
   count = 0;
-  for (uint32_t i = 0; i < n_ids; ++i) {
-    const uint32_t id = ids[i];
-    if (id >= s.n_experts || layer >= s.n_layers) {
-      r->error_value = id;
-      return fetch_error::kBadExpertId;
+  for (uint32_t i0 = 0; i0 < n_ids; i0 += 32) {
+    const uint32_t i = i0 + lane;
+    const bool in = i < n_ids;
+    const uint32_t id = in ? ids[i] : ~0u;
+    uint32_t err = in && (id >= n_experts || bad_layer) ? fetch_error::kBadExpertId : fetch_error::kNone;
+    int32_t prior = -1;  // its distinct index from an earlier group of 32 ids
+    for (uint32_t d = 0; i0 > 0 && in && err == fetch_error::kNone && d < count && prior < 0; ++d)
+      if (ex[d].expert == id) prior = int32_t(d);
+    const uint32_t same = __match_any_sync(kFullMask, id) & __ballot_sync(kFullMask, in);
+    const uint32_t leader = same ? uint32_t(__ffs(same) - 1) : lane;
+    const bool fresh = in && err == fetch_error::kNone && prior < 0 && leader == lane;
+    const uint32_t fresh_mask = __ballot_sync(kFullMask, fresh);
+    const uint32_t rank = count + __popc(fresh_mask & ((1u << lane) - 1u));
+    if (fresh) {
+      const uint64_t key = uint64_t(layer) * n_experts + id;
+      if (rank >= max_experts) err = fetch_error::kTooMany;
+      else if (s.part_first[key + 1] == s.part_first[key]) err = fetch_error::kNoSlices;
     }
-    uint32_t d = 0;
-    while (d < count && ex[d].expert != id) ++d;
-    if (d == count) {
-      const uint64_t key = uint64_t(layer) * s.n_experts + id;
-      if (count == s.max_experts) {
-        r->error_value = id;
-        return fetch_error::kTooMany;
-      }
-      if (s.part_first[key + 1] == s.part_first[key]) {
-        r->error_value = id;
-        return fetch_error::kNoSlices;
-      }
+    const uint32_t err_mask = __ballot_sync(kFullMask, err != fetch_error::kNone);
+    if (err_mask) {
+      const uint32_t first = uint32_t(__ffs(err_mask) - 1);
+      error_value = __shfl_sync(kFullMask, id, first);
+      return __shfl_sync(kFullMask, err, first);
+    }
+    if (fresh) {
       GpuFetchedExpert e{};
       e.expert = id;
-      ex[count++] = e;
+      ex[rank] = e;
     }
-    t.selection[i] = d;
+    const uint32_t leader_rank = __shfl_sync(kFullMask, rank, leader);
+    if (in) t.selection[i] = prior >= 0 ? uint32_t(prior) : leader_rank;
+    count += __popc(fresh_mask);
+    __syncwarp();  // this group's experts before the next group's lanes compare with them
   }
   return fetch_error::kNone;
 }
@@ -196,6 +211,21 @@ __device__ void place_faults(GpuFetcherState& s, FetchTable& t, uint32_t layer, 
   const uint32_t lane = threadIdx.x & 31u;
   GpuFetchedExpert* ex = t.experts;
   uint64_t packed_at = 0;
+  if (s.capacity == 0) {  // packed back to back: an exclusive prefix sum, 32 experts at a time
+    for (uint32_t d0 = 0; d0 < count; d0 += 32) {
+      const uint32_t d = d0 + lane;
+      const uint64_t bytes = d < count ? s.packed[uint64_t(layer) * s.n_experts + ex[d].expert] : 0;
+      uint64_t upto = bytes;  // inclusive
+      for (uint32_t o = 1; o < 32; o <<= 1) {
+        const uint64_t v = __shfl_up_sync(kFullMask, upto, o);
+        if (lane >= o) upto += v;
+      }
+      if (d < count) ex[d].offset = packed_at + upto - bytes;
+      packed_at += __shfl_sync(kFullMask, upto, 31);
+    }
+    __syncwarp();
+    return;
+  }
   for (uint32_t d = 0; d < count; ++d) {
     if (ex[d].hit) continue;
     const uint64_t key = uint64_t(layer) * s.n_experts + ex[d].expert;
@@ -217,6 +247,18 @@ __device__ void place_faults(GpuFetcherState& s, FetchTable& t, uint32_t layer, 
   }
 }
 
+// Part `k` of lane k's registers, in every lane (a GpuPart is 48 bytes: a shuffle per field).
+__device__ GpuPart shfl_part(const GpuPart& mine, uint32_t k) {
+  GpuPart p;
+  p.lba = __shfl_sync(kFullMask, mine.lba, k);
+  p.dest_rel = __shfl_sync(kFullMask, mine.dest_rel, k);
+  p.blocks = __shfl_sync(kFullMask, mine.blocks, k);
+  p.proj = __shfl_sync(kFullMask, mine.proj, k);
+  p.byte_in_first = __shfl_sync(kFullMask, mine.byte_in_first, k);
+  p.bytes = __shfl_sync(kFullMask, mine.bytes, k);
+  return p;
+}
+
 struct FetchCounts {
   uint32_t commands = 0;
   uint32_t faults = 0;
@@ -229,16 +271,30 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
   const uint32_t lane = threadIdx.x & 31u;
   GpuFetchedExpert* ex = t.experts;
   FetchCounts n;
+  // Expert d's table entries, loaded by lane d % 32 for 32 experts at once (one round trip to global
+  // memory for all of them instead of two per expert) and handed out below.
+  uint32_t my_p0 = 0, my_p1 = 0, my_hit = 1;
+  uint64_t my_key = 0, my_base = 0;
   for (uint32_t d = 0; d < count; ++d) {
-    const uint64_t key = uint64_t(layer) * s.n_experts + ex[d].expert;
-    const uint32_t p0 = s.part_first[key], p1 = s.part_first[key + 1];
-    const uint64_t base = ex[d].offset;
-    const bool fault = !ex[d].hit;
+    if (d % 32 == 0 && d + lane < count) {
+      const GpuFetchedExpert& e = ex[d + lane];
+      my_key = uint64_t(layer) * s.n_experts + e.expert;
+      my_p0 = s.part_first[my_key];
+      my_p1 = s.part_first[my_key + 1];
+      my_hit = e.hit;
+      my_base = e.offset;
+    }
+    const uint32_t src = d % 32;
+    const uint64_t key = __shfl_sync(kFullMask, my_key, src);
+    const uint32_t p0 = __shfl_sync(kFullMask, my_p0, src), p1 = __shfl_sync(kFullMask, my_p1, src);
+    const uint64_t base = __shfl_sync(kFullMask, my_base, src);
+    const bool fault = __shfl_sync(kFullMask, my_hit, src) == 0;
     uint32_t mine = 0;
     for (uint32_t i = lane; i < kReadyWordsPerId; i += 32) t.part_remaining[d * kReadyWordsPerId + i] = 0;
+    const GpuPart my_part = p0 + lane < p1 ? s.parts[p0 + lane] : GpuPart{};  // lane k: the expert's part k
     __syncwarp();
     for (uint32_t p = p0; p < p1; ++p) {
-      const GpuPart part = s.parts[p];
+      const GpuPart part = shfl_part(my_part, p - p0);
       if (lane == 0) {
         const uint32_t k = p - p0;
         ex[d].part_proj[k] = part.proj;
@@ -373,8 +429,15 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     r->token = token;
     r->layer = layer;
     t.n_ids = n_ids;
-    r->error_value = 0;
-    error = select_experts(s, t, layer, ids, n_ids, count);
+  }
+  __syncwarp();
+  uint32_t selected = 0, error_value = 0;
+  const uint32_t selection_error = select_experts(s, t, layer, ids, n_ids, selected, error_value);
+  __syncwarp();  // every lane's entries before lane 0 reads them
+  if (lane == 0) {
+    count = selected;
+    error = selection_error;
+    r->error_value = error_value;
     r->error = error;
     t.failures_checked = 0;
     if (which == kDemand && error == fetch_error::kNone) settle_prefetch(s, layer, count);

@@ -58,20 +58,44 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   }
 }
 
+// Elements a thread of rms_norm_kernel loads before it uses the first: its loop was one load after
+// another (a dependent sum, and `out` may be `x`, so no load could move above the previous store), 16
+// memory latencies in a row for a 4096-wide vector: 16 us of every Mixtral-8x7B norm alone. The sums
+// and products are the same, in the same order.
+constexpr uint32_t kNormAhead = 8;
+
 // out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
 __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, float eps, float* out) {
   __shared__ double partial[kThreads / 32];
   x += uint64_t(blockIdx.x) * n;
   out += uint64_t(blockIdx.x) * n;
+  const uint32_t step = blockDim.x, span = kNormAhead * step;
   double ss = 0.0;
-  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) ss += double(x[i]) * x[i];
+  uint32_t i = threadIdx.x;
+  for (; i + span - step < n; i += span) {
+    float v[kNormAhead];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = x[i + j * step];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) ss += double(v[j]) * v[j];
+  }
+  for (; i < n; i += step) ss += double(x[i]) * x[i];
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();
   double total = 0.0;
-  for (uint32_t i = 0; i < blockDim.x / 32; ++i) total += partial[i];
+  for (uint32_t p = 0; p < blockDim.x / 32; ++p) total += partial[p];
   const float scale = 1.0f / sqrtf(float(total / n) + eps);
-  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) out[i] = x[i] * scale * w[i];
+  // Each thread writes only the elements it read itself, so reading ahead of its own stores is safe
+  // when out is x.
+  for (i = threadIdx.x; i + span - step < n; i += span) {
+    float v[kNormAhead], g[kNormAhead];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = x[i + j * step], g[j] = w[i + j * step];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) out[i + j * step] = v[j] * scale * g[j];
+  }
+  for (; i < n; i += step) out[i] = x[i] * scale * w[i];
 }
 
 // One warp per (head, token): optional per-head RMS norm, then RoPE at pos0 + token.
