@@ -86,6 +86,8 @@ struct GpuFetcherState {
   unsigned long long* read_ns = nullptr;   // [n_layers]
   // After the reads: from the last demand fetch's reads done to its consumer's kernels done (consumed()).
   unsigned long long reads_end = 0;
+  uint32_t reads_end_token = 0;            // the demand fetch reads_end belongs to (its result token)
+  uint32_t pad2 = 0;
   unsigned long long* tail_ns = nullptr;   // [n_layers]
 };
 
@@ -511,13 +513,18 @@ __global__ void stall_begin(GpuFetcherState* S) { S->stall_t0 = device::global_t
 __global__ void stall_end(GpuFetcherState* S, uint32_t layer) {
   const unsigned long long now = device::global_timer_ns();
   S->reads_end = now;
+  S->reads_end_token = S->table[kDemand].result->token;
   S->stall_ns[layer] += now - S->stall_t0;
   if (S->reads_t0 >= S->stall_t0) S->read_ns[layer] += now - S->reads_t0;  // not after a failed placement
 }
 
-__global__ void consumed_clock(GpuFetcherState* S, uint32_t layer) {
+// The consumer's kernels of demand fetch `token` are done: the time since its reads ended. The
+// consumer's stream waits for the readiness words, not for stall_end on the fetcher's stream, so its
+// kernels may end before stall_end has run: reads_end is then an older fetch's (or 0 before the first,
+// which once put the timer's epoch into the JSON), and the tail is nothing.
+__global__ void consumed_clock(GpuFetcherState* S, uint32_t layer, uint32_t token) {
   const unsigned long long now = device::global_timer_ns(), end = *const_cast<volatile unsigned long long*>(&S->reads_end);
-  if (now > end) S->tail_ns[layer] += now - end;
+  if (*const_cast<volatile uint32_t*>(&S->reads_end_token) == token && now > end) S->tail_ns[layer] += now - end;
 }
 
 template <class T>
@@ -792,7 +799,7 @@ void GpuExpertFetcher::wait_slice(uint32_t k, model::Projection proj, uint32_t s
 
 void GpuExpertFetcher::consumed(uint32_t layer, cuda_stream_t consumer) {
   check_request(layer, 0);
-  consumed_clock<<<1, 1, 0, cu(consumer)>>>(state_, layer);
+  consumed_clock<<<1, 1, 0, cu(consumer)>>>(state_, layer, demand_token_);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the tail clock");
 }
 
