@@ -39,9 +39,51 @@ __device__ inline void stage_vector(const float* x, uint32_t groups, float4* xs)
 
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
 // lane. The per-row operations are warp_dot_row's (see the file comment).
+// Q4_K: the same sums, with the bytes of the lane's next (row, group) loaded before this one's
+// arithmetic (load_q4k_group / decode_q4k_group, dequant.h), so that a warp has a load in flight while it
+// computes. One group ahead, not one per row: two per row spilled registers at two rows per warp.
+template <uint32_t R>
+__device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
+                                         uint32_t lane, float (&out)[R]) {
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  Q4kGroupBytes cur;
+  if (lane < groups) cur = load_q4k_group(row[0], lane);
+  for (uint32_t grp = lane; grp < groups; grp += 32) {
+    float4 xv[kGroup / 4];
+#pragma unroll
+    for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) {
+      Q4kGroupBytes next;  // rows in order within a group, then the lane's next group
+      if (r + 1 < R) next = load_q4k_group(row[r + 1], grp);
+      else if (grp + 32 < groups) next = load_q4k_group(row[0], grp + 32);
+      float g[kGroup];
+      decode_q4k_group(cur, grp, g);
+      float s = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kGroup / 4; ++q) {
+        s += g[4 * q] * xv[q].x;
+        s += g[4 * q + 1] * xv[q].y;
+        s += g[4 * q + 2] * xv[q].z;
+        s += g[4 * q + 3] * xv[q].w;
+      }
+      part[r] += s;
+      cur = next;
+    }
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      float (&out)[R]) {
+  if constexpr (T == GgmlType::Q4_K) {
+    warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
+    return;
+  }
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;

@@ -184,6 +184,58 @@ GPUNVME_HD inline float byte_to_float(uint32_t v, int i) {
 #endif
 }
 
+// Four little-endian bytes as a word, with one load when p is 4-byte aligned (on the GPU).
+GPUNVME_HD inline uint32_t load_u32(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
+#endif
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+// A Q4_K group's bytes, loaded (load_q4k_group) apart from their arithmetic (decode_q4k_group), so that
+// a row kernel can have the next group's loads in flight while it computes this one. Together they are
+// dequant_group's Q4_K case.
+struct Q4kGroupBytes {
+  uint32_t dm = 0;      // d | dmin << 16 (halves)
+  uint32_t sc[3] = {};  // the super-block's 12 scale bytes
+  uint32_t q[8] = {};   // the group's 32 quant bytes (its sub-block pair's)
+};
+
+GPUNVME_HD inline Q4kGroupBytes load_q4k_group(const uint8_t* row, uint64_t g) {
+  const auto* b = reinterpret_cast<const BlockQ4_K*>(row) + g / 8;
+  const auto* bytes = reinterpret_cast<const uint8_t*>(b);
+  Q4kGroupBytes r;
+  r.dm = load_u32(bytes);
+  for (int i = 0; i < 3; ++i) r.sc[i] = load_u32(b->scales + 4 * i);
+  load_32_bytes(b->qs + 32 * ((g % 8) / 2), r.q);
+  return r;
+}
+
+// Scale byte i (0..11) from the words, by selects (no indexed array: it would live in local memory).
+GPUNVME_HD inline uint8_t q4k_scale_byte(const Q4kGroupBytes& b, int i) {
+  const uint32_t w = i < 4 ? b.sc[0] : i < 8 ? b.sc[1] : b.sc[2];
+  return uint8_t(w >> (8 * (i & 3)));
+}
+
+GPUNVME_HD inline void decode_q4k_group(const Q4kGroupBytes& b, uint64_t g, float* y) {
+  const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
+  const float d = half_to_float(uint16_t(b.dm & 0xFFFFu)), dmin = half_to_float(uint16_t(b.dm >> 16));
+  uint8_t sc, m;  // scale_min_k4's arithmetic on the bytes in registers
+  if (sub < 4) {
+    sc = q4k_scale_byte(b, sub) & 63;
+    m = q4k_scale_byte(b, sub + 4) & 63;
+  } else {
+    sc = uint8_t((q4k_scale_byte(b, sub + 4) & 0xF) | ((q4k_scale_byte(b, sub - 4) >> 6) << 4));
+    m = uint8_t((q4k_scale_byte(b, sub + 4) >> 4) | ((q4k_scale_byte(b, sub) >> 6) << 4));
+  }
+  const float dl = d * sc, ml = dmin * m;
+  const int shift = 4 * (sub & 1);
+  for (int j = 0; j < 8; ++j) {  // four weights a word, a nibble each
+    const uint32_t v = (b.q[j] >> shift) & 0x0F0F0F0Fu;
+    for (int i = 0; i < 4; ++i) y[4 * j + i] = dl * byte_to_float<0>(v, i) - ml;
+  }
+}
+
 // Group `g` of an unquantized row (F32, F16, BF16: 32 consecutive elements) through load_32_bytes.
 // Why: element by element, each 4-byte memcpy from a byte pointer became four byte loads on the GPU,
 // and the F32 router product of every MoE layer (Qwen3-30B-A3B: 128 x 2048) took 46 us where its
@@ -215,7 +267,9 @@ GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, fl
     case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[g], y);
     case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[g], y);
     case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[g], y);
-    case GgmlType::Q4_K: case GgmlType::Q5_K: {
+    case GgmlType::Q4_K:
+      return decode_q4k_group(load_q4k_group(p, g), g, y);
+    case GgmlType::Q5_K: {
       const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
       const bool q5 = t == GgmlType::Q5_K;
       const auto* b4 = reinterpret_cast<const BlockQ4_K*>(p) + g / 8;
