@@ -37,11 +37,29 @@ __device__ inline void stage_vector(const float* x, uint32_t groups, float4* xs)
   __syncthreads();
 }
 
-// R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
-// lane. The per-row operations are warp_dot_row's (see the file comment).
-// Q4_K: the same sums, with the bytes of the lane's next (row, group) loaded before this one's
-// arithmetic (load_q4k_group / decode_q4k_group, dequant.h), so that a warp has a load in flight while it
-// computes. One group ahead, not one per row: two per row spilled registers at two rows per warp.
+// Group `grp` of the staged x into registers.
+__device__ inline void staged_group(const float4* xs, uint32_t grp, float4 (&xv)[kGroup / 4]) {
+#pragma unroll
+  for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
+}
+
+// One group's 32 products, added in the order l = 0, 1, ..., 31 (warp_dot_row's order).
+__device__ inline float group_dot(const float (&g)[kGroup], const float4 (&xv)[kGroup / 4]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kGroup / 4; ++q) {
+    s += g[4 * q] * xv[q].x;
+    s += g[4 * q + 1] * xv[q].y;
+    s += g[4 * q + 2] * xv[q].z;
+    s += g[4 * q + 3] * xv[q].w;
+  }
+  return s;
+}
+
+// warp_dot_rows for Q4_K: the same sums, with the bytes of the lane's next (row, group) loaded before
+// this one's arithmetic (load_q4k_group / decode_q4k_group, dequant.h), so that a warp has a load in
+// flight while it computes (about 950 -> 1050 GB/s of weights on the H100, docs/performance.md session
+// 11). One group ahead, not one per row: two per row spilled registers at two rows per warp.
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
                                          uint32_t lane, float (&out)[R]) {
@@ -52,8 +70,7 @@ __device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_
   if (lane < groups) cur = load_q4k_group(row[0], lane);
   for (uint32_t grp = lane; grp < groups; grp += 32) {
     float4 xv[kGroup / 4];
-#pragma unroll
-    for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
+    staged_group(xs, grp, xv);
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) {
       Q4kGroupBytes next;  // rows in order within a group, then the lane's next group
@@ -61,15 +78,7 @@ __device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_
       else if (grp + 32 < groups) next = load_q4k_group(row[0], grp + 32);
       float g[kGroup];
       decode_q4k_group(cur, grp, g);
-      float s = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kGroup / 4; ++q) {
-        s += g[4 * q] * xv[q].x;
-        s += g[4 * q + 1] * xv[q].y;
-        s += g[4 * q + 2] * xv[q].z;
-        s += g[4 * q + 3] * xv[q].w;
-      }
-      part[r] += s;
+      part[r] += group_dot(g, xv);
       cur = next;
     }
   }
@@ -77,37 +86,36 @@ __device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
+// warp_dot_rows for the other types: each group dequantized whole (dequant_group), then its sums.
 template <GgmlType T, uint32_t R>
-__device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                     float (&out)[R]) {
-  if constexpr (T == GgmlType::Q4_K) {
-    warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
-    return;
-  }
+__device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
+                                             uint32_t lane, float (&out)[R]) {
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
   for (uint32_t grp = lane; grp < groups; grp += 32) {
     float4 xv[kGroup / 4];
-#pragma unroll
-    for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
+    staged_group(xs, grp, xv);
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) {
       float g[kGroup];
       dequant_group(T, row[r], grp, g);
-      float s = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kGroup / 4; ++q) {
-        s += g[4 * q] * xv[q].x;
-        s += g[4 * q + 1] * xv[q].y;
-        s += g[4 * q + 2] * xv[q].z;
-        s += g[4 * q + 3] * xv[q].w;
-      }
-      part[r] += s;
+      part[r] += group_dot(g, xv);
     }
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+// R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
+// lane. The per-row operations are warp_dot_row's (see the file comment).
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
+                                     float (&out)[R]) {
+  if constexpr (T == GgmlType::Q4_K)
+    warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
+  else
+    warp_dot_rows_dequant<T, R>(row, groups, xs, lane, out);
 }
 
 // y[row] = W[row] . xs (+ bias[row]) for every row of the matrix at w, the block's warps taking R rows each
