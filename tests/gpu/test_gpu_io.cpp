@@ -134,6 +134,77 @@ TEST_CASE("GPU gathers MoE experts chosen by indices that live in GPU memory", "
   CHECK(gpu.commands_completed() == completed_before);
 }
 
+// The place kernel selects 32 routing ids at a time (a warp): a batched pass's ids span several groups of
+// 32, and an id first seen in one group repeats in later ones. The distinct experts are still in
+// first-seen order, every id's selection names its expert, and of several errors the first in id order
+// is the one reported (as a scan in id order would stop there).
+TEST_CASE("GPU expert selection across groups of 32 routing ids, and the first error in id order", "[gpu][gather]") {
+  REQUIRE_GPU();
+  GpuRig rig("emu:ram,size=64M,threads=2", 8, 128, true, {}, false);
+  const uint64_t seed = 14;
+  const uint64_t expert_bytes = 64 << 10;
+  const uint32_t experts = 64;
+  rig.write_pattern(0, experts * expert_bytes, seed);
+  stream::ExpertCatalog table;
+  table.n_layers = 1;
+  table.n_experts = experts;
+  for (uint32_t e = 0; e < experts; ++e)
+    table.parts.push_back({{model::Projection::kGate, model::byte_range_to_extent(e * expert_bytes, expert_bytes, rig.lba, 0)}});
+  std::mt19937 rng(5);
+  std::vector<uint32_t> picked(100);
+  for (uint32_t& id : picked) id = rng() % 40;  // 100 ids over 40 experts: repeats within and across groups
+  picked[70] = picked[3];                        // group 2 repeats an id first seen in group 0
+  std::vector<uint32_t> distinct;
+  for (uint32_t id : picked)
+    if (std::find(distinct.begin(), distinct.end(), id) == distinct.end()) distinct.push_back(id);
+  REQUIRE(distinct.size() > 32);
+  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  auto fetcher = [&](uint32_t max) {
+    return std::make_unique<stream::GpuExpertFetcher>(*rig.ctrl, gpu, table,
+                                                      stream::FetcherOptions{.max_experts_per_fetch = max});
+  };
+  auto f = fetcher(uint32_t(distinct.size()));
+  test::DeviceBlob dids(picked.data(), picked.size() * 4);
+  f->fetch(0, dids.as<uint32_t>(), uint32_t(picked.size()), nullptr);
+  const std::vector<stream::FetchedExpert> got = f->wait();
+  REQUIRE(got.size() == distinct.size());
+  std::vector<VerifySpan> spans;
+  for (size_t d = 0; d < got.size(); ++d) {
+    CHECK(got[d].expert == distinct[d]);
+    spans.push_back(VerifySpan{got[d].parts[0].offset, got[d].expert * expert_bytes, expert_bytes});
+  }
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(f->scratchpad().device()), spans, seed) == 0);
+  std::vector<uint32_t> selection(picked.size());
+  REQUIRE(cudaMemcpy(selection.data(), f->device_selection(), selection.size() * 4, cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  for (size_t i = 0; i < picked.size(); ++i) {
+    REQUIRE(selection[i] < got.size());
+    CHECK(got[selection[i]].expert == picked[i]);
+  }
+
+  // Errors: ids 0, 1, ..., 44, then 0..4 again, one of them replaced by an id past the table. With 42 per
+  // fetch the bad id at position 40 comes before the one-too-many expert (id 43 at position 43); with 40
+  // per fetch the one-too-many (id 40 at position 40) comes before the bad id at 47.
+  auto first_error = [&](uint32_t max, uint32_t bad_at) {
+    std::vector<uint32_t> ids(50);
+    for (uint32_t i = 0; i < ids.size(); ++i) ids[i] = i % 45;
+    ids[bad_at] = experts + 3;
+    test::DeviceBlob d(ids.data(), ids.size() * 4);
+    auto g = fetcher(max);
+    g->fetch(0, d.as<uint32_t>(), uint32_t(ids.size()), nullptr);
+    try {
+      g->wait();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string bad_first = first_error(42, 40);
+  CHECK_THAT(bad_first, Catch::Matchers::ContainsSubstring("routing id 67 of layer 0 is not an expert"));
+  const std::string many_first = first_error(40, 47);
+  CHECK_THAT(many_first, Catch::Matchers::ContainsSubstring("routing id 40 of layer 0 is one distinct expert more"));
+}
+
 TEST_CASE("many queues at once: 48 warps each own a queue, 8 controller threads", "[gpu][queues]") {
   REQUIRE_GPU();
   GpuRig rig("emu:ram,size=128M,threads=8,poll=spin", 48, 512, true, {}, false);
