@@ -40,8 +40,10 @@ GPUNVME_HD inline float bf16_to_float(uint16_t b) {
   return f;
 }
 
-// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4).
-GPUNVME_HD inline void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
+// Sub-block j's 6-bit scale and min of a Q4_K / Q5_K super-block (ggml's get_scale_min_k4). `q` is the
+// 12 scale bytes: a pointer to them, or anything whose q[i] is byte i (Q4kScaleBytes: in registers).
+template <class Bytes>
+GPUNVME_HD inline void scale_min_k4(int j, const Bytes& q, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;
@@ -211,23 +213,21 @@ GPUNVME_HD inline Q4kGroupBytes load_q4k_group(const uint8_t* row, uint64_t g) {
   return r;
 }
 
-// Scale byte i (0..11) from the words, by selects (no indexed array: it would live in local memory).
-GPUNVME_HD inline uint8_t q4k_scale_byte(const Q4kGroupBytes& b, int i) {
-  const uint32_t w = i < 4 ? b.sc[0] : i < 8 ? b.sc[1] : b.sc[2];
-  return uint8_t(w >> (8 * (i & 3)));
-}
+// The scale bytes of a Q4kGroupBytes for scale_min_k4: byte i (0..11) taken from the words by selects
+// (an indexed array of bytes would live in local memory).
+struct Q4kScaleBytes {
+  const uint32_t (&w)[3];
+  GPUNVME_HD uint8_t operator[](int i) const {
+    const uint32_t word = i < 4 ? w[0] : i < 8 ? w[1] : w[2];
+    return uint8_t(word >> (8 * (i & 3)));
+  }
+};
 
 GPUNVME_HD inline void decode_q4k_group(const Q4kGroupBytes& b, uint64_t g, float* y) {
   const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
   const float d = half_to_float(uint16_t(b.dm & 0xFFFFu)), dmin = half_to_float(uint16_t(b.dm >> 16));
-  uint8_t sc, m;  // scale_min_k4's arithmetic on the bytes in registers
-  if (sub < 4) {
-    sc = q4k_scale_byte(b, sub) & 63;
-    m = q4k_scale_byte(b, sub + 4) & 63;
-  } else {
-    sc = uint8_t((q4k_scale_byte(b, sub + 4) & 0xF) | ((q4k_scale_byte(b, sub - 4) >> 6) << 4));
-    m = uint8_t((q4k_scale_byte(b, sub + 4) >> 4) | ((q4k_scale_byte(b, sub) >> 6) << 4));
-  }
+  uint8_t sc, m;
+  scale_min_k4(sub, Q4kScaleBytes{b.sc}, &sc, &m);
   const float dl = d * sc, ml = dmin * m;
   const int shift = 4 * (sub & 1);
   for (int j = 0; j < 8; ++j) {  // four weights a word, a nibble each
@@ -271,20 +271,16 @@ GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, fl
       return decode_q4k_group(load_q4k_group(p, g), g, y);
     case GgmlType::Q5_K: {
       const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
-      const bool q5 = t == GgmlType::Q5_K;
-      const auto* b4 = reinterpret_cast<const BlockQ4_K*>(p) + g / 8;
-      const auto* b5 = reinterpret_cast<const BlockQ5_K*>(p) + g / 8;
-      const uint8_t* scales = q5 ? b5->scales : b4->scales;
-      const float d = half_to_float(q5 ? b5->d : b4->d), dmin = half_to_float(q5 ? b5->dmin : b4->dmin);
+      const auto* b = reinterpret_cast<const BlockQ5_K*>(p) + g / 8;
+      const float d = half_to_float(b->d), dmin = half_to_float(b->dmin);
       uint8_t sc, m;
-      scale_min_k4(sub, scales, &sc, &m);
+      scale_min_k4(sub, b->scales, &sc, &m);
       const float dl = d * sc, ml = dmin * m;
-      const uint8_t* q = (q5 ? b5->qs : b4->qs) + 32 * (sub / 2);
       const int shift = 4 * (sub & 1);
-      uint32_t qw[8], hw[8] = {};
-      load_32_bytes(q, qw);
-      if (q5) load_32_bytes(b5->qh, hw);
-      for (int j = 0; j < 8; ++j) {  // four weights a word: a byte each, nibble plus fifth bit (Q5_K)
+      uint32_t qw[8], hw[8];
+      load_32_bytes(b->qs + 32 * (sub / 2), qw);
+      load_32_bytes(b->qh, hw);
+      for (int j = 0; j < 8; ++j) {  // four weights a word: a byte each, nibble plus fifth bit
         const uint32_t v = ((qw[j] >> shift) & 0x0F0F0F0Fu) | (((hw[j] >> sub) & 0x01010101u) << 4);
         for (int i = 0; i < 4; ++i) y[4 * j + i] = dl * byte_to_float<0>(v, i) - ml;
       }
