@@ -21,6 +21,7 @@
 #include "bench/llm_tokens_mmap.h"
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/expert_io_flags.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
 #include "host/text/escape.h"
@@ -184,8 +185,7 @@ struct Cell {
 // What every cell of a run shares (the command line's settings).
 struct RunSettings {
   std::optional<bool> overlap;  // --expert-overlap; nullopt: the engine's auto
-  std::optional<uint64_t> window;  // --expert-window; nullopt: the engine's
-  std::optional<uint64_t> read_bytes;  // --expert-read; nullopt: the engine's
+  llm::ExpertIoFlags expert_io;  // --expert-window, --expert-read
   uint32_t warmup = 1, tokens = 3, slots = 2;
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
   std::string emu_opts;  // extra emulator keys for every cell's controllers ("poll=spin"), as given
@@ -223,8 +223,8 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.queues = rs.queues;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
   o.expert_overlap = rs.overlap;
-  o.expert_window_bytes = rs.window;
-  o.expert_read_bytes = rs.read_bytes;
+  o.expert_window_bytes = rs.expert_io.window_bytes;
+  o.expert_read_bytes = rs.expert_io.read_bytes;
   if (mode == "mmap") {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
     o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer); };
@@ -337,11 +337,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   rs.warmup = args.get_u32("warmup", 1);
   rs.slots = args.get_u32("slots", 2);
   rs.queues = args.get_u32("queues", 8);
-  if (args.has("expert-window")) rs.window = args.get_size("expert-window", 0);
-  if (args.has("expert-read")) {
-    rs.read_bytes = args.get_size("expert-read", 0);
-    if (*rs.read_bytes < 4096 || *rs.read_bytes > (1ull << 30)) throw cli::UsageError("--expert-read must be 4K to 1G");
-  }
+  rs.expert_io = llm::parse_expert_io_flags(args);
   if (args.has("emu-opts")) {
     rs.emu_opts = args.get("emu-opts");
     if (rs.emu_opts.empty()) throw cli::UsageError("--emu-opts is empty (e.g. poll=spin)");

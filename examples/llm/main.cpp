@@ -12,6 +12,7 @@
 
 #include "examples/example_model.h"
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/expert_io_flags.h"
 #include "examples/llm/engine/generate.h"
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
@@ -133,11 +134,9 @@ void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOption
   if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
   o.expert_prefetch = on_off(args, "expert-prefetch");
   o.expert_overlap = on_off(args, "expert-overlap");
-  if (args.has("expert-window")) o.expert_window_bytes = args.get_size("expert-window", 0);
-  if (args.has("expert-read")) {
-    o.expert_read_bytes = args.get_size("expert-read", 0);
-    if (*o.expert_read_bytes < 4096 || *o.expert_read_bytes > (1ull << 30)) throw cli::UsageError("--expert-read must be 4K to 1G");
-  }
+  const llm::ExpertIoFlags io = llm::parse_expert_io_flags(args);
+  o.expert_window_bytes = io.window_bytes;
+  o.expert_read_bytes = io.read_bytes;
 }
 
 // The text of a token for the terminal: control bytes escaped, so a model cannot forge terminal

@@ -94,6 +94,10 @@ def main():
         cases.append(("unknown --draft", [dev, "--prompt-ids", "1", "--draft", "model"], ["--draft must be none or lookup"]))
         cases.append(("--draft-k 0", [dev, "--prompt-ids", "1", "--draft", "lookup", "--draft-k", "0"], ["--draft-k must be 1..31"]))
         cases.append(("--draft-k too large", [dev, "--prompt-ids", "1", "--draft", "lookup", "--draft-k", "32"], ["--draft-k: 32 is too large"]))
+        cases.append(("--expert-read too small", [dev, "--prompt-ids", "1", "--expert-read", "1K"], ["--expert-read must be 4K to 1G"]))
+        cases.append(("--expert-read too large", [dev, "--prompt-ids", "1", "--expert-read", "2G"], ["--expert-read must be 4K to 1G"]))
+        cases.append(("bad --expert-read", [dev, "--prompt-ids", "1", "--expert-read", "lots"], ["--expert-read"]))
+        cases.append(("bad --expert-window", [dev, "--prompt-ids", "1", "--expert-window", "8Q"], ["--expert-window", "8Q"]))
         cases.append(("--draft-k without --draft", [dev, "--prompt-ids", "1", "--draft-k", "4"], ["--draft-k needs --draft lookup"]))
         empty = os.path.join(d, "empty.img")
         with open(empty, "wb") as f:

@@ -26,6 +26,9 @@ namespace gpunvme::llm {
 // and IOPS caps matter only far below), and one emulator thread copies a read in about 75 µs.
 // Measured against 1 MiB and 512 KiB in docs/performance.md, session 10.
 inline constexpr uint64_t kExpertReadBytes = 256 << 10;
+// The range GpuExecOptions::expert_read_bytes may take (`--expert-read`): a page at least, and far
+// more than any drive's MDTS at most.
+inline constexpr uint64_t kMinExpertReadBytes = 4 << 10, kMaxExpertReadBytes = 1ull << 30;
 
 struct ExecStats {
   uint64_t streamed_bytes = 0;   // read from the namespace during tokens (not at start)

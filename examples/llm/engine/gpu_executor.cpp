@@ -150,8 +150,8 @@ class FetchedExperts final : public ExpertSource {
  private:
   static stream::FetcherOptions fetcher_options(const ModelOnDevice& m, uint64_t cache_bytes, std::optional<uint64_t> window,
                                                 uint64_t read_bytes) {
-    if (read_bytes == 0 || read_bytes > 0xFFFFFFFFull)
-      throw std::runtime_error("the expert fetcher's largest read must be 1 byte to 4 GiB (got " + std::to_string(read_bytes) + ")");
+    if (read_bytes < kMinExpertReadBytes || read_bytes > kMaxExpertReadBytes)
+      throw std::runtime_error("the expert fetcher's largest read must be 4 KiB to 1 GiB (got " + std::to_string(read_bytes) + ")");
     stream::FetcherOptions o{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes,
                              .max_command_bytes = uint32_t(read_bytes)};
     if (window) o.read_window_bytes = *window;
