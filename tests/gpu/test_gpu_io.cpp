@@ -45,6 +45,40 @@ uint64_t total_completed(stream::GpuSubmitter& gpu) {
   return n;
 }
 
+// One layer of `experts` one-part experts, expert e at namespace byte e * expert_bytes.
+stream::ExpertCatalog one_part_experts(const GpuRig& rig, uint32_t experts, uint64_t expert_bytes) {
+  stream::ExpertCatalog table;
+  table.n_layers = 1;
+  table.n_experts = experts;
+  for (uint32_t e = 0; e < experts; ++e)
+    table.parts.push_back({{model::Projection::kGate, model::byte_range_to_extent(e * expert_bytes, expert_bytes, rig.lba, 0)}});
+  return table;
+}
+
+// A fetch of routing ids `picked` (one_part_experts' layout, pattern `seed`): the experts `distinct`
+// (picked's, in first-seen order), each one part holding its bytes, and every id's selection naming its
+// expert.
+void check_gathered(const stream::GpuExpertFetcher& f, const std::vector<stream::FetchedExpert>& got,
+                    const std::vector<uint32_t>& picked, const std::vector<uint32_t>& distinct, uint64_t expert_bytes,
+                    uint64_t seed) {
+  REQUIRE(got.size() == distinct.size());
+  std::vector<VerifySpan> spans;
+  for (size_t d = 0; d < got.size(); ++d) {
+    CHECK(got[d].expert == distinct[d]);
+    REQUIRE(got[d].parts.size() == 1);
+    CHECK(got[d].parts[0].bytes == expert_bytes);
+    spans.push_back(VerifySpan{got[d].parts[0].offset, got[d].expert * expert_bytes, expert_bytes});
+  }
+  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(f.scratchpad().device()), spans, seed) == 0);
+  std::vector<uint32_t> selection(picked.size());
+  REQUIRE(cudaMemcpy(selection.data(), f.device_selection(), selection.size() * 4, cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  for (size_t i = 0; i < picked.size(); ++i) {
+    REQUIRE(selection[i] < got.size());
+    CHECK(got[selection[i]].expert == picked[i]);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("GPU reads a transformer layer written by the CPU path; every byte checked on the GPU", "[gpu][read]") {
@@ -90,38 +124,15 @@ TEST_CASE("GPU gathers MoE experts chosen by indices that live in GPU memory", "
   const uint64_t expert_bytes = 384 << 10;
   const uint32_t experts = 64;
   rig.write_pattern(0, experts * expert_bytes, seed);
-  // One layer of 64 one-part experts, expert e at namespace byte e * expert_bytes.
-  stream::ExpertCatalog table;
-  table.n_layers = 1;
-  table.n_experts = experts;
-  for (uint32_t e = 0; e < experts; ++e) {
-    const model::Extent x = model::byte_range_to_extent(e * expert_bytes, expert_bytes, rig.lba, 0);
-    table.parts.push_back({{model::Projection::kGate, x}});
-  }
+  const stream::ExpertCatalog table = one_part_experts(rig, experts, expert_bytes);
   const std::vector<uint32_t> picked = {5, 63, 0, 17, 17, 42, 8, 31, 2, 60};  // a router's choice, repeats allowed
   const std::vector<uint32_t> distinct = {5, 63, 0, 17, 42, 8, 31, 2, 60};     // first-seen order
   test::DeviceBlob didx(picked.data(), picked.size() * 4);
   stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
   stream::GpuExpertFetcher fetcher(*rig.ctrl, gpu, table, {.max_experts_per_fetch = uint32_t(distinct.size())});
   fetcher.fetch(0, didx.as<uint32_t>(), uint32_t(picked.size()), nullptr);
-  const std::vector<stream::FetchedExpert> got = fetcher.wait();
-  REQUIRE(got.size() == distinct.size());
-  std::vector<VerifySpan> spans;
-  for (size_t d = 0; d < got.size(); ++d) {
-    CHECK(got[d].expert == distinct[d]);
-    REQUIRE(got[d].parts.size() == 1);
-    CHECK(got[d].parts[0].bytes == expert_bytes);
-    spans.push_back(VerifySpan{got[d].parts[0].offset, got[d].expert * expert_bytes, expert_bytes});
-  }
-  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(fetcher.scratchpad().device()), spans, seed) == 0);
   // Selection i (a repeat too) names the distinct expert that holds table[picked[i]].
-  std::vector<uint32_t> selection(picked.size());
-  REQUIRE(cudaMemcpy(selection.data(), fetcher.device_selection(), selection.size() * 4, cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
-  for (size_t i = 0; i < picked.size(); ++i) {
-    REQUIRE(selection[i] < got.size());
-    CHECK(got[selection[i]].expert == picked[i]);
-  }
+  check_gathered(fetcher, fetcher.wait(), picked, distinct, expert_bytes, seed);
 
   // An index past the table is refused before any command is sent.
   const std::vector<uint32_t> wrong = {1, experts};
@@ -145,11 +156,7 @@ TEST_CASE("GPU expert selection across groups of 32 routing ids, and the first e
   const uint64_t expert_bytes = 64 << 10;
   const uint32_t experts = 64;
   rig.write_pattern(0, experts * expert_bytes, seed);
-  stream::ExpertCatalog table;
-  table.n_layers = 1;
-  table.n_experts = experts;
-  for (uint32_t e = 0; e < experts; ++e)
-    table.parts.push_back({{model::Projection::kGate, model::byte_range_to_extent(e * expert_bytes, expert_bytes, rig.lba, 0)}});
+  const stream::ExpertCatalog table = one_part_experts(rig, experts, expert_bytes);
   std::mt19937 rng(5);
   std::vector<uint32_t> picked(100);
   for (uint32_t& id : picked) id = rng() % 40;  // 100 ids over 40 experts: repeats within and across groups
@@ -166,21 +173,7 @@ TEST_CASE("GPU expert selection across groups of 32 routing ids, and the first e
   auto f = fetcher(uint32_t(distinct.size()));
   test::DeviceBlob dids(picked.data(), picked.size() * 4);
   f->fetch(0, dids.as<uint32_t>(), uint32_t(picked.size()), nullptr);
-  const std::vector<stream::FetchedExpert> got = f->wait();
-  REQUIRE(got.size() == distinct.size());
-  std::vector<VerifySpan> spans;
-  for (size_t d = 0; d < got.size(); ++d) {
-    CHECK(got[d].expert == distinct[d]);
-    spans.push_back(VerifySpan{got[d].parts[0].offset, got[d].expert * expert_bytes, expert_bytes});
-  }
-  CHECK(test::gpu_count_mismatches(static_cast<const uint8_t*>(f->scratchpad().device()), spans, seed) == 0);
-  std::vector<uint32_t> selection(picked.size());
-  REQUIRE(cudaMemcpy(selection.data(), f->device_selection(), selection.size() * 4, cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
-  for (size_t i = 0; i < picked.size(); ++i) {
-    REQUIRE(selection[i] < got.size());
-    CHECK(got[selection[i]].expert == picked[i]);
-  }
+  check_gathered(*f, f->wait(), picked, distinct, expert_bytes, seed);
 
   // Errors: ids 0, 1, ..., 44, then 0..4 again, one of them replaced by an id past the table. With 42 per
   // fetch the bad id at position 40 comes before the one-too-many expert (id 43 at position 43); with 40
