@@ -20,11 +20,13 @@
 #include "bench/baselines/pacing.h"
 #include "bench/llm_tokens_mmap.h"
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_io_flags.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
 #include "host/text/escape.h"
+#include "host/text/numbers.h"
 #include "runtime/cli/args.h"
 
 using namespace gpunvme;
@@ -33,7 +35,7 @@ namespace {
 
 const char* kUsage =
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off,pregate:N] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
     "\n"
@@ -69,8 +71,9 @@ const char* kUsage =
     "  --expert-prefetch  MoE models whose plan fetches experts: the one-token-lag prefetch per cell, a list of\n"
     "                 auto (the engine's default: on when the expert cache holds two fetches), on, off; default\n"
     "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
-    "                 without it is skipped). Cells with it on and off must give the same logits; dense models\n"
-    "                 run once\n"
+    "                 without it is skipped), or pregate:N: pre-gating, the next fetched layer's router on the\n"
+    "                 current layer's state and its best N predicted experts read ahead (the engine's\n"
+    "                 --expert-pregate N). Cells with any of them must give the same logits; dense models run once\n"
     "  --expert-overlap  MoE: each expert kernel starts once the part it reads is in (on), or after all of\n"
     "                 the layer's reads (off); default auto (on where the CUDA driver has stream memory waits;\n"
     "                 the JSON's \"expert_overlap\" says which ran). The logits are the same either way\n"
@@ -192,6 +195,12 @@ struct RunSettings {
   double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
 };
 
+// "pregate:N" -> N (checked when the flag was parsed), anything else -> 0.
+uint32_t pregate_count(const std::string& prefetch) {
+  static const std::string kPre = "pregate:";
+  return prefetch.starts_with(kPre) ? uint32_t(text::parse_u64("--expert-prefetch pregate", prefetch.substr(kPre.size()))) : 0;
+}
+
 Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
               const std::string& mode, const std::string& prefetch, const RunSettings& rs) {
   const uint32_t warmup = rs.warmup, tokens = rs.tokens;
@@ -222,6 +231,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.slots = rs.slots;
   o.queues = rs.queues;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
+  if (const uint32_t n = pregate_count(prefetch)) o.expert_pregate = n;
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
@@ -281,7 +291,7 @@ std::string cell_json(const Cell& c, double h2d) {
     prefetch = std::string("\"expert_overlap\":") + (e.expert_overlap ? "true," : "false,") +
                "\"expert_window_bytes\":" + std::to_string(e.expert_window_bytes) + "," +
                "\"expert_read_bytes\":" + std::to_string(e.expert_read_bytes) + "," +
-               llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + ",";
+               llm::prefetch_json({e.expert_prefetch, e.expert_pregate}, e.prefetch, e.experts) + ",";
   char emu[160];
   if (c.emu_tps > 0)
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":%.6f,\"efficiency_vs_lower\":%.4f,", c.emu_tps,
@@ -325,9 +335,17 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   for (const std::string& md : modes)
     if (md != "gpunvme" && md != "mmap") throw cli::UsageError("--modes: '" + md + "' is not gpunvme or mmap");
   const std::vector<std::string> prefetches = split(args.get("expert-prefetch", "auto"));
-  for (const std::string& p : prefetches)
-    if (p != "auto" && p != "on" && p != "off") throw cli::UsageError("--expert-prefetch: '" + p + "' is not auto, on or off");
-  if (prefetches.empty()) throw cli::UsageError("--expert-prefetch is empty (auto, on, off, or a list: on,off)");
+  for (const std::string& p : prefetches) {
+    if (p == "auto" || p == "on" || p == "off") continue;
+    uint32_t n = 0;
+    try {
+      n = pregate_count(p);
+    } catch (const text::ParseError&) {
+    }
+    if (n == 0 || n > llm::kMaxRoutedExperts)
+      throw cli::UsageError("--expert-prefetch: '" + p + "' is not auto, on, off or pregate:N (N predicted experts per layer, 1..k)");
+  }
+  if (prefetches.empty()) throw cli::UsageError("--expert-prefetch is empty (auto, on, off, pregate:N, or a list: on,off)");
   const std::string overlap_arg = args.get("expert-overlap", "auto");
   if (overlap_arg != "auto" && overlap_arg != "on" && overlap_arg != "off")
     throw cli::UsageError("--expert-overlap: '" + overlap_arg + "' is not auto, on or off");

@@ -5,6 +5,7 @@
 //
 //   llm --device emu:/tmp/models.img --prompt "The capital of France is" -n 32
 //   llm tokenize --device emu:/tmp/models.img --prompt "Hello"
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -30,7 +31,7 @@ namespace {
 const char* kUsage =
     "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
     "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
-    "           [--expert-prefetch on|off] [--expert-overlap on|off] [--expert-window SIZE]\n"
+    "           [--expert-prefetch on|off] [--expert-pregate N] [--expert-overlap on|off] [--expert-window SIZE]\n"
     "           [--expert-read SIZE]\n"
     "           [--ctx N] [--path auto|gpu|cpu] [--batch N] [--draft none|lookup --draft-k K]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
@@ -61,6 +62,11 @@ const char* kUsage =
     "  --expert-prefetch on|off  MoE, GPU path: before each layer's routing, read the experts the previous token\n"
     "                      chose there into the cache, overlapping compute (default: on when the cache holds two\n"
     "                      tokens' experts of a layer); the logits are the same either way\n"
+    "  --expert-pregate N  MoE, GPU path: at each layer whose experts are fetched, run the next such layer's\n"
+    "                      router on this layer's state (pre-gating) and read its N most likely experts ahead,\n"
+    "                      while the drive would wait for routing (default 0: off; 1 to k; instead of\n"
+    "                      --expert-prefetch). Adds two fetches of expert slots in pinned memory if the cache\n"
+    "                      is smaller. The logits are the same either way\n"
     "  --expert-overlap on|off  MoE, GPU path: each expert kernel starts once the part it reads is in, while\n"
     "                      the layer's other reads still stream (default: on where the CUDA driver has stream\n"
     "                      memory waits); off: the expert kernels start after all of the layer's reads\n"
@@ -133,6 +139,13 @@ void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOption
   o.ram_budget = args.get_size("ram-budget", 0);
   if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
   o.expert_prefetch = on_off(args, "expert-prefetch");
+  if (args.has("expert-pregate")) {
+    try {
+      o.expert_pregate = uint32_t(std::min<uint64_t>(text::parse_u64("--expert-pregate", args.get("expert-pregate")), ~0u));
+    } catch (const text::ParseError&) {
+      throw cli::UsageError("--expert-pregate must be a number of experts (0: off), not '" + args.get("expert-pregate") + "'");
+    }
+  }
   o.expert_overlap = on_off(args, "expert-overlap");
   const llm::ExpertIoFlags io = llm::parse_expert_io_flags(args);
   o.expert_window_bytes = io.window_bytes;
@@ -199,7 +212,7 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
     j += std::string("\"overlap\":") + (e.expert_overlap ? "true," : "false,");
     j += "\"window_bytes\":" + std::to_string(e.expert_window_bytes) + ",";
     j += "\"read_bytes\":" + std::to_string(e.expert_read_bytes) + ",";
-    j += llm::prefetch_json(e.expert_prefetch, e.prefetch, e.experts) + "},";
+    j += llm::prefetch_json({e.expert_prefetch, e.expert_pregate}, e.prefetch, e.experts) + "},";
   }
   j += "\"recovery\":" + host::recovery_json(e.recovery) + ",";
   j += "\"tokens\":[";
@@ -246,7 +259,7 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
                 "%.0f %% of %llu routed experts; %llu predicted for nothing (%.1f MB a prefetch would waste)\n",
                 100 * e.lag.hit_rate(), (unsigned long long)e.lag.routed, (unsigned long long)e.lag.wasted,
                 e.lag.wasted_bytes / 1e6);
-    std::printf("%s\n", llm::prefetch_summary(e.expert_prefetch, e.prefetch, e.experts).c_str());
+    std::printf("%s\n", llm::prefetch_summary({e.expert_prefetch, e.expert_pregate}, e.prefetch, e.experts).c_str());
   }
 }
 
@@ -347,7 +360,7 @@ int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
+                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
                          {"help", "ignore-eos"}, {"device"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());

@@ -18,6 +18,7 @@ ExpertLayoutSpec layout_spec(const host::Controller& controller, const FetcherOp
   spec.page = controller.page_bytes();
   spec.max_experts_per_fetch = o.max_experts_per_fetch;
   spec.cache_bytes = o.cache_bytes;
+  spec.min_cache_experts = o.min_cache_experts;
   return spec;
 }
 }  // namespace

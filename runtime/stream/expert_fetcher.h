@@ -36,6 +36,9 @@ struct FetcherOptions {
   uint32_t nsid = 1;
   uint32_t max_experts_per_fetch = 8;  // top-k (distinct experts per fetch)
   uint64_t cache_bytes = 0;            // 0: no cache
+  // A cache of at least this many experts whatever cache_bytes holds (the engine's pre-gating prefetch
+  // needs two fetches' worth with a RAM budget of 0).
+  uint32_t min_cache_experts = 0;
   uint32_t max_command_bytes = 0;      // further cap below MDTS
   bool gpu_mapped = true;
   uint32_t warmup_tokens = 0;  // steady-state metrics start after this many fetches (0: once the cache is full)

@@ -63,8 +63,9 @@ ExpertLayout::ExpertLayout(const ExpertCatalog& catalog, const ExpertLayoutSpec&
     slot_bytes_ = std::max(slot_bytes_, packed_bytes(k));
   }
   if (slot_bytes_ == 0) throw Error(ErrorKind::kInvalidArgument, who + ": every expert slice is empty");
-  if (spec.cache_bytes > 0) {
-    capacity_ = uint32_t(std::min<uint64_t>(spec.cache_bytes / slot_bytes_, catalog.parts.size()));
+  if (spec.cache_bytes > 0 || spec.min_cache_experts > 0) {
+    const uint64_t slots = std::max<uint64_t>(spec.cache_bytes / slot_bytes_, spec.min_cache_experts);
+    capacity_ = uint32_t(std::min<uint64_t>(slots, catalog.parts.size()));
     if (capacity_ < spec.max_experts_per_fetch)
       throw Error(ErrorKind::kInvalidArgument,
                   who + ": a cache of " + std::to_string(spec.cache_bytes) + " bytes holds " +

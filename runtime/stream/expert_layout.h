@@ -40,6 +40,7 @@ struct ExpertLayoutSpec {
   uint64_t page = 4096;                 // every part starts page aligned
   uint32_t max_experts_per_fetch = 8;   // >= 1
   uint64_t cache_bytes = 0;             // 0: no cache (max_experts_per_fetch packed slots)
+  uint32_t min_cache_experts = 0;       // a cache of at least this many slots whatever cache_bytes holds
   uint32_t max_parts = 0;               // parts per expert; 0: any number
   uint64_t max_part_blocks = 0;         // blocks per part; 0: any number
 };

@@ -556,6 +556,7 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   spec.page = page_;
   spec.max_experts_per_fetch = options_.max_experts_per_fetch;
   spec.cache_bytes = options_.cache_bytes;
+  spec.min_cache_experts = options_.min_cache_experts;
   spec.max_parts = kMaxExpertParts;
   spec.max_part_blocks = 0xFFFFFFFFull;  // GpuPart::blocks
   // Validation, packing and sizing exactly as the CPU fetcher (expert_layout.h).

@@ -193,6 +193,58 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
   }
 }
 
+// Pre-gating (GpuForward::pregate): every dense part in VRAM, every layer's experts fetched with no
+// cache in the budget. At layers 0 and 1 the next layer's router runs on the current state and its
+// predicted experts are read ahead into the two fetches of slots the fetcher then gets: the logits
+// stay those of every layer in VRAM, every prediction read is settled as a hit or waste, and the
+// requests it cannot serve are refused naming the fix.
+TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits and are all accounted") {
+  REQUIRE_GPU();
+  DeployedModel d(8);
+  Opened o(d.image);
+  uint64_t dense = 0;
+  for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
+  llm::GpuExecOptions all, pre;
+  all.resident_layers = o.m.config.n_layer;
+  pre.vram_budget = dense;  // no room for a whole layer's experts: all three layers fetch theirs
+  pre.ram_budget = 0;
+  pre.expert_pregate = 2;
+  llm::ExecStats sa, sp;
+  const auto want = run(*o.ctrl, o.m, all, &sa);
+  const auto got = run(*o.ctrl, o.m, pre, &sp);
+  CHECK(sp.resident_layers == 3);
+  CHECK(sp.has_experts);
+  CHECK(sp.plan.expert_cache_bytes == 0);
+  CHECK(sp.expert_pregate == 2);
+  CHECK(!sp.expert_prefetch);
+  const stream::PrefetchMetrics& p = sp.prefetch;
+  CHECK(p.prefetches == 6 * 2);  // every token, at layers 0 and 1 (layer 2 has no later fetched layer)
+  CHECK(p.reads > 0);
+  CHECK(p.hits + p.wasted == p.reads);
+  CHECK(p.hits <= sp.experts.hits);
+  CHECK(sp.experts.tokens == 6 * 3);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i);
+    CHECK(std::memcmp(got[i].data(), want[i].data(), got[i].size() * sizeof(float)) == 0);
+  }
+  // Off: the same fetches, nothing read ahead.
+  llm::GpuExecOptions off = pre;
+  off.expert_pregate = 0;
+  llm::ExecStats so;
+  const auto got_off = run(*o.ctrl, o.m, off, &so);
+  CHECK(so.expert_pregate == 0);
+  CHECK(so.prefetch.prefetches == 0);
+  for (size_t i = 0; i < got_off.size(); ++i) CHECK(std::memcmp(got_off[i].data(), want[i].data(), got_off[i].size() * sizeof(float)) == 0);
+  // More than k predicted, or both prefetches at once: refused, naming the flag.
+  llm::GpuExecOptions bad = pre;
+  bad.expert_pregate = 3;
+  CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, bad), Catch::Matchers::ContainsSubstring("at most 2 can be predicted"));
+  bad.expert_pregate = 1;
+  bad.expert_prefetch = true;
+  CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, bad), Catch::Matchers::ContainsSubstring("choose one"));
+}
+
 // The engine stops at a failed streamed layer (gpu_executor: LayerStreamer::throw_if_failed after
 // each token's logits): every layer streams, a DNR-set read error armed through the fault grammar
 // fires on a streamed layer, and step() throws the clear error (LBA range, decoded status) at that

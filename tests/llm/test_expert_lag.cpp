@@ -43,16 +43,19 @@ TEST_CASE("expert prefetch report: the summary line and the JSON members carry t
   gpunvme::stream::FetcherMetrics f;
   f.tokens = 7;
   f.faults = 9;
-  CHECK(prefetch_json(true, p, f) ==
-        "\"prefetch\":true,\"prefetches\":6,\"prefetch_reads\":4,\"prefetch_bytes_read\":4000000,\"prefetch_hits\":3,"
+  CHECK(prefetch_json({.lag = true}, p, f) ==
+        "\"prefetch\":true,\"prefetch_kind\":\"lag\",\"pregate_experts\":0,\"prefetches\":6,\"prefetch_reads\":4,\"prefetch_bytes_read\":4000000,\"prefetch_hits\":3,"
         "\"prefetch_wasted\":1,\"prefetch_wasted_bytes\":1000000,\"post_routing_faults\":9,\"stall_seconds\":1.750000,"
         "\"stall_read_seconds\":1.125000,\"compute_after_reads_seconds\":0.187500,"
         "\"stall_seconds_per_layer\":[0.500000,0.250000,1.000000]");
-  CHECK(prefetch_summary(true, p, f) ==
+  CHECK(prefetch_summary({.lag = true}, p, f) ==
         "expert prefetch (one-token lag): 6 prefetches read 4 experts (4.0 MB): 3 hit (75 %), 1 wasted (1.0 MB); "
         "9 post-routing faults; layers waited 1.750 s for their experts (250.000 ms per fetch, 160.714 ms of it reading; "
         "most: layer 2, 1.000 s)");
-  CHECK(prefetch_summary(false, {}, {}) ==
+  CHECK(prefetch_summary({.pregate = 3}, p, f).starts_with(
+      "expert prefetch (pre-gating, best 3 predicted): 6 prefetches read 4 experts (4.0 MB): 3 hit (75 %)"));
+  CHECK(prefetch_json({.pregate = 3}, p, f).starts_with("\"prefetch\":true,\"prefetch_kind\":\"pregate\",\"pregate_experts\":3,"));
+  CHECK(prefetch_summary({}, {}, {}) ==
         "expert prefetch: off; 0 post-routing faults; layers waited 0.000 s for their experts (0.000 ms per fetch, 0.000 ms "
         "of it reading; most: layer 0, 0.000 s)");
 }

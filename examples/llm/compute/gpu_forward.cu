@@ -274,6 +274,13 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
+  if (c.is_moe()) {
+    xn_pre_ = alloc<float>(c.n_embd, t);
+    router_pre_ = alloc<float>(c.n_expert, t);
+    pred_ = alloc<uint32_t>(2 * uint64_t(c.n_expert_used), t);
+    device::check_cuda(cudaEventCreateWithFlags(&pre_x_, cudaEventDisableTiming), "pre-gating event");
+    device::check_cuda(cudaEventCreateWithFlags(&pre_read_, cudaEventDisableTiming), "pre-gating event");
+  }
   const uint64_t K = c.n_expert_used > 0 ? c.n_expert_used : 1;
   moe_gate_ = alloc<float>(K * c.n_ff, t);
   moe_up_ = alloc<float>(K * c.n_ff, t);
@@ -292,8 +299,11 @@ GpuForward::~GpuForward() {
   cudaStreamSynchronize(stream_);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)ids_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_})
+                  (void*)ids_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
+                  (void*)xn_pre_, (void*)router_pre_, (void*)pred_})
     cudaFree(p);
+  if (pre_x_) cudaEventDestroy(pre_x_);
+  if (pre_read_) cudaEventDestroy(pre_read_);
   cudaFreeHost(logits_host_);
   cudaFreeHost(ids_host_);
   cudaEventDestroy(done_);
@@ -377,6 +387,10 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
     device::check_cuda(cudaMemcpyAsync(tmp_, moe_acc_, uint64_t(n) * E * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
   }
   if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), E, n, c_.rms_eps, tmp_);
+  if (pre_pending_) {  // the prediction's norm has read x_
+    device::check_cuda(cudaStreamWaitEvent(s, pre_read_, 0), "pre-gating wait");
+    pre_pending_ = false;
+  }
   add_kernel<<<blocks_for(uint64_t(n) * E, 128), 128, 0, s>>>(x_, tmp_, n * E);
   device::check_cuda(cudaGetLastError(), "FFN kernels");
 }
@@ -400,6 +414,7 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
     gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
   } else {
     src->fetch(l.index, experts_, K, stream_);
+    if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
     for (uint32_t k = 0; k < K; ++k) {
       float* g = moe_gate_ + uint64_t(k) * F;
       launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g);
@@ -410,6 +425,27 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
     src->consumed(l.index, gs);
   }
   weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
+}
+
+// The next fetched layer's routing on this layer's post-attention state x_ (its own ffn norm, its
+// router, the same top k), on the source's stream: these kernels and the reads they start overlap
+// this layer's expert kernels. Why it predicts: the residual stream changes by a few layers' outputs
+// between here and there, so the router sees nearly the same vector (pre-gated MoE).
+void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
+  ExpertSource::PregateTarget p;
+  if (!src.pregate_target(l.index, p)) return;
+  const LayerWeights& next = w_.layers.at(p.layer);
+  const cudaStream_t side = reinterpret_cast<cudaStream_t>(src.pregate_stream());
+  const uint32_t K = c_.n_expert_used;
+  device::check_cuda(cudaEventRecord(pre_x_, stream_), "pre-gating event");
+  device::check_cuda(cudaStreamWaitEvent(side, pre_x_, 0), "pre-gating wait");
+  rms_norm(side, x_, p.view.at(next.ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
+  device::check_cuda(cudaEventRecord(pre_read_, side), "pre-gating event");
+  pre_pending_ = true;
+  matmul(side, next.gate_inp, p.view.at(next.gate_inp), xn_pre_, 1, nullptr, router_pre_);
+  gpu_route(reinterpret_cast<gpu_stream_t>(side), router_pre_, c_.n_expert, K, pred_, reinterpret_cast<float*>(pred_ + K));
+  device::check_cuda(cudaGetLastError(), "pre-gating kernels");
+  src.prefetch_predicted(p.layer, pred_, std::min(p.experts, K));
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {

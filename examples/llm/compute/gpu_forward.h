@@ -42,6 +42,20 @@ class ExpertSource {
   // After the last kernel on `stream` that reads the experts of the last fetch (for a clock of the
   // compute the reads did not hide).
   virtual void consumed(uint32_t /*layer*/, gpu_stream_t /*stream*/) {}
+
+  // Pre-gating: a layer's experts predicted before its routing, from an earlier layer's state, and read
+  // ahead while the drive would otherwise idle (gpu_executor.cpp says when that pays). At layer
+  // `layer`'s fetch, the source names the layer to predict and where its ffn norm and router are; the
+  // forward pass computes that router on this layer's post-attention state on pregate_stream() and
+  // hands the ids, best first, to prefetch_predicted() on the same stream.
+  struct PregateTarget {
+    uint32_t layer = 0;    // the layer predicted
+    WeightView view;       // its weights (the norm and router are read)
+    uint32_t experts = 0;  // how many of the predicted ids to read ahead (1 .. k)
+  };
+  virtual bool pregate_target(uint32_t /*layer*/, PregateTarget& /*out*/) const { return false; }
+  virtual gpu_stream_t pregate_stream() const { return nullptr; }
+  virtual void prefetch_predicted(uint32_t /*layer*/, const uint32_t* /*ids*/, uint32_t /*n*/) {}
 };
 
 // The weights every token needs, resident on the GPU.
@@ -85,6 +99,7 @@ class GpuForward {
   void attention(const LayerWeights& l, WeightView v);
   void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
   void moe_token(const LayerWeights& l, WeightView v, ExpertSource* experts, uint32_t t);
+  void pregate(const LayerWeights& l, ExpertSource& experts);
 
   ModelConfig c_;
   ModelWeights w_;
@@ -104,6 +119,12 @@ class GpuForward {
   uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer][pos][kv_dim] halves
   float* logits_host_ = nullptr;                       // pinned
   struct CUevent_st* done_ = nullptr;                  // blocking-sync event: the end of a token
+  // Pre-gating: the predicted layer's normed input, router logits and top-k (ids, then weights); events
+  // for x_ ready (compute -> side stream) and read (side -> compute, before x_ changes).
+  float *xn_pre_ = nullptr, *router_pre_ = nullptr;
+  uint32_t* pred_ = nullptr;
+  struct CUevent_st *pre_x_ = nullptr, *pre_read_ = nullptr;
+  bool pre_pending_ = false;  // the compute stream must wait for pre_read_ before x_ changes
   std::vector<float> logits_;
 };
 

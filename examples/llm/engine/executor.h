@@ -44,6 +44,7 @@ struct ExecStats {
   stream::FetcherMetrics experts;
   LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
+  uint32_t expert_pregate = 0;   // the pre-gating prefetch ran, reading this many predicted experts per layer
   bool expert_overlap = false;   // the expert kernels computed on parts read while the rest streamed
   uint64_t expert_window_bytes = 0;  // the fetcher's reads in flight (FetcherOptions::read_window_bytes; 0: all)
   uint64_t expert_read_bytes = 0;    // its largest read (GpuExecOptions::expert_read_bytes)
@@ -98,6 +99,10 @@ struct GpuExecOptions {
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
   std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
   std::optional<bool> expert_prefetch;  // MoE: one-token-lag prefetch (default: on when the cache holds 2 fetches)
+  // MoE: pre-gating (gpu_forward.h): at each fetched layer, the next fetched layer's router on this
+  // layer's state, and its best `expert_pregate` predicted experts read ahead (0: off; at most k). The
+  // fetcher's cache gets two fetches of slots if the budget gave it fewer.
+  uint32_t expert_pregate = 0;
   // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
   // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.
   std::optional<bool> expert_overlap;

@@ -42,16 +42,18 @@ double total(const std::vector<double>& v) {
 }
 }  // namespace
 
-std::string prefetch_summary(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
+std::string prefetch_summary(PrefetchKind kind, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
   const double stall = total(p.stall_seconds);
   size_t worst = 0;
   for (size_t i = 0; i < p.stall_seconds.size(); ++i)
     if (p.stall_seconds[i] > p.stall_seconds[worst]) worst = i;
-  char b[512];
-  const int n = on ? std::snprintf(b, sizeof b,
-                                   "expert prefetch (one-token lag): %llu prefetches read %llu experts (%.1f MB): %llu hit "
+  char b[512], how[64];
+  if (kind.lag) std::snprintf(how, sizeof how, "one-token lag");
+  else std::snprintf(how, sizeof how, "pre-gating, best %u predicted", kind.pregate);
+  const int n = kind.on() ? std::snprintf(b, sizeof b,
+                                   "expert prefetch (%s): %llu prefetches read %llu experts (%.1f MB): %llu hit "
                                    "(%.0f %%), %llu wasted (%.1f MB); ",
-                                   (unsigned long long)p.prefetches, (unsigned long long)p.reads, p.bytes_read / 1e6,
+                                   how, (unsigned long long)p.prefetches, (unsigned long long)p.reads, p.bytes_read / 1e6,
                                    (unsigned long long)p.hits, p.reads ? 100.0 * double(p.hits) / double(p.reads) : 0.0,
                                    (unsigned long long)p.wasted, p.wasted_bytes / 1e6)
                    : std::snprintf(b, sizeof b, "expert prefetch: off; ");
@@ -65,14 +67,14 @@ std::string prefetch_summary(bool on, const stream::PrefetchMetrics& p, const st
   return s + b;
 }
 
-std::string prefetch_json(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
-  char b[512];
+std::string prefetch_json(PrefetchKind kind, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
+  char b[640];
   std::snprintf(b, sizeof b,
-                "\"prefetch\":%s,\"prefetches\":%llu,\"prefetch_reads\":%llu,\"prefetch_bytes_read\":%llu,"
+                "\"prefetch\":%s,\"prefetch_kind\":\"%s\",\"pregate_experts\":%u,\"prefetches\":%llu,\"prefetch_reads\":%llu,\"prefetch_bytes_read\":%llu,"
                 "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"prefetch_wasted_bytes\":%llu,"
                 "\"post_routing_faults\":%llu,\"stall_seconds\":%.6f,\"stall_read_seconds\":%.6f,"
                 "\"compute_after_reads_seconds\":%.6f,\"stall_seconds_per_layer\":[",
-                on ? "true" : "false", (unsigned long long)p.prefetches, (unsigned long long)p.reads,
+                kind.on() ? "true" : "false", kind.name(), kind.pregate, (unsigned long long)p.prefetches, (unsigned long long)p.reads,
                 (unsigned long long)p.bytes_read, (unsigned long long)p.hits, (unsigned long long)p.wasted,
                 (unsigned long long)p.wasted_bytes, (unsigned long long)fetch.faults, total(p.stall_seconds),
                 total(p.read_seconds), total(p.tail_seconds));

@@ -36,10 +36,19 @@ class ExpertLag {
   LagCounts c_;
 };
 
-// One summary line: whether the prefetch ran, its reads, hits and waste, the post-routing faults
+// Which prefetch ran: the one-token lag, pre-gating (its predicted experts read per layer), or none.
+struct PrefetchKind {
+  bool lag = false;
+  uint32_t pregate = 0;
+  bool on() const { return lag || pregate > 0; }
+  const char* name() const { return lag ? "lag" : pregate ? "pregate" : "off"; }
+};
+
+// One summary line: which prefetch ran, its reads, hits and waste, the post-routing faults
 // (`fetch`: the demand fetches) and the stall per layer (total, mean per fetch, worst layer).
-std::string prefetch_summary(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch);
-// The same as JSON members (no braces): "prefetch":..,"prefetch_reads":.., ..,"stall_seconds_per_layer":[..].
-std::string prefetch_json(bool on, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch);
+std::string prefetch_summary(PrefetchKind kind, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch);
+// The same as JSON members (no braces): "prefetch":..,"prefetch_kind":..,"pregate_experts":..,
+// "prefetch_reads":.., ..,"stall_seconds_per_layer":[..].
+std::string prefetch_json(PrefetchKind kind, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch);
 
 }  // namespace gpunvme::llm

@@ -67,15 +67,24 @@ struct DeviceCopy {
 class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
-                 uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<bool> overlap,
-                 std::optional<uint64_t> window, uint64_t read_bytes)
+                 uint64_t cache_bytes, std::optional<bool> prefetch, uint32_t pregate, const std::vector<std::optional<WeightView>>& dense,
+                 std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
-        fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map), fetcher_options(m, cache_bytes, window, read_bytes)),
+        fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
+                 fetcher_options(m, cache_bytes, pregate, window, read_bytes)),
         k_(m.config.n_expert_used),
         lag_(k_, fetched_expert_bytes(plan)),
         ids_(size_t(m.config.n_layer) * k_),
         logged_(m.config.n_layer, false) {
+    if (pregate > k_)
+      throw std::runtime_error("--expert-pregate " + std::to_string(pregate) + ": a token routes to " + std::to_string(k_) +
+                               " experts per layer, so at most " + std::to_string(k_) + " can be predicted");
+    if (pregate > 0 && prefetch.value_or(false))
+      throw std::runtime_error("--expert-prefetch on (one-token lag) and --expert-pregate both read ahead into the same "
+                               "prefetch slots: choose one");
+    if (pregate > 0) prefetch = false;
+    plan_pregate(plan, pregate, dense);
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -87,7 +96,7 @@ class FetchedExperts final : public ExpertSource {
       throw std::runtime_error("--expert-overlap on needs stream memory waits (cuStreamWaitValue32), which this CUDA "
                                "driver does not offer: use --expert-overlap off");
     overlap_ = overlap.value_or(fetcher_.can_overlap());
-    if (prefetch_) {
+    if (prefetch_ || pregate_) {
       int lo = 0, hi = 0;
       device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
       device::check_cuda(cudaStreamCreateWithPriority(&prefetch_stream_, cudaStreamNonBlocking, hi), "prefetch stream");
@@ -121,6 +130,21 @@ class FetchedExperts final : public ExpertSource {
     if (!prefetch_ || !logged_[layer]) return;
     fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
+  // Pre-gating (GpuForward::pregate): at a fetched layer, the next fetched layer of the same pass
+  // whose router is resident; its top `pregate_` predicted experts are read on the prefetch stream
+  // right after this layer's reads (the fetcher's chain), while the drive would idle through this
+  // layer's expert kernels and the layers up to the next fetch. That fetch waits for them and finds
+  // the right ones as hits; a wrong one cost drive time only past that idle stretch, which is why
+  // pregate_ is a count and not always k.
+  bool pregate_target(uint32_t layer, PregateTarget& out) const override {
+    if (!pregate_ || layer >= pregate_next_.size() || !pregate_next_[layer].view) return false;
+    out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_};
+    return true;
+  }
+  gpu_stream_t pregate_stream() const override { return reinterpret_cast<gpu_stream_t>(prefetch_stream_); }
+  void prefetch_predicted(uint32_t layer, const uint32_t* ids, uint32_t n) override {
+    fetcher_.prefetch(layer, ids, n, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
+  }
   void wait_slice(uint32_t k, model::Projection proj, uint32_t slice, gpu_stream_t s) override {
     if (overlap_) fetcher_.wait_slice(k, proj, slice, reinterpret_cast<stream::cuda_stream_t>(s));
   }
@@ -129,6 +153,7 @@ class FetchedExperts final : public ExpertSource {
     fetcher_.consumed(layer, reinterpret_cast<stream::cuda_stream_t>(s));
   }
   bool prefetching() const { return prefetch_; }
+  uint32_t pregating() const { return pregate_; }
   bool overlapped() const { return overlap_; }
   uint64_t window_bytes() const { return fetcher_.read_window_bytes(); }
   uint64_t read_bytes() const { return fetcher_.max_command_bytes(); }
@@ -148,11 +173,14 @@ class FetchedExperts final : public ExpertSource {
   void wait() { fetcher_.wait(); }
 
  private:
-  static stream::FetcherOptions fetcher_options(const ModelOnDevice& m, uint64_t cache_bytes, std::optional<uint64_t> window,
-                                                uint64_t read_bytes) {
+  // Pre-gating needs a cache of two fetches (the fetch whose experts are in use, and the prediction):
+  // with a RAM budget of 0 that is 2k slots of pinned memory beside the budget (k without it).
+  static stream::FetcherOptions fetcher_options(const ModelOnDevice& m, uint64_t cache_bytes, uint32_t pregate,
+                                                std::optional<uint64_t> window, uint64_t read_bytes) {
     if (read_bytes < kMinExpertReadBytes || read_bytes > kMaxExpertReadBytes)
       throw std::runtime_error("the expert fetcher's largest read must be 4 KiB to 1 GiB (got " + std::to_string(read_bytes) + ")");
     stream::FetcherOptions o{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes,
+                             .min_cache_experts = pregate ? 2 * m.config.n_expert_used : 0,
                              .max_command_bytes = uint32_t(read_bytes)};
     if (window) o.read_window_bytes = *window;
     return o;
@@ -165,6 +193,23 @@ class FetchedExperts final : public ExpertSource {
     return b;
   }
 
+  // For each fetched layer, the next fetched layer of the pass and its dense weights when resident.
+  void plan_pregate(const ResidencyPlan& plan, uint32_t pregate, const std::vector<std::optional<WeightView>>& dense) {
+    pregate_ = pregate;
+    pregate_next_.assign(plan.layers.size(), {});
+    uint32_t next = ~0u;
+    for (uint32_t i = uint32_t(plan.layers.size()); i-- > 0;) {
+      const bool fetched = plan.bytes[i].n_expert && !plan.layers[i].experts_in_vram;
+      if (!fetched) continue;
+      if (next != ~0u && next < dense.size() && dense[next]) pregate_next_[i] = {next, dense[next]};
+      next = i;
+    }
+  }
+  struct NextFetched {
+    uint32_t layer = 0;
+    std::optional<WeightView> view;  // none: no later fetched layer in the pass, or its router is not resident
+  };
+
   example::GpuQueues queues_;
   stream::GpuSubmitter submitter_;
   stream::GpuExpertFetcher fetcher_;
@@ -174,6 +219,8 @@ class FetchedExperts final : public ExpertSource {
   std::vector<bool> logged_;   // [layer]: the log holds a fetch of it (a prediction exists)
   uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
   bool prefetch_ = false;
+  uint32_t pregate_ = 0;                       // predicted experts read ahead per fetched layer (0: off)
+  std::vector<NextFetched> pregate_next_;      // [layer]
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
 };
@@ -201,6 +248,7 @@ class GpuExecutor final : public Executor {
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
                                                   o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch,
+                                                  o.expert_pregate, vram_views(),
                                                   o.expert_overlap, o.expert_window_bytes,
                                                   o.expert_read_bytes.value_or(kExpertReadBytes));
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
@@ -318,6 +366,7 @@ class GpuExecutor final : public Executor {
       s.experts = experts_->metrics();
       s.lag = experts_->lag();
       s.expert_prefetch = experts_->prefetching();
+      s.expert_pregate = experts_->pregating();
       s.expert_overlap = experts_->overlapped();
       s.expert_window_bytes = experts_->window_bytes();
       s.expert_read_bytes = experts_->read_bytes();
@@ -328,15 +377,18 @@ class GpuExecutor final : public Executor {
   }
 
   std::string describe() const override {
-    const char* moe = !experts_                 ? ""
-                      : experts_->prefetching() ? ", routed experts fetched after routing, prefetched by one-token lag"
-                                                : ", routed experts fetched after routing (no prefetch)";
-    char b[512];
+    const std::string moe =
+        !experts_                 ? ""
+        : experts_->pregating()   ? ", routed experts fetched after routing, the best " + std::to_string(experts_->pregating()) +
+                                      " predicted by pre-gating read ahead"
+        : experts_->prefetching() ? ", routed experts fetched after routing, prefetched by one-token lag"
+                                  : ", routed experts fetched after routing (no prefetch)";
+    char b[640];
     std::snprintf(b, sizeof b,
                   "GPU executor: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
                   "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB",
                   plan_.count(Tier::kVram), plan_.count(Tier::kRam), plan_.count(Tier::kNvme), streamer_ ? slots_ : 0,
-                  queues_ ? queues_->raw.size() : size_t(0), moe, fwd_->device_bytes() / 1e6);
+                  queues_ ? queues_->raw.size() : size_t(0), moe.c_str(), fwd_->device_bytes() / 1e6);
     return b;
   }
 
@@ -364,6 +416,14 @@ class GpuExecutor final : public Executor {
       b.vram = free > reserve ? free - reserve : 0;
     }
     plan_ = plan_residency(bytes, b);
+  }
+
+  // [layer]: where the VRAM tier's copy of it is (its dense part, or all of it), or none.
+  std::vector<std::optional<WeightView>> vram_views() const {
+    std::vector<std::optional<WeightView>> v(vram_.size());
+    for (size_t i = 0; i < v.size(); ++i)
+      if (vram_[i]) v[i] = vram_[i]->view();
+    return v;
   }
 
   void load_tiers(const GpuExecOptions& o) {
