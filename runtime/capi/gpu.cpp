@@ -41,9 +41,8 @@ GPUNVME_SAME_FIELD(part_count);
 GPUNVME_SAME_FIELD(part_proj);
 GPUNVME_SAME_FIELD(part_offset);
 GPUNVME_SAME_FIELD(part_bytes);
+GPUNVME_SAME_FIELD(pending);
 #undef GPUNVME_SAME_FIELD
-static_assert(offsetof(gpunvme_gpu_fetched_expert_t, reserved) + sizeof(uint32_t) ==
-              offsetof(stream::GpuFetchedExpert, part_offset));  // the C++ struct's implicit padding
 static_assert(sizeof(stream::GpuFetchedExpert::part_proj) == sizeof(gpunvme_gpu_fetched_expert_t::part_proj));
 static_assert(sizeof(stream::GpuFetchedExpert::part_offset) == sizeof(gpunvme_gpu_fetched_expert_t::part_offset));
 static_assert(sizeof(stream::GpuFetchedExpert::part_bytes) == sizeof(gpunvme_gpu_fetched_expert_t::part_bytes));

@@ -422,7 +422,7 @@ typedef struct gpunvme_gpu_fetched_expert {
   uint32_t failed;   /* nonzero (status field | 0x10000): a read failed; ready never matches */
   uint32_t part_count;
   uint32_t part_proj[GPUNVME_MAX_EXPERT_PARTS]; /* gpunvme_projection_t */
-  uint32_t reserved;                            /* padding */
+  uint32_t pending;  /* nonzero: a hit whose bytes a concurrent prefetch still reads; `ready` says when in */
   uint64_t part_offset[GPUNVME_MAX_EXPERT_PARTS]; /* scratchpad offset of each part's first byte */
   uint64_t part_bytes[GPUNVME_MAX_EXPERT_PARTS];
 } gpunvme_gpu_fetched_expert_t;

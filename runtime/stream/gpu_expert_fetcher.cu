@@ -75,7 +75,7 @@ struct GpuFetcherState {
   unsigned long long* slot_used = nullptr;  // [capacity]
   unsigned long long clock = 0;
   uint32_t resident = 0;
-  uint32_t pad = 0;
+  uint32_t concurrent_prefetch = 0;     // prefetches read on queues of their own (GpuExpertFetcher ctor)
   FetchTable table[2];                  // [kDemand], [kPrefetch]
   DeviceFetchMetrics metrics{};
   // Stall: from routing done (stall_begin on the consumer's stream) to the fetch's reads done.
@@ -206,6 +206,24 @@ __device__ void touch_hits(GpuFetcherState& s, FetchTable& t, uint32_t layer, ui
   }
 }
 
+// Phase 3b (lane 0, concurrent prefetches): a hit on an expert the latest prefetch read for this
+// layer and has not finished reading is pending: its bytes are still arriving in the slot.
+__device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count) {
+  const FetchTable& p = s.table[kPrefetch];
+  const GpuFetchResult* pr = p.result;
+  const bool live = s.concurrent_prefetch && pr->layer == layer && pr->error == fetch_error::kNone;
+  for (uint32_t d = 0; d < count; ++d) {
+    GpuFetchedExpert& e = t.experts[d];
+    e.pending = 0;
+    for (uint32_t q = 0; live && e.hit && q < pr->count; ++q) {
+      const GpuFetchedExpert& pe = p.experts[q];
+      if (pe.expert != e.expert || pe.hit) continue;
+      if (*const_cast<const volatile uint32_t*>(&pe.ready) != pr->token) e.pending = q + 1;
+      break;
+    }
+  }
+}
+
 // Phase 4 (warp): each fault takes the least recently used slot (warp-wide search), or the next
 // packed position without a cache.
 __device__ void place_faults(GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count,
@@ -275,7 +293,7 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
   FetchCounts n;
   // Expert d's table entries, loaded by lane d % 32 for 32 experts at once (one round trip to global
   // memory for all of them instead of two per expert) and handed out below.
-  uint32_t my_p0 = 0, my_p1 = 0, my_hit = 1;
+  uint32_t my_p0 = 0, my_p1 = 0, my_hit = 1, my_pending = 0;
   uint64_t my_key = 0, my_base = 0;
   for (uint32_t d = 0; d < count; ++d) {
     if (d % 32 == 0 && d + lane < count) {
@@ -284,6 +302,7 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
       my_p0 = s.part_first[my_key];
       my_p1 = s.part_first[my_key + 1];
       my_hit = e.hit;
+      my_pending = e.pending;
       my_base = e.offset;
     }
     const uint32_t src = d % 32;
@@ -291,8 +310,10 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
     const uint32_t p0 = __shfl_sync(kFullMask, my_p0, src), p1 = __shfl_sync(kFullMask, my_p1, src);
     const uint64_t base = __shfl_sync(kFullMask, my_base, src);
     const bool fault = __shfl_sync(kFullMask, my_hit, src) == 0;
+    const bool pending = __shfl_sync(kFullMask, my_pending, src) != 0;
     uint32_t mine = 0;
-    for (uint32_t i = lane; i < kReadyWordsPerId; i += 32) t.part_remaining[d * kReadyWordsPerId + i] = 0;
+    // A pending hit's words stay unpublished (publish_pending_hits sets them when its reads end).
+    for (uint32_t i = lane; i < kReadyWordsPerId; i += 32) t.part_remaining[d * kReadyWordsPerId + i] = pending ? 1 : 0;
     const GpuPart my_part = p0 + lane < p1 ? s.parts[p0 + lane] : GpuPart{};  // lane k: the expert's part k
     __syncwarp();
     for (uint32_t p = p0; p < p1; ++p) {
@@ -334,7 +355,7 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
       ex[d].part_count = p1 - p0;
       ex[d].bytes = s.packed[key];
       ex[d].failed = 0;
-      ex[d].ready = fault ? 0u : token;
+      ex[d].ready = fault || pending ? 0u : token;
       t.remaining[d] = mine;
     }
     n.faults += fault;
@@ -425,7 +446,9 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
   __shared__ bool steady;
   if (lane == 0) {
     forget_failed_reads(s, s.table[kDemand]);
-    forget_failed_reads(s, s.table[kPrefetch]);
+    // A concurrent prefetch may still be reading while a demand fetch is placed: its failures are
+    // known only at the next prefetch, which starts after its reads (a hit on one is failed by the pump).
+    if (which == kPrefetch || !s.concurrent_prefetch) forget_failed_reads(s, s.table[kPrefetch]);
     if (which == kPrefetch) settle_prefetch(s, ~0u, 0);  // a prefetch no demand fetch followed
     token = r->token + 1;
     r->token = token;
@@ -447,6 +470,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
                                  : (s.capacity == 0 || s.resident == s.capacity);
     fetch_start = s.clock;
     if (error == fetch_error::kNone && s.capacity > 0) touch_hits(s, t, layer, count);
+    if (error == fetch_error::kNone && which == kDemand) mark_pending_hits(s, t, layer, count);
   }
   __syncwarp();
   if (error != fetch_error::kNone) {
@@ -484,6 +508,32 @@ __device__ void read_ended(const FetchTable& t, const FetchCmd& c, nvme::Status 
   if (expert_done && *const_cast<volatile uint32_t*>(&e.failed) == 0) *const_cast<volatile uint32_t*>(&e.ready) = token;
 }
 
+// The demand pump's extra warp (concurrent prefetches): each pending hit waits for the prefetch's reads
+// of its expert to end, then takes their outcome and publishes the expert's words. Bounded: every
+// prefetch read ends (the pump's timeout fails the ones that do not), and no later prefetch reuses
+// the prefetch's table before this pump is done (it waits for it: GpuExpertFetcher::launch).
+__device__ void publish_pending_hits(FetchTable& t, const FetchTable& p) {
+  if ((threadIdx.x & 31u) != 0) return;
+  const uint32_t token = t.result->token, ptoken = p.result->token;
+  for (uint32_t d = 0; d < t.result->count; ++d) {
+    GpuFetchedExpert& e = t.experts[d];
+    if (e.pending == 0) continue;
+    const GpuFetchedExpert& pe = p.experts[e.pending - 1];
+    uint32_t failed = 0;
+    for (;;) {
+      failed = *const_cast<const volatile uint32_t*>(&pe.failed);
+      if (failed || *const_cast<const volatile uint32_t*>(&pe.ready) == ptoken) break;
+      __nanosleep(2000);
+    }
+    *const_cast<volatile uint32_t*>(&e.failed) = failed;
+    __threadfence_system();  // the slot's bytes (the prefetch's reads) and `failed` before the words
+    for (uint32_t k = 0; k < t.n_ids; ++k)
+      if (t.selection[k] == d)
+        for (uint32_t w = 0; w < kReadyWordsPerId; ++w) *const_cast<volatile uint32_t*>(&t.part_ready[k * kReadyWordsPerId + w]) = token;
+    if (!failed) *const_cast<volatile uint32_t*>(&e.ready) = token;
+  }
+}
+
 // One warp per queue: the reads placed above, each ending in read_ended(); at most `depth` in flight
 // per queue (0: the launch's depth). Queue w takes reads w, w + queues, ...: with a small depth the
 // queues move through the list side by side, so the reads end roughly in the list's order.
@@ -491,7 +541,10 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
                            uint32_t depth) {
   if (depth != 0 && (launch.depth == 0 || depth < launch.depth)) launch.depth = depth;  // launch: 0 = the ring's
   const uint32_t w = blockIdx.x;
-  if (w >= launch.queue_count) return;
+  if (w >= launch.queue_count) {  // the extra warp of a demand fetch beside a concurrent prefetch
+    if (w == launch.queue_count && which == kDemand) publish_pending_hits(S->table[kDemand], S->table[kPrefetch]);
+    return;
+  }
   const FetchTable* t = &S->table[which];
   const uint32_t count = *const_cast<volatile uint32_t*>(&t->ncmds);
   const uint32_t token = t->result->token;
@@ -545,8 +598,9 @@ T* device_copy(std::vector<void*>& owned, const std::vector<T>& v) {
 }  // namespace
 
 GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
-                                   const FetcherOptions& options)
-    : controller_(controller), submitter_(submitter), catalog_(std::move(catalog)), options_(options) {
+                                   const FetcherOptions& options, GpuSubmitter* prefetch_submitter)
+    : controller_(controller), submitter_(submitter), pf_submitter_(prefetch_submitter), catalog_(std::move(catalog)),
+      options_(options) {
   const auto& ns = controller.namespace_info(options_.nsid);
   lba_bytes_ = ns.lba_bytes;
   page_ = controller.page_bytes();
@@ -563,8 +617,9 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   const ExpertLayout layout(catalog_, spec, "GPU expert fetcher");
   expert_bytes_ = layout.slot_bytes();
   capacity_ = layout.capacity();
-  const uint32_t max_blocks = std::min(command_block_limit(controller, options_.nsid, options_.max_command_bytes),
-                                       submitter.queues().max_blocks_per_command());
+  uint32_t max_blocks = std::min(command_block_limit(controller, options_.nsid, options_.max_command_bytes),
+                                 submitter.queues().max_blocks_per_command());
+  if (pf_submitter_) max_blocks = std::min(max_blocks, pf_submitter_->queues().max_blocks_per_command());
   // Tables: every (layer, expert)'s parts at the layout's offsets.
   std::vector<uint32_t> part_first(1, 0);
   std::vector<GpuPart> parts;
@@ -598,8 +653,12 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   max_commands_ = uint32_t(max_cmds);
   max_blocks_ = max_blocks;
   if (options_.read_window_bytes != 0) {
-    const uint64_t per_round = uint64_t(submitter.queue_count()) * max_blocks * lba_bytes_;  // one read per queue
-    read_depth_ = uint32_t(std::clamp<uint64_t>((options_.read_window_bytes + per_round - 1) / per_round, 1, 1u << 16));
+    auto depth = [&](const GpuSubmitter& sub) {
+      const uint64_t per_round = uint64_t(sub.queue_count()) * max_blocks * lba_bytes_;  // one read per queue
+      return uint32_t(std::clamp<uint64_t>((options_.read_window_bytes + per_round - 1) / per_round, 1, 1u << 16));
+    };
+    read_depth_ = depth(submitter);
+    pf_read_depth_ = pf_submitter_ ? depth(*pf_submitter_) : read_depth_;
   }
   host::DmaOptions mem{host::HugePages::kAuto};
   mem.gpu_mapped = true;
@@ -616,6 +675,7 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.max_blocks = max_blocks;
   st.warmup_tokens = options_.warmup_tokens;
   st.expert_stride = expert_bytes_;
+  st.concurrent_prefetch = pf_submitter_ ? 1 : 0;
   st.part_first = device_copy(allocations_, part_first);
   st.parts = device_copy(allocations_, parts);
   st.packed = device_copy(allocations_, packed);
@@ -646,34 +706,37 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   result_ = st.table[kDemand].result;
   experts_ = st.table[kDemand].experts;
   selection_ = st.table[kDemand].selection;
-  cudaEvent_t chain = nullptr;
-  check_cuda(cudaEventCreateWithFlags(&chain, cudaEventDisableTiming), "cudaEventCreate(expert fetcher)");
-  chain_ = chain;
+  for (void** e : {&chain_, &placed_, &pf_done_}) {
+    cudaEvent_t ev = nullptr;
+    check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate(expert fetcher)");
+    *e = ev;
+  }
   state_ = device_alloc<GpuFetcherState>(allocations_, 1);
   check_cuda(cudaMemcpy(state_, &st, sizeof(st), cudaMemcpyHostToDevice), "cudaMemcpy(expert fetcher state)");
 }
 
 GpuExpertFetcher::~GpuExpertFetcher() {
   // Reads must not land in a freed scratchpad: drain what is still in flight.
-  for (uint64_t t : tickets_) {
+  for (const auto& [sub, t] : tickets_) {
     try {
-      submitter_.wait(t);
+      sub->wait(t);
     } catch (...) {
     }
   }
   cudaDeviceSynchronize();
-  if (chain_) cudaEventDestroy(static_cast<cudaEvent_t>(chain_));
+  for (void* e : {chain_, placed_, pf_done_})
+    if (e) cudaEventDestroy(static_cast<cudaEvent_t>(e));
   if (routed_) cudaEventDestroy(static_cast<cudaEvent_t>(routed_));
   if (stream_) cudaStreamDestroy(cu(stream_));
   for (void* p : allocations_) cudaFree(p);
 }
 
 void GpuExpertFetcher::retire_done(bool block, size_t keep) {
-  while (tickets_.size() > keep && (block || submitter_.done(tickets_.front()))) {
-    const uint64_t t = tickets_.front();
+  while (tickets_.size() > keep && (block || tickets_.front().first->done(tickets_.front().second))) {
+    const auto [sub, t] = tickets_.front();
     tickets_.pop_front();
     try {
-      submitter_.wait(t);
+      sub->wait(t);
     } catch (...) {
       if (!pending_error_) pending_error_ = std::current_exception();
     }
@@ -689,23 +752,39 @@ void GpuExpertFetcher::check_request(uint32_t layer, uint32_t n_ids) const {
                                                  " has no experts (" + std::to_string(catalog_.n_layers) + " layers)");
 }
 
-// Place and pump kernels of one fetch or prefetch on `stream`, after every earlier fetch's and
-// prefetch's reads (the chain event): one LRU state, one set of queues, used by one fetch at a time.
+// Place and pump kernels of one fetch or prefetch on `stream`. The place kernels run one at a time
+// in host order (one LRU state); a pump owns its queues until its reads end. With one submitter
+// every fetch and prefetch waits for the previous one's reads (the chain). With a prefetch
+// submitter (concurrent prefetches) a demand fetch waits only for the previous demand's reads and
+// the latest placement: it starts its reads while a prefetch still reads, and its hits on experts
+// not yet in are published by its pump's extra warp (publish_pending_hits). A prefetch still waits
+// for the previous demand's reads (whose pump may read the prefetch table) and the previous
+// prefetch's (its victims and failed reads are then settled). Why no victim is being read: a
+// demand never evicts the running prefetch's slots (the most recently placed; with a cache of >= 2
+// fetches the older slots suffice), and a prefetch evicts neither the previous fetch's slots nor
+// anything read by an unfinished pump.
 void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* device_ids, uint32_t n_ids,
                               cuda_stream_t stream) {
   retire_done(false);
-  // The submitter holds a bounded number of tickets (a batched pass enqueues a fetch per token and
+  // The submitters hold a bounded number of tickets (a batched pass enqueues a fetch per token and
   // layer): past half of them the host waits for the oldest.
   retire_done(true, kMaxOutstanding - 1);
-  cudaEvent_t chain = static_cast<cudaEvent_t>(chain_);
-  check_cuda(cudaStreamWaitEvent(cu(stream), chain, 0), "GPU expert fetcher: ordering after the previous fetch");
+  const bool concurrent = pf_submitter_ != nullptr;
+  const bool own_queues = concurrent && which == kPrefetch;
+  GpuSubmitter& sub = own_queues ? *pf_submitter_ : submitter_;
+  auto wait_for = [&](void* e, const char* what) { check_cuda(cudaStreamWaitEvent(cu(stream), static_cast<cudaEvent_t>(e), 0), what); };
+  wait_for(chain_, "GPU expert fetcher: ordering after the previous fetch");
+  if (concurrent) wait_for(which == kPrefetch ? pf_done_ : placed_, "GPU expert fetcher: ordering after the prefetch");
   place_experts<<<1, 32, 0, cu(stream)>>>(state_, which, layer, device_ids, n_ids);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the place kernel");
+  if (concurrent) check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(placed_), cu(stream)), "GPU expert fetcher: placement event");
   GpuFetcherState* state = state_;
   const device::DeviceBuffer dst = scratch_map_->get();
-  const uint64_t t = submitter_.issue_kernel(
+  const uint32_t depth = own_queues ? pf_read_depth_ : read_depth_;
+  const uint32_t extra = concurrent && which == kDemand ? 1 : 0;  // publish_pending_hits
+  const uint64_t t = sub.issue_kernel(
       stream,
-      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count, 32, 0, cu(stream)>>>(l, state, which, dst, read_depth_); },
+      [&](const TicketLaunch& l) { pump_fetch<<<l.queue_count + extra, 32, 0, cu(stream)>>>(l, state, which, dst, depth); },
       [state, layer, which](uint64_t g) {
         GpuFetcherState st;
         FetchCmd c;
@@ -716,8 +795,8 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
                " of layer " + std::to_string(layer) + ", LBA " + std::to_string(c.lba) + ".." +
                std::to_string(c.lba + c.blocks - 1);
       });
-  tickets_.push_back(t);
-  check_cuda(cudaEventRecord(chain, cu(stream)), "GPU expert fetcher: chain event");
+  tickets_.emplace_back(&sub, t);
+  check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(own_queues ? pf_done_ : chain_), cu(stream)), "GPU expert fetcher: chain event");
   if (which == kDemand) {
     ++demand_token_;
     last_ids_ = n_ids;

@@ -66,8 +66,11 @@ class GpuExpertFetcher {
  public:
   // options: max_experts_per_fetch, cache_bytes, warmup_tokens, nsid as for ExpertFetcher (the
   // scratchpad is GPU mapped; max_command_bytes is taken from the submitter's queues).
+  // prefetch_submitter: queues of their own for prefetches (concurrent prefetches, launch() in the
+  // .cu says the ordering): a fetch then waits for a prefetch's placement, not for its reads, so the
+  // drive moves from a prefetch's reads to the fetch's without the gap of a round trip.
   GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
-                   const FetcherOptions& options = {});
+                   const FetcherOptions& options = {}, GpuSubmitter* prefetch_submitter = nullptr);
   ~GpuExpertFetcher();
   GpuExpertFetcher(const GpuExpertFetcher&) = delete;
   GpuExpertFetcher& operator=(const GpuExpertFetcher&) = delete;
@@ -116,7 +119,11 @@ class GpuExpertFetcher {
   FetcherMetrics metrics() const;
   PrefetchMetrics prefetch_metrics() const;
   // Retries, resets behind the fetches (the submitter's count, issue #15).
-  host::RecoveryStats recovery() const { return submitter_.recovery(); }
+  host::RecoveryStats recovery() const {
+    host::RecoveryStats r = submitter_.recovery();
+    if (pf_submitter_) r += pf_submitter_->recovery();
+    return r;
+  }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 
@@ -133,6 +140,7 @@ class GpuExpertFetcher {
 
   host::Controller& controller_;
   GpuSubmitter& submitter_;
+  GpuSubmitter* pf_submitter_ = nullptr;  // concurrent prefetches' queues, or null
   ExpertCatalog catalog_;
   FetcherOptions options_;
   uint64_t page_ = 4096;
@@ -143,6 +151,7 @@ class GpuExpertFetcher {
   uint32_t max_commands_ = 0;
   uint32_t max_blocks_ = 0;          // blocks of its largest read (MDTS, the queues, options.max_command_bytes)
   uint32_t read_depth_ = 0;           // reads in flight per queue (options.read_window_bytes); 0: the queues'
+  uint32_t pf_read_depth_ = 0;        // the same on the prefetch submitter's queues
   host::DmaBuffer scratch_;
   std::unique_ptr<device::DeviceBufferMap> scratch_map_;
   GpuFetcherState* state_ = nullptr;  // device memory
@@ -150,7 +159,9 @@ class GpuExpertFetcher {
   GpuFetchedExpert* experts_ = nullptr;
   uint32_t* selection_ = nullptr;
   std::vector<void*> allocations_;    // device memory to free
-  void* chain_ = nullptr;             // cudaEvent_t: recorded after every fetch's and prefetch's reads
+  void* chain_ = nullptr;             // cudaEvent_t: after every demand fetch's reads (and prefetch's, with one submitter)
+  void* placed_ = nullptr;            // cudaEvent_t: after the latest place kernel (concurrent prefetches)
+  void* pf_done_ = nullptr;           // cudaEvent_t: after the latest concurrent prefetch's reads
   cuda_stream_t stream_ = nullptr;    // the overlapped fetches' stream
   void* routed_ = nullptr;            // cudaEvent_t: the consumer's work before an overlapped fetch
   void* wait_value_ = nullptr;        // the driver's cuStreamWaitValue32, or nullptr
@@ -159,7 +170,7 @@ class GpuExpertFetcher {
   uint32_t last_ids_ = 0;             // its routing ids
   uint32_t last_layer_ = 0;           // and layer
   std::vector<uint32_t> slices_;      // [layer * kProjectionWords + proj]: the most slices of a part
-  std::deque<uint64_t> tickets_;      // fetches not yet waited for, oldest first
+  std::deque<std::pair<GpuSubmitter*, uint64_t>> tickets_;  // fetches not yet waited for, oldest first
   std::exception_ptr pending_error_;  // a failure found while retiring an older fetch
 };
 

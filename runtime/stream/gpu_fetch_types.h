@@ -43,6 +43,9 @@ struct GpuFetchedExpert {
   uint32_t failed = 0;       // status field of a failed read (then `ready` never matches)
   uint32_t part_count = 0;
   uint32_t part_proj[kMaxExpertParts] = {};        // model::Projection
+  // A hit on an expert the running prefetch is still reading (prefetches on queues of their own):
+  // 1 + its index in the prefetch's table; the pump publishes its readiness when those reads end.
+  uint32_t pending = 0;
   uint64_t part_offset[kMaxExpertParts] = {};      // scratchpad offset of each part's first byte
   uint64_t part_bytes[kMaxExpertParts] = {};
 };

@@ -4,6 +4,7 @@
 // prefetch issued on another stream while the previous fetch's consumer still reads its experts never
 // overwrites them (bytes checked by the consumer).
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 
 #include <cuda_runtime.h>
 
@@ -35,22 +36,28 @@ uint32_t layer_of(uint32_t t) { return t % kLayers; }
 
 }  // namespace
 
+// Both orderings: every fetch after the previous prefetch's reads (one submitter), and concurrent
+// prefetches on queues of their own, where a fetch starts while the prefetch still reads (a modeled
+// drive makes its reads slow enough to be caught in flight) and its hits on them wait for their bytes.
 TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, consumers' experts never overwritten",
           "[gpu][fetch]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=4", 2, 256, true, {}, false);
+  const bool concurrent = GENERATE(false, true);
+  INFO("concurrent prefetches " << concurrent);
+  GpuRig rig(concurrent ? "emu:ram,size=64M,threads=4,drive=sn530" : "emu:ram,size=64M,threads=4", 4, 256, true, {}, false);
   const uint64_t seed = 41;
   rig.write_pattern(0, 40ull << 20, seed);
   std::vector<uint64_t> ns_off;
   const stream::ExpertCatalog catalog = make_catalog(kLayers, kExperts, rig.lba, &ns_off);
   DeviceBlob d_ns(ns_off.data(), ns_off.size() * 8);
-  stream::GpuSubmitter gpu(*rig.ctrl, rig.raw, 1);
+  stream::GpuSubmitter gpu(*rig.ctrl, {rig.raw[0], rig.raw[1]}, 1);
+  stream::GpuSubmitter gpu_pf(*rig.ctrl, {rig.raw[2], rig.raw[3]}, 1);
   auto cpu_qp = rig.ctrl->create_io_queue_pair(uint16_t(2 + rig.raw.size()), 64);
   stream::CpuSubmitter cpu(*rig.ctrl, *cpu_qp);
   stream::FetcherOptions o;
   o.max_experts_per_fetch = kDistinct;
   o.cache_bytes = 10 * ((3 * (100 << 10)) + 3 * 4096);  // about 9 experts: two fetches and a little more
-  stream::GpuExpertFetcher gf(*rig.ctrl, gpu, catalog, o);
+  stream::GpuExpertFetcher gf(*rig.ctrl, gpu, catalog, o, concurrent ? &gpu_pf : nullptr);
   stream::ExpertFetcher cf(*rig.ctrl, cpu, catalog, o);
   REQUIRE(gf.can_prefetch());
   Streams st;
@@ -62,7 +69,7 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
     const uint32_t tokens = 30;
     DeviceZeros<uint64_t> bad(tokens);
     std::vector<uint32_t> read_by_prefetch;  // experts the latest prefetch read, by the CPU fetcher's account
-    uint64_t prefetches = 0, want_reads = 0, want_hits = 0;
+    uint64_t prefetches = 0, want_reads = 0, want_hits = 0, pending_hits = 0;
     for (uint32_t t = 0; t < tokens; ++t) {
       const uint32_t layer = layer_of(t);
       INFO("token " << t);
@@ -86,6 +93,12 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
                                    static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
                                    kExperts, seed, bad.p + t);
       const std::vector<stream::FetchedExpert> g = gf.wait();
+      std::vector<stream::GpuFetchedExpert> dev(g.size());
+      REQUIRE(cudaMemcpy(dev.data(), gf.device_experts(), dev.size() * sizeof(dev[0]), cudaMemcpyDeviceToHost) == cudaSuccess);
+      for (const stream::GpuFetchedExpert& e : dev) {
+        pending_hits += e.pending != 0;
+        CHECK((e.pending == 0 || (e.hit && concurrent)));  // only a hit, only beside a concurrent prefetch
+      }
       std::vector<uint32_t> chosen(kIds);
       for (uint32_t i = 0; i < kIds; ++i) chosen[i] = test::toy_route(t, i, kExperts, kDistinct);
       const std::vector<stream::FetchedExpert>& c = cf.fetch(layer, chosen);
@@ -109,6 +122,7 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
     CHECK(p.hits == want_hits);
     CHECK(p.hits + p.wasted == p.reads);
     CHECK(p.reads > 0);
+    if (concurrent) CHECK(pending_hits > 0);  // the case this ordering exists for did happen
     // The demand fetches: CPU fetches minus the prefetches' stand-ins; every prefetch hit is a fetch hit.
     const stream::FetcherMetrics gm = gf.metrics();
     CHECK(gm.tokens == tokens);

@@ -71,8 +71,12 @@ class FetchedExperts final : public ExpertSource {
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
       : queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
+        // Pre-gating reads on queues of their own, after the fetcher's: the next fetch starts its reads
+        // while the prediction's last ones still run (GpuExpertFetcher's concurrent prefetches).
+        pf_queues_(pregate ? std::make_unique<example::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256) : nullptr),
+        pf_submitter_(pf_queues_ ? std::make_unique<stream::GpuSubmitter>(c, pf_queues_->raw, 1) : nullptr),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
-                 fetcher_options(m, cache_bytes, pregate, window, read_bytes)),
+                 fetcher_options(m, cache_bytes, pregate, window, read_bytes), pf_submitter_.get()),
         k_(m.config.n_expert_used),
         lag_(k_, fetched_expert_bytes(plan)),
         ids_(size_t(m.config.n_layer) * k_),
@@ -212,6 +216,8 @@ class FetchedExperts final : public ExpertSource {
 
   example::GpuQueues queues_;
   stream::GpuSubmitter submitter_;
+  std::unique_ptr<example::GpuQueues> pf_queues_;         // pre-gating's queues, or null
+  std::unique_ptr<stream::GpuSubmitter> pf_submitter_;
   stream::GpuExpertFetcher fetcher_;
   uint32_t k_;
   ExpertLag lag_;
