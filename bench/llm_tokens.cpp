@@ -68,8 +68,9 @@ const char* kUsage =
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        default gpunvme,mmap\n"
-    "  --expert-prefetch  MoE models whose plan fetches experts: the one-token-lag prefetch per cell, a list of\n"
-    "                 auto (the engine's default: on when the expert cache holds two fetches), on, off; default\n"
+    "  --expert-prefetch  MoE models whose plan fetches experts: the prefetch per cell, a list of auto (the\n"
+    "                 engine's default: the one-token lag when the expert cache holds two fetches, pre-gating of\n"
+    "                 k/4 experts when it is 0), on (one-token lag), off (neither); default\n"
     "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
     "                 without it is skipped), or pregate:N: pre-gating, the next fetched layer's router on the\n"
     "                 current layer's state and its best N predicted experts read ahead (the engine's\n"
@@ -231,6 +232,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.slots = rs.slots;
   o.queues = rs.queues;
   if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
+  if (prefetch == "on" || prefetch == "off") o.expert_pregate = 0;  // off: neither prefetch
   if (const uint32_t n = pregate_count(prefetch)) o.expert_pregate = n;
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
@@ -405,7 +407,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
               else if (cap != capacity.end()) c.emu_tps = cap->second;
               if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
               if (!first_hash) first_hash = c.logits_hash;
-              auto_ran_without |= pf == "auto" && !c.stats.expert_prefetch;
+              auto_ran_without |= pf == "auto" && !c.stats.expert_prefetch && !c.stats.expert_pregate;
             } catch (const std::exception& e) {
               c = Cell{m.file->model_name(), b.text, d, md};
               c.prefetch = pf;

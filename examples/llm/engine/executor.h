@@ -101,8 +101,12 @@ struct GpuExecOptions {
   std::optional<bool> expert_prefetch;  // MoE: one-token-lag prefetch (default: on when the cache holds 2 fetches)
   // MoE: pre-gating (gpu_forward.h): at each fetched layer, the next fetched layer's router on this
   // layer's state, and its best `expert_pregate` predicted experts read ahead (0: off; at most k). The
-  // fetcher's cache gets two fetches of slots if the budget gave it fewer.
-  uint32_t expert_pregate = 0;
+  // fetcher's cache gets two fetches of slots if the budget gave it fewer. Default: max(1, k / 4)
+  // where the expert cache is 0 (no one-token-lag prefetch possible) and expert_prefetch is not set
+  // (off: no prefetch of either kind); else 0. Why k / 4: the drive idles for a tenth to a fifth of a fetch's time while the next
+  // layer's routing is computed (docs/performance.md, session 12), and a quarter of the experts fills
+  // that at the ~98 % hit rate measured; more delays the fetch behind wrong guesses.
+  std::optional<uint32_t> expert_pregate;
   // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
   // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.
   std::optional<bool> expert_overlap;

@@ -67,28 +67,30 @@ struct DeviceCopy {
 class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
-                 uint64_t cache_bytes, std::optional<bool> prefetch, uint32_t pregate, const std::vector<std::optional<WeightView>>& dense,
+                 uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<uint32_t> pregate_opt,
+                 const std::vector<std::optional<WeightView>>& dense,
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
-      : queues_(c, uint16_t(first_qid), queues, 256),
+      : pregate_(pregate_opt.value_or(!prefetch && cache_bytes == 0 ? std::max(1u, m.config.n_expert_used / 4) : 0)),
+        queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         // Pre-gating reads on queues of their own, after the fetcher's: the next fetch starts its reads
         // while the prediction's last ones still run (GpuExpertFetcher's concurrent prefetches).
-        pf_queues_(pregate ? std::make_unique<example::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256) : nullptr),
+        pf_queues_(pregate_ ? std::make_unique<example::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256) : nullptr),
         pf_submitter_(pf_queues_ ? std::make_unique<stream::GpuSubmitter>(c, pf_queues_->raw, 1) : nullptr),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
-                 fetcher_options(m, cache_bytes, pregate, window, read_bytes), pf_submitter_.get()),
+                 fetcher_options(m, cache_bytes, pregate_, window, read_bytes), pf_submitter_.get()),
         k_(m.config.n_expert_used),
         lag_(k_, fetched_expert_bytes(plan)),
         ids_(size_t(m.config.n_layer) * k_),
         logged_(m.config.n_layer, false) {
-    if (pregate > k_)
-      throw std::runtime_error("--expert-pregate " + std::to_string(pregate) + ": a token routes to " + std::to_string(k_) +
+    if (pregate_ > k_)
+      throw std::runtime_error("--expert-pregate " + std::to_string(pregate_) + ": a token routes to " + std::to_string(k_) +
                                " experts per layer, so at most " + std::to_string(k_) + " can be predicted");
-    if (pregate > 0 && prefetch.value_or(false))
+    if (pregate_ > 0 && prefetch.value_or(false))
       throw std::runtime_error("--expert-prefetch on (one-token lag) and --expert-pregate both read ahead into the same "
                                "prefetch slots: choose one");
-    if (pregate > 0) prefetch = false;
-    plan_pregate(plan, pregate, dense);
+    if (pregate_ > 0) prefetch = false;
+    plan_pregate(plan, dense);
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -198,8 +200,7 @@ class FetchedExperts final : public ExpertSource {
   }
 
   // For each fetched layer, the next fetched layer of the pass and its dense weights when resident.
-  void plan_pregate(const ResidencyPlan& plan, uint32_t pregate, const std::vector<std::optional<WeightView>>& dense) {
-    pregate_ = pregate;
+  void plan_pregate(const ResidencyPlan& plan, const std::vector<std::optional<WeightView>>& dense) {
     pregate_next_.assign(plan.layers.size(), {});
     uint32_t next = ~0u;
     for (uint32_t i = uint32_t(plan.layers.size()); i-- > 0;) {
@@ -214,6 +215,7 @@ class FetchedExperts final : public ExpertSource {
     std::optional<WeightView> view;  // none: no later fetched layer in the pass, or its router is not resident
   };
 
+  uint32_t pregate_ = 0;  // predicted experts read ahead per fetched layer (0: off); first: the queues depend on it
   example::GpuQueues queues_;
   stream::GpuSubmitter submitter_;
   std::unique_ptr<example::GpuQueues> pf_queues_;         // pre-gating's queues, or null
@@ -225,7 +227,6 @@ class FetchedExperts final : public ExpertSource {
   std::vector<bool> logged_;   // [layer]: the log holds a fetch of it (a prediction exists)
   uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
   bool prefetch_ = false;
-  uint32_t pregate_ = 0;                       // predicted experts read ahead per fetched layer (0: off)
   std::vector<NextFetched> pregate_next_;      // [layer]
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
