@@ -508,36 +508,28 @@ __device__ void read_ended(const FetchTable& t, const FetchCmd& c, nvme::Status 
   if (expert_done && *const_cast<volatile uint32_t*>(&e.failed) == 0) *const_cast<volatile uint32_t*>(&e.ready) = token;
 }
 
-// The demand pump's extra warp (concurrent prefetches): each pending hit takes the prefetch's
-// readiness words of its expert as they are set, slice by slice (so a consumer starts on a part's
-// first slices as with its own reads), and its `failed` word; then the expert's `ready`. Bounded:
-// every prefetch read ends (the pump's timeout fails the ones that do not), and no later prefetch
-// reuses the prefetch's table before this pump is done (it waits for it: GpuExpertFetcher::launch).
+// The demand pump's extra warp (concurrent prefetches): each pending hit waits for the prefetch's reads
+// of its expert to end, then takes their outcome and publishes the expert's words. Bounded: every
+// prefetch read ends (the pump's timeout fails the ones that do not), and no later prefetch reuses
+// the prefetch's table before this pump is done (it waits for it: GpuExpertFetcher::launch).
 __device__ void publish_pending_hits(FetchTable& t, const FetchTable& p) {
   if ((threadIdx.x & 31u) != 0) return;
   const uint32_t token = t.result->token, ptoken = p.result->token;
   for (uint32_t d = 0; d < t.result->count; ++d) {
     GpuFetchedExpert& e = t.experts[d];
     if (e.pending == 0) continue;
-    const uint32_t q = e.pending - 1;
-    const GpuFetchedExpert& pe = p.experts[q];
-    uint32_t pk = 0;  // a routing id of the prefetch that names the expert: its words
-    while (pk + 1 < p.n_ids && p.selection[pk] != q) ++pk;
+    const GpuFetchedExpert& pe = p.experts[e.pending - 1];
     uint32_t failed = 0;
-    uint64_t left = (1ull << kReadyWordsPerId) - 1;  // words not yet published
-    while (left) {
+    for (;;) {
       failed = *const_cast<const volatile uint32_t*>(&pe.failed);
-      for (uint32_t w = 0; w < kReadyWordsPerId; ++w) {
-        if (!(left >> w & 1u)) continue;
-        if (!failed && *const_cast<const volatile uint32_t*>(&p.part_ready[pk * kReadyWordsPerId + w]) != ptoken) continue;
-        left &= ~(1ull << w);
-        if (failed) *const_cast<volatile uint32_t*>(&e.failed) = failed;
-        __threadfence_system();  // the slice's bytes (the prefetch's reads) and `failed` before the word
-        for (uint32_t k = 0; k < t.n_ids; ++k)
-          if (t.selection[k] == d) *const_cast<volatile uint32_t*>(&t.part_ready[k * kReadyWordsPerId + w]) = token;
-      }
-      if (left) __nanosleep(1000);
+      if (failed || *const_cast<const volatile uint32_t*>(&pe.ready) == ptoken) break;
+      __nanosleep(2000);
     }
+    *const_cast<volatile uint32_t*>(&e.failed) = failed;
+    __threadfence_system();  // the slot's bytes (the prefetch's reads) and `failed` before the words
+    for (uint32_t k = 0; k < t.n_ids; ++k)
+      if (t.selection[k] == d)
+        for (uint32_t w = 0; w < kReadyWordsPerId; ++w) *const_cast<volatile uint32_t*>(&t.part_ready[k * kReadyWordsPerId + w]) = token;
     if (!failed) *const_cast<volatile uint32_t*>(&e.ready) = token;
   }
 }
