@@ -14,7 +14,9 @@
 //     router's top-k ids stay in GPU memory and the GPU expert fetcher reads just those experts (with an
 //     optional LRU cache in GPU-mapped pinned memory) before the expert kernels run, on the compute
 //     stream. With a cache of two fetches, the experts the previous token chose at a layer are
-//     prefetched into it on a stream of their own before the layer runs (one-token lag; docs/engine.md).
+//     prefetched into it on a stream of their own before the layer runs (one-token lag); without a
+//     cache, the next fetched layer's likeliest experts, from its router on this layer's state, are
+//     read ahead into two fetches of slots (pre-gating; docs/engine.md).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -137,11 +139,11 @@ class FetchedExperts final : public ExpertSource {
     fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
   // Pre-gating (GpuForward::pregate): at a fetched layer, the next fetched layer of the same pass
-  // whose router is resident; its top `pregate_` predicted experts are read on the prefetch stream
-  // right after this layer's reads (the fetcher's chain), while the drive would idle through this
-  // layer's expert kernels and the layers up to the next fetch. That fetch waits for them and finds
-  // the right ones as hits; a wrong one cost drive time only past that idle stretch, which is why
-  // pregate_ is a count and not always k.
+  // whose router is resident; its top `pregate_` predicted experts are read on queues of their own
+  // right after this layer's reads, while the drive would idle through this layer's expert kernels
+  // and the layers up to the next fetch. That fetch finds the right ones as hits (waiting, expert by
+  // expert, for any still being read) and starts its misses at once; a wrong one costs drive time
+  // only past that idle stretch, which is why pregate_ is a count and not always k.
   bool pregate_target(uint32_t layer, PregateTarget& out) const override {
     if (!pregate_ || layer >= pregate_next_.size() || !pregate_next_[layer].view) return false;
     out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_};
