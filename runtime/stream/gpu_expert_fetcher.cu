@@ -56,9 +56,13 @@ struct FetchTable {
   uint32_t ncmds = 0;
   uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
   uint32_t unsettled = 0;               // prefetch: its reads not yet counted as hits or waste
-  uint32_t pad = 0;
+  // Demand: the prefetch table its pending hits come from. Concurrent prefetch: the demand fetch
+  // whose reads it queues behind (its token at placement; 0: none).
+  uint32_t other = 0;
 };
-inline constexpr uint32_t kDemand = 0, kPrefetch = 1;
+// Tables: the demand fetch's, and two for prefetches: concurrent prefetches alternate, so that a
+// prefetch can be placed while the previous demand fetch's pump still reads the previous prefetch's.
+inline constexpr uint32_t kDemand = 0, kPrefetch = 1, kTables = 3;
 
 struct GpuFetcherState {
   // Tables, built once.
@@ -76,7 +80,9 @@ struct GpuFetcherState {
   unsigned long long clock = 0;
   uint32_t resident = 0;
   uint32_t concurrent_prefetch = 0;     // prefetches read on queues of their own (GpuExpertFetcher ctor)
-  FetchTable table[2];                  // [kDemand], [kPrefetch]
+  FetchTable table[kTables];            // [kDemand], [kPrefetch], [kPrefetch + 1]
+  uint32_t latest_prefetch = kPrefetch;  // the table of the most recently placed prefetch
+  uint32_t gate_reads = 0;               // a concurrent prefetch's reads start once the demand has this few left
   DeviceFetchMetrics metrics{};
   // Stall: from routing done (stall_begin on the consumer's stream) to the fetch's reads done.
   unsigned long long stall_t0 = 0;
@@ -209,7 +215,8 @@ __device__ void touch_hits(GpuFetcherState& s, FetchTable& t, uint32_t layer, ui
 // Phase 3b (lane 0, concurrent prefetches): a hit on an expert the latest prefetch read for this
 // layer and has not finished reading is pending: its bytes are still arriving in the slot.
 __device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count) {
-  const FetchTable& p = s.table[kPrefetch];
+  t.other = s.latest_prefetch;
+  const FetchTable& p = s.table[s.latest_prefetch];
   const GpuFetchResult* pr = p.result;
   const bool live = s.concurrent_prefetch && pr->layer == layer && pr->error == fetch_error::kNone;
   for (uint32_t d = 0; d < count; ++d) {
@@ -387,7 +394,7 @@ __device__ uint64_t read_bytes(const GpuFetcherState& s, uint64_t key) {
 // fetch of its layer selects (`count` experts, already selected) is a prefetch hit; any other read was
 // in vain (all of them when the next fetch is another layer's, or another prefetch: layer ~0u).
 __device__ void settle_prefetch(GpuFetcherState& s, uint32_t layer, uint32_t count) {
-  FetchTable& p = s.table[kPrefetch];
+  FetchTable& p = s.table[s.latest_prefetch];
   if (!p.unsettled) return;
   p.unsettled = 0;
   const GpuFetchResult* r = p.result;
@@ -414,7 +421,7 @@ __device__ void finish_fetch(GpuFetcherState& s, FetchTable& t, uint32_t which, 
   r->count = count;
   r->commands = n.commands;
   t.ncmds = n.commands;
-  if (which == kPrefetch) {
+  if (which != kDemand) {
     s.metrics.prefetches += 1;
     s.metrics.prefetch_reads += n.faults;
     s.metrics.prefetch_bytes += n.bytes_read;
@@ -434,8 +441,8 @@ __device__ void finish_fetch(GpuFetcherState& s, FetchTable& t, uint32_t which, 
   __threadfence();
 }
 
-// One warp: selection, cache placement, result and the reads of this fetch (which: kDemand, or
-// kPrefetch: the same rules into the prefetch's own tables; the caller orders the two, see fetch()).
+// One warp: selection, cache placement, result and the reads of this fetch (which: kDemand, or a
+// prefetch table: the same rules into the prefetch's own tables; the caller orders them, see launch()).
 __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer, const uint32_t* ids, uint32_t n_ids) {
   GpuFetcherState& s = *S;
   FetchTable& t = s.table[which];
@@ -448,8 +455,13 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     forget_failed_reads(s, s.table[kDemand]);
     // A concurrent prefetch may still be reading while a demand fetch is placed: its failures are
     // known only at the next prefetch, which starts after its reads (a hit on one is failed by the pump).
-    if (which == kPrefetch || !s.concurrent_prefetch) forget_failed_reads(s, s.table[kPrefetch]);
-    if (which == kPrefetch) settle_prefetch(s, ~0u, 0);  // a prefetch no demand fetch followed
+    if (which != kDemand || !s.concurrent_prefetch)
+      for (uint32_t i = kPrefetch; i < kTables; ++i) forget_failed_reads(s, s.table[i]);
+    if (which != kDemand) {
+      settle_prefetch(s, ~0u, 0);  // a prefetch no demand fetch followed
+      s.latest_prefetch = which;
+      t.other = s.concurrent_prefetch ? s.table[kDemand].result->token : 0;
+    }
     token = r->token + 1;
     r->token = token;
     r->layer = layer;
@@ -534,6 +546,26 @@ __device__ void publish_pending_hits(FetchTable& t, const FetchTable& p) {
   }
 }
 
+// A concurrent prefetch's warp, before its first read: waits until the demand fetch placed before it
+// (token `demand`) has at most gate_reads reads not ended, i.e. all of them issued (its pump keeps
+// that many in flight), so that the prefetch's reads queue behind the demand's at the drive and
+// neither delay them nor leave it idle after them. Bounded: the demand's reads all end; a later
+// demand fetch (another token) releases it too.
+__device__ void queue_behind_demand(const GpuFetcherState& s, uint32_t demand) {
+  if ((threadIdx.x & 31u) == 0) {
+    const FetchTable& d = s.table[kDemand];
+    for (;;) {
+      if (*const_cast<const volatile uint32_t*>(&d.result->token) != demand) break;
+      const uint32_t n = *const_cast<const volatile uint32_t*>(&d.result->count);
+      uint32_t left = 0;
+      for (uint32_t i = 0; i < n && i < s.max_experts; ++i) left += *const_cast<const volatile uint32_t*>(&d.remaining[i]);
+      if (left <= s.gate_reads) break;
+      __nanosleep(1000);
+    }
+  }
+  __syncwarp();
+}
+
 // One warp per queue: the reads placed above, each ending in read_ended(); at most `depth` in flight
 // per queue (0: the launch's depth). Queue w takes reads w, w + queues, ...: with a small depth the
 // queues move through the list side by side, so the reads end roughly in the list's order.
@@ -542,10 +574,11 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
   if (depth != 0 && (launch.depth == 0 || depth < launch.depth)) launch.depth = depth;  // launch: 0 = the ring's
   const uint32_t w = blockIdx.x;
   if (w >= launch.queue_count) {  // the extra warp of a demand fetch beside a concurrent prefetch
-    if (w == launch.queue_count && which == kDemand) publish_pending_hits(S->table[kDemand], S->table[kPrefetch]);
+    if (w == launch.queue_count && which == kDemand) publish_pending_hits(S->table[kDemand], S->table[S->table[kDemand].other]);
     return;
   }
   const FetchTable* t = &S->table[which];
+  if (which != kDemand && t->other != 0) queue_behind_demand(*S, t->other);
   const uint32_t count = *const_cast<volatile uint32_t*>(&t->ncmds);
   const uint32_t token = t->result->token;
   const FetchCmd* cmds = t->cmds;
@@ -676,6 +709,7 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.warmup_tokens = options_.warmup_tokens;
   st.expert_stride = expert_bytes_;
   st.concurrent_prefetch = pf_submitter_ ? 1 : 0;
+  st.gate_reads = read_depth_ ? read_depth_ * submitter.queue_count() : ~0u;
   st.part_first = device_copy(allocations_, part_first);
   st.parts = device_copy(allocations_, parts);
   st.packed = device_copy(allocations_, packed);
@@ -757,12 +791,13 @@ void GpuExpertFetcher::check_request(uint32_t layer, uint32_t n_ids) const {
 // every fetch and prefetch waits for the previous one's reads (the chain). With a prefetch
 // submitter (concurrent prefetches) a demand fetch waits only for the previous demand's reads and
 // the latest placement: it starts its reads while a prefetch still reads, and its hits on experts
-// not yet in are published by its pump's extra warp (publish_pending_hits). A prefetch still waits
-// for the previous demand's reads (whose pump may read the prefetch table) and the previous
-// prefetch's (its victims and failed reads are then settled). Why no victim is being read: a
+// not yet in are published by its pump's extra warp (publish_pending_hits). A prefetch waits for the
+// demand's placement and the previous prefetch's reads (its victims and failed reads are then
+// settled), and its pump for the demand's reads to be all issued (queue_behind_demand); it takes
+// the other prefetch table, which the demand's pump may still read. Why no victim is being read: a
 // demand never evicts the running prefetch's slots (the most recently placed; with a cache of >= 2
-// fetches the older slots suffice), and a prefetch evicts neither the previous fetch's slots nor
-// anything read by an unfinished pump.
+// fetches the older slots suffice), and a prefetch never evicts the demand's slots (the most
+// recently used, same reason) nor the previous prefetch's before its reads ended.
 void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* device_ids, uint32_t n_ids,
                               cuda_stream_t stream) {
   retire_done(false);
@@ -770,11 +805,16 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
   // layer): past half of them the host waits for the oldest.
   retire_done(true, kMaxOutstanding - 1);
   const bool concurrent = pf_submitter_ != nullptr;
-  const bool own_queues = concurrent && which == kPrefetch;
+  const bool own_queues = concurrent && which != kDemand;
   GpuSubmitter& sub = own_queues ? *pf_submitter_ : submitter_;
   auto wait_for = [&](void* e, const char* what) { check_cuda(cudaStreamWaitEvent(cu(stream), static_cast<cudaEvent_t>(e), 0), what); };
-  wait_for(chain_, "GPU expert fetcher: ordering after the previous fetch");
-  if (concurrent) wait_for(which == kPrefetch ? pf_done_ : placed_, "GPU expert fetcher: ordering after the prefetch");
+  if (own_queues) {  // after the demand's placement (its reads first: queue_behind_demand) and the last prefetch's reads
+    wait_for(placed_, "GPU expert fetcher: ordering after the fetch's placement");
+    wait_for(pf_done_, "GPU expert fetcher: ordering after the previous prefetch");
+  } else {
+    wait_for(chain_, "GPU expert fetcher: ordering after the previous fetch");
+    if (concurrent) wait_for(placed_, "GPU expert fetcher: ordering after the prefetch's placement");
+  }
   place_experts<<<1, 32, 0, cu(stream)>>>(state_, which, layer, device_ids, n_ids);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the place kernel");
   if (concurrent) check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(placed_), cu(stream)), "GPU expert fetcher: placement event");
@@ -791,7 +831,7 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
         if (cudaMemcpy(&st, state, sizeof(st), cudaMemcpyDeviceToHost) != cudaSuccess ||
             cudaMemcpy(&c, st.table[which].cmds + g, sizeof(c), cudaMemcpyDeviceToHost) != cudaSuccess)
           return std::string("expert read #") + std::to_string(g);
-        return std::string(which == kPrefetch ? "expert prefetch read #" : "expert read #") + std::to_string(g) +
+        return std::string(which != kDemand ? "expert prefetch read #" : "expert read #") + std::to_string(g) +
                " of layer " + std::to_string(layer) + ", LBA " + std::to_string(c.lba) + ".." +
                std::to_string(c.lba + c.blocks - 1);
       });
@@ -890,7 +930,10 @@ void GpuExpertFetcher::prefetch(uint32_t layer, const uint32_t* device_ids, uint
                     std::to_string(2 * options_.max_experts_per_fetch) + " experts); the cache holds " +
                     std::to_string(capacity_) + ": raise cache_bytes, or do not prefetch");
   check_request(layer, n_ids);
-  launch(kPrefetch, layer, device_ids, n_ids, stream);
+  // Concurrent prefetches alternate between two tables (the previous one may still be read by the
+  // pump of the fetch it served).
+  if (pf_submitter_) pf_table_ = pf_table_ == kPrefetch ? kPrefetch + 1 : kPrefetch;
+  launch(pf_table_, layer, device_ids, n_ids, stream);
 }
 
 std::vector<FetchedExpert> GpuExpertFetcher::wait() {

@@ -166,6 +166,7 @@ class GpuExpertFetcher {
   void* routed_ = nullptr;            // cudaEvent_t: the consumer's work before an overlapped fetch
   void* wait_value_ = nullptr;        // the driver's cuStreamWaitValue32, or nullptr
   uint32_t* part_ready_ = nullptr;    // the demand fetch's readiness words (gpu_fetch_types.h)
+  uint32_t pf_table_ = 1;             // the table of the last prefetch (kPrefetch, or kPrefetch + 1 alternating)
   uint32_t demand_token_ = 0;         // the last demand fetch's token, as place_experts counts them
   uint32_t last_ids_ = 0;             // its routing ids
   uint32_t last_layer_ = 0;           // and layer
