@@ -70,7 +70,7 @@ const char* kUsage =
     "  --modes        default gpunvme,mmap\n"
     "  --expert-prefetch  MoE models whose plan fetches experts: the prefetch per cell, a list of auto (the\n"
     "                 engine's default: the one-token lag when the expert cache holds two fetches, pre-gating of\n"
-    "                 k/4 experts when it is 0), on (one-token lag), off (neither); default\n"
+    "                 k/2 experts when it is 0), on (one-token lag), off (neither); default\n"
     "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
     "                 without it is skipped), or pregate:N: pre-gating, the next fetched layer's router on the\n"
     "                 current layer's state and its best N predicted experts read ahead (the engine's\n"

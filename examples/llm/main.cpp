@@ -66,7 +66,7 @@ const char* kUsage =
     "  --expert-pregate N  MoE, GPU path: at each layer whose experts are fetched, run the next such layer's\n"
     "                      router on this layer's state (pre-gating) and read its N most likely experts ahead,\n"
     "                      while the drive would wait for routing (0: off; 1 to k; instead of --expert-prefetch;\n"
-    "                      default k/4, at least 1, where the expert cache is 0, else off). Adds two fetches of\n"
+    "                      default k/2, at least 1, where the expert cache is 0, else off). Adds two fetches of\n"
     "                      expert slots in pinned memory if the cache is smaller. The logits are the same\n"
     "  --expert-overlap on|off  MoE, GPU path: each expert kernel starts once the part it reads is in, while\n"
     "                      the layer's other reads still stream (default: on where the CUDA driver has stream\n"

@@ -236,7 +236,7 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   CHECK(so.expert_pregate == 0);
   CHECK(so.prefetch.prefetches == 0);
   for (size_t i = 0; i < got_off.size(); ++i) CHECK(std::memcmp(got_off[i].data(), want[i].data(), got_off[i].size() * sizeof(float)) == 0);
-  // The default with no expert cache: pre-gating of max(1, k / 4) = 1 expert, the same logits.
+  // The default with no expert cache: pre-gating of max(1, k / 2) = 1 expert, the same logits.
   llm::GpuExecOptions dflt = pre;
   dflt.expert_pregate.reset();
   llm::ExecStats sd;

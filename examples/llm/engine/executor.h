@@ -101,11 +101,12 @@ struct GpuExecOptions {
   std::optional<bool> expert_prefetch;  // MoE: one-token-lag prefetch (default: on when the cache holds 2 fetches)
   // MoE: pre-gating (gpu_forward.h): at each fetched layer, the next fetched layer's router on this
   // layer's state, and its best `expert_pregate` predicted experts read ahead (0: off; at most k). The
-  // fetcher's cache gets two fetches of slots if the budget gave it fewer. Default: max(1, k / 4)
+  // fetcher's cache gets two fetches of slots if the budget gave it fewer. Default: max(1, k / 2)
   // where the expert cache is 0 (no one-token-lag prefetch possible) and expert_prefetch is not set
-  // (off: no prefetch of either kind); else 0. Why k / 4: the drive idles for a tenth to a fifth of a fetch's time while the next
-  // layer's routing is computed (docs/performance.md, session 12), and a quarter of the experts fills
-  // that at the ~98 % hit rate measured; more delays the fetch behind wrong guesses.
+  // (off: no prefetch of either kind); else 0. Why k / 2: the predictions queue behind the fetch's
+  // reads, and must keep the drive busy through the next layer's routing and the first reads of its
+  // fetch; at the ~91-98 % hit rates measured, k / 2 did that best (Qwen3: 4 of 8 beat 2, 3 and 6;
+  // Mixtral: 1 of 2 beat 2; docs/performance.md, session 12).
   std::optional<uint32_t> expert_pregate;
   // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
   // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.

@@ -72,7 +72,7 @@ class FetchedExperts final : public ExpertSource {
                  uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<uint32_t> pregate_opt,
                  const std::vector<std::optional<WeightView>>& dense,
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
-      : pregate_(pregate_opt.value_or(!prefetch && cache_bytes == 0 ? std::max(1u, m.config.n_expert_used / 4) : 0)),
+      : pregate_(pregate_opt.value_or(!prefetch && cache_bytes == 0 ? std::max(1u, m.config.n_expert_used / 2) : 0)),
         queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         // Pre-gating reads on queues of their own, after the fetcher's: the next fetch starts its reads
