@@ -2,6 +2,9 @@
 // faults, and faults armed from the device string.
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <chrono>
+#include <thread>
+
 #include "host/emulator/fault_spec.h"
 #include "tests/emulator/harness.h"
 
@@ -23,7 +26,14 @@ TEST_CASE("abort: a dropped completion is posted as Command Abort Requested", "[
   auto buf = h.alloc(4096);
   const uint16_t lost = h.submit(q, nvme::make_read(1, 0, 8, buf->iova(), 0));
   CHECK_FALSE(h.poll(q, 30ms).has_value());
+  // On a loaded machine the controller may not have fetched the read within those 30 ms, and an
+  // abort then finds nothing to abort: ask again (bounded) until it has.
   auto a = h.admin_cmd(nvme::make_abort(1, lost));
+  for (const auto end = std::chrono::steady_clock::now() + 5s;
+       status_of(a).ok() && !nvme::abort_took_effect(a.dw0) && std::chrono::steady_clock::now() < end;) {
+    std::this_thread::sleep_for(5ms);
+    a = h.admin_cmd(nvme::make_abort(1, lost));
+  }
   CHECK(status_of(a).ok());
   CHECK(nvme::abort_took_effect(a.dw0));
   auto c = h.poll(q);
