@@ -14,6 +14,15 @@ import os
 import sys
 
 
+def prefetch_label(c):
+    """' + pre-gating 4' / ' + lag prefetch' / '' (older files carry only "prefetch": true)."""
+    if not c.get("prefetch"):
+        return ""
+    if c.get("prefetch_kind") == "pregate":
+        return f" + pre-gating {c.get('pregate_experts')}"
+    return " + lag prefetch" if c.get("prefetch_kind") == "lag" else " + prefetch"
+
+
 def load(paths):
     cells = []
     for path in paths:
@@ -46,7 +55,7 @@ def markdown(cells):
                   "| VRAM:RAM | drive | loader | layers V/R/N | tok/s | bound tok/s | efficiency | host CPU (s) | expert cache hits | lag prediction | prefetch hits / read | expert stall (s) |",
                   "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for c in cs:
-            mode = c["mode"] + (" + prefetch" if c.get("prefetch") else "")
+            mode = c["mode"] + prefetch_label(c)
             drive = (f"{c['drives']}x" if c.get("drives", 1) > 1 else "") + c["drive"]
             if c.get("emulator_tokens_per_second"):  # the emulator's own ceiling for this set, and efficiency against the lower
                 drive += f" (emu {c['emulator_tokens_per_second']:.3f} tok/s; {100 * c['efficiency_vs_lower']:.0f} % of the lower)"
@@ -81,7 +90,7 @@ def plot(cells, out_dir, prefix):
             if c.get("error") or not c.get("drive_bytes_per_second"):
                 continue
             x = c["drive_bytes_per_second"] / 1e9
-            mode = c["mode"] + (" + prefetch" if c.get("prefetch") else "")
+            mode = c["mode"] + prefetch_label(c)
             series.setdefault((c["budget"], mode), []).append((x, c["tokens_per_second"]))
             bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
         for (budget, mode), pts in sorted(series.items()):
