@@ -244,6 +244,16 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   CHECK(sd.expert_pregate == 1);
   CHECK(sd.prefetch.prefetches == 6 * 2);
   for (size_t i = 0; i < got_dflt.size(); ++i) CHECK(std::memcmp(got_dflt[i].data(), want[i].data(), got_dflt[i].size() * sizeof(float)) == 0);
+  // A controller with no queue left for the predictions' reads (4 streamer + 4 fetcher queues from
+  // qid 2: 9 granted): the default turns pre-gating off, an explicit count is refused naming the fix.
+  {
+    Opened few(d.image + ",queues=9");
+    llm::ExecStats sf;
+    const auto got_few = run(*few.ctrl, few.m, dflt, &sf);
+    CHECK(sf.expert_pregate == 0);
+    for (size_t i = 0; i < got_few.size(); ++i) CHECK(std::memcmp(got_few[i].data(), want[i].data(), got_few[i].size() * sizeof(float)) == 0);
+    CHECK_THROWS_WITH(llm::make_gpu_executor(*few.ctrl, few.m, 8, pre), Catch::Matchers::ContainsSubstring("--expert-pregate 0"));
+  }
   // More than k predicted, or both prefetches at once: refused, naming the flag.
   llm::GpuExecOptions bad = pre;
   bad.expert_pregate = 3;

@@ -72,7 +72,7 @@ class FetchedExperts final : public ExpertSource {
                  uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<uint32_t> pregate_opt,
                  const std::vector<std::optional<WeightView>>& dense,
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
-      : pregate_(pregate_opt.value_or(!prefetch && cache_bytes == 0 ? std::max(1u, m.config.n_expert_used / 2) : 0)),
+      : pregate_(pregate_count(c, m, first_qid + queues, prefetch, pregate_opt, cache_bytes)),
         queues_(c, uint16_t(first_qid), queues, 256),
         submitter_(c, queues_.raw, 1),
         // Pre-gating reads on queues of their own, after the fetcher's: the next fetch starts its reads
@@ -181,6 +181,19 @@ class FetchedExperts final : public ExpertSource {
   void wait() { fetcher_.wait(); }
 
  private:
+  // The predicted experts per fetched layer: as asked, or the default (max(1, k / 2) where the cache
+  // is 0 and no prefetch was asked for). Its reads need queues of their own from `first_qid` on: a
+  // controller that grants too few turns the default off and refuses an explicit count.
+  static uint32_t pregate_count(const host::Controller& c, const ModelOnDevice& m, uint32_t first_qid,
+                                std::optional<bool> prefetch, std::optional<uint32_t> asked, uint64_t cache_bytes) {
+    const bool room = first_qid <= c.io_queues_granted();
+    if (asked && *asked > 0 && !room)
+      throw std::runtime_error("--expert-pregate reads on I/O queues of its own, from queue " + std::to_string(first_qid) +
+                               ", and the controller granted " + std::to_string(c.io_queues_granted()) +
+                               ": use fewer queues, or --expert-pregate 0");
+    if (asked) return *asked;
+    return !prefetch && cache_bytes == 0 && room ? std::max(1u, m.config.n_expert_used / 2) : 0;
+  }
   // Pre-gating needs a cache of two fetches (the fetch whose experts are in use, and the prediction):
   // with a RAM budget of 0 that is 2k slots of pinned memory beside the budget (k without it).
   static stream::FetcherOptions fetcher_options(const ModelOnDevice& m, uint64_t cache_bytes, uint32_t pregate,
