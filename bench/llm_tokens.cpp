@@ -231,8 +231,10 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.ram_budget = budget.b.ram;
   o.slots = rs.slots;
   o.queues = rs.queues;
-  if (prefetch == "on" || prefetch == "off") o.expert_prefetch = prefetch == "on";
-  if (prefetch == "on" || prefetch == "off") o.expert_pregate = 0;  // off: neither prefetch
+  if (prefetch == "on" || prefetch == "off") {  // the lag prefetch, or neither; no pre-gating either way
+    o.expert_prefetch = prefetch == "on";
+    o.expert_pregate = 0;
+  }
   if (const uint32_t n = pregate_count(prefetch)) o.expert_pregate = n;
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
