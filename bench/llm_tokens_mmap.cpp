@@ -22,7 +22,7 @@ constexpr uint64_t kChunk = 1u << 20;  // bytes per memcpy step and per paced re
 
 MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m,
                                  std::vector<llm::ByteRange> ranges, std::shared_ptr<ls::Pacer> pacer)
-    : ranges_(std::move(ranges)), pacer_(std::move(pacer)), stripe_(m.stripe) {
+    : stripe_(m.stripe), ranges_(std::move(ranges)), pacer_(std::move(pacer)) {
   if (ranges_.empty()) throw std::invalid_argument("mmap loader: no layers");
   if (images.size() != (stripe_ ? stripe_->members : 1))
     throw std::invalid_argument("mmap loader: " + std::to_string(images.size()) + " image(s) for a model on " +

@@ -42,6 +42,11 @@ struct DeviceFetchMetrics {
   uint32_t last_faults, pad;
 };
 
+// Tables: the demand fetch's, and two for prefetches: concurrent prefetches alternate, so that a
+// prefetch can be placed while the previous demand fetch's pump still reads the previous prefetch's.
+inline constexpr uint32_t kDemand = 0, kPrefetch = 1, kTables = 3;
+inline constexpr uint32_t kNoTable = ~0u;
+
 // One fetch's tables. The demand fetch's are what the consumers read (device_result() ...); the
 // prefetch has its own, so that placing a prefetch never touches what a running consumer reads.
 struct FetchTable {
@@ -56,13 +61,9 @@ struct FetchTable {
   uint32_t ncmds = 0;
   uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
   uint32_t unsettled = 0;               // prefetch: its reads not yet counted as hits or waste
-  // Demand: the prefetch table its pending hits come from. Concurrent prefetch: the demand fetch
-  // whose reads it queues behind (its token at placement; 0: none).
-  uint32_t other = 0;
+  uint32_t pending_from = kNoTable;      // demand: the prefetch table its pending hits come from
+  uint32_t behind_token = 0;             // concurrent prefetch: the demand fetch it queues behind (0: none)
 };
-// Tables: the demand fetch's, and two for prefetches: concurrent prefetches alternate, so that a
-// prefetch can be placed while the previous demand fetch's pump still reads the previous prefetch's.
-inline constexpr uint32_t kDemand = 0, kPrefetch = 1, kTables = 3;
 
 struct GpuFetcherState {
   // Tables, built once.
@@ -215,7 +216,7 @@ __device__ void touch_hits(GpuFetcherState& s, FetchTable& t, uint32_t layer, ui
 // Phase 3b (lane 0, concurrent prefetches): a hit on an expert the latest prefetch read for this
 // layer and has not finished reading is pending: its bytes are still arriving in the slot.
 __device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count) {
-  t.other = s.latest_prefetch;
+  t.pending_from = s.latest_prefetch;
   const FetchTable& p = s.table[s.latest_prefetch];
   const GpuFetchResult* pr = p.result;
   const bool live = s.concurrent_prefetch && pr->layer == layer && pr->error == fetch_error::kNone;
@@ -460,7 +461,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     if (which != kDemand) {
       settle_prefetch(s, ~0u, 0);  // a prefetch no demand fetch followed
       s.latest_prefetch = which;
-      t.other = s.concurrent_prefetch ? s.table[kDemand].result->token : 0;
+      t.behind_token = s.concurrent_prefetch ? s.table[kDemand].result->token : 0;
     }
     token = r->token + 1;
     r->token = token;
@@ -577,11 +578,12 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
   if (depth != 0 && (launch.depth == 0 || depth < launch.depth)) launch.depth = depth;  // launch: 0 = the ring's
   const uint32_t w = blockIdx.x;
   if (w >= launch.queue_count) {  // the extra warp of a demand fetch beside a concurrent prefetch
-    if (w == launch.queue_count && which == kDemand) publish_pending_hits(S->table[kDemand], S->table[S->table[kDemand].other]);
+    FetchTable& d = S->table[kDemand];
+    if (w == launch.queue_count && which == kDemand && d.pending_from < kTables) publish_pending_hits(d, S->table[d.pending_from]);
     return;
   }
   const FetchTable* t = &S->table[which];
-  if (which != kDemand && t->other != 0) queue_behind_demand(*S, t->other);
+  if (which != kDemand && t->behind_token != 0) queue_behind_demand(*S, t->behind_token);
   const uint32_t count = *const_cast<volatile uint32_t*>(&t->ncmds);
   const uint32_t token = t->result->token;
   const FetchCmd* cmds = t->cmds;

@@ -55,6 +55,20 @@ stream::ExpertCatalog one_part_experts(const GpuRig& rig, uint32_t experts, uint
   return table;
 }
 
+// The gather tests' set-up: a namespace of `experts` one-part experts of `expert_bytes` each, written
+// with pattern `seed`, and their catalog.
+struct ExpertRig {
+  ExpertRig(uint64_t seed, uint64_t expert_bytes, uint32_t experts)
+      : rig("emu:ram,size=64M,threads=2", 8, 128, true, {}, false), seed(seed), expert_bytes(expert_bytes), experts(experts) {
+    rig.write_pattern(0, experts * expert_bytes, seed);
+    table = one_part_experts(rig, experts, expert_bytes);
+  }
+  GpuRig rig;
+  uint64_t seed, expert_bytes;
+  uint32_t experts;
+  stream::ExpertCatalog table;
+};
+
 // A fetch of routing ids `picked` (one_part_experts' layout, pattern `seed`): the experts `distinct`
 // (picked's, in first-seen order), each one part holding its bytes, and every id's selection naming its
 // expert.
@@ -119,12 +133,11 @@ TEST_CASE("GPU reads a transformer layer written by the CPU path; every byte che
 
 TEST_CASE("GPU gathers MoE experts chosen by indices that live in GPU memory", "[gpu][gather]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=2", 8, 128, true, {}, false);
-  const uint64_t seed = 12;
-  const uint64_t expert_bytes = 384 << 10;
-  const uint32_t experts = 64;
-  rig.write_pattern(0, experts * expert_bytes, seed);
-  const stream::ExpertCatalog table = one_part_experts(rig, experts, expert_bytes);
+  ExpertRig x(12, 384 << 10, 64);
+  GpuRig& rig = x.rig;
+  const uint64_t seed = x.seed, expert_bytes = x.expert_bytes;
+  const uint32_t experts = x.experts;
+  const stream::ExpertCatalog& table = x.table;
   const std::vector<uint32_t> picked = {5, 63, 0, 17, 17, 42, 8, 31, 2, 60};  // a router's choice, repeats allowed
   const std::vector<uint32_t> distinct = {5, 63, 0, 17, 42, 8, 31, 2, 60};     // first-seen order
   test::DeviceBlob didx(picked.data(), picked.size() * 4);
@@ -151,12 +164,11 @@ TEST_CASE("GPU gathers MoE experts chosen by indices that live in GPU memory", "
 // is the one reported (as a scan in id order would stop there).
 TEST_CASE("GPU expert selection across groups of 32 routing ids, and the first error in id order", "[gpu][gather]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=2", 8, 128, true, {}, false);
-  const uint64_t seed = 14;
-  const uint64_t expert_bytes = 64 << 10;
-  const uint32_t experts = 64;
-  rig.write_pattern(0, experts * expert_bytes, seed);
-  const stream::ExpertCatalog table = one_part_experts(rig, experts, expert_bytes);
+  ExpertRig x(14, 64 << 10, 64);
+  GpuRig& rig = x.rig;
+  const uint64_t seed = x.seed, expert_bytes = x.expert_bytes;
+  const uint32_t experts = x.experts;
+  const stream::ExpertCatalog& table = x.table;
   std::mt19937 rng(5);
   std::vector<uint32_t> picked(100);
   for (uint32_t& id : picked) id = rng() % 40;  // 100 ids over 40 experts: repeats within and across groups

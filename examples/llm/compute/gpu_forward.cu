@@ -403,10 +403,9 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
   cudaStream_t s = stream_;
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const float* xn = xn_ + uint64_t(t) * E;
-  matmul(s, l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, router_);
-  float* weights = reinterpret_cast<float*>(experts_ + K);
   const gpu_stream_t gs = reinterpret_cast<gpu_stream_t>(s);
-  gpu_route(gs, router_, c_.n_expert, K, experts_, weights);
+  route(gs, l, v, xn, router_, experts_);
+  const float* weights = reinterpret_cast<const float*>(experts_ + K);
   if (!src) {
     gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
     gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
@@ -427,6 +426,15 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
   weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
 }
 
+// Layer l's routing of one normed token xn: its router's logits, then the top k ids in `ids` and their
+// weights (floats) right after them. The routing and its prediction (pregate) both call this, so that
+// a prediction is the routing it predicts, only on an earlier state.
+void GpuForward::route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids) {
+  const uint32_t K = c_.n_expert_used;
+  matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, logits);
+  gpu_route(s, logits, c_.n_expert, K, ids, reinterpret_cast<float*>(ids + K));
+}
+
 // The next fetched layer's routing on this layer's post-attention state x_ (its own ffn norm, its
 // router, the same top k), on the source's stream: these kernels and the reads they start overlap
 // this layer's expert kernels. Why it predicts: the residual stream changes by a few layers' outputs
@@ -442,8 +450,7 @@ void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
   rms_norm(side, x_, p.view.at(next.ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
   device::check_cuda(cudaEventRecord(pre_read_, side), "pre-gating event");
   pre_pending_ = true;
-  matmul(side, next.gate_inp, p.view.at(next.gate_inp), xn_pre_, 1, nullptr, router_pre_);
-  gpu_route(reinterpret_cast<gpu_stream_t>(side), router_pre_, c_.n_expert, K, pred_, reinterpret_cast<float*>(pred_ + K));
+  route(reinterpret_cast<gpu_stream_t>(side), next, p.view, xn_pre_, router_pre_, pred_);
   device::check_cuda(cudaGetLastError(), "pre-gating kernels");
   src.prefetch_predicted(p.layer, pred_, std::min(p.experts, K));
 }

@@ -100,6 +100,7 @@ class GpuForward {
   void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
   void moe_token(const LayerWeights& l, WeightView v, ExpertSource* experts, uint32_t t);
   void pregate(const LayerWeights& l, ExpertSource& experts);
+  void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
 
   ModelConfig c_;
   ModelWeights w_;
