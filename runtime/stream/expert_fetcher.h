@@ -48,12 +48,6 @@ struct FetcherOptions {
   // expert would wait for nearly the whole fetch. A window of a few times the drive's bandwidth-delay
   // product keeps the drive busy and lets the reads end in order (gpu_expert_fetcher.h).
   uint64_t read_window_bytes = 8ull << 20;
-  // GPU fetcher, a demand fetch of at most 32 routing ids (one token's): its selection lists the ids
-  // whose experts are in first (hits, then hits a concurrent prefetch is still reading), the faults
-  // after them, each group in id order; device_consumed_at() says where each id went. A consumer that
-  // works through the selection in order then computes the hits while the faults' reads stream. false:
-  // the selection is in id order.
-  bool hits_first = false;
 };
 
 struct FetchedPart {

@@ -56,8 +56,7 @@ struct FetchTable {
   FetchCmd* cmds = nullptr;             // [max_commands]
   uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
   uint32_t* part_remaining = nullptr;   // [max_experts * kReadyWordsPerId] the same per projection and slice
-  uint32_t* part_ready = nullptr;       // [max_ids * kReadyWordsPerId] per selection entry (gpu_fetch_types.h ready_word)
-  uint32_t* consumed_at = nullptr;      // [max_ids] routing id i's entry in selection (order_hits_first)
+  uint32_t* part_ready = nullptr;       // [max_ids * kReadyWordsPerId] per routing id (gpu_fetch_types.h ready_word)
   uint32_t n_ids = 0;                   // routing ids of the fetch (selection's entries)
   uint32_t ncmds = 0;
   uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
@@ -82,7 +81,6 @@ struct GpuFetcherState {
   unsigned long long clock = 0;
   uint32_t resident = 0;
   uint32_t concurrent_prefetch = 0;     // prefetches read on queues of their own (GpuExpertFetcher ctor)
-  uint32_t hits_first = 0;              // FetcherOptions::hits_first
   FetchTable table[kTables];            // [kDemand], [kPrefetch], [kPrefetch + 1]
   uint32_t latest_prefetch = kPrefetch;  // the table of the most recently placed prefetch
   uint32_t gate_reads = 0;               // a concurrent prefetch's reads start once the demand has this few left (queue_behind_demand)
@@ -232,37 +230,6 @@ __device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint3
       break;
     }
   }
-}
-
-// Phase 3c (warp): with FetcherOptions::hits_first, a demand fetch of one warp's worth of routing ids
-// lists in its selection first the ids whose expert is in, then those a prefetch is still reading,
-// then the faults, each group in id order; otherwise (and on an error) the ids' order. consumed_at[i]
-// is where id i went. A consumer that works through the selection in order then computes the hits
-// while the faults' reads stream, not after them because a fault came first; the faults keep the
-// order their reads are issued in (write_reads: distinct experts, first seen first).
-__device__ void order_hits_first(FetchTable& t, uint32_t n_ids, bool reorder) {
-  const uint32_t lane = threadIdx.x & 31u;
-  if (!reorder || n_ids > 32) {
-    for (uint32_t i = lane; i < n_ids; i += 32) t.consumed_at[i] = i;
-    __syncwarp();
-    return;
-  }
-  const bool in = lane < n_ids;
-  const uint32_t sel = in ? t.selection[lane] : 0;
-  const GpuFetchedExpert* e = in ? &t.experts[sel] : nullptr;
-  const uint32_t group = !in ? 3 : !e->hit ? 2 : e->pending ? 1 : 0;
-  uint32_t at = 0, before = 0;
-  for (uint32_t g = 0; g < 3; ++g) {
-    const uint32_t mask = __ballot_sync(kFullMask, group == g);
-    if (group == g) at = before + __popc(mask & ((1u << lane) - 1u));
-    before += __popc(mask);
-  }
-  __syncwarp();  // every lane has read its entry before any is overwritten
-  if (in) {
-    t.selection[at] = sel;
-    t.consumed_at[lane] = at;
-  }
-  __syncwarp();
 }
 
 // Phase 4 (warp): each fault takes the least recently used slot (warp-wide search), or the next
@@ -519,7 +486,6 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     if (error == fetch_error::kNone && which == kDemand) mark_pending_hits(s, t, layer, count);
   }
   __syncwarp();
-  order_hits_first(t, n_ids, error == fetch_error::kNone && which == kDemand && s.hits_first);
   if (error != fetch_error::kNone) {
     if (lane == 0) {
       r->count = 0;
@@ -748,7 +714,6 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.warmup_tokens = options_.warmup_tokens;
   st.expert_stride = expert_bytes_;
   st.concurrent_prefetch = pf_submitter_ ? 1 : 0;
-  st.hits_first = options_.hits_first ? 1 : 0;
   st.gate_reads = read_depth_ ? submitter.queue_count() : ~0u;  // queue_behind_demand
   st.part_first = device_copy(allocations_, part_first);
   st.parts = device_copy(allocations_, parts);
@@ -770,7 +735,6 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
     t.remaining = device_alloc<uint32_t>(allocations_, options_.max_experts_per_fetch);
     t.part_remaining = device_alloc<uint32_t>(allocations_, size_t(options_.max_experts_per_fetch) * kReadyWordsPerId);
     t.part_ready = device_alloc<uint32_t>(allocations_, size_t(max_ids_) * kReadyWordsPerId);
-    t.consumed_at = device_alloc<uint32_t>(allocations_, max_ids_);
     check_cuda(cudaMemset(t.part_ready, 0, sizeof(uint32_t) * max_ids_ * kReadyWordsPerId), "cudaMemset(part readiness)");
   }
   part_ready_ = st.table[kDemand].part_ready;
@@ -781,7 +745,6 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   result_ = st.table[kDemand].result;
   experts_ = st.table[kDemand].experts;
   selection_ = st.table[kDemand].selection;
-  consumed_at_ = st.table[kDemand].consumed_at;
   for (void** e : {&chain_, &placed_, &pf_done_}) {
     cudaEvent_t ev = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate(expert fetcher)");

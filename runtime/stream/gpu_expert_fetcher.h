@@ -107,8 +107,6 @@ class GpuExpertFetcher {
   const GpuFetchResult* device_result() const { return result_; }  // for kernels after fetch() on its stream
   const GpuFetchedExpert* device_experts() const { return experts_; }  // [max_experts_per_fetch]
   const uint32_t* device_selection() const { return selection_; }     // [n_ids]: distinct index of each id
-  // [n_ids]: routing id i's entry in device_selection() (i, unless FetcherOptions::hits_first reordered it)
-  const uint32_t* device_consumed_at() const { return consumed_at_; }
   const uint32_t* device_part_ready() const { return part_ready_; }   // [max_ids * kReadyWordsPerId]: ready_word()
   uint32_t max_ids() const { return max_ids_; }
 
@@ -160,7 +158,6 @@ class GpuExpertFetcher {
   GpuFetchResult* result_ = nullptr;  // device memory, inside the state's allocations
   GpuFetchedExpert* experts_ = nullptr;
   uint32_t* selection_ = nullptr;
-  uint32_t* consumed_at_ = nullptr;
   std::vector<void*> allocations_;    // device memory to free
   void* chain_ = nullptr;             // cudaEvent_t: after every demand fetch's reads (and prefetch's, with one submitter)
   void* placed_ = nullptr;            // cudaEvent_t: after the latest place kernel (concurrent prefetches)

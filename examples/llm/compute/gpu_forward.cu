@@ -27,7 +27,7 @@ using gpu::warp_max;
 using gpu::warp_sum;
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
-// offset the fetcher recorded for its selection entry k; rows [row_begin, row_begin + rows) of its
+// offset the fetcher recorded for the k-th routing id; rows [row_begin, row_begin + rows) of its
 // `total_rows` (a slice the fetcher said is in: gpu_fetch_types.h), into y[0, rows). R rows per warp
 // with x staged in shared memory (gpu_rows.cuh); R = 0: a warp per row reading x from global memory
 // (rows too wide to stage x for).
@@ -177,15 +177,12 @@ __global__ void add_kernel(float* x, const float* y, uint32_t n) {
   if (i < n) x[i] += y[i];
 }
 
-// acc = sum over j < k, in order, of weight[j] * (routed expert j's output): the routed experts'
-// outputs, weighted, always in routing order (the same bits in whatever order the experts ran).
-// Expert j's output is row at[j] of y (at: where the fetcher's selection put routing id j), or row j.
-__global__ void weighted_sum_kernel(float* acc, const float* y, const float* weight, uint32_t n, uint32_t k,
-                                    const uint32_t* at) {
+// acc = sum over j < k, in order, of weight[j] * y[j * n ..]: the routed experts' outputs, weighted.
+__global__ void weighted_sum_kernel(float* acc, const float* y, const float* weight, uint32_t n, uint32_t k) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   float a = 0.0f;
-  for (uint32_t j = 0; j < k; ++j) a = a + weight[j] * y[uint64_t(at ? at[j] : j) * n + i];
+  for (uint32_t j = 0; j < k; ++j) a = a + weight[j] * y[uint64_t(j) * n + i];
   acc[i] = a;
 }
 
@@ -220,7 +217,7 @@ void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, 
   });
 }
 
-// Selection entry k's projection `proj` (fetched by `src`) times x into y, slice by slice: each launch after
+// Routing id k's projection `proj` (fetched by `src`) times x into y, slice by slice: each launch after
 // the wait for its slice (the rows it reads end within slices 0..i, waited for in turn), so a large
 // part's first rows are multiplied while its last bytes still stream.
 void launch_fetched(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
@@ -399,10 +396,9 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
 }
 
 // Token t's MoE FFN: router, top-k, each expert's GLU, their weighted sum into moe_acc_ row t. Experts in
-// VRAM: each projection of the k experts in one launch. Fetched experts: expert by expert in the
-// source's selection order (the experts already in first), each kernel after the wait for the part it
-// reads (an overlapped fetch streams the rest meanwhile). Either way the same products, the same GLU
-// and one weighted sum in routing order: the same bits.
+// VRAM: each projection of the k experts in one launch. Fetched experts: expert by expert, each kernel
+// after the wait for the part it reads (an overlapped fetch streams the rest meanwhile). Either way the
+// same products, the same GLU and one weighted sum in routing order: the same bits.
 void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* src, uint32_t t) {
   cudaStream_t s = stream_;
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
@@ -427,9 +423,7 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
     }
     src->consumed(l.index, gs);
   }
-  // Fetched experts ran in the fetcher's selection order (hits first), resident ones in routing order.
-  weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K,
-                                                          src ? src->consumed_at() : nullptr);
+  weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
 }
 
 // Layer l's routing of one normed token xn: its router's logits, then the top k ids in `ids` and their

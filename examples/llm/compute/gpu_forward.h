@@ -32,12 +32,8 @@ class ExpertSource {
   virtual void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t stream) = 0;
   virtual const uint8_t* scratch() const = 0;                     // device view of the scratchpad
   virtual const stream::GpuFetchedExpert* experts() const = 0;    // distinct experts of the last fetch
-  // Entry k of the selection -> index into experts(). Entry k is routing id consumed_at()[j] == k's
-  // (the source may list the experts already in first); kernels work through the entries in order,
-  // and the forward pass weighs their outputs in routing order.
-  virtual const uint32_t* selection() const = 0;
-  virtual const uint32_t* consumed_at() const = 0;                // [k]: routing id -> selection entry
-  // Before a kernel on `stream` reads slice `slice` of selection entry k's projection `proj` (bytes
+  virtual const uint32_t* selection() const = 0;                  // ids[k] -> index into experts()
+  // Before a kernel on `stream` reads slice `slice` of routing id k's projection `proj` (bytes
   // [slice * B, (slice + 1) * B) of it, B = stream::part_slice_bytes(its bytes)): a source whose reads
   // may still run when fetch() returns (an overlapped fetch) enqueues the wait for that slice here.
   // part_slices(proj): how many slices the last fetch's parts of `proj` have (1: wait for it whole).

@@ -174,7 +174,6 @@ class FetchedExperts final : public ExpertSource {
   const uint8_t* scratch() const override { return static_cast<const uint8_t*>(fetcher_.scratchpad().device()); }
   const stream::GpuFetchedExpert* experts() const override { return fetcher_.device_experts(); }
   const uint32_t* selection() const override { return fetcher_.device_selection(); }
-  const uint32_t* consumed_at() const override { return fetcher_.device_consumed_at(); }
   stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
   stream::PrefetchMetrics prefetch_metrics() const { return fetcher_.prefetch_metrics(); }
   host::RecoveryStats recovery() const { return fetcher_.recovery(); }
@@ -203,7 +202,7 @@ class FetchedExperts final : public ExpertSource {
       throw std::runtime_error("the expert fetcher's largest read must be 4 KiB to 1 GiB (got " + std::to_string(read_bytes) + ")");
     stream::FetcherOptions o{.max_experts_per_fetch = m.config.n_expert_used, .cache_bytes = cache_bytes,
                              .min_cache_experts = pregate ? 2 * m.config.n_expert_used : 0,
-                             .max_command_bytes = uint32_t(read_bytes), .hits_first = true};
+                             .max_command_bytes = uint32_t(read_bytes)};
     if (window) o.read_window_bytes = *window;
     return o;
   }
