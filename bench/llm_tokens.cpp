@@ -35,7 +35,7 @@ namespace {
 
 const char* kUsage =
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off,pregate:N] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off,pregate:N[+first:M]] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
     "\n"
@@ -74,7 +74,10 @@ const char* kUsage =
     "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
     "                 without it is skipped), or pregate:N: pre-gating, the next fetched layer's router on the\n"
     "                 current layer's state and its best N predicted experts read ahead (the engine's\n"
-    "                 --expert-pregate N). Cells with any of them must give the same logits; dense models run once\n"
+    "                 --expert-pregate N). Either of the last two may end in +first:M (auto+first:1): at the\n"
+    "                 last fetched layer, M of the experts this token routed to at the first fetched layer are\n"
+    "                 read ahead for the next token's (the engine's --expert-pregate-first M). Cells with any of\n"
+    "                 them must give the same logits; dense models run once\n"
     "  --expert-overlap  MoE: each expert kernel starts once the part it reads is in (on), or after all of\n"
     "                 the layer's reads (off); default auto (on where the CUDA driver has stream memory waits;\n"
     "                 the JSON's \"expert_overlap\" says which ran). The logits are the same either way\n"
@@ -196,10 +199,24 @@ struct RunSettings {
   double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
 };
 
-// "pregate:N" -> N (checked when the flag was parsed), anything else -> 0.
+// A cell's --expert-prefetch entry: a kind (auto, on, off, pregate:N), optionally "+first:M" (the
+// engine's --expert-pregate-first M).
+std::string prefetch_base(const std::string& prefetch) { return prefetch.substr(0, prefetch.find('+')); }
+
+// "pregate:N[+first:M]" -> N (checked when the flag was parsed), anything else -> 0.
 uint32_t pregate_count(const std::string& prefetch) {
   static const std::string kPre = "pregate:";
-  return prefetch.starts_with(kPre) ? uint32_t(text::parse_u64("--expert-prefetch pregate", prefetch.substr(kPre.size()))) : 0;
+  const std::string base = prefetch_base(prefetch);
+  return base.starts_with(kPre) ? uint32_t(text::parse_u64("--expert-prefetch pregate", base.substr(kPre.size()))) : 0;
+}
+
+// "...+first:M" -> M, no suffix -> 0; throws text::ParseError on any other suffix.
+uint32_t pregate_first_count(const std::string& prefetch) {
+  static const std::string kFirst = "+first:";
+  const size_t plus = prefetch.find('+');
+  if (plus == std::string::npos) return 0;
+  if (prefetch.compare(plus, kFirst.size(), kFirst) != 0) throw text::ParseError("--expert-prefetch: '" + prefetch + "'");
+  return uint32_t(std::min<uint64_t>(text::parse_u64("--expert-prefetch first", prefetch.substr(plus + kFirst.size())), ~0u));
 }
 
 Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
@@ -236,6 +253,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
     o.expert_pregate = 0;
   }
   if (const uint32_t n = pregate_count(prefetch)) o.expert_pregate = n;
+  o.expert_pregate_first = pregate_first_count(prefetch);
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
@@ -295,7 +313,7 @@ std::string cell_json(const Cell& c, double h2d) {
     prefetch = std::string("\"expert_overlap\":") + (e.expert_overlap ? "true," : "false,") +
                "\"expert_window_bytes\":" + std::to_string(e.expert_window_bytes) + "," +
                "\"expert_read_bytes\":" + std::to_string(e.expert_read_bytes) + "," +
-               llm::prefetch_json({e.expert_prefetch, e.expert_pregate}, e.prefetch, e.experts) + ",";
+               llm::prefetch_json({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first}, e.prefetch, e.experts) + ",";
   char emu[160];
   if (c.emu_tps > 0)
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":%.6f,\"efficiency_vs_lower\":%.4f,", c.emu_tps,
@@ -340,8 +358,19 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     if (md != "gpunvme" && md != "mmap") throw cli::UsageError("--modes: '" + md + "' is not gpunvme or mmap");
   const std::vector<std::string> prefetches = split(args.get("expert-prefetch", "auto"));
   for (const std::string& p : prefetches) {
-    if (p == "auto" || p == "on" || p == "off") continue;
-    uint32_t n = 0;
+    const std::string base = prefetch_base(p);
+    uint32_t n = 0, first = 0;
+    bool first_ok = true;
+    try {
+      first = pregate_first_count(p);
+      first_ok = p.find('+') == std::string::npos || (first > 0 && first <= llm::kMaxRoutedExperts && base != "on" && base != "off");
+    } catch (const text::ParseError&) {
+      first_ok = false;
+    }
+    if (!first_ok)
+      throw cli::UsageError("--expert-prefetch: '" + p + "': +first:M needs auto or pregate:N before it and M from 1 to k "
+                            "(M experts of the next token's first fetched layer, read ahead at the last)");
+    if (base == "auto" || base == "on" || base == "off") continue;
     try {
       n = pregate_count(p);
     } catch (const text::ParseError&) {
@@ -409,7 +438,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
               else if (cap != capacity.end()) c.emu_tps = cap->second;
               if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
               if (!first_hash) first_hash = c.logits_hash;
-              auto_ran_without |= pf == "auto" && !c.stats.expert_prefetch && !c.stats.expert_pregate;
+              auto_ran_without |= prefetch_base(pf) == "auto" && !c.stats.expert_prefetch && !c.stats.expert_pregate;
             } catch (const std::exception& e) {
               c = Cell{m.file->model_name(), b.text, d, md};
               c.prefetch = pf;

@@ -86,6 +86,7 @@ struct PrefetchMetrics {
   uint64_t hits = 0;          // of the experts read, those the next fetch of that layer selected
   uint64_t wasted = 0;        // the others: read for nothing
   uint64_t wasted_bytes = 0;
+  uint64_t unsettled = 0;     // reads of the last prefetch, which no fetch has followed yet (with no failed read, hits + wasted + unsettled = reads)
   // [layer]: GPU time from the kernel before each fetch (routing done) to its experts' reads done,
   // including any wait for a prefetch still reading; summed over all fetches.
   std::vector<double> stall_seconds;

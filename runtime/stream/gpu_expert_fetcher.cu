@@ -39,6 +39,7 @@ struct FetchCmd {
 struct DeviceFetchMetrics {
   unsigned long long tokens, requested, faults, hits, bytes_read, steady_tokens, steady_faults;
   unsigned long long prefetches, prefetch_reads, prefetch_bytes, prefetch_hits, prefetch_wasted, prefetch_wasted_bytes;
+  unsigned long long prefetch_unsettled;  // reads of the latest prefetch that no placement has settled yet
   uint32_t last_faults, pad;
 };
 
@@ -398,6 +399,7 @@ __device__ void settle_prefetch(GpuFetcherState& s, uint32_t layer, uint32_t cou
   FetchTable& p = s.table[s.latest_prefetch];
   if (!p.unsettled) return;
   p.unsettled = 0;
+  s.metrics.prefetch_unsettled = 0;
   const GpuFetchResult* r = p.result;
   if (r->error != fetch_error::kNone) return;
   const GpuFetchedExpert* demand = s.table[kDemand].experts;
@@ -426,6 +428,7 @@ __device__ void finish_fetch(GpuFetcherState& s, FetchTable& t, uint32_t which, 
     s.metrics.prefetches += 1;
     s.metrics.prefetch_reads += n.faults;
     s.metrics.prefetch_bytes += n.bytes_read;
+    s.metrics.prefetch_unsettled = n.faults;
     t.unsettled = 1;
   } else {
     s.metrics.tokens += 1;
@@ -1007,6 +1010,7 @@ PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
   m.hits = st.metrics.prefetch_hits;
   m.wasted = st.metrics.prefetch_wasted;
   m.wasted_bytes = st.metrics.prefetch_wasted_bytes;
+  m.unsettled = st.metrics.prefetch_unsettled;
   std::vector<unsigned long long> ns(catalog_.n_layers);
   check_cuda(cudaMemcpy(ns.data(), st.stall_ns, sizeof(unsigned long long) * ns.size(), cudaMemcpyDeviceToHost),
              "cudaMemcpy(stall clock)");

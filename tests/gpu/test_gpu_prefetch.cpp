@@ -121,6 +121,7 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
     CHECK(p.reads == want_reads);
     CHECK(p.hits == want_hits);
     CHECK(p.hits + p.wasted == p.reads);
+    CHECK(p.unsettled == 0);  // every prefetch was followed by its layer's fetch
     CHECK(p.reads > 0);
     if (concurrent) CHECK(pending_hits > 0);  // the case this ordering exists for did happen
     // The demand fetches: CPU fetches minus the prefetches' stand-ins; every prefetch hit is a fetch hit.
@@ -130,6 +131,24 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
     CHECK(p.bytes_read + gm.bytes_read == cf.metrics().bytes_read);
     REQUIRE(p.stall_seconds.size() == kLayers);
     for (double s : p.stall_seconds) CHECK(s > 0);
+    // A last prefetch that no fetch follows (the end of a generation): its reads are neither hits nor
+    // waste yet, but unsettled, and the counters still add up.
+    {
+      const uint32_t t = tokens, layer = layer_of(t);
+      test::enqueue_toy_router(pf, pred.p, kIds, t - kLayers, kExperts, kDistinct);
+      gf.prefetch(layer, pred.p, kIds, pf);
+      std::vector<uint32_t> prev(kIds);
+      for (uint32_t i = 0; i < kIds; ++i) prev[i] = test::toy_route(t - kLayers, i, kExperts, kDistinct);
+      uint64_t last_reads = 0;
+      for (const stream::FetchedExpert& e : cf.fetch(layer, prev)) last_reads += !e.hit;
+      cf.wait_all();
+      REQUIRE(cudaStreamSynchronize(pf) == cudaSuccess);
+      const stream::PrefetchMetrics q = gf.prefetch_metrics();
+      CHECK(last_reads > 0);
+      CHECK(q.unsettled == last_reads);
+      CHECK(q.reads == p.reads + last_reads);
+      CHECK(q.hits + q.wasted + q.unsettled == q.reads);
+    }
   }
 
   SECTION("back to back: each prefetch on its own stream while the previous fetch's consumer runs") {

@@ -128,6 +128,7 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
       CHECK(sm.expert_prefetch);
       CHECK(p.prefetches == 5 * 3);  // every token after the first, at each of the 3 layers with fetched experts
       CHECK(p.hits + p.wasted == p.reads);
+      CHECK(p.unsettled == 0);  // the last prefetch was followed by its layer's fetch
       CHECK(p.hits <= sm.experts.hits);
       CHECK(p.bytes_read >= p.wasted_bytes);
       REQUIRE(p.stall_seconds.size() == 3);
@@ -195,9 +196,11 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
 
 // Pre-gating (GpuForward::pregate): every dense part in VRAM, every layer's experts fetched with no
 // cache in the budget. At layers 0 and 1 the next layer's router runs on the current state and its
-// predicted experts are read ahead into the two fetches of slots the fetcher then gets: the logits
-// stay those of every layer in VRAM, every prediction read is settled as a hit or waste, and the
-// requests it cannot serve are refused naming the fix.
+// predicted experts are read ahead into the two fetches of slots the fetcher then gets; with
+// expert_pregate_first, at layer 2 (the last) the next pass's layer 0 is predicted by this pass's
+// routing there. The logits stay those of every layer in VRAM, every prediction read is settled as a
+// hit or waste (but the last one, which no fetch followed), and the requests it cannot serve are
+// refused naming the fix.
 TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits and are all accounted") {
   REQUIRE_GPU();
   DeployedModel d(8);
@@ -221,6 +224,7 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   CHECK(p.prefetches == 6 * 2);  // every token, at layers 0 and 1 (layer 2 has no later fetched layer)
   CHECK(p.reads > 0);
   CHECK(p.hits + p.wasted == p.reads);
+  CHECK(p.unsettled == 0);  // the last prediction (layer 2's) was followed by its fetch
   CHECK(p.hits <= sp.experts.hits);
   CHECK(sp.experts.tokens == 6 * 3);
   REQUIRE(got.size() == want.size());
@@ -244,6 +248,18 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   CHECK(sd.expert_pregate == 1);
   CHECK(sd.prefetch.prefetches == 6 * 2);
   for (size_t i = 0; i < got_dflt.size(); ++i) CHECK(std::memcmp(got_dflt[i].data(), want[i].data(), got_dflt[i].size() * sizeof(float)) == 0);
+  // The next pass's layer 0 predicted at layer 2 (one-token lag): a third prediction per pass, the last
+  // one never followed by a fetch (unsettled), the same logits.
+  llm::GpuExecOptions first = pre;
+  first.expert_pregate_first = 2;
+  llm::ExecStats sw;
+  const auto got_first = run(*o.ctrl, o.m, first, &sw);
+  CHECK(sw.expert_pregate_first == 2);
+  CHECK(sw.prefetch.prefetches == 6 * 3);
+  CHECK(sw.prefetch.reads > 0);
+  CHECK(sw.prefetch.unsettled <= 2);
+  CHECK(sw.prefetch.hits + sw.prefetch.wasted + sw.prefetch.unsettled == sw.prefetch.reads);
+  for (size_t i = 0; i < got_first.size(); ++i) CHECK(std::memcmp(got_first[i].data(), want[i].data(), got_first[i].size() * sizeof(float)) == 0);
   // A controller with no queue left for the predictions' reads (4 streamer + 4 fetcher queues from
   // qid 2: 9 granted): the default turns pre-gating off, an explicit count is refused naming the fix.
   {
@@ -261,6 +277,13 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   bad.expert_pregate = 1;
   bad.expert_prefetch = true;
   CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, bad), Catch::Matchers::ContainsSubstring("choose one"));
+  // The next pass's first layer: at most k, and only beside pre-gating (its queues and slots).
+  bad = pre;
+  bad.expert_pregate_first = 3;
+  CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, bad), Catch::Matchers::ContainsSubstring("--expert-pregate-first 3"));
+  bad = off;
+  bad.expert_pregate_first = 1;
+  CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, bad), Catch::Matchers::ContainsSubstring("give --expert-pregate N too"));
 }
 
 // The engine stops at a failed streamed layer (gpu_executor: LayerStreamer::throw_if_failed after

@@ -99,6 +99,7 @@ def main():
         cases.append(("bad --expert-read", [dev, "--prompt-ids", "1", "--expert-read", "lots"], ["--expert-read"]))
         cases.append(("bad --expert-window", [dev, "--prompt-ids", "1", "--expert-window", "8Q"], ["--expert-window", "8Q"]))
         cases.append(("bad --expert-pregate", [dev, "--prompt-ids", "1", "--expert-pregate", "two"], ["--expert-pregate must be a number of experts", "two"]))
+        cases.append(("bad --expert-pregate-first", [dev, "--prompt-ids", "1", "--expert-pregate-first", "-1"], ["--expert-pregate-first must be a number of experts", "-1"]))
         cases.append(("--draft-k without --draft", [dev, "--prompt-ids", "1", "--draft-k", "4"], ["--draft-k needs --draft lookup"]))
         empty = os.path.join(d, "empty.img")
         with open(empty, "wb") as f:

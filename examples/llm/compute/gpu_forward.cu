@@ -387,7 +387,7 @@ void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
     device::check_cuda(cudaMemcpyAsync(tmp_, moe_acc_, uint64_t(n) * E * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
   }
   if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), E, n, c_.rms_eps, tmp_);
-  if (pre_pending_) {  // the prediction's norm has read x_
+  if (pre_pending_) {  // the prediction's norm has read x_ (or its ids were copied)
     device::check_cuda(cudaStreamWaitEvent(s, pre_read_, 0), "pre-gating wait");
     pre_pending_ = false;
   }
@@ -438,21 +438,28 @@ void GpuForward::route(gpu_stream_t s, const LayerWeights& l, WeightView v, cons
 // The next fetched layer's routing on this layer's post-attention state x_ (its own ffn norm, its
 // router, the same top k), on the source's stream: these kernels and the reads they start overlap
 // this layer's expert kernels. Why it predicts: the residual stream changes by a few layers' outputs
-// between here and there, so the router sees nearly the same vector (pre-gated MoE).
+// between here and there, so the router sees nearly the same vector (pre-gated MoE). Where the
+// source names ids of its own (the next pass's first fetched layer), those are read ahead instead.
 void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
   ExpertSource::PregateTarget p;
   if (!src.pregate_target(l.index, p)) return;
-  const LayerWeights& next = w_.layers.at(p.layer);
   const cudaStream_t side = reinterpret_cast<cudaStream_t>(src.pregate_stream());
-  const uint32_t K = c_.n_expert_used;
+  const uint32_t K = c_.n_expert_used, n = std::min(p.experts, K);
   device::check_cuda(cudaEventRecord(pre_x_, stream_), "pre-gating event");
   device::check_cuda(cudaStreamWaitEvent(side, pre_x_, 0), "pre-gating wait");
-  rms_norm(side, x_, p.view.at(next.ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
+  // The source's own ids are copied on the side stream, where the prediction's placement reads them:
+  // the compute stream may overwrite them (the next pass's routing) once it has waited for pre_read_.
+  if (p.ids) {
+    device::check_cuda(cudaMemcpyAsync(pred_, p.ids, n * sizeof(uint32_t), cudaMemcpyDeviceToDevice, side), "pre-gating ids");
+  } else {
+    const LayerWeights& next = w_.layers.at(p.layer);
+    rms_norm(side, x_, p.view.at(next.ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
+  }
   device::check_cuda(cudaEventRecord(pre_read_, side), "pre-gating event");
   pre_pending_ = true;
-  route(reinterpret_cast<gpu_stream_t>(side), next, p.view, xn_pre_, router_pre_, pred_);
+  if (!p.ids) route(reinterpret_cast<gpu_stream_t>(side), w_.layers.at(p.layer), p.view, xn_pre_, router_pre_, pred_);
   device::check_cuda(cudaGetLastError(), "pre-gating kernels");
-  src.prefetch_predicted(p.layer, pred_, std::min(p.experts, K));
+  src.prefetch_predicted(p.layer, pred_, n);
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {

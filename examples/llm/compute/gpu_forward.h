@@ -48,10 +48,14 @@ class ExpertSource {
   // `layer`'s fetch, the source names the layer to predict and where its ffn norm and router are; the
   // forward pass computes that router on this layer's post-attention state on pregate_stream() and
   // hands the ids, best first, to prefetch_predicted() on the same stream.
+  // A source may also name ids of its own (`ids`, device memory, best first): the forward pass then
+  // reads those ahead instead of computing the router (the next pass's first fetched layer, predicted
+  // by this pass's routing there: nothing of the next token is known yet).
   struct PregateTarget {
     uint32_t layer = 0;    // the layer predicted
-    WeightView view;       // its weights (the norm and router are read)
+    WeightView view;       // its weights (the norm and router are read), unless ids is set
     uint32_t experts = 0;  // how many of the predicted ids to read ahead (1 .. k)
+    const uint32_t* ids = nullptr;  // the source's own prediction, or null
   };
   virtual bool pregate_target(uint32_t /*layer*/, PregateTarget& /*out*/) const { return false; }
   virtual gpu_stream_t pregate_stream() const { return nullptr; }

@@ -45,6 +45,7 @@ struct ExecStats {
   LagCounts lag;                 // how a one-token-lag prefetch would have done (expert_lag.h)
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
   uint32_t expert_pregate = 0;   // the pre-gating prefetch ran, reading this many predicted experts per layer
+  uint32_t expert_pregate_first = 0;  // and this many for the next pass's first fetched layer (GpuExecOptions)
   bool expert_overlap = false;   // the expert kernels computed on parts read while the rest streamed
   uint64_t expert_window_bytes = 0;  // the fetcher's reads in flight (FetcherOptions::read_window_bytes; 0: all)
   uint64_t expert_read_bytes = 0;    // its largest read (GpuExecOptions::expert_read_bytes)
@@ -108,6 +109,14 @@ struct GpuExecOptions {
   // fetch; at the ~91-98 % hit rates measured, k / 2 did that best (Qwen3: 4 of 8 beat 2, 3 and 6;
   // Mixtral: 1 of 2 beat 2; docs/performance.md, session 12).
   std::optional<uint32_t> expert_pregate;
+  // MoE, with pre-gating on: at the last fetched layer of a pass, read ahead this many of the experts
+  // the pass routed to at its first fetched layer (best first), for the next pass's (one-token lag:
+  // nothing of the next token exists yet). They fill the drive's idle stretch at the token boundary
+  // (the pass's tail, sampling, the layers before the first fetch); a wrong one delays that fetch by
+  // whatever of its read outlasts the stretch. So it pays where one expert reads in about that
+  // stretch: Mixtral 22G:0 on pcie5 +2 points, on pcie4 -3 (docs/performance.md, session 14). 0: off,
+  // the default; at most k.
+  uint32_t expert_pregate_first = 0;
   // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
   // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.
   std::optional<bool> expert_overlap;

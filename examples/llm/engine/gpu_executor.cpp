@@ -70,7 +70,7 @@ class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
                  uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<uint32_t> pregate_opt,
-                 const std::vector<std::optional<WeightView>>& dense,
+                 uint32_t pregate_first, const std::vector<std::optional<WeightView>>& dense,
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
       : pregate_(pregate_count(c, m, first_qid + queues, prefetch, pregate_opt, cache_bytes)),
         queues_(c, uint16_t(first_qid), queues, 256),
@@ -91,8 +91,14 @@ class FetchedExperts final : public ExpertSource {
     if (pregate_ > 0 && prefetch.value_or(false))
       throw std::runtime_error("--expert-prefetch on (one-token lag) and --expert-pregate both read ahead into the same "
                                "prefetch slots: choose one");
+    if (pregate_first > k_)
+      throw std::runtime_error("--expert-pregate-first " + std::to_string(pregate_first) + ": a token routes to " +
+                               std::to_string(k_) + " experts per layer, so at most " + std::to_string(k_) + " can be predicted");
+    if (pregate_first > 0 && pregate_ == 0)
+      throw std::runtime_error("--expert-pregate-first reads on pre-gating's queues and slots, and pre-gating is off here: "
+                               "give --expert-pregate N too (it is on by default only where the expert cache is 0)");
     if (pregate_ > 0) prefetch = false;
-    plan_pregate(plan, dense);
+    plan_pregate(plan, dense, pregate_first);
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -144,8 +150,18 @@ class FetchedExperts final : public ExpertSource {
   // and the layers up to the next fetch. That fetch finds the right ones as hits (waiting, expert by
   // expert, for any still being read) and starts its misses at once; a wrong one costs drive time
   // only past that idle stretch, which is why pregate_ is a count and not always k.
+  //
+  // With expert_pregate_first, the last fetched layer of a pass predicts the next pass's first: from
+  // this pass's routing there (one-token lag), as nothing of the next token exists yet. Its reads fill
+  // the drive's longest idle stretch (the pass's tail, the token boundary, the layers before the first
+  // fetch); off by default, as a wrong one read past that stretch delays the fetch (executor.h).
   bool pregate_target(uint32_t layer, PregateTarget& out) const override {
-    if (!pregate_ || layer >= pregate_next_.size() || !pregate_next_[layer].view) return false;
+    if (!pregate_ || layer >= pregate_next_.size()) return false;
+    if (layer == last_fetched_ && wrap_experts_ && logged_[first_fetched_]) {
+      out = {first_fetched_, {}, wrap_experts_, log_ + size_t(first_fetched_) * k_};
+      return true;
+    }
+    if (!pregate_next_[layer].view) return false;
     out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_};
     return true;
   }
@@ -162,6 +178,7 @@ class FetchedExperts final : public ExpertSource {
   }
   bool prefetching() const { return prefetch_; }
   uint32_t pregating() const { return pregate_; }
+  uint32_t pregating_first() const { return wrap_experts_; }
   bool overlapped() const { return overlap_; }
   uint64_t window_bytes() const { return fetcher_.read_window_bytes(); }
   uint64_t read_bytes() const { return fetcher_.max_command_bytes(); }
@@ -215,15 +232,19 @@ class FetchedExperts final : public ExpertSource {
   }
 
   // For each fetched layer, the next fetched layer of the pass and its dense weights when resident.
-  void plan_pregate(const ResidencyPlan& plan, const std::vector<std::optional<WeightView>>& dense) {
+  // `first`: the next pass's first fetched layer's experts read ahead at the last (0: not).
+  void plan_pregate(const ResidencyPlan& plan, const std::vector<std::optional<WeightView>>& dense, uint32_t first) {
     pregate_next_.assign(plan.layers.size(), {});
     uint32_t next = ~0u;
     for (uint32_t i = uint32_t(plan.layers.size()); i-- > 0;) {
       const bool fetched = plan.bytes[i].n_expert && !plan.layers[i].experts_in_vram;
       if (!fetched) continue;
       if (next != ~0u && next < dense.size() && dense[next]) pregate_next_[i] = {next, dense[next]};
+      if (next == ~0u) last_fetched_ = i;
       next = i;
     }
+    first_fetched_ = next;
+    wrap_experts_ = first_fetched_ == ~0u ? 0 : first;
   }
   struct NextFetched {
     uint32_t layer = 0;
@@ -243,6 +264,8 @@ class FetchedExperts final : public ExpertSource {
   uint32_t* log_ = nullptr;    // device: [layer][k] routed ids of the current token
   bool prefetch_ = false;
   std::vector<NextFetched> pregate_next_;      // [layer]
+  uint32_t first_fetched_ = ~0u, last_fetched_ = ~0u;  // of a pass (~0u: none)
+  uint32_t wrap_experts_ = 0;  // the next pass's first fetched layer, predicted at the last (0: not)
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
 };
@@ -270,7 +293,7 @@ class GpuExecutor final : public Executor {
     if (plan_.any_fetched_experts())
       experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
                                                   o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch,
-                                                  o.expert_pregate, vram_views(),
+                                                  o.expert_pregate, o.expert_pregate_first, vram_views(),
                                                   o.expert_overlap, o.expert_window_bytes,
                                                   o.expert_read_bytes.value_or(kExpertReadBytes));
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
@@ -389,6 +412,7 @@ class GpuExecutor final : public Executor {
       s.lag = experts_->lag();
       s.expert_prefetch = experts_->prefetching();
       s.expert_pregate = experts_->pregating();
+      s.expert_pregate_first = experts_->pregating_first();
       s.expert_overlap = experts_->overlapped();
       s.expert_window_bytes = experts_->window_bytes();
       s.expert_read_bytes = experts_->read_bytes();
