@@ -324,10 +324,11 @@ std::string cell_json(const Cell& c, double h2d) {
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
-void print_cell(const Cell& c) {
+// pf: the width of the prefetch column (the longest --expert-prefetch entry, at least 4).
+void print_cell(const Cell& c, int pf) {
   if (!c.error.empty()) {
-    std::printf("%-22s %-10s %-7s %-8s %-4s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(), c.mode.c_str(),
-                c.prefetch.c_str(), c.error.c_str());
+    std::printf("%-22s %-10s %-7s %-8s %-*s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(), c.mode.c_str(),
+                pf, c.prefetch.c_str(), c.error.c_str());
   } else {
     const auto& x = c.stats.experts;
     const auto& p = c.stats.prefetch;
@@ -340,8 +341,8 @@ void print_cell(const Cell& c) {
                     (unsigned long long)p.hits, (unsigned long long)p.reads, stall);
     char emu[48] = "        -      -";
     if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
-    std::printf("%-22s %-10s %-7s %-8s %-4s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
-                c.drive_label().c_str(), c.mode.c_str(), c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
+    std::printf("%-22s %-10s %-7s %-8s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+                c.drive_label().c_str(), c.mode.c_str(), pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
                 c.stats.streamed_layers, c.tps,
                 c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, emu, c.host_cpu, experts);
   }
@@ -402,7 +403,9 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
   rs.h2d = measure_h2d();
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
-  std::printf("%-22s %-10s %-7s %-8s %-4s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "pf",
+  int pf_width = 4;
+  for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
+  std::printf("%-22s %-10s %-7s %-8s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", pf_width, "pf",
               "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
   if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
@@ -446,7 +449,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
               c.error = e.what();
             }
             errors += !c.error.empty();
-            print_cell(c);
+            print_cell(c, pf_width);
             if (json) {
               const std::string j = cell_json(c, rs.h2d);
               std::fwrite(j.data(), 1, j.size(), json);
