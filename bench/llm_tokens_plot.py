@@ -15,11 +15,12 @@ import sys
 
 
 def prefetch_label(c):
-    """' + pre-gating 4' / ' + lag prefetch' / '' (older files carry only "prefetch": true)."""
+    """' + pre-gating 4' (', first 1' with --expert-pregate-first) / ' + lag prefetch' / '' (older files carry only "prefetch": true)."""
     if not c.get("prefetch"):
         return ""
     if c.get("prefetch_kind") == "pregate":
-        return f" + pre-gating {c.get('pregate_experts')}"
+        first = f", first {c['pregate_first']}" if c.get("pregate_first") else ""
+        return f" + pre-gating {c.get('pregate_experts')}{first}"
     return " + lag prefetch" if c.get("prefetch_kind") == "lag" else " + prefetch"
 
 
