@@ -74,10 +74,10 @@ const char* kUsage =
     "                 auto (the JSON's \"prefetch\" says whether it ran; an off cell after an auto cell that ran\n"
     "                 without it is skipped), or pregate:N: pre-gating, the next fetched layer's router on the\n"
     "                 current layer's state and its best N predicted experts read ahead (the engine's\n"
-    "                 --expert-pregate N). Either of the last two may end in +first:M (auto+first:1): at the\n"
+    "                 --expert-pregate N). Either of the last two may end in +first:M (auto+first:0): at the\n"
     "                 last fetched layer, M of the experts this token routed to at the first fetched layer are\n"
-    "                 read ahead for the next token's (the engine's --expert-pregate-first M). Cells with any of\n"
-    "                 them must give the same logits; dense models run once\n"
+    "                 read ahead for the next token's (the engine's --expert-pregate-first M; default N, 0: off).\n"
+    "                 Cells with any of them must give the same logits; dense models run once\n"
     "  --expert-overlap  MoE: each expert kernel starts once the part it reads is in (on), or after all of\n"
     "                 the layer's reads (off); default auto (on where the CUDA driver has stream memory waits;\n"
     "                 the JSON's \"expert_overlap\" says which ran). The logits are the same either way\n"
@@ -253,7 +253,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
     o.expert_pregate = 0;
   }
   if (const uint32_t n = pregate_count(prefetch)) o.expert_pregate = n;
-  o.expert_pregate_first = pregate_first_count(prefetch);
+  if (prefetch.find('+') != std::string::npos) o.expert_pregate_first = pregate_first_count(prefetch);
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
@@ -364,13 +364,13 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
     bool first_ok = true;
     try {
       first = pregate_first_count(p);
-      first_ok = p.find('+') == std::string::npos || (first > 0 && first <= llm::kMaxRoutedExperts && base != "on" && base != "off");
+      first_ok = p.find('+') == std::string::npos || (first <= llm::kMaxRoutedExperts && base != "on" && base != "off");
     } catch (const text::ParseError&) {
       first_ok = false;
     }
     if (!first_ok)
-      throw cli::UsageError("--expert-prefetch: '" + p + "': +first:M needs auto or pregate:N before it and M from 1 to k "
-                            "(M experts of the next token's first fetched layer, read ahead at the last)");
+      throw cli::UsageError("--expert-prefetch: '" + p + "': +first:M needs auto or pregate:N before it and M from 0 to k "
+                            "(M experts of the next token's first fetched layer, read ahead at the last; default N)");
     if (base == "auto" || base == "on" || base == "off") continue;
     try {
       n = pregate_count(p);

@@ -48,6 +48,12 @@ struct FetcherOptions {
   // expert would wait for nearly the whole fetch. A window of a few times the drive's bandwidth-delay
   // product keeps the drive busy and lets the reads end in order (gpu_expert_fetcher.h).
   uint64_t read_window_bytes = 8ull << 20;
+  // GPU fetcher with concurrent prefetches: once a fetch of the layer a prefetch predicted is placed,
+  // the prefetch's experts it did not select get no more of their reads (each read left becomes one
+  // block; the slot, never completed, is forgotten at the next prefetch's placement), so a wrong
+  // prediction costs the drive only its reads already issued. Off, the cache stays the CPU fetcher's
+  // (which reads every prefetch in full) expert for expert.
+  bool cut_wrong_prefetches = false;
 };
 
 struct FetchedPart {
@@ -86,6 +92,7 @@ struct PrefetchMetrics {
   uint64_t hits = 0;          // of the experts read, those the next fetch of that layer selected
   uint64_t wasted = 0;        // the others: read for nothing
   uint64_t wasted_bytes = 0;
+  uint64_t cut = 0;           // wasted ones whose reads were cut short (FetcherOptions::cut_wrong_prefetches)
   uint64_t unsettled = 0;     // reads of the last prefetch, which no fetch has followed yet (with no failed read, hits + wasted + unsettled = reads)
   // [layer]: GPU time from the kernel before each fetch (routing done) to its experts' reads done,
   // including any wait for a prefetch still reading; summed over all fetches.

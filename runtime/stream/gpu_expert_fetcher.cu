@@ -40,6 +40,7 @@ struct DeviceFetchMetrics {
   unsigned long long tokens, requested, faults, hits, bytes_read, steady_tokens, steady_faults;
   unsigned long long prefetches, prefetch_reads, prefetch_bytes, prefetch_hits, prefetch_wasted, prefetch_wasted_bytes;
   unsigned long long prefetch_unsettled;  // reads of the latest prefetch that no placement has settled yet
+  unsigned long long prefetch_cut;        // prefetch experts whose remaining reads were cut (cut_wrong_prefetch)
   uint32_t last_faults, pad;
 };
 
@@ -82,6 +83,7 @@ struct GpuFetcherState {
   unsigned long long clock = 0;
   uint32_t resident = 0;
   uint32_t concurrent_prefetch = 0;     // prefetches read on queues of their own (GpuExpertFetcher ctor)
+  uint32_t cut_wrong = 0;               // FetcherOptions::cut_wrong_prefetches (with concurrent prefetches only)
   FetchTable table[kTables];            // [kDemand], [kPrefetch], [kPrefetch + 1]
   uint32_t latest_prefetch = kPrefetch;  // the table of the most recently placed prefetch
   uint32_t gate_reads = 0;               // a concurrent prefetch's reads start once the demand has this few left (queue_behind_demand)
@@ -132,7 +134,14 @@ __device__ uint32_t lru_victim(const GpuFetcherState& s, unsigned long long fetc
 // place_experts, phase by phase. The cache rules are ExpertCachePolicy's (expert_cache_policy.h);
 // the GPU suite runs this kernel and the policy object on the same id sequences.
 
+// A prefetch expert whose remaining reads were cut (cut_wrong_prefetch): not an NVMe status (those
+// carry 0x10000), so read_ended never sets its `ready`. Its slot leaves the cache at once but stays
+// parked (never a victim: no touch clock reaches kParked) while its reads already issued still land.
+inline constexpr uint32_t kCutRead = 0x20000u;
+inline constexpr unsigned long long kParked = ~0ull;
+
 // Phase 1 (lane 0): a previous fetch's failed read leaves the cache: its slot's bytes are undefined.
+// A cut expert's parked slot becomes free (its prefetch's reads have ended: see launch()).
 __device__ void forget_failed_reads(GpuFetcherState& s, FetchTable& t) {
   const GpuFetchResult* r = t.result;
   if (t.failures_checked) return;
@@ -141,6 +150,11 @@ __device__ void forget_failed_reads(GpuFetcherState& s, FetchTable& t) {
   for (uint32_t d = 0; d < r->count; ++d) {
     const GpuFetchedExpert& e = t.experts[d];
     if (e.failed == 0 || e.hit) continue;
+    if (e.failed & kCutRead) {
+      const uint64_t slot = e.offset / s.expert_stride;
+      if (s.slot_used[slot] == kParked) s.slot_used[slot] = 0;
+      continue;
+    }
     const uint64_t key = uint64_t(r->layer) * s.n_experts + e.expert;
     const int32_t slot = s.where[key];
     if (slot >= 0) {
@@ -231,6 +245,36 @@ __device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint3
       break;
     }
   }
+}
+
+// Phase 3c (lane 0, cut_wrong): experts the latest prefetch reads for this layer that this fetch does
+// not select: their reads not yet issued shrink to one block (pump_fetch), their keys leave the cache
+// (a later fetch of them is a fault, not a hit on half-read bytes) and their slots are parked until
+// the next prefetch's placement, which waits for this prefetch's reads, frees them. Hits on the
+// prefetch, the pending ones included, are selected: nothing waits for an expert cut here. At most
+// the prefetch's experts are parked, so with the 2 x k slots a prefetch needs, a fetch still finds
+// k victims.
+__device__ void cut_wrong_prefetch(GpuFetcherState& s, const FetchTable& t, uint32_t layer, uint32_t count) {
+  FetchTable& p = s.table[s.latest_prefetch];
+  const GpuFetchResult* pr = p.result;
+  if (!s.cut_wrong || pr->layer != layer || pr->error != fetch_error::kNone) return;
+  for (uint32_t q = 0; q < pr->count; ++q) {
+    GpuFetchedExpert& pe = p.experts[q];
+    if (pe.hit || *const_cast<const volatile uint32_t*>(&pe.ready) == pr->token) continue;
+    bool selected = false;
+    for (uint32_t d = 0; d < count && !selected; ++d) selected = t.experts[d].expert == pe.expert;
+    if (selected || atomicCAS(&pe.failed, 0u, kCutRead) != 0u) continue;
+    s.metrics.prefetch_cut += 1;
+    const uint64_t key = uint64_t(layer) * s.n_experts + pe.expert;
+    const int32_t slot = s.where[key];
+    if (slot >= 0) {
+      s.where[key] = -1;
+      s.slot_key[slot] = -1;
+      s.slot_used[slot] = kParked;
+      s.resident -= 1;
+    }
+  }
+  p.failures_checked = 0;  // its parked slots are freed at the next prefetch's placement
 }
 
 // Phase 4 (warp): each fault takes the least recently used slot (warp-wide search), or the next
@@ -487,6 +531,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     fetch_start = s.clock;
     if (error == fetch_error::kNone && s.capacity > 0) touch_hits(s, t, layer, count);
     if (error == fetch_error::kNone && which == kDemand) mark_pending_hits(s, t, layer, count);
+    if (error == fetch_error::kNone && which == kDemand && s.concurrent_prefetch) cut_wrong_prefetch(s, t, layer, count);
   }
   __syncwarp();
   if (error != fetch_error::kNone) {
@@ -595,9 +640,13 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
       launch, w, count,
       [&](uint64_t g, uint16_t cid) {
         const FetchCmd c = cmds[g];
+        // A read of an expert cut_wrong_prefetch dropped: one block, so the command still ends (and
+        // counts) in the ticket while the drive moves almost nothing for it.
+        const bool cut = which != kDemand && (*const_cast<const volatile uint32_t*>(&t->experts[c.sel].failed) & kCutRead);
+        const uint32_t blocks = cut ? 1u : c.blocks;
         nvme::PrpPair p;
-        device::prps_for(qc, cid, dst, c.dst, uint64_t(c.blocks) << qc.lba_shift, &p);
-        return nvme::make_read(qc.nsid, c.lba, c.blocks, p.prp1, p.prp2);
+        device::prps_for(qc, cid, dst, c.dst, uint64_t(blocks) << qc.lba_shift, &p);
+        return nvme::make_read(qc.nsid, c.lba, blocks, p.prp1, p.prp2);
       },
       [&](uint64_t g, nvme::Status st) { read_ended(*t, cmds[g], st, token); });
 }
@@ -717,6 +766,7 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.warmup_tokens = options_.warmup_tokens;
   st.expert_stride = expert_bytes_;
   st.concurrent_prefetch = pf_submitter_ ? 1 : 0;
+  st.cut_wrong = pf_submitter_ && options_.cut_wrong_prefetches ? 1 : 0;
   st.gate_reads = read_depth_ ? submitter.queue_count() : ~0u;  // queue_behind_demand
   st.part_first = device_copy(allocations_, part_first);
   st.parts = device_copy(allocations_, parts);
@@ -1011,6 +1061,7 @@ PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
   m.wasted = st.metrics.prefetch_wasted;
   m.wasted_bytes = st.metrics.prefetch_wasted_bytes;
   m.unsettled = st.metrics.prefetch_unsettled;
+  m.cut = st.metrics.prefetch_cut;
   std::vector<unsigned long long> ns(catalog_.n_layers);
   check_cuda(cudaMemcpy(ns.data(), st.stall_ns, sizeof(unsigned long long) * ns.size(), cudaMemcpyDeviceToHost),
              "cudaMemcpy(stall clock)");

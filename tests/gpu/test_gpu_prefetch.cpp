@@ -176,3 +176,58 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
   REQUIRE(cudaStreamSynchronize(pf) == cudaSuccess);
   cudaStreamDestroy(pf);
 }
+
+// FetcherOptions::cut_wrong_prefetches: predictions of another token's routing (mostly wrong) on
+// queues of their own, behind a modeled drive slow enough that a fetch is placed while they still
+// read. The experts a fetch does not select stop reading and leave the cache; a later fetch that
+// selects one reads it again in full: every fetch's bytes are checked by its consumer, the counters
+// add up, and cuts did happen.
+TEST_CASE("GPU expert fetcher prefetch: a wrong prediction's reads are cut once the fetch is placed, and never served half-read",
+          "[gpu][fetch]") {
+  REQUIRE_GPU();
+  GpuRig rig("emu:ram,size=64M,threads=4,drive=sn530", 4, 256, true, {}, false);
+  const uint64_t seed = 43;
+  rig.write_pattern(0, 40ull << 20, seed);
+  std::vector<uint64_t> ns_off;
+  const stream::ExpertCatalog catalog = make_catalog(kLayers, kExperts, rig.lba, &ns_off);
+  DeviceBlob d_ns(ns_off.data(), ns_off.size() * 8);
+  stream::GpuSubmitter gpu(*rig.ctrl, {rig.raw[0], rig.raw[1]}, 1);
+  stream::GpuSubmitter gpu_pf(*rig.ctrl, {rig.raw[2], rig.raw[3]}, 1);
+  stream::FetcherOptions o;
+  o.max_experts_per_fetch = kDistinct;
+  o.cache_bytes = 10 * ((3 * (100 << 10)) + 3 * 4096);
+  o.cut_wrong_prefetches = true;
+  stream::GpuExpertFetcher gf(*rig.ctrl, gpu, catalog, o, &gpu_pf);
+  REQUIRE(gf.can_prefetch());
+  Streams st;
+  cudaStream_t pf = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&pf, cudaStreamNonBlocking) == cudaSuccess);
+  DeviceZeros<uint32_t> ids(kIds), pred(kIds);
+  const uint32_t tokens = 60;
+  DeviceZeros<uint64_t> bad(tokens);
+  for (uint32_t t = 0; t < tokens; ++t) {
+    const uint32_t layer = layer_of(t);
+    if (t >= kLayers) {  // the routing of a token 7 later, at this layer: rarely this token's
+      test::enqueue_toy_router(pf, pred.p, kIds, t + 7, kExperts, kDistinct);
+      gf.prefetch(layer, pred.p, kIds, pf);
+    }
+    test::enqueue_toy_router(st.s_compute(), ids.p, kIds, t, kExperts, kDistinct);
+    gf.fetch(layer, ids.p, kIds, st.s_compute());
+    test::enqueue_verify_experts(st.s_compute(), gf.device_result(), gf.device_experts(),
+                                 static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
+                                 kExperts, seed, bad.p + t);
+    gf.wait();
+  }
+  const std::vector<uint64_t> mism = bad.get();
+  for (uint32_t t = 0; t < tokens; ++t) {
+    INFO("token " << t);
+    CHECK(mism[t] == 0);
+  }
+  const stream::PrefetchMetrics p = gf.prefetch_metrics();
+  CHECK(p.prefetches == tokens - kLayers);
+  CHECK(p.hits + p.wasted == p.reads);
+  CHECK(p.cut > 0);             // the case this exists for did happen
+  CHECK(p.cut <= p.wasted);     // only experts the fetch did not select
+  REQUIRE(cudaStreamSynchronize(pf) == cudaSuccess);
+  cudaStreamDestroy(pf);
+}

@@ -112,11 +112,11 @@ struct GpuExecOptions {
   // MoE, with pre-gating on: at the last fetched layer of a pass, read ahead this many of the experts
   // the pass routed to at its first fetched layer (best first), for the next pass's (one-token lag:
   // nothing of the next token exists yet). They fill the drive's idle stretch at the token boundary
-  // (the pass's tail, sampling, the layers before the first fetch); a wrong one delays that fetch by
-  // whatever of its read outlasts the stretch. So it pays where one expert reads in about that
-  // stretch: Mixtral 22G:0 on pcie5 +2 points, on pcie4 -3 (docs/performance.md, session 14). 0: off,
-  // the default; at most k.
-  uint32_t expert_pregate_first = 0;
+  // (the pass's tail, sampling, the layers before the first fetch). A wrong one stops reading once
+  // that fetch is placed (FetcherOptions::cut_wrong_prefetches), so it costs only its reads in
+  // flight. Default: pre-gating's count (Mixtral 22G:0 +1 to +2 points, Qwen3 within a point;
+  // docs/performance.md, session 14); 0: off; at most k.
+  std::optional<uint32_t> expert_pregate_first;
   // MoE: the expert kernels start on the parts already read while the rest stream (default: on where
   // the CUDA driver has stream memory waits); off: they start once all of the layer's reads ended.
   std::optional<bool> expert_overlap;

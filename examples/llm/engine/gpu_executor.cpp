@@ -70,7 +70,7 @@ class FetchedExperts final : public ExpertSource {
  public:
   FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
                  uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<uint32_t> pregate_opt,
-                 uint32_t pregate_first, const std::vector<std::optional<WeightView>>& dense,
+                 std::optional<uint32_t> pregate_first, const std::vector<std::optional<WeightView>>& dense,
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
       : pregate_(pregate_count(c, m, first_qid + queues, prefetch, pregate_opt, cache_bytes)),
         queues_(c, uint16_t(first_qid), queues, 256),
@@ -91,14 +91,14 @@ class FetchedExperts final : public ExpertSource {
     if (pregate_ > 0 && prefetch.value_or(false))
       throw std::runtime_error("--expert-prefetch on (one-token lag) and --expert-pregate both read ahead into the same "
                                "prefetch slots: choose one");
-    if (pregate_first > k_)
-      throw std::runtime_error("--expert-pregate-first " + std::to_string(pregate_first) + ": a token routes to " +
+    if (pregate_first.value_or(0) > k_)
+      throw std::runtime_error("--expert-pregate-first " + std::to_string(*pregate_first) + ": a token routes to " +
                                std::to_string(k_) + " experts per layer, so at most " + std::to_string(k_) + " can be predicted");
-    if (pregate_first > 0 && pregate_ == 0)
+    if (pregate_first.value_or(0) > 0 && pregate_ == 0)
       throw std::runtime_error("--expert-pregate-first reads on pre-gating's queues and slots, and pre-gating is off here: "
                                "give --expert-pregate N too (it is on by default only where the expert cache is 0)");
     if (pregate_ > 0) prefetch = false;
-    plan_pregate(plan, dense, pregate_first);
+    plan_pregate(plan, dense, pregate_first.value_or(pregate_));
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -151,10 +151,10 @@ class FetchedExperts final : public ExpertSource {
   // expert, for any still being read) and starts its misses at once; a wrong one costs drive time
   // only past that idle stretch, which is why pregate_ is a count and not always k.
   //
-  // With expert_pregate_first, the last fetched layer of a pass predicts the next pass's first: from
-  // this pass's routing there (one-token lag), as nothing of the next token exists yet. Its reads fill
-  // the drive's longest idle stretch (the pass's tail, the token boundary, the layers before the first
-  // fetch); off by default, as a wrong one read past that stretch delays the fetch (executor.h).
+  // The last fetched layer of a pass predicts the next pass's first (expert_pregate_first; default
+  // pregate_): from this pass's routing there (one-token lag), as nothing of the next token exists
+  // yet. Its reads fill the drive's longest idle stretch (the pass's tail, the token boundary, the
+  // layers before the first fetch); a wrong one is cut when that fetch is placed (executor.h).
   bool pregate_target(uint32_t layer, PregateTarget& out) const override {
     if (!pregate_ || layer >= pregate_next_.size()) return false;
     if (layer == last_fetched_ && wrap_experts_ && logged_[first_fetched_]) {
@@ -221,6 +221,9 @@ class FetchedExperts final : public ExpertSource {
                              .min_cache_experts = pregate ? 2 * m.config.n_expert_used : 0,
                              .max_command_bytes = uint32_t(read_bytes)};
     if (window) o.read_window_bytes = *window;
+    // A prediction the fetch proves wrong stops reading: it then costs the drive only its reads in flight
+    // (Mixtral 22G:0 pcie4 94 -> 95 %, pcie5 90 -> 91 %; docs/performance.md, session 14).
+    o.cut_wrong_prefetches = pregate > 0;
     return o;
   }
   // One expert's bytes for each layer whose experts are fetched, 0 for the others.
