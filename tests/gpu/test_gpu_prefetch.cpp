@@ -34,6 +34,30 @@ constexpr uint32_t kLayers = 3, kExperts = 16, kIds = 8, kDistinct = 4;
 // previous token at that layer), so tokens below kLayers have none.
 uint32_t layer_of(uint32_t t) { return t % kLayers; }
 
+// The controller with the pattern written, the toy model's catalog, and the two GPU submitters: the
+// fetcher's queues and the prefetches' own.
+struct PrefetchRig {
+  GpuRig rig;
+  std::vector<uint64_t> ns_off;
+  stream::ExpertCatalog catalog;
+  DeviceBlob d_ns;
+  stream::GpuSubmitter gpu, gpu_pf;
+  PrefetchRig(const char* dev, uint64_t seed)
+      : rig(dev, 4, 256, true, {}, false),
+        catalog((rig.write_pattern(0, 40ull << 20, seed), make_catalog(kLayers, kExperts, rig.lba, &ns_off))),
+        d_ns(ns_off.data(), ns_off.size() * 8),
+        gpu(*rig.ctrl, {rig.raw[0], rig.raw[1]}, 1),
+        gpu_pf(*rig.ctrl, {rig.raw[2], rig.raw[3]}, 1) {}
+};
+
+// Two fetches of slots and a little more (about 9 experts).
+stream::FetcherOptions toy_options() {
+  stream::FetcherOptions o;
+  o.max_experts_per_fetch = kDistinct;
+  o.cache_bytes = 10 * ((3 * (100 << 10)) + 3 * 4096);
+  return o;
+}
+
 }  // namespace
 
 // Both orderings: every fetch after the previous prefetch's reads (one submitter), and concurrent
@@ -44,20 +68,15 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
   REQUIRE_GPU();
   const bool concurrent = GENERATE(false, true);
   INFO("concurrent prefetches " << concurrent);
-  GpuRig rig(concurrent ? "emu:ram,size=64M,threads=4,drive=sn530" : "emu:ram,size=64M,threads=4", 4, 256, true, {}, false);
   const uint64_t seed = 41;
-  rig.write_pattern(0, 40ull << 20, seed);
-  std::vector<uint64_t> ns_off;
-  const stream::ExpertCatalog catalog = make_catalog(kLayers, kExperts, rig.lba, &ns_off);
-  DeviceBlob d_ns(ns_off.data(), ns_off.size() * 8);
-  stream::GpuSubmitter gpu(*rig.ctrl, {rig.raw[0], rig.raw[1]}, 1);
-  stream::GpuSubmitter gpu_pf(*rig.ctrl, {rig.raw[2], rig.raw[3]}, 1);
+  PrefetchRig pr(concurrent ? "emu:ram,size=64M,threads=4,drive=sn530" : "emu:ram,size=64M,threads=4", seed);
+  GpuRig& rig = pr.rig;
+  const stream::ExpertCatalog& catalog = pr.catalog;
+  DeviceBlob& d_ns = pr.d_ns;
   auto cpu_qp = rig.ctrl->create_io_queue_pair(uint16_t(2 + rig.raw.size()), 64);
   stream::CpuSubmitter cpu(*rig.ctrl, *cpu_qp);
-  stream::FetcherOptions o;
-  o.max_experts_per_fetch = kDistinct;
-  o.cache_bytes = 10 * ((3 * (100 << 10)) + 3 * 4096);  // about 9 experts: two fetches and a little more
-  stream::GpuExpertFetcher gf(*rig.ctrl, gpu, catalog, o, concurrent ? &gpu_pf : nullptr);
+  const stream::FetcherOptions o = toy_options();
+  stream::GpuExpertFetcher gf(*rig.ctrl, pr.gpu, catalog, o, concurrent ? &pr.gpu_pf : nullptr);
   stream::ExpertFetcher cf(*rig.ctrl, cpu, catalog, o);
   REQUIRE(gf.can_prefetch());
   Streams st;
@@ -185,19 +204,12 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
 TEST_CASE("GPU expert fetcher prefetch: a wrong prediction's reads are cut once the fetch is placed, and never served half-read",
           "[gpu][fetch]") {
   REQUIRE_GPU();
-  GpuRig rig("emu:ram,size=64M,threads=4,drive=sn530", 4, 256, true, {}, false);
   const uint64_t seed = 43;
-  rig.write_pattern(0, 40ull << 20, seed);
-  std::vector<uint64_t> ns_off;
-  const stream::ExpertCatalog catalog = make_catalog(kLayers, kExperts, rig.lba, &ns_off);
-  DeviceBlob d_ns(ns_off.data(), ns_off.size() * 8);
-  stream::GpuSubmitter gpu(*rig.ctrl, {rig.raw[0], rig.raw[1]}, 1);
-  stream::GpuSubmitter gpu_pf(*rig.ctrl, {rig.raw[2], rig.raw[3]}, 1);
-  stream::FetcherOptions o;
-  o.max_experts_per_fetch = kDistinct;
-  o.cache_bytes = 10 * ((3 * (100 << 10)) + 3 * 4096);
+  PrefetchRig pr("emu:ram,size=64M,threads=4,drive=sn530", seed);
+  DeviceBlob& d_ns = pr.d_ns;
+  stream::FetcherOptions o = toy_options();
   o.cut_wrong_prefetches = true;
-  stream::GpuExpertFetcher gf(*rig.ctrl, gpu, catalog, o, &gpu_pf);
+  stream::GpuExpertFetcher gf(*pr.rig.ctrl, pr.gpu, pr.catalog, o, &pr.gpu_pf);
   REQUIRE(gf.can_prefetch());
   Streams st;
   cudaStream_t pf = nullptr;
