@@ -210,11 +210,11 @@ uint32_t pregate_count(const std::string& prefetch) {
   return base.starts_with(kPre) ? uint32_t(text::parse_u64("--expert-prefetch pregate", base.substr(kPre.size()))) : 0;
 }
 
-// "...+first:M" -> M, no suffix -> 0; throws text::ParseError on any other suffix.
-uint32_t pregate_first_count(const std::string& prefetch) {
+// "...+first:M" -> M, no suffix -> none (the engine's default); throws text::ParseError on any other suffix.
+std::optional<uint32_t> pregate_first_count(const std::string& prefetch) {
   static const std::string kFirst = "+first:";
   const size_t plus = prefetch.find('+');
-  if (plus == std::string::npos) return 0;
+  if (plus == std::string::npos) return std::nullopt;
   if (prefetch.compare(plus, kFirst.size(), kFirst) != 0) throw text::ParseError("--expert-prefetch: '" + prefetch + "'");
   return uint32_t(std::min<uint64_t>(text::parse_u64("--expert-prefetch first", prefetch.substr(plus + kFirst.size())), ~0u));
 }
@@ -253,7 +253,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
     o.expert_pregate = 0;
   }
   if (const uint32_t n = pregate_count(prefetch)) o.expert_pregate = n;
-  if (prefetch.find('+') != std::string::npos) o.expert_pregate_first = pregate_first_count(prefetch);
+  o.expert_pregate_first = pregate_first_count(prefetch);
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
@@ -360,11 +360,11 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   const std::vector<std::string> prefetches = split(args.get("expert-prefetch", "auto"));
   for (const std::string& p : prefetches) {
     const std::string base = prefetch_base(p);
-    uint32_t n = 0, first = 0;
+    uint32_t n = 0;
     bool first_ok = true;
     try {
-      first = pregate_first_count(p);
-      first_ok = p.find('+') == std::string::npos || (first <= llm::kMaxRoutedExperts && base != "on" && base != "off");
+      const std::optional<uint32_t> first = pregate_first_count(p);
+      first_ok = !first || (*first <= llm::kMaxRoutedExperts && base != "on" && base != "off");
     } catch (const text::ParseError&) {
       first_ok = false;
     }

@@ -140,6 +140,24 @@ __device__ uint32_t lru_victim(const GpuFetcherState& s, unsigned long long fetc
 inline constexpr uint32_t kCutRead = 0x20000u;
 inline constexpr unsigned long long kParked = ~0ull;
 
+// Key `key` leaves the cache (if resident); its slot gets touch value `used` (0: free, the first
+// victim; kParked: no victim until freed).
+__device__ void drop_key(GpuFetcherState& s, uint64_t key, unsigned long long used) {
+  const int32_t slot = s.where[key];
+  if (slot < 0) return;
+  s.where[key] = -1;
+  s.slot_key[slot] = -1;
+  s.slot_used[slot] = used;
+  s.resident -= 1;
+}
+
+// Whether the first `count` experts of table `t` include `expert`.
+__device__ bool selects(const FetchTable& t, uint32_t count, uint32_t expert) {
+  for (uint32_t d = 0; d < count; ++d)
+    if (t.experts[d].expert == expert) return true;
+  return false;
+}
+
 // Phase 1 (lane 0): a previous fetch's failed read leaves the cache: its slot's bytes are undefined.
 // A cut expert's parked slot becomes free (its prefetch's reads have ended: see launch()).
 __device__ void forget_failed_reads(GpuFetcherState& s, FetchTable& t) {
@@ -155,14 +173,7 @@ __device__ void forget_failed_reads(GpuFetcherState& s, FetchTable& t) {
       if (s.slot_used[slot] == kParked) s.slot_used[slot] = 0;
       continue;
     }
-    const uint64_t key = uint64_t(r->layer) * s.n_experts + e.expert;
-    const int32_t slot = s.where[key];
-    if (slot >= 0) {
-      s.where[key] = -1;
-      s.slot_key[slot] = -1;
-      s.slot_used[slot] = 0;
-      s.resident -= 1;
-    }
+    drop_key(s, uint64_t(r->layer) * s.n_experts + e.expert, 0);
   }
 }
 
@@ -261,18 +272,9 @@ __device__ void cut_wrong_prefetch(GpuFetcherState& s, const FetchTable& t, uint
   for (uint32_t q = 0; q < pr->count; ++q) {
     GpuFetchedExpert& pe = p.experts[q];
     if (pe.hit || *const_cast<const volatile uint32_t*>(&pe.ready) == pr->token) continue;
-    bool selected = false;
-    for (uint32_t d = 0; d < count && !selected; ++d) selected = t.experts[d].expert == pe.expert;
-    if (selected || atomicCAS(&pe.failed, 0u, kCutRead) != 0u) continue;
+    if (selects(t, count, pe.expert) || atomicCAS(&pe.failed, 0u, kCutRead) != 0u) continue;
     s.metrics.prefetch_cut += 1;
-    const uint64_t key = uint64_t(layer) * s.n_experts + pe.expert;
-    const int32_t slot = s.where[key];
-    if (slot >= 0) {
-      s.where[key] = -1;
-      s.slot_key[slot] = -1;
-      s.slot_used[slot] = kParked;
-      s.resident -= 1;
-    }
+    drop_key(s, uint64_t(layer) * s.n_experts + pe.expert, kParked);
   }
   p.failures_checked = 0;  // its parked slots are freed at the next prefetch's placement
 }
@@ -446,13 +448,10 @@ __device__ void settle_prefetch(GpuFetcherState& s, uint32_t layer, uint32_t cou
   s.metrics.prefetch_unsettled = 0;
   const GpuFetchResult* r = p.result;
   if (r->error != fetch_error::kNone) return;
-  const GpuFetchedExpert* demand = s.table[kDemand].experts;
   for (uint32_t d = 0; d < r->count; ++d) {
     const GpuFetchedExpert& e = p.experts[d];
     if (e.hit || e.failed) continue;
-    bool selected = false;
-    for (uint32_t i = 0; r->layer == layer && i < count; ++i) selected |= demand[i].expert == e.expert;
-    if (selected) {
+    if (r->layer == layer && selects(s.table[kDemand], count, e.expert)) {
       s.metrics.prefetch_hits += 1;
     } else {
       s.metrics.prefetch_wasted += 1;
@@ -531,7 +530,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
     fetch_start = s.clock;
     if (error == fetch_error::kNone && s.capacity > 0) touch_hits(s, t, layer, count);
     if (error == fetch_error::kNone && which == kDemand) mark_pending_hits(s, t, layer, count);
-    if (error == fetch_error::kNone && which == kDemand && s.concurrent_prefetch) cut_wrong_prefetch(s, t, layer, count);
+    if (error == fetch_error::kNone && which == kDemand) cut_wrong_prefetch(s, t, layer, count);
   }
   __syncwarp();
   if (error != fetch_error::kNone) {

@@ -449,15 +449,14 @@ void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
   device::check_cuda(cudaStreamWaitEvent(side, pre_x_, 0), "pre-gating wait");
   // The source's own ids are copied on the side stream, where the prediction's placement reads them:
   // the compute stream may overwrite them (the next pass's routing) once it has waited for pre_read_.
-  if (p.ids) {
+  const LayerWeights* next = p.ids ? nullptr : &w_.layers.at(p.layer);
+  if (next)
+    rms_norm(side, x_, p.view.at(next->ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
+  else
     device::check_cuda(cudaMemcpyAsync(pred_, p.ids, n * sizeof(uint32_t), cudaMemcpyDeviceToDevice, side), "pre-gating ids");
-  } else {
-    const LayerWeights& next = w_.layers.at(p.layer);
-    rms_norm(side, x_, p.view.at(next.ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
-  }
   device::check_cuda(cudaEventRecord(pre_read_, side), "pre-gating event");
   pre_pending_ = true;
-  if (!p.ids) route(reinterpret_cast<gpu_stream_t>(side), w_.layers.at(p.layer), p.view, xn_pre_, router_pre_, pred_);
+  if (next) route(reinterpret_cast<gpu_stream_t>(side), *next, p.view, xn_pre_, router_pre_, pred_);
   device::check_cuda(cudaGetLastError(), "pre-gating kernels");
   src.prefetch_predicted(p.layer, pred_, n);
 }
