@@ -35,7 +35,7 @@ namespace {
 
 const char* kUsage =
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap] [--expert-prefetch auto,on,off,pregate:N[+first:M]] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--modes gpunvme,mmap,mmap-evict] [--expert-prefetch auto,on,off,pregate:N[+first:M]] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
     "\n"
@@ -61,13 +61,17 @@ const char* kUsage =
     "               floors. The JSON has the wasted prefetch bytes and the stall of every layer\n"
     "Loaders for the NVMe tier: gpunvme (GPU-issued reads into slots, LayerStreamer) and mmap (the\n"
     "ntransformer-style pipeline: mmap + one memcpy worker + pinned staging + copy to the GPU, paced like\n"
-    "the modeled drive). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
+    "the modeled drive). mmap keeps every page it touched mapped, as when the model fits in the page\n"
+    "cache (from the second token on it takes no page fault); mmap-evict drops each layer's pages once\n"
+    "copied (a reclaim thread, as kswapd would for a model bigger than RAM), so every token faults them\n"
+    "in again: the case this loader is for, and still a floor on its cost (the image is in tmpfs, so a\n"
+    "fault finds its page in the page cache; a real one would also read ahead and insert it). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
     "of a (model, budget) must give logits equal to the bit to its first cell, else it prints an error.\n"
     "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends. A\n"
     "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
-    "  --modes        default gpunvme,mmap\n"
+    "  --modes        loaders, default gpunvme,mmap,mmap-evict\n"
     "  --expert-prefetch  MoE models whose plan fetches experts: the prefetch per cell, a list of auto (the\n"
     "                 engine's default: the one-token lag when the expert cache holds two fetches, pre-gating of\n"
     "                 k/2 experts when it is 0), on (one-token lag), off (neither); default\n"
@@ -183,6 +187,7 @@ struct Cell {
   std::string emu_opts;  // --emu-opts, as given
   double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
   double emu_tps = 0;  // the same cell with drive none (0: not measured)
+  std::optional<uint64_t> loader_faults;  // mmap loaders: the worker's page faults over the timed tokens
   double lower_tps() const { return emu_tps > 0 && emu_tps < bound_tps ? emu_tps : bound_tps; }
   std::string drive_label() const { return members > 1 ? std::to_string(members) + "x" + drive : drive; }
   uint32_t tokens = 0;
@@ -257,9 +262,15 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.expert_overlap = rs.overlap;
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
-  if (mode == "mmap") {
+  const bench::MmapLayerSource* source = nullptr;  // owned by the executor
+  if (mode == "mmap" || mode == "mmap-evict") {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
-    o.nvme_source = [&, pacer](std::vector<llm::ByteRange> r) { return std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer); };
+    const auto residency = mode == "mmap" ? bench::MmapResidency::kMapped : bench::MmapResidency::kEvicted;
+    o.nvme_source = [&, pacer, residency](std::vector<llm::ByteRange> r) {
+      auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, residency);
+      source = s.get();
+      return s;
+    };
   }
   auto ex = llm::make_gpu_executor(raw, m, warmup + tokens + 1, o);
   uint32_t pos = 0, tok = 1;
@@ -268,6 +279,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   double drive0 = 0;
   for (pid_t t : drive_threads) drive0 += thread_cpu_s(t);
   const double cpu0 = process_cpu_s();
+  const uint64_t faults0 = source ? source->page_faults() : 0;
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t h = 0xCBF29CE484222325ull;
   for (uint32_t i = 0; i < tokens; ++i) {
@@ -279,6 +291,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   double drive1 = 0;
   for (pid_t t : drive_threads) drive1 += thread_cpu_s(t);
   c.host_cpu = process_cpu_s() - cpu0 - (drive1 - drive0);
+  if (source) c.loader_faults = source->page_faults() - faults0;
   ex->finish();
   c.stats = ex->stats();
   c.tokens = tokens;
@@ -320,14 +333,15 @@ std::string cell_json(const Cell& c, double h2d) {
                   c.tps / c.lower_tps());
   else
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":null,\"efficiency_vs_lower\":null,");
-  return b + prefetch + emu + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  const std::string faults = "\"loader_page_faults\":" + (c.loader_faults ? std::to_string(*c.loader_faults) : std::string("null")) + ",";
+  return b + prefetch + emu + faults + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
 // pf: the width of the prefetch column (the longest --expert-prefetch entry, at least 4).
 void print_cell(const Cell& c, int pf) {
   if (!c.error.empty()) {
-    std::printf("%-22s %-10s %-7s %-8s %-*s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(), c.mode.c_str(),
+    std::printf("%-22s %-10s %-7s %-10s %-*s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(), c.mode.c_str(),
                 pf, c.prefetch.c_str(), c.error.c_str());
   } else {
     const auto& x = c.stats.experts;
@@ -339,9 +353,11 @@ void print_cell(const Cell& c, int pf) {
       std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%; prefetch %llu/%llu; stall %.3f s",
                     (unsigned long long)x.hits, (unsigned long long)x.requested, 100 * c.stats.lag.hit_rate(),
                     (unsigned long long)p.hits, (unsigned long long)p.reads, stall);
+    else if (c.loader_faults)
+      std::snprintf(experts, sizeof experts, "loader page faults %.0f a token", double(*c.loader_faults) / std::max(c.tokens, 1u));
     char emu[48] = "        -      -";
     if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
-    std::printf("%-22s %-10s %-7s %-8s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+    std::printf("%-22s %-10s %-7s %-10s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
                 c.drive_label().c_str(), c.mode.c_str(), pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
                 c.stats.streamed_layers, c.tps,
                 c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, emu, c.host_cpu, experts);
@@ -352,11 +368,12 @@ void print_cell(const Cell& c, int pf) {
 int run(const cli::Args& args, const std::vector<std::string>& images) {
   const std::vector<Budget> budgets = parse_budgets(args.get("budgets", "22G:0,22G:32G"));
   const std::vector<std::string> drives = split(args.get("drives", "sn530,pcie4,pcie5"));
-  const std::vector<std::string> modes = split(args.get("modes", "gpunvme,mmap"));
+  const std::vector<std::string> modes = split(args.get("modes", "gpunvme,mmap,mmap-evict"));
   for (const std::string& d : drives)
     if (!bench::ls::drive_profile_known(d)) throw cli::UsageError("--drives: unknown drive '" + d + "' (" + bench::ls::drive_profile_names() + ")");
   for (const std::string& md : modes)
-    if (md != "gpunvme" && md != "mmap") throw cli::UsageError("--modes: '" + md + "' is not gpunvme or mmap");
+    if (md != "gpunvme" && md != "mmap" && md != "mmap-evict")
+      throw cli::UsageError("--modes: '" + md + "' is not gpunvme, mmap or mmap-evict");
   const std::vector<std::string> prefetches = split(args.get("expert-prefetch", "auto"));
   for (const std::string& p : prefetches) {
     const std::string base = prefetch_base(p);
@@ -405,8 +422,8 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
   int pf_width = 4;
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
-  std::printf("%-22s %-10s %-7s %-8s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", pf_width, "pf",
-              "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "expert cache hits; lag prediction; prefetch hits/read; stall");
+  std::printf("%-22s %-10s %-7s %-10s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", pf_width, "pf",
+              "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
   if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
   int errors = 0;

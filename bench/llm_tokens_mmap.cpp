@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,11 +19,19 @@ namespace {
 
 constexpr uint64_t kChunk = 1u << 20;  // bytes per memcpy step and per paced request
 
+// Minor + major page faults of the calling thread so far.
+uint64_t thread_faults() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return uint64_t(u.ru_minflt) + uint64_t(u.ru_majflt);
+}
+
 }  // namespace
 
 MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m,
-                                 std::vector<llm::ByteRange> ranges, std::shared_ptr<ls::Pacer> pacer)
-    : stripe_(m.stripe), ranges_(std::move(ranges)), pacer_(std::move(pacer)) {
+                                 std::vector<llm::ByteRange> ranges, std::shared_ptr<ls::Pacer> pacer,
+                                 MmapResidency residency)
+    : residency_(residency), stripe_(m.stripe), ranges_(std::move(ranges)), pacer_(std::move(pacer)) {
   if (ranges_.empty()) throw std::invalid_argument("mmap loader: no layers");
   if (images.size() != (stripe_ ? stripe_->members : 1))
     throw std::invalid_argument("mmap loader: " + std::to_string(images.size()) + " image(s) for a model on " +
@@ -56,7 +65,9 @@ MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const l
     device::check_cuda(cudaEventCreateWithFlags(&copied_[b], cudaEventDisableTiming), "mmap loader: event");
     device::check_cuda(cudaEventCreateWithFlags(&free_[b], cudaEventDisableTiming), "mmap loader: event");
   }
+  for (uint32_t i = 0; i < maps_.size(); ++i) touched_.push_back(Touched{i});
   thread_ = std::thread([this] { worker(); });
+  if (residency_ == MmapResidency::kEvicted) reclaim_thread_ = std::thread([this] { reclaimer(); });
 }
 
 MmapLayerSource::~MmapLayerSource() {
@@ -66,6 +77,7 @@ MmapLayerSource::~MmapLayerSource() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (reclaim_thread_.joinable()) reclaim_thread_.join();
   if (copy_) cudaStreamSynchronize(copy_);
   for (int b = 0; b < 2; ++b) {
     cudaFreeHost(staging_[b]);
@@ -87,12 +99,47 @@ void MmapLayerSource::worker() {
         cv_.wait(lock, [&] { return stop_ || filled_[b] < 0; });
         if (stop_) return;
       }
+      const uint64_t faults0 = thread_faults();
       fill(n, staging_[b]);
+      faults_.fetch_add(thread_faults() - faults0, std::memory_order_relaxed);
       {
         std::lock_guard<std::mutex> lock(mu_);
         filled_[b] = int64_t(n);
+        if (residency_ == MmapResidency::kEvicted)
+          for (Touched& t : touched_) {
+            if (t.end > t.begin) reclaim_.push_back(t);
+            t = Touched{t.member};
+          }
       }
       cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+// The reclaim thread (kEvicted): drops the pages of each copied layer from the mapping, so the next
+// token's copy faults them in again. Pages are rounded outward: a neighbour layer's edge page that goes
+// too is faulted in again by its own copy (its bytes stay in the file).
+void MmapLayerSource::reclaimer() {
+  try {
+    const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+    for (;;) {
+      std::vector<Touched> batch;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !reclaim_.empty(); });
+        if (stop_) return;
+        batch.swap(reclaim_);
+      }
+      for (const Touched& t : batch) {
+        const Map& mp = maps_[t.member];
+        const uint64_t lo = t.begin / page * page, hi = std::min((t.end + page - 1) / page * page, (mp.bytes + page - 1) / page * page);
+        if (madvise(const_cast<uint8_t*>(mp.p) + lo, hi - lo, MADV_DONTNEED) != 0)
+          throw std::runtime_error(std::string("mmap loader: cannot drop copied pages (madvise): ") + std::strerror(errno));
+      }
     }
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -116,7 +163,12 @@ int64_t MmapLayerSource::copy(uint64_t at, uint64_t len, uint8_t* dst) {
     if (pacer_) due = std::max(due, pacer_->admit(member, n));
     const Map& mp = maps_[member];
     const uint64_t have = src < mp.bytes ? std::min(n, mp.bytes - src) : 0;
-    if (have) std::memcpy(dst + done, mp.p + src, have);
+    if (have) {
+      std::memcpy(dst + done, mp.p + src, have);
+      Touched& t = touched_[member];
+      t.begin = std::min(t.begin, src);
+      t.end = std::max(t.end, src + have);
+    }
     if (have < n) std::memset(dst + done + have, 0, n - have);
     done += n;
   }
@@ -143,7 +195,7 @@ llm::WeightView MmapLayerSource::acquire(llm::gpu_stream_t compute) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return error_ || filled_[b] == int64_t(consumed_); }))
       throw std::runtime_error("mmap loader: layer not filled within 60 s");
-    if (filled_[b] != int64_t(consumed_)) std::rethrow_exception(error_);
+    if (error_) std::rethrow_exception(error_);
   }
   device::check_cuda(cudaStreamWaitEvent(copy_, free_[b], 0), "mmap loader: wait for the GPU buffer");
   device::check_cuda(cudaMemcpyAsync(device_[b], staging_[b], ranges_[j].bytes(), cudaMemcpyHostToDevice, copy_), "mmap loader: copy");

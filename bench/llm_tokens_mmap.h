@@ -4,9 +4,21 @@
 // into one of two pinned staging buffers (paced like the modeled drive, pacing.h, when given); the
 // engine's thread copies a filled buffer to one of two GPU buffers (cudaMemcpyAsync on a copy stream),
 // waits for that copy, hands the staging buffer back, and the compute stream waits for the copy.
+//
+// Page residency (MmapResidency): the image lives in tmpfs, so once a page is mapped it stays mapped,
+// and from the second token on the worker copies from a fully mapped file: no page faults at all.
+// That is the case of a model that fits in the page cache. The case this loader exists for is the
+// other one: a model bigger than RAM, whose pages the kernel reclaims behind the reader, so every
+// token faults every streamed page in again. kEvicted models that: once a layer is copied, a reclaim
+// thread (standing in for kswapd, off the worker's path) drops that layer's pages from the mapping
+// (MADV_DONTNEED: the PTEs only; a shared mapping of the file keeps its bytes), and the next token's
+// copy faults them in again. It charges the worker the fault path of a page already in the page
+// cache (fault-around included), not the readahead and page-cache insertion a real miss also costs:
+// still a floor on the loader's real CPU, and the drive's time is paced separately either way.
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -21,6 +33,11 @@
 
 namespace gpunvme::bench {
 
+enum class MmapResidency {
+  kMapped,   // pages stay mapped across tokens (the model fits in the page cache)
+  kEvicted,  // each layer's pages are dropped once copied (the model does not fit in RAM)
+};
+
 class MmapLayerSource final : public llm::LayerSource {
  public:
   // ranges: the layers' model-file byte ranges, in order; the image holds the namespace, so file byte
@@ -29,7 +46,7 @@ class MmapLayerSource final : public llm::LayerSource {
   // drive per member, and the worker asks every member for its next 1 MiB at once (as the readahead of
   // an md array would) before it waits.
   MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
-                  std::shared_ptr<ls::Pacer> pacer);
+                  std::shared_ptr<ls::Pacer> pacer, MmapResidency residency = MmapResidency::kMapped);
   ~MmapLayerSource() override;
   MmapLayerSource(const MmapLayerSource&) = delete;
   MmapLayerSource& operator=(const MmapLayerSource&) = delete;
@@ -37,9 +54,14 @@ class MmapLayerSource final : public llm::LayerSource {
   llm::WeightView acquire(llm::gpu_stream_t compute) override;
   void release(llm::gpu_stream_t compute) override;
   void sync() override;
+  // Page faults the worker took while copying (its thread's minor + major faults), since construction:
+  // none after the first pass with kMapped; about one per fault-around window of every streamed byte
+  // with kEvicted.
+  uint64_t page_faults() const { return faults_.load(std::memory_order_relaxed); }
 
  private:
   void worker();
+  void reclaimer();
   void fill(uint64_t n, uint8_t* dst);
   // Copies logical bytes [at, at + len) into dst from the member mappings, asking the pacer for each
   // member's share; returns the latest due time (ns).
@@ -48,7 +70,15 @@ class MmapLayerSource final : public llm::LayerSource {
     const uint8_t* p = nullptr;
     uint64_t bytes = 0;
   };
+  // Bytes [begin, end) of member `member`'s mapping that a layer's copy touched.
+  struct Touched {
+    uint32_t member = 0;
+    uint64_t begin = ~0ull, end = 0;
+  };
   std::vector<Map> maps_;                         // one per member image
+  MmapResidency residency_;
+  std::vector<Touched> touched_;                  // the layer being filled, per member (kEvicted)
+  std::vector<Touched> reclaim_;                  // copied layers' pages, for the reclaim thread
   std::optional<model::StripeGeometry> stripe_;  // a striped set's layout
   std::vector<uint64_t> at_;  // image offset of each range
   std::vector<llm::ByteRange> ranges_;
@@ -65,6 +95,8 @@ class MmapLayerSource final : public llm::LayerSource {
   std::exception_ptr error_;
   uint64_t consumed_ = 0;
   std::thread thread_;
+  std::thread reclaim_thread_;  // kEvicted only
+  std::atomic<uint64_t> faults_{0};
 };
 
 }  // namespace gpunvme::bench

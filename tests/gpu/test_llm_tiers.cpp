@@ -1,7 +1,8 @@
 // The engine's tiers on the GPU (examples/llm): the RAM tier's per-token copies hold the model's bytes
 // in every round of its ring, and a plan mixing VRAM, RAM and NVMe layers (and, for MoE, fetched
 // experts with a cache, with and without the one-token-lag prefetch) gives logits equal to the bit to
-// every layer in VRAM. Models come from the
+// every layer in VRAM. So does the bench's ntransformer-style loader as the NVMe tier, with its pages
+// kept mapped or evicted. Models come from the
 // generator (examples/llm/tools), deployed onto an emulated namespace in a temporary image.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/llm_tokens_mmap.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/ram_tier.h"
 #include "examples/llm/tools/generated_model.h"
@@ -336,4 +338,50 @@ TEST_CASE("llm tiers: a DNR-set error on a streamed layer ends the generation at
   CHECK_THAT(error, Catch::Matchers::ContainsSubstring("Unrecovered Read Error"));
   CHECK_THAT(error, Catch::Matchers::ContainsSubstring("DNR"));
   CHECK(secs < 10.0);  // model load and six tokens at most; no 60 s wait, no kernel bound waited out
+}
+
+// The bench's mmap loader (bench/llm_tokens_mmap.*) as the NVMe tier of every layer: pages kept mapped
+// and pages evicted after each layer's copy both give the logits of every layer in VRAM, to the bit. The
+// evicting one does what llm_tokens says of mmap-evict: its worker faults the streamed pages in again
+// on every token, where the mapped one took its faults on the first pass only.
+TEST_CASE("bench mmap loader: pages kept mapped or evicted give the all-VRAM logits; evicted pages fault in every token") {
+  REQUIRE_GPU();
+  DeployedModel d(0);
+  Opened o(d.image);
+  llm::GpuExecOptions all;
+  all.resident_layers = o.m.config.n_layer;
+  llm::ExecStats sa;
+  const auto want = run(*o.ctrl, o.m, all, &sa);
+  uint64_t later_faults[2] = {0, 0};  // [kMapped, kEvicted]: the worker's faults after the first token
+  for (const bench::MmapResidency residency : {bench::MmapResidency::kMapped, bench::MmapResidency::kEvicted}) {
+    const int r = residency == bench::MmapResidency::kEvicted;
+    INFO((r ? "evicted" : "mapped"));
+    const bench::MmapLayerSource* source = nullptr;
+    llm::GpuExecOptions streamed;
+    streamed.resident_layers = 0;
+    streamed.nvme_source = [&](std::vector<llm::ByteRange> ranges) {
+      auto s = std::make_unique<bench::MmapLayerSource>(std::vector<std::string>{d.image}, o.m, std::move(ranges), nullptr, residency);
+      source = s.get();
+      return s;
+    };
+    auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, streamed);
+    REQUIRE(source != nullptr);
+    uint32_t tok = 3;
+    uint64_t after_first = 0;
+    for (uint32_t pos = 0; pos < want.size(); ++pos) {
+      const std::span<const float> logits = ex->step(tok, pos);
+      INFO("step " << pos);
+      REQUIRE(logits.size() == want[pos].size());
+      CHECK(std::memcmp(logits.data(), want[pos].data(), logits.size() * sizeof(float)) == 0);
+      tok = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (pos == 0) after_first = source->page_faults();
+    }
+    CHECK(after_first > 0);  // the first pass faults the file in, either way
+    later_faults[r] = source->page_faults() - after_first;
+    ex->finish();
+  }
+  // Five more tokens: each of them faulted its layers in again (the worker runs at most two layers
+  // ahead, so the last token's are counted too), and more often than the kept mapping ever did.
+  CHECK(later_faults[1] >= want.size() - 1);
+  CHECK(later_faults[0] < later_faults[1]);
 }
