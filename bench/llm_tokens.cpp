@@ -124,7 +124,7 @@ std::vector<Budget> parse_budgets(const std::string& s) {
   for (const std::string& item : split(s)) {
     const size_t c = item.find(':');
     if (c == std::string::npos) throw cli::UsageError("--budgets: '" + item + "' is not VRAM:RAM (e.g. 22G:32G)");
-    out.push_back({item, {cli::parse_size_arg("--budgets VRAM", item.substr(0, c)), cli::parse_size_arg("--budgets RAM", item.substr(c + 1))}});
+    out.push_back({item, {cli::parse_size_arg("budgets VRAM", item.substr(0, c)), cli::parse_size_arg("budgets RAM", item.substr(c + 1))}});
   }
   if (out.empty()) throw cli::UsageError("--budgets is empty");
   return out;
@@ -367,14 +367,20 @@ void print_cell(const Cell& c, int pf) {
 
 int run(const cli::Args& args, const std::vector<std::string>& images) {
   const std::vector<Budget> budgets = parse_budgets(args.get("budgets", "22G:0,22G:32G"));
-  const std::vector<std::string> drives = split(args.get("drives", "sn530,pcie4,pcie5"));
-  const std::vector<std::string> modes = split(args.get("modes", "gpunvme,mmap,mmap-evict"));
+  // A list flag given as "" or "," would run no cell and report nothing: refused.
+  auto list = [&](const char* flag, const char* fallback) {
+    std::vector<std::string> v = split(args.get(flag, fallback));
+    if (v.empty()) throw cli::UsageError(std::string("--") + flag + " is empty (default " + fallback + ")");
+    return v;
+  };
+  const std::vector<std::string> drives = list("drives", "sn530,pcie4,pcie5");
+  const std::vector<std::string> modes = list("modes", "gpunvme,mmap,mmap-evict");
   for (const std::string& d : drives)
     if (!bench::ls::drive_profile_known(d)) throw cli::UsageError("--drives: unknown drive '" + d + "' (" + bench::ls::drive_profile_names() + ")");
   for (const std::string& md : modes)
     if (md != "gpunvme" && md != "mmap" && md != "mmap-evict")
       throw cli::UsageError("--modes: '" + md + "' is not gpunvme, mmap or mmap-evict");
-  const std::vector<std::string> prefetches = split(args.get("expert-prefetch", "auto"));
+  const std::vector<std::string> prefetches = list("expert-prefetch", "auto");
   for (const std::string& p : prefetches) {
     const std::string base = prefetch_base(p);
     uint32_t n = 0;
