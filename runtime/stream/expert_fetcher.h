@@ -88,11 +88,12 @@ struct FetcherMetrics {
 struct PrefetchMetrics {
   uint64_t prefetches = 0;    // prefetch() calls
   uint64_t reads = 0;         // experts the prefetches read (the others were resident already)
-  uint64_t bytes_read = 0;
+  uint64_t bytes_read = 0;    // bytes the drive moved for them (less cut_bytes)
   uint64_t hits = 0;          // of the experts read, those the next fetch of that layer selected
   uint64_t wasted = 0;        // the others: read for nothing
-  uint64_t wasted_bytes = 0;
+  uint64_t wasted_bytes = 0;  // bytes the drive moved for those (less cut_bytes)
   uint64_t cut = 0;           // wasted ones whose reads were cut short (FetcherOptions::cut_wrong_prefetches)
+  uint64_t cut_bytes = 0;     // bytes the cut spared the drive: its reads issued as one block
   uint64_t unsettled = 0;     // reads of the last prefetch, which no fetch has followed yet (with no failed read, hits + wasted + unsettled = reads)
   // [layer]: GPU time from the kernel before each fetch (routing done) to its experts' reads done,
   // including any wait for a prefetch still reading; summed over all fetches.

@@ -41,6 +41,7 @@ struct DeviceFetchMetrics {
   unsigned long long prefetches, prefetch_reads, prefetch_bytes, prefetch_hits, prefetch_wasted, prefetch_wasted_bytes;
   unsigned long long prefetch_unsettled;  // reads of the latest prefetch that no placement has settled yet
   unsigned long long prefetch_cut;        // prefetch experts whose remaining reads were cut (cut_wrong_prefetch)
+  unsigned long long prefetch_cut_bytes;  // bytes those cut reads did not move (counted when a read is issued cut)
   uint32_t last_faults, pad;
 };
 
@@ -640,8 +641,13 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
       [&](uint64_t g, uint16_t cid) {
         const FetchCmd c = cmds[g];
         // A read of an expert cut_wrong_prefetch dropped: one block, so the command still ends (and
-        // counts) in the ticket while the drive moves almost nothing for it.
+        // counts) in the ticket while the drive moves almost nothing for it. The command itself shrinks,
+        // so a re-issue (retry, reset) neither reads the rest nor counts the bytes spared twice.
         const bool cut = which != kDemand && (*const_cast<const volatile uint32_t*>(&t->experts[c.sel].failed) & kCutRead);
+        if (cut && c.blocks > 1) {
+          t->cmds[g].blocks = 1;
+          atomicAdd(&S->metrics.prefetch_cut_bytes, static_cast<unsigned long long>(c.blocks - 1) << qc.lba_shift);
+        }
         const uint32_t blocks = cut ? 1u : c.blocks;
         nvme::PrpPair p;
         device::prps_for(qc, cid, dst, c.dst, uint64_t(blocks) << qc.lba_shift, &p);
@@ -1055,10 +1061,14 @@ PrefetchMetrics GpuExpertFetcher::prefetch_metrics() const {
   PrefetchMetrics m;
   m.prefetches = st.metrics.prefetches;
   m.reads = st.metrics.prefetch_reads;
-  m.bytes_read = st.metrics.prefetch_bytes;
+  // Placement counts each expert's whole bytes (read or wasted) before any cut; the cut bytes were
+  // wasted ones (only experts the fetch did not select are cut) that the drive never moved.
+  const unsigned long long spared = st.metrics.prefetch_cut_bytes;
+  m.cut_bytes = spared;
+  m.bytes_read = st.metrics.prefetch_bytes - std::min(spared, st.metrics.prefetch_bytes);
   m.hits = st.metrics.prefetch_hits;
   m.wasted = st.metrics.prefetch_wasted;
-  m.wasted_bytes = st.metrics.prefetch_wasted_bytes;
+  m.wasted_bytes = st.metrics.prefetch_wasted_bytes - std::min(spared, st.metrics.prefetch_wasted_bytes);
   m.unsettled = st.metrics.prefetch_unsettled;
   m.cut = st.metrics.prefetch_cut;
   std::vector<unsigned long long> ns(catalog_.n_layers);

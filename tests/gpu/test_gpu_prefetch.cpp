@@ -240,6 +240,13 @@ TEST_CASE("GPU expert fetcher prefetch: a wrong prediction's reads are cut once 
   CHECK(p.hits + p.wasted == p.reads);
   CHECK(p.cut > 0);             // the case this exists for did happen
   CHECK(p.cut <= p.wasted);     // only experts the fetch did not select
+  // The bytes counted are the drive's: a cut read moved one block, and the rest it spared is in
+  // cut_bytes, at most all but one block of each read of each cut expert, never in bytes_read.
+  const uint64_t expert_bytes = o.cache_bytes / 10;  // toy_options: 10 slots of one expert
+  CHECK(p.cut_bytes > 0);
+  CHECK(p.cut_bytes < p.cut * expert_bytes);
+  CHECK(p.bytes_read + p.cut_bytes <= p.reads * expert_bytes);
+  CHECK(p.wasted_bytes <= p.bytes_read);
   REQUIRE(cudaStreamSynchronize(pf) == cudaSuccess);
   cudaStreamDestroy(pf);
 }

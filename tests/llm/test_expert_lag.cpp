@@ -45,7 +45,7 @@ TEST_CASE("expert prefetch report: the summary line and the JSON members carry t
   f.faults = 9;
   CHECK(prefetch_json({.lag = true}, p, f) ==
         "\"prefetch\":true,\"prefetch_kind\":\"lag\",\"pregate_experts\":0,\"pregate_first\":0,\"prefetches\":6,\"prefetch_reads\":4,\"prefetch_bytes_read\":4000000,\"prefetch_hits\":3,"
-        "\"prefetch_wasted\":1,\"prefetch_wasted_bytes\":1000000,\"prefetch_unsettled\":0,\"prefetch_cut\":0,\"post_routing_faults\":9,\"stall_seconds\":1.750000,"
+        "\"prefetch_wasted\":1,\"prefetch_wasted_bytes\":1000000,\"prefetch_unsettled\":0,\"prefetch_cut\":0,\"prefetch_cut_bytes\":0,\"post_routing_faults\":9,\"stall_seconds\":1.750000,"
         "\"stall_read_seconds\":1.125000,\"compute_after_reads_seconds\":0.187500,"
         "\"stall_seconds_per_layer\":[0.500000,0.250000,1.000000]");
   CHECK(prefetch_summary({.lag = true}, p, f) ==
@@ -60,7 +60,7 @@ TEST_CASE("expert prefetch report: the summary line and the JSON members carry t
   p.unsettled = 1;
   CHECK(prefetch_json({.pregate = 3, .first = 2}, p, f).starts_with(
       "\"prefetch\":true,\"prefetch_kind\":\"pregate\",\"pregate_experts\":3,\"pregate_first\":2,\"prefetches\":6,"));
-  CHECK(prefetch_json({.pregate = 3, .first = 2}, p, f).find("\"prefetch_wasted_bytes\":1000000,\"prefetch_unsettled\":1,\"prefetch_cut\":0,") !=
+  CHECK(prefetch_json({.pregate = 3, .first = 2}, p, f).find("\"prefetch_wasted_bytes\":1000000,\"prefetch_unsettled\":1,\"prefetch_cut\":0,\"prefetch_cut_bytes\":0,") !=
         std::string::npos);
   CHECK(prefetch_summary({}, {}, {}) ==
         "expert prefetch: off; 0 post-routing faults; layers waited 0.000 s for their experts (0.000 ms per fetch, 0.000 ms "
