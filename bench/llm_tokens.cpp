@@ -326,7 +326,7 @@ std::string cell_json(const Cell& c, double h2d) {
     prefetch = std::string("\"expert_overlap\":") + (e.expert_overlap ? "true," : "false,") +
                "\"expert_window_bytes\":" + std::to_string(e.expert_window_bytes) + "," +
                "\"expert_read_bytes\":" + std::to_string(e.expert_read_bytes) + "," +
-               llm::prefetch_json({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first, e.expert_pregate_first_guess}, e.prefetch, e.experts) + ",";
+               llm::prefetch_json({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first}, e.prefetch, e.experts) + ",";
   char emu[160];
   if (c.emu_tps > 0)
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":%.6f,\"efficiency_vs_lower\":%.4f,", c.emu_tps,

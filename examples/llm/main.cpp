@@ -68,11 +68,9 @@ const char* kUsage =
     "                      while the drive would wait for routing (0: off; 1 to k; instead of --expert-prefetch;\n"
     "                      default k/2, at least 1, where the expert cache is 0, else off). Adds two fetches of\n"
     "                      expert slots in pinned memory if the cache is smaller. The logits are the same\n"
-    "  --expert-pregate-first N  MoE, with pre-gating: read N experts of the next token's first fetched layer\n"
-    "                      ahead, while the drive would idle through the token boundary. Where that layer is layer 0\n"
-    "                      (router resident), they are routed from the embedding of the logits' likeliest token (the\n"
-    "                      next token under greedy decoding) as soon as the logits exist; else at the last fetched\n"
-    "                      layer, the ones this token routed to there (one-token lag). A wrong one stops reading\n"
+    "  --expert-pregate-first N  MoE, with pre-gating: at the last fetched layer of a token, read N of the\n"
+    "                      experts this token routed to at the first fetched layer, for the next token's (one-token\n"
+    "                      lag), while the drive would idle through the token boundary; a wrong one stops reading\n"
     "                      once that layer's routing is known (0: off; at most k; default: --expert-pregate's N)\n"
     "  --expert-overlap on|off  MoE, GPU path: each expert kernel starts once the part it reads is in, while\n"
     "                      the layer's other reads still stream (default: on where the CUDA driver has stream\n"
@@ -228,7 +226,7 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
     j += std::string("\"overlap\":") + (e.expert_overlap ? "true," : "false,");
     j += "\"window_bytes\":" + std::to_string(e.expert_window_bytes) + ",";
     j += "\"read_bytes\":" + std::to_string(e.expert_read_bytes) + ",";
-    j += llm::prefetch_json({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first, e.expert_pregate_first_guess}, e.prefetch, e.experts) + "},";
+    j += llm::prefetch_json({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first}, e.prefetch, e.experts) + "},";
   }
   j += "\"recovery\":" + host::recovery_json(e.recovery) + ",";
   j += "\"tokens\":[";
@@ -275,7 +273,7 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
                 "%.0f %% of %llu routed experts; %llu predicted for nothing (%.1f MB a prefetch would waste)\n",
                 100 * e.lag.hit_rate(), (unsigned long long)e.lag.routed, (unsigned long long)e.lag.wasted,
                 e.lag.wasted_bytes / 1e6);
-    std::printf("%s\n", llm::prefetch_summary({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first, e.expert_pregate_first_guess}, e.prefetch, e.experts).c_str());
+    std::printf("%s\n", llm::prefetch_summary({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first}, e.prefetch, e.experts).c_str());
   }
 }
 

@@ -1,8 +1,7 @@
 // The engine's routing kernel (examples/llm/compute/gpu_route.h): the warp kernel must give the
 // one-thread kernel's ids and weights to the bit for every expert count the engine routes (up to
 // 256), every k, and logits with ties, -inf, NaN and all-equal values; on well-separated logits both
-// must pick the k largest logits in order, with weights summing to 1. The greedy-token kernel
-// (gpu_argmax.h) must pick std::max_element's index on the same kinds of logits, vocabulary-sized too.
+// must pick the k largest logits in order, with weights summing to 1.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
@@ -16,7 +15,6 @@
 #include <random>
 #include <vector>
 
-#include "examples/llm/compute/gpu_argmax.h"
 #include "examples/llm/compute/gpu_route.h"
 #include "gpu_rig.h"
 
@@ -109,28 +107,4 @@ TEST_CASE("routing kernel: the warp kernel gives the one-thread kernel's ids and
       CHECK(warp.ids == first);
     }
   }
-}
-
-TEST_CASE("argmax kernel: the index std::max_element picks, ties to the lowest, NaN passed over", "[gpu][llm][route]") {
-  REQUIRE_GPU();
-  const uint32_t n = GENERATE(1u, 7u, 256u, 257u, 4099u, 151936u);
-  const Logits kind = GENERATE(Logits::kNormal, Logits::kTies, Logits::kWithInfinities, Logits::kWithNaN,
-                               Logits::kAllEqual, Logits::kSeparated);
-  CAPTURE(n, int(kind));
-  float* d_v = nullptr;
-  uint32_t* d_out = nullptr;
-  REQUIRE(cudaMalloc(&d_v, n * sizeof(float)) == cudaSuccess);
-  REQUIRE(cudaMalloc(&d_out, sizeof(uint32_t)) == cudaSuccess);
-  for (uint32_t seed = 1; seed <= 3; ++seed) {
-    std::vector<float> v = make_logits(kind, n, seed * 104729 + n);
-    if (kind == Logits::kTies && n > 4) v[n - 1] = v[n / 3] = *std::max_element(v.begin(), v.end());  // the largest, thrice
-    REQUIRE(cudaMemcpy(d_v, v.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
-    REQUIRE(cudaMemset(d_out, 0xEE, sizeof(uint32_t)) == cudaSuccess);
-    gpu_argmax(nullptr, d_v, n, d_out);
-    uint32_t got = ~0u;
-    REQUIRE(cudaMemcpy(&got, d_out, sizeof(uint32_t), cudaMemcpyDeviceToHost) == cudaSuccess);
-    CHECK(got == uint32_t(std::max_element(v.begin(), v.end()) - v.begin()));
-  }
-  cudaFree(d_v);
-  cudaFree(d_out);
 }

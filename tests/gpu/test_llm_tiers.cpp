@@ -224,7 +224,6 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   CHECK(!sp.expert_prefetch);
   const stream::PrefetchMetrics& p = sp.prefetch;
   CHECK(sp.expert_pregate_first == 2);  // the default: pre-gating's count
-  CHECK(sp.expert_pregate_first_guess);  // layer 0 fetched, its router resident: from the logits' likeliest token
   CHECK(p.prefetches == 6 * 3);  // every token, at layers 0 and 1 (the next layer) and 2 (the next pass's layer 0)
   CHECK(p.reads > 0);
   CHECK(p.unsettled <= 2);  // the last prediction's reads: no fetch followed it
@@ -261,24 +260,11 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   llm::ExecStats sw;
   const auto got_first = run(*o.ctrl, o.m, first, &sw);
   CHECK(sw.expert_pregate_first == 0);
-  CHECK(!sw.expert_pregate_first_guess);
   CHECK(sw.prefetch.prefetches == 6 * 2);
   CHECK(sw.prefetch.reads > 0);
   CHECK(sw.prefetch.unsettled == 0);
   CHECK(sw.prefetch.hits + sw.prefetch.wasted == sw.prefetch.reads);
   for (size_t i = 0; i < got_first.size(); ++i) CHECK(std::memcmp(got_first[i].data(), want[i].data(), got_first[i].size() * sizeof(float)) == 0);
-  // Layer 0 wholly in VRAM, layers 1 and 2 streamed (their routers too): the next pass's first
-  // fetched layer is 1, predicted from this pass's routing there at layer 2; the same logits.
-  llm::GpuExecOptions lag = pre;
-  lag.resident_layers = 1;
-  llm::ExecStats sl;
-  const auto got_lag = run(*o.ctrl, o.m, lag, &sl);
-  CHECK(sl.expert_pregate == 2);
-  CHECK(sl.expert_pregate_first == 2);
-  CHECK(!sl.expert_pregate_first_guess);
-  CHECK(sl.prefetch.prefetches == 6);  // one a pass: no router of a later fetched layer is resident
-  CHECK(sl.prefetch.hits + sl.prefetch.wasted + sl.prefetch.unsettled == sl.prefetch.reads);
-  for (size_t i = 0; i < got_lag.size(); ++i) CHECK(std::memcmp(got_lag[i].data(), want[i].data(), got_lag[i].size() * sizeof(float)) == 0);
   // A controller with no queue left for the predictions' reads (4 streamer + 4 fetcher queues from
   // qid 2: 9 granted): the default turns pre-gating off, an explicit count is refused naming the fix.
   {

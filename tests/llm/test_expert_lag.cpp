@@ -44,7 +44,7 @@ TEST_CASE("expert prefetch report: the summary line and the JSON members carry t
   f.tokens = 7;
   f.faults = 9;
   CHECK(prefetch_json({.lag = true}, p, f) ==
-        "\"prefetch\":true,\"prefetch_kind\":\"lag\",\"pregate_experts\":0,\"pregate_first\":0,\"pregate_first_from\":\"none\",\"prefetches\":6,\"prefetch_reads\":4,\"prefetch_bytes_read\":4000000,\"prefetch_hits\":3,"
+        "\"prefetch\":true,\"prefetch_kind\":\"lag\",\"pregate_experts\":0,\"pregate_first\":0,\"prefetches\":6,\"prefetch_reads\":4,\"prefetch_bytes_read\":4000000,\"prefetch_hits\":3,"
         "\"prefetch_wasted\":1,\"prefetch_wasted_bytes\":1000000,\"prefetch_unsettled\":0,\"prefetch_cut\":0,\"prefetch_cut_bytes\":0,\"post_routing_faults\":9,\"stall_seconds\":1.750000,"
         "\"stall_read_seconds\":1.125000,\"compute_after_reads_seconds\":0.187500,"
         "\"stall_seconds_per_layer\":[0.500000,0.250000,1.000000]");
@@ -56,13 +56,10 @@ TEST_CASE("expert prefetch report: the summary line and the JSON members carry t
       "expert prefetch (pre-gating, best 3 predicted): 6 prefetches read 4 experts (4.0 MB): 3 hit (75 %)"));
   CHECK(prefetch_json({.pregate = 3}, p, f).starts_with("\"prefetch\":true,\"prefetch_kind\":\"pregate\",\"pregate_experts\":3,"));
   CHECK(prefetch_summary({.pregate = 3, .first = 2}, p, f).starts_with(
-      "expert prefetch (pre-gating, best 3 predicted, 2 for the next token (from this token's routing)): 6 prefetches read 4 experts"));
-  CHECK(prefetch_summary({.pregate = 3, .first = 2, .first_guess = true}, p, f).starts_with(
-      "expert prefetch (pre-gating, best 3 predicted, 2 for the next token (from the likeliest next token)): 6 prefetches"));
+      "expert prefetch (pre-gating, best 3 predicted, 2 for the next token): 6 prefetches read 4 experts"));
   p.unsettled = 1;
   CHECK(prefetch_json({.pregate = 3, .first = 2}, p, f).starts_with(
-      "\"prefetch\":true,\"prefetch_kind\":\"pregate\",\"pregate_experts\":3,\"pregate_first\":2,\"pregate_first_from\":\"routing\",\"prefetches\":6,"));
-  CHECK(prefetch_json({.pregate = 3, .first = 2, .first_guess = true}, p, f).find("\"pregate_first_from\":\"logits\",") != std::string::npos);
+      "\"prefetch\":true,\"prefetch_kind\":\"pregate\",\"pregate_experts\":3,\"pregate_first\":2,\"prefetches\":6,"));
   CHECK(prefetch_json({.pregate = 3, .first = 2}, p, f).find("\"prefetch_wasted_bytes\":1000000,\"prefetch_unsettled\":1,\"prefetch_cut\":0,\"prefetch_cut_bytes\":0,") !=
         std::string::npos);
   CHECK(prefetch_summary({}, {}, {}) ==

@@ -8,7 +8,6 @@
 #include <string>
 
 #include "device/cuda_check.h"
-#include "examples/llm/compute/gpu_argmax.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/compute/gpu_rows.cuh"
@@ -277,8 +276,6 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
   if (c.is_moe()) {
     xn_pre_ = alloc<float>(c.n_embd, t);
-    x_guess_ = alloc<float>(c.n_embd, t);
-    guess_ = alloc<uint32_t>(1, t);
     router_pre_ = alloc<float>(c.n_expert, t);
     pred_ = alloc<uint32_t>(2 * uint64_t(c.n_expert_used), t);
     device::check_cuda(cudaEventCreateWithFlags(&pre_x_, cudaEventDisableTiming), "pre-gating event");
@@ -303,7 +300,7 @@ GpuForward::~GpuForward() {
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
                   (void*)ids_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
-                  (void*)xn_pre_, (void*)router_pre_, (void*)pred_, (void*)x_guess_, (void*)guess_})
+                  (void*)xn_pre_, (void*)router_pre_, (void*)pred_})
     cudaFree(p);
   if (pre_x_) cudaEventDestroy(pre_x_);
   if (pre_read_) cudaEventDestroy(pre_read_);
@@ -464,43 +461,18 @@ void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
   src.prefetch_predicted(p.layer, pred_, n);
 }
 
-// The next pass's first fetched layer, predicted from this pass's logits (ExpertSource::next_pass_target):
-// the most likely next token (the last row's argmax), its scaled embedding, that layer's ffn norm and
-// router, on the source's stream, so the reads run while the host samples and starts the next pass.
-// The embedding stands in for that layer's input (its own attention's output is not known yet).
-void GpuForward::predict_next_pass(uint32_t row, ExpertSource& src) {
-  ExpertSource::PregateTarget p;
-  if (!src.next_pass_target(p)) return;
-  const cudaStream_t side = reinterpret_cast<cudaStream_t>(src.pregate_stream());
-  const LayerWeights& l = w_.layers.at(p.layer);
-  device::check_cuda(cudaEventRecord(pre_x_, stream_), "next-pass prediction event");
-  device::check_cuda(cudaStreamWaitEvent(side, pre_x_, 0), "next-pass prediction wait");
-  gpu_argmax(reinterpret_cast<gpu_stream_t>(side), logits_d_ + uint64_t(row) * c_.n_vocab, c_.n_vocab, guess_);
-  const TensorRef& e = w_.token_embd;
-  embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), 1), 128, 0, side>>>(e.type, globals_.token_embd, e.row_bytes(),
-                                                                               guess_, c_.embd_scale, x_guess_, c_.n_embd);
-  // The compute stream rewrites logits_d_ only after its next FFN has waited for this (pre_pending_).
-  device::check_cuda(cudaEventRecord(pre_read_, side), "next-pass prediction event");
-  pre_pending_ = true;
-  rms_norm(side, x_guess_, p.view.at(l.ffn_norm), c_.n_embd, 1, c_.rms_eps, xn_pre_);
-  route(reinterpret_cast<gpu_stream_t>(side), l, p.view, xn_pre_, router_pre_, pred_);
-  device::check_cuda(cudaGetLastError(), "next-pass prediction kernels");
-  src.prefetch_predicted(p.layer, pred_, std::min(p.experts, c_.n_expert_used));
-}
-
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {
   attention(l, v);
   ffn(l, v, experts);
 }
 
-const std::vector<float>& GpuForward::logits(bool all_rows, ExpertSource* next_pass) {
+const std::vector<float>& GpuForward::logits(bool all_rows) {
   const uint32_t first = all_rows ? 0 : n_ - 1, rows = n_ - first;
   if (rows > logit_rows_)
     throw std::runtime_error("logits of " + std::to_string(rows) + " tokens asked; this GPU forward pass returns at most " + std::to_string(logit_rows_));
   const uint64_t V = c_.n_vocab;
   rms_norm(stream_, x_ + uint64_t(first) * c_.n_embd, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
   matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
-  if (next_pass && x_guess_) predict_next_pass(rows - 1, *next_pass);
   device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
   // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
   // (CUDA's default stream synchronisation spins).

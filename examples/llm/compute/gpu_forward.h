@@ -60,11 +60,6 @@ class ExpertSource {
   virtual bool pregate_target(uint32_t /*layer*/, PregateTarget& /*out*/) const { return false; }
   virtual gpu_stream_t pregate_stream() const { return nullptr; }
   virtual void prefetch_predicted(uint32_t /*layer*/, const uint32_t* /*ids*/, uint32_t /*n*/) {}
-  // The next pass's first fetched layer, predicted when this pass's logits are computed: the forward
-  // pass routes that layer on the embedding of the most likely next token (the logits' argmax: the
-  // token itself under greedy decoding, a guess under sampling) and hands the best `experts` ids to
-  // prefetch_predicted() on pregate_stream(). `view` holds the layer's ffn norm and router.
-  virtual bool next_pass_target(PregateTarget& /*out*/) const { return false; }
 };
 
 // The weights every token needs, resident on the GPU.
@@ -95,9 +90,8 @@ class GpuForward {
   // from the view (a batch's MoE layers run their experts token by token).
   void layer(const LayerWeights& l, WeightView v, ExpertSource* experts = nullptr);
   // Final norm and output head; waits for the stream. The last token's logits (n_vocab floats), or with
-  // `all_rows` every token's (n x n_vocab; n at most max_logit_rows()). With `next_pass`, the next
-  // pass's first fetched layer is predicted from the last row before the wait (next_pass_target).
-  const std::vector<float>& logits(bool all_rows = false, ExpertSource* next_pass = nullptr);
+  // `all_rows` every token's (n x n_vocab; n at most max_logit_rows()).
+  const std::vector<float>& logits(bool all_rows = false);
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
 
@@ -110,7 +104,6 @@ class GpuForward {
   void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
   void moe_token(const LayerWeights& l, WeightView v, ExpertSource* experts, uint32_t t);
   void pregate(const LayerWeights& l, ExpertSource& experts);
-  void predict_next_pass(uint32_t row, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
 
   ModelConfig c_;
@@ -135,8 +128,6 @@ class GpuForward {
   // for x_ ready (compute -> side stream) and read (side -> compute, before x_ changes).
   float *xn_pre_ = nullptr, *router_pre_ = nullptr;
   uint32_t* pred_ = nullptr;
-  float* x_guess_ = nullptr;     // the next pass's predicted first layer: the guessed token's embedding
-  uint32_t* guess_ = nullptr;    // that token (the logits' argmax)
   struct CUevent_st *pre_x_ = nullptr, *pre_read_ = nullptr;
   bool pre_pending_ = false;  // the compute stream must wait for pre_read_ before x_ changes
   std::vector<float> logits_;

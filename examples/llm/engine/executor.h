@@ -46,7 +46,6 @@ struct ExecStats {
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
   uint32_t expert_pregate = 0;   // the pre-gating prefetch ran, reading this many predicted experts per layer
   uint32_t expert_pregate_first = 0;  // and this many for the next pass's first fetched layer (GpuExecOptions)
-  bool expert_pregate_first_guess = false;  // ... predicted from the logits' likeliest token, not from routing
   bool expert_overlap = false;   // the expert kernels computed on parts read while the rest streamed
   uint64_t expert_window_bytes = 0;  // the fetcher's reads in flight (FetcherOptions::read_window_bytes; 0: all)
   uint64_t expert_read_bytes = 0;    // its largest read (GpuExecOptions::expert_read_bytes)

@@ -47,10 +47,9 @@ std::string prefetch_summary(PrefetchKind kind, const stream::PrefetchMetrics& p
   size_t worst = 0;
   for (size_t i = 0; i < p.stall_seconds.size(); ++i)
     if (p.stall_seconds[i] > p.stall_seconds[worst]) worst = i;
-  char b[512], how[160];
+  char b[512], how[96];
   if (kind.lag) std::snprintf(how, sizeof how, "one-token lag");
-  else if (kind.first) std::snprintf(how, sizeof how, "pre-gating, best %u predicted, %u for the next token (%s)", kind.pregate, kind.first,
-                                      kind.first_guess ? "from the likeliest next token" : "from this token's routing");
+  else if (kind.first) std::snprintf(how, sizeof how, "pre-gating, best %u predicted, %u for the next token", kind.pregate, kind.first);
   else std::snprintf(how, sizeof how, "pre-gating, best %u predicted", kind.pregate);
   const int n = kind.on() ? std::snprintf(b, sizeof b,
                                    "expert prefetch (%s): %llu prefetches read %llu experts (%.1f MB): %llu hit "
@@ -72,12 +71,11 @@ std::string prefetch_summary(PrefetchKind kind, const stream::PrefetchMetrics& p
 std::string prefetch_json(PrefetchKind kind, const stream::PrefetchMetrics& p, const stream::FetcherMetrics& fetch) {
   char b[1024];
   std::snprintf(b, sizeof b,
-                "\"prefetch\":%s,\"prefetch_kind\":\"%s\",\"pregate_experts\":%u,\"pregate_first\":%u,\"pregate_first_from\":\"%s\",\"prefetches\":%llu,\"prefetch_reads\":%llu,\"prefetch_bytes_read\":%llu,"
+                "\"prefetch\":%s,\"prefetch_kind\":\"%s\",\"pregate_experts\":%u,\"pregate_first\":%u,\"prefetches\":%llu,\"prefetch_reads\":%llu,\"prefetch_bytes_read\":%llu,"
                 "\"prefetch_hits\":%llu,\"prefetch_wasted\":%llu,\"prefetch_wasted_bytes\":%llu,\"prefetch_unsettled\":%llu,\"prefetch_cut\":%llu,\"prefetch_cut_bytes\":%llu,"
                 "\"post_routing_faults\":%llu,\"stall_seconds\":%.6f,\"stall_read_seconds\":%.6f,"
                 "\"compute_after_reads_seconds\":%.6f,\"stall_seconds_per_layer\":[",
-                kind.on() ? "true" : "false", kind.name(), kind.pregate, kind.first,
-                !kind.first ? "none" : kind.first_guess ? "logits" : "routing", (unsigned long long)p.prefetches, (unsigned long long)p.reads,
+                kind.on() ? "true" : "false", kind.name(), kind.pregate, kind.first, (unsigned long long)p.prefetches, (unsigned long long)p.reads,
                 (unsigned long long)p.bytes_read, (unsigned long long)p.hits, (unsigned long long)p.wasted,
                 (unsigned long long)p.wasted_bytes, (unsigned long long)p.unsettled, (unsigned long long)p.cut, (unsigned long long)p.cut_bytes, (unsigned long long)fetch.faults, total(p.stall_seconds),
                 total(p.read_seconds), total(p.tail_seconds));

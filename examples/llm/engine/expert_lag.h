@@ -41,7 +41,6 @@ struct PrefetchKind {
   bool lag = false;
   uint32_t pregate = 0;
   uint32_t first = 0;  // pre-gating: experts of the next pass's first fetched layer read at the last
-  bool first_guess = false;  // ... predicted from the logits' likeliest next token (else this pass's routing)
   bool on() const { return lag || pregate > 0; }
   const char* name() const { return lag ? "lag" : pregate ? "pregate" : "off"; }
 };

@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -158,22 +157,12 @@ class FetchedExperts final : public ExpertSource {
   // layers before the first fetch); a wrong one is cut when that fetch is placed (executor.h).
   bool pregate_target(uint32_t layer, PregateTarget& out) const override {
     if (!pregate_ || layer >= pregate_next_.size()) return false;
-    if (layer == last_fetched_ && wrap_experts_ && !first_view_ && logged_[first_fetched_]) {
+    if (layer == last_fetched_ && wrap_experts_ && logged_[first_fetched_]) {
       out = {first_fetched_, {}, wrap_experts_, log_ + size_t(first_fetched_) * k_};
       return true;
     }
     if (!pregate_next_[layer].view) return false;
     out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_};
-    return true;
-  }
-  // Where the first fetched layer is layer 0 and its router is resident, the next pass's prediction
-  // waits for this pass's logits instead: layer 0 routes the new token's embedding (plus its attention),
-  // so that embedding, for the logits' most likely token, predicts it far better than this pass's
-  // routing does (Qwen3-shaped, random weights: the lag hits 14 %), and its reads still fill the drive's
-  // idle time while the host samples and starts the pass. Deeper first layers keep the lag.
-  bool next_pass_target(PregateTarget& out) const override {
-    if (!pregate_ || !wrap_experts_ || !first_view_) return false;
-    out = {first_fetched_, *first_view_, wrap_experts_};
     return true;
   }
   gpu_stream_t pregate_stream() const override { return reinterpret_cast<gpu_stream_t>(prefetch_stream_); }
@@ -190,7 +179,6 @@ class FetchedExperts final : public ExpertSource {
   bool prefetching() const { return prefetch_; }
   uint32_t pregating() const { return pregate_; }
   uint32_t pregating_first() const { return wrap_experts_; }
-  bool pregating_first_from_logits() const { return wrap_experts_ && first_view_; }
   bool overlapped() const { return overlap_; }
   uint64_t window_bytes() const { return fetcher_.read_window_bytes(); }
   uint64_t read_bytes() const { return fetcher_.max_command_bytes(); }
@@ -260,9 +248,6 @@ class FetchedExperts final : public ExpertSource {
     }
     first_fetched_ = next;
     wrap_experts_ = first_fetched_ == ~0u ? 0 : first;
-    const char* from = std::getenv("GPUNVME_FIRST_FROM");  // A/B of session 15 ("lag"); removed after it
-    if (wrap_experts_ && first_fetched_ == 0 && !dense.empty() && dense[0] && !(from && std::string(from) == "lag"))
-      first_view_ = dense[0];
   }
   struct NextFetched {
     uint32_t layer = 0;
@@ -284,7 +269,6 @@ class FetchedExperts final : public ExpertSource {
   std::vector<NextFetched> pregate_next_;      // [layer]
   uint32_t first_fetched_ = ~0u, last_fetched_ = ~0u;  // of a pass (~0u: none)
   uint32_t wrap_experts_ = 0;  // the next pass's first fetched layer, predicted at the last (0: not)
-  std::optional<WeightView> first_view_;  // set: predicted from the logits instead (next_pass_target)
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
 };
@@ -373,7 +357,7 @@ class GpuExecutor final : public Executor {
       }
       lead_.after_layer(compute_);
     }
-    const std::span<const float> logits = fwd_->logits(all_logits, experts_.get());
+    const std::span<const float> logits = fwd_->logits(all_logits);
     // The logits are on the host, so every layer of this pass was consumed: a load that failed (its
     // retries spent, or the controller lost) ends the generation here, not at finish(), so no text is
     // ever printed from a layer that did not arrive.
@@ -432,7 +416,6 @@ class GpuExecutor final : public Executor {
       s.expert_prefetch = experts_->prefetching();
       s.expert_pregate = experts_->pregating();
       s.expert_pregate_first = experts_->pregating_first();
-      s.expert_pregate_first_guess = experts_->pregating_first_from_logits();
       s.expert_overlap = experts_->overlapped();
       s.expert_window_bytes = experts_->window_bytes();
       s.expert_read_bytes = experts_->read_bytes();
