@@ -7,6 +7,7 @@
 #include "driver/compiler.h"
 #include "gpu_check.h"
 #include "runtime/stream/cuda_stream.h"
+#include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_fetch_types.h"
 #include "runtime/stream/gpu_submitter.h"
 
@@ -40,6 +41,12 @@ void enqueue_verify_experts(stream::cuda_stream_t s, const stream::GpuFetchResul
                             const stream::GpuFetchedExpert* experts, const uint8_t* scratch,
                             const uint64_t* ns_offsets, uint32_t layer, uint32_t n_experts, uint64_t seed,
                             uint64_t* mismatches);
+// The same for fetcher f's latest fetch (its result, experts and scratchpad).
+inline void enqueue_verify_fetch(stream::cuda_stream_t s, const stream::GpuExpertFetcher& f, const uint64_t* ns_offsets,
+                                 uint32_t layer, uint32_t n_experts, uint64_t seed, uint64_t* mismatches) {
+  enqueue_verify_experts(s, f.device_result(), f.device_experts(), static_cast<const uint8_t*>(f.scratchpad().device()),
+                         ns_offsets, layer, n_experts, seed, mismatches);
+}
 
 // Enqueues on `s` (after GpuExpertFetcher::wait_part(k, proj, s), or wait_slice for slices 0..upto):
 // no waiting, the stream did it. Checks that routing id k's readiness words for `proj`, slices 0..upto,

@@ -108,9 +108,7 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
       }
       test::enqueue_toy_router(st.s_compute(), ids.p, kIds, t, kExperts, kDistinct);
       gf.fetch(layer, ids.p, kIds, st.s_compute());
-      test::enqueue_verify_experts(st.s_compute(), gf.device_result(), gf.device_experts(),
-                                   static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
-                                   kExperts, seed, bad.p + t);
+      test::enqueue_verify_fetch(st.s_compute(), gf, d_ns.as<uint64_t>(), layer, kExperts, seed, bad.p + t);
       const std::vector<stream::FetchedExpert> g = gf.wait();
       std::vector<stream::GpuFetchedExpert> dev(g.size());
       REQUIRE(cudaMemcpy(dev.data(), gf.device_experts(), dev.size() * sizeof(dev[0]), cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -182,9 +180,7 @@ TEST_CASE("GPU expert fetcher prefetch: LRU as the CPU fetcher, hits counted, co
         test::enqueue_toy_router(pf, pred.p, kIds, t + 1 - kLayers, kExperts, kDistinct);
         gf.prefetch(layer_of(t + 1), pred.p, kIds, pf);
       }
-      test::enqueue_verify_experts(st.s_compute(), gf.device_result(), gf.device_experts(),
-                                   static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
-                                   kExperts, seed, bad.p);
+      test::enqueue_verify_fetch(st.s_compute(), gf, d_ns.as<uint64_t>(), layer, kExperts, seed, bad.p);
     }
     gf.wait();
     CHECK(bad.get()[0] == 0);
@@ -225,9 +221,7 @@ TEST_CASE("GPU expert fetcher prefetch: a wrong prediction's reads are cut once 
     }
     test::enqueue_toy_router(st.s_compute(), ids.p, kIds, t, kExperts, kDistinct);
     gf.fetch(layer, ids.p, kIds, st.s_compute());
-    test::enqueue_verify_experts(st.s_compute(), gf.device_result(), gf.device_experts(),
-                                 static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
-                                 kExperts, seed, bad.p + t);
+    test::enqueue_verify_fetch(st.s_compute(), gf, d_ns.as<uint64_t>(), layer, kExperts, seed, bad.p + t);
     gf.wait();
   }
   const std::vector<uint64_t> mism = bad.get();

@@ -166,9 +166,7 @@ Outcome fetch_experts(GpuRig& rig, stream::GpuSubmitter& gpu, uint32_t tokens) {
     try {
       test::enqueue_toy_router(st.s_compute(), ids.p, k, t, n_experts, distinct);
       f.fetch(layer, ids.p, k, st.s_compute());
-      test::enqueue_verify_experts(st.s_compute(), f.device_result(), f.device_experts(),
-                                   static_cast<const uint8_t*>(f.scratchpad().device()), d_ns.as<uint64_t>(), layer,
-                                   n_experts, kSeed, bad.p + t);
+      test::enqueue_verify_fetch(st.s_compute(), f, d_ns.as<uint64_t>(), layer, n_experts, kSeed, bad.p + t);
       f.wait();
       ok[t] = true;
     } catch (const Error& e) {

@@ -189,9 +189,7 @@ TEST_CASE("GPU expert fetcher: routing in GPU memory, LRU placement identical to
     const uint32_t layer = t % n_layers;
     test::enqueue_toy_router(st.s_compute(), ids.p, k, t, n_experts, distinct);
     gf.fetch(layer, ids.p, k, st.s_compute());
-    test::enqueue_verify_experts(st.s_compute(), gf.device_result(), gf.device_experts(),
-                                 static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
-                                 n_experts, seed, bad.p + t);
+    test::enqueue_verify_fetch(st.s_compute(), gf, d_ns.as<uint64_t>(), layer, n_experts, seed, bad.p + t);
     const std::vector<stream::FetchedExpert> g = gf.wait();
     std::vector<uint32_t> chosen(k);
     for (uint32_t i = 0; i < k; ++i) chosen[i] = test::toy_route(t, i, n_experts, distinct);
@@ -233,9 +231,7 @@ TEST_CASE("GPU expert fetcher: routing in GPU memory, LRU placement identical to
       const uint32_t layer = (t * 7) % n_layers;
       test::enqueue_toy_router(st.s_compute(), ids.p, k, 1000 + t, n_experts, distinct);
       gf.fetch(layer, ids.p, k, st.s_compute());
-      test::enqueue_verify_experts(st.s_compute(), gf.device_result(), gf.device_experts(),
-                                   static_cast<const uint8_t*>(gf.scratchpad().device()), d_ns.as<uint64_t>(), layer,
-                                   n_experts, seed, bad2.p);
+      test::enqueue_verify_fetch(st.s_compute(), gf, d_ns.as<uint64_t>(), layer, n_experts, seed, bad2.p);
     }
     gf.wait();
     CHECK(bad2.get()[0] == 0);
