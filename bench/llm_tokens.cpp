@@ -224,6 +224,14 @@ std::optional<uint32_t> pregate_first_count(const std::string& prefetch) {
   return uint32_t(std::min<uint64_t>(text::parse_u64("--expert-prefetch first", prefetch.substr(plus + kFirst.size())), ~0u));
 }
 
+// The mmap loaders by their --modes name (the page residency each models); none for gpunvme or any
+// other name.
+std::optional<bench::MmapResidency> mmap_residency(const std::string& mode) {
+  if (mode == "mmap") return bench::MmapResidency::kMapped;
+  if (mode == "mmap-evict") return bench::MmapResidency::kEvicted;
+  return std::nullopt;
+}
+
 Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
               const std::string& mode, const std::string& prefetch, const RunSettings& rs) {
   const uint32_t warmup = rs.warmup, tokens = rs.tokens;
@@ -263,11 +271,10 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
   const bench::MmapLayerSource* source = nullptr;  // owned by the executor
-  if (mode == "mmap" || mode == "mmap-evict") {
+  if (const std::optional<bench::MmapResidency> residency = mmap_residency(mode)) {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
-    const auto residency = mode == "mmap" ? bench::MmapResidency::kMapped : bench::MmapResidency::kEvicted;
     o.nvme_source = [&, pacer, residency](std::vector<llm::ByteRange> r) {
-      auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, residency);
+      auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, *residency);
       source = s.get();
       return s;
     };
@@ -378,7 +385,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   for (const std::string& d : drives)
     if (!bench::ls::drive_profile_known(d)) throw cli::UsageError("--drives: unknown drive '" + d + "' (" + bench::ls::drive_profile_names() + ")");
   for (const std::string& md : modes)
-    if (md != "gpunvme" && md != "mmap" && md != "mmap-evict")
+    if (md != "gpunvme" && !mmap_residency(md))
       throw cli::UsageError("--modes: '" + md + "' is not gpunvme, mmap or mmap-evict");
   const std::vector<std::string> prefetches = list("expert-prefetch", "auto");
   for (const std::string& p : prefetches) {
