@@ -78,13 +78,20 @@ struct Rig {
       io.write(off / lba, buf.size() / lba, buf, 0);
     }
   }
+  std::vector<int> armed;
+
   void arm(const char* specs) {
     std::string all(specs);
     for (size_t at = 0; at <= all.size();) {
       const size_t end = std::min(all.find(';', at), all.size());
-      emu->faults().add(emu::parse_fault_spec(std::string_view(all).substr(at, end - at)));
+      armed.push_back(emu->faults().add(emu::parse_fault_spec(std::string_view(all).substr(at, end - at))));
       at = end + 1;
     }
+  }
+  uint64_t fired() const {
+    uint64_t n = 0;
+    for (int id : armed) n += emu->faults().fired(id);
+    return n;
   }
 };
 
@@ -238,15 +245,18 @@ CellResult run_cell(const FaultCase& fault, Workload workload, const CellOptions
     r.error = e.what();
     r.as_expected = !fault.recovers && e.kind() == fault.error_kind && r.error.find(fault.error_has) != std::string::npos;
   }
+  r.faults_fired = rig.fired();
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }
 
 std::string cell_json(const CellResult& r) {
-  char b[160];
-  std::snprintf(b, sizeof b, ",\"recovered\":%s,\"as_expected\":%s,\"seconds\":%.4f,\"bytes_verified\":%llu,\"bad_bytes\":%llu",
+  char b[192];
+  std::snprintf(b, sizeof b,
+                ",\"recovered\":%s,\"as_expected\":%s,\"seconds\":%.4f,\"bytes_verified\":%llu,\"bad_bytes\":%llu,"
+                "\"faults_fired\":%llu",
                 r.recovered ? "true" : "false", r.as_expected ? "true" : "false", r.seconds,
-                (unsigned long long)r.bytes_verified, (unsigned long long)r.bad_bytes);
+                (unsigned long long)r.bytes_verified, (unsigned long long)r.bad_bytes, (unsigned long long)r.faults_fired);
   return "{\"fault\":" + text::json_string(r.fault) + ",\"workload\":" + text::json_string(r.workload) + ",\"path\":\"cpu\"" +
          b + ",\"error\":" + (r.error.empty() ? std::string("null") : text::json_string(r.error)) +
          ",\"recovery\":" + host::recovery_json(r.recovery) + "}";

@@ -41,6 +41,7 @@ struct CellResult {
   double seconds = 0;          // the workload's wall time, faults and recovery included
   uint64_t bytes_verified = 0;
   uint64_t bad_bytes = 0;      // verified bytes that differed (never expected)
+  uint64_t faults_fired = 0;   // times the armed faults fired (0: the cell proved nothing about them)
   host::RecoveryStats recovery;
 };
 
