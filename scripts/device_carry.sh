@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Prepares .device-carry/ (ignored by git) with what the GPU machine lacks for a build: libblkid's
-# header and a pkg-config file that links the runtime library it does have (libblkid.so.1; it has no
-# libblkid-dev and no package registry). Run here, then name .device-carry in the device call's carry;
-# scripts/gpu_session.sh points pkg-config at it when the machine has no blkid.pc of its own.
+# Prepares .device-carry/ (ignored by git) with what the GPU machine lacks: libblkid's header and a
+# pkg-config file that links the runtime library it does have (libblkid.so.1; it has no libblkid-dev and
+# no package registry), the calibration probe's source (the shared/ beside this checkout does not travel)
+# and the tree before recovery (scripts/reproduce.sh measures recovery's no-fault cost against it, where
+# the machine's copy has no git history). Run here, then name .device-carry in the device call's carry;
+# scripts/device_env.sh points the device-side scripts at it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 hdr=/usr/include/blkid/blkid.h
@@ -18,4 +20,9 @@ Version: $(pkg-config --modversion blkid 2>/dev/null || echo 2.38.1)
 Cflags: -I\${prefix}/include -I\${prefix}/include/blkid
 Libs: -l:libblkid.so.1
 PC
-echo "device_carry: $d ready ($(du -sh "$d" | cut -f1)); carry .device-carry in the device call"
+probe=${PROBE_SRC:-../shared/calibration/warp_queue_probe.cu}
+if [ -f "$probe" ]; then install -m 0644 "$probe" .device-carry/warp_queue_probe.cu
+else echo "device_carry: no calibration probe at $probe (set PROBE_SRC): gpu_cmd_rate's probe ratio will be missing" >&2; fi
+. scripts/device_env.sh  # RECOVERY_BASE
+git archive --format=tar -o ".device-carry/base-$RECOVERY_BASE.tar" "$RECOVERY_BASE"
+echo "device_carry: .device-carry ready ($(du -sh .device-carry | cut -f1)); carry .device-carry in the device call"

@@ -13,25 +13,17 @@ OUT=${OUT:-$PWD/gpu-out}
 JOBS=${JOBS:-$(nproc)}
 STEPS=${STEPS:-build probe gpu-suite meson engine cmd-rate layer-stream}
 mkdir -p "$OUT"
-export PATH="/usr/local/cuda/bin:$PATH"
+. scripts/device_env.sh  # PATH, blkid_from_carry, probe_source
 
-# The GPU machine has libblkid.so.1 but no header or blkid.pc: scripts/device_carry.sh carries them.
-blkid_from_carry() {
-  local d=$PWD/.device-carry/blkid
-  pkg-config --exists blkid 2>/dev/null && return 0
-  [ -f "$d/pkgconfig/blkid.pc" ] || { echo "no libblkid header here: run scripts/device_carry.sh and carry .device-carry" >&2; return 1; }
-  sed -i "s#^prefix=.*#prefix=$d#" "$d/pkgconfig/blkid.pc"
-  export PKG_CONFIG_PATH="$d/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
-}
 step_build() {
   blkid_from_carry &&
   { [ -f "$BD/build.ninja" ] || meson setup "$BD" -Dbuildtype=release -Dcuda=enabled; } &&
     ninja -C "$BD" -j "$JOBS"
 }
 step_probe() {
-  local src=shared/calibration/warp_queue_probe.cu
-  [ -f "$src" ] || src=${PROBE_SRC:-.device-carry/warp_queue_probe.cu}  # shared/ is not in every checkout
-  nvcc -O2 -arch=sm_90 -o /tmp/warp_queue_probe "$src" &&
+  local src
+  src=$(probe_source) &&
+    nvcc -O2 -arch=sm_90 -o /tmp/warp_queue_probe "$src" &&
     /tmp/warp_queue_probe > "$OUT/probe.txt"
 }
 step_gpu_suite() { "$BD/tests/gpu/gpu_tests" --durations yes; }

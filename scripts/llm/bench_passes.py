@@ -58,7 +58,10 @@ def ttft(a, tmp):
     rows, per_pass = [], None
     for n in a.lengths:
         bat = engine(a, ["--prompt-ids", ids(n), "-n", "1", "--batch", str(a.batch)], os.path.join(tmp, "t.json"))
-        row = {"prompt_tokens": n, "batched_seconds": bat["prompt_seconds"], "batched_passes": bat["prompt_passes"]}
+        row = {"prompt_tokens": n, "batched_seconds": bat["prompt_seconds"], "batched_passes": bat["prompt_passes"],
+               # the pass's read time, the compute's wait on it, the engine thread's CPU (docs/performance.md)
+               "io_seconds": bat.get("io_seconds"), "stall_seconds": bat.get("stall_seconds"),
+               "engine_cpu_seconds": bat.get("engine_cpu_seconds")}
         if n <= a.baseline_max:
             one = engine(a, ["--prompt-ids", ids(n), "-n", "1", "--batch", "1"], os.path.join(tmp, "t.json"))
             row.update(token_by_token_seconds=one["prompt_seconds"], token_by_token_estimated=False)
