@@ -2,16 +2,23 @@
 """Tables and plots of bench/llm_tokens results (its --json-out files: one JSON object per cell).
 
 usage: python3 bench/llm_tokens_plot.py RESULTS.jsonl [...] [--markdown] [--out-dir docs/img] [--prefix llm_tokens]
+                                        [--card "H100 80GB HBM3"]
 
---markdown prints one Markdown table per model for docs/performance.md (cells with an error are shown
-with the error, never a number). Without it, writes one PNG per model: tokens/s against the drive's
-rated bandwidth, one line per (budget, loader), and the plan's bound per budget drawn dashed. Plots
-need matplotlib (pip install matplotlib); the JSON can come from another machine.
+--markdown prints one Markdown table per model (cells with an error are shown with the error, never a
+number). Without it, writes one PNG per model: tokens/s against the drive's rated bandwidth, one line
+per (budget, loader), the plan's bound per budget drawn dashed; where several cells share a point
+(rounds, repeated drives) the line goes through their median and a bar spans their range. --card names
+the GPU in the title (the files do not say; every figure names its card). Plots need matplotlib (pip
+install matplotlib); the JSON can come from another machine. docs/performance.md's own tables and plots
+come from scripts/perf_render.py, which uses the plot below.
 """
 import argparse
-import json
 import os
+import statistics
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
+import perf_data  # noqa: E402  (the shared reader of the benchmarks' raw output)
 
 
 def prefetch_label(c):
@@ -23,23 +30,6 @@ def prefetch_label(c):
         return f" + pre-gating {c.get('pregate_experts')}{first}"
     return " + lag prefetch" if c.get("prefetch_kind") == "lag" else " + prefetch"
 
-
-def load(paths):
-    cells = []
-    for path in paths:
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    print(f"llm_tokens_plot: {path}:{n}: not JSON ({e}); skipped", file=sys.stderr)
-                    continue
-                if rec.get("tool") == "llm_tokens":
-                    cells.append(rec)
-    return cells
 
 
 def by_model(cells):
@@ -75,7 +65,7 @@ def markdown(cells):
     return "\n".join(lines)
 
 
-def plot(cells, out_dir, prefix):
+def plot(cells, out_dir, prefix, card=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -92,17 +82,19 @@ def plot(cells, out_dir, prefix):
                 continue
             x = c["drive_bytes_per_second"] / 1e9
             mode = c["mode"] + prefetch_label(c)
-            series.setdefault((c["budget"], mode), []).append((x, c["tokens_per_second"]))
+            series.setdefault((c["budget"], mode), {}).setdefault(x, []).append(c["tokens_per_second"])
             bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
         for (budget, mode), pts in sorted(series.items()):
-            pts.sort()
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{budget} {mode}")
+            xs = sorted(pts)
+            mid = [statistics.median(pts[x]) for x in xs]
+            err = [[m - min(pts[x]) for x, m in zip(xs, mid)], [max(pts[x]) - m for x, m in zip(xs, mid)]]
+            ax.errorbar(xs, mid, yerr=err, marker="o", capsize=3, label=f"{budget} {mode}")
         for budget, b in sorted(bounds.items()):
             xs = sorted(b)
             ax.plot(xs, [b[x] for x in xs], linestyle="--", color="gray", label=f"{budget} bound")
         ax.set_xlabel("drive read bandwidth (GB/s, modeled)")
         ax.set_ylabel("tokens/s")
-        ax.set_title(f"{model}: tokens/s at the I/O bound")
+        ax.set_title(f"{model}: tokens/s at the I/O bound\n{card or 'card not named (--card)'}", fontsize=10)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
         path = os.path.join(out_dir, f"{prefix}_{model}.png")
@@ -119,15 +111,16 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--out-dir", default="docs/img")
     ap.add_argument("--prefix", default="llm_tokens")
+    ap.add_argument("--card", default=None, help="the GPU the cells ran on, for the plots' titles")
     a = ap.parse_args()
-    cells = load(a.results)
+    cells = perf_data.load(a.results, tool="llm_tokens")
     if not cells:
         print("llm_tokens_plot: no llm_tokens cells in the input", file=sys.stderr)
         return 1
     if a.markdown:
         print(markdown(cells))
         return 0
-    return plot(cells, a.out_dir, a.prefix)
+    return plot(cells, a.out_dir, a.prefix, a.card)
 
 
 if __name__ == "__main__":

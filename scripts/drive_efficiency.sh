@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # 4 KiB random-read efficiency on modeled drives (docs/drives.md): bench/nvme_perf on 1, 2 and 4
-# emulated drives of each profile, CPU and GPU path, 2 s a point; prints achieved IOPS against the
-# modeled limit (n x the profile's IOPS cap, which binds before its bandwidth at 4 KiB) and appends
-# one JSON line per point to OUT (default drive_eff.jsonl). About 80 s on a 16-core machine.
+# emulated drives of each profile, CPU and GPU path, 2 s a point; appends one JSON line per point to
+# OUT (default drive_eff.jsonl), then prints docs/performance.md's table of it: achieved IOPS against
+# the modeled limit (n x the profile's IOPS cap, which binds before its bandwidth at 4 KiB) and the
+# host CPU of each path. About 80 s on a 16-core machine.
 #   usage: scripts/drive_efficiency.sh [OUT.jsonl]
 #   environment: NVME_PERF=path/to/nvme_perf  PATHS="cpu gpu"  PROFILES="sn530 pcie4 pcie5"  DRIVES="1 2 4"
 set -uo pipefail
@@ -26,17 +27,12 @@ for p in ${PROFILES:-sn530 pcie4 pcie5}; do
     done
   done
 done
-python3 - "$out" <<'PY'
-import json, sys
-lim = {"sn530": 370e3, "pcie4": 1.2e6, "pcie5": 1.85e6}  # host/emulator/drive_profiles.cpp
-for line in open(sys.argv[1]):
-    d = json.loads(line)
-    parts = d.get("label", "").split()
-    if len(parts) != 4 or parts[0] != "eff":
-        continue
-    _, p, x, path = parts
-    n = int(x[1:])
-    print(f"{p:6} x{n} {path}: {d['iops']/1e3:8.1f} k IOPS  limit {n*lim[p]/1e3:7.0f} k  eff {100*d['iops']/(n*lim[p]):5.1f}%"
-          f"  p50 {d['lat_us']['p50']:.1f} us  p99 {d['lat_us']['p99']:.1f} us  host cpu {d['host_cpu_seconds']:.2f} s")
+# The table docs/performance.md shows (scripts/perf_tables.py: the caps from host/emulator/drive_profiles.cpp).
+python3 - "$out" "$here" <<'PY'
+import os, sys
+sys.path.insert(0, os.path.join(sys.argv[2], "scripts"))
+import perf_tables
+out = os.path.abspath(sys.argv[1])
+print("\n".join(perf_tables.markdown(*perf_tables.drive_eff([{"files": [os.path.basename(out)]}], os.path.dirname(out), sys.argv[2]))))
 PY
 exit $((fails > 0))

@@ -8,34 +8,28 @@ usage: python3 scripts/plot_perf.py [SWEEP.jsonl] [--out-dir docs/img] [--prefix
 Uses the points after the last "sweep" record of the file (--all: every point; a later point with the
 same path and x wins). --note adds a line under the title (e.g. "sample from the 2-core dev box").
 --watermark writes TEXT large and faint across the plot (e.g. "DEV BOX SAMPLE").
---markdown also prints both tables in Markdown, for docs/performance.md. Needs matplotlib
+--markdown also prints both tables in Markdown. Needs matplotlib
 (pip install matplotlib); the JSON can come from another machine.
 """
 import argparse
-import json
 import os
 import sys
 import textwrap
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import perf_data  # noqa: E402  (the shared reader of the benchmarks' raw output)
+
 
 def load(path, use_all):
+    """(the last "sweep" record, the nvme_perf points after it; with use_all every point)."""
     sweeps, points = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                print(f"plot_perf: {path}:{n}: not JSON ({e}); skipped", file=sys.stderr)
-                continue
-            if "sweep" in rec:
-                sweeps.append(rec)
-                if not use_all:
-                    points = []
-            elif rec.get("tool") == "nvme_perf":
-                points.append(rec)
+    for rec in perf_data.records(path):
+        if "sweep" in rec:
+            sweeps.append(rec)
+            if not use_all:
+                points = []
+        elif rec.get("tool") == "nvme_perf":
+            points.append(rec)
     return (sweeps[-1] if sweeps else {}), points
 
 
@@ -54,6 +48,25 @@ def series(points, want):
             print(f"plot_perf: warning: {r.get('path')} x={x} had errors: {r.get('first_error')}", file=sys.stderr)
         out.setdefault(r["path"], {})[x] = r
     return out
+
+
+def kind(r):
+    """perf_sweep.sh labels its points "qd-sweep ..." / "bs-sweep ..." ("check ..." are self-checks);
+    unlabelled points are picked by workload."""
+    lab = r.get("label") or ""
+    if lab:
+        return lab.split()[0]
+    if r.get("rw") == "randread" and r.get("bs") == 4096:
+        return "qd-sweep"
+    if r.get("rw") == "read":
+        return "bs-sweep"
+    return None
+
+
+def sweep_series(points):
+    """({path: {qd: record}} of the 4K randread sweep, {path: {bs: record}} of the sequential-read sweep)."""
+    return (series(points, lambda r: r["qd"] if kind(r) == "qd-sweep" else None),
+            series(points, lambda r: r["bs"] if kind(r) == "bs-sweep" else None))
 
 
 def size_label(b):
@@ -104,23 +117,52 @@ def figure(plt, data, value, xlabel, ylabel, title, subtitle, xfmt, path, yscale
     print(f"plot_perf: wrote {path}")
 
 
-def markdown(data, xname, xfmt):
-    paths = sorted(data)
-    xs = sorted({x for p in paths for x in data[p]})
-    head = f"| {xname} | " + " | ".join(f"{p.upper()} k IOPS | {p.upper()} GB/s | {p.upper()} p50 µs | {p.upper()} p99 µs"
-                                       for p in paths) + " |"
-    lines = [head, "|" + "---:|" * (1 + 4 * len(paths))]
-    for x in xs:
-        cells = []
-        for p in paths:
-            r = data[p].get(x)
-            if r is None:
-                cells += ["–"] * 4
-            else:
-                lat = r.get("lat_us", {})
-                cells += [f"{r['iops'] / 1e3:,.1f}", f"{r['gbps']:.2f}", f"{lat.get('p50', 0):.1f}", f"{lat.get('p99', 0):.1f}"]
-        lines.append(f"| {xfmt(x)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def render(input_path, out_dir, prefix="perf", note="", watermark="", use_all=False, md=False):
+    """Both PNGs (and with md the tables) of one sweep file; exits with a message on a missing input."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("plot_perf: matplotlib is missing: pip install matplotlib")
+    if not os.path.exists(input_path):
+        sys.exit(f"plot_perf: {input_path}: no such file (run scripts/perf_sweep.sh first)")
+    meta, points = load(input_path, use_all)
+    if not points:
+        sys.exit(f"plot_perf: {input_path}: no nvme_perf points" + ("" if use_all else " after the last sweep record"))
+    os.makedirs(out_dir, exist_ok=True)
+
+    qd, bs = sweep_series(points)
+    for r in points:
+        if kind(r) == "check":
+            ok = r.get("errors", 1) == 0 and r.get("verify_errors", 1) == 0 and r.get("ios", 0) > 0
+            print(f"plot_perf: self-check {'PASS' if ok else 'FAIL'}: {r.get('label')}"
+                  + ("" if ok else f" ({r.get('first_error')})"), file=sys.stderr)
+    dev = meta.get("device") or (points[0].get("devices") or [points[0].get("device", "?")])[0]
+    queues = meta.get("queues", points[0].get("queues", 1))
+    sub = [s for s in (meta.get("machine", ""),
+                       f"{dev}, {queues} queue(s), {meta.get('time_s', '?')} s per point"
+                       + (", filled" if meta.get("fill") else "") + (f", git {meta['git']}" if meta.get("git") else ""),
+                       note) if s]
+    if qd:
+        figure(plt, qd, lambda r: r["iops"], "queue depth (per queue)", "IOPS",
+               "nvme_perf: IOPS vs queue depth, 4 KiB random reads", sub, str,
+               os.path.join(out_dir, f"{prefix}_iops_vs_qd.png"), None, watermark, True)
+    else:
+        print("plot_perf: no 4K randread points: IOPS vs QD not drawn", file=sys.stderr)
+    if bs:
+        bs_qd = sorted({r["qd"] for p in bs for r in bs[p].values()})
+        figure(plt, bs, lambda r: r["gbps"], "block size", "GB/s (10^9 B/s)",
+               f"nvme_perf: bandwidth vs block size, sequential reads, QD {','.join(map(str, bs_qd))}", sub, size_label,
+               os.path.join(out_dir, f"{prefix}_gbps_vs_bs.png"), None, watermark, False)
+    else:
+        print("plot_perf: no sequential read points: GB/s vs block size not drawn", file=sys.stderr)
+    if md:  # the same tables as docs/performance.md's (scripts/perf_tables.py)
+        import perf_tables
+        src = [{"files": [os.path.basename(input_path)]}]
+        for title, block in (("4 KiB random reads by queue depth", perf_tables.nvme_perf_qd),
+                             ("Sequential reads by block size", perf_tables.nvme_perf_bs)):
+            print(f"\n{title}\n\n" + "\n".join(perf_tables.markdown(*block(src, os.path.dirname(os.path.abspath(input_path))))))
 
 
 def main():
@@ -133,62 +175,7 @@ def main():
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        sys.exit("plot_perf: matplotlib is missing: pip install matplotlib")
-    if not os.path.exists(a.input):
-        sys.exit(f"plot_perf: {a.input}: no such file (run scripts/perf_sweep.sh first)")
-    meta, points = load(a.input, a.all)
-    if not points:
-        sys.exit(f"plot_perf: {a.input}: no nvme_perf points" + ("" if a.all else " after the last sweep record"))
-    os.makedirs(a.out_dir, exist_ok=True)
-
-    # perf_sweep.sh labels its points "qd-sweep ..." / "bs-sweep ..." ("check ..." are self-checks);
-    # unlabelled points are picked by workload.
-    def kind(r):
-        lab = r.get("label") or ""
-        if lab:
-            return lab.split()[0]
-        if r.get("rw") == "randread" and r.get("bs") == 4096:
-            return "qd-sweep"
-        if r.get("rw") == "read":
-            return "bs-sweep"
-        return None
-
-    qd = series(points, lambda r: r["qd"] if kind(r) == "qd-sweep" else None)
-    bs = series(points, lambda r: r["bs"] if kind(r) == "bs-sweep" else None)
-    for r in points:
-        if kind(r) == "check":
-            ok = r.get("errors", 1) == 0 and r.get("verify_errors", 1) == 0 and r.get("ios", 0) > 0
-            print(f"plot_perf: self-check {'PASS' if ok else 'FAIL'}: {r.get('label')}"
-                  + ("" if ok else f" ({r.get('first_error')})"), file=sys.stderr)
-    dev = meta.get("device") or (points[0].get("devices") or [points[0].get("device", "?")])[0]
-    queues = meta.get("queues", points[0].get("queues", 1))
-    sub = [s for s in (meta.get("machine", ""),
-                       f"{dev}, {queues} queue(s), {meta.get('time_s', '?')} s per point"
-                       + (", filled" if meta.get("fill") else "") + (f", git {meta['git']}" if meta.get("git") else ""),
-                       a.note) if s]
-    if qd:
-        figure(plt, qd, lambda r: r["iops"], "queue depth (per queue)", "IOPS",
-               "nvme_perf: IOPS vs queue depth, 4 KiB random reads", sub, str,
-               os.path.join(a.out_dir, f"{a.prefix}_iops_vs_qd.png"), None, a.watermark, True)
-    else:
-        print("plot_perf: no 4K randread points: IOPS vs QD not drawn", file=sys.stderr)
-    if bs:
-        bs_qd = sorted({r["qd"] for p in bs for r in bs[p].values()})
-        figure(plt, bs, lambda r: r["gbps"], "block size", "GB/s (10^9 B/s)",
-               f"nvme_perf: bandwidth vs block size, sequential reads, QD {','.join(map(str, bs_qd))}", sub, size_label,
-               os.path.join(a.out_dir, f"{a.prefix}_gbps_vs_bs.png"), None, a.watermark, False)
-    else:
-        print("plot_perf: no sequential read points: GB/s vs block size not drawn", file=sys.stderr)
-    if a.markdown:
-        if qd:
-            print("\n4 KiB random reads by queue depth\n\n" + markdown(qd, "QD", str))
-        if bs:
-            print("\nSequential reads by block size\n\n" + markdown(bs, "bs", size_label))
+    render(a.input, a.out_dir, a.prefix, a.note, a.watermark, a.all, a.markdown)
 
 
 if __name__ == "__main__":

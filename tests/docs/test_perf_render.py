@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""scripts/perf_data.py (the one reader of the benchmarks' raw output) and scripts/perf_render.py (the
+documents' tables and the README's numbers) on known bytes, and the renderer's refusals:
+  - JSON lines with a broken line, one indented document, an A/B file's wrapped cells;
+  - gpu_cmd_rate's text tables and the probe's lines; a fault-matrix row cut short;
+  - --check on a copy of the tree passes, then fails naming the block once a README number is edited,
+    once a raw file's value changes, and (exit 2) once a source names another card than its file;
+  - --import of a reproduce.sh folder replaces only the slots it brings, keeping the block's others.
+usage: test_perf_render.py SOURCE_ROOT
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import perf_data  # noqa: E402
+import perf_tables  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def render(root, *args):
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "perf_render.py"), "--root", root, *args],
+                       capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def reader_cases(tmp):
+    jl = os.path.join(tmp, "cells.jsonl")
+    write(jl, '{"tool": "llm_tokens", "efficiency": 0.5}\nnot json\n\n{"tool": "nvme_perf", "iops": 7}\n')
+    r = perf_data.records(jl)
+    check([x.get("tool") for x in r] == ["llm_tokens", "nvme_perf"], "JSON lines: both records, the broken line skipped")
+    check([x["iops"] for x in perf_data.load([jl], "nvme_perf")] == [7], "load() keeps only the tool asked for")
+    doc = os.path.join(tmp, "doc.json")
+    write(doc, json.dumps({"rows": [1, 2], "consumer": "GPU NVIDIA H200 (device 0)"}, indent=2))
+    r = perf_data.records(doc)
+    check(len(r) == 1 and r[0]["rows"] == [1, 2], "an indented JSON document is one record")
+    check(perf_data.card_named(r[0]) == "H200", "the card a record names: H200")
+    ab = os.path.join(tmp, "ab.json")
+    write(ab, '{"tree": "abc", "round": 2, "cell": {"tool": "llm_tokens", "efficiency": 0.9}}\n')
+    r = perf_data.records(ab)[0]
+    check(r["efficiency"] == 0.9 and r["tags"] == {"tree": "abc", "round": 2}, "an A/B cell comes back with its tags")
+    check(perf_tables.where([r], {"tags.round": 2}) == [r] and perf_tables.where([r], {"tags.round": 1}) == [],
+          "where() reaches into the tags")
+    txt = os.path.join(tmp, "rate.txt")
+    write(txt, "# header\n== probe\nqueues  1 ctrl-threads 1:  13.48 M cmds/s  served=8\n"
+               "queues  1 ctrl-threads 2:  14.00 M cmds/s  served=8\n== cmd new 1\n"
+               "queues  ctrl     GPU Mcmd/s     CPU Mcmd/s   probe Mcmd/s  GPU/probe    GPU/CPU\n"
+               "     1     1           23.9            0.0            0.0          -          -\n"
+               "    64     8          518.1           98.2            0.0          -       5.28\n")
+    cr = perf_data.cmd_rate(txt)
+    check(cr["probe"] == {1: 14.0}, "the probe: the best row per queue count")
+    rows = cr["runs"][0]["rows"]
+    check(cr["runs"][0]["label"] == "cmd new 1" and rows[1]["gpu"] == 23.9 and rows[1]["cpu"] is None
+          and rows[64] == {"ctrl": 8, "gpu": 518.1, "cpu": 98.2}, "gpu_cmd_rate's table; a skipped path is None, not 0")
+    fm = os.path.join(tmp, "fm.txt")
+    write(fm, "fault matrix | CSTS.CFS | raw reads | doorbell=gpu | recovered, bytes verified | 1/1 units | 0.0084 s | 1 reset\n"
+              "fault matrix | dropped completion | expert fetch | doorbell=cpu | recovered, bytes verified | 40/40 units | 0.\n")
+    rows = perf_data.fault_rows(fm)
+    check(rows[0]["seconds"] == 0.0084 and rows[0]["cost"] == "1 reset", "a fault-matrix row")
+    check(rows[1]["outcome"] is None and rows[1]["workload"] == "expert fetch", "a row cut short: named, not guessed")
+    iops = perf_tables.drive_read_iops(ROOT)
+    check(iops.get("sn530") == 370e3 and iops.get("pcie5") == 1.85e6, "the drives' IOPS from drive_profiles.cpp")
+
+
+def copy_tree(dst):
+    for rel in ("README.md", "docs/performance.md", "docs/data", "host/emulator/drive_profiles.cpp"):
+        src, out = os.path.join(ROOT, rel), os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        (shutil.copytree if os.path.isdir(src) else shutil.copyfile)(src, out)
+
+
+def renderer_cases(tmp):
+    root = os.path.join(tmp, "tree")
+    copy_tree(root)
+    rc, out = render(root, "--check")
+    check(rc == 0, f"--check on the committed tree passes ({out.strip()[-120:]})")
+
+    readme = os.path.join(root, "README.md")
+    text = open(readme).read()
+    begin = text.index("<!-- perf:begin readme -->")
+    edited = text[:begin] + text[begin:].replace(" M/s at 64 queues", "0 M/s at 64 queues", 1)
+    check(edited != text, "the README block quotes the command rate")
+    write(readme, edited)
+    rc, out = render(root, "--check")
+    check(rc == 1 and "README.md: readme" in out, "an edited README number fails --check, naming the block")
+    rc, _ = render(root)
+    check(rc == 0 and open(readme).read() == text, "rendering puts the README back as the data says")
+
+    srcs = json.load(open(os.path.join(root, "docs", "data", "perf_sources.json")))
+    ls = srcs["blocks"]["layer_stream_baselines"][0]["files"][0]
+    p = os.path.join(root, "docs", "data", ls)
+    doc = json.load(open(p))
+    row = next(r for r in doc["rows"] if r["mode"] == "gpunvme-gpu" and r["drive"] == "pcie4")
+    row["ratios"]["mmap"] += 1.0
+    write(p, json.dumps(doc))
+    rc, out = render(root, "--check")
+    check(rc == 1 and "docs/performance.md: layer_stream_baselines" in out and "README.md: readme" in out,
+          "a changed raw value fails --check for the table and the README line it backs")
+
+    srcs["blocks"]["layer_stream_baselines"][0]["card"] = "NVIDIA H200"
+    write(os.path.join(root, "docs", "data", "perf_sources.json"), json.dumps(srcs))
+    rc, out = render(root, "--check")
+    check(rc == 2 and "names the card" in out, "a source whose file names another card is refused")
+
+
+def import_cases(tmp):
+    root = os.path.join(tmp, "tree2")
+    copy_tree(root)
+    run = os.path.join(tmp, "run")
+    os.makedirs(run)
+    src_file = os.path.join(ROOT, "docs", "data", "llm_tokens_70b_ram_s6_h100.json")
+    shutil.copyfile(src_file, os.path.join(run, "repro_x_ram.json"))
+    write(os.path.join(run, "sources.json"), json.dumps({"steps": [{"step": "tokens-70b", "status": "ok", "seconds": 1}],
+        "blocks": {"tokens_dense_other": [{"files": ["repro_x_ram.json"], "card": "NVIDIA H100 80GB HBM3",
+                                            "commit": "abc1234", "date": "2026-11-28", "command": "llm_tokens ...",
+                                            "slot": "ram"}]}}))
+    rc, out = render(root, "--import", run)
+    check(rc == 0, f"--import of a reproduce.sh folder ({out.strip()[-160:]})")
+    after = json.load(open(os.path.join(root, "docs", "data", "perf_sources.json")))["blocks"]["tokens_dense_other"]
+    check([s.get("slot") for s in after] == ["sn530", "ram", "stripe2", "stripe4"] and after[1]["commit"] == "abc1234",
+          "the imported slot replaced, the block's other slots kept in place")
+    check(os.path.exists(os.path.join(root, "docs", "data", "repro_x_ram.json")), "the raw file copied into docs/data")
+    write(os.path.join(run, "repro_x_ram.json"), "{}\n")
+    rc, out = render(root, "--import", run)
+    check(rc == 2 and "not overwritten" in out, "an import never overwrites a raw file with other content")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    reader_cases(tmp)
+    renderer_cases(tmp)
+    import_cases(tmp)
+print(f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
