@@ -65,25 +65,33 @@ def where(records, cond):
 
 # ---- 1. GPU command rate ---------------------------------------------------------------------------
 
+def gpu_runs(src, data_dir, prefix):
+    """({queues: GPU M cmds/s of each run labelled PREFIX...}, {queues: controller threads}, the probe's
+    best per queue count) of a gpu_cmd_rate file."""
+    cr = pd.cmd_rate(path(src, data_dir))
+    runs = [r for r in cr["runs"] if r["label"].startswith(prefix)]
+    if not runs:
+        raise ValueError(f"{src['files'][0]}: no gpu_cmd_rate run labelled '{prefix}...'")
+    qs = sorted(runs[0]["rows"])
+    return ({q: [r["rows"][q]["gpu"] for r in runs if q in r["rows"]] for q in qs},
+            {q: runs[0]["rows"][q]["ctrl"] for q in qs}, cr["probe"])
+
+
 def cmd_rate(srcs, data_dir):
     head = ["queues", "controller threads", "GPU M cmds/s, each run", "median", "probe M cmds/s (best, same call)",
             "median ÷ probe"]
     rows = []
     for i, s in enumerate(srcs):
-        cr = pd.cmd_rate(path(s, data_dir))
-        runs = [r for r in cr["runs"] if r["label"].startswith(s["runs"])]
-        for q in sorted(runs[0]["rows"]):
-            gpu = [r["rows"][q]["gpu"] for r in runs if q in r["rows"]]
-            med, probe = pd.median(gpu), cr["probe"].get(q)
-            rows.append((i, [str(q), str(runs[0]["rows"][q]["ctrl"]), joined(gpu, lambda x: f"{x:.1f}", ", "),
-                             f"**{med:.1f}**", num(probe, 1), times(med / probe if probe else None)]))
+        gpu, ctrl, probe = gpu_runs(s, data_dir, s["runs"])
+        for q, xs in gpu.items():
+            med, p = pd.median(xs), probe.get(q)
+            rows.append((i, [str(q), str(ctrl[q]), joined(xs, lambda x: f"{x:.1f}", ", "), f"**{med:.1f}**", num(p, 1),
+                             times(med / p if p else None)]))
     return head, rows
 
 
 def cmd_rate_at(srcs, data_dir, queues):
-    s = srcs[0]
-    runs = [r for r in pd.cmd_rate(path(s, data_dir))["runs"] if r["label"].startswith(s["runs"])]
-    return pd.median([r["rows"][queues]["gpu"] for r in runs if queues in r["rows"]])
+    return pd.median(gpu_runs(srcs[0], data_dir, srcs[0]["runs"])[0][queues])
 
 
 def nvme_perf_qd(srcs, data_dir):
@@ -378,11 +386,9 @@ def recovery_cost(srcs, data_dir):
             "before recovery, range"]
     rows = []
     for i, s in enumerate(srcs):
-        cr = pd.cmd_rate(path(s, data_dir))
-        base = [r for r in cr["runs"] if r["label"].startswith(s["base"])]
-        new = [r for r in cr["runs"] if r["label"].startswith(s["new"])]
-        for q in sorted(base[0]["rows"]):
-            b, n = [r["rows"][q]["gpu"] for r in base], [r["rows"][q]["gpu"] for r in new]
+        base, new = gpu_runs(s, data_dir, s["base"])[0], gpu_runs(s, data_dir, s["new"])[0]
+        for q, b in base.items():
+            n = new[q]
             rows.append((i, [f"command rate, {q} queue(s), M cmds/s ({len(b)} + {len(n)} runs)", num(pd.median(b), 1),
                              num(pd.median(n), 1), f"**{pd.median(n) / pd.median(b):.2f}**",
                              f"{pd.median([x / y for x, y in zip(n, b)]):.2f}", span(b, lambda x: f"{x:.1f}")]))
