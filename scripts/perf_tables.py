@@ -140,22 +140,26 @@ def _ls_docs(s, data_dir):
     return [d for d in recs(s, data_dir) if "rows" in d]
 
 
+def _ls_by_drive(srcs, data_dir):
+    """(source index, run, drive profile, {mode: row}) for every profile of every layer_stream run."""
+    for i, s in enumerate(srcs):
+        for d in _ls_docs(s, data_dir):
+            for drive in dict.fromkeys(r["drive"] for r in d["rows"]):
+                yield i, d, drive, {r["mode"]: r for r in d["rows"] if r["drive"] == drive}
+
+
 def layer_stream_drives(srcs, data_dir):
     head = ["drives", "profile", "modeled limit GB/s", "gpunvme-gpu read GB/s", "efficiency", "gpunvme-cpu GB/s",
             "efficiency", "GPU queues a drive"]
     rows = []
-    for i, s in enumerate(srcs):
-        for d in _ls_docs(s, data_dir):
-            by = {}
-            for r in d["rows"]:
-                if r.get("ran") and r.get("limit_gbps") and r["mode"].startswith("gpunvme"):
-                    by.setdefault(r["drive"], {})[r["mode"]] = r
-            for drive, m in by.items():
-                g, c = m.get("gpunvme-gpu"), m.get("gpunvme-cpu")
-                q = re.match(r"(\d+)", (g or {}).get("note", ""))
-                rows.append((i, [str(d["drives"]), drive, num((g or c)["limit_gbps"]),
-                                 num((g or {}).get("read_gbps")), pct((g or {}).get("efficiency")),
-                                 num((c or {}).get("read_gbps")), pct((c or {}).get("efficiency")), q[1] if q else "—"]))
+    for i, d, drive, m in _ls_by_drive(srcs, data_dir):
+        g, c = (r if r and r.get("ran") and r.get("limit_gbps") else None for r in (m.get("gpunvme-gpu"), m.get("gpunvme-cpu")))
+        if not (g or c):
+            continue
+        q = re.match(r"(\d+)", (g or {}).get("note", ""))
+        rows.append((i, [str(d["drives"]), drive, num((g or c)["limit_gbps"]),
+                         num((g or {}).get("read_gbps")), pct((g or {}).get("efficiency")),
+                         num((c or {}).get("read_gbps")), pct((c or {}).get("efficiency")), q[1] if q else "—"]))
     return head, rows
 
 
@@ -175,19 +179,15 @@ def layer_stream_baselines(srcs, data_dir):
     head = ["profile", "gpunvme-gpu", "gpunvme-cpu", "mmap pipeline", "O_DIRECT + copy", "cuFile",
             "gpunvme-gpu ÷ mmap", "÷ O_DIRECT"]
     rows = []
-    for i, s in enumerate(srcs):
-        for d in _ls_docs(s, data_dir):
-            for drive in dict.fromkeys(r["drive"] for r in d["rows"]):
-                m = {r["mode"]: r for r in d["rows"] if r["drive"] == drive}
-                if "mmap" not in m:
-                    continue
-                cell = lambda r: ("not available" if not r.get("ran") else
-                                  num(r["io_gbps"]) + (f" ({pct(r['efficiency'])})" if r.get("efficiency") else ""))
-                g = m.get("gpunvme-gpu", {})
-                ratios = g.get("ratios") or {}
-                label = "unthrottled (RAM)" if drive == "none" else f"{drive}, baselines paced alike"
-                rows.append((i, [label] + [cell(m[k]) if k in m else "—" for k in _BASE_MODES]
-                             + [times(ratios.get("mmap")), times(ratios.get("odirect"))]))
+    cell = lambda r: ("not available" if not r.get("ran") else
+                      num(r["io_gbps"]) + (f" ({pct(r['efficiency'])})" if r.get("efficiency") else ""))
+    for i, d, drive, m in _ls_by_drive(srcs, data_dir):
+        if "mmap" not in m:
+            continue
+        ratios = m.get("gpunvme-gpu", {}).get("ratios") or {}
+        label = "unthrottled (RAM)" if drive == "none" else f"{drive}, baselines paced alike"
+        rows.append((i, [label] + [cell(m[k]) if k in m else "—" for k in _BASE_MODES]
+                     + [times(ratios.get("mmap")), times(ratios.get("odirect"))]))
     return head, rows
 
 
