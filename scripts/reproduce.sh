@@ -51,8 +51,8 @@ record() {  # BLOCK FILE[,FILE] COMMAND NOTE [EXTRA_JSON]: this step's file back
   local extra=${5:-}
   printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "${extra:-"{}"}" >> "$OUT/.sources.tsv"
 }
-run() {  # run and log a command; its exit status
-  echo "\$ $(shown "$@")"
+run() {  # log a command (on stderr: stdout may be the data) and run it; its exit status
+  echo "\$ $(shown "$@")" >&2
   "$@"
 }
 
