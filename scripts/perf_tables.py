@@ -441,9 +441,10 @@ def fault_cpu(srcs, data_dir):
 # ---- 6. Host CPU -----------------------------------------------------------------------------------
 
 def host_cpu(srcs, data_dir):
-    """Host CPU per token and per GB the drive moved, per (model, drive, loader), over every cell of the sources."""
-    head = ["model", "drive", "loader", "cells", "host CPU per token", "per GB from the drive", "÷ gpunvme's (median)"]
-    by = {}
+    """Host CPU per token and per GB the drive moved, per (model, drive, loader), over every cell of the
+    sources; a loader's CPU against gpunvme's only within one run of both (one call)."""
+    head = ["model", "drive", "loader", "cells", "host CPU per token", "per GB from the drive", "÷ gpunvme's, each run"]
+    by, vs = {}, {}
     for i, s in enumerate(srcs):
         for c in where(recs(s, data_dir, "llm_tokens"), s.get("where")):
             if c.get("error") or c["drive"] == "none" or (c.get("experts_routed") and _prefetch(c) == "off"):
@@ -451,16 +452,19 @@ def host_cpu(srcs, data_dir):
             per_tok = c["host_cpu_seconds"] / c["tokens"]
             nvme = c.get("plan", {}).get("nvme_bytes_per_token") or 0
             per_gb = per_tok / (nvme / 1e9) if nvme and not c.get("experts_routed") else None
-            label = c["mode"]
-            by.setdefault((c["model"], c["budget"], c["drive"], label), []).append((i, per_tok, per_gb))
+            by.setdefault((c["model"], c["budget"], c["drive"], c["mode"]), []).append((i, per_tok, per_gb))
+    for _, g in dense_groups(srcs, data_dir):
+        for m in ("mmap", "mmap-evict"):
+            if m in g:
+                n = g["gpunvme"]
+                vs.setdefault((n["model"], n["budget"], n["drive"], m), []).append(g[m]["host_cpu_seconds"] / n["host_cpu_seconds"])
     rows = []
-    for (model, budget, drive, label), xs in by.items():
-        base = by.get((model, budget, drive, "gpunvme"))
-        ratio = pd.median([t for _, t, _ in xs]) / pd.median([t for _, t, _ in base]) if base and label != "gpunvme" else None
-        rows.append((sorted({i for i, _, _ in xs}), [f"{model} {budget}", drive, label, str(len(xs)),
+    for key, xs in by.items():
+        model, budget, drive, mode = key
+        rows.append((sorted({i for i, _, _ in xs}), [f"{model} {budget}", drive, mode, str(len(xs)),
                                                      span([t for _, t, _ in xs], lambda x: f"{x:.3f}", " s"),
                                                      span([g for _, _, g in xs], lambda x: f"{1e3 * x:.0f}", " ms"),
-                                                     times(ratio, 0) if ratio else "—"]))
+                                                     span(vs.get(key, []), lambda x: f"{x:.0f}", "×")]))
     return head, rows
 
 
