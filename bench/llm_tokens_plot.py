@@ -113,7 +113,11 @@ def main():
     ap.add_argument("--prefix", default="llm_tokens")
     ap.add_argument("--card", default=None, help="the GPU the cells ran on, for the plots' titles")
     a = ap.parse_args()
-    cells = perf_data.load(a.results, tool="llm_tokens")
+    try:
+        cells = perf_data.load(a.results, tool="llm_tokens")
+    except OSError as e:
+        print(f"llm_tokens_plot: {e.filename}: {e.strerror}", file=sys.stderr)
+        return 1
     if not cells:
         print("llm_tokens_plot: no llm_tokens cells in the input", file=sys.stderr)
         return 1
