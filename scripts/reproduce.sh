@@ -193,7 +193,7 @@ step_nvme_perf() {
   local f=$OUT/${TAG}_perf_sweep.jsonl
   rm -f "$f"
   NVME_PERF=$BD/bench/nvme_perf GIT_REV=$COMMIT MACHINE="$(nproc) cores, $CARD" run bash scripts/perf_sweep.sh "$f" || return 1
-  record nvme_perf_qd "${f##*/}" "NVME_PERF=\$BD/bench/nvme_perf bash scripts/perf_sweep.sh ${f##*/}" "emu:ram,size=4G,threads=8,poll=spin,mdts=9, one queue, 1 s a point"
+  record nvme_perf_qd "${f##*/}" "NVME_PERF=\$BD/bench/nvme_perf bash scripts/perf_sweep.sh ${f##*/}" "Device emu:ram,size=4G,threads=8,poll=spin,mdts=9, one queue, 1 s a point"
   record nvme_perf_bs "${f##*/}" "NVME_PERF=\$BD/bench/nvme_perf bash scripts/perf_sweep.sh ${f##*/}" "QD 32, one queue"
 }
 
