@@ -10,7 +10,8 @@
 //      over: its id stays reserved for the re-issue (warp_recovery.cuh schedule_retry).
 //   2. submit_pass (2a. retry_pass, between passes while retries are pending, warp_recovery.cuh): up to
 //      kSubmitRounds * 32 commands, one SQE per lane per round written with four 16-byte stores;
-//      command ids come round-robin from the busy table (an id still in flight is never reused).
+//      command ids come round-robin from the busy table (an id still in flight is never reused); the
+//      slots are claimed and filled as the retry pass does it (warp_claim.cuh).
 //   3. ring_doorbells: one system-scope fence, then the SQ tail and CQ head doorbells (lane 0).
 //   4. the quiesce word (loaded at the top of the pass, used here): park for a controller reset.
 //   5. timed_out: no progress for `timeout_ns` on %globaltimer ends the pass with fault::kTimedOut.
@@ -29,6 +30,7 @@
 #include <cstdint>
 
 #include "device/device_queue.h"
+#include "device/warp_claim.cuh"
 #include "device/warp_recovery.cuh"
 #include "device/warp_state.cuh"
 #include "driver/commands.h"
@@ -181,24 +183,14 @@ __device__ __forceinline__ uint32_t submit_pass(const PumpContext& c, WarpState&
 #pragma unroll
   for (uint32_t r = 0; r < kSubmitRounds; ++r) {
     if (n < want) {
-      const uint32_t k = r * 32 + lane;
-      const uint32_t cid = (base + k) & c.cid_mask;
-      const bool free_id = bz[r] == 0;
-      const uint32_t m = __ballot_sync(kFullMask, free_id);
-      const uint32_t idx = n + __popc(m & ((1u << lane) - 1u));
-      const bool take = free_id && idx < want;
-      if (take) {
-        c.busy[cid] = cid_state::kInFlight;
-        uint32_t tag = 0;
-        nvme::SubmissionEntry e = make(issued + idx, uint16_t(cid), &tag);
-        e.cid = uint16_t(cid);
-        c.tags[cid] = tag;
-        c.cmd[cid] = issued + idx;  // for a re-issue (attempt bits 0: the first submission)
-        store_sqe(c.sq + nvme::ring_advance(s.sq.tail, idx, c.entries), e);
+      const uint32_t cid = (base + r * 32 + lane) & c.cid_mask;
+      const SlotClaim k = claim_slots(bz[r] == 0, n, want);
+      if (k.take) {
+        write_claimed(c, s, cid, k.slot, issued + k.slot, make);
+        c.cmd[cid] = issued + k.slot;  // for a re-issue (attempt bits 0: the first submission)
       }
-      const uint32_t took = __ballot_sync(kFullMask, take);
-      if (took != 0) next = base + r * 32 + (31 - __clz(took)) + 1;
-      n += __popc(took);
+      if (k.taken != 0) next = base + r * 32 + (31 - __clz(k.taken)) + 1;
+      n += __popc(k.taken);
     }
   }
   if (n > 0) {

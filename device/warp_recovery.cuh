@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 
+#include "device/warp_claim.cuh"
 #include "device/warp_state.cuh"
 #include "driver/retry_policy.h"
 
@@ -170,21 +171,13 @@ __device__ uint32_t retry_pass(const PumpContext& c, WarpState& s, Make& make) {
     const uint32_t cid = base + lane;
     const bool pending = cid <= c.cid_mask && c.busy[cid] == cid_state::kRetryPending;
     const uint64_t due = pending ? c.retry_at[cid] : ~0ull;
-    const bool ready = pending && due <= now;
-    const uint32_t m = __ballot_sync(kFullMask, ready);
-    const uint32_t idx = n + __popc(m & ((1u << lane) - 1u));
-    const bool take = ready && idx < room;
-    if (take) {
-      c.busy[cid] = cid_state::kInFlight;
-      uint32_t tag = 0;
-      nvme::SubmissionEntry e = make(c.cmd[cid] & kCmdIndexMask, uint16_t(cid), &tag);
-      e.cid = uint16_t(cid);
-      c.tags[cid] = tag;
-      store_sqe(c.sq + nvme::ring_advance(s.sq.tail, idx, c.entries), e);
+    const SlotClaim k = claim_slots(pending && due <= now, n, room);
+    if (k.take) {
+      write_claimed(c, s, cid, k.slot, c.cmd[cid] & kCmdIndexMask, make);
     } else if (pending) {
       next_due = due < next_due ? due : next_due;  // a due one left for lack of room goes next pass
     }
-    n += __popc(__ballot_sync(kFullMask, take));
+    n += __popc(k.taken);
     seen += __popc(__ballot_sync(kFullMask, pending));
   }
   s.retry_due = warp_min64(next_due);
