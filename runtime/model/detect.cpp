@@ -129,6 +129,10 @@ gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m) {
                      "the given start LBA or the 1 MiB default; deploy one or pass its start LBA");
   }
   DeviceByteSource src(io, m.start_lba, m.byte_bound);
+  return read_model_header(io, m, src);
+}
+
+gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m, gguf::ByteSource& src) {
   gguf::GgufFile f = gguf::GgufFile::read(src);
   if (m.record) check_record_matches_header(io, *m.record, f);
   return f;

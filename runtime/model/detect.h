@@ -37,5 +37,8 @@ DetectedModel detect_model(const BlockIo& io, std::optional<uint64_t> start_lba_
 // and the header describe one model (the name deploy took from general.name, a length ending
 // where the tensor data ends): ModelError otherwise (two writers mixed, or dd over a deployed model).
 gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m);
+// The same from `src`, the model's bytes as some reader serves them (checked_header.h: each chunk
+// checked against the record before the parser sees it).
+gguf::GgufFile read_model_header(const BlockIo& io, const DetectedModel& m, gguf::ByteSource& src);
 
 }  // namespace gpunvme::model

@@ -1,6 +1,8 @@
-// CRC-32C against published check values (RFC 3720 B.4, the "123456789" check) and sw == hw.
+// CRC-32C against published check values (RFC 3720 B.4, the "123456789" check), sw == hw (also past
+// the hardware path's three-stream blocks), and the combine operation against whole buffers.
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -26,10 +28,10 @@ TEST_CASE("crc32c known values", "[crc32c]") {
 
 TEST_CASE("crc32c: hardware and slice-by-8 agree, chaining works", "[crc32c]") {
   std::mt19937 rng(7);
-  std::vector<uint8_t> buf(4096 + 16);
+  std::vector<uint8_t> buf(40000 + 16);
   for (auto& b : buf) b = static_cast<uint8_t>(rng());
   for (size_t off = 0; off < 9; ++off) {
-    for (size_t len : {0u, 1u, 7u, 8u, 9u, 63u, 64u, 1000u, 4096u}) {
+    for (size_t len : {0u, 1u, 7u, 8u, 9u, 63u, 64u, 1000u, 4096u, 12288u, 12289u, 40000u}) {
       INFO(off << " " << len);
       CHECK(crc32c(buf.data() + off, len) == crc32c_sw(buf.data() + off, len));
       size_t cut = len / 3;
@@ -39,4 +41,35 @@ TEST_CASE("crc32c: hardware and slice-by-8 agree, chaining works", "[crc32c]") {
   }
   INFO("hardware CRC32C: " << (crc32c_has_hw() ? "yes" : "no"));
   SUCCEED();
+}
+
+// Property: a buffer cut at random points into pieces, each CRC'd from 0, combined left to right,
+// gives crc32c() of the whole buffer; and a wrong length or a flipped bit does not.
+TEST_CASE("crc32c_combine: random splits give the whole buffer's CRC", "[crc32c]") {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> buf(1 << 20);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (int round = 0; round < 200; ++round) {
+    const size_t len = round < 20 ? rng() % 64 : rng() % buf.size();
+    const size_t off = rng() % (buf.size() - len + 1);
+    const uint32_t whole = crc32c(buf.data() + off, len);
+    const size_t n_cuts = rng() % 12;
+    std::vector<size_t> cuts{0, len};
+    for (size_t i = 0; i < n_cuts; ++i) cuts.push_back(len ? rng() % (len + 1) : 0);
+    std::sort(cuts.begin(), cuts.end());
+    uint32_t c = 0;
+    for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+      const size_t a = cuts[i], n = cuts[i + 1] - a;  // empty pieces included
+      c = crc32c_combine(c, crc32c_sw(buf.data() + off + a, n), n);
+    }
+    INFO("round " << round << ": " << len << " bytes in " << cuts.size() - 1 << " pieces");
+    REQUIRE(c == whole);
+    if (len >= 2) {
+      const size_t a = cuts[cuts.size() / 2];
+      const uint32_t left = crc32c(buf.data() + off, a), right = crc32c(buf.data() + off + a, len - a);
+      CHECK(crc32c_combine(left, right, len - a + 1) != whole);
+      buf[off + rng() % len] ^= uint8_t(1u << (rng() % 8));
+      CHECK(crc32c_combine(crc32c(buf.data() + off, a), crc32c(buf.data() + off + a, len - a), len - a) != whole);
+    }
+  }
 }
