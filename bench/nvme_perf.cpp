@@ -57,7 +57,7 @@ std::vector<DeviceResult> run_gpu(const std::vector<GpuDevice>&, const Job&, con
 
 namespace {
 
-const char* kHelp =
+const cli::Help kHelp = {
     "usage: nvme_perf [options]\n"
     "\n"
     "IOPS, bandwidth, latency percentiles and CPU time of NVMe I/O through gpunvme's queue pairs, issued\n"
@@ -66,21 +66,26 @@ const char* kHelp =
     "  --device DEV      device string (default emu:ram,size=1G); repeat for up to 4 devices, which all\n"
     "                    run the same workload at once (same LBA size needed; span = the smallest)\n"
     "  --path P          cpu | gpu (default cpu; gpu needs a CUDA build and a GPU)\n"
-    "  --doorbell D      GPU path: gpu (kernels write BAR0) | cpu (kernels write a host mailbox, a CPU\n"
-    "                    thread forwards) | auto (gpu where BAR0 maps into the GPU; default)\n"
     "  --bs SIZE         bytes per command, e.g. 4K, 128K (default 128K)\n"
     "  --qd N            commands in flight per queue (default 32)\n"
     "  --queues N        I/O queue pairs per device (default 1): host threads or GPU warps\n"
     "  --rw MODE         read | write | randread | randwrite | rw | randrw (default read);\n"
     "                    rw/randrw mix reads and writes, sequential/random\n"
+    "  --time SEC        run for SEC seconds, decimals allowed (default 3)\n"
+    "  --verify          check the stamp of the first and last block of every read (implies --fill;\n"
+    "                    writes stamp their blocks); mismatches are errors. Slows the GPU path.\n"
+    "  --json            print one JSON object (one line) instead of the table\n"
+    "\n"
+    "e.g. nvme_perf --device emu:ram,size=4G --bs 4K --qd 64 --queues 4 --rw randread --path gpu\n",
+    "\n"
+    "Other options:\n"
+    "  --doorbell D      GPU path: gpu (kernels write BAR0) | cpu (kernels write a host mailbox, a CPU\n"
+    "                    thread forwards) | auto (gpu where BAR0 maps into the GPU; default)\n"
     "  --mix PCT         reads as a percentage of rw / randrw commands (default 70)\n"
-    "  --time SEC        run for SEC seconds, decimals allowed (default 3) ...\n"
-    "  --count N         ... or for N commands per device in total (split over the queues)\n"
+    "  --count N         instead of --time: N commands per device in total (split over the queues)\n"
     "  --span SIZE       bytes of the namespace to address from LBA 0 (default: all of it)\n"
     "  --seed N          random LBA / mix seed (default 1)\n"
     "  --fill            first write the span (each block starts with an LBA stamp); not measured\n"
-    "  --verify          check the stamp of the first and last block of every read (implies --fill;\n"
-    "                    writes stamp their blocks); mismatches are errors. Slows the GPU path.\n"
     "  --no-fill         with --verify: skip the fill, the span was filled by an earlier --fill run\n"
     "  --timeout-ms N    CPU path: a command without completion for N ms is aborted, then the controller\n"
     "                    reset and what was in flight resubmitted (default 5000); GPU path: a queue with\n"
@@ -88,7 +93,6 @@ const char* kHelp =
     "  --allow-write     permit writes (write/rw modes, --fill, --verify) on a real device: vfio:, or\n"
     "                    emu: on a block device\n"
     "  --force           ... even over a partition table or filesystem signature at LBA 0\n"
-    "  --json            print one JSON object (one line) instead of the table\n"
     "  --label TEXT      free text copied into the JSON (\"label\") and the table's title line\n"
     "  --gpu-check       print whether the GPU path can run here; exit 0 if so, 1 if not\n"
     "\n"
@@ -115,7 +119,7 @@ const char* kHelp =
     "Exit status: 0 ok; 1 errors (failed commands, faults, verify mismatches; with no command completed or\n"
     "any verify mismatch nothing but the error is printed: no figures); 2 usage; 3 a GPU kernel\n"
     "stopped progressing (the process ends; a running kernel cannot be cancelled).\n"
-    "\n";
+    "\n"};
 
 // ---------- CPU time of the emulator's controller threads ----------
 
@@ -513,10 +517,7 @@ int main(int argc, char** argv) {
                    {"json", "help", "fill", "verify", "no-fill", "allow-write", "force", "gpu-check"}, {"device"});
     o.devices = args.all("device");
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
-    if (args.has("help")) {
-      std::printf("%s%s", kHelp, host::device_string_help());
-      return 0;
-    }
+    if (args.help_asked()) return args.print_help("nvme_perf", {kHelp.brief, kHelp.rest + host::device_string_help()});
     if (args.has("gpu-check")) {
       std::string why;
       const bool ok = perf::gpu_path_usable(&why);

@@ -7,6 +7,11 @@
 
 namespace gpunvme::host {
 
+const char* device_string_brief() {
+  return "DEVICE: emu:PATH[,key=value...] (the emulated controller on an image file, or `ram` / `null`,\n"
+         "        e.g. emu:ram,size=1G) or vfio:DDDD:BB:DD.F (a real drive bound to vfio-pci)\n";
+}
+
 const char* device_string_help() {
   return "Device strings:\n"
          "  emu:PATH[,key=value...]  the built-in emulated NVMe controller (no hardware, no root).\n"

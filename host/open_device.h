@@ -10,8 +10,10 @@
 
 namespace gpunvme::host {
 
-// Help text describing the accepted device strings, for --help output and error messages.
+// Help text describing the accepted device strings, for --help-all output and error messages.
 const char* device_string_help();
+// The same in two lines, by example, for a tool's brief --help.
+const char* device_string_brief();
 
 // kReadOnly: for tools that only read (identify, ls, verify). emu: image files are opened
 // read-only and never created or extended, so reading needs no write access and changes nothing.

@@ -1,17 +1,64 @@
 #include "runtime/cli/args.h"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 
 #include "host/text/numbers.h"
 
 namespace gpunvme::cli {
 
+namespace {
+
+bool known(const std::vector<std::string>& v, const std::string& n) { return std::find(v.begin(), v.end(), n) != v.end(); }
+
+// Whether `text` spells the option `name` as a whole word: --name, or -n for a one-letter name.
+bool names_option(const std::string& text, const std::string& name) {
+  const std::string spelled = (name.size() == 1 ? "-" : "--") + name;
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; };
+  for (size_t at = text.find(spelled); at != std::string::npos; at = text.find(spelled, at + 1)) {
+    const size_t end = at + spelled.size();
+    if ((at == 0 || !word_char(text[at - 1])) && (end == text.size() || !word_char(text[end]))) return true;
+  }
+  return false;
+}
+
+// The usage lines: the brief help up to its first blank line.
+std::string usage_lines(const Help& help) {
+  const size_t blank = help.brief.find("\n\n");
+  return blank == std::string::npos ? help.brief : help.brief.substr(0, blank + 1);
+}
+
+}  // namespace
+
+void print_help(FILE* out, const char* tool, const Help& help, bool all) {
+  std::fputs(help.brief.c_str(), out);
+  if (all) std::fputs(help.rest.c_str(), out);
+  else if (!help.rest.empty()) std::fprintf(out, "\n(%s --help-all: every option and more detail)\n", tool);
+}
+
+void print_usage_error(const char* tool, const std::exception& e, const Help& help) {
+  std::fprintf(stderr, "%s: %s\n%s(%s --help for the options)\n", tool, e.what(), usage_lines(help).c_str(), tool);
+}
+
+int Args::print_help(const char* tool, const Help& help) const {
+  const bool all = has("help-all");
+  cli::print_help(stdout, tool, help, all);
+  if (!all) return 0;
+  std::string missing;
+  for (const std::string& name : accepted_)
+    if (name != "help" && name != "help-all" && !names_option(help.brief + help.rest, name))
+      missing += std::string(missing.empty() ? "" : ", ") + (name.size() == 1 ? "-" : "--") + name;
+  if (missing.empty()) return 0;
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: bug: --help-all does not describe %s, which the tool accepts\n", tool, missing.c_str());
+  return 70;
+}
+
 Args::Args(int argc, char** argv, int first, const std::vector<std::string>& options,
            const std::vector<std::string>& flags, const std::vector<std::string>& repeatable) {
-  auto known = [](const std::vector<std::string>& v, const std::string& n) {
-    return std::find(v.begin(), v.end(), n) != v.end();
-  };
+  accepted_ = options;
+  accepted_.insert(accepted_.end(), flags.begin(), flags.end());
   for (int i = first; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0 || a == "--") {
@@ -27,7 +74,7 @@ Args::Args(int argc, char** argv, int first, const std::vector<std::string>& opt
     }
     if (values_.count(name) != 0 && !known(repeatable, name))
       throw UsageError("option --" + name + " is given twice; give it once");
-    if (known(flags, name)) {
+    if (known(flags, name) || name == "help" || name == "help-all") {
       if (inline_value) throw UsageError("option --" + name + " takes no value");
       values_[name] = "1";
     } else if (known(options, name)) {

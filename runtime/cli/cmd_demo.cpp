@@ -17,19 +17,20 @@
 namespace gpunvme::cli {
 namespace {
 
-const char* kDemoHelp =
-    "usage: gpunvme demo [--device DEVICE] [--bytes SIZE] [--queue-depth N] [--allow-write] [--force]\n"
-    "\n"
-    "Brings an NVMe controller up from user space, identifies it, then writes deterministic\n"
-    "patterns through one I/O queue pair (CPU-initiated, PRPs and MDTS splitting), reads them back\n"
-    "into a different buffer and compares every byte. Prints each step and the throughput.\n"
-    "\n"
-    "  --device DEVICE   default: emu:/tmp/gpunvme-demo.img,size=256M (an emulated controller\n"
-    "                    on a file, created if missing). On a real device this overwrites data.\n"
-    "  --bytes SIZE      bytes for the bulk pattern (default 64M)\n"
-    "  --queue-depth N   commands in flight (default 32)\n"
-    "%s"
-    "\n";
+Help demo_help() {
+  return {"usage: gpunvme demo [--device DEVICE] [--bytes SIZE] [--queue-depth N] [--allow-write] [--force]\n"
+          "\n"
+          "Brings an NVMe controller up from user space, identifies it, then writes deterministic\n"
+          "patterns through one I/O queue pair (CPU-initiated, PRPs and MDTS splitting), reads them back\n"
+          "into a different buffer and compares every byte. Prints each step and the throughput.\n"
+          "\n"
+          "  --device DEVICE   default: emu:/tmp/gpunvme-demo.img,size=256M (an emulated controller\n"
+          "                    on a file, created if missing). On a real device this overwrites data.\n"
+          "  --bytes SIZE      bytes for the bulk pattern (default 64M)\n"
+          "  --queue-depth N   commands in flight (default 32)\n" +
+              std::string(guard::kWriteFlagsHelp) + "\n" + host::device_string_brief(),
+          std::string("\n") + host::device_string_help()};
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -38,12 +39,8 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 }  // namespace
 
 int cmd_demo(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "bytes", "queue-depth"}, {"help", "allow-write", "force"});
-  if (args.has("help")) {
-    std::printf(kDemoHelp, guard::kWriteFlagsHelp);
-    std::printf("%s", host::device_string_help());
-    return 0;
-  }
+  Args args(argc, argv, 2, {"device", "bytes", "queue-depth"}, {"allow-write", "force"});
+  if (args.help_asked()) return args.print_help("gpunvme demo", demo_help());
   if (!args.positional().empty()) throw UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
   const std::string device = args.get("device", "emu:/tmp/gpunvme-demo.img,size=256M");
   uint64_t bulk = args.get_size("bytes", 64ull << 20);

@@ -22,49 +22,58 @@
 namespace gpunvme::cli {
 namespace {
 
-const char* kDeployHelp =
-    "usage: gpunvme deploy MODEL.gguf --device DEVICE [--start-lba N] [--nsid N] [--allow-write] [--force] [--progress]\n"
-    "       gpunvme deploy MODEL.gguf --device DEVICE --print-dd [--start-lba N]\n"
-    "       gpunvme deploy MODEL.gguf --device DEVICE --record-only [--start-lba N]\n"
-    "\n"
-    "Writes a GGUF model onto a raw NVMe namespace through gpunvme's own driver (CPU-initiated\n"
-    "writes, 8 MiB pieces, the file read overlapping the previous write), then a one-block deploy\n"
-    "record at LBA 0: model name, start LBA, byte length, block size and a CRC-32C per 64 MiB chunk\n"
-    "(computed while writing). `gpunvme ls` and `gpunvme verify` then need nothing but the device.\n"
-    "\n"
-    "Before writing anything it parses the GGUF header, checks that the model fits, and refuses to\n"
-    "write over a partition table, a filesystem or any other signature libblkid knows (ceph, ZFS,\n"
-    "LVM, swap, ...), or any other non-zero data, found in the first MiB at LBA 0 or at the start\n"
-    "LBA. A previously deployed model is replaced without asking when the layout stays (one\n"
-    "namespace, or the same set in the same order and stripe unit); a new layout over a model (a set\n"
-    "in another order or unit, a set over a one-namespace model, one model over a set member) needs\n"
-    "--force. Nothing is written before every check passed. A deploy that stops midway\n"
-    "(signal, error) leaves an unfinished record that ls and verify refuse; run it again. While it\n"
-    "runs the device is locked: a second deploy, ls or verify is refused, naming the pid.\n"
-    "\n"
-    "  --device DEVICE   the namespace to write (required). WARNING: this overwrites it. Repeated: a\n"
-    "                    striped set (RAID-0) over those namespaces in that order, each with a stripe\n"
-    "                    record at LBA 0 naming the set and its place; ls, verify and the engine then take\n"
-    "                    the same --device list (a wrong order, a missing or repeated member is refused)\n"
-    "  --stripe-unit SIZE  striped set: bytes per member before the next (default 1M; a multiple of the\n"
-    "                    LBA size). --print-dd and --record-only write one namespace only\n"
-    "  --nsid N          namespace id (default 1)\n"
-    "  --start-lba N     LBA of the model's byte 0 (default: 1 MiB in: LBA 2048 with 512-byte\n"
-    "                    blocks, 256 with 4 KiB blocks). LBA 0 holds the record, so N >= 1.\n"
-    "  --allow-write     required for a real device: vfio:, or emu: on a block device (/dev/...);\n"
-    "                    the same rule as every other tool that writes (--print-dd too)\n"
-    "  --force           write even over a partition table, filesystem signature or unknown data\n"
-    "  --progress        show the progress line (bytes, rate, ETA) even when stderr is not a terminal\n"
-    "  --print-dd        write nothing; print the dd command that puts the file where deploy would,\n"
-    "                    and the --record-only step to run after it (same checks, same refusals)\n"
-    "  --record-only     the model bytes are already on the device (dd): checksum the file and write\n"
-    "                    only the deploy record (refused if the device's first model block differs)\n"
-    "\n"
-    "example (emulated controller on a file, no hardware, no root):\n"
-    "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
-    "  gpunvme ls --device emu:/tmp/models.img\n"
-    "  gpunvme verify --device emu:/tmp/models.img\n"
-    "\n";
+Help deploy_help() {
+  return {"usage: gpunvme deploy MODEL.gguf --device DEVICE [--start-lba N] [--nsid N] [--allow-write] [--force] [--progress]\n"
+          "       gpunvme deploy MODEL.gguf --device DEVICE --print-dd [--start-lba N]\n"
+          "       gpunvme deploy MODEL.gguf --device DEVICE --record-only [--start-lba N]\n"
+          "\n"
+          "Writes a GGUF model onto a raw NVMe namespace through gpunvme's own driver, then a one-block deploy\n"
+          "record at LBA 0 (name, start LBA, length, block size, a CRC-32C per 64 MiB chunk), so that\n"
+          "`gpunvme ls` and `gpunvme verify` need nothing but the device. It refuses to write over a partition\n"
+          "table, a filesystem or other data unless --force; nothing is written before every check passed.\n"
+          "\n"
+          "  --device DEVICE   the namespace to write (required). WARNING: this overwrites it. Repeated: a\n"
+          "                    striped set (RAID-0) over those namespaces in that order\n"
+          "  --start-lba N     LBA of the model's byte 0 (default: 1 MiB in; LBA 0 holds the record)\n"
+          "  --allow-write     required for a real device: vfio:, or emu: on a block device (/dev/...)\n"
+          "  --force           write even over a partition table, filesystem signature or unknown data\n"
+          "\n"
+          "example (emulated controller on a file, no hardware, no root):\n"
+          "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
+          "  gpunvme ls --device emu:/tmp/models.img\n"
+          "  gpunvme verify --device emu:/tmp/models.img\n",
+          std::string(
+              "\n"
+              "The writes are CPU-initiated, in 8 MiB pieces, the file read overlapping the previous write; the\n"
+              "CRC-32Cs are computed while writing.\n"
+              "\n"
+              "Before writing anything it parses the GGUF header, checks that the model fits, and refuses to\n"
+              "write over a partition table, a filesystem or any other signature libblkid knows (ceph, ZFS,\n"
+              "LVM, swap, ...), or any other non-zero data, found in the first MiB at LBA 0 or at the start\n"
+              "LBA. A previously deployed model is replaced without asking when the layout stays (one\n"
+              "namespace, or the same set in the same order and stripe unit); a new layout over a model (a set\n"
+              "in another order or unit, a set over a one-namespace model, one model over a set member) needs\n"
+              "--force. A deploy that stops midway (signal, error) leaves an unfinished record that ls and\n"
+              "verify refuse; run it again. While it runs the device is locked: a second deploy, ls or verify\n"
+              "is refused, naming the pid.\n"
+              "\n"
+              "More on the options above, and the others:\n"
+              "  --device DEVICE   repeated: each member gets a stripe record at LBA 0 naming the set and its\n"
+              "                    place; ls, verify and the engine then take the same --device list (a wrong\n"
+              "                    order, a missing or repeated member is refused)\n"
+              "  --stripe-unit SIZE  striped set: bytes per member before the next (default 1M; a multiple of the\n"
+              "                    LBA size). --print-dd and --record-only write one namespace only\n"
+              "  --nsid N          namespace id (default 1)\n"
+              "  --start-lba N     default LBA 2048 with 512-byte blocks, 256 with 4 KiB blocks; N >= 1\n"
+              "  --allow-write     the same rule as every other tool that writes (--print-dd too)\n"
+              "  --progress        show the progress line (bytes, rate, ETA) even when stderr is not a terminal\n"
+              "  --print-dd        write nothing; print the dd command that puts the file where deploy would,\n"
+              "                    and the --record-only step to run after it (same checks, same refusals)\n"
+              "  --record-only     the model bytes are already on the device (dd): checksum the file and write\n"
+              "                    only the deploy record (refused if the device's first model block differs)\n"
+              "\n") +
+              host::device_string_help()};
+}
 
 // For emu:PATH devices the image file itself is the dd target.
 std::string emu_image_path(const std::string& device) {
@@ -184,11 +193,8 @@ void print_summary(const deploy::DeployResult& res, bool record_only, const depl
 
 int cmd_deploy(int argc, char** argv) {
   Args args(argc, argv, 2, {"device", "start-lba", "nsid", "stripe-unit"},
-            {"help", "allow-write", "force", "progress", "print-dd", "record-only"}, {"device"});
-  if (args.has("help")) {
-    std::printf("%s%s", kDeployHelp, host::device_string_help());
-    return 0;
-  }
+            {"allow-write", "force", "progress", "print-dd", "record-only"}, {"device"});
+  if (args.help_asked()) return args.print_help("gpunvme deploy", deploy_help());
   const DeployCommand c = parse_command(args);
   // The tools' one write rule (runtime/guard): a real device needs --allow-write, before anything is opened.
   for (const std::string& d : c.devices)

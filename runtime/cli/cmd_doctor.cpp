@@ -11,7 +11,7 @@
 
 namespace gpunvme::cli {
 
-static const char* kDoctorHelp =
+static const Help kDoctorHelp = {
     "usage: gpunvme doctor [--device vfio:BDF] [--json] [--queues N] [--entries N] [--buffers SIZE] [--gpu N]\n"
     "\n"
     "Checks this machine for running gpunvme on a real NVMe drive and GPU, and prints the exact fix for\n"
@@ -33,14 +33,12 @@ static const char* kDoctorHelp =
     "  0  ready: nothing blocks gpunvme here\n"
     "  1  at least one problem blocks it (each FAIL line names its fix)\n"
     "  2  usage error\n"
-    "  3  ready, with warnings (e.g. no GPU, CPU-forwarded doorbells, drive and GPU on different sockets)\n";
+    "  3  ready, with warnings (e.g. no GPU, CPU-forwarded doorbells, drive and GPU on different sockets)\n",
+    ""};
 
 int cmd_doctor(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "queues", "entries", "buffers", "gpu"}, {"json", "help"});
-  if (args.has("help")) {
-    std::printf("%s", kDoctorHelp);
-    return 0;
-  }
+  Args args(argc, argv, 2, {"device", "queues", "entries", "buffers", "gpu"}, {"json"});
+  if (args.help_asked()) return args.print_help("gpunvme doctor", kDoctorHelp);
   if (!args.positional().empty()) throw UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
   doctor::Environment env;
   env.device = args.get("device");

@@ -7,20 +7,20 @@
 
 namespace gpunvme::cli {
 
-static const char* kIdentifyHelp =
-    "usage: gpunvme identify --device DEVICE\n"
-    "\n"
-    "Brings the controller up from user space (reset, admin queue, enable), runs Identify Controller\n"
-    "and Identify Namespace for every active namespace, and prints a summary like `nvme id-ctrl`.\n"
-    "It writes nothing to the namespaces.\n"
-    "\n";
+static Help identify_help() {
+  return {std::string("usage: gpunvme identify --device DEVICE\n"
+                      "\n"
+                      "Brings the controller up from user space (reset, admin queue, enable), runs Identify Controller\n"
+                      "and Identify Namespace for every active namespace, and prints a summary like `nvme id-ctrl`.\n"
+                      "It writes nothing to the namespaces.\n"
+                      "\n") +
+              host::device_string_brief(),
+          std::string("\n") + host::device_string_help()};
+}
 
 int cmd_identify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device"}, {"help"});
-  if (args.has("help")) {
-    std::printf("%s%s", kIdentifyHelp, host::device_string_help());
-    return 0;
-  }
+  Args args(argc, argv, 2, {"device"}, {});
+  if (args.help_asked()) return args.print_help("gpunvme identify", identify_help());
   if (!args.has("device")) throw UsageError("identify needs --device (e.g. --device emu:ram,size=1G)");
   auto ctrl = host::open_controller(args.get("device"), {}, host::Access::kReadOnly);  // identify changes nothing
   const auto& id = ctrl->identify();

@@ -10,36 +10,34 @@
 namespace gpunvme::cli {
 namespace {
 
-const char* kLsHelp =
-    "usage: gpunvme ls --device DEVICE [--nsid N] [--start-lba N] [--tensors] [--experts] [--json]\n"
-    "\n"
-    "Lists the model on a namespace from the device alone: it reads the deploy record at LBA 0\n"
-    "(written by `gpunvme deploy`) or finds a GGUF written by plain dd (at LBA 0, at --start-lba,\n"
-    "or at the 1 MiB default), parses the GGUF header through the driver, and prints the model's\n"
-    "name, start LBA, size and block size, every layer (blk.N) with its LBA range and bytes, and the\n"
-    "non-layer tensors (token embedding, output, norms).\n"
-    "\n"
-    "  --device DEVICE   the namespace to read (required); nothing is written. Repeat it for a striped\n"
-    "                    set: every member, in order (one member alone is named with its place)\n"
-    "  --nsid N          namespace id (default 1)\n"
-    "  --start-lba N     where dd put a model that has no deploy record\n"
-    "  --tensors         also every tensor: type, LBA range, byte offset in its first block, bytes\n"
-    "  --experts         also every MoE expert slice: (layer, expert, projection) -> LBA range\n"
-    "  --json            machine-readable output (same content)\n"
-    "\n"
-    "example:\n"
-    "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
-    "  gpunvme ls --device emu:/tmp/models.img --tensors\n"
-    "\n";
+Help ls_help() {
+  return {"usage: gpunvme ls --device DEVICE [--nsid N] [--start-lba N] [--tensors] [--experts] [--json]\n"
+          "\n"
+          "Lists the model on a namespace from the device alone: it reads the deploy record at LBA 0\n"
+          "(written by `gpunvme deploy`) or finds a GGUF written by plain dd (at LBA 0, at --start-lba,\n"
+          "or at the 1 MiB default), parses the GGUF header through the driver, and prints the model's\n"
+          "name, start LBA, size and block size, every layer (blk.N) with its LBA range and bytes, and the\n"
+          "non-layer tensors (token embedding, output, norms).\n"
+          "\n"
+          "  --device DEVICE   the namespace to read (required); nothing is written. Repeat it for a striped\n"
+          "                    set: every member, in order (one member alone is named with its place)\n"
+          "  --nsid N          namespace id (default 1)\n"
+          "  --start-lba N     where dd put a model that has no deploy record\n"
+          "  --tensors         also every tensor: type, LBA range, byte offset in its first block, bytes\n"
+          "  --experts         also every MoE expert slice: (layer, expert, projection) -> LBA range\n"
+          "  --json            machine-readable output (same content)\n"
+          "\n"
+          "example:\n"
+          "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
+          "  gpunvme ls --device emu:/tmp/models.img --tensors\n",
+          std::string("\n") + host::device_string_help()};
+}
 
 }  // namespace
 
 int cmd_ls(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "nsid", "start-lba"}, {"help", "tensors", "experts", "json"}, {"device"});
-  if (args.has("help")) {
-    std::printf("%s%s", kLsHelp, host::device_string_help());
-    return 0;
-  }
+  Args args(argc, argv, 2, {"device", "nsid", "start-lba"}, {"tensors", "experts", "json"}, {"device"});
+  if (args.help_asked()) return args.print_help("gpunvme ls", ls_help());
   if (!args.positional().empty()) throw UsageError("ls takes no file arguments; the model is read from --device");
   if (!args.has("device")) throw UsageError("--device is required, e.g. --device emu:/tmp/models.img (see --help)");
   // Several --device: a striped set's members, in order (its logical volume holds the model).

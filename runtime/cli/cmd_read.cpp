@@ -14,22 +14,22 @@
 
 namespace gpunvme::cli {
 
-static const char* kReadHelp =
-    "usage: gpunvme read --device DEVICE [--nsid N] [--lba L] [--bytes SIZE] [--out FILE]\n"
-    "\n"
-    "Reads --bytes (default 1M, whole blocks) from LBA L (default 0) of namespace N (default 1) and\n"
-    "writes them to FILE or, without --out, to stdout. It writes nothing to the device. Compare with\n"
-    "the kernel's view taken before binding, e.g.\n"
-    "  sudo dd if=/dev/nvme0n1 bs=1M count=1 iflag=direct | sha256sum      # before: on nvme\n"
-    "  sudo build/gpunvme read --device vfio:0000:0b:00.0 | sha256sum     # after: on vfio-pci\n"
-    "\n";
+static Help read_help() {
+  return {std::string("usage: gpunvme read --device DEVICE [--nsid N] [--lba L] [--bytes SIZE] [--out FILE]\n"
+                      "\n"
+                      "Reads --bytes (default 1M, whole blocks) from LBA L (default 0) of namespace N (default 1) and\n"
+                      "writes them to FILE or, without --out, to stdout. It writes nothing to the device. Compare with\n"
+                      "the kernel's view taken before binding, e.g.\n"
+                      "  sudo dd if=/dev/nvme0n1 bs=1M count=1 iflag=direct | sha256sum      # before: on nvme\n"
+                      "  sudo build/gpunvme read --device vfio:0000:0b:00.0 | sha256sum     # after: on vfio-pci\n"
+                      "\n") +
+              host::device_string_brief(),
+          std::string("\n") + host::device_string_help()};
+}
 
 int cmd_read(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "nsid", "lba", "bytes", "out"}, {"help"});
-  if (args.has("help")) {
-    std::printf("%s%s", kReadHelp, host::device_string_help());
-    return 0;
-  }
+  Args args(argc, argv, 2, {"device", "nsid", "lba", "bytes", "out"}, {});
+  if (args.help_asked()) return args.print_help("gpunvme read", read_help());
   if (!args.has("device")) throw UsageError("read needs --device (e.g. --device vfio:0000:0b:00.0)");
   const uint32_t nsid = args.get_u32("nsid", 1);
   const uint64_t lba = args.get_u64("lba", 0);

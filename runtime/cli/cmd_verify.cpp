@@ -13,34 +13,36 @@
 namespace gpunvme::cli {
 namespace {
 
-const char* kVerifyHelp =
-    "usage: gpunvme verify --device DEVICE [--nsid N] [--start-lba N] [--against MODEL.gguf] [--progress]\n"
-    "\n"
-    "Finds the model on a namespace (the deploy record at LBA 0, or a GGUF written by plain dd at\n"
-    "LBA 0, --start-lba or the 1 MiB default), re-reads every byte of it through the driver and\n"
-    "checks the CRC-32C of every chunk against the deploy record. Prints one line per chunk with its\n"
-    "LBA range and pass/fail, then a summary.\n"
-    "\n"
-    "A model written by dd without a record has no checksums: verify then checks that its GGUF header\n"
-    "parses and that every tensor lies on the device, and reads every byte back, but cannot say the\n"
-    "bytes are right (exit 3); add --against to compare the bytes with the file (or write a record:\n"
-    "gpunvme deploy MODEL.gguf --record-only ...). An unfinished deploy (interrupted, failed, or still\n"
-    "running) is refused.\n"
-    "\n"
-    "exit status: 0 every byte checked and equal; 1 a difference, an unfinished deploy, no model or an\n"
-    "error; 2 a usage error; 3 header only, bytes unverified (no record, no --against).\n"
-    "\n"
-    "  --device DEVICE      the namespace to read (required); nothing is written. Repeat it for a\n"
-    "                       striped set: every member, in order\n"
-    "  --nsid N             namespace id (default 1)\n"
-    "  --start-lba N        where dd put a model that has no deploy record\n"
-    "  --against FILE       also compare every chunk with this GGUF file\n"
-    "  --progress           show the progress line even when stderr is not a terminal\n"
-    "\n"
-    "example:\n"
-    "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
-    "  gpunvme verify --device emu:/tmp/models.img --against model.gguf\n"
-    "\n";
+Help verify_help() {
+  return {"usage: gpunvme verify --device DEVICE [--nsid N] [--start-lba N] [--against MODEL.gguf] [--progress]\n"
+          "\n"
+          "Finds the model on a namespace (the deploy record at LBA 0, or a GGUF written by plain dd at\n"
+          "LBA 0, --start-lba or the 1 MiB default), re-reads every byte of it through the driver and\n"
+          "checks the CRC-32C of every chunk against the deploy record. Prints one line per chunk with its\n"
+          "LBA range and pass/fail, then a summary.\n"
+          "\n"
+          "exit status: 0 every byte checked and equal; 1 a difference, an unfinished deploy, no model or an\n"
+          "error; 2 a usage error; 3 header only, bytes unverified (no record, no --against).\n"
+          "\n"
+          "  --device DEVICE      the namespace to read (required); nothing is written. Repeat it for a\n"
+          "                       striped set: every member, in order\n"
+          "  --nsid N             namespace id (default 1)\n"
+          "  --start-lba N        where dd put a model that has no deploy record\n"
+          "  --against FILE       also compare every chunk with this GGUF file\n"
+          "  --progress           show the progress line even when stderr is not a terminal\n"
+          "\n"
+          "example:\n"
+          "  gpunvme deploy model.gguf --device emu:/tmp/models.img,size=1G\n"
+          "  gpunvme verify --device emu:/tmp/models.img --against model.gguf\n",
+          std::string("\n"
+                      "A model written by dd without a record has no checksums: verify then checks that its GGUF header\n"
+                      "parses and that every tensor lies on the device, and reads every byte back, but cannot say the\n"
+                      "bytes are right (exit 3); add --against to compare the bytes with the file (or write a record:\n"
+                      "gpunvme deploy MODEL.gguf --record-only ...). An unfinished deploy (interrupted, failed, or still\n"
+                      "running) is refused.\n"
+                      "\n") +
+              host::device_string_help()};
+}
 
 // Header and bounds fine, but no record and no --against: nothing says the bytes are right.
 constexpr int kExitUnverified = 3;
@@ -48,11 +50,8 @@ constexpr int kExitUnverified = 3;
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
-  Args args(argc, argv, 2, {"device", "nsid", "start-lba", "against"}, {"help", "progress"}, {"device"});
-  if (args.has("help")) {
-    std::printf("%s%s", kVerifyHelp, host::device_string_help());
-    return 0;
-  }
+  Args args(argc, argv, 2, {"device", "nsid", "start-lba", "against"}, {"progress"}, {"device"});
+  if (args.help_asked()) return args.print_help("gpunvme verify", verify_help());
   if (!args.positional().empty()) {
     throw UsageError("verify takes no file arguments; to compare with a file use --against " + args.positional()[0]);
   }

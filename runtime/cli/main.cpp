@@ -29,21 +29,24 @@ const Command kCommands[] = {
     {"doctor", "check IOMMU, VFIO, memlock, GPU for a real drive; each problem with its fix", gpunvme::cli::cmd_doctor},
 };
 
-void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: gpunvme COMMAND [options]\n\n"
-               "A user-space NVMe driver whose I/O can be issued by the GPU. Every command runs on the\n"
-               "built-in emulated controller (no hardware, no root) or on a real drive through VFIO.\n\n"
-               "commands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-  std::fprintf(out, "\n`gpunvme COMMAND --help` explains each command.\n\n%s", gpunvme::host::device_string_help());
+gpunvme::cli::Help help() {
+  std::string brief =
+      "usage: gpunvme COMMAND [options]\n\n"
+      "A user-space NVMe driver whose I/O can be issued by the GPU. Every command runs on the\n"
+      "built-in emulated controller (no hardware, no root) or on a real drive through VFIO.\n\n"
+      "commands:\n";
+  for (const auto& c : kCommands) brief += std::string("  ") + c.name + std::string(11 - std::strlen(c.name), ' ') + c.summary + "\n";
+  brief += "\n`gpunvme COMMAND --help` explains each command; --device takes emu:PATH[,key=value...]\n"
+           "(e.g. emu:/tmp/disk.img,size=1G or emu:ram,size=256M) or vfio:DDDD:BB:DD.F.\n";
+  return {brief, std::string("\n") + gpunvme::host::device_string_help()};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
-    usage(argc < 2 ? stderr : stdout);
+  const bool all = argc >= 2 && !std::strcmp(argv[1], "--help-all");
+  if (argc < 2 || all || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "help")) {
+    gpunvme::cli::print_help(argc < 2 ? stderr : stdout, "gpunvme", help(), all);
     return argc < 2 ? 2 : 0;
   }
   for (const auto& c : kCommands) {
@@ -62,6 +65,6 @@ int main(int argc, char** argv) {
     }
   }
   std::fprintf(stderr, "gpunvme: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
+  gpunvme::cli::print_help(stderr, "gpunvme", help(), false);
   return 2;
 }
