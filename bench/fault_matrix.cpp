@@ -13,7 +13,7 @@ using namespace gpunvme;
 
 namespace {
 
-constexpr const char* kHelp =
+const cli::Help kHelp = {
     "usage: fault_matrix [--json] [--fault SUBSTRING] [--workload SUBSTRING] [--reads N] [--layers N]\n"
     "                    [--timeout-ms N]\n"
     "\n"
@@ -30,7 +30,8 @@ constexpr const char* kHelp =
     "  --timeout-ms N     per-command timeout and abort timeout (default 100)\n"
     "\n"
     "The faults are the device-string grammar (README \"Faults and recovery\"), armed after the data\n"
-    "is written. The GPU columns come from the GPU path's own run (tests/gpu, on a CUDA machine).\n";
+    "is written. The GPU columns come from the GPU path's own run (tests/gpu, on a CUDA machine).\n",
+    ""};
 
 }  // namespace
 
@@ -39,11 +40,8 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string fault_filter, workload_filter;
   try {
-    const cli::Args args(argc, argv, 1, {"fault", "workload", "reads", "layers", "timeout-ms"}, {"json", "help"});
-    if (args.has("help")) {
-      std::fputs(kHelp, stdout);
-      return 0;
-    }
+    const cli::Args args(argc, argv, 1, {"fault", "workload", "reads", "layers", "timeout-ms"}, {"json"});
+    if (args.help_asked()) return args.print_help("fault_matrix", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
     json = args.has("json");
     fault_filter = args.get("fault");
@@ -53,7 +51,7 @@ int main(int argc, char** argv) {
     o.timeout_ms = args.get_u32("timeout-ms", o.timeout_ms);
     if (o.reads == 0 || o.layers == 0 || o.timeout_ms == 0) throw cli::UsageError("--reads, --layers and --timeout-ms must be at least 1");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fault_matrix: %s\n%s", e.what(), kHelp);
+    cli::print_usage_error("fault_matrix", e, kHelp);
     return 2;
   }
   bool all_ok = true;

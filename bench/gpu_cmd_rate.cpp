@@ -33,16 +33,27 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const char* kHelp =
+const cli::Help kHelp = {
     "usage: gpu_cmd_rate [--threads N] [--queues 1,4,16,64] [--count N] [--ram-queues N] [--ram-size SIZE]\n"
-    "                    [--entries N] [--probe FILE] [--skip-null] [--skip-ram] [--doorbell auto|gpu|cpu]\n"
-    "  --threads N     emulator controller threads (default 8; a run uses min(N, queues))\n"
-    "  --count N       null commands per run, split over the queues (default 64M, at least 4M per queue)\n"
-    "  --ram-queues N  queues for the RAM-namespace reads (default 8)\n"
-    "  --entries N     queue entries (default 4096)\n"
-    "  --doorbell D    GPU path doorbells: gpu (kernels write BAR0), cpu (a host thread forwards them from a\n"
-    "                  mailbox the kernels write), auto (gpu where BAR0 maps into the GPU; default)\n"
-    "A run whose commands did not all complete prints \"-\" instead of its figures, and the error.\n";
+    "                    [--entries N] [--probe FILE] [--skip-null] [--skip-ram] [--skip-cpu]\n"
+    "                    [--doorbell auto|gpu|cpu]\n"
+    "\n"
+    "GPU-initiated against CPU-initiated NVMe commands per second (emu:null) and read bandwidth (emu:ram)\n"
+    "on the emulator, a warp or a host thread per queue.\n"
+    "\n"
+    "  --threads N       emulator controller threads (default 8; a run uses min(N, queues))\n"
+    "  --queues LIST     queue counts of the command-rate runs (default 1,4,16,64)\n"
+    "  --count N         null commands per run, split over the queues (default 64M, at least 4M per queue)\n"
+    "  --ram-queues N    queues for the RAM-namespace reads (default 8)\n"
+    "  --ram-size SIZE   the RAM namespace's size (default 1G)\n"
+    "  --entries N       queue entries (default 4096)\n"
+    "  --probe FILE      the calibration probe's output (shared/calibration): prints GPU / probe\n"
+    "  --skip-null       no command-rate runs; --skip-ram: no bandwidth runs; --skip-cpu: GPU path only\n"
+    "  --doorbell D      GPU path doorbells: gpu (kernels write BAR0), cpu (a host thread forwards them from a\n"
+    "                    mailbox the kernels write), auto (gpu where BAR0 maps into the GPU; default)\n"
+    "\n"
+    "A run whose commands did not all complete prints \"-\" instead of its figures, and the error.\n",
+    ""};
 
 double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -277,11 +288,8 @@ std::vector<uint32_t> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   try {
     cli::Args args(argc, argv, 1, {"threads", "queues", "count", "ram-queues", "ram-size", "entries", "probe", "doorbell"},
-                   {"skip-null", "skip-ram", "skip-cpu", "help"});
-    if (args.has("help")) {
-      std::printf("%s", kHelp);
-      return 0;
-    }
+                   {"skip-null", "skip-ram", "skip-cpu"});
+    if (args.help_asked()) return args.print_help("gpu_cmd_rate", kHelp);
     const uint32_t threads = uint32_t(args.get_u64("threads", 8));
     const auto queue_counts = parse_list(args.get("queues", "1,4,16,64"));
     const uint64_t count = args.get_u64("count", 64ull << 20);
@@ -347,7 +355,7 @@ int main(int argc, char** argv) {
     }
     return failures ? 1 : 0;
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "gpu_cmd_rate: %s\n%s", e.what(), kHelp);
+    cli::print_usage_error("gpu_cmd_rate", e, kHelp);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpu_cmd_rate: error: %s\n", e.what());

@@ -31,7 +31,7 @@ using namespace gpunvme::llm;
 
 namespace {
 
-constexpr const char* kHelp =
+const cli::Help kHelp = {
     "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k] [--tokens 1,2,3,...] [--reps N] [--json-out FILE]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape (llm_make_model's shapes;\n"
@@ -42,8 +42,13 @@ constexpr const char* kHelp =
     "the matrix-vector kernel, bit for bit; a mismatch is an error, not a number. Last, the single-token\n"
     "kernel (x staged in shared memory) is timed against the warp-per-row kernel it replaced, on the same\n"
     "matrices, after the same bit-for-bit check: GB/s of weights for both and the ratio.\n"
+    "\n"
+    "  --shape NAME    a dense shape of llm_make_model (default llama3-70b)\n"
+    "  --type T        q6_k (default) or q4_k\n"
+    "  --tokens LIST   token counts per pass, comma-separated (default 1,2,3,5,9,17,32,128,512,2048)\n"
     "  --reps N        timed repetitions per matrix and token count, median kept (default 3)\n"
-    "  --json-out F    also write the rows as one JSON object\n";
+    "  --json-out F    also write the rows as one JSON object\n",
+    ""};
 
 struct Matrix {
   std::string name;
@@ -134,11 +139,8 @@ struct Options {
 };
 
 Options parse(int argc, char** argv) {
-  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out"}, {"help"});
-  if (args.has("help")) {
-    std::fputs(kHelp, stdout);
-    std::exit(0);
-  }
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out"}, {});
+  if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
   Options o;
   o.shape = args.get("shape", o.shape);

@@ -33,11 +33,25 @@ using namespace gpunvme;
 
 namespace {
 
-const char* kUsage =
+// --help: what it measures and the options of a first run; --help-all: the columns, the loaders, the rest.
+const cli::Help kHelp = {
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap,mmap-evict] [--expert-prefetch auto,on,off,pregate:N[+first:M]] [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--modes gpunvme,mmap,mmap-evict] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
+    "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
+    "\n"
+    "Tokens per second of the engine at the I/O bound: for each model image, budget pair, modeled drive and\n"
+    "loader, the GPU executor decodes --warmup, then --tokens timed tokens with the real compute, and prints\n"
+    "tok/s against the drives' bound. Every cell of a (model, budget) must give the same logits, to the bit.\n"
+    "\n"
+    "  --image PATH   a namespace image holding a deployed model (llm_make_model --device emu:PATH,size=60G);\n"
+    "                 a comma-separated list: a striped set's members, in order; repeat for more models\n"
+    "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
+    "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
+    "  --modes        loaders, default gpunvme,mmap,mmap-evict\n"
+    "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
+    "  --json-out FILE  append each cell to FILE as one JSON object per line\n",
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
     "emu:/dev/shm/m.img,size=60G; a comma-separated list is a striped set's member images, in order, as\n"
@@ -69,9 +83,8 @@ const char* kUsage =
     "of a (model, budget) must give logits equal to the bit to its first cell, else it prints an error.\n"
     "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends. A\n"
     "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
-    "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
-    "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
-    "  --modes        loaders, default gpunvme,mmap,mmap-evict\n"
+    "Other options:\n"
+    "  --slots N      the engine's streaming slots (its --slots; default 2)\n"
     "  --expert-prefetch  MoE models whose plan fetches experts: the prefetch per cell, a list of auto (the\n"
     "                 engine's default: the one-token lag when the expert cache holds two fetches, pre-gating of\n"
     "                 k/2 experts when it is 0), on (one-token lag), off (neither); default\n"
@@ -90,7 +103,6 @@ const char* kUsage =
     "                 so they end together and the first expert kernel waits for nearly all of them)\n"
     "  --expert-read SIZE  MoE: the largest read of an expert fetch (default: the engine's 256K; the drive's\n"
     "                 MDTS caps it): smaller reads end in finer order, so the last expert kernel waits less\n"
-    "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
     "  --queues N     the engine's GPU-driven NVMe queues (default 8; the engine's own default is 4): the\n"
     "                 streamer's, and as many again for the expert fetcher; the emulated controller gets one\n"
     "                 thread per queue (2N for one namespace, N per striped member). One thread copies about\n"
@@ -100,7 +112,7 @@ const char* kUsage =
     "                 emulator grammar; drive= and threads= come from --drives and --queues)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
     "the mmap loader reads the member images through the set's layout (one memcpy worker, each member paced\n"
-    "as its own drive). MoE experts are not fetched from a striped set (give a VRAM budget that holds them).\n";
+    "as its own drive). MoE experts are not fetched from a striped set (give a VRAM budget that holds them).\n"};
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -505,16 +517,13 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
       else rest.push_back(argv[i]);
     }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {"help"});
-    if (args.has("help")) {
-      std::printf("%s", kUsage);
-      return 0;
-    }
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
+    if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
     if (images.empty()) throw cli::UsageError("give --image PATH (a namespace image holding a deployed model)");
     return run(args, images);
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "llm_tokens: %s\n%s", e.what(), kUsage);
+    cli::print_usage_error("llm_tokens", e, kHelp);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llm_tokens: %s\n", e.what());

@@ -30,9 +30,25 @@ using namespace gpunvme;
 
 namespace {
 
-const char* kUsage =
-    "usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] "
-    "[--top-k K] [--tokens N] [--cache-mb MB] [--down-only] [--path auto|gpu|cpu] [--allow-write] [--force]\n";
+const cli::Help kHelp = {
+    std::string("usage: fetch_experts [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--experts N] [--top-k K]\n"
+                "                     [--tokens N] [--cache-mb MB] [--down-only] [--path auto|gpu|cpu] [--allow-write] [--force]\n"
+                "\n"
+                "A toy router picks top-k experts per (token, layer) of a MoE model; the expert fetcher reads their\n"
+                "slices into a scratchpad, optionally through an LRU cache; every fetched part is compared with the\n"
+                "GGUF file. Prints the cache metrics. Without --gguf a generated MoE model is written first.\n"
+                "\n"
+                "  --device DEV        default emu:ram,size=128M,lba=4096\n"
+                "  --gguf FILE         a real MoE model, written at 1 MiB first unless --deployed says it is there\n"
+                "  --layers N          generated model: layers (default 8); --experts N: experts per layer (default 32)\n"
+                "  --top-k K           experts fetched per layer and token (default 4)\n"
+                "  --tokens N          tokens to route and fetch experts for (default 64)\n"
+                "  --cache-mb MB       LRU expert cache (default 0: none)\n"
+                "  --down-only         fetch only the down projection of each expert\n"
+                "  --path auto|gpu|cpu gpu (default where a GPU is present): router, fetcher and consumer kernels,\n"
+                "                      no host round trip per token; cpu: the CPU fetcher\n") +
+        guard::kWriteFlagsHelp,
+    std::string("\n") + host::device_string_help()};
 
 void print_metrics(const stream::FetcherMetrics& mt, const std::vector<uint32_t>& resident) {
   std::printf("fetches %llu, experts requested %llu: %llu faulted (%.2f per fetch), %llu hits (%.1f%%), %.1f MB read\n",
@@ -102,11 +118,8 @@ int main(int argc, char** argv) {
   double cache_mb = 0;
   try {
     const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "experts", "top-k", "tokens", "cache-mb", "path"},
-                         {"deployed", "down-only", "help", "allow-write", "force"});
-    if (args.has("help")) {
-      std::printf("%s", kUsage);
-      return 0;
-    }
+                         {"deployed", "down-only", "allow-write", "force"});
+    if (args.help_asked()) return args.print_help("fetch_experts", kHelp);
     if (!args.positional().empty())
       throw cli::UsageError("unexpected argument '" + args.positional().front() + "' (see --help)");
     device = args.get("device", "emu:ram,size=128M,lba=4096");
@@ -126,7 +139,7 @@ int main(int argc, char** argv) {
     if (cache_mb > 1e9) throw cli::UsageError("--cache-mb must be at most 1000000000");
     path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "fetch_experts: %s\n%s", e.what(), kUsage);
+    cli::print_usage_error("fetch_experts", e, kHelp);
     return 2;
   }
   try {

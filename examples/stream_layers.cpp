@@ -34,9 +34,24 @@
 using namespace gpunvme;
 
 namespace {
-const char* kUsage =
-    "usage: stream_layers [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--mb-per-layer MB] "
-    "[--slots N] [--pump] [--path auto|gpu|cpu] [--allow-write] [--force]\n";
+const cli::Help kHelp = {
+    std::string("usage: stream_layers [--device DEV] [--gguf FILE [--deployed]] [--layers N] [--mb-per-layer MB]\n"
+                "                     [--slots N] [--pump] [--path auto|gpu|cpu] [--allow-write] [--force]\n"
+                "\n"
+                "Streams every layer of a model through double buffering with a toy compute step (a checksum of\n"
+                "every tensor) and checks every byte against the GGUF file. Without --gguf a generated model is\n"
+                "written onto the namespace first; either way the layout is then found from the device alone.\n"
+                "\n"
+                "  --device DEV        default emu:ram,size=256M,lba=4096\n"
+                "  --gguf FILE         a real model, written at 1 MiB first unless --deployed says it is there\n"
+                "  --layers N          generated model: layers (default 24)\n"
+                "  --mb-per-layer MB   generated model: MB per layer (default 4)\n"
+                "  --slots N           streaming slots (default 2)\n"
+                "  --pump              CPU path: the submitter's own pump thread reaps completions\n"
+                "  --path auto|gpu|cpu gpu (default where a GPU is present): kernels issue each layer's reads and\n"
+                "                      the toy compute waits only for its own layer; cpu: the CPU submitter\n") +
+        guard::kWriteFlagsHelp,
+    std::string("\n") + host::device_string_help()};
 
 #if GPUNVME_HAVE_CUDA
 // The GPU path: returns the number of mismatching tensors (or throws).
@@ -108,11 +123,8 @@ int main(int argc, char** argv) {
   double mb = 0;
   try {
     const cli::Args args(argc, argv, 1, {"device", "gguf", "layers", "mb-per-layer", "slots", "path"},
-                         {"deployed", "pump", "help", "allow-write", "force"});
-    if (args.has("help")) {
-      std::printf("%s%s\n", kUsage, host::device_string_help());
-      return 0;
-    }
+                         {"deployed", "pump", "allow-write", "force"});
+    if (args.help_asked()) return args.print_help("stream_layers", kHelp);
     if (!args.positional().empty())
       throw cli::UsageError("unexpected argument '" + args.positional().front() + "' (see --help)");
     device = args.get("device", "emu:ram,size=256M,lba=4096");
@@ -127,7 +139,7 @@ int main(int argc, char** argv) {
     if (slots == 0) throw cli::UsageError("--slots must be at least 1");
     path = args.get("path", "auto");
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "stream_layers: %s\n%s", e.what(), kUsage);
+    cli::print_usage_error("stream_layers", e, kHelp);
     return 2;
   }
   try {

@@ -37,20 +37,20 @@ void print_help(FILE* out, const char* tool, const Help& help, bool all) {
   else if (!help.rest.empty()) std::fprintf(out, "\n(%s --help-all: every option and more detail)\n", tool);
 }
 
-void print_usage_error(const char* tool, const std::exception& e, const Help& help) {
-  std::fprintf(stderr, "%s: %s\n%s(%s --help for the options)\n", tool, e.what(), usage_lines(help).c_str(), tool);
+void print_usage_error(const char* tool, const std::exception& e, const Help& help, FILE* out) {
+  std::fprintf(out, "%s: %s\n%s(%s --help for the options)\n", tool, e.what(), usage_lines(help).c_str(), tool);
 }
 
-int Args::print_help(const char* tool, const Help& help) const {
+int Args::print_help(const char* tool, const Help& help, FILE* out) const {
   const bool all = has("help-all");
-  cli::print_help(stdout, tool, help, all);
+  cli::print_help(out, tool, help, all);
   if (!all) return 0;
   std::string missing;
   for (const std::string& name : accepted_)
     if (name != "help" && name != "help-all" && !names_option(help.brief + help.rest, name))
       missing += std::string(missing.empty() ? "" : ", ") + (name.size() == 1 ? "-" : "--") + name;
   if (missing.empty()) return 0;
-  std::fflush(stdout);
+  std::fflush(out);
   std::fprintf(stderr, "%s: bug: --help-all does not describe %s, which the tool accepts\n", tool, missing.c_str());
   return 70;
 }

@@ -37,7 +37,7 @@ inline constexpr int kBriefHelpLines = 25;  // --help's output, the line that po
 void print_help(FILE* out, const char* tool, const Help& help, bool all);
 // "TOOL: MESSAGE", the usage lines and where the options are: what a tool prints on a usage error
 // (exit status 2), instead of the whole help.
-void print_usage_error(const char* tool, const std::exception& e, const Help& help);
+void print_usage_error(const char* tool, const std::exception& e, const Help& help, FILE* out = stderr);
 
 class Args {
  public:
@@ -57,9 +57,9 @@ class Args {
 
   // --help or --help-all was given.
   bool help_asked() const { return has("help") || has("help-all"); }
-  // Prints the help asked for to stdout and returns the tool's exit status: 0, or 70 (a bug, said on
+  // Prints the help asked for to `out` and returns the tool's exit status: 0, or 70 (a bug, said on
   // stderr) when --help-all's text does not name every option and flag this Args accepts.
-  int print_help(const char* tool, const Help& help) const;
+  int print_help(const char* tool, const Help& help, FILE* out = stdout) const;
 
  private:
   std::vector<std::string> accepted_;  // every option and flag name, for print_help's check

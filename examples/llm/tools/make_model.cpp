@@ -30,7 +30,7 @@ using namespace gpunvme;
 
 namespace {
 
-const char* kUsage =
+const cli::Help kHelp = {
     "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV [--device DEV ...] | --out FILE) [--seed S]\n"
     "                      [--threads N] [--stripe-unit SIZE] [--allow-write] [--force] [--progress]\n"
     "\n"
@@ -49,7 +49,8 @@ const char* kUsage =
     "  --out FILE     write a GGUF file instead\n"
     "  --seed S       the weights' seed (default 1)\n"
     "  --threads N    generator threads (default: every core)\n"
-    "  --progress     a progress line even when stderr is not a terminal\n";
+    "  --progress     a progress line even when stderr is not a terminal\n",
+    std::string("\n") + guard::kWriteFlagsHelp + "\n" + host::device_string_help()};
 
 uint32_t parse_type(const std::string& t) {
   if (t == "q4_k" || t == "Q4_K") return uint32_t(gguf::GgmlType::Q4_K);
@@ -135,15 +136,12 @@ int run(const cli::Args& args) {
 int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads", "stripe-unit"},
-                         {"help", "allow-write", "force", "progress"}, {"device"});
-    if (args.has("help")) {
-      std::printf("%s\n%s%s", kUsage, guard::kWriteFlagsHelp, host::device_string_help());
-      return 0;
-    }
+                         {"allow-write", "force", "progress"}, {"device"});
+    if (args.help_asked()) return args.print_help("llm_make_model", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
     return run(args);
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "llm_make_model: %s\n%s", e.what(), kUsage);
+    cli::print_usage_error("llm_make_model", e, kHelp);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llm_make_model: %s\n", e.what());
