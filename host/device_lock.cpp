@@ -128,8 +128,10 @@ DeviceLock DeviceLock::acquire(std::string_view device, uint32_t nsid, LockMode 
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) throw Error(ErrorKind::kIo, "flock " + path + ": " + std::strerror(errno));
     throw DeviceBusyError(std::string(device) + " is in use: " + holders_text(lock.fd_) + " " + path +
-                          (mode == LockMode::kExclusive ? "; a deploy needs the device to itself"
-                                                        : "; it is being written (a deploy is running)") +
+                          (mode == LockMode::kExclusive
+                               ? "; writing needs the device to itself (a deploy, or a tool that writes: demo, "
+                                 "nvme_perf writes or --fill, layer_stream, an example)"
+                               : "; it is being written (a deploy is running, or a tool that writes)") +
                           ". Wait for that process to finish (or stop it), then try again");
   }
   if (create && mode == LockMode::kExclusive) {  // the writer's pid, for people looking at the lock file

@@ -1,8 +1,9 @@
 // Advisory locks that keep gpunvme processes from writing one device at the same time, or reading
 // it while it is written: every writer takes an exclusive lock, every reader a shared one, and
-// neither waits (a busy device is refused at once, naming the holder's pid). One place for every
-// tool: deploy/verify/ls (runtime/deploy/device.h) and the general write guard use acquire(), and
-// whatever locks several namespaces (a striped set's members) takes them in lock_order().
+// neither waits (a busy device is refused at once, naming the holder's pid). Tools take it by
+// opening the device through host/locked_open.h (deploy/verify/ls through runtime/deploy/device.h,
+// demo, nvme_perf, layer_stream, the examples, `gpunvme read`; the engine's DeviceSet takes it
+// itself), and whatever locks several namespaces (a striped set's members) takes them in lock_order().
 //   emu:PATH   flock(2) on the namespace's backing file itself: nothing is created or left behind.
 //   vfio:BDF   flock(2) on /run/gpunvme/vfio-BDF.lock (/tmp/gpunvme-vfio-BDF.lock where /run is not
 //              writable), which also holds the holder's pid as a note for people.

@@ -114,7 +114,8 @@ DeployCommand parse_command(const Args& args) {
     throw UsageError("a striped set (several --device) is laid out by deploy itself: dd cannot write the stripes; "
                      "drop --print-dd / --record-only");
   if (c.devices.size() > 1 && args.has("start-lba"))
-    throw UsageError("--start-lba with a striped set: the model starts 1 MiB into the set's logical volume");
+    throw UsageError("--start-lba with a striped set: the model starts right after the record, 4 KiB into the set's "
+                     "logical volume");
   if (args.has("stripe-unit") && c.devices.size() < 2)
     throw UsageError("--stripe-unit needs a striped set: give --device once per member (2 or more)");
   c.nsid = uint32_t(args.get_u64("nsid", 1));
@@ -127,7 +128,7 @@ DeployCommand parse_command(const Args& args) {
 // commands with every argument shell-quoted, names included (a GGUF's general.name is the file's).
 int print_dd(const DeployCommand& c, const gguf::GgufFile& file, deploy::Device& dev) {
   const uint32_t lba = dev.lba_size();
-  const uint64_t start_lba = c.start.value_or(model::default_model_start_lba(lba));
+  const uint64_t start_lba = c.start.value_or(deploy::default_start_lba(dev));
   const auto overridden = deploy::check_target(dev, file.file_size(), start_lba, false, c.force);
   const std::string image = emu_image_path(c.device);
   auto plan = deploy::dd_plan(c.path, lba, start_lba, image.empty() ? "/dev/nvmeXnY" : image);

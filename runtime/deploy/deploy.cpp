@@ -55,12 +55,11 @@ struct Fd {
   }
 };
 
-void check_start_lba(uint64_t start, uint32_t lba) {
+void check_start_lba(uint64_t start, uint64_t default_start) {
   if (start > model::kRecordLba) return;
   throw RefusedError("--start-lba " + std::to_string(start) + " would put the model over the deploy record at LBA " +
-                     std::to_string(model::kRecordLba) + "; use a start LBA >= 1 (default " +
-                     std::to_string(model::default_model_start_lba(lba)) + " = 1 MiB), or write the file with plain " +
-                     "dd at LBA 0 if you want no record");
+                     std::to_string(model::kRecordLba) + "; use a start LBA >= 1 (default " + std::to_string(default_start) +
+                     "), or write the file with plain dd at LBA 0 if you want no record");
 }
 
 void write_block(Device& dev, uint64_t lba, const std::vector<uint8_t>& block) {
@@ -151,6 +150,9 @@ class ModelStream {
 // The full write, in the order that keeps it atomic for readers (see deploy_model in deploy.h).
 void write_model(Device& dev, gguf::ByteSource& src, model::DeployRecord& r, const DeployOptions& opt,
                  uint64_t& written) {
+  // A new layout over members that held something else: what they held stops opening first, since the
+  // writes below land where the old layout kept other bytes (the middle of an old model, say).
+  dev.retire_previous_layout();
   model::DeployRecord in_progress = r;
   in_progress.in_progress = true;
   in_progress.chunk_crcs.assign((r.model_bytes + r.chunk_bytes() - 1) >> r.chunk_shift, 0);
@@ -171,24 +173,46 @@ void write_model(Device& dev, gguf::ByteSource& src, model::DeployRecord& r, con
 
 }  // namespace
 
-void check_fit(uint64_t model_bytes, uint32_t nsid, uint32_t lba_size, uint64_t n_lbas, uint64_t start_lba) {
+void check_fit(uint64_t model_bytes, const std::string& space, uint32_t lba_size, uint64_t n_lbas, uint64_t start_lba,
+               const std::string& fix) {
   const uint64_t need = (model_bytes + lba_size - 1) / lba_size;
   if (start_lba < n_lbas && need <= n_lbas - start_lba) return;
   const uint64_t avail = start_lba < n_lbas ? (n_lbas - start_lba) * uint64_t(lba_size) : 0;
-  throw RefusedError("model is " + text::human_bytes(double(model_bytes)) + " but namespace " + std::to_string(nsid) +
-                     " has " + text::human_bytes(double(avail)) + " from LBA " + std::to_string(start_lba) + " (" +
-                     std::to_string(n_lbas) + " blocks of " + std::to_string(lba_size) +
-                     " bytes); use a larger device or a smaller --start-lba");
+  throw RefusedError("model is " + text::human_bytes(double(model_bytes)) + " but " + space + " has " +
+                     text::human_bytes(double(avail)) + " from LBA " + std::to_string(start_lba) + " (" +
+                     std::to_string(n_lbas) + " blocks of " + std::to_string(lba_size) + " bytes); " + fix);
 }
+
+uint64_t default_start_lba(const Device& dev) {
+  if (!dev.striped()) return model::default_model_start_lba(dev.lba_size());
+  return std::max<uint64_t>(1, model::kStripedModelStartBytes / dev.lba_size());
+}
+
+namespace {
+
+// check_fit's words for the device: its namespace, or the set and what each member gives it.
+void check_fit_on(const Device& dev, uint64_t model_bytes, uint64_t start) {
+  if (!dev.striped())
+    return check_fit(model_bytes, "namespace " + std::to_string(dev.nsid()), dev.lba_size(), dev.n_lbas(), start,
+                     "use a larger device or a smaller --start-lba");
+  const model::StripeGeometry& g = dev.stripe()->geometry();
+  check_fit(model_bytes,
+            "the striped set of " + std::to_string(g.members) + " members (" +
+                text::human_bytes(double(g.member_data_blocks * g.lba_size)) +
+                " from each: the smallest member less its 1 MiB stripe record area, in whole stripe units)",
+            dev.lba_size(), dev.n_lbas(), start, "use larger members, or more of them");
+}
+
+}  // namespace
 
 std::vector<Signature> check_target(Device& dev, uint64_t model_bytes, uint64_t start, bool record_only, bool force) {
   const uint32_t lba = dev.lba_size();
-  check_start_lba(start, lba);
+  check_start_lba(start, default_start_lba(dev));
   if (dev.discards_writes()) {
     throw RefusedError(dev.name() + " stores nothing (emu:null): the model would be thrown away; deploy to an image "
                        "file (emu:/path/disk.img,size=1G) or a real drive");
   }
-  check_fit(model_bytes, dev.nsid(), lba, dev.n_lbas(), start);
+  check_fit_on(dev, model_bytes, start);
   if (!dev.striped()) check_not_stripe_member(dev.block_io(), force);
   auto found = scan_device(dev.block_io(), start, !record_only);
   if (found.empty() || force) return found;
@@ -223,7 +247,7 @@ namespace {
 DeployResult deploy_checked(Device& dev, gguf::ByteSource& src, uint64_t bytes, const std::string& name,
                             const std::string& path, const DeployOptions& opt) {
   const uint32_t lba = dev.lba_size();
-  const uint64_t start = opt.start_lba.value_or(model::default_model_start_lba(lba));
+  const uint64_t start = opt.start_lba.value_or(default_start_lba(dev));
   // 2. Start LBA, fit, signatures.
   DeployResult res;
   res.overridden = check_target(dev, bytes, start, opt.record_only, opt.force);

@@ -17,7 +17,7 @@
 namespace gpunvme::deploy {
 
 struct DeployOptions {
-  std::optional<uint64_t> start_lba;     // default: model::default_model_start_lba() (1 MiB in)
+  std::optional<uint64_t> start_lba;     // default: default_start_lba() (1 MiB in; 4 KiB on a striped set)
   bool force = false;                    // write over partition tables / filesystem signatures
   bool record_only = false;              // the model is already there (dd): checksum the file, write the record
   uint64_t piece_bytes = 8u << 20;       // bytes per pipelined write (file read overlaps the previous write)
@@ -36,8 +36,10 @@ struct DeployResult {
 // also refuses when the device's first model block differs from the file's (the dd step was not
 // done, or done elsewhere).
 //
-// The write is atomic for readers (detect.h): an in-progress record goes to LBA 0 and the start
-// block is zeroed (both flushed) before any model byte; a new striped set's member records
+// The write is atomic for readers (detect.h): a striped set laid anew over members that held
+// something else first has their LBA 0 zeroed (Device::retire_previous_layout, flushed), so that no
+// old set or model opens on bytes the new layout moves; an in-progress record goes to LBA 0 and the
+// start block is zeroed (both flushed) before any model byte; a new striped set's member records
 // (Device::write_layout) follow them, flushed, so the set never opens on an older model's bytes;
 // the model's first block (its GGUF magic) is written only after all the others, then a flush,
 // then the final record, then a flush. A deploy that stops anywhere (signal, error, power) leaves
@@ -56,9 +58,15 @@ DeployResult deploy_source(Device& dev, gguf::ByteSource& model, const std::stri
 // returns the signatures that would be written over.
 std::vector<Signature> check_target(Device& dev, uint64_t model_bytes, uint64_t start_lba, bool record_only, bool force);
 
-// Throws RefusedError "model is 241.38 MiB but namespace 1 has 128.00 MiB from LBA 2048; use a
-// larger device or a smaller --start-lba" when [start_lba, start_lba + ceil(bytes/lba)) does not fit.
-void check_fit(uint64_t model_bytes, uint32_t nsid, uint32_t lba_size, uint64_t n_lbas, uint64_t start_lba);
+// Throws RefusedError "model is 241.38 MiB but namespace 1 has 128.00 MiB from LBA 2048 (...); use a
+// larger device or a smaller --start-lba" (`space` and `fix` as given) when [start_lba, start_lba +
+// ceil(bytes/lba)) does not fit in n_lbas blocks.
+void check_fit(uint64_t model_bytes, const std::string& space, uint32_t lba_size, uint64_t n_lbas, uint64_t start_lba,
+               const std::string& fix);
+
+// Where a deploy puts the model unless told: 1 MiB in (model::default_model_start_lba) on one
+// namespace, right after the record on a striped set's logical volume (model::kStripedModelStartBytes).
+uint64_t default_start_lba(const Device& dev);
 
 // The dd command that puts the file where deploy would: the largest bs (power of two, <= 1 MiB,
 // >= lba_size) that divides the start byte offset, seek in units of bs. The file and target are

@@ -1,7 +1,7 @@
 #include "runtime/deploy/device.h"
 
 #include <algorithm>
-#include <random>
+#include <utility>
 
 #include "host/emulator/config.h"
 #include "host/error.h"
@@ -13,15 +13,23 @@
 
 namespace gpunvme::deploy {
 
+namespace {
+
+// How namespace `nsid` of an emu: device keeps its data (nullopt: not emu:, or no such namespace).
+std::optional<emu::Backing> emu_backing(const std::string& device, uint32_t nsid) {
+  if (!emu::is_emu_device(device)) return std::nullopt;
+  const auto cfg = emu::parse_emu_device(device);
+  if (nsid < 1 || nsid > cfg.namespaces.size()) return std::nullopt;
+  return cfg.namespaces[nsid - 1].backing;
+}
+
+}  // namespace
+
 Device::Device(const std::string& device, uint32_t nsid, host::Access access) : name_(device), nsid_(nsid) {
   const auto mode = access == host::Access::kReadOnly ? host::LockMode::kShared : host::LockMode::kExclusive;
-  lock_ = host::DeviceLock::acquire(device, nsid, mode);
-  ctrl_ = host::open_controller(device, {}, access);
-  if (!lock_.held()) lock_ = host::DeviceLock::acquire(device, nsid, mode);  // an image the emulator just created
-  if (emu::is_emu_device(device)) {
-    const auto cfg = emu::parse_emu_device(device);
-    discards_writes_ = nsid >= 1 && nsid <= cfg.namespaces.size() && cfg.namespaces[nsid - 1].backing == emu::Backing::kNull;
-  }
+  locked_ = host::open_locked(device, mode, access, {}, nsid);
+  ctrl_ = locked_.ctrl.get();
+  discards_writes_ = emu_backing(device, nsid) == emu::Backing::kNull;
   bool found = false;
   std::string have;
   for (const auto& ns : ctrl_->namespaces()) {
@@ -45,17 +53,19 @@ Device::Device(const std::string& device, uint32_t nsid, host::Access access) : 
     };
 }
 
-Device::Device(std::vector<std::unique_ptr<Device>> members, const std::optional<model::StripeGeometry>& layout)
+Device::Device(std::vector<std::unique_ptr<Device>> members, const std::optional<Layout>& layout)
     : members_(std::move(members)) {
   nsid_ = members_.at(0)->nsid();
+  // Copies of the members' BlockIos go only into stripe_, which this object destroys before members_.
   std::vector<model::BlockIo> ios;
   for (const auto& m : members_) {
     ios.push_back(m->block_io());
     discards_writes_ |= m->discards_writes();
   }
-  stripe_ = layout ? std::make_unique<model::StripeSet>(std::move(ios), *layout)
+  stripe_ = layout ? std::make_unique<model::StripeSet>(std::move(ios), layout->geometry, layout->generation)
                    : std::make_unique<model::StripeSet>(std::move(ios));
   layout_pending_ = layout.has_value();
+  retire_pending_ = layout && layout->replaces_other;
   bio_ = stripe_->logical();
   name_ = "striped set of " + std::to_string(members_.size()) + " (" + members_[0]->name();
   for (size_t i = 1; i < members_.size(); ++i) name_ += ", " + members_[i]->name();
@@ -84,23 +94,61 @@ std::unique_ptr<Device> Device::open(const std::vector<std::string>& devices, ui
 
 namespace {
 
-uint64_t random_set_id() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) ^ rd();
+// Before a member opens (so no image is created for a refused set): it keeps its data past this
+// process. A set is written by one process (deploy, llm_make_model) and read by others.
+void check_keeps_data(const std::string& device, uint32_t nsid) {
+  const auto backing = emu_backing(device, nsid);
+  if (backing == emu::Backing::kNull)
+    throw RefusedError(device + " stores nothing (emu:null): a striped set needs members that keep data; use image "
+                       "files (emu:/path/m1.img,size=...) or real drives as members");
+  if (backing == emu::Backing::kRam)
+    throw RefusedError(device + " lives in this process's memory (emu:ram) and is gone when it exits: nothing could "
+                       "ever read the set written onto it. Use image files (emu:/path/m1.img,size=...) or real drives "
+                       "as members");
 }
 
-// What a member must pass before the set is laid over it (check_stripe_layout aside): it keeps data,
-// and unless `force` holds nothing of somebody else's at LBA 0 (its stripe record's place) or where
-// the set's data starts.
+// What an opened member must pass before the set is laid over it (check_stripe_layout aside): unless
+// `force`, it holds nothing of somebody else's at LBA 0 (its stripe record's place) or where the
+// set's data starts.
 void check_member(Device& m, uint64_t data_start_lba, bool force) {
-  if (m.discards_writes())
-    throw RefusedError(m.name() + " stores nothing (emu:null): a striped set needs members that keep data");
   if (force) return;
   const auto found = scan_device(m.block_io(), data_start_lba);
   if (found.empty()) return;
-  std::string msg = "refusing to make " + m.name() + " a member of a striped set: found ";
-  for (size_t i = 0; i < found.size(); ++i) msg += (i ? ", " : "") + found[i].what + " at LBA " + std::to_string(found[i].lba);
-  throw RefusedError(msg + ". If this device really holds nothing you need, add --force", found);
+  throw RefusedError("refusing to make " + m.name() + " a member of a striped set: found " + signature_list(found) +
+                         ". If this device really holds nothing you need, add --force",
+                     found);
+}
+
+// One block size for every member: a set's stripe unit, record and logical LBAs are in blocks.
+void check_one_block_size(const std::vector<std::unique_ptr<Device>>& members) {
+  for (const auto& m : members)
+    if (m->lba_size() != members[0]->lba_size())
+      throw RefusedError("the members of a striped set must share one block size: " + members[0]->name() + " has " +
+                         std::to_string(members[0]->lba_size()) + "-byte blocks, " + m->name() + " " +
+                         std::to_string(m->lba_size()) + "-byte blocks; give members formatted alike (emu: the same "
+                         "lba=, a drive: `nvme format --lbaf`). Nothing was written");
+}
+
+// Every check of create_stripe, on opened members, writing nothing: the set's layout and its next
+// generation. The BlockIo copies made here die with this call, before the members move on.
+struct StripePlan {
+  model::StripeGeometry geometry;
+  model::StripeGeneration generation;
+  bool replaces_other;
+};
+StripePlan plan_stripe(const std::vector<std::unique_ptr<Device>>& members, uint64_t unit_bytes, bool force) {
+  check_one_block_size(members);
+  uint64_t smallest = UINT64_MAX;
+  for (const auto& m : members) smallest = std::min(smallest, m->n_lbas());
+  model::StripeGeometry g = model::make_stripe_geometry(uint32_t(members.size()), members[0]->lba_size(), smallest,
+                                                        unit_bytes, model::random_stripe_id());
+  for (const auto& m : members) check_member(*m, g.data_start_lba, force);
+  std::vector<model::BlockIo> ios;
+  for (const auto& m : members) ios.push_back(m->block_io());
+  // The set these members already form in this very layout keeps its id and moves on a generation.
+  const auto same = check_stripe_layout(ios, g.unit_blocks, force);
+  if (same) g.set_id = same->geometry.set_id;
+  return {g, model::next_generation(same ? std::optional(same->generation) : std::nullopt), !same};
 }
 
 }  // namespace
@@ -108,26 +156,25 @@ void check_member(Device& m, uint64_t data_start_lba, bool force) {
 std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes, bool force,
                                               uint32_t nsid) {
   if (devices.size() < 2) throw Error(ErrorKind::kInvalidArgument, "a striped set needs 2 or more --device");
+  for (const std::string& d : devices) check_keeps_data(d, nsid);
   std::vector<std::unique_ptr<Device>> members = open_members(devices, nsid, host::Access::kReadWrite);
-  std::vector<model::BlockIo> ios;
-  uint64_t smallest = UINT64_MAX;
-  for (const auto& m : members) {
-    ios.push_back(m->block_io());
-    smallest = std::min(smallest, m->n_lbas());
+  const StripePlan p = plan_stripe(members, unit_bytes, force);
+  return std::unique_ptr<Device>(new Device(std::move(members), Layout{p.geometry, p.generation, p.replaces_other}));
+}
+
+void Device::retire_previous_layout() {
+  if (!retire_pending_) return;
+  for (const auto& m : members_) {
+    const std::vector<uint8_t> zero(m->lba_size(), 0);
+    m->block_io().write(0, 1, zero.data());
   }
-  model::StripeGeometry g =
-      model::make_stripe_geometry(uint32_t(devices.size()), members[0]->lba_size(), smallest, unit_bytes, random_set_id());
-  for (const auto& m : members) check_member(*m, g.data_start_lba, force);
-  // The set these members already form in this very layout keeps its id: a re-deploy changes no record.
-  if (const auto same = check_stripe_layout(ios, g.unit_blocks, force)) g.set_id = same->set_id;
-  return std::unique_ptr<Device>(new Device(std::move(members), g));
+  for (const auto& m : members_) m->flush();
+  retire_pending_ = false;
 }
 
 void Device::write_layout() {
   if (!layout_pending_) return;
-  std::vector<model::BlockIo> ios;
-  for (const auto& m : members_) ios.push_back(m->block_io());
-  model::write_stripe_records(ios, stripe_->geometry());
+  model::write_stripe_records(stripe_->member_ios(), stripe_->geometry(), stripe_->generation());
   for (const auto& m : members_) m->flush();
   layout_pending_ = false;
 }

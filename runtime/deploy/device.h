@@ -14,6 +14,7 @@
 #include "host/cpu_io.h"
 #include "host/device_lock.h"
 #include "host/dma_memory.h"
+#include "host/locked_open.h"
 #include "host/open_device.h"
 #include "runtime/model/block_io.h"
 #include "runtime/model/stripe.h"
@@ -33,14 +34,23 @@ class Device {
   // Lays a striped set out over `devices` in this order and opens its logical volume, writing
   // nothing: every check runs first, on every member, and the members' stripe records are written
   // only by write_layout(), which deploy calls once its own checks on the logical volume have passed.
-  // Refuses (RefusedError), unless `force`: members holding something not ours (a signature,
-  // non-zero bytes) at LBA 0 or where the set's data starts, as deploy does; a member with a model of
-  // its own, or members of a set laid otherwise (another order, unit or membership: layout_check.h).
-  // The set they already form in this layout keeps its id.
+  // Refuses, naming the member: members of different block sizes (both named, with their sizes), a
+  // member that keeps nothing (emu:null) or nothing past this process (emu:ram); and (RefusedError),
+  // unless `force`, members holding something not ours (a signature, non-zero bytes) at LBA 0 or where
+  // the set's data starts, as deploy does; a member with a model of its own, or members of a set laid
+  // otherwise (another order, unit or membership: layout_check.h). The set they already form in this
+  // layout keeps its id; every call gives the set a new generation (model/stripe.h), so the members
+  // written by this deploy never open together with one saved before it.
   static std::unique_ptr<Device> create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes,
                                                bool force, uint32_t nsid = 1);
-  // A set from create_stripe: writes every member's stripe record, then flushes them; a no-op for
-  // anything else and once done. Until then the members hold what they held.
+  // A set from create_stripe laid over members that did not form it in this layout (another set or
+  // order or unit, a model of their own, anything with --force): zeroes every member's LBA 0 (the
+  // records of what they held), then flushes, so that nothing they held opens any more, before the
+  // first byte of the new set lands where the old layout kept something else. A no-op otherwise
+  // (a re-deploy onto the same layout: its own in-progress record takes the old one's place).
+  void retire_previous_layout();
+  // A set from create_stripe: writes every member's stripe record (the new generation), then flushes
+  // them; a no-op for anything else and once done. Until then the members hold what they held.
   void write_layout();
   bool layout_pending() const { return layout_pending_; }
   ~Device();
@@ -75,16 +85,25 @@ class Device {
   bool discards_writes() const { return discards_writes_; }
 
  private:
+  struct Layout {
+    model::StripeGeometry geometry;
+    model::StripeGeneration generation;
+    bool replaces_other = false;  // the members did not form this set in this layout
+  };
   // A striped set over opened members: as their records say, or as `layout` lays it out (not written yet).
-  Device(std::vector<std::unique_ptr<Device>> members, const std::optional<model::StripeGeometry>& layout);
+  Device(std::vector<std::unique_ptr<Device>> members, const std::optional<Layout>& layout);
+  // The members own the controllers every BlockIo of theirs reaches (its queue, its bounce buffer's
+  // DMA mapping): declared before stripe_ (which keeps copies of those BlockIos) and bio_, so they
+  // are destroyed after both. No other copy of a member's BlockIo outlives a call.
   std::vector<std::unique_ptr<Device>> members_;
   std::unique_ptr<model::StripeSet> stripe_;
   std::string name_;
   uint32_t nsid_;
   bool discards_writes_ = false;
   bool layout_pending_ = false;
-  host::DeviceLock lock_;
-  std::unique_ptr<host::Controller> ctrl_;
+  bool retire_pending_ = false;
+  host::LockedController locked_;  // the device's lock, taken before the controller opened, released after it closed
+  host::Controller* ctrl_ = nullptr;
   std::unique_ptr<host::QueuePair> qp_;
   std::unique_ptr<host::CpuIo> cpu_;
   model::BlockIo bio_;

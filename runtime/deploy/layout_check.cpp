@@ -40,16 +40,17 @@ std::string own_model_text(const model::BlockIo& io) {
   }
 }
 
-// Why `members` are not the set they hold in this layout; "" when they are (the geometry goes to `same`).
+// Why `members` are not the set they hold in this layout; "" when they are (its newest record goes to
+// `same`). Members of different generations are still that set: the re-deploy is their fix.
 std::string layout_difference(std::span<const model::BlockIo> members, uint32_t unit_blocks,
-                              std::optional<model::StripeGeometry>& same) {
+                              std::optional<model::StripeRecord>& same) {
   for (const model::BlockIo& m : members)
     if (stripe_member_text(m).empty()) return m.name + " is not one of its members";
   try {
-    const model::StripeSet existing(std::vector<model::BlockIo>(members.begin(), members.end()));
-    const model::StripeGeometry& g = existing.geometry();
+    const std::vector<model::StripeRecord> recs = model::read_member_records(members);
+    const model::StripeGeometry& g = recs[0].geometry;
     if (g.unit_blocks == unit_blocks) {
-      same = g;
+      same = model::StripeRecord{g, 0, model::newest_generation(recs)};
       return "";
     }
     return "its stripe unit is " + std::to_string(g.unit_bytes()) + " bytes, not " +
@@ -62,8 +63,8 @@ std::string layout_difference(std::span<const model::BlockIo> members, uint32_t 
 
 }  // namespace
 
-std::optional<model::StripeGeometry> check_stripe_layout(std::span<const model::BlockIo> members, uint32_t unit_blocks,
-                                                         bool force) {
+std::optional<model::StripeRecord> check_stripe_layout(std::span<const model::BlockIo> members, uint32_t unit_blocks,
+                                                       bool force) {
   for (const model::BlockIo& m : members) {
     const std::string own = own_model_text(m);
     if (own.empty() || force) continue;
@@ -75,7 +76,7 @@ std::optional<model::StripeGeometry> check_stripe_layout(std::span<const model::
   for (const model::BlockIo& m : members)
     if (member.empty()) member = stripe_member_text(m);
   if (member.empty()) return std::nullopt;
-  std::optional<model::StripeGeometry> same;
+  std::optional<model::StripeRecord> same;
   const std::string why = layout_difference(members, unit_blocks, same);
   if (same || force) return same;
   throw RefusedError("refusing to lay a new striped set over these devices: " + member + ", and the new set differs (" +

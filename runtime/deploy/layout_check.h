@@ -15,12 +15,14 @@
 namespace gpunvme::deploy {
 
 // Before a striped set with stripe unit `unit_blocks` is laid over `members` (in this order): the set
-// they already form in exactly this layout (a re-deploy keeps its id, so no member's record
-// changes), else nullopt. Throws RefusedError (safety.h), unless `force`, when a member holds a
-// deploy record (a model of its own) or a stripe record of a set laid otherwise (another order, unit
-// or membership, or damaged).
-std::optional<model::StripeGeometry> check_stripe_layout(std::span<const model::BlockIo> members, uint32_t unit_blocks,
-                                                         bool force);
+// they already form in exactly this layout, as a record with its geometry and the newest generation
+// any member holds (a re-deploy keeps the set's id and writes the generation after that one), else
+// nullopt. Members of different generations count as that set: re-deploying is how they are
+// repaired. Throws RefusedError (safety.h), unless `force`, when a member holds a deploy record (a
+// model of its own) or a stripe record of a set laid otherwise (another order, unit or membership,
+// or damaged).
+std::optional<model::StripeRecord> check_stripe_layout(std::span<const model::BlockIo> members, uint32_t unit_blocks,
+                                                       bool force);
 
 // Before one namespace is written alone: throws RefusedError, unless `force`, when it is a member
 // of a striped set (a stripe record at LBA 0): writing it alone destroys the set's model.

@@ -1,7 +1,9 @@
 #include "runtime/deploy/safety.h"
 
 #include <blkid/blkid.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -190,6 +192,70 @@ std::vector<Signature> scan_device(const model::BlockIo& io, uint64_t start_lba,
   scan(head, 0, start_lba == 0 ? head.size() : std::min<uint64_t>(head.size(), start_lba * lba));
   if (check_start && start_lba != 0) scan(read_window(start_lba), start_lba, kScanBytes);
   return out;
+}
+
+namespace {
+
+// A regular file as 512-byte blocks (the last one zero-padded), read-only: what scan_device reads.
+model::BlockIo file_blocks(int fd, uint64_t size, const std::string& path) {
+  model::BlockIo io;
+  io.lba_size = 512;
+  io.n_lbas = (size + 511) / 512;
+  io.name = path;
+  io.read = [fd, size, path](uint64_t lba, uint32_t count, void* dst) {
+    auto* out = static_cast<uint8_t*>(dst);
+    const uint64_t off = lba * 512, len = uint64_t(count) * 512;
+    std::memset(out, 0, len);
+    for (uint64_t done = 0; off + done < size && done < len;) {
+      const ssize_t r = ::pread(fd, out + done, std::min(len - done, size - off - done), off_t(off + done));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) throw model::ModelError("reading " + path + ": " + (r == 0 ? "it shrank" : std::strerror(errno)));
+      done += uint64_t(r);
+    }
+  };
+  return io;
+}
+
+// Our own record at byte 0, as a Signature: what a file written over the image destroys.
+std::vector<Signature> our_record(const model::BlockIo& io) {
+  std::vector<uint8_t> head(io.lba_size);
+  io.read(0, 1, head.data());
+  if (model::has_stripe_magic(head)) {
+    try {
+      return {{0, "a gpunvme striped-set record (" + model::describe_member(model::parse_stripe_record(head, io.name), io.name) + ")"}};
+    } catch (const model::ModelError&) {
+      return {{0, "a damaged gpunvme striped-set record"}};
+    }
+  }
+  if (!model::has_record_magic(head)) return {};
+  try {
+    const model::DeployRecord r = model::parse_record(head, model::kRecordLba);
+    return {{0, "a gpunvme deploy record: an image holding the deployed model '" + r.name + "'"}};
+  } catch (const model::ModelError&) {
+    return {{0, "a damaged gpunvme deploy record"}};
+  }
+}
+
+}  // namespace
+
+std::vector<Signature> scan_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) return {};  // nothing there to destroy (or nothing this scan can read: the writer reports it)
+  std::unique_ptr<int, void (*)(int*)> close_fd(new int(fd), [](int* f) { ::close(*f); delete f; });
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return {};
+  const model::BlockIo io = file_blocks(fd, uint64_t(st.st_size), path);
+  std::vector<Signature> found = our_record(io);
+  if (found.empty()) found = scan_device(io, 0);
+  return found;
+}
+
+std::string signature_list(const std::vector<Signature>& found, uint32_t block_bytes) {
+  std::string s;
+  for (const Signature& f : found)
+    s += (s.empty() ? "" : ", ") + f.what +
+         (block_bytes ? " at byte " + std::to_string(f.lba * block_bytes) : " at LBA " + std::to_string(f.lba));
+  return s;
 }
 
 }  // namespace gpunvme::deploy

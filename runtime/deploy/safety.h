@@ -34,6 +34,18 @@ std::vector<Signature> scan_signatures(std::span<const uint8_t> bytes, uint64_t 
 // not ours. `check_start` false: only LBA 0 and the blocks before start_lba (record-only writes).
 std::vector<Signature> scan_device(const model::BlockIo& io, uint64_t start_lba, bool check_start = true);
 
+// Before a tool replaces the file at `path` with a GGUF of its own (llm_make_model --out): what the
+// file holds that is not such a file, seen as scan_device() sees a device (the file's bytes as
+// 512-byte blocks) plus our own records, which a deploy may replace but a file must not: a deploy
+// record (an emu: image holding a deployed model) or a stripe record (a set member) at byte 0, a
+// partition table, a filesystem, other non-zero data. Empty for a path that does not exist, an
+// empty file, a file that is not a regular file (guard/output_file.h rules those), or a GGUF.
+std::vector<Signature> scan_file(const std::string& path);
+
+// "ext2/3/4 filesystem at LBA 2, MBR partition table at LBA 0" for refusals; with `block_bytes`
+// (a file scanned as blocks), "at byte N" instead.
+std::string signature_list(const std::vector<Signature>& found, uint32_t block_bytes = 0);
+
 // Thrown when deploy refuses to write; the message names what was found, where, and --force.
 class RefusedError : public std::runtime_error {
  public:

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <random>
 
 #include "runtime/model/crc32c.h"
 #include "runtime/model/model_error.h"
@@ -36,6 +37,10 @@ std::string member_text(const StripeRecord& r) {
   return "member " + std::to_string(r.member_index + 1) + " of " + set_text(r.geometry);
 }
 
+std::string generation_text(const StripeGeneration& g) {
+  return "generation " + std::to_string(g.number) + (g.number == 0 ? " (written before generations existed)" : "");
+}
+
 // The fix for members given wrongly: all of them, in order.
 std::string order_fix(uint32_t n) {
   return "give all " + std::to_string(n) + " members, each once, in the order they were written (--device M1 --device M2 ...; "
@@ -60,6 +65,8 @@ std::vector<uint8_t> serialize_stripe_record(const StripeRecord& r) {
   h.lba_size = g.lba_size;
   h.data_start_lba = g.data_start_lba;
   h.member_data_blocks = g.member_data_blocks;
+  h.generation = r.generation.number;
+  h.deploy_id = r.generation.deploy_id;
   std::vector<uint8_t> block(g.lba_size, 0);
   std::memcpy(block.data(), &h, sizeof h);
   const uint32_t crc = block_crc(block);
@@ -76,9 +83,12 @@ StripeRecord parse_stripe_record(std::span<const uint8_t> block, const std::stri
   if (!has_stripe_magic(block) || block.size() < 512) throw ModelError(where + ": no stripe record magic");
   StripeHeader h;
   std::memcpy(&h, block.data(), sizeof h);
-  if (h.format_version != kStripeVersion)
-    throw ModelError(where + " has format version " + std::to_string(h.format_version) + "; this build reads version " +
-                     std::to_string(kStripeVersion) + ": use a matching gpunvme");
+  if (h.format_version != kStripeVersion && h.format_version != kStripeVersionNoGeneration)
+    throw ModelError(where + " has format version " + std::to_string(h.format_version) + "; this build reads versions " +
+                     std::to_string(kStripeVersionNoGeneration) + " and " + std::to_string(kStripeVersion) +
+                     ": use a matching gpunvme");
+  const bool versioned = h.format_version == kStripeVersion;
+  if (!versioned) h.generation = h.deploy_id = 0;  // version 1 ends at byte 72; the bytes after it are zero
   if (h.lba_size != block.size())
     throw ModelError(where + " was written with " + std::to_string(h.lba_size) + "-byte blocks but the device has " +
                      std::to_string(block.size()) + "-byte blocks now: open it with the LBA size it was written with "
@@ -88,7 +98,7 @@ StripeRecord parse_stripe_record(std::span<const uint8_t> block, const std::stri
   if (block_crc(block) != stored)
     throw ModelError(where + " is damaged (its CRC does not match); re-create the set with llm_make_model or "
                      "`gpunvme deploy` over all its members");
-  if (h.header_bytes != sizeof(StripeHeader) || h.member_count == 0 || h.member_count > kMaxStripeMembers ||
+  if (h.header_bytes != (versioned ? sizeof(StripeHeader) : kStripeHeaderBytesNoGeneration) || h.member_count == 0 || h.member_count > kMaxStripeMembers ||
       h.member_index >= h.member_count || h.unit_blocks == 0 || h.data_start_lba == 0 || h.member_data_blocks == 0 ||
       h.member_data_blocks % h.unit_blocks != 0)
     throw ModelError(where + " holds impossible fields (member " + std::to_string(h.member_index) + " of " +
@@ -97,7 +107,17 @@ StripeRecord parse_stripe_record(std::span<const uint8_t> block, const std::stri
   StripeRecord r;
   r.member_index = h.member_index;
   r.geometry = {h.set_id, h.member_count, h.unit_blocks, h.lba_size, h.data_start_lba, h.member_data_blocks};
+  r.generation = {h.generation, h.deploy_id};
   return r;
+}
+
+uint64_t random_stripe_id() {
+  std::random_device rd;
+  return (uint64_t(rd()) << 32) ^ rd();
+}
+
+StripeGeneration next_generation(std::optional<StripeGeneration> previous) {
+  return {previous ? previous->number + 1 : 1, random_stripe_id()};
 }
 
 StripeGeometry make_stripe_geometry(uint32_t members, uint32_t lba_size, uint64_t member_blocks, uint64_t unit_bytes,
@@ -173,16 +193,16 @@ void check_stripe_members(std::span<const BlockIo> members, const StripeGeometry
   }
 }
 
-void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g) {
+void write_stripe_records(std::span<const BlockIo> members, const StripeGeometry& g, const StripeGeneration& generation) {
   check_stripe_members(members, g);
   for (uint32_t i = 0; i < g.members; ++i) {
-    const std::vector<uint8_t> block = serialize_stripe_record({g, i});
+    const std::vector<uint8_t> block = serialize_stripe_record({g, i, generation});
     members[i].write(0, 1, block.data());
   }
 }
 
 std::string describe_member(const StripeRecord& r, const std::string& device) {
-  return device + " is " + member_text(r);
+  return device + " is " + member_text(r) + ", " + generation_text(r.generation);
 }
 
 bool is_stripe_member(const BlockIo& io) {
@@ -191,20 +211,10 @@ bool is_stripe_member(const BlockIo& io) {
   return has_stripe_magic(block);
 }
 
-StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)) {
-  g_ = read_geometry();
-  make_logical();
-}
-
-StripeSet::StripeSet(std::vector<BlockIo> members, const StripeGeometry& g) : members_(std::move(members)), g_(g) {
-  check_stripe_members(members_, g_);
-  make_logical();
-}
-
-StripeGeometry StripeSet::read_geometry() const {
-  if (members_.empty()) throw ModelError("a striped set needs at least one member");
+std::vector<StripeRecord> read_member_records(std::span<const BlockIo> members) {
+  if (members.empty()) throw ModelError("a striped set needs at least one member");
   std::vector<StripeRecord> recs;
-  for (const BlockIo& m : members_) {
+  for (const BlockIo& m : members) {
     check_lba_size(m.lba_size);
     std::vector<uint8_t> block(m.lba_size);
     m.read(0, 1, block.data());
@@ -217,22 +227,26 @@ StripeGeometry StripeSet::read_geometry() const {
     recs.push_back(parse_stripe_record(block, m.name));
   }
   const StripeGeometry g = recs[0].geometry;
-  const uint32_t n = uint32_t(members_.size());
+  const uint32_t n = uint32_t(members.size());
   for (uint32_t i = 0; i < n; ++i) {
     const StripeRecord& r = recs[i];
     if (r.geometry.set_id != g.set_id)
-      throw ModelError(members_[i].name + " is " + member_text(r) + ", not of " + set_text(g) + " like " +
-                       members_[0].name + ": the devices belong to different sets; " + order_fix(g.members));
+      throw ModelError(members[i].name + " is " + member_text(r) + ", not of " + set_text(g) + " like " +
+                       members[0].name + ": the devices belong to different sets; " + order_fix(g.members));
+    // Another generation first: a member saved before a re-deploy that changed the geometry (a member
+    // replaced by a larger one) differs in both, and its generation is what explains it.
+    if (!(r.generation == recs[0].generation)) continue;
     if (!(r.geometry == g))
-      throw ModelError(members_[i].name + " and " + members_[0].name + " name one set but disagree on its geometry; "
+      throw ModelError(members[i].name + " and " + members[0].name + " name one set but disagree on its geometry; "
                        "the records are damaged: re-create the set");
-    for (uint32_t j = 0; j < i; ++j)
-      if (recs[j].member_index == r.member_index)
-        throw ModelError(members_[i].name + " and " + members_[j].name + " are both " + member_text(r) +
-                         ": a member is given twice (or copied); " + order_fix(g.members));
   }
+  for (uint32_t i = 0; i < n; ++i)
+    for (uint32_t j = 0; j < i; ++j)
+      if (recs[j].member_index == recs[i].member_index)
+        throw ModelError(members[i].name + " and " + members[j].name + " are both " + member_text(recs[i]) +
+                         ": a member is given twice (or copied); " + order_fix(g.members));
   if (n != g.members)
-    throw ModelError(std::to_string(n) + " device(s) given but " + members_[0].name + " is " + member_text(recs[0]) +
+    throw ModelError(std::to_string(n) + " device(s) given but " + members[0].name + " is " + member_text(recs[0]) +
                      ": " + std::to_string(g.members > n ? g.members - n : n - g.members) +
                      (g.members > n ? " member(s) missing; " : " too many; ") + order_fix(g.members));
   for (uint32_t i = 0; i < n; ++i)
@@ -240,16 +254,74 @@ StripeGeometry StripeSet::read_geometry() const {
       std::string order;
       for (uint32_t k = 0; k < n; ++k)
         for (uint32_t j = 0; j < n; ++j)
-          if (recs[j].member_index == k) order += (k ? " " : "") + std::string("--device ") + members_[j].name;
-      throw ModelError(members_[i].name + " is given as member " + std::to_string(i + 1) + " but is " +
+          if (recs[j].member_index == k) order += (k ? " " : "") + std::string("--device ") + members[j].name;
+      throw ModelError(members[i].name + " is given as member " + std::to_string(i + 1) + " but is " +
                        member_text(recs[i]) + "; give the members in their order: " + order);
     }
-  for (uint32_t i = 0; i < n; ++i)
-    if (members_[i].n_lbas != 0 && members_[i].n_lbas < g.data_start_lba + g.member_data_blocks)
-      throw ModelError(members_[i].name + " has " + std::to_string(members_[i].n_lbas) + " blocks but " + member_text(recs[i]) +
-                       " needs " + std::to_string(g.data_start_lba + g.member_data_blocks) +
+  for (uint32_t i = 0; i < n; ++i) {
+    const StripeGeometry& gi = recs[i].geometry;
+    if (members[i].n_lbas != 0 && members[i].n_lbas < gi.data_start_lba + gi.member_data_blocks)
+      throw ModelError(members[i].name + " has " + std::to_string(members[i].n_lbas) + " blocks but " +
+                       member_text(recs[i]) + " needs " + std::to_string(gi.data_start_lba + gi.member_data_blocks) +
                        ": it was truncated or resized (an emu: image opened with a smaller size=?); re-create the set");
-  return g;
+  }
+  return recs;
+}
+
+StripeGeneration newest_generation(std::span<const StripeRecord> records) {
+  StripeGeneration newest = records.empty() ? StripeGeneration{} : records[0].generation;
+  for (const StripeRecord& r : records)
+    if (r.generation.number > newest.number ||
+        (r.generation.number == newest.number && r.generation.deploy_id > newest.deploy_id))
+      newest = r.generation;
+  return newest;
+}
+
+void check_one_generation(std::span<const StripeRecord> records, std::span<const BlockIo> members) {
+  const StripeGeneration newest = newest_generation(records);
+  const std::string set = set_text(records[0].geometry);
+  const std::string fix = "the members hold stripes of different models. Re-deploy the model onto the whole set "
+                          "(`gpunvme deploy` or llm_make_model with every --device, in order), or put back the copy "
+                          "of each older member that was written with the others";
+  auto who = [&](size_t i) { return members[i].name + " (member " + std::to_string(records[i].member_index + 1) + ")"; };
+  std::string older, current;
+  size_t n_older = 0;
+  for (size_t i = 0; i < records.size(); ++i) {
+    if (records[i].generation.number < newest.number) {
+      older += (n_older == 0 ? who(i) + " holds " : " and " + who(i) + " ") + generation_text(records[i].generation);
+      ++n_older;
+    } else {
+      current += (current.empty() ? "" : ", ") + who(i);
+    }
+  }
+  if (n_older > 0)
+    throw ModelError(set + ": " + older + ", older than generation " + std::to_string(newest.number) + " that " + current +
+                     (current.find(", ") == std::string::npos ? " holds" : " hold") + ": " +
+                     (n_older == 1 ? "it was" : "they were") +
+                     " saved before the set's latest deploy (a backup image, a swapped drive), or that deploy stopped "
+                     "before it reached " + (n_older == 1 ? "it" : "them") + "; " + fix);
+  for (size_t i = 1; i < records.size(); ++i)
+    if (records[i].generation.deploy_id != records[0].generation.deploy_id)
+      throw ModelError(set + ": " + who(i) + " and " + who(0) + " both hold " + generation_text(records[0].generation) +
+                       ", but from two different deploys (copies of one set, each deployed on its own); " + fix);
+}
+
+StripeSet::StripeSet(std::vector<BlockIo> members) : members_(std::move(members)) {
+  read_records();
+  make_logical();
+}
+
+StripeSet::StripeSet(std::vector<BlockIo> members, const StripeGeometry& g, const StripeGeneration& gen)
+    : members_(std::move(members)), g_(g), gen_(gen) {
+  check_stripe_members(members_, g_);
+  make_logical();
+}
+
+void StripeSet::read_records() {
+  const std::vector<StripeRecord> recs = read_member_records(members_);
+  check_one_generation(recs, members_);
+  g_ = recs[0].geometry;
+  gen_ = recs[0].generation;
 }
 
 void StripeSet::make_logical() {

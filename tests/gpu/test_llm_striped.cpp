@@ -111,7 +111,7 @@ TEST_CASE("striped streamer on the GPU: every member's reads land in the slot wh
     rigs.push_back(std::make_unique<test::GpuRig>("emu:ram,size=16M,lba=512", 2, 64, true, device::DeviceQueueOptions{}, false));
     ios.push_back(model::cpu_block_io(*rigs[i]->ctrl, *rigs[i]->cpu, "member " + std::to_string(i)));
   }
-  model::write_stripe_records(ios, model::make_stripe_geometry(kMembers, kLba, rigs[0]->ctrl->namespace_info(1).blocks, 8192, 5));
+  model::write_stripe_records(ios, model::make_stripe_geometry(kMembers, kLba, rigs[0]->ctrl->namespace_info(1).blocks, 8192, 5), {1, 5});
   const model::StripeSet set(ios);
   std::vector<uint8_t> data(4u << 20);
   std::mt19937 rng(3);

@@ -25,7 +25,7 @@ struct Set {
       devs.back()->io.name = "m" + std::to_string(i);
     }
     g = make_stripe_geometry(n, lba, blocks, unit_bytes, id);
-    write_stripe_records(ios(), g);
+    write_stripe_records(ios(), g, {1, id});
   }
   std::vector<BlockIo> ios(std::vector<uint32_t> order = {}) const {
     if (order.empty())
@@ -167,5 +167,5 @@ TEST_CASE("stripe: bad geometry is refused") {
   Set a(2, 512, 4096, 4096, 1);
   MemDevice other(4096, 4096);
   std::vector<BlockIo> mixed = {a.devs[0]->io, other.io};
-  CHECK_THROWS_AS(write_stripe_records(mixed, a.g), ModelError);  // LBA sizes differ
+  CHECK_THROWS_AS(write_stripe_records(mixed, a.g, {1, 1}), ModelError);  // LBA sizes differ
 }

@@ -435,7 +435,7 @@ TEST_CASE("streamer: a striped set streams every layer into the slot exactly as 
     m.io = std::make_unique<host::CpuIo>(*m.ctrl, *m.qp, 1);
     ios.push_back(model::cpu_block_io(*m.ctrl, *m.io, "member"));
   }
-  model::write_stripe_records(ios, model::make_stripe_geometry(3, lba, ms[0].io->blocks(), unit, 99));
+  model::write_stripe_records(ios, model::make_stripe_geometry(3, lba, ms[0].io->blocks(), unit, 99), {1, 99});
   const model::StripeSet set(ios);
   // The model at the logical volume's 1 MiB, as on the single drive.
   std::vector<uint8_t> padded(one.file);
