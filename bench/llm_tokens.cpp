@@ -36,7 +36,7 @@ namespace {
 // --help: what it measures and the options of a first run; --help-all: the columns, the loaders, the rest.
 const cli::Help kHelp = {
     "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
-    "                  [--modes gpunvme,mmap,mmap-evict] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
+    "                  [--modes gpunvme,mmap,mmap-evict] [--verify on,off] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
     "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--json-out FILE]\n"
@@ -50,6 +50,11 @@ const cli::Help kHelp = {
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        loaders, default gpunvme,mmap,mmap-evict\n"
+    "  --verify       the engine's checks of what it loads against the deploy record (docs/engine.md): on (the\n"
+    "                 engine's default), off (its --no-verify: the header chunks only), or both, on,off: each cell\n"
+    "                 runs with each, so their tok/s compare in one call (the vfy column; the JSON's \"verify\" has\n"
+    "                 what was checked, at what cost at start). The streamed layers are checked during --warmup\n"
+    "                 (the first token): the timed tokens show what the checks cost after it\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
     "  --json-out FILE  append each cell to FILE as one JSON object per line\n",
     "\n"
@@ -193,6 +198,7 @@ struct Cell {
   Cell(std::string m, std::string b, std::string d, std::string md)
       : model(std::move(m)), budget(std::move(b)), drive(std::move(d)), mode(std::move(md)) {}
   std::string model, budget, drive, mode, prefetch = "-", error;
+  bool verify = true;    // the engine's load checks (--verify)
   llm::ExecStats stats;
   uint32_t members = 1;  // drives striped over
   uint32_t queues = 0;   // the engine's GPU queues (--queues)
@@ -245,10 +251,11 @@ std::optional<bench::MmapResidency> mmap_residency(const std::string& mode) {
 }
 
 Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
-              const std::string& mode, const std::string& prefetch, const RunSettings& rs) {
+              const std::string& mode, const std::string& prefetch, bool verify, const RunSettings& rs) {
   const uint32_t warmup = rs.warmup, tokens = rs.tokens;
   Cell c{m.file->model_name(), budget.text, drive, mode};
   c.prefetch = prefetch;
+  c.verify = verify;
   c.members = uint32_t(images.size());
   c.queues = rs.queues;
   c.emu_opts = rs.emu_opts;
@@ -271,6 +278,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   llm::GpuExecOptions o;
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;
+  o.verify = verify;
   o.slots = rs.slots;
   o.queues = rs.queues;
   if (prefetch == "on" || prefetch == "off") {  // the lag prefetch, or neither; no pre-gating either way
@@ -325,14 +333,14 @@ std::string cell_json(const Cell& c, double h2d) {
   const auto& e = c.stats;
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"drives\":%u,\"queues\":%u,\"mode\":%s,\"expert_prefetch\":%s,\"tokens\":%u,"
+                "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"drives\":%u,\"queues\":%u,\"mode\":%s,\"verify_mode\":\"%s\",\"expert_prefetch\":%s,\"tokens\":%u,"
                 "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
                 "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
                 "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
-                c.members, c.queues, text::json_string(c.mode).c_str(), text::json_string(c.prefetch).c_str(), c.tokens,
+                c.members, c.queues, text::json_string(c.mode).c_str(), c.verify ? "on" : "off", text::json_string(c.prefetch).c_str(), c.tokens,
                 c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
                 bench::ls::drive_read_bandwidth(c.drive) * c.members, e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
@@ -353,15 +361,16 @@ std::string cell_json(const Cell& c, double h2d) {
   else
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":null,\"efficiency_vs_lower\":null,");
   const std::string faults = "\"loader_page_faults\":" + (c.loader_faults ? std::to_string(*c.loader_faults) : std::string("null")) + ",";
-  return b + prefetch + emu + faults + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  const std::string verify = c.error.empty() ? "\"verify\":" + llm::verify_json(e.verify) + "," : "";
+  return b + prefetch + emu + faults + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
 // pf: the width of the prefetch column (the longest --expert-prefetch entry, at least 4).
 void print_cell(const Cell& c, int pf) {
   if (!c.error.empty()) {
-    std::printf("%-22s %-10s %-7s %-10s %-*s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(), c.mode.c_str(),
-                pf, c.prefetch.c_str(), c.error.c_str());
+    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(),
+                c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(), c.error.c_str());
   } else {
     const auto& x = c.stats.experts;
     const auto& p = c.stats.prefetch;
@@ -376,8 +385,8 @@ void print_cell(const Cell& c, int pf) {
       std::snprintf(experts, sizeof experts, "loader page faults %.0f a token", double(*c.loader_faults) / std::max(c.tokens, 1u));
     char emu[48] = "        -      -";
     if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
-    std::printf("%-22s %-10s %-7s %-10s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
-                c.drive_label().c_str(), c.mode.c_str(), pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
+    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+                c.drive_label().c_str(), c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
                 c.stats.streamed_layers, c.tps,
                 c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, emu, c.host_cpu, experts);
   }
@@ -399,6 +408,11 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   for (const std::string& md : modes)
     if (md != "gpunvme" && !mmap_residency(md))
       throw cli::UsageError("--modes: '" + md + "' is not gpunvme, mmap or mmap-evict");
+  std::vector<bool> verifies;
+  for (const std::string& v : list("verify", "on")) {
+    if (v != "on" && v != "off") throw cli::UsageError("--verify: '" + v + "' is not on or off (or a list: on,off)");
+    verifies.push_back(v == "on");
+  }
   const std::vector<std::string> prefetches = list("expert-prefetch", "auto");
   for (const std::string& p : prefetches) {
     const std::string base = prefetch_base(p);
@@ -447,7 +461,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
   int pf_width = 4;
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
-  std::printf("%-22s %-10s %-7s %-10s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", pf_width, "pf",
+  std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "vfy", pf_width, "pf",
               "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
   std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
   if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
@@ -472,30 +486,34 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
         for (const std::string& md : modes) {
           bool auto_ran_without = false;  // an auto cell ran with the prefetch off: an off cell would repeat it
           for (const std::string& pf : pfs) {
-            if (drive_free && (d != drives.front() || md != modes.front())) continue;
-            if (pf == "off" && auto_ran_without) continue;
-            Cell c;
-            try {
-              c = run_cell(members, m, b, d, md, pf, rs);
-              // The emulator's own ceiling for this cell: the same cell unthrottled, if it ran first.
-              const auto cap = capacity.find(md + "/" + pf);
-              if (d == "none") capacity[md + "/" + pf] = c.tps;
-              else if (cap != capacity.end()) c.emu_tps = cap->second;
-              if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
-              if (!first_hash) first_hash = c.logits_hash;
-              auto_ran_without |= prefetch_base(pf) == "auto" && !c.stats.expert_prefetch && !c.stats.expert_pregate;
-            } catch (const std::exception& e) {
-              c = Cell{m.file->model_name(), b.text, d, md};
-              c.prefetch = pf;
-              c.members = uint32_t(members.size());
-              c.error = e.what();
-            }
-            errors += !c.error.empty();
-            print_cell(c, pf_width);
-            if (json) {
-              const std::string j = cell_json(c, rs.h2d);
-              std::fwrite(j.data(), 1, j.size(), json);
-              std::fflush(json);
+            for (const bool vf : verifies) {
+              if (drive_free && (d != drives.front() || md != modes.front())) continue;
+              if (pf == "off" && auto_ran_without) continue;
+              Cell c;
+              const std::string key = md + "/" + pf + (vf ? "" : "/noverify");
+              try {
+                c = run_cell(members, m, b, d, md, pf, vf, rs);
+                // The emulator's own ceiling for this cell: the same cell unthrottled, if it ran first.
+                const auto cap = capacity.find(key);
+                if (d == "none") capacity[key] = c.tps;
+                else if (cap != capacity.end()) c.emu_tps = cap->second;
+                if (first_hash && *first_hash != c.logits_hash) c.error = "logits differ from this budget's first cell (the weights read differ)";
+                if (!first_hash) first_hash = c.logits_hash;
+                auto_ran_without |= prefetch_base(pf) == "auto" && !c.stats.expert_prefetch && !c.stats.expert_pregate;
+              } catch (const std::exception& e) {
+                c = Cell{m.file->model_name(), b.text, d, md};
+                c.prefetch = pf;
+                c.verify = vf;
+                c.members = uint32_t(members.size());
+                c.error = e.what();
+              }
+              errors += !c.error.empty();
+              print_cell(c, pf_width);
+              if (json) {
+                const std::string j = cell_json(c, rs.h2d);
+                std::fwrite(j.data(), 1, j.size(), json);
+                std::fflush(json);
+              }
             }
           }
         }
@@ -517,7 +535,7 @@ int main(int argc, char** argv) {
       if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
       else rest.push_back(argv[i]);
     }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
+    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
     if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
     if (images.empty()) throw cli::UsageError("give --image PATH (a namespace image holding a deployed model)");

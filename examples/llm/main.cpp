@@ -91,6 +91,8 @@ const char* kUsage =
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
     "  --ignore-eos        keep generating past the model's end-of-text token\n"
+    "  --no-verify         check only the model's header at open (always done), not the bytes read at start\n"
+    "                      and streamed against the deploy record's CRC-32Cs (docs/engine.md)\n"
     "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n";
 
 // The project's one number grammar (host/text/numbers.h), as a usage error, at most `max`.
@@ -228,6 +230,7 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
     j += "\"read_bytes\":" + std::to_string(e.expert_read_bytes) + ",";
     j += llm::prefetch_json({e.expert_prefetch, e.expert_pregate, e.expert_pregate_first}, e.prefetch, e.experts) + "},";
   }
+  j += "\"verify\":" + llm::verify_json(e.verify) + ",";
   j += "\"recovery\":" + host::recovery_json(e.recovery) + ",";
   j += "\"tokens\":[";
   for (size_t i = 0; i < r.tokens.size(); ++i) j += (i ? "," : "") + std::to_string(r.tokens[i]);
@@ -261,6 +264,7 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
   }
   std::printf("resident: %u layers, %.1f MB read once at start\n", e.resident_layers, e.resident_bytes / 1e6);
   if (e.recovery.any()) std::printf("recovery: %s\n", host::recovery_text(e.recovery).c_str());
+  std::printf("%s\n", llm::verify_summary(e.verify).c_str());
   if (e.ram_layers)
     std::printf("RAM tier: %u layers, %.1f MB pinned, %.1f MB copied to the GPU per token (%.1f MB in all)\n", e.ram_layers,
                 e.ram_bytes / 1e6, e.ram_bytes_per_step / 1e6, e.ram_copied_bytes / 1e6);
@@ -335,12 +339,14 @@ int run(const cli::Args& args, bool tokenize_only) {
   parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
+  o.verify = !args.has("no-verify");
+  if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
   std::unique_ptr<llm::Executor> ex;
   if (example::use_gpu_path(args.get("path", "auto"))) {
     const std::vector<host::Controller*> ctrls = set.controllers();
     ex = llm::make_gpu_executor(ctrls, m, ctx, o);
   } else {
-    ex = llm::make_cpu_executor(m, ctx);
+    ex = llm::make_cpu_executor(m, ctx, o.verify);
   }
   std::printf("model: %s (%s, %u layers) on %s: %s\n", m.file->model_name().c_str(), m.config.arch_name.c_str(),
               m.config.n_layer, (m.stripe ? m.io.name : set.controller(0).transport().name()).c_str(), m.detected.describe().c_str());
@@ -375,7 +381,7 @@ int main(int argc, char** argv) {
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
                          {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
                           "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
-                         {"help", "ignore-eos"}, {"device"});
+                         {"help", "ignore-eos", "no-verify"}, {"device"});
     if (args.has("help")) {
       std::printf("%s\n%s\n", kUsage, host::device_string_help());
       return 0;

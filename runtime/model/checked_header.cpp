@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "host/text/escape.h"
 #include "runtime/model/crc32c.h"
 #include "runtime/model/model_error.h"
 
@@ -22,7 +23,7 @@ std::string hex32(uint32_t v) {
 class ChunkCheckedSource final : public gguf::ByteSource {
  public:
   ChunkCheckedSource(const BlockIo& io, const DeployRecord& r, std::string device_args)
-      : io_(io), r_(r), dev_(io, r.model_start_lba, r.model_bytes), device_args_(std::move(device_args)) {}
+      : io_(io), r_(r), dev_(io, r.model_start_lba, r.model_bytes), device_args_(text::printable(device_args)) {}
 
   size_t read(uint64_t offset, void* dst, size_t len) override {
     if (offset >= r_.model_bytes) return 0;
@@ -70,11 +71,12 @@ class ChunkCheckedSource final : public gguf::ByteSource {
     const uint64_t begin = r_.chunk_offset(c), end = begin + r_.chunk_length(c);
     const uint64_t lba0 = r_.model_start_lba + begin / r_.lba_size;
     const uint64_t lba1 = r_.model_start_lba + (end + r_.lba_size - 1) / r_.lba_size;
-    return "chunk " + std::to_string(c) + " of '" + r_.name + "' on " + io_.name + " (model bytes " + std::to_string(begin) +
+    return "chunk " + std::to_string(c) + " of '" + text::printable(r_.name) + "' on " + text::printable(io_.name) + " (model bytes " + std::to_string(begin) +
            ".." + std::to_string(end) + ", LBA " + std::to_string(lba0) + ".." + std::to_string(lba1) +
            ") does not match the deploy record's CRC-32C (recorded " + hex32(r_.chunk_crcs[c]) + ", read " + hex32(crc) +
-           "): it holds the GGUF header, metadata and tensor table, which changed after the deploy, so the model there is "
-           "not the one deployed (another layer count, tensors at other bytes). Run `gpunvme verify " + device_args_ +
+           "): its bytes changed after the deploy. It holds the GGUF header, metadata and tensor table, which say what the "
+           "model is: changed, they may describe another one (another layer count, tensors at other bytes), so none of it "
+           "is used. Run `gpunvme verify " + device_args_ +
            "` to list every damaged chunk, then re-deploy the model (`gpunvme deploy MODEL.gguf " + device_args_ + "`)";
   }
 

@@ -71,6 +71,22 @@ constexpr Crc32cPowers make_crc32c_powers() {
   return p;
 }
 
+// Multiplication by a fixed polynomial y as four table lookups (the product is linear in the other
+// factor, so it is the XOR of each byte's product): t[j][b] = y * (b at byte j) mod P. For a shift
+// applied over and over (the GPU kernel's x^(8 * 512), once per 512-byte row).
+struct Crc32cMulTable {
+  uint32_t t[4][256];
+};
+constexpr Crc32cMulTable make_crc32c_mul_table(uint32_t y) {
+  Crc32cMulTable m{};
+  for (uint32_t j = 0; j < 4; ++j)
+    for (uint32_t b = 0; b < 256; ++b) m.t[j][b] = crc32c_mulmod(y, b << (8 * j));
+  return m;
+}
+GPUNVME_HD inline uint32_t crc32c_mul_by(uint32_t a, const uint32_t (*t)[256]) {
+  return t[0][a & 0xFF] ^ t[1][(a >> 8) & 0xFF] ^ t[2][(a >> 16) & 0xFF] ^ t[3][a >> 24];
+}
+
 // x^(8 n) mod P: what crc(A) is multiplied by when n bytes follow A. n < 2^61 (x2k has 64 powers).
 GPUNVME_HD constexpr uint32_t crc32c_shift(uint64_t n, const uint32_t* x2k) {
   uint32_t p = kCrc32cOne;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/model/crc32c.h"
+#include "runtime/model/crc32c_math.h"
 
 using namespace gpunvme::model;
 
@@ -72,4 +73,23 @@ TEST_CASE("crc32c_combine: random splits give the whole buffer's CRC", "[crc32c]
       CHECK(crc32c_combine(crc32c(buf.data() + off, a), crc32c(buf.data() + off + a, len - a), len - a) != whole);
     }
   }
+}
+
+// The GPU kernel's shift by a fixed length as table lookups (crc32c_math.h, make_crc32c_mul_table)
+// equals the bitwise product, so a row folded with it is the combine of that row's bytes.
+TEST_CASE("crc32c_math: the table multiply equals the bitwise one", "[crc32c]") {
+  constexpr Crc32cPowers powers = make_crc32c_powers();
+  const uint32_t y = crc32c_shift(512, powers.x2k);
+  const Crc32cMulTable t = make_crc32c_mul_table(y);
+  std::mt19937 rng(17);
+  std::vector<uint8_t> a(512), b(512);
+  for (int i = 0; i < 1000; ++i) {
+    const uint32_t v = rng();
+    REQUIRE(crc32c_mul_by(v, t.t) == crc32c_mulmod(y, v));
+  }
+  for (auto& x : a) x = uint8_t(rng());
+  for (auto& x : b) x = uint8_t(rng());
+  std::vector<uint8_t> ab(a);
+  ab.insert(ab.end(), b.begin(), b.end());
+  CHECK((crc32c_mul_by(crc32c(a.data(), 512), t.t) ^ crc32c(b.data(), 512)) == crc32c(ab.data(), ab.size()));
 }

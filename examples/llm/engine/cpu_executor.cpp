@@ -8,9 +8,12 @@ namespace {
 
 class CpuExecutor final : public Executor {
  public:
-  CpuExecutor(const ModelOnDevice& m, uint32_t n_ctx)
+  CpuExecutor(const ModelOnDevice& m, uint32_t n_ctx, bool verify)
       : bytes_(m.file->data_end()), fwd_(m.config, m.weights, bytes_, n_ctx) {
-    read_model_bytes(m, 0, bytes_.size(), bytes_.data());
+    LoadCheck check(m, verify);  // every byte CRC'd on a host thread while the next is read
+    check.read(0, bytes_.size(), bytes_.data());
+    check.finish_start();
+    verify_ = check.stats();
     layers_ = m.config.n_layer;
   }
   std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
@@ -21,6 +24,7 @@ class CpuExecutor final : public Executor {
     ExecStats s;
     s.resident_bytes = bytes_.size();
     s.resident_layers = layers_;
+    s.verify = verify_;
     return s;
   }
   std::string describe() const override {
@@ -33,12 +37,13 @@ class CpuExecutor final : public Executor {
   std::vector<uint8_t> bytes_;
   CpuForward fwd_;
   uint32_t layers_ = 0;
+  VerifyStats verify_;
 };
 
 }  // namespace
 
-std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx) {
-  return std::make_unique<CpuExecutor>(m, n_ctx);
+std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx, bool verify) {
+  return std::make_unique<CpuExecutor>(m, n_ctx, verify);
 }
 
 }  // namespace gpunvme::llm

@@ -14,6 +14,7 @@
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/expert_lag.h"
+#include "examples/llm/engine/load_check.h"
 #include "examples/llm/engine/residency_plan.h"
 #include "host/recovery.h"
 #include "runtime/stream/expert_fetcher.h"
@@ -51,6 +52,7 @@ struct ExecStats {
   uint64_t expert_read_bytes = 0;    // its largest read (GpuExecOptions::expert_read_bytes)
   stream::PrefetchMetrics prefetch;  // what it did, and the fetches' stall time per layer
   host::RecoveryStats recovery;      // retries, aborts, resets behind the streamed and fetched reads (#15)
+  VerifyStats verify;                // the checks of the loaded bytes against the deploy record (load_check.h)
 };
 
 class Executor {
@@ -74,7 +76,8 @@ class Executor {
   virtual std::string describe() const = 0;
 };
 
-std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx);
+// verify: every byte read checked against the deploy record (load_check.h; false: --no-verify).
+std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx, bool verify = true);
 
 // Dense layer bytes that reach the GPU per token by some way of copying (the RAM tier, ram_tier.h; the
 // benchmark's mmap baseline), layers in order and cyclic across tokens: acquire() makes `compute` wait
@@ -126,6 +129,9 @@ struct GpuExecOptions {
   // MoE: the largest read of an expert fetch (default kExpertReadBytes; the drive's MDTS caps it too).
   std::optional<uint64_t> expert_read_bytes;
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
+  // The VRAM and RAM tiers' bytes checked at start, streamed layers and fetched experts on their first
+  // read, against the deploy record's CRCs (load_check.h; false: --no-verify, the open check stays).
+  bool verify = true;
   LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
 };
 

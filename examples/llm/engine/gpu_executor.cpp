@@ -31,6 +31,7 @@
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_lag.h"
+#include "examples/llm/engine/gpu_load_check.h"
 #include "examples/llm/engine/host_lead.h"
 #include "examples/llm/engine/ram_tier.h"
 #include "runtime/plan/command_plan.h"
@@ -41,18 +42,16 @@
 namespace gpunvme::llm {
 namespace {
 
-// GPU memory holding model bytes [begin, end), read through the CPU queue in 64 MiB pieces.
+// GPU memory holding model bytes [begin, end), read through the CPU queue in staging pieces, each
+// CRC'd on the load check's thread while the next is read (load_check.h).
 struct DeviceCopy {
   uint8_t* p = nullptr;
   uint64_t begin = 0, bytes = 0;
-  DeviceCopy(const ModelOnDevice& m, uint64_t b, uint64_t e) : begin(b), bytes(e - b) {
+  DeviceCopy(LoadCheck& check, uint64_t b, uint64_t e) : begin(b), bytes(e - b) {
     device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes ? bytes : 1), "cudaMalloc for resident weights");
-    std::vector<uint8_t> stage(std::min<uint64_t>(bytes, 64u << 20));
-    for (uint64_t off = 0; off < bytes; off += stage.size()) {
-      const uint64_t n = std::min<uint64_t>(stage.size(), bytes - off);
-      read_model_bytes(m, begin + off, n, stage.data());
-      device::check_cuda(cudaMemcpy(p + off, stage.data(), n, cudaMemcpyHostToDevice), "copy of resident weights");
-    }
+    check.read_staged(begin, bytes, [&](const uint8_t* data, uint64_t off, uint64_t n) {
+      device::check_cuda(cudaMemcpy(p + (off - begin), data, n, cudaMemcpyHostToDevice), "copy of resident weights");
+    });
   }
   ~DeviceCopy() { cudaFree(p); }
   DeviceCopy(const DeviceCopy&) = delete;
@@ -192,6 +191,7 @@ class FetchedExperts final : public ExpertSource {
   const stream::GpuFetchedExpert* experts() const override { return fetcher_.device_experts(); }
   const uint32_t* selection() const override { return fetcher_.device_selection(); }
   stream::FetcherMetrics metrics() const { return fetcher_.metrics(); }
+  const stream::GpuExpertFetcher& fetcher() const { return fetcher_; }
   stream::PrefetchMetrics prefetch_metrics() const { return fetcher_.prefetch_metrics(); }
   host::RecoveryStats recovery() const { return fetcher_.recovery(); }
   const LagCounts& lag() const { return lag_.counts(); }
@@ -282,6 +282,7 @@ class GpuExecutor final : public Executor {
       throw std::runtime_error("the GPU executor got " + std::to_string(ctrls_.size()) + " controller(s) for a model on " +
                                std::to_string(want) + " namespace(s)");
     host::Controller& c = *ctrls_[0];
+    check_ = std::make_unique<LoadCheck>(m, o.verify);
     open_streams();
     load_globals();
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
@@ -308,12 +309,14 @@ class GpuExecutor final : public Executor {
     } else if (plan_.count(Tier::kNvme) > 0) {
       open_streamer(c, o);
     }
+    finish_checks();
   }
   ~GpuExecutor() override {
     try {
       finish();
     } catch (...) {
     }
+    gpu_check_.reset();
     fwd_.reset();
     nvme_source_.reset();
     ram_.reset();
@@ -343,6 +346,7 @@ class GpuExecutor final : public Executor {
       } else {
         const uint32_t slot = uint32_t(consumed_ % slots_);
         const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
+        if (gpu_check_) gpu_check_->streamed(stream_index_[l.index], v, compute_);  // the first read of it only
         const int64_t delta = slot_delta_[stream_index_[l.index]];
         if (tokens.size() > kBatchTileTokens) {  // copied once; the slot is free before the compute
           const uint8_t* weights = stage_streamed(v);
@@ -355,6 +359,7 @@ class GpuExecutor final : public Executor {
         ++consumed_;
         begin_next();
       }
+      if (experts && gpu_check_) gpu_check_->experts(compute_);  // its experts' parts not checked before
       lead_.after_layer(compute_);
     }
     const std::span<const float> logits = fwd_->logits(all_logits);
@@ -362,6 +367,8 @@ class GpuExecutor final : public Executor {
     // retries spent, or the controller lost) ends the generation here, not at finish(), so no text is
     // ever printed from a layer that did not arrive.
     if (streamer_) streamer_->throw_if_failed();
+    // And every byte this pass read for the first time matched the deploy record (gpu_load_check.h).
+    if (gpu_check_) gpu_check_->end_pass();
     // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
     // only its last token's ids, and a speculative pass's last token may be a rejected draft).
     if (experts_ && tokens.size() == 1) experts_->end_token(compute_);
@@ -386,6 +393,7 @@ class GpuExecutor final : public Executor {
     if (nvme_source_) nvme_source_->sync();
     if (experts_) experts_->wait();  // throws the first failed expert read
     device::check_cuda(cudaStreamSynchronize(compute_), "compute stream");
+    if (gpu_check_) gpu_check_->end_pass();
   }
 
   ExecStats stats() const override {
@@ -422,6 +430,7 @@ class GpuExecutor final : public Executor {
       s.prefetch = experts_->prefetch_metrics();
       s.recovery += experts_->recovery();
     }
+    s.verify = check_->stats();
     return s;
   }
 
@@ -481,10 +490,31 @@ class GpuExecutor final : public Executor {
     for (const LayerWeights& l : m_.weights.layers) {
       const LayerPlacement& at = plan_.layers[l.index];
       const ByteRange r = at.experts_in_vram ? ByteRange{l.begin, l.end} : dense_range(m_, l);
-      if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(m_, r.begin, r.end);
+      if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(*check_, r.begin, r.end);
       if (at.dense == Tier::kRam) ram.push_back(r);
     }
-    if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), std::max<uint32_t>(1, o.slots));
+    if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), std::max<uint32_t>(1, o.slots), check_.get());
+  }
+
+  // The end of start (load_check.h): what the GPU readers will check is planned (streamed layers'
+  // pieces, fetched experts' parts; the bench's mmap loader's ranges too, which nothing checks), the
+  // bytes no reader reads are read and checked on the host, every host CRC is waited for; then the
+  // GPU readers' checks are set up for the pieces still pending.
+  void finish_checks() {
+    const uint64_t start = m_.map->start_lba() * m_.lba_size();
+    if (streamer_)
+      for (uint32_t i = 0; i < streamer_->layer_count(); ++i)
+        for (const plan::Piece& p : streamer_->plan(i, 0).pieces)
+          check_->plan(p.source.first_lba * m_.lba_size() + p.source.byte_in_first - start, p.source.byte_length);
+    for (const LayerWeights& l : m_.weights.layers)
+      if (nvme_source_ && plan_.layers[l.index].dense == Tier::kNvme) check_->plan(dense_range(m_, l).begin, dense_range(m_, l).bytes());
+    if (experts_)
+      for (const model::ExpertExtent& e : m_.map->experts())
+        if (!plan_.layers.at(e.layer).experts_in_vram) check_->plan(e.file_offset, e.extent.byte_length);
+    check_->finish_start();
+    if (check_->on())
+      gpu_check_ = std::make_unique<GpuLoadCheck>(*check_, m_, streamer_.get(), experts_ ? &experts_->fetcher() : nullptr,
+                                                  m_.config.n_expert_used);
   }
 
   void open_streams() {
@@ -496,10 +526,10 @@ class GpuExecutor final : public Executor {
 
   void load_globals() {
     const ModelWeights& w = m_.weights;
-    embd_ = std::make_unique<DeviceCopy>(m_, w.token_embd.file_offset, w.token_embd.file_offset + w.token_embd.bytes);
-    norm_ = std::make_unique<DeviceCopy>(m_, w.output_norm.file_offset, w.output_norm.file_offset + w.output_norm.bytes);
+    embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd.file_offset, w.token_embd.file_offset + w.token_embd.bytes);
+    norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm.file_offset, w.output_norm.file_offset + w.output_norm.bytes);
     if (w.output.file_offset != w.token_embd.file_offset)
-      out_ = std::make_unique<DeviceCopy>(m_, w.output.file_offset, w.output.file_offset + w.output.bytes);
+      out_ = std::make_unique<DeviceCopy>(*check_, w.output.file_offset, w.output.file_offset + w.output.bytes);
   }
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.
@@ -630,6 +660,10 @@ class GpuExecutor final : public Executor {
   uint32_t slots_ = 2, n_streamed_ = 0;
   uint64_t begun_ = 0, consumed_ = 0;
   bool finished_ = false;
+  // Declared last, destroyed first: its thread may still be reading bytes the tiers above own
+  // (a constructor that threw part way).
+  std::unique_ptr<LoadCheck> check_;
+  std::unique_ptr<GpuLoadCheck> gpu_check_;
 };
 
 }  // namespace

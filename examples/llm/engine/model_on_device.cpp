@@ -6,6 +6,7 @@
 #include "host/device_lock.h"
 #include "host/open_device.h"
 #include "runtime/io/cpu_block_io.h"
+#include "runtime/model/checked_header.h"
 #include "runtime/model/tensor_names.h"
 
 namespace gpunvme::llm {
@@ -27,8 +28,13 @@ ModelOnDevice open_model(std::span<const NamespaceIo> members) {
     m.stripe = m.set->geometry();
     m.io = m.set->logical();
   }
+  for (const NamespaceIo& n : members) m.device_args += (m.device_args.empty() ? "--device " : " --device ") + n.controller->transport().name();
   m.detected = model::detect_model(m.io);
-  m.file = std::make_unique<gguf::GgufFile>(model::read_model_header(m.io, m.detected));
+  model::CheckedHeader h = model::read_checked_header(m.io, m.detected, m.device_args);
+  m.file = std::make_unique<gguf::GgufFile>(std::move(h.file));
+  m.header_chunks = std::move(h.verified_chunks);
+  m.header_bytes_checked = h.bytes_checked;
+  m.header_check_seconds = h.seconds;
   m.map = std::make_unique<model::LbaMap>(*m.file, m.io.lba_size, m.detected.start_lba);
   m.config = read_config(*m.file);
   m.weights = map_weights(*m.file, m.config);

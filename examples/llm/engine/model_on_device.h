@@ -32,6 +32,12 @@ struct ModelOnDevice {
   ModelConfig config;
   ModelWeights weights;
   Vocab vocab;
+  // The open check (runtime/model/checked_header.h), done whatever --no-verify says: with a deploy
+  // record, the chunks holding the header, metadata and tensor table, read whole and matched.
+  std::vector<uint64_t> header_chunks;
+  uint64_t header_bytes_checked = 0;
+  double header_check_seconds = 0;
+  std::string device_args;  // "--device A [--device B ...]": how a fix names the device(s)
 
   uint32_t lba_size() const { return map->lba_size(); }
   // Byte offset on the namespace of the model file's byte `file_offset`.

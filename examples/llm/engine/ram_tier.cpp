@@ -6,7 +6,8 @@
 
 namespace gpunvme::llm {
 
-RamTier::RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t depth) : ranges_(std::move(ranges)) {
+RamTier::RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t depth, LoadCheck* check)
+    : ranges_(std::move(ranges)) {
   for (const ByteRange& r : ranges_) {
     host_offset_.push_back(host_bytes_);
     host_bytes_ += r.bytes();
@@ -14,7 +15,10 @@ RamTier::RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t
   }
   device::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&host_), std::max<uint64_t>(host_bytes_, 1), cudaHostAllocDefault),
                      "cudaHostAlloc for the RAM tier (lower --ram-budget)");
-  for (size_t j = 0; j < ranges_.size(); ++j) read_model_bytes(m, ranges_[j].begin, ranges_[j].bytes(), host_ + host_offset_[j]);
+  for (size_t j = 0; j < ranges_.size(); ++j) {
+    if (check) check->read(ranges_[j].begin, ranges_[j].bytes(), host_ + host_offset_[j]);
+    else read_model_bytes(m, ranges_[j].begin, ranges_[j].bytes(), host_ + host_offset_[j]);
+  }
   device::check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "RAM-tier copy stream");
   depth = std::clamp<uint32_t>(depth, 1, std::max<uint32_t>(1, uint32_t(ranges_.size())));
   for (uint32_t b = 0; b < depth; ++b) {

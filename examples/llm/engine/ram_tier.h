@@ -19,8 +19,9 @@ namespace gpunvme::llm {
 class RamTier final : public LayerSource {
  public:
   // ranges[j]: the file bytes of the j-th RAM layer, in layer order. Reads them all (bounded by the
-  // device's reads); allocates the pinned memory and depth buffers of the largest range.
-  RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t depth);
+  // device's reads), through `check` when given (each piece CRC'd while the next is read,
+  // load_check.h); allocates the pinned memory and depth buffers of the largest range.
+  RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t depth, LoadCheck* check = nullptr);
   ~RamTier() override;
   RamTier(const RamTier&) = delete;
   RamTier& operator=(const RamTier&) = delete;

@@ -1,0 +1,61 @@
+// The GPU executor's share of the load check (load_check.h): the bytes that never pass through the
+// host, checked on the GPU where they land, the first time they are read:
+//   - a streamed layer, over its slot, after the compute stream waited for the slot's reads and
+//     before it is released (runtime/stream/gpu_crc.h);
+//   - fetched MoE experts, over the fetcher's slots, after the kernels that consumed them
+//     (runtime/stream/gpu_expert_crc.h), each expert part once.
+// The CRCs land in pinned memory; end_pass() adds them to the verifier once the pass's logits are on
+// the host (the executor waited for the compute stream anyway) and throws for a chunk that did not
+// match, before any token of that pass is used. A piece already checked costs nothing: after the
+// first pass a streamed layer is a test of one flag, and experts stop once all their bytes are in.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+// First, in a block of its own: it declares the global CUstream_st, which gpu_forward.h's
+// gpu_stream_t must then name (else it declares a gpunvme::llm::CUstream_st of its own).
+#include "runtime/stream/cuda_stream.h"
+
+#include "examples/llm/compute/gpu_forward.h"
+#include "examples/llm/engine/load_check.h"
+#include "runtime/stream/gpu_crc.h"
+#include "runtime/stream/gpu_expert_crc.h"
+#include "runtime/stream/layer_streamer.h"
+
+namespace gpunvme::stream {
+class GpuExpertFetcher;
+}
+
+namespace gpunvme::llm {
+
+class GpuLoadCheck {
+ public:
+  // After check.finish_start(): `streamer` (or null) streams the NVMe tier's layers, `fetcher` (or
+  // null) the routed experts, at most `max_experts` distinct ones per fetch.
+  GpuLoadCheck(LoadCheck& check, const ModelOnDevice& m, const stream::LayerStreamer* streamer,
+               const stream::GpuExpertFetcher* fetcher, uint32_t max_experts);
+
+  // Streamed layer `index` (the streamer's) is in slot view `v`, the compute stream waited for it.
+  void streamed(uint32_t index, const stream::SlotView& v, stream::cuda_stream_t s);
+  // The kernels consuming the fetcher's latest fetch are enqueued on `s`.
+  void experts(stream::cuda_stream_t s);
+  // The streams ran the pass's work (its logits are on the host): results in, mismatches thrown.
+  void end_pass();
+
+ private:
+  // A plan piece's bytes [file offset, + length) and where they start in a slot.
+  struct SlotPiece {
+    uint64_t offset, bytes, slot_offset;
+  };
+  std::vector<SlotPiece> slot_pieces(const plan::CommandPlan& p) const;
+
+  LoadCheck& check_;
+  const ModelOnDevice& m_;
+  std::vector<bool> streamed_done_;  // [streamed index]: its first read was checked
+  std::unique_ptr<stream::GpuCrcLog> streamed_log_;
+  std::unique_ptr<stream::GpuExpertCrc> experts_;
+  uint64_t expert_bytes_ = 0;  // results taken so far
+};
+
+}  // namespace gpunvme::llm

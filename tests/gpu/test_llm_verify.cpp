@@ -1,0 +1,262 @@
+// The engine checks what it loads, GPU executor (examples/llm/engine/load_check.h, gpu_load_check.h):
+// the GPU CRC kernel equals crc32c() on buffers of odd sizes at odd addresses, in device memory and in
+// pinned host memory; a model's record rewritten with 16 KiB chunks (tests/llm/record_edit.h) so that
+// each tier's layers own chunks past the header's; 4 KiB flipped in a VRAM-tier, a RAM-tier or a
+// streamed layer, or in the routed experts of a fetched layer, is refused naming the chunk and the
+// tensor (at start for the host-read tiers, at the first token for the GPU-checked ones); a good
+// model gives the same logits with the checks on and off, and after the first token checks nothing.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/tools/generated_model.h"
+#include "gpu_rig.h"
+#include "host/open_device.h"
+#include "runtime/deploy/deploy.h"
+#include "runtime/model/crc32c.h"
+#include "runtime/stream/gpu_crc.h"
+#include "tests/llm/record_edit.h"
+
+using namespace gpunvme;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+constexpr uint32_t kShift = 14;  // 16 KiB chunks: every 72 KiB matrix and expert slice holds whole ones
+
+// The tiers test's 3-layer model (dense, or 8 experts of which 2 are routed) on a temporary image,
+// its record in 16 KiB chunks.
+struct Deployed {
+  std::string image;
+  explicit Deployed(uint32_t experts) {
+    char path[] = "/tmp/gpunvme-llm-verify-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    image = path;
+    llm::gen::Shape s{"verify-test", 3, 256, 4, 2, 512, 512, 512, experts, experts ? 2u : 0u, 10000.0f};
+    llm::gen::GeneratedModel model(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), s.name), 5, 2);
+    {
+      deploy::Device dev("emu:" + image + ",size=32M");
+      deploy::deploy_source(dev, model, s.name);
+    }
+    test::rechunk(image, kShift);
+  }
+  ~Deployed() { std::remove(image.c_str()); }
+};
+
+struct Opened {
+  std::unique_ptr<host::Controller> ctrl;
+  std::unique_ptr<host::QueuePair> qp;
+  std::unique_ptr<host::CpuIo> io;
+  llm::ModelOnDevice m;
+  explicit Opened(const std::string& image) {
+    ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
+    qp = ctrl->create_io_queue_pair(1, 64);
+    io = std::make_unique<host::CpuIo>(*ctrl, *qp, 1);
+    m = llm::open_model(*ctrl, *io);
+  }
+};
+
+// Six greedy steps' logits; `after_first`: the stats after the first step.
+std::vector<std::vector<float>> run(Opened& o, const llm::GpuExecOptions& opt, llm::ExecStats* stats,
+                                    llm::ExecStats* after_first = nullptr) {
+  auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, opt);
+  std::vector<std::vector<float>> out;
+  uint32_t tok = 3;
+  for (uint32_t pos = 0; pos < 6; ++pos) {
+    const std::span<const float> logits = ex->step(tok, pos);
+    out.emplace_back(logits.begin(), logits.end());
+    tok = uint32_t(std::max_element(out.back().begin(), out.back().end()) - out.back().begin());
+    if (pos == 0 && after_first) *after_first = ex->stats();
+  }
+  ex->finish();
+  *stats = ex->stats();
+  return out;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The first chunk wholly inside [begin, end), and 4 KiB inside it.
+struct Flip {
+  uint64_t chunk = 0, offset = 0;
+};
+Flip flip_in(uint64_t begin, uint64_t end) {
+  const uint64_t c = (begin >> kShift) + 1;
+  REQUIRE(((c + 1) << kShift) <= end);
+  return {c, (c << kShift) + 5000};
+}
+
+// The plan the mixed budgets give: one layer per tier (the tiers test's VRAM + RAM + NVMe).
+llm::GpuExecOptions mixed(const llm::ModelOnDevice& m) {
+  uint64_t widest = 0;
+  for (const llm::LayerBytes& b : llm::layer_bytes(m)) widest = std::max(widest, b.dense);
+  llm::GpuExecOptions o;
+  o.vram_budget = widest;
+  o.ram_budget = widest;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("GPU CRC-32C kernel equals crc32c() at odd sizes and addresses, in device and pinned memory", "[verify]") {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(5);
+  const uint64_t total = (64ull << 20) + 4096;
+  std::vector<uint8_t> host(total);
+  for (auto& b : host) b = uint8_t(rng());
+  void* dev = nullptr;
+  void* pinned = nullptr;
+  REQUIRE(cudaMalloc(&dev, total) == cudaSuccess);
+  REQUIRE(cudaHostAlloc(&pinned, total, cudaHostAllocMapped) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dev, host.data(), total, cudaMemcpyHostToDevice) == cudaSuccess);
+  std::memcpy(pinned, host.data(), total);
+  void* pinned_dev = nullptr;
+  REQUIRE(cudaHostGetDevicePointer(&pinned_dev, pinned, 0) == cudaSuccess);
+  cudaStream_t s = nullptr;
+  REQUIRE(cudaStreamCreate(&s) == cudaSuccess);
+  std::vector<uint64_t> sizes{0, 1, 15, 16, 17, 31, 511, 512, 513, 16383, 16385, 65536 * 3 + 7, (5u << 20) + 3, 64ull << 20};
+  for (int i = 0; i < 40; ++i) sizes.push_back(rng() % (3u << 20));
+  std::vector<stream::GpuCrcPiece> pieces;
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (const void* base : {dev, pinned_dev}) {
+      const uint64_t at = (i * 37 + 3 * (base == dev)) % 4096;  // every alignment mod 16
+      pieces.push_back({static_cast<const uint8_t*>(base) + at, at, sizes[i]});
+    }
+  stream::GpuCrcLog log(pieces.size() + 3, 7);  // batches of 7: several launches
+  log.enqueue(pieces, s);
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  const std::span<const stream::GpuCrcResult> r = log.take();
+  REQUIRE(r.size() == pieces.size());
+  for (size_t i = 0; i < r.size(); ++i) {
+    INFO("piece " << i << ": " << pieces[i].bytes << " bytes at +" << pieces[i].offset);
+    CHECK(r[i].offset == pieces[i].offset);
+    CHECK(r[i].bytes == pieces[i].bytes);
+    CHECK(r[i].crc == model::crc32c(host.data() + pieces[i].offset, pieces[i].bytes));
+  }
+  CHECK(log.take().empty());
+  CHECK_THROWS_AS(log.enqueue(std::span(pieces).first(4), s), std::logic_error);  // past its capacity
+  cudaStreamDestroy(s);
+  cudaFreeHost(pinned);
+  cudaFree(dev);
+}
+
+TEST_CASE("llm verify: a good model gives the same logits with the checks on and off; after the first token they cost nothing",
+          "[verify]") {
+  REQUIRE_GPU();
+  for (const uint32_t experts : {0u, 8u}) {
+    INFO("experts " << experts);
+    Deployed d(experts);
+    Opened o(d.image);
+    llm::GpuExecOptions on = mixed(o.m), off = on;
+    off.verify = false;
+    llm::ExecStats son, soff, first;
+    const auto a = run(o, on, &son, &first);
+    const auto b = run(o, off, &soff);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) == 0);
+    CHECK(son.resident_layers == 1);
+    CHECK(son.ram_layers == 1);
+    CHECK(son.streamed_layers == 1);
+    CHECK(son.verify.on);
+    CHECK(son.verify.mismatches == 0);
+    CHECK(son.verify.gpu_bytes > 0);  // the streamed layer (and the fetched experts) on the GPU
+    CHECK(son.verify.host_bytes > 0);
+    if (!experts) {
+      CHECK(son.verify.chunks_verified == son.verify.chunks);  // every chunk decided by the first token's end
+      CHECK(first.verify.chunks_verified == son.verify.chunks);
+      CHECK(son.verify.gpu_bytes == first.verify.gpu_bytes);  // nothing checked after it
+    } else {
+      CHECK(son.verify.chunks_verified > first.verify.header_chunks);  // experts' chunks as they are first fetched
+    }
+    CHECK(!soff.verify.on);
+    CHECK(soff.verify.gpu_bytes == 0);
+  }
+}
+
+TEST_CASE("llm verify: 4 KiB flipped in a VRAM, RAM or streamed layer is refused, naming the chunk and the tensor", "[verify]") {
+  REQUIRE_GPU();
+  for (const llm::Tier tier : {llm::Tier::kVram, llm::Tier::kRam, llm::Tier::kNvme}) {
+    Deployed d(0);
+    std::string tensor;
+    Flip f;
+    llm::GpuExecOptions opt;
+    {
+      Opened o(d.image);
+      opt = mixed(o.m);
+      const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(o.m), {*opt.vram_budget, opt.ram_budget});
+      uint32_t layer = 0;
+      while (plan.layers[layer].dense != tier) ++layer;
+      tensor = "blk." + std::to_string(layer) + ".ffn_down.weight";
+      const auto* t = o.m.map->find(tensor);
+      REQUIRE(t);
+      f = flip_in(t->tensor->file_offset, t->tensor->file_end());
+    }
+    test::flip_bytes(d.image, f.offset, 4096);
+    Opened o(d.image);  // the header chunk is intact: the model opens
+    INFO("tier " << int(tier) << ", " << tensor << ", chunk " << f.chunk);
+    const std::string e = error_of([&] {
+      auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, opt);
+      if (tier == llm::Tier::kNvme) CHECK(ex->stats().verify.mismatches == 0);  // streamed: found at its first read
+      ex->step(3, 0);
+    });
+    CHECK_THAT(e, ContainsSubstring("chunk " + std::to_string(f.chunk) + " of 'verify-test'") &&
+                      ContainsSubstring("does not match the deploy record's CRC-32C") &&
+                      ContainsSubstring("It holds " + tensor + ".") && ContainsSubstring("gpunvme verify --device emu:" + d.image));
+    // --no-verify runs on the flipped bytes.
+    llm::GpuExecOptions off = opt;
+    off.verify = false;
+    llm::ExecStats s;
+    CHECK_NOTHROW(run(o, off, &s));
+  }
+}
+
+TEST_CASE("llm verify: flipped routed experts are refused at the first token that fetches one", "[verify]") {
+  REQUIRE_GPU();
+  Deployed d(8);
+  llm::GpuExecOptions opt;
+  std::vector<Flip> flips;
+  {
+    Opened o(d.image);
+    uint64_t dense = 0;
+    for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
+    opt.vram_budget = dense;  // every dense part in VRAM, every layer's experts fetched
+    // Every expert's down projection of layer 0: whichever two the router picks, one is flipped.
+    for (const model::ExpertExtent& e : o.m.map->experts())
+      if (e.layer == 0 && e.proj == model::Projection::kDown) flips.push_back(flip_in(e.file_offset, e.file_offset + e.extent.byte_length));
+    REQUIRE(flips.size() == 8);
+  }
+  for (const Flip& f : flips) test::flip_bytes(d.image, f.offset, 4096);
+  Opened o(d.image);
+  std::string e;
+  {
+    auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, opt);  // nothing flipped was read at start
+    CHECK(ex->stats().has_experts);
+    e = error_of([&] { ex->step(3, 0); });
+  }
+  INFO(e);
+  CHECK_THAT(e, ContainsSubstring("does not match the deploy record's CRC-32C") &&
+                    ContainsSubstring("It holds blk.0.ffn_down_exps.weight.") && ContainsSubstring("re-deploy"));
+  llm::GpuExecOptions off = opt;
+  off.verify = false;
+  llm::ExecStats s;
+  CHECK_NOTHROW(run(o, off, &s));
+}
