@@ -24,6 +24,7 @@
 #include "host/cpu_io.h"
 #include "host/cuda_device.h"
 #include "host/error.h"
+#include "host/locked_open.h"
 #include "host/open_device.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -79,7 +80,7 @@ std::map<uint32_t, double> read_probe(const std::string& path) {
 }
 
 struct Rig {
-  std::unique_ptr<host::Controller> ctrl;
+  host::LockedController ctrl;  // exclusive when it fills the namespace, else shared (host/locked_open.h)
   std::vector<std::unique_ptr<host::QueuePair>> qps;
   std::unique_ptr<host::QueuePair> filler;
   // fill_bytes > 0: writes the first fill_bytes of the namespace through an extra CPU queue first, so
@@ -87,7 +88,7 @@ struct Rig {
   Rig(const std::string& dev, uint32_t nq, uint32_t entries, bool gpu, uint64_t fill_bytes = 0) {
     host::ControllerOptions o;
     o.io_queues_wanted = nq + 1;
-    ctrl = host::open_controller(dev, o);
+    ctrl = host::open_for(fill_bytes > 0, dev, o);
     for (uint32_t q = 0; q < nq; ++q)
       qps.push_back(gpu ? ctrl->create_io_queue_pair(uint16_t(q + 1), entries, gpu_memory())
                         : ctrl->create_io_queue_pair(uint16_t(q + 1), entries));

@@ -26,6 +26,7 @@
 #include "host/cuda_device.h"
 #include "host/emulator/config.h"
 #include "host/error.h"
+#include "host/locked_open.h"
 #include "host/open_device.h"
 #include "host/text/escape.h"
 #include "runtime/cli/args.h"
@@ -289,13 +290,13 @@ std::string with_profile(const DriveDev& d, const std::string& profile) {
 }
 
 struct Bringup {
-  std::unique_ptr<host::Controller> ctrl;
+  host::LockedController ctrl;  // exclusive when this run writes the drive, else shared (host/locked_open.h)
   std::unique_ptr<host::QueuePair> qp;
   std::unique_ptr<host::CpuIo> io;
-  Bringup(const std::string& dev) {
+  Bringup(const std::string& dev, bool writes) {
     host::ControllerOptions co;
     co.io_queues_wanted = 1;
-    ctrl = host::open_controller(dev, co);
+    ctrl = host::open_for(writes, dev, co);
     qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
     host::CpuIoOptions io_opts;
     io_opts.queue_depth = 64;
@@ -661,8 +662,10 @@ int main(int argc, char** argv) {
 
     uint64_t max_transfer = 0;
     const auto t_setup = Clock::now();
+    std::vector<host::DeviceLock> run_locks;  // every drive's, to the end of the run: the modes open the drives again
     for (uint32_t d = 0; d < n_drives; ++d) {
-      Bringup b(devs[d].base);
+      Bringup b(devs[d].base, generated ? !reuse[d] : !o.deployed);
+      run_locks.push_back(std::move(b.ctrl.lock));
       const uint32_t lba = b.io->lba_bytes();
       max_transfer = b.ctrl->max_transfer_bytes();
       if (generated) {

@@ -24,6 +24,7 @@
 #include "host/cpu_io.h"
 #include "host/emulator/config.h"
 #include "host/error.h"
+#include "host/locked_open.h"
 #include "host/open_device.h"
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
@@ -203,7 +204,7 @@ uint32_t read_pct_of(const Options& o) {
 
 struct Dev {
   std::string name;
-  std::unique_ptr<host::Controller> ctrl;
+  host::LockedController ctrl;  // under the device's lock: exclusive when this run writes, else shared
   host::NamespaceInfo ns;
   std::vector<std::unique_ptr<host::QueuePair>> qps;
 };
@@ -577,7 +578,7 @@ int main(int argc, char** argv) {
       host::ControllerOptions copts;
       copts.io_queues_wanted = o.nq + extra;
       const auto before = thread_ids();
-      d.ctrl = host::open_controller(d.name, copts);
+      d.ctrl = host::open_for(writes, d.name, copts);
       const auto after = thread_ids();
       std::vector<pid_t> fresh;
       std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(fresh));

@@ -16,6 +16,7 @@
 
 #include "example_model.h"
 #include "host/error.h"
+#include "host/locked_open.h"
 #include "runtime/cli/args.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/expert_fetcher.h"
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (!deployed) guard::check_write_allowed(device, permission, example::kWhatWeWrite);
-    auto ctrl = host::open_controller(device);
+    auto ctrl = host::open_for(/*writes=*/!deployed, device);  // under the lock deploy takes (host/locked_open.h)
     auto qp = ctrl->create_io_queue_pair(1, std::min<uint32_t>(256, ctrl->max_queue_entries()));
     const std::vector<uint8_t> file =
         gguf_path.empty() ? example::moe_model(layers, experts, 2000) : example::read_file(gguf_path);

@@ -7,6 +7,7 @@
 
 #include "host/cpu_io.h"
 #include "host/io_patterns.h"
+#include "host/locked_open.h"
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/commands.h"
@@ -49,7 +50,7 @@ int cmd_demo(int argc, char** argv) {
 
   auto t0 = std::chrono::steady_clock::now();
   std::printf("[1/5] bringing up %s\n", device.c_str());
-  auto ctrl = host::open_controller(device);
+  auto ctrl = host::open_locked(device, host::LockMode::kExclusive, host::Access::kReadWrite);  // as deploy locks it
   std::printf("      ready in %.1f ms: reset, admin queue, enable (CAP.TO %u ms), identify, %u I/O queues granted\n",
               seconds_since(t0) * 1e3, ctrl->cap().ready_timeout_ms(), ctrl->io_queues_granted());
 

@@ -8,6 +8,7 @@
 
 #include "host/cpu_io.h"
 #include "host/error.h"
+#include "host/locked_open.h"
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/commands.h"
@@ -34,7 +35,8 @@ int cmd_read(int argc, char** argv) {
   const uint32_t nsid = args.get_u32("nsid", 1);
   const uint64_t lba = args.get_u64("lba", 0);
   const uint64_t bytes = args.get_size("bytes", 1ull << 20);
-  auto ctrl = host::open_controller(args.get("device"));
+  // A reader: the shared lock (refused while a deploy or another tool writes it), the image read-only.
+  auto ctrl = host::open_locked(args.get("device"), host::LockMode::kShared, host::Access::kReadOnly, {}, nsid);
   const host::NamespaceInfo& ns = ctrl->namespace_info(nsid);
   if (bytes == 0 || bytes % ns.lba_bytes != 0)
     throw UsageError("--bytes must be a positive multiple of the " + std::to_string(ns.lba_bytes) + "-byte block");
