@@ -22,6 +22,7 @@
 #include "runtime/cli/args.h"
 #include "runtime/deploy/deploy.h"
 #include "runtime/deploy/progress.h"
+#include "runtime/deploy/safety.h"
 #include "runtime/deploy/stop_signal.h"
 #include "runtime/gguf/ggml_types.h"
 #include "runtime/guard/write_guard.h"
@@ -46,7 +47,8 @@ const cli::Help kHelp = {
     "                 data (1 MiB in); `llm --device M1 --device M2 ...` streams from all at once. Each member\n"
     "                 needs 1/N of the model plus 1 MiB (size=30G each for llama3-70b Q6_K over 2)\n"
     "  --stripe-unit SIZE  bytes per member before the next one (default 1M; a multiple of the LBA size)\n"
-    "  --out FILE     write a GGUF file instead\n"
+    "  --out FILE     write a GGUF file instead (a file holding a deployed model, a filesystem or other data\n"
+    "                 that is not a GGUF is refused unless --force)\n"
     "  --seed S       the weights' seed (default 1)\n"
     "  --threads N    generator threads (default: every core)\n"
     "  --progress     a progress line even when stderr is not a terminal\n",
@@ -82,9 +84,21 @@ void write_file(gguf::ByteSource& src, const std::string& path, const deploy::Pr
   if (::close(fd) != 0) throw std::runtime_error("writing " + path + ": " + std::strerror(errno));
 }
 
+// --out replaces the whole file: one that holds a deployed model (an emu: image), a set member, a
+// filesystem or other data is refused as deploy refuses such a device (deploy/safety.h), unless --force.
+void check_out_target(const std::string& path, bool force) {
+  const std::vector<deploy::Signature> found = deploy::scan_file(path);
+  if (found.empty() || force) return;
+  throw deploy::RefusedError("refusing to write over " + path + ": it holds " + deploy::signature_list(found, 512) +
+                                 ", and --out replaces the whole file with the generated GGUF. Give another path, or "
+                                 "add --force to overwrite it",
+                             found);
+}
+
 int run(const cli::Args& args) {
   if (!args.has("shape") || !args.has("type")) throw cli::UsageError("give --shape and --type");
   if (args.has("device") == args.has("out")) throw cli::UsageError("give one of --device DEV and --out FILE");
+  if (args.has("out")) check_out_target(args.get("out"), args.has("force"));
   const std::vector<std::string> devices = args.all("device");
   if (args.has("stripe-unit") && devices.size() < 2)
     throw cli::UsageError("--stripe-unit needs a striped set: give --device once per member (2 or more)");
