@@ -61,12 +61,32 @@ inline std::vector<std::vector<model::Extent>> make_layers(uint32_t n, uint32_t 
   return layers;
 }
 
-// The consumer's byte ranges of a slot view: where each piece's bytes start, and where they came from.
+// The consumer's byte ranges of a plan, appended to `out`: where each piece's bytes start in the slot,
+// and where they came from on the namespace.
+inline void append_pieces(const plan::CommandPlan& plan, uint32_t lba, std::vector<VerifySpan>& out) {
+  for (const plan::Piece& p : plan.pieces)
+    out.push_back(VerifySpan{p.data_offset, p.source.first_lba * lba + p.source.byte_in_first, p.source.byte_length});
+}
+// ... of a slot view.
 inline std::vector<VerifySpan> pieces_of(const stream::SlotView& v, uint32_t lba) {
   std::vector<VerifySpan> out;
-  for (const plan::Piece& p : v.plan->pieces)
-    out.push_back(VerifySpan{p.data_offset, p.source.first_lba * lba + p.source.byte_in_first, p.source.byte_length});
+  append_pieces(*v.plan, lba, out);
   return out;
+}
+// Every layer's pieces in one table (both slots' plans have the same pieces), for one device copy:
+// layer l's are spans[first[l] .. first[l + 1]).
+struct LayerSpans {
+  std::vector<VerifySpan> spans;
+  std::vector<uint32_t> first;
+};
+inline LayerSpans layer_spans(const stream::LayerStreamer& s, uint32_t n_layers, uint32_t lba) {
+  LayerSpans t;
+  t.first.assign(n_layers + 1, 0);
+  for (uint32_t l = 0; l < n_layers; ++l) {
+    append_pieces(s.plan(l, 0), lba, t.spans);
+    t.first[l + 1] = uint32_t(t.spans.size());
+  }
+  return t;
 }
 
 // A synthetic MoE catalog: n_layers x n_experts experts of three slices with unaligned starts.

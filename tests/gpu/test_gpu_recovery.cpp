@@ -93,16 +93,9 @@ Outcome stream_layers(GpuRig& rig, stream::GpuSubmitter& gpu, uint32_t n_layers,
   Outcome o;
   stream::LayerStreamer s(*rig.ctrl, gpu, small_layers(n_layers, rig.lba), {.slots = 2});
   Streams st;
-  // Every layer's pieces in one device table (the plans of both slots have the same pieces).
-  std::vector<VerifySpan> all;
-  std::vector<uint32_t> first(n_layers + 1, 0);
-  for (uint32_t l = 0; l < n_layers; ++l) {
-    for (const plan::Piece& p : s.plan(l, 0).pieces)
-      all.push_back(VerifySpan{p.data_offset, p.source.first_lba * rig.lba + p.source.byte_in_first,
-                               p.source.byte_length});
-    first[l + 1] = uint32_t(all.size());
-  }
-  DeviceBlob d_all(all.data(), all.size() * sizeof(VerifySpan));
+  const test::LayerSpans table = test::layer_spans(s, n_layers, rig.lba);
+  const std::vector<uint32_t>& first = table.first;
+  DeviceBlob d_all(table.spans.data(), table.spans.size() * sizeof(VerifySpan));
   const uint32_t total = n_layers * passes;
   DeviceZeros<uint64_t> bad(total);
   DeviceZeros<uint32_t> seen(total);
@@ -546,15 +539,9 @@ TEST_CASE("GPU streamer: a DNR-set error on a streamed layer stops the consumer 
   // The 12th read on the first GPU queue (q=2): a few layers in, deterministic.
   const int id = rig.emu->faults().add(emu::parse_fault_spec("error:q=2:op=read:sct=2:sc=0x81:dnr=1:nth=12"));
   Streams st;
-  std::vector<VerifySpan> all;
-  std::vector<uint32_t> first(n_layers + 1, 0);
-  for (uint32_t l = 0; l < n_layers; ++l) {
-    for (const plan::Piece& p : s.plan(l, 0).pieces)
-      all.push_back(VerifySpan{p.data_offset, p.source.first_lba * rig.lba + p.source.byte_in_first,
-                               p.source.byte_length});
-    first[l + 1] = uint32_t(all.size());
-  }
-  DeviceBlob d_all(all.data(), all.size() * sizeof(VerifySpan));
+  const test::LayerSpans table = test::layer_spans(s, n_layers, rig.lba);
+  const std::vector<uint32_t>& first = table.first;
+  DeviceBlob d_all(table.spans.data(), table.spans.size() * sizeof(VerifySpan));
   DeviceZeros<uint64_t> bad(n_layers);
   DeviceZeros<uint32_t> seen(n_layers);
   std::string error;
