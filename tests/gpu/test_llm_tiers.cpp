@@ -23,6 +23,7 @@
 #include "examples/llm/engine/ram_tier.h"
 #include "examples/llm/tools/generated_model.h"
 #include "gpu_rig.h"
+#include "llm_fixtures.h"
 #include "host/emulator/controller.h"
 #include "host/emulator/fault_spec.h"
 #include "host/error.h"
@@ -33,50 +34,9 @@ using namespace gpunvme;
 
 namespace {
 
-// A 3-layer model (so that every tier can hold one layer) on a temporary emulated namespace.
-struct DeployedModel {
-  std::string image;
-  explicit DeployedModel(uint32_t experts) {
-    char path[] = "/tmp/gpunvme-llm-tiers-XXXXXX";
-    const int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    close(fd);
-    image = path;
-    llm::gen::Shape s{"tiers-test", 3, 256, 4, 2, 512, 512, 512, experts, experts ? 2u : 0u, 10000.0f};
-    llm::gen::GeneratedModel model(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), s.name), 5, 2);
-    deploy::Device dev("emu:" + image + ",size=32M");
-    deploy::deploy_source(dev, model, s.name);
-  }
-  ~DeployedModel() { std::remove(image.c_str()); }
-};
-
-struct Opened {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<host::QueuePair> qp;
-  std::unique_ptr<host::CpuIo> io;
-  llm::ModelOnDevice m;
-  explicit Opened(const std::string& image) {
-    ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
-    qp = ctrl->create_io_queue_pair(1, 64);
-    io = std::make_unique<host::CpuIo>(*ctrl, *qp, 1);
-    m = llm::open_model(*ctrl, *io);
-  }
-};
-
-std::vector<std::vector<float>> run(host::Controller& c, const llm::ModelOnDevice& m, const llm::GpuExecOptions& o,
-                                    llm::ExecStats* stats) {
-  auto ex = llm::make_gpu_executor(c, m, 8, o);
-  std::vector<std::vector<float>> out;
-  uint32_t tok = 3;
-  for (uint32_t pos = 0; pos < 6; ++pos) {
-    const std::span<const float> logits = ex->step(tok, pos);
-    out.emplace_back(logits.begin(), logits.end());
-    tok = uint32_t(std::max_element(out.back().begin(), out.back().end()) - out.back().begin());
-  }
-  ex->finish();
-  *stats = ex->stats();
-  return out;
-}
+using test::DeployedModel;  // llm_fixtures.h: the 3-layer model, opened, six steps
+using test::Opened;
+using test::run;
 
 }  // namespace
 

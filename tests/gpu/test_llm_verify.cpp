@@ -9,21 +9,17 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cuda_runtime.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "examples/llm/engine/executor.h"
-#include "examples/llm/tools/generated_model.h"
 #include "gpu_rig.h"
-#include "host/open_device.h"
-#include "runtime/deploy/deploy.h"
+#include "llm_fixtures.h"
 #include "runtime/model/crc32c.h"
 #include "runtime/stream/gpu_crc.h"
 #include "tests/llm/record_edit.h"
@@ -35,75 +31,19 @@ namespace {
 
 constexpr uint32_t kShift = 14;  // 16 KiB chunks: every 72 KiB matrix and expert slice holds whole ones
 
-// The tiers test's 3-layer model (dense, or 8 experts of which 2 are routed) on a temporary image,
-// its record in 16 KiB chunks.
-struct Deployed {
-  std::string image;
-  explicit Deployed(uint32_t experts) {
-    char path[] = "/tmp/gpunvme-llm-verify-XXXXXX";
-    const int fd = mkstemp(path);
-    REQUIRE(fd >= 0);
-    close(fd);
-    image = path;
-    llm::gen::Shape s{"verify-test", 3, 256, 4, 2, 512, 512, 512, experts, experts ? 2u : 0u, 10000.0f};
-    llm::gen::GeneratedModel model(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), s.name), 5, 2);
-    {
-      deploy::Device dev("emu:" + image + ",size=32M");
-      deploy::deploy_source(dev, model, s.name);
-    }
-    test::rechunk(image, kShift);
-  }
-  ~Deployed() { std::remove(image.c_str()); }
+// The tiers test's 3-layer model (llm_fixtures.h), its record rewritten in 16 KiB chunks.
+struct Deployed : test::DeployedModel {
+  explicit Deployed(uint32_t experts) : DeployedModel(experts, "verify-test") { test::rechunk(image, kShift); }
 };
+using test::Opened;
 
-struct Opened {
-  std::unique_ptr<host::Controller> ctrl;
-  std::unique_ptr<host::QueuePair> qp;
-  std::unique_ptr<host::CpuIo> io;
-  llm::ModelOnDevice m;
-  explicit Opened(const std::string& image) {
-    ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
-    qp = ctrl->create_io_queue_pair(1, 64);
-    io = std::make_unique<host::CpuIo>(*ctrl, *qp, 1);
-    m = llm::open_model(*ctrl, *io);
-  }
-};
-
-// Six greedy steps' logits; `after_first`: the stats after the first step.
 std::vector<std::vector<float>> run(Opened& o, const llm::GpuExecOptions& opt, llm::ExecStats* stats,
                                     llm::ExecStats* after_first = nullptr) {
-  auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, opt);
-  std::vector<std::vector<float>> out;
-  uint32_t tok = 3;
-  for (uint32_t pos = 0; pos < 6; ++pos) {
-    const std::span<const float> logits = ex->step(tok, pos);
-    out.emplace_back(logits.begin(), logits.end());
-    tok = uint32_t(std::max_element(out.back().begin(), out.back().end()) - out.back().begin());
-    if (pos == 0 && after_first) *after_first = ex->stats();
-  }
-  ex->finish();
-  *stats = ex->stats();
-  return out;
+  return test::run(*o.ctrl, o.m, opt, stats, after_first);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// The first chunk wholly inside [begin, end), and 4 KiB inside it.
-struct Flip {
-  uint64_t chunk = 0, offset = 0;
-};
-Flip flip_in(uint64_t begin, uint64_t end) {
-  const uint64_t c = (begin >> kShift) + 1;
-  REQUIRE(((c + 1) << kShift) <= end);
-  return {c, (c << kShift) + 5000};
-}
+test::FlipSpot flip_in(uint64_t begin, uint64_t end) { return test::flip_spot(begin, end, kShift); }
+using test::error_of;
 
 // The plan the mixed budgets give: one layer per tier (the tiers test's VRAM + RAM + NVMe).
 llm::GpuExecOptions mixed(const llm::ModelOnDevice& m) {
@@ -197,7 +137,7 @@ TEST_CASE("llm verify: 4 KiB flipped in a VRAM, RAM or streamed layer is refused
   for (const llm::Tier tier : {llm::Tier::kVram, llm::Tier::kRam, llm::Tier::kNvme}) {
     Deployed d(0);
     std::string tensor;
-    Flip f;
+    test::FlipSpot f;
     llm::GpuExecOptions opt;
     {
       Opened o(d.image);
@@ -233,7 +173,7 @@ TEST_CASE("llm verify: flipped routed experts are refused at the first token tha
   REQUIRE_GPU();
   Deployed d(8);
   llm::GpuExecOptions opt;
-  std::vector<Flip> flips;
+  std::vector<test::FlipSpot> flips;
   {
     Opened o(d.image);
     uint64_t dense = 0;
@@ -244,7 +184,7 @@ TEST_CASE("llm verify: flipped routed experts are refused at the first token tha
       if (e.layer == 0 && e.proj == model::Projection::kDown) flips.push_back(flip_in(e.file_offset, e.file_offset + e.extent.byte_length));
     REQUIRE(flips.size() == 8);
   }
-  for (const Flip& f : flips) test::flip_bytes(d.image, f.offset, 4096);
+  for (const test::FlipSpot& f : flips) test::flip_bytes(d.image, f.offset, 4096);
   Opened o(d.image);
   std::string e;
   {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -87,6 +88,27 @@ inline void set_header_int(const std::string& image, const std::string& key, uin
   } else {
     throw std::runtime_error(key + " is not an integer of 4 or 8 bytes");
   }
+}
+
+// The first chunk of 2^shift bytes wholly inside model bytes [begin, end), and an offset 5000 bytes
+// into it, where a 4 KiB flip touches that chunk alone (shift >= 14). Throws when none fits.
+struct FlipSpot {
+  uint64_t chunk = 0, offset = 0;
+};
+inline FlipSpot flip_spot(uint64_t begin, uint64_t end, uint32_t shift) {
+  const uint64_t c = (begin >> shift) + 1;
+  if (((c + 1) << shift) > end || shift < 14) throw std::logic_error("no whole chunk to flip bytes in");
+  return {c, (c << shift) + 5000};
+}
+
+// What `f` threw, or "" when it did not.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace gpunvme::test

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -73,14 +72,7 @@ std::vector<float> decode(const std::string& device, bool verify, llm::ExecStats
   return all;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 // A tensor of the model and a 4 KiB range inside a chunk of it that holds no other bytes.
 struct Target {
@@ -92,8 +84,9 @@ Target flip_target(const std::string& device) {
   llm::DeviceSet set({device});
   const llm::ModelOnDevice m = llm::open_model(set.namespaces());
   for (const auto& t : m.file->tensors()) {
-    const uint64_t chunk = (t.file_offset >> kShift) + 1;  // the first chunk wholly inside the tensor
-    if (t.name.starts_with("blk.1.") && ((chunk + 1) << kShift) <= t.file_end()) return {t.name, (chunk << kShift) + 5000, chunk};
+    if (!t.name.starts_with("blk.1.") || t.size_bytes < (3u << kShift)) continue;
+    const test::FlipSpot f = test::flip_spot(t.file_offset, t.file_end(), kShift);
+    return {t.name, f.offset, f.chunk};
   }
   throw std::logic_error("no tensor holds a whole chunk");
 }
