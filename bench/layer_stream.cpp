@@ -30,6 +30,7 @@
 #include "host/open_device.h"
 #include "host/text/escape.h"
 #include "runtime/cli/args.h"
+#include "runtime/guard/output_file.h"
 #include "runtime/guard/write_guard.h"
 #include "runtime/io/cpu_block_io.h"
 #include "runtime/gguf/gguf_file.h"
@@ -659,6 +660,11 @@ int main(int argc, char** argv) {
         devs.push_back(dv);
       }
     }
+    // --json-out on a device of the run is refused before anything is written (runtime/guard/output_file.h).
+    std::vector<std::string> run_devices;
+    for (const DriveDev& dv : devs) run_devices.push_back(dv.base);
+    guard::OutputFile json_file =
+        o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, run_devices, "--json-out");
 
     uint64_t max_transfer = 0;
     const auto t_setup = Clock::now();
@@ -917,11 +923,9 @@ int main(int argc, char** argv) {
       }
       std::fprintf(jf, "],\"ok\":%s}\n", all_ok ? "true" : "false");
     };
-    if (!o.json_out.empty()) {
-      FILE* jf = std::fopen(o.json_out.c_str(), "w");
-      if (!jf) throw std::runtime_error("cannot write " + o.json_out + ": " + std::strerror(errno));
-      emit_json(jf);
-      std::fclose(jf);
+    if (json_file) {
+      emit_json(json_file.stream());
+      json_file.commit();
     }
     if (o.json) {
       emit_json(stdout);

@@ -25,6 +25,7 @@
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
 #include "runtime/gguf/ggml_types.h"
+#include "runtime/guard/output_file.h"
 
 using namespace gpunvme;
 using namespace gpunvme::llm;
@@ -178,6 +179,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    // Opened first: a path the rule refuses (runtime/guard/output_file.h) ends the run before it starts.
+    guard::OutputFile json = o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, {}, "--json-out");
     const uint32_t head = s.hidden / s.heads;
     std::vector<Matrix> ms = {{"q", s.heads * head, s.hidden},     {"k", s.kv_heads * head, s.hidden},
                               {"v", s.kv_heads * head, s.hidden},  {"o", s.hidden, s.heads * head},
@@ -246,13 +249,11 @@ int main(int argc, char** argv) {
     char cmp[256];
     std::snprintf(cmp, sizeof cmp, "{\"staged_gb_per_s\":%.1f,\"warp_per_row_gb_per_s\":%.1f,\"speedup\":%.3f,\"bits_equal\":true}",
                   layer_bytes / staged / 1e9, layer_bytes / unstaged / 1e9, unstaged / staged);
-    if (!o.json_out.empty()) {
-      FILE* f = std::fopen(o.json_out.c_str(), "w");
-      if (!f) throw std::runtime_error("cannot write " + o.json_out);
-      std::fprintf(f, "{\"tool\":\"llm_pass_compute\",\"shape\":%s,\"type\":%s,\"layers\":%u,\"weights_per_layer\":%llu,\"rows\":[%s],\"matvec_vs_warp_per_row\":%s}\n",
+    if (json) {
+      std::fprintf(json.stream(), "{\"tool\":\"llm_pass_compute\",\"shape\":%s,\"type\":%s,\"layers\":%u,\"weights_per_layer\":%llu,\"rows\":[%s],\"matvec_vs_warp_per_row\":%s}\n",
                    text::json_string(s.name).c_str(), text::json_string(gguf::ggml_type_name(o.type)).c_str(), s.layers,
                    static_cast<unsigned long long>(weights), rows_json.c_str(), cmp);
-      std::fclose(f);
+      json.commit();
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llm_pass_compute: %s\n", e.what());

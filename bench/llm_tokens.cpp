@@ -28,6 +28,7 @@
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
+#include "runtime/guard/output_file.h"
 
 using namespace gpunvme;
 
@@ -56,7 +57,7 @@ const cli::Help kHelp = {
     "                 what was checked, at what cost at start). The streamed layers are checked during --warmup\n"
     "                 (the first token): the timed tokens show what the checks cost after it\n"
     "  --tokens N     timed decode tokens (default 3); --warmup N untimed ones first (default 1)\n"
-    "  --json-out FILE  append each cell to FILE as one JSON object per line\n",
+    "  --json-out FILE  each cell as one JSON object per line; FILE is replaced when the run ends\n",
     "\n"
     "For each model (a namespace image holding a deployed model, e.g. written by llm_make_model onto\n"
     "emu:/dev/shm/m.img,size=60G; a comma-separated list is a striped set's member images, in order, as\n"
@@ -86,7 +87,8 @@ const cli::Help kHelp = {
     "in again: the case this loader is for, and still a floor on its cost (the image is in tmpfs, so a\n"
     "fault finds its page in the page cache; a real one would also read ahead and insert it). Startup loads (VRAM and RAM tiers) are read unthrottled and not timed. Every cell\n"
     "of a (model, budget) must give logits equal to the bit to its first cell, else it prints an error.\n"
-    "Each cell is printed and appended to --json-out (one JSON object per line) as soon as it ends. A\n"
+    "Each cell is printed as soon as it ends; --json-out FILE (one JSON object per line) replaces FILE when\n"
+    "the run ends, failed cells with their error (a run killed before leaves the old FILE). A\n"
     "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
     "Other options:\n"
     "  --slots N      the engine's streaming slots (its --slots; default 2)\n"
@@ -463,8 +465,10 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
   std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "vfy", pf_width, "pf",
               "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
-  std::FILE* json = args.has("json-out") ? std::fopen(args.get("json-out").c_str(), "w") : nullptr;
-  if (args.has("json-out") && !json) throw std::runtime_error("--json-out " + args.get("json-out") + ": cannot write");
+  std::vector<std::string> run_devices;  // every image: --json-out may be none of them (runtime/guard/output_file.h)
+  for (const std::string& list : images)
+    for (const std::string& p : split(list)) run_devices.push_back("emu:" + p);
+  guard::OutputFile json = args.has("json-out") ? guard::OutputFile::open(args.get("json-out"), run_devices, "--json-out") : guard::OutputFile();
   int errors = 0;
   for (const std::string& image_list : images) {
     // One image, or a striped set's member images in order.
@@ -510,9 +514,8 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
               errors += !c.error.empty();
               print_cell(c, pf_width);
               if (json) {
-                const std::string j = cell_json(c, rs.h2d);
-                std::fwrite(j.data(), 1, j.size(), json);
-                std::fflush(json);
+                json.write(cell_json(c, rs.h2d));
+                json.flush();
               }
             }
           }
@@ -520,7 +523,7 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
       }
     }
   }
-  if (json) std::fclose(json);
+  if (json) json.commit();  // every cell is in it, a failed one with its error
   return errors ? 1 : 0;
 }
 

@@ -19,6 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
 import perf_data  # noqa: E402  (the shared reader of the benchmarks' raw output)
+import output_file  # noqa: E402  (the output rule of runtime/guard/output_file.h, for Python)
 
 
 def prefetch_label(c):
@@ -99,7 +100,8 @@ def plot(cells, out_dir, prefix, card=None):
         ax.legend(fontsize=8)
         path = os.path.join(out_dir, f"{prefix}_{model}.png")
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        with output_file.open_output(path, "wb") as f:  # in place only once complete
+            fig.savefig(f, dpi=120, format="png")
         plt.close(fig)
         print(path)
     return 0

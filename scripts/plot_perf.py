@@ -18,6 +18,7 @@ import textwrap
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import perf_data  # noqa: E402  (the shared reader of the benchmarks' raw output)
+import output_file  # noqa: E402  (the output rule of runtime/guard/output_file.h, for Python)
 
 
 def load(path, use_all):
@@ -112,7 +113,8 @@ def figure(plt, data, value, xlabel, ylabel, title, subtitle, xfmt, path, yscale
         ax.text(0.5, 0.5, watermark, transform=ax.transAxes, fontsize=34, color="gray", alpha=0.18,
                 ha="center", va="center", rotation=20, fontweight="bold")
     fig.tight_layout()
-    fig.savefig(path)
+    with output_file.open_output(path, "wb") as f:  # in place only once complete
+        fig.savefig(f, format=os.path.splitext(path)[1][1:] or "png")
     plt.close(fig)
     print(f"plot_perf: wrote {path}")
 

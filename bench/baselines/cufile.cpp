@@ -21,6 +21,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include "runtime/guard/output_file.h"
 #endif
 
 namespace gpunvme::bench::ls {
@@ -38,14 +40,16 @@ std::string cufile_error(CUfileError_t e) {
 std::string configure_compat_mode() {
   if (const char* p = std::getenv("CUFILE_ENV_PATH_JSON")) return std::string("config from CUFILE_ENV_PATH_JSON=") + p;
   const std::string path = "/tmp/gpunvme-ls-cufile-" + std::to_string(getpid()) + ".json";
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (!f) return "default cuFile config (could not write " + path + ")";
-  std::fprintf(f,
-               "{\n"
-               "  \"logging\": { \"level\": \"ERROR\" },\n"
-               "  \"properties\": { \"allow_compat_mode\": true }\n"
-               "}\n");
-  std::fclose(f);
+  try {  // a file like any output (runtime/guard/output_file.h): complete or not there
+    guard::OutputFile f = guard::OutputFile::open(path, {});
+    f.write("{\n"
+            "  \"logging\": { \"level\": \"ERROR\" },\n"
+            "  \"properties\": { \"allow_compat_mode\": true }\n"
+            "}\n");
+    f.commit();
+  } catch (const std::exception& e) {
+    return "default cuFile config (" + std::string(e.what()) + ")";
+  }
   setenv("CUFILE_ENV_PATH_JSON", path.c_str(), 1);
   return "config " + path + " (allow_compat_mode)";
 }

@@ -19,6 +19,7 @@
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
+#include "runtime/guard/output_file.h"
 #include "host/recovery.h"
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
@@ -186,9 +187,9 @@ std::string terminal_piece(const std::string& piece) {
 }
 
 // The run's numbers as one JSON object (--json-out FILE), next to the printed summary.
-void write_json(const std::string& path, const llm::GenerateResult& r, const llm::GenerateOptions& o,
+void write_json(guard::OutputFile& out, const llm::GenerateResult& r, const llm::GenerateOptions& o,
                 const llm::ModelOnDevice& m, const std::string& device, const std::string& described) {
-  if (path.empty()) return;
+  if (!out) return;
   const auto& e = r.exec;
   const double tps = r.decode_seconds > 0 ? (r.tokens.size() > 1 ? r.tokens.size() - 1 : 0) / r.decode_seconds : 0;
   char b[1024];
@@ -235,9 +236,8 @@ void write_json(const std::string& path, const llm::GenerateResult& r, const llm
   j += "\"tokens\":[";
   for (size_t i = 0; i < r.tokens.size(); ++i) j += (i ? "," : "") + std::to_string(r.tokens[i]);
   j += "]}\n";
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (!f || std::fwrite(j.data(), 1, j.size(), f) != j.size() || std::fclose(f) != 0)
-    throw std::runtime_error("--json-out " + path + ": cannot write");
+  out.write(j);
+  out.commit();
 }
 
 void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, const std::string& described) {
@@ -302,6 +302,13 @@ llm::GenerateOptions parse_generate(const cli::Args& args) {
 int run(const cli::Args& args, bool tokenize_only) {
   std::vector<std::string> devices = args.all("device");
   if (devices.empty()) devices.push_back("emu:/tmp/gpunvme-models.img");
+  // The output files first (runtime/guard/output_file.h): one on a device of the run is refused before
+  // anything is read, and none replaces its old file unless the run succeeds.
+  const auto output = [&](const std::string& name) {
+    return args.has(name) ? guard::OutputFile::open(args.get(name), devices, "--" + name) : guard::OutputFile();
+  };
+  llm::Trace trace(output("trace"), output("logits-out"), 5);
+  guard::OutputFile json_out = output("json-out");
   // Readers' shared locks for the whole run (DeviceSet): a deploy cannot rewrite the model under the
   // engine (and the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
   llm::DeviceSet set(devices);
@@ -354,7 +361,6 @@ int run(const cli::Args& args, bool tokenize_only) {
   std::fflush(stdout);
   llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
   if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
-  llm::Trace trace(args.get("trace"), args.get("logits-out"), 5);
   const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
   const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, go, [&](uint32_t id, std::span<const float> logits) {
     trace.token(id, logits);
@@ -365,7 +371,8 @@ int run(const cli::Args& args, bool tokenize_only) {
   std::printf("\ntokens:");
   for (uint32_t id : r.tokens) std::printf(" %u", id);
   print_summary(r, go, ex->describe());
-  write_json(args.get("json-out"), r, go, m, device, ex->describe());
+  trace.commit();
+  write_json(json_out, r, go, m, device, ex->describe());
   return 0;
 }
 

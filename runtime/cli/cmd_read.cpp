@@ -2,9 +2,6 @@
 // one I/O queue pair (CPU-initiated) to a file or stdout, so they can be compared with what the
 // kernel's nvme driver read before the drive was handed over (docs/hardware.md).
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 
 #include "host/cpu_io.h"
 #include "host/error.h"
@@ -12,6 +9,7 @@
 #include "host/open_device.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/commands.h"
+#include "runtime/guard/output_file.h"
 
 namespace gpunvme::cli {
 
@@ -19,8 +17,9 @@ static Help read_help() {
   return {std::string("usage: gpunvme read --device DEVICE [--nsid N] [--lba L] [--bytes SIZE] [--out FILE]\n"
                       "\n"
                       "Reads --bytes (default 1M, whole blocks) from LBA L (default 0) of namespace N (default 1) and\n"
-                      "writes them to FILE or, without --out, to stdout. It writes nothing to the device. Compare with\n"
-                      "the kernel's view taken before binding, e.g.\n"
+                      "writes them to FILE or, without --out, to stdout. It writes nothing to the device: FILE (or\n"
+                      "stdout) on the device is refused, and FILE is replaced only once every block is written.\n"
+                      "Compare with the kernel's view taken before binding, e.g.\n"
                       "  sudo dd if=/dev/nvme0n1 bs=1M count=1 iflag=direct | sha256sum      # before: on nvme\n"
                       "  sudo build/gpunvme read --device vfio:0000:0b:00.0 | sha256sum     # after: on vfio-pci\n"
                       "\n") +
@@ -35,6 +34,8 @@ int cmd_read(int argc, char** argv) {
   const uint32_t nsid = args.get_u32("nsid", 1);
   const uint64_t lba = args.get_u64("lba", 0);
   const uint64_t bytes = args.get_size("bytes", 1ull << 20);
+  // Before the device opens: an output on the device itself (or any block device) is refused.
+  guard::OutputFile out = guard::OutputFile::open(args.get("out", "/dev/stdout"), {args.get("device")}, "--out");
   // A reader: the shared lock (refused while a deploy or another tool writes it), the image read-only.
   auto ctrl = host::open_locked(args.get("device"), host::LockMode::kShared, host::Access::kReadOnly, {}, nsid);
   const host::NamespaceInfo& ns = ctrl->namespace_info(nsid);
@@ -44,9 +45,6 @@ int cmd_read(int argc, char** argv) {
     throw UsageError("LBA " + std::to_string(lba) + " + " + std::to_string(bytes / ns.lba_bytes) +
                      " blocks is past the end of namespace " + std::to_string(nsid) + " (" +
                      std::to_string(ns.blocks) + " blocks)");
-  FILE* out = stdout;
-  if (args.has("out") && !(out = std::fopen(args.get("out").c_str(), "wb")))
-    throw Error(ErrorKind::kIo, "cannot create " + args.get("out") + ": " + std::strerror(errno));
   auto qp = ctrl->create_io_queue_pair(1, 64);
   host::CpuIo io(*ctrl, *qp, nsid);
   const uint64_t chunk = std::min<uint64_t>(bytes, 8ull << 20);
@@ -54,12 +52,9 @@ int cmd_read(int argc, char** argv) {
   for (uint64_t done = 0; done < bytes; done += chunk) {
     const uint64_t n = std::min(chunk, bytes - done);
     io.read(lba + done / ns.lba_bytes, n / ns.lba_bytes, buf, 0);
-    if (std::fwrite(buf.host(), 1, n, out) != n) {
-      if (out != stdout) std::fclose(out);
-      throw Error(ErrorKind::kIo, "writing the blocks out failed: " + std::string(std::strerror(errno)));
-    }
+    out.write(buf.host(), n);
   }
-  if (out != stdout && std::fclose(out) != 0) throw Error(ErrorKind::kIo, "closing " + args.get("out") + " failed");
+  out.commit();
   ctrl->delete_io_queue_pair(*qp);
   ctrl->shutdown();
   return 0;

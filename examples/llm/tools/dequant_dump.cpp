@@ -4,7 +4,6 @@
 // compares the files with gguf-py's gguf.quants.dequantize.
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "examples/llm/quant/dequant.h"
 #include "runtime/gguf/byte_source.h"
 #include "runtime/gguf/gguf_file.h"
+#include "runtime/guard/output_file.h"
 
 
 int main(int argc, char** argv) {
@@ -39,9 +39,9 @@ int main(int argc, char** argv) {
         if (std::memcmp(g, out.data() + i * llm::kGroup, sizeof g) != 0)
           throw std::runtime_error(t.name + ": dequant_group(" + std::to_string(i) + ") differs from dequant_block");
       }
-      std::ofstream o(std::string(argv[2]) + "/" + std::to_string(k) + ".f32", std::ios::binary);
-      o.write(reinterpret_cast<const char*>(out.data()), std::streamsize(out.size() * sizeof(float)));
-      if (!o) throw std::runtime_error("cannot write to " + std::string(argv[2]));
+      guard::OutputFile o = guard::OutputFile::open(std::string(argv[2]) + "/" + std::to_string(k) + ".f32", {});
+      o.write(out.data(), out.size() * sizeof(float));
+      o.commit();
       std::printf("%zu\t%.*s\t%llu\t%s\n", k, int(t.type.name.size()), t.type.name.data(),
                   static_cast<unsigned long long>(t.n_elements), t.name.c_str());
     }

@@ -5,13 +5,10 @@
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=60G
 //   llm_make_model --shape tiny --type q4_k --out /tmp/tiny.gguf
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/s0.img,size=30G --device emu:/dev/shm/s1.img,size=30G
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -25,6 +22,7 @@
 #include "runtime/deploy/safety.h"
 #include "runtime/deploy/stop_signal.h"
 #include "runtime/gguf/ggml_types.h"
+#include "runtime/guard/output_file.h"
 #include "runtime/guard/write_guard.h"
 
 using namespace gpunvme;
@@ -60,28 +58,19 @@ uint32_t parse_type(const std::string& t) {
   throw cli::UsageError("--type must be q4_k or q6_k, not '" + t + "'");
 }
 
-// The whole source into a new file, in 64 MiB pieces.
+// The whole source into a file, in 64 MiB pieces, under the output rule (runtime/guard/output_file.h):
+// never a block device, and in place only once complete.
 void write_file(gguf::ByteSource& src, const std::string& path, const deploy::ProgressFn& progress) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error("cannot create " + path + ": " + std::strerror(errno));
+  guard::OutputFile out = guard::OutputFile::open(path, {}, "--out");
   std::vector<uint8_t> buf(64u << 20);
-  try {
-    for (uint64_t off = 0; off < src.size();) {
-      const size_t n = src.read(off, buf.data(), buf.size());
-      for (size_t done = 0; done < n;) {
-        const ssize_t w = ::pwrite(fd, buf.data() + done, n - done, off_t(off + done));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) throw std::runtime_error("writing " + path + ": " + std::strerror(errno));
-        done += size_t(w);
-      }
-      off += n;
-      if (progress) progress(off, src.size());
-    }
-  } catch (...) {
-    ::close(fd);
-    throw;
+  for (uint64_t off = 0; off < src.size();) {
+    const size_t n = src.read(off, buf.data(), buf.size());
+    if (n == 0) throw std::runtime_error("the generator returned no bytes at offset " + std::to_string(off));
+    out.write(buf.data(), n);
+    off += n;
+    if (progress) progress(off, src.size());
   }
-  if (::close(fd) != 0) throw std::runtime_error("writing " + path + ": " + std::strerror(errno));
+  out.commit();
 }
 
 // --out replaces the whole file: one that holds a deployed model (an emu: image), a set member, a
