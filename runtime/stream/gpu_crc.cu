@@ -77,13 +77,13 @@ __device__ void warp_join(uint32_t& crc, uint64_t& bytes, const uint32_t* x2k) {
 __global__ void crc_spans_kernel(const GpuCrcPiece* pieces, uint32_t first, uint32_t count, const uint32_t* state,
                                  SpanCrc* spans) {
   __shared__ Shared s;
-  load_tables(s);
   if (state) {
     first = state[crc_state::kBatchFirst];
     count = state[crc_state::kBatchCount];
   }
   const uint32_t y = blockIdx.y;
-  if (y >= count) return;
+  if (y >= count) return;  // a device batch's grid is sized for the largest: most blocks leave here
+  load_tables(s);
   const GpuCrcPiece piece = pieces[first + y];
   const uint32_t lane = threadIdx.x & 31u;
   const uint32_t w = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
@@ -134,14 +134,14 @@ __global__ void crc_spans_kernel(const GpuCrcPiece* pieces, uint32_t first, uint
 __global__ void join_spans_kernel(const GpuCrcPiece* pieces, uint32_t first, uint32_t count, const uint32_t* state,
                                   const SpanCrc* spans, GpuCrcResult* out) {
   __shared__ uint32_t x2k[64];
-  for (uint32_t i = threadIdx.x; i < 64; i += blockDim.x) x2k[i] = kPowers.x2k[i];
-  __syncthreads();
   if (state) {
     first = state[crc_state::kBatchFirst];
     count = state[crc_state::kBatchCount];
   }
   const uint32_t y = blockIdx.x;
   if (y >= count) return;
+  for (uint32_t i = threadIdx.x; i < 64; i += blockDim.x) x2k[i] = kPowers.x2k[i];
+  __syncthreads();
   const uint32_t lane = threadIdx.x;
   const SpanCrc sp = spans[size_t(y) * kSpans + lane];
   uint32_t crc = sp.crc;

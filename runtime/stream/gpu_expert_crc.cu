@@ -21,7 +21,6 @@ __global__ void expert_pieces_kernel(const GpuFetchResult* result, const GpuFetc
                                      uint32_t n_experts, const uint32_t* part_first, const ExpertPartBytes* parts,
                                      uint8_t* seen, uint32_t chunk_shift, GpuCrcPiece* out, uint32_t* state,
                                      uint64_t capacity, uint32_t max_batch) {
-  if (threadIdx.x != 0) return;
   const uint32_t first = state[crc_state::kAppended];
   uint32_t n = 0;
   const GpuFetchResult r = *result;
@@ -105,7 +104,7 @@ GpuExpertCrc::~GpuExpertCrc() {
 
 void GpuExpertCrc::after_consumers(cuda_stream_t s) {
   auto st = reinterpret_cast<cudaStream_t>(s);
-  expert_pieces_kernel<<<1, 32, 0, st>>>(f_.device_result(), f_.device_experts(),
+  expert_pieces_kernel<<<1, 1, 0, st>>>(f_.device_result(), f_.device_experts(),
                                          static_cast<const uint8_t*>(f_.scratchpad().device()), n_experts_, part_first_,
                                          parts_, seen_, chunk_shift_, log_->device_pieces(), log_->device_state(),
                                          log_->capacity(), log_->max_batch());

@@ -1,6 +1,6 @@
 // The CRC-32C of MoE experts the GPU expert fetcher read, computed on the GPU over its scratchpad
 // (cache slots), the first time each expert part is used: which experts a fetch holds is known on
-// the GPU only (the router's ids never come to the host), so a one-warp kernel reads the fetch's
+// the GPU only (the router's ids never come to the host), so a one-thread kernel reads the fetch's
 // result after its consumers ran, appends the parts not seen before (a device-side flag per part),
 // cut where the caller's chunks end, to a device-appended GpuCrcLog (gpu_crc.h), and its kernels
 // CRC them. The host takes the results after it synchronized with the stream anyway.
