@@ -2,7 +2,9 @@
 // binary: a new set laid over members that already hold a model (another member order, another
 // stripe unit, a one-namespace model) is refused before any byte changes unless --force; a deploy
 // stopped at any write leaves members that ls and verify read honestly; two processes at once, or
-// one namespace given twice, get a clear refusal at once.
+// one namespace given twice, get a clear refusal at once; a member saved before a re-deploy is
+// refused by name (set generations); members of two block sizes, or living in RAM, are refused
+// before anything is written; the size check counts what the members give the set.
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "host/device_lock.h"
+#include "runtime/model/stripe.h"
 #include "tests/deploy/cli_run.h"
 #include "tests/deploy/deploy_fixture.h"
 #include "tests/deploy/read_back.h"
@@ -188,4 +191,107 @@ TEST_CASE("lock_order: one order for one set, whatever order its members are giv
   CHECK(host::DeviceLock::key(ram, 1).empty());
   CHECK_THROWS_WITH(host::lock_order({t.A, t.B, t.A + ",size=16M"}, 1), ContainsSubstring("given twice"));
   CHECK_NOTHROW(host::lock_order({ram, ram}, 1));  // two emu:ram are two namespaces
+}
+
+namespace {
+
+// The stripe record at LBA 0 of a member image (512-byte blocks).
+model::StripeRecord stripe_record(const std::string& image) {
+  return model::parse_stripe_record(read_file(image, 0, 512), image);
+}
+
+}  // namespace
+
+TEST_CASE("every deploy writes a new set generation; a member saved before one is refused by name", "[deploy][stripe][generation]") {
+  skip_without_gpunvme_bin();
+  TwoMembers t;
+  TempPath saved;
+  REQUIRE(t.lay_old_set() == 0);
+  const model::StripeRecord first = stripe_record(t.b.path);
+  CHECK(first.generation.number == 1);
+  REQUIRE(run_shell("cp " + t.b.path + " " + saved.path).rc == 0);  // a backup of member 2
+  // The same model onto the same set, the same layout: the set keeps its id, every member moves on.
+  REQUIRE(run("deploy " + t.old_model.path + " --device " + t.A + " --device " + t.B).rc == 0);
+  const model::StripeRecord a2 = stripe_record(t.a.path), b2 = stripe_record(t.b.path);
+  CHECK(a2.geometry.set_id == first.geometry.set_id);
+  CHECK(a2.generation.number == 2);
+  CHECK(a2.generation.deploy_id != first.generation.deploy_id);
+  CHECK(b2.generation == a2.generation);
+  // Another model, then the backup put back: ls and verify refuse, naming the member, both generations, the fix.
+  REQUIRE(run("deploy " + t.new_model.path + " --device " + t.A + " --device " + t.B).rc == 0);
+  REQUIRE(run_shell("cp " + saved.path + " " + t.b.path).rc == 0);
+  for (const char* cmd : {"ls", "verify"}) {
+    const auto r = run(std::string(cmd) + " --device " + t.A + " --device " + t.B);
+    INFO(cmd << ": " << r.out);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.out, ContainsSubstring(t.b.path + " namespace 1 (member 2) holds generation 1") &&
+                          ContainsSubstring("older than generation 3 that " + t.A + " namespace 1 (member 1)") &&
+                          ContainsSubstring("saved before the set's latest deploy") && ContainsSubstring("Re-deploy"));
+    CHECK(r.out.find("'new model'") == std::string::npos);
+    CHECK(r.out.find("'old model'") == std::string::npos);
+  }
+  // The member alone names its generation, so a user can tell which backup it is.
+  CHECK_THAT(run("ls --device " + t.B).out, ContainsSubstring("is member 2 of striped set") && ContainsSubstring("generation 1"));
+  // The fix the message names: a re-deploy onto the whole set, no --force needed.
+  const auto redeploy = run("deploy " + t.new_model.path + " --device " + t.A + " --device " + t.B);
+  INFO(redeploy.out);
+  REQUIRE(redeploy.rc == 0);
+  CHECK(stripe_record(t.b.path).generation.number == 4);
+  CHECK(run("verify --device " + t.A + " --device " + t.B).rc == 0);
+}
+
+TEST_CASE("members of 512- and 4096-byte blocks are refused naming both, with nothing written", "[deploy][stripe][safety]") {
+  skip_without_gpunvme_bin();
+  TwoMembers t;
+  for (const bool over_old : {false, true}) {
+    INFO((over_old ? "over a set" : "on empty images"));
+    if (over_old) {
+      REQUIRE(t.lay_old_set() == 0);
+    } else {
+      REQUIRE(run_shell("rm -f " + t.a.path + " " + t.b.path + " && truncate -s 16M " + t.a.path + " " + t.b.path).rc == 0);
+    }
+    const auto before = t.images();
+    // It used to die of SIGSEGV here (member handles used after the members were destroyed).
+    const auto r = run("deploy " + t.new_model.path + " --device " + t.A + " --device " + t.B + ",lba=4096");
+    INFO(r.out);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.out, ContainsSubstring("must share one block size") &&
+                          ContainsSubstring(t.A + " namespace 1 has 512-byte blocks") &&
+                          ContainsSubstring(t.B + ",lba=4096 namespace 1 4096-byte blocks") &&
+                          ContainsSubstring("Nothing was written"));
+    CHECK(t.unchanged_since(before));
+  }
+}
+
+TEST_CASE("the size check counts what every member gives the set, and names the set", "[deploy][stripe][fit]") {
+  skip_without_gpunvme_bin();
+  TwoMembers t;  // old_model: 3.13 MiB
+  // Two members of 3 MiB give the set 2 x 2 MiB after their 1 MiB record areas: the model fits (it was
+  // refused: the set's logical volume kept a second MiB in front of the model).
+  const std::string a = t.A + ",size=3M", b = t.B + ",size=3M";
+  const auto fits = run("deploy " + t.old_model.path + " --device " + a + " --device " + b);
+  INFO(fits.out);
+  CHECK(fits.rc == 0);
+  CHECK(run("verify --device " + t.A + " --device " + t.B).rc == 0);
+  // Members of 2 MiB give 2 x 1 MiB: refused, naming the set and what each member gives, not "namespace 1".
+  TempPath c, d;
+  const auto small = run("deploy " + t.old_model.path + " --device emu:" + c.path + ",size=2M --device emu:" + d.path + ",size=2M");
+  INFO(small.out);
+  CHECK(small.rc == 1);
+  CHECK_THAT(small.out, ContainsSubstring("model is 3.13 MiB but the striped set of 2 members (1.00 MiB from each") &&
+                            ContainsSubstring("use larger members, or more of them"));
+  CHECK(small.out.find("namespace 1 has") == std::string::npos);
+}
+
+TEST_CASE("an emu:ram or emu:null member is refused before any member image is created", "[deploy][stripe][safety]") {
+  skip_without_gpunvme_bin();
+  TwoMembers t;
+  for (const std::string& volatile_member : {std::string("emu:ram,size=16M"), std::string("emu:null,size=16M")}) {
+    const auto r = run("deploy " + t.new_model.path + " --device " + t.A + ",size=16M --device " + volatile_member);
+    INFO(r.out);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.out, ContainsSubstring(volatile_member) &&
+                          ContainsSubstring(volatile_member.starts_with("emu:ram") ? "gone when it exits" : "stores nothing"));
+    CHECK(::access(t.a.path.c_str(), F_OK) != 0);  // no image made for a set that could never be read
+  }
 }
