@@ -157,6 +157,7 @@ OutputFile OutputFile::open(const std::string& path, const std::vector<std::stri
                                                    " is open for reading only");
     fd = ::fcntl(t.fd, F_DUPFD_CLOEXEC, 3);
     if (fd < 0) io_error(flag, path, "cannot duplicate the descriptor", errno);
+    o.shares_stdout_ = t.fd == 1;
   } else if (t.kind == Target::kStream) {
     // O_NONBLOCK: a FIFO nobody reads is an error now (ENXIO), not a wait without end; writes block again.
     fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
@@ -199,6 +200,7 @@ OutputFile& OutputFile::operator=(OutputFile&& o) noexcept {
   dir_ = std::move(o.dir_);
   temp_ = std::exchange(o.temp_, std::string());
   unnamed_ = o.unnamed_;
+  shares_stdout_ = o.shares_stdout_;
   return *this;
 }
 
@@ -222,6 +224,7 @@ void OutputFile::write(const void* data, size_t n) {
 
 void OutputFile::flush() {
   if (!f_) throw std::logic_error("OutputFile::flush on an output that is not open");
+  if (shares_stdout_) std::fflush(stdout);
   if (std::fflush(f_) != 0) fail("writing", errno);
   if (std::ferror(f_)) fail("an earlier write", 0);  // stdio keeps the error, not its cause
 }

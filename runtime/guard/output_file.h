@@ -86,7 +86,7 @@ class OutputFile {
   std::string dir_;     // the directory of target_
   std::string temp_;    // a named temporary file (no O_TMPFILE, or linked at commit), to remove on failure
   bool unnamed_ = false;  // target_'s content is in an O_TMPFILE file, linked at commit
-  int error_ = 0;         // errno of the first failed flush, for commit()'s message
+  bool shares_stdout_ = false;  // /dev/stdout: the tool's own stdout text is flushed first, to keep the order
 };
 
 }  // namespace gpunvme::guard
