@@ -6,6 +6,7 @@
 //   llm --device emu:/tmp/models.img --prompt "The capital of France is" -n 32
 //   llm tokenize --device emu:/tmp/models.img --prompt "Hello"
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -14,6 +15,7 @@
 #include "examples/example_model.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_io_flags.h"
+#include "examples/llm/engine/finite_weights.h"
 #include "examples/llm/engine/generate.h"
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
@@ -29,72 +31,78 @@ using namespace gpunvme;
 
 namespace {
 
-const char* kUsage =
-    "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [--temp T --top-k K --seed S]\n"
-    "           [--vram-budget SIZE] [--ram-budget SIZE] [--resident all|none|N] [--slots N] [--expert-cache SIZE]\n"
-    "           [--expert-prefetch on|off] [--expert-pregate N] [--expert-pregate-first N] [--expert-overlap on|off] [--expert-window SIZE]\n"
-    "           [--expert-read SIZE]\n"
-    "           [--ctx N] [--path auto|gpu|cpu] [--batch N] [--draft none|lookup --draft-k K]\n"
+// `llm --help`: what a first run needs, on one screen (cli::Help); `--help-all` adds the rest and the
+// device strings.
+const cli::Help kHelp = {
+    "usage: llm --device DEV (--prompt TEXT | --prompt-ids 1,2,3) [-n N] [options]\n"
     "       llm tokenize --device DEV --prompt TEXT\n"
     "\n"
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
-    "generated, then the run's numbers. Architectures: llama (dense and Mixtral-style MoE), qwen2, gemma3;\n"
-    "weights F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.\n"
-    "  --device DEV        the namespace holding the model; repeat it for a striped set (llm_make_model or\n"
-    "                      `gpunvme deploy` with several --device): every member, in the order written. Each\n"
-    "                      member's record names its place: a wrong order, a missing or repeated member is refused\n"
+    "generated, then the run's numbers. Architectures llama (dense, Mixtral-style MoE), qwen2, gemma3; weights\n"
+    "F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.\n"
+    "  --device DEV        the namespace holding the model (repeat it for a striped set: every member, in order)\n"
     "  --prompt TEXT       tokenized with the model's own vocabulary (BOS added when the model asks for it)\n"
-    "  --prompt-ids LIST   token ids, comma-separated (any model, also one without a vocabulary)\n"
+    "  --prompt-ids LIST   token ids, comma-separated, instead of --prompt (any model, also one without a vocabulary)\n"
     "  -n N                tokens to generate (default 32; stops early at the model's end-of-text token)\n"
     "  --temp T            0 (default): greedy, the token llama.cpp's greedy decoding picks; > 0: sample\n"
-    "  --top-k K, --seed S sampling among the K most likely (default 40) with a fixed seed (default 0)\n"
-    "  --vram-budget SIZE  GPU path: GPU memory for layer weights (default: what is free after the embeddings,\n"
-    "                      head, KV cache and activations, less the RAM tier's buffers and 512 MiB)\n"
-    "  --ram-budget SIZE   GPU path: pinned host memory for layers that do not fit in VRAM, read once at start\n"
-    "                      and copied to the GPU per token; MoE: then the expert cache (default 0)\n"
-    "                      The residency plan (printed at start) puts dense parts in VRAM, then RAM, then NVMe\n"
-    "                      (read per token), each tier spread over the layers; MoE experts after dense parts\n"
-    "  --resident all|none|N  GPU path, instead of the budgets: the first N layers in GPU memory, the rest read\n"
-    "                      from the namespace for every token (none: every layer streams)\n"
-    "  --slots N           streaming slots (default 2: layer i+1 is read while layer i computes)\n"
-    "  --expert-cache SIZE MoE, GPU path: LRU cache of routed experts in pinned host memory the GPU reads (the\n"
-    "                      drive's reads land there; default: the plan's, what the RAM budget leaves; 0: the\n"
-    "                      routed experts are read for every token)\n"
-    "  --expert-prefetch on|off  MoE, GPU path: before each layer's routing, read the experts the previous token\n"
-    "                      chose there into the cache, overlapping compute (default: on when the cache holds two\n"
-    "                      tokens' experts of a layer; off: no prefetch of either kind unless --expert-pregate);\n"
-    "                      the logits are the same either way\n"
-    "  --expert-pregate N  MoE, GPU path: at each layer whose experts are fetched, run the next such layer's\n"
-    "                      router on this layer's state (pre-gating) and read its N most likely experts ahead,\n"
-    "                      while the drive would wait for routing (0: off; 1 to k; instead of --expert-prefetch;\n"
-    "                      default k/2, at least 1, where the expert cache is 0, else off). Adds two fetches of\n"
-    "                      expert slots in pinned memory if the cache is smaller. The logits are the same\n"
-    "  --expert-pregate-first N  MoE, with pre-gating: at the last fetched layer of a token, read N of the\n"
-    "                      experts this token routed to at the first fetched layer, for the next token's (one-token\n"
-    "                      lag), while the drive would idle through the token boundary; a wrong one stops reading\n"
-    "                      once that layer's routing is known (0: off; at most k; default: --expert-pregate's N)\n"
-    "  --expert-overlap on|off  MoE, GPU path: each expert kernel starts once the part it reads is in, while\n"
-    "                      the layer's other reads still stream (default: on where the CUDA driver has stream\n"
-    "                      memory waits); off: the expert kernels start after all of the layer's reads\n"
-    "  --expert-window SIZE MoE, GPU path: bytes of a layer's expert reads in flight at once, issued in the\n"
-    "                      order the expert kernels use them so that they also end in that order (default 8M,\n"
-    "                      at least one read per queue; 0: all at once, which end together)\n"
-    "  --expert-read SIZE  MoE, GPU path: the largest read of an expert fetch (default 256K, 4K to 1G; the\n"
-    "                      drive's MDTS caps it): smaller reads end in finer order\n"
-    "  --ctx N             context length to allocate (default: prompt + n)\n"
-    "  --path auto|gpu|cpu GPU executor where a GPU is present (default auto), or the CPU executor\n"
-    "  --batch N           prompt tokens per pass over the layers (default 512): each layer is read once for\n"
-    "                      the whole chunk (1: token by token, as a baseline)\n"
+    "  --top-k K           with --temp > 0: sample among the K most likely (default 40; 0: the whole vocabulary)\n"
+    "  --seed S            with --temp > 0: the sampler's seed (default 0; the same seed, the same text)\n"
+    "  --ctx N             context length to allocate (default: prompt + n; at most the model's context length)\n"
+    "  --path auto|gpu|cpu the GPU executor where a GPU is present (default auto), or the CPU executor\n"
+    "  --vram-budget SIZE  GPU path: GPU memory for layer weights (default: what is free, less 512 MiB)\n"
+    "  --ram-budget SIZE   GPU path: pinned host memory for the layers beyond it (default 0); the other layers\n"
+    "                      are read from the namespace for every token\n"
+    "  --draft lookup      speculative decoding by prompt lookup: the tokens of plain decoding, in fewer passes\n"
+    "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n",
+    "\n"
+    "Residency (GPU path). The plan (printed at start) puts dense parts in VRAM, then RAM, then NVMe, each tier\n"
+    "spread over the layers; MoE experts after dense parts.\n"
+    "  --vram-budget SIZE  GPU memory for layer weights (default: what is free after the embeddings, head, KV\n"
+    "                      cache and activations, less the RAM tier's buffers and 512 MiB)\n"
+    "  --ram-budget SIZE   pinned host memory for layers that do not fit in VRAM, read once at start and copied\n"
+    "                      to the GPU per token; MoE: then the expert cache (default 0)\n"
+    "  --resident all|none|N  instead of the budgets: the first N layers in GPU memory (at most the model's\n"
+    "                      layers), the rest read from the namespace for every token (none: every layer streams)\n"
+    "  --slots N           streaming slots, 1..64 (default 2: layer i+1 is read while layer i computes)\n"
+    "\n"
+    "MoE experts (GPU path). The logits are the same whatever these say.\n"
+    "  --expert-cache SIZE LRU cache of routed experts in pinned host memory the GPU reads (the drive's reads\n"
+    "                      land there; default: the plan's, what the RAM budget leaves; 0: the routed experts are\n"
+    "                      read for every token)\n"
+    "  --expert-prefetch on|off  before each layer's routing, read the experts the previous token chose there\n"
+    "                      into the cache, overlapping compute (default: on when the cache holds two tokens'\n"
+    "                      experts of a layer; off: no prefetch of either kind unless --expert-pregate)\n"
+    "  --expert-pregate N  at each layer whose experts are fetched, run the next such layer's router on this\n"
+    "                      layer's state (pre-gating) and read its N most likely experts ahead, while the drive\n"
+    "                      would wait for routing (0: off; 1 to k; instead of --expert-prefetch; default k/2, at\n"
+    "                      least 1, where the expert cache is 0, else off). Adds two fetches of expert slots in\n"
+    "                      pinned memory if the cache is smaller\n"
+    "  --expert-pregate-first N  with pre-gating: at the last fetched layer of a token, read N of the experts\n"
+    "                      this token routed to at the first fetched layer, for the next token's (one-token lag),\n"
+    "                      while the drive would idle through the token boundary; a wrong one stops reading once\n"
+    "                      that layer's routing is known (0: off; at most k; default: --expert-pregate's N)\n"
+    "  --expert-overlap on|off  each expert kernel starts once the part it reads is in, while the layer's other\n"
+    "                      reads still stream (default: on where the CUDA driver has stream memory waits); off:\n"
+    "                      the expert kernels start after all of the layer's reads\n"
+    "  --expert-window SIZE bytes of a layer's expert reads in flight at once, issued in the order the expert\n"
+    "                      kernels use them so that they also end in that order (default 8M, at least one read\n"
+    "                      per queue; 0: all at once, which end together)\n"
+    "  --expert-read SIZE  the largest read of an expert fetch (default 256K, 4K to 1G; the drive's MDTS caps\n"
+    "                      it): smaller reads end in finer order\n"
+    "\n"
+    "Passes and output.\n"
+    "  --batch N           prompt tokens per pass over the layers (default 512): each layer is read once for the\n"
+    "                      whole chunk (1: token by token, as a baseline)\n"
     "  --draft none|lookup speculative decoding (default none): draft tokens by prompt lookup (the tokens that\n"
     "                      followed the context's last 1-3 tokens where they occurred before) and verify them in\n"
     "                      the same pass; the output is exactly that of plain decoding, in fewer passes\n"
-    "  --draft-k K         tokens drafted per pass at most (1..31, default 8)\n"
+    "  --draft-k K         with --draft lookup: tokens drafted per pass at most (1..31, default 8)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
     "  --ignore-eos        keep generating past the model's end-of-text token\n"
     "  --no-verify         check only the model's header at open (always done), not the bytes read at start\n"
     "                      and streamed against the deploy record's CRC-32Cs (docs/engine.md)\n"
-    "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n";
+    "\n"};
 
 // The project's one number grammar (host/text/numbers.h), as a usage error, at most `max`.
 uint64_t parse_number(const char* what, const std::string& text, uint64_t max) {
@@ -121,12 +129,16 @@ std::vector<uint32_t> parse_ids(const std::string& s) {
 
 uint32_t parse_resident(const std::string& s, uint32_t n_layer) {
   if (s == "all") return n_layer;
-  if (s == "none" || s.empty()) return 0;
+  if (s == "none") return 0;
+  uint64_t n = 0;
   try {
-    return uint32_t(std::min<uint64_t>(text::parse_u64("--resident", s), n_layer));
+    n = text::parse_u64("--resident", s);
   } catch (const text::ParseError&) {
     throw cli::UsageError("--resident must be all, none or a number of layers, not '" + s + "'");
   }
+  if (n > n_layer)
+    throw cli::UsageError("--resident " + s + ": the model has " + std::to_string(n_layer) + " layers (all: every one)");
+  return uint32_t(n);
 }
 
 // An optional on|off flag: absent -> the engine's default.
@@ -281,6 +293,49 @@ void print_summary(const llm::GenerateResult& r, const llm::GenerateOptions& o, 
   }
 }
 
+// After logits that are not finite: the first tensor holding NaN/Inf, looked for in the model's first
+// kExplainBytes of tensors (read back from the device; the error path only).
+std::string explain_non_finite(const llm::ModelOnDevice& m) {
+  constexpr uint64_t kExplainBytes = 2ull << 30;
+  bool all = false;
+  const auto w = llm::find_non_finite_weight(m, kExplainBytes, &all);
+  if (w)
+    return ". The first tensor holding one is " + text::printable(w->tensor) + " (element " + std::to_string(w->element) +
+           " is " + (std::isnan(w->value) ? "NaN" : "Inf") + ")";
+  return all ? ". No weight is NaN or Inf: the activations overflowed"
+             : ". None of the first 2 GiB of tensors holds NaN or Inf";
+}
+
+// --ctx: at least the prompt and -n, at most the model's context length (its <arch>.context_length).
+uint32_t parse_ctx(const cli::Args& args, const llm::ModelConfig& c, uint32_t prompt, uint32_t n) {
+  const uint64_t need = uint64_t(prompt) + n;
+  const std::string limit = "the model's context length (" + text::printable(c.arch_name) + ".context_length = " +
+                            std::to_string(c.n_ctx_train) + ")";
+  if (!args.has("ctx")) {
+    if (need > c.n_ctx_train)
+      throw cli::UsageError("the prompt (" + std::to_string(prompt) + " tokens) plus -n " + std::to_string(n) + " is " +
+                            std::to_string(need) + " tokens, more than " + limit + ": a shorter prompt or a smaller -n");
+    return uint32_t(need);
+  }
+  const uint32_t ctx = args.get_u32("ctx", 0);
+  if (ctx > c.n_ctx_train) throw cli::UsageError("--ctx " + std::to_string(ctx) + " is more than " + limit);
+  if (ctx < need)
+    throw cli::UsageError("--ctx " + std::to_string(ctx) + " is shorter than the prompt (" + std::to_string(prompt) +
+                          " tokens) plus -n " + std::to_string(n));
+  return ctx;
+}
+
+// --temp, --top-k, --seed. Top-k 0 is llama.cpp's "no top-k": the whole vocabulary. --top-k and --seed
+// with greedy decoding would change nothing: refused rather than silently ignored.
+llm::SamplerOptions parse_sampler(const cli::Args& args) {
+  llm::SamplerOptions o{float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)};
+  if (!std::isfinite(o.temperature)) throw cli::UsageError("--temp " + args.get("temp") + " is too large");
+  if (o.temperature <= 0 && (args.has("top-k") || args.has("seed")))
+    throw cli::UsageError(std::string(args.has("top-k") ? "--top-k" : "--seed") +
+                          " applies to sampling: give --temp T > 0 too (--temp 0, the default, is greedy)");
+  return o;
+}
+
 // --batch, --draft, --draft-k.
 llm::GenerateOptions parse_generate(const cli::Args& args) {
   llm::GenerateOptions g;
@@ -300,6 +355,12 @@ llm::GenerateOptions parse_generate(const cli::Args& args) {
 }
 
 int run(const cli::Args& args, bool tokenize_only) {
+  if (args.has("prompt") && args.has("prompt-ids"))
+    throw cli::UsageError("--prompt and --prompt-ids are two ways of giving the prompt: give one or the other");
+  // What needs no model is checked before any device is opened.
+  llm::Sampler sampler(parse_sampler(args));
+  const uint32_t n = args.get_u32("n", 32);
+  const llm::GenerateOptions go = parse_generate(args);
   std::vector<std::string> devices = args.all("device");
   if (devices.empty()) devices.push_back("emu:/tmp/gpunvme-models.img");
   // The output files first (runtime/guard/output_file.h): one on a device of the run is refused before
@@ -334,12 +395,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   for (uint32_t id : prompt)
     if (id >= m.config.n_vocab)
       throw cli::UsageError("--prompt-ids: token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(m.config.n_vocab) + " tokens)");
-  const uint32_t n = args.get_u32("n", 32);
-  const uint32_t ctx = args.get_u32("ctx", uint32_t(prompt.size()) + n);
-  if (ctx < prompt.size() + n) throw cli::UsageError("--ctx " + std::to_string(ctx) + " is shorter than the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " + std::to_string(n));
-  if (ctx > m.config.n_ctx_train)
-    throw cli::UsageError("prompt + -n = " + std::to_string(ctx) + " tokens is longer than the model's context (" + std::to_string(m.config.n_ctx_train) + ")");
-  const llm::GenerateOptions go = parse_generate(args);
+  const uint32_t ctx = parse_ctx(args, m.config, uint32_t(prompt.size()), n);
   llm::GpuExecOptions o;
   // The GPU's activations are sized for the largest pass: a prompt chunk or a speculative pass.
   o.max_batch = std::max(std::min<uint32_t>(go.batch, uint32_t(prompt.size())), go.draft ? go.draft->k + 1 : 1);
@@ -355,19 +411,27 @@ int run(const cli::Args& args, bool tokenize_only) {
   } else {
     ex = llm::make_cpu_executor(m, ctx, o.verify);
   }
-  std::printf("model: %s (%s, %u layers) on %s: %s\n", m.file->model_name().c_str(), m.config.arch_name.c_str(),
-              m.config.n_layer, (m.stripe ? m.io.name : set.controller(0).transport().name()).c_str(), m.detected.describe().c_str());
+  // The name and the rest come from the device: escaped, so a model cannot forge terminal output.
+  std::printf("model: %s (%s, %u layers) on %s: %s\n", text::printable(m.file->model_name()).c_str(),
+              text::printable(m.config.arch_name).c_str(), m.config.n_layer,
+              text::printable(m.stripe ? m.io.name : set.controller(0).transport().name()).c_str(),
+              text::printable(m.detected.describe()).c_str());
   if (!ex->stats().plan.layers.empty()) std::printf("%s", llm::plan_table(ex->stats().plan).c_str());
   std::fflush(stdout);
-  llm::Sampler sampler({float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)});
   if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
   const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
-  const llm::GenerateResult r = llm::generate(*ex, prompt, n, sampler, eos, go, [&](uint32_t id, std::span<const float> logits) {
-    trace.token(id, logits);
-    if (tok) std::printf("%s", terminal_piece(tok->piece(id)).c_str());
-    else std::printf(" %u", id);
-    std::fflush(stdout);
-  });
+  llm::GenerateResult r;
+  try {
+    r = llm::generate(*ex, prompt, n, sampler, eos, go, [&](uint32_t id, std::span<const float> logits) {
+      trace.token(id, logits);
+      if (tok) std::printf("%s", terminal_piece(tok->piece(id)).c_str());
+      else std::printf(" %u", id);
+      std::fflush(stdout);
+    });
+  } catch (const llm::NonFiniteLogits& e) {
+    std::printf("\n");
+    throw std::runtime_error(e.what() + explain_non_finite(m));
+  }
   std::printf("\ntokens:");
   for (uint32_t id : r.tokens) std::printf(" %u", id);
   print_summary(r, go, ex->describe());
@@ -385,18 +449,19 @@ int main(int argc, char** argv) {
   for (char*& a : av)
     if (std::strcmp(a, "-n") == 0) a = long_n;
   try {
-    const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1,
-                         {"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"},
-                         {"help", "ignore-eos", "no-verify"}, {"device"});
-    if (args.has("help")) {
-      std::printf("%s\n%s\n", kUsage, host::device_string_help());
-      return 0;
-    }
+    // `tokenize` takes only what it uses: a generation option there would be silently ignored.
+    const std::vector<std::string> options =
+        tokenize_only ? std::vector<std::string>{"device", "prompt", "prompt-ids"}
+                      : std::vector<std::string>{"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
+                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"};
+    const std::vector<std::string> flags =
+        tokenize_only ? std::vector<std::string>{} : std::vector<std::string>{"ignore-eos", "no-verify"};
+    const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1, options, flags, {"device"});
+    if (args.help_asked()) return args.print_help("llm", {kHelp.brief, kHelp.rest + host::device_string_help()});
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
     return run(args, tokenize_only);
   } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "llm: %s\n%s", e.what(), kUsage);
+    cli::print_usage_error("llm", e, kHelp);
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llm: %s\n", e.what());

@@ -28,13 +28,14 @@ except ImportError as e:
     sys.exit(77)
 
 
-def write_variant(path, drop=None, retype=None, arch="llama"):
-    """A small llama-layout model, with one tensor left out or stored as an unsupported type."""
+def write_variant(path, drop=None, retype=None, arch="llama", name="variant", rope=None, nan=None, vocab=None):
+    """A small llama-layout model, with one tensor left out or stored as an unsupported type; or with another
+    general.name, rope.dimension_count, a NaN in tensor `nan`, or a vocabulary (mm.BpeVocab) of any size."""
     s = mm.Shape()
     rng = np.random.default_rng(5)
     w = gguf.GGUFWriter(path, arch)
-    mm.common_header(w, arch, s, "variant")
-    w.add_rope_dimension_count(s.head_dim)
+    mm.common_header(w, arch, s, name, vocab)
+    w.add_rope_dimension_count(s.head_dim if rope is None else rope)
 
     def put(name, arr, qt):
         if name == drop:
@@ -42,6 +43,9 @@ def write_variant(path, drop=None, retype=None, arch="llama"):
         if name == retype:
             w.add_tensor(name, rng.integers(0, 256, (arr.shape[0], arr.shape[1] // 256 * 84), dtype=np.uint8), raw_dtype=T.Q2_K)
             return
+        if name == nan:
+            arr = arr.copy()
+            arr.flat[3] = np.nan
         mm.add(w, name, arr, qt)
 
     put("token_embd.weight", mm.weight(rng, T.Q8_0, s.vocab, s.hidden), T.Q8_0)
@@ -56,6 +60,33 @@ def write_variant(path, drop=None, retype=None, arch="llama"):
     put("output_norm.weight", mm.norm(rng, s.hidden), T.F32)
     put("output.weight", mm.weight(rng, T.Q8_0, s.vocab, s.hidden), T.Q8_0)
     mm.finish(w)
+
+
+def report(what, ok, detail):
+    print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
+    return ok
+
+
+def run_checks(a, d, write_variant, device_with):
+    """Cases that get past the model line: weights holding NaN, and a hostile general.name."""
+    out = []
+    p = os.path.join(d, "nan.gguf"); write_variant(p, nan="blk.1.ffn_norm.weight")
+    r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1,2", "-n", "4", "--path", "cpu"],
+                       capture_output=True, text=True, timeout=120)
+    out.append(report("weights holding NaN", r.returncode == 1 and "are not finite" in r.stderr and
+                      "blk.1.ffn_norm.weight (element 3 is NaN)" in r.stderr and "tokens:" not in r.stdout,
+                      f"exit {r.returncode}: {r.stderr.strip()}"))
+    # A name with a terminal escape and a newline: every tool prints it escaped (\e, \n), never raw.
+    p = os.path.join(d, "evil.gguf"); write_variant(p, name="evil\x1b[2Jname\nforged line")
+    dev = device_with(p)
+    img = dev[len("emu:"):]
+    for argv in ([a.gpunvme, "deploy", p, "--device", f"emu:{img}"], [a.gpunvme, "ls", "--device", dev],
+                 [a.gpunvme, "verify", "--device", dev], [a.llm, "--device", dev, "--prompt-ids", "1", "-n", "1", "--path", "cpu"]):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        both = r.stdout + r.stderr
+        ok = r.returncode == 0 and "\x1b" not in both and "evil\\e[2Jname\\nforged line" in both
+        out.append(report(f"hostile name, {os.path.basename(argv[0])} {argv[1]}", ok, f"exit {r.returncode}"))
+    return out
 
 
 def main():
@@ -101,6 +132,26 @@ def main():
         cases.append(("bad --expert-pregate", [dev, "--prompt-ids", "1", "--expert-pregate", "two"], ["--expert-pregate must be a number of experts", "two"]))
         cases.append(("bad --expert-pregate-first", [dev, "--prompt-ids", "1", "--expert-pregate-first", "-1"], ["--expert-pregate-first must be a number of experts", "-1"]))
         cases.append(("--draft-k without --draft", [dev, "--prompt-ids", "1", "--draft-k", "4"], ["--draft-k needs --draft lookup"]))
+        cases.append(("--prompt and --prompt-ids", [dev, "--prompt", "hi", "--prompt-ids", "1"], ["--prompt and --prompt-ids"]))
+        cases.append(("--ctx past the model's", [dev, "--prompt-ids", "1", "--ctx", "100000"],
+                      ["--ctx 100000 is more than the model's context length (llama.context_length = 512)"]))
+        cases.append(("--top-k with greedy decoding", [dev, "--prompt-ids", "1", "--top-k", "0"], ["--top-k applies to sampling"]))
+        cases.append(("--seed with greedy decoding", [dev, "--prompt-ids", "1", "--seed", "3"], ["--seed applies to sampling"]))
+        cases.append(("--resident past the layers", [dev, "--prompt-ids", "1", "--resident", "3"], ["--resident 3: the model has 2 layers"]))
+        cases.append(("tokenize with -n", ["tokenize", "--device", dev, "--prompt-ids", "1", "-n", "3"], ["unknown option --n"]))
+        p = os.path.join(d, "rope63.gguf"); write_variant(p, rope=63)
+        cases.append(("odd rope.dimension_count", [device_with(p), "--prompt-ids", "1"], ["llama.rope.dimension_count = 63 is odd"]))
+        p = os.path.join(d, "rope32.gguf"); write_variant(p, rope=32)
+        cases.append(("llama with partial rotary", [device_with(p), "--prompt-ids", "1"],
+                      ["llama.rope.dimension_count = 32 differs from the head size 64"]))
+        p = os.path.join(d, "rope66.gguf"); write_variant(p, rope=66, arch="qwen2")
+        cases.append(("rope.dimension_count past the head", [device_with(p), "--prompt-ids", "1"],
+                      ["qwen2.rope.dimension_count = 66 is more than the head size 64"]))
+        big = mm.llama3_vocab()
+        p = os.path.join(d, "bigvocab.gguf"); write_variant(p, vocab=big)
+        cases.append(("tokenizer larger than the embedding table", [device_with(p), "--prompt", "hi"],
+                      [f"vocabulary has {len(big.tokens)} tokens (tokenizer.ggml.tokens) but its embedding table "
+                       "token_embd.weight has 512 rows"]))
         empty = os.path.join(d, "empty.img")
         with open(empty, "wb") as f:
             f.truncate(16 << 20)
@@ -128,7 +179,10 @@ def main():
             print(f"{'ok  ' if ok else 'FAIL'} {what}: exit {r.returncode}: {msg}")
             failed += not ok
         held.close()
-    print(f"{len(cases) - failed} passed, {failed} failed")
+        checks = run_checks(a, d, write_variant, device_with)
+        failed += sum(not ok for ok in checks)
+        total = len(cases) + len(checks)
+    print(f"{total - failed} passed, {failed} failed")
     return 1 if failed else 0
 
 

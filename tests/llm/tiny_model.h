@@ -67,6 +67,7 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
   c.arch = shape == Shape::kQwen2 ? Arch::kQwen2 : shape == Shape::kGemma3 ? Arch::kGemma3 : Arch::kLlama;
   c.n_embd = 256, c.n_layer = 2, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.n_ff = 512, c.n_vocab = 300;
   c.n_ctx_train = 64;
+  c.n_rot = c.head_dim;
   c.rms_eps = 1e-6f;
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
   if (shape != Shape::kLlama && shape != Shape::kMoe) c.rope = RopeLayout::kNeox;

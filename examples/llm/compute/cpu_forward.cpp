@@ -85,11 +85,11 @@ void CpuForward::attention(const LayerWeights& l, uint32_t pos0, uint32_t n) {
     }
     for (uint32_t h = 0; h < c_.n_head; ++h) {
       if (c_.qk_norm) rms_norm(&q[h * hd], l.q_norm, hd, &q[h * hd]);
-      rope_head(&q[h * hd], hd, pos0 + t, base, c_.rope);
+      rope_head(&q[h * hd], c_.n_rot, pos0 + t, base, c_.rope);
     }
     for (uint32_t h = 0; h < c_.n_head_kv; ++h) {
       if (c_.qk_norm) rms_norm(&k[h * hd], l.k_norm, hd, &k[h * hd]);
-      rope_head(&k[h * hd], hd, pos0 + t, base, c_.rope);
+      rope_head(&k[h * hd], c_.n_rot, pos0 + t, base, c_.rope);
     }
     // The whole batch's keys and values go into the cache first; token t then attends to positions
     // <= pos0 + t only (causal), so it never sees the tokens after it.

@@ -98,9 +98,9 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
   for (; i < n; i += step) out[i] = x[i] * scale * w[i];
 }
 
-// One warp per (head, token): optional per-head RMS norm, then RoPE at pos0 + token.
-__global__ void qk_kernel(float* v, uint32_t head_dim, const float* norm_w, float eps, uint32_t pos0, float base,
-                          RopeLayout layout) {
+// One warp per (head, token): optional per-head RMS norm, then RoPE of the first n_rot dimensions at pos0 + token.
+__global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const float* norm_w, float eps, uint32_t pos0,
+                          float base, RopeLayout layout) {
   float* h = v + (uint64_t(blockIdx.y) * gridDim.x + blockIdx.x) * head_dim;
   const uint32_t pos = pos0 + blockIdx.y;
   const uint32_t lane = threadIdx.x;
@@ -113,10 +113,7 @@ __global__ void qk_kernel(float* v, uint32_t head_dim, const float* norm_w, floa
     for (uint32_t i = lane; i < head_dim; i += 32) h[i] = h[i] * scale * norm_w[i];
     __syncwarp();
   }
-  for (uint32_t i = lane; i < head_dim / 2; i += 32) {
-    if (layout == RopeLayout::kNorm) rope_pair(h[2 * i], h[2 * i + 1], i, head_dim, pos, base);
-    else rope_pair(h[i], h[i + head_dim / 2], i, head_dim, pos, base);
-  }
+  for (uint32_t i = lane; i < n_rot / 2; i += 32) rope_pair_of(h, i, n_rot, pos, base, layout);
 }
 
 __global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __half* kc, __half* vc) {
@@ -356,8 +353,8 @@ void GpuForward::attention(const LayerWeights& l, WeightView v) {
   matmul(s, l.wv, v.at(l.wv), xn_, n, f32(v, l.bv), v_);
   const bool swa = c_.layer_is_swa(l.index);
   const float base = swa ? c_.rope_base_swa : c_.rope_base;
-  qk_kernel<<<dim3(c_.n_head, n), 32, 0, s>>>(q_, c_.head_dim, c_.qk_norm ? f32(v, l.q_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
-  qk_kernel<<<dim3(c_.n_head_kv, n), 32, 0, s>>>(k_, c_.head_dim, c_.qk_norm ? f32(v, l.k_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
+  qk_kernel<<<dim3(c_.n_head, n), 32, 0, s>>>(q_, c_.head_dim, c_.n_rot, c_.qk_norm ? f32(v, l.q_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
+  qk_kernel<<<dim3(c_.n_head_kv, n), 32, 0, s>>>(k_, c_.head_dim, c_.n_rot, c_.qk_norm ? f32(v, l.k_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
   const uint64_t layer_off = uint64_t(l.index) * n_ctx_ * KV;
   auto* kc = reinterpret_cast<__half*>(k_cache_) + layer_off;
   auto* vc = reinterpret_cast<__half*>(v_cache_) + layer_off;

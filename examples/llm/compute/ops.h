@@ -33,21 +33,26 @@ GPUNVME_HD inline float gelu(float x) {
 
 GPUNVME_HD inline float act(FfnAct a, float x) { return a == FfnAct::kGelu ? gelu(x) : silu(x); }
 
-// RoPE of one pair of a head: rotates (a, b) by pos * base^(-2i/d), i the pair's index.
-GPUNVME_HD inline void rope_pair(float& a, float& b, uint32_t i, uint32_t head_dim, uint32_t pos, float base) {
-  const float theta = float(pos) * powf(base, -2.0f * float(i) / float(head_dim));
+// RoPE of one pair of a head: rotates (a, b) by pos * base^(-2i/n_rot), i the pair's index.
+GPUNVME_HD inline void rope_pair(float& a, float& b, uint32_t i, uint32_t n_rot, uint32_t pos, float base) {
+  const float theta = float(pos) * powf(base, -2.0f * float(i) / float(n_rot));
   const float c = cosf(theta), s = sinf(theta);
   const float x0 = a, x1 = b;
   a = x0 * c - x1 * s;
   b = x0 * s + x1 * c;
 }
 
-// Rotates one head in place; the layout decides which elements form pair i.
-GPUNVME_HD inline void rope_head(float* h, uint32_t head_dim, uint32_t pos, float base, RopeLayout layout) {
-  for (uint32_t i = 0; i < head_dim / 2; ++i) {
-    if (layout == RopeLayout::kNorm) rope_pair(h[2 * i], h[2 * i + 1], i, head_dim, pos, base);
-    else rope_pair(h[i], h[i + head_dim / 2], i, head_dim, pos, base);
-  }
+// Rotates pair i (< n_rot / 2) of a head in place; the layout decides which two elements form it. Only
+// the head's first n_rot dimensions rotate, as if the head were n_rot long; the rest pass unchanged
+// (partial rotary: ggml's rope with n_dims = n_rot < the head size).
+GPUNVME_HD inline void rope_pair_of(float* h, uint32_t i, uint32_t n_rot, uint32_t pos, float base, RopeLayout layout) {
+  if (layout == RopeLayout::kNorm) rope_pair(h[2 * i], h[2 * i + 1], i, n_rot, pos, base);
+  else rope_pair(h[i], h[i + n_rot / 2], i, n_rot, pos, base);
+}
+
+// Rotates one head in place (ModelConfig::n_rot of its dimensions).
+GPUNVME_HD inline void rope_head(float* h, uint32_t n_rot, uint32_t pos, float base, RopeLayout layout) {
+  for (uint32_t i = 0; i < n_rot / 2; ++i) rope_pair_of(h, i, n_rot, pos, base, layout);
 }
 
 }  // namespace gpunvme::llm

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
 
 #include "examples/llm/engine/speculative.h"
@@ -21,7 +22,18 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// Every logit is read anyway to pick a token: checking them costs one pass over a row the host holds.
+bool all_finite(std::span<const float> row) {
+  return std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); });
+}
+
 }  // namespace
+
+NonFiniteLogits::NonFiniteLogits(uint32_t pos)
+    : std::runtime_error("the logits after position " + std::to_string(pos) +
+                         " are not finite (NaN or Inf): the model's weights hold NaN/Inf, or the computation "
+                         "overflowed; `gpunvme verify` tells whether the device's copy was damaged (re-deploy it then)"),
+      position(pos) {}
 
 GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
                         const GenerateOptions& o, const std::function<void(uint32_t, std::span<const float>)>& on_token) {
@@ -48,7 +60,12 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
     if (eos >= 0 && tok == uint32_t(eos)) r.stopped_at_eos = done = true;
     if (r.tokens.size() == n_new) done = true;
   };
-  if (!done) emit(sampler.pick(logits), logits);
+  // Every token is picked here, from a row of logits predicting the token after position `at`.
+  auto pick = [&](std::span<const float> row, uint32_t at) {
+    if (!all_finite(row)) throw NonFiniteLogits(at);
+    return sampler.pick(row);
+  };
+  if (!done) emit(pick(logits, uint32_t(prompt.size()) - 1), logits);
   // The last generated token is not in the KV cache yet: each pass runs it at `pos`, followed by the
   // draft, and keeps what verification keeps.
   uint32_t pos = uint32_t(prompt.size());
@@ -65,7 +82,8 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
     const std::span<const float> rows = ex.pass(batch, pos, true);
     ++r.decode_steps;
     const uint32_t vocab = uint32_t(rows.size() / batch.size());
-    const Verdict v = verify(std::span(batch).subspan(1), rows, vocab, [&](std::span<const float> row) { return sampler.pick(row); });
+    uint32_t row_pos = pos;  // verify() picks from the rows in order: row i predicts after pos + i
+    const Verdict v = verify(std::span(batch).subspan(1), rows, vocab, [&](std::span<const float> row) { return pick(row, row_pos++); });
     r.drafted += batch.size() - 1;
     r.accepted += v.accepted;
     for (size_t i = 0; i < v.tokens.size() && !done; ++i) emit(v.tokens[i], rows.subspan(i * vocab, vocab));

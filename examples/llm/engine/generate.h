@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,14 @@ struct GenerateResult {
   // Tokens generated per decoding pass (the first token comes from the prompt's last pass).
   double tokens_per_pass() const { return decode_steps ? double(tokens.size() - 1) / decode_steps : 0; }
   double acceptance() const { return drafted ? double(accepted) / double(drafted) : 0; }
+};
+
+// Logits holding NaN or Inf: no token can be picked from them (greedy would pick token 0 forever).
+// Thrown by generate() at the first such row, `position` naming the token position it predicts from.
+class NonFiniteLogits : public std::runtime_error {
+ public:
+  explicit NonFiniteLogits(uint32_t position);
+  uint32_t position;
 };
 
 // Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at the model's EOS.

@@ -39,6 +39,13 @@ ModelOnDevice open_model(std::span<const NamespaceIo> members) {
   m.config = read_config(*m.file);
   m.weights = map_weights(*m.file, m.config);
   m.vocab = read_vocab(*m.file);
+  // Token ids index the embedding table and the output head: a vocabulary of another size belongs to
+  // another model (llama.cpp refuses it at load too, as a tensor of the wrong shape).
+  if (m.vocab.model != "none" && m.vocab.size() != m.config.n_vocab)
+    throw std::runtime_error("the model's vocabulary has " + std::to_string(m.vocab.size()) +
+                             " tokens (tokenizer.ggml.tokens) but its embedding table token_embd.weight has " +
+                             std::to_string(m.config.n_vocab) +
+                             " rows: the tokenizer and the weights do not belong together; convert the model again");
   const uint64_t end = m.device_byte(m.file->data_end());
   if (end > m.io.capacity_bytes())
     throw std::runtime_error("the model's tensors run past the end of the namespace: the device holds a truncated copy; deploy it again");

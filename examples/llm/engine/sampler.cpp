@@ -25,7 +25,9 @@ std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k) {
 
 uint32_t Sampler::pick(std::span<const float> logits) {
   if (o_.temperature <= 0.0f) return argmax(logits);
-  const uint32_t k = std::max<uint32_t>(1, std::min<uint32_t>(o_.top_k, uint32_t(logits.size())));
+  // Top-k 0 is no top-k limit, as in llama.cpp (its top-k sampler leaves the candidates alone for k <= 0).
+  const uint32_t n = uint32_t(logits.size());
+  const uint32_t k = o_.top_k == 0 ? n : std::min(o_.top_k, n);
   const std::vector<uint32_t> idx = top_k(logits, k);
   std::vector<double> p(k);
   for (uint32_t i = 0; i < k; ++i) p[i] = std::exp(double(logits[idx[i]] - logits[idx[0]]) / o_.temperature);

@@ -10,7 +10,7 @@ namespace gpunvme::llm {
 
 struct SamplerOptions {
   float temperature = 0.0f;  // 0: greedy
-  uint32_t top_k = 40;       // with temperature > 0: sample among the k most likely
+  uint32_t top_k = 40;       // with temperature > 0: sample among the k most likely; 0: all (llama.cpp's k <= 0)
   uint64_t seed = 0;
 };
 

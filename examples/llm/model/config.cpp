@@ -56,6 +56,18 @@ void apply_arch_rules(ModelConfig& c, const Reader& r) {
   }
 }
 
+// llama.cpp's rules for n_rot (llama-model.cpp load_hparams; ggml's rope asserts the other two): even,
+// at most the head size, and for llama the whole head ("invalid n_rot"). Below the head size (partial
+// rotary: qwen2, gemma3) the rest of each head passes unrotated (compute/ops.h).
+void check_rope_dims(const ModelConfig& c, const std::string& key) {
+  const std::string is = key + " = " + std::to_string(c.n_rot);
+  const std::string head = "the head size " + std::to_string(c.head_dim);
+  if (c.n_rot % 2) throw std::runtime_error(is + " is odd: RoPE rotates pairs of dimensions (llama.cpp refuses it too)");
+  if (c.n_rot > c.head_dim) throw std::runtime_error(is + " is more than " + head + ": RoPE rotates dimensions of a head");
+  if (c.arch == Arch::kLlama && c.n_rot != c.head_dim)
+    throw std::runtime_error(is + " differs from " + head + ": a llama model rotates whole heads (llama.cpp: invalid n_rot)");
+}
+
 }  // namespace
 
 const char* supported_architectures() { return "llama (dense and Mixtral-style MoE), qwen2, gemma3"; }
@@ -84,6 +96,8 @@ ModelConfig read_config(const gguf::GgufFile& f) {
   if (r.u32_or("attention.value_length", c.head_dim) != c.head_dim)
     throw std::runtime_error("attention.value_length differs from key_length: not supported");
   if (c.head_dim % 2) throw std::runtime_error("head size " + std::to_string(c.head_dim) + " is odd: RoPE needs pairs");
+  c.n_rot = r.u32_or("rope.dimension_count", c.head_dim);
+  check_rope_dims(c, r.prefix + "rope.dimension_count");
   if (c.n_expert && (c.n_expert_used > c.n_expert || c.n_expert > 256))
     throw std::runtime_error("expert_used_count / expert_count out of range");
   const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight");

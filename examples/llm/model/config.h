@@ -21,6 +21,7 @@ struct ModelConfig {
   Arch arch = Arch::kLlama;
   std::string arch_name;
   uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  uint32_t n_rot = 0;              // RoPE rotates a head's first n_rot dimensions (<arch>.rope.dimension_count)
   uint32_t n_vocab = 0, n_ctx_train = 0;
   uint32_t n_expert = 0, n_expert_used = 0;  // 0: dense
   float rms_eps = 1e-5f;

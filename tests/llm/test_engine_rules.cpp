@@ -1,0 +1,144 @@
+// The engine's rules a hostile or careless input meets first (issue 32): RoPE over part of a head
+// (rope.dimension_count) and llama.cpp's refusals of the values it cannot be, top-k 0 as llama.cpp's
+// "no limit", and a run stopped, naming the position, at the first logits that are not finite.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "examples/llm/compute/ops.h"
+#include "examples/llm/engine/generate.h"
+#include "examples/llm/engine/sampler.h"
+#include "examples/llm/model/config.h"
+#include "runtime/gguf/gguf_builder.h"
+
+using namespace gpunvme;
+using namespace gpunvme::llm;
+using Catch::Matchers::ContainsSubstring;
+namespace b = gpunvme::gguf::builder;
+
+namespace {
+
+// The rotation of (x, y) by theta, in double: what ggml's rope computes for one pair.
+void rotate(double theta, double& x, double& y) {
+  const double x0 = x, y0 = y;
+  x = x0 * std::cos(theta) - y0 * std::sin(theta);
+  y = x0 * std::sin(theta) + y0 * std::cos(theta);
+}
+
+// A head of 8 rotated over its first 4 dimensions: pair i turns by pos * base^(-2i / n_rot) (n_rot, not the
+// head size), the pairs are (2i, 2i+1) for kNorm and (i, i + n_rot/2) for kNeox, dimensions 4..7 stay.
+void check_partial_rope(RopeLayout layout) {
+  const uint32_t head = 8, n_rot = 4, pos = 3;
+  const float base = 100.0f;
+  float h[head];
+  std::vector<double> want(head);
+  for (uint32_t i = 0; i < head; ++i) h[i] = float(want[i] = 0.25 * i - 0.6);
+  for (uint32_t i = 0; i < n_rot / 2; ++i) {
+    const double theta = pos * std::pow(double(base), -2.0 * i / n_rot);
+    const uint32_t a = layout == RopeLayout::kNorm ? 2 * i : i, c = layout == RopeLayout::kNorm ? 2 * i + 1 : i + n_rot / 2;
+    rotate(theta, want[a], want[c]);
+  }
+  rope_head(h, n_rot, pos, base, layout);
+  for (uint32_t i = 0; i < head; ++i) {
+    INFO("dimension " << i);
+    CHECK(std::fabs(h[i] - want[i]) < 1e-5);
+  }
+  for (uint32_t i = n_rot; i < head; ++i) CHECK(h[i] == float(0.25 * i - 0.6));  // untouched, to the bit
+}
+
+// A header-only GGUF of `arch` with head size 64 (256 / 4 heads) and, when given, rope.dimension_count.
+gguf::GgufFile header(const std::string& arch, std::optional<uint32_t> n_rot) {
+  b::Spec s;
+  const std::string a = arch + ".";
+  s.kvs = {b::kv_str("general.architecture", arch), b::kv_u32(a + "context_length", 512),
+           b::kv_u32(a + "embedding_length", 256), b::kv_u32(a + "block_count", 1),
+           b::kv_u32(a + "feed_forward_length", 512), b::kv_u32(a + "attention.head_count", 4)};
+  if (arch == "gemma3") s.kvs.push_back(b::kv_u32(a + "attention.sliding_window", 16));
+  if (n_rot) s.kvs.push_back(b::kv_u32(a + "rope.dimension_count", *n_rot));
+  s.tensors.emplace_back("token_embd.weight", std::vector<uint64_t>{256, 10}, uint32_t(GgmlType::F32), 256 * 10 * 4);
+  return gguf::GgufFile::parse(b::build(s).bytes);
+}
+
+// A pass whose logits are `row` (every position).
+class FixedLogits final : public Executor {
+ public:
+  explicit FixedLogits(std::vector<float> row) : row_(std::move(row)) {}
+  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t, bool all_logits) override {
+    out_.clear();
+    for (size_t i = 0; i < (all_logits ? tokens.size() : 1); ++i) out_.insert(out_.end(), row_.begin(), row_.end());
+    return out_;
+  }
+  uint32_t max_batch() const override { return 64; }
+  ExecStats stats() const override { return {}; }
+  std::string describe() const override { return "fixed logits"; }
+
+ private:
+  std::vector<float> row_, out_;
+};
+
+}  // namespace
+
+TEST_CASE("RoPE over the first n_rot dimensions of a head, the rest unrotated", "[llm][rope]") {
+  check_partial_rope(RopeLayout::kNorm);
+  check_partial_rope(RopeLayout::kNeox);
+}
+
+TEST_CASE("rope.dimension_count: read, and refused as llama.cpp refuses it, naming the key", "[llm][rope]") {
+  CHECK(read_config(header("llama", std::nullopt)).n_rot == 64);  // absent: the head size
+  CHECK(read_config(header("llama", 64)).n_rot == 64);
+  CHECK(read_config(header("qwen2", 32)).n_rot == 32);            // partial rotary
+  CHECK(read_config(header("gemma3", 16)).n_rot == 16);
+  const std::tuple<const char*, uint32_t, const char*> bad[] = {
+      {"qwen2", 63, "qwen2.rope.dimension_count = 63 is odd"},
+      {"llama", 65, "llama.rope.dimension_count = 65 is odd"},
+      {"qwen2", 66, "qwen2.rope.dimension_count = 66 is more than the head size 64"},
+      {"llama", 32, "llama.rope.dimension_count = 32 differs from the head size 64"},
+      {"gemma3", 0, "gemma3.rope.dimension_count = 0 is out of range"},
+  };
+  for (const auto& [arch, n, why] : bad) {
+    INFO(arch << " " << n);
+    CHECK_THROWS_WITH(read_config(header(arch, n)), ContainsSubstring(why));
+  }
+}
+
+TEST_CASE("top-k 0 samples from the whole vocabulary, as llama.cpp's k <= 0; top-k K from the K best", "[llm][sampler]") {
+  // 1000 equal logits: top-k 40 keeps the 40 lowest ids (ties go to the lower id), top-k 0 all of them.
+  const std::vector<float> flat(1000, 1.0f);
+  for (uint32_t k : {40u, 0u}) {
+    Sampler s({.temperature = 1.0f, .top_k = k, .seed = 7});
+    std::set<uint32_t> seen;
+    for (int i = 0; i < 400; ++i) seen.insert(s.pick(flat));
+    INFO("top-k " << k);
+    if (k) CHECK(*seen.rbegin() < k);
+    else CHECK(*seen.rbegin() >= 500);  // 400 draws from 1000 ids: the largest is far above 40
+  }
+}
+
+TEST_CASE("logits that are not finite stop generation at once, naming the position", "[llm][generate]") {
+  std::vector<float> row(50, 0.5f);
+  row[7] = 2.0f;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::vector<float> r = row;
+    r[31] = bad;
+    FixedLogits ex(r);
+    Sampler greedy({});
+    std::vector<uint32_t> got;
+    auto on_token = [&](uint32_t id, std::span<const float>) { got.push_back(id); };
+    try {
+      generate(ex, {1, 2, 3}, 8, greedy, -1, {}, on_token);
+      FAIL("no error");
+    } catch (const NonFiniteLogits& e) {
+      CHECK(e.position == 2);  // the prompt's last position: the first logits of the run
+      CHECK_THAT(std::string(e.what()), ContainsSubstring("not finite") && ContainsSubstring("gpunvme verify"));
+    }
+    CHECK(got.empty());  // no token picked from them
+  }
+  FixedLogits ok(row);
+  Sampler greedy({});
+  const GenerateResult r = generate(ok, {1, 2, 3}, 4, greedy, -1, {}, [](uint32_t, std::span<const float>) {});
+  CHECK(r.tokens == std::vector<uint32_t>{7, 7, 7, 7});
+}
