@@ -15,6 +15,8 @@ from tool_run import run  # noqa: E402
 CASES = [
     (["--modes", "mmap-evic"], ["--modes", "'mmap-evic'", "gpunvme, mmap or mmap-evict"]),
     (["--modes", ","], ["--modes is empty", "default gpunvme,mmap,mmap-evict"]),
+    (["--verify", "on,of"], ["--verify", "'of'", "on or off"]),
+    (["--verify", ""], ["--verify is empty"]),
     (["--drives", ""], ["--drives is empty"]),
     (["--drives", "pcie4,warp9"], ["unknown drive 'warp9'", "pcie5"]),
     (["--expert-prefetch", ","], ["--expert-prefetch is empty"]),
