@@ -5,12 +5,9 @@
 // the same bytes. Models from the generator, deployed as llm_make_model does.
 #include <catch2/catch_test_macros.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,38 +17,22 @@
 #include <random>
 
 #include "examples/llm/engine/executor.h"
-#include "examples/llm/tools/generated_model.h"
 #include "gpu_rig.h"
-#include "runtime/deploy/deploy.h"
-#include "runtime/deploy/device.h"
 #include "runtime/io/cpu_block_io.h"
 #include "runtime/model/stripe.h"
 #include "runtime/stream/gpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
+#include "tests/llm/striped_fixture.h"
 
 using namespace gpunvme;
 
 namespace {
 
-struct Images {
-  std::filesystem::path dir;
-  Images() {
-    char tmpl[] = "/tmp/gpunvme-llm-striped-XXXXXX";
-    dir = mkdtemp(tmpl);
-  }
-  ~Images() { std::filesystem::remove_all(dir); }
-  std::vector<std::string> devices(const std::string& prefix, uint32_t n, const std::string& keys = "") const {
-    std::vector<std::string> v;
-    for (uint32_t i = 0; i < n; ++i) v.push_back("emu:" + (dir / (prefix + std::to_string(i) + ".img")).string() + keys);
-    return v;
-  }
-};
+using striped_test::Images;
 
+// A 3-layer model of its own shape (streamed layers large enough to span several stripe units).
 void write_model(const std::vector<std::string>& devices, uint64_t unit) {
-  llm::gen::Shape s{"striped-test", 3, 256, 4, 2, 512, 512, 512, 0, 0, 10000.0f};
-  llm::gen::GeneratedModel model(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), s.name), 5, 2);
-  auto dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, unit, false) : std::make_unique<deploy::Device>(devices[0]);
-  deploy::deploy_source(*dev, model, s.name);
+  striped_test::write_model(devices, unit, llm::gen::Shape{"striped-test", 3, 256, 4, 2, 512, 512, 512, 0, 0, 10000.0f}, 5);
 }
 
 std::vector<float> run(const std::vector<std::string>& devices, uint32_t slots, llm::ExecStats* stats) {

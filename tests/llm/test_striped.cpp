@@ -1,46 +1,30 @@
 // A model on a striped set (runtime/model/stripe.h) through the engine (CPU executor): written by the
 // same writer as llm_make_model (a generated model, deploy_source) onto 2 and 3 emulated namespaces,
 // found from the members alone, and decoded with logits equal to the bit to the same model on one
-// namespace. Members given wrongly are refused with the fix.
+// namespace. Members given wrongly, or one saved before the set was written again, are refused with the fix.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "examples/llm/engine/executor.h"
-#include "examples/llm/tools/generated_model.h"
-#include "runtime/deploy/deploy.h"
-#include "runtime/deploy/device.h"
-#include "runtime/gguf/ggml_types.h"
+#include "tests/llm/striped_fixture.h"
 
 using namespace gpunvme;
 using Catch::Matchers::ContainsSubstring;
+using striped_test::Images;
 
 namespace {
 
-struct TempDir {
-  std::filesystem::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/gpunvme-stripe-XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string image(const std::string& name, const std::string& keys = "") const {
-    return "emu:" + (path / name).string() + keys;
-  }
-};
-
 // The generated tiny model (llm_make_model --shape tiny --type q4_k), written onto `devices`.
-void write_model(const std::vector<std::string>& devices, uint64_t unit) {
-  const auto layout = llm::gen::model_layout(llm::gen::shape_named("tiny"), uint32_t(gguf::GgmlType::Q4_K), "tiny-q4_k");
-  llm::gen::GeneratedModel model(layout, 7, 2);
-  auto dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, unit, false) : std::make_unique<deploy::Device>(devices[0]);
-  deploy::deploy_source(*dev, model, "tiny-q4_k", {});
+void write_model(const std::vector<std::string>& devices, uint64_t unit, uint64_t seed = 7) {
+  striped_test::write_model(devices, unit, llm::gen::shape_named("tiny"), seed);
 }
 
 // Greedy decoding of a few tokens; every step's logits, concatenated.
@@ -77,7 +61,7 @@ TEST_CASE("striped set: the engine's logits equal the one-namespace model's to t
   const uint64_t unit = GENERATE(uint64_t(4096), uint64_t(64 * 1024));
   const std::string lba = GENERATE(std::string("512"), std::string("4096"));
   INFO(members << " members, unit " << unit << ", lba " << lba);
-  TempDir dir;
+  Images dir;
   const std::string keys = ",size=16M,lba=" + lba;
   write_model({dir.image("one.img", keys)}, 0);
   std::vector<std::string> set;
@@ -92,7 +76,7 @@ TEST_CASE("striped set: the engine's logits equal the one-namespace model's to t
 }
 
 TEST_CASE("striped set: members given wrongly are refused, naming the fix", "[llm][stripe]") {
-  TempDir dir;
+  Images dir;
   const std::string keys = ",size=8M";
   write_model({dir.image("a.img", keys), dir.image("b.img", keys)}, 64 * 1024);
   write_model({dir.image("x.img", keys), dir.image("y.img", keys)}, 64 * 1024);  // another set, same model
@@ -111,11 +95,30 @@ TEST_CASE("striped set: members given wrongly are refused, naming the fix", "[ll
   CHECK_THROWS_WITH(write_model({dir.image("c.img", ",size=8M,lba=4096"), dir.image("d.img", ",size=8M,lba=4096")}, 6144),
                     ContainsSubstring("not a multiple of the 4096-byte LBA size"));
   // A striped write refuses members holding something not ours, unless forced.
-  std::FILE* f = std::fopen((dir.path / "junk.img").c_str(), "wb");
+  std::FILE* f = std::fopen(dir.path("junk.img").c_str(), "wb");
   REQUIRE(f);
   std::vector<char> junk(8u << 20, 'j');
   std::fwrite(junk.data(), 1, junk.size(), f);
   std::fclose(f);
   CHECK_THROWS_WITH(write_model({dir.image("junk.img"), dir.image("e.img", keys)}, 4096),
                     ContainsSubstring("refusing to make") && ContainsSubstring("--force"));
+}
+
+TEST_CASE("striped set: a member saved before a re-write is refused by the engine, naming it", "[llm][stripe]") {
+  Images dir;
+  const std::vector<std::string> set = {dir.image("a.img", ",size=8M"), dir.image("b.img", ",size=8M")};
+  write_model(set, 64 * 1024, 7);
+  std::filesystem::copy_file(dir.path("b.img"), dir.path("b.saved"));
+  write_model({dir.image("a.img"), dir.image("b.img")}, 64 * 1024, 8);  // another model, the same layout
+  const std::vector<float> second = decode({dir.image("a.img"), dir.image("b.img")});
+  std::filesystem::rename(dir.path("b.saved"), dir.path("b.img"));
+  CHECK_THAT(open_error({dir.image("a.img"), dir.image("b.img")}),
+             ContainsSubstring(dir.image("b.img") + " (member 2) holds generation 1") &&
+                 ContainsSubstring("older than generation 2 that " + dir.image("a.img") + " (member 1) holds") &&
+                 ContainsSubstring("Re-deploy"));
+  // Written again, the set opens and decodes as the second model did.
+  write_model({dir.image("a.img"), dir.image("b.img")}, 64 * 1024, 8);
+  const std::vector<float> again = decode({dir.image("a.img"), dir.image("b.img")});
+  REQUIRE(again.size() == second.size());
+  CHECK(std::memcmp(again.data(), second.data(), again.size() * sizeof(float)) == 0);
 }
