@@ -291,6 +291,7 @@ class GpuExecutor final : public Executor {
                                         reinterpret_cast<gpu_stream_t>(compute_), o.max_batch);
     make_plan(o);
     load_tiers(o);
+    finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
     if (plan_.any_fetched_experts() && m.stripe)
       throw std::runtime_error("fetching MoE experts from a striped set is not supported yet: give a VRAM budget that "
                                "holds every expert, or put the model on one namespace");
@@ -309,7 +310,9 @@ class GpuExecutor final : public Executor {
     } else if (plan_.count(Tier::kNvme) > 0) {
       open_streamer(c, o);
     }
-    finish_checks();
+    if (check_->on())
+      gpu_check_ = std::make_unique<GpuLoadCheck>(*check_, m_, streamer_.get(), experts_ ? &experts_->fetcher() : nullptr,
+                                                  m_.config.n_expert_used);
   }
   ~GpuExecutor() override {
     try {
@@ -496,25 +499,24 @@ class GpuExecutor final : public Executor {
     if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), std::max<uint32_t>(1, o.slots), check_.get());
   }
 
-  // The end of start (load_check.h): what the GPU readers will check is planned (streamed layers'
-  // pieces, fetched experts' parts; the bench's mmap loader's ranges too, which nothing checks), the
-  // bytes no reader reads are read and checked on the host, every host CRC is waited for; then the
-  // GPU readers' checks are set up for the pieces still pending.
-  void finish_checks() {
+  // The end of start's checks (load_check.h): what the GPU readers will check later is planned (the
+  // streamed layers' extents, as open_streamer gives them to the streamer; the fetched experts' slices;
+  // the bench's mmap loader's ranges too, which nothing checks), the bytes no reader reads are read and
+  // checked on the host, and every host CRC is waited for. The GPU readers' checks are set up once
+  // they exist (GpuLoadCheck), for the pieces still pending.
+  void finish_host_checks(const GpuExecOptions& o) {
     const uint64_t start = m_.map->start_lba() * m_.lba_size();
-    if (streamer_)
-      for (uint32_t i = 0; i < streamer_->layer_count(); ++i)
-        for (const plan::Piece& p : streamer_->plan(i, 0).pieces)
-          check_->plan(p.source.first_lba * m_.lba_size() + p.source.byte_in_first - start, p.source.byte_length);
-    for (const LayerWeights& l : m_.weights.layers)
-      if (nvme_source_ && plan_.layers[l.index].dense == Tier::kNvme) check_->plan(dense_range(m_, l).begin, dense_range(m_, l).bytes());
-    if (experts_)
+    const auto extents = plan::layer_extents(*m_.map, /*skip_experts=*/m_.config.is_moe());
+    for (const LayerWeights& l : m_.weights.layers) {
+      const LayerPlacement& at = plan_.layers[l.index];
+      if (at.dense == Tier::kNvme && o.nvme_source) check_->plan(dense_range(m_, l).begin, dense_range(m_, l).bytes());
+      else if (at.dense == Tier::kNvme)
+        for (const model::Extent& e : extents[l.index]) check_->plan(e.first_lba * m_.lba_size() + e.byte_in_first - start, e.byte_length);
+    }
+    if (plan_.any_fetched_experts())
       for (const model::ExpertExtent& e : m_.map->experts())
         if (!plan_.layers.at(e.layer).experts_in_vram) check_->plan(e.file_offset, e.extent.byte_length);
     check_->finish_start();
-    if (check_->on())
-      gpu_check_ = std::make_unique<GpuLoadCheck>(*check_, m_, streamer_.get(), experts_ ? &experts_->fetcher() : nullptr,
-                                                  m_.config.n_expert_used);
   }
 
   void open_streams() {
