@@ -1,5 +1,18 @@
-"""Running the built tools from the Python end-to-end tests: one bounded run, stdout and stderr together."""
+"""Running the built tools from the Python end-to-end tests: their paths from the command line, one bounded
+run, stdout and stderr together."""
+import argparse
 import subprocess
+
+
+def tool_paths(required=(), optional=()):
+    """The tools' paths given as --NAME EXE (meson passes them), as attributes: --make-model -> a.make_model;
+    an optional tool not given is None."""
+    ap = argparse.ArgumentParser()
+    for name in required:
+        ap.add_argument("--" + name, required=True)
+    for name in optional:
+        ap.add_argument("--" + name)
+    return ap.parse_args()
 
 
 def run(cmd, timeout=240):

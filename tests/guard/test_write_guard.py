@@ -7,8 +7,6 @@ Usage: test_write_guard.py --gpunvme EXE [--nvme-perf EXE] [--layer-stream EXE]
                            [--stream-layers EXE] [--fetch-experts EXE]
 Needs root and a working losetup; exits 77 (skipped) without them.
 """
-import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -16,14 +14,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tool_run  # noqa: E402  (tests/tool_run.py)
+from writers import sha, writing_commands  # noqa: E402  (tests/guard/writers.py)
 import tempfile
 
 SKIP = 77
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def make_image(path, size):
@@ -41,10 +35,7 @@ def run(cmd):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for tool in ("gpunvme", "nvme-perf", "layer-stream", "stream-layers", "fetch-experts"):
-        ap.add_argument("--" + tool)
-    a = ap.parse_args()
+    a = tool_run.tool_paths(optional=("gpunvme", "nvme-perf", "layer-stream", "stream-layers", "fetch-experts"))
     if os.geteuid() != 0 or not shutil.which("losetup"):
         print("SKIP: needs root and losetup (a loop device stands in for a real disk)")
         return SKIP
@@ -60,27 +51,10 @@ def main():
     dev = "emu:" + loop
     failures = []
     try:
-        writers = []
-        if a.gpunvme:
-            writers.append(("gpunvme demo", [a.gpunvme, "demo", "--device", dev, "--bytes", "1M"]))
-            model = os.path.join(work, "tiny.gguf")
-            with open(model, "wb") as f:  # a valid GGUF v3 with no metadata and no tensors
-                f.write(b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") * 2)
-            writers.append(("gpunvme deploy", [a.gpunvme, "deploy", model, "--device", dev]))
-            writers.append(("gpunvme deploy --print-dd", [a.gpunvme, "deploy", model, "--device", dev, "--print-dd"]))
-        if a.nvme_perf:
-            writers.append(("nvme_perf randwrite", [a.nvme_perf, "--device", dev, "--rw", "randwrite", "--bs", "4K",
-                                                    "--count", "64"]))
-            writers.append(("nvme_perf --fill", [a.nvme_perf, "--device", dev, "--fill", "--bs", "4K", "--count", "64",
-                                                 "--span", "1M"]))
-        if a.layer_stream:
-            writers.append(("layer_stream", [a.layer_stream, "--device", dev, "--layers", "1", "--layer-bytes", "1M",
-                                             "--modes", "gpunvme-cpu", "--drive", "none"]))
-        if a.stream_layers:
-            writers.append(("stream_layers", [a.stream_layers, "--device", dev, "--layers", "2", "--mb-per-layer", "1",
-                                              "--path", "cpu"]))
-        if a.fetch_experts:
-            writers.append(("fetch_experts", [a.fetch_experts, "--device", dev, "--tokens", "2", "--path", "cpu"]))
+        model = os.path.join(work, "tiny.gguf")
+        with open(model, "wb") as f:  # a valid GGUF v3 with no metadata and no tensors
+            f.write(b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") * 2)
+        writers = writing_commands(a, dev, model)
 
         before = sha(image)
         for name, cmd in writers:

@@ -8,9 +8,7 @@ exclusive and shared, and by a real `gpunvme deploy` whose controller takes 4 s 
 Usage: test_write_lock.py --gpunvme EXE [--nvme-perf EXE] [--layer-stream EXE] [--stream-layers EXE]
                           [--fetch-experts EXE] [--make-model EXE]
 """
-import argparse
 import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
@@ -20,11 +18,9 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tool_run  # noqa: E402  (tests/tool_run.py)
+from writers import sha, writing_commands  # noqa: E402  (tests/guard/writers.py)
 
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+TOOLS = ("gpunvme", "nvme-perf", "layer-stream", "stream-layers", "fetch-experts", "make-model")
 
 
 def run(cmd):
@@ -51,10 +47,7 @@ def holds_lock(pid):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for tool in ("gpunvme", "nvme-perf", "layer-stream", "stream-layers", "fetch-experts", "make-model"):
-        ap.add_argument("--" + tool)
-    a = ap.parse_args()
+    a = tool_run.tool_paths(optional=TOOLS)
     work = tempfile.mkdtemp(prefix="gpunvme-lock-")
     image = os.path.join(work, "disk.img")
     with open(image, "wb") as f:
@@ -65,25 +58,7 @@ def main():
         f.write(tiny_gguf())
     failures = []
 
-    writers = []
-    if a.gpunvme:
-        writers.append(("gpunvme demo", [a.gpunvme, "demo", "--device", dev, "--bytes", "1M"]))
-        writers.append(("gpunvme deploy", [a.gpunvme, "deploy", model, "--device", dev]))
-    if a.nvme_perf:
-        writers.append(("nvme_perf randwrite", [a.nvme_perf, "--device", dev, "--rw", "randwrite", "--bs", "4K",
-                                                "--count", "64"]))
-        writers.append(("nvme_perf --fill", [a.nvme_perf, "--device", dev, "--fill", "--bs", "4K", "--count", "64",
-                                             "--span", "1M"]))
-    if a.layer_stream:
-        writers.append(("layer_stream", [a.layer_stream, "--device", dev, "--layers", "1", "--layer-bytes", "1M",
-                                         "--modes", "gpunvme-cpu", "--drive", "none"]))
-    if a.stream_layers:
-        writers.append(("stream_layers", [a.stream_layers, "--device", dev, "--layers", "2", "--mb-per-layer", "1",
-                                          "--path", "cpu"]))
-    if a.fetch_experts:
-        writers.append(("fetch_experts", [a.fetch_experts, "--device", dev, "--tokens", "2", "--path", "cpu"]))
-    if a.make_model:
-        writers.append(("llm_make_model", [a.make_model, "--shape", "tiny", "--type", "q4_k", "--device", dev]))
+    writers = writing_commands(a, dev, model)
     readers = []
     if a.gpunvme:
         readers.append(("gpunvme read", [a.gpunvme, "read", "--device", dev, "--bytes", "4K", "--out", "/dev/null"]))

@@ -10,7 +10,6 @@
   make_model_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm --gpunvme BUILD/gpunvme
 Exit 77 (skipped) without gguf-py.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -19,6 +18,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "llm"))
 from llm_files import use_test_venv  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import tool_run  # noqa: E402  (tests/tool_run.py)
 use_test_venv(["gguf", "numpy"])
 try:
     import numpy as np
@@ -96,11 +97,7 @@ def check_file(path, shape, qt):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--make-model", required=True)
-    ap.add_argument("--llm", required=True)
-    ap.add_argument("--gpunvme", required=True)
-    a = ap.parse_args()
+    a = tool_run.tool_paths(required=("make-model", "llm", "gpunvme"))
     a.make_model, a.llm, a.gpunvme = (os.path.abspath(p) for p in (a.make_model, a.llm, a.gpunvme))
     failed = 0
 

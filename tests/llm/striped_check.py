@@ -10,7 +10,6 @@ user meets them (issue 32):
     --force replaces it; a GGUF over a GGUF is the normal case.
   striped_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm --gpunvme BUILD/gpunvme
 """
-import argparse
 import hashlib
 import json
 import os
@@ -28,11 +27,7 @@ def sha(path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--make-model", required=True)
-    ap.add_argument("--llm", required=True)
-    ap.add_argument("--gpunvme", required=True)
-    a = ap.parse_args()
+    a = tool_run.tool_paths(required=("make-model", "llm", "gpunvme"))
     failed = 0
 
     def report(ok, what, out=""):
