@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -21,6 +20,7 @@
 #include "runtime/deploy/device.h"
 #include "runtime/gguf/ggml_types.h"
 #include "tests/cli_run.h"
+#include "tests/test_files.h"
 #include "tests/llm/record_edit.h"
 
 using namespace gpunvme;
@@ -30,15 +30,10 @@ namespace {
 
 constexpr uint32_t kShift = 14;  // 16 KiB chunks: the tiny model's 72 KiB FFN matrices hold whole chunks
 
+// A namespace image in a fresh temporary directory (removed at the end of the scope).
 struct Image {
-  std::filesystem::path dir;
-  std::string path;
-  Image() {
-    char tmpl[] = "/tmp/gpunvme-load-check-XXXXXX";
-    dir = mkdtemp(tmpl);
-    path = (dir / "m.img").string();
-  }
-  ~Image() { std::filesystem::remove_all(dir); }
+  test_files::TempDir dir{"gpunvme-load-check"};
+  std::string path = dir / "m.img";
   std::string device() const { return "emu:" + path; }
 };
 
@@ -142,7 +137,7 @@ TEST_CASE("load check: 4 KiB of flipped tensor bytes are refused, naming the chu
   const auto run = cli_test::run_program(llm_bin(), args);
   CHECK(run.rc == 1);
   CHECK_THAT(run.out, ContainsSubstring("chunk " + std::to_string(t.chunk)) && ContainsSubstring(t.tensor));
-  const auto json = (img.dir / "run.json").string();
+  const auto json = img.dir / "run.json";
   const auto ok = cli_test::run_program(llm_bin(), args + " --no-verify --json-out " + json);
   CHECK(ok.rc == 0);
   std::ifstream jf(json);
