@@ -43,6 +43,12 @@ std::vector<std::string> lock_holders(int fd) {
   return out;
 }
 
+bool held_by_this_process_only(int fd) {
+  const auto h = lock_holders(fd);
+  const std::string me = std::to_string(::getpid()) + " ";
+  return !h.empty() && std::all_of(h.begin(), h.end(), [&](const std::string& x) { return x.rfind(me, 0) == 0; });
+}
+
 std::string holders_text(int fd) {
   const auto h = lock_holders(fd);
   if (h.empty()) return "another process holds";
@@ -127,6 +133,9 @@ DeviceLock DeviceLock::acquire(std::string_view device, uint32_t nsid, LockMode 
   while (::flock(lock.fd_, op) != 0) {
     if (errno == EINTR) continue;
     if (errno != EWOULDBLOCK) throw Error(ErrorKind::kIo, "flock " + path + ": " + std::strerror(errno));
+    if (held_by_this_process_only(lock.fd_))  // not "busy, pid <our own>": the same device opened twice
+      throw DeviceBusyError(std::string(device) + " is open already in this process (" + path +
+                            "): a device given twice, under one spelling or another? Give each device once");
     throw DeviceBusyError(std::string(device) + " is in use: " + holders_text(lock.fd_) + " " + path +
                           (mode == LockMode::kExclusive
                                ? "; writing needs the device to itself (a deploy, or a tool that writes: demo, "

@@ -2,7 +2,9 @@
 // every reader, the signature scan sees what libblkid sees and any unknown data, --print-dd
 // refuses what deploy refuses and quotes what it prints, --against and the model are checked as
 // files, devices are locked, readers change nothing, start-LBA hints are not silently ignored.
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch_test_macros.hpp>
@@ -51,6 +53,34 @@ uint64_t file_size(const std::string& path) {
   struct stat st{};
   return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_size) : 0;
 }
+
+// A child process holding `device`'s lock (DeviceLock, as a deploy or ls takes it) until this object dies.
+struct LockHolder {
+  pid_t pid = -1;
+  LockHolder(const std::string& device, host::LockMode mode) {
+    int ready[2];
+    REQUIRE(::pipe(ready) == 0);
+    pid = ::fork();
+    if (pid == 0) {
+      const host::DeviceLock lock = host::DeviceLock::acquire(device, 1, mode);
+      const char held = lock.held() ? 'y' : 'n';
+      if (::write(ready[1], &held, 1) != 1) ::_exit(1);
+      ::pause();  // until killed: the kernel drops the lock with the process
+      ::_exit(0);
+    }
+    char held = 0;
+    REQUIRE(::read(ready[0], &held, 1) == 1);
+    ::close(ready[0]);
+    ::close(ready[1]);
+    REQUIRE(held == 'y');
+  }
+  ~LockHolder() {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  LockHolder(const LockHolder&) = delete;
+  LockHolder& operator=(const LockHolder&) = delete;
+};
 
 bool exists(const std::string& path) {
   struct stat st{};
@@ -208,18 +238,28 @@ TEST_CASE("#14.4 leftovers behind our own record are not refused again; signatur
 TEST_CASE("#14.5 one writer per device: a second writer or a reader is refused naming the pid", "[deploy][lock]") {
   TempPath img;
   { deploy::Device create("emu:" + img.path + ",size=8M"); }
-  const std::string pid = "pid " + std::to_string(::getpid());
-  {
-    deploy::Device writer("emu:" + img.path);
+  // Another process holds the image's lock as a writer, then as a reader.
+  for (const bool writer : {true, false}) {
+    const LockHolder holder("emu:" + img.path, writer ? host::LockMode::kExclusive : host::LockMode::kShared);
+    const std::string pid = "pid " + std::to_string(holder.pid);
     CHECK_THROWS_AS(deploy::Device("emu:" + img.path), host::DeviceBusyError);
-    CHECK_THROWS_WITH(deploy::Device("emu:" + img.path), ContainsSubstring(pid + " (writing)"));
+    CHECK_THROWS_WITH(deploy::Device("emu:" + img.path), ContainsSubstring(pid + (writer ? " (writing)" : " (reading)")));
+    if (writer)
+      CHECK_THROWS_WITH(deploy::Device("emu:" + img.path, 1, host::Access::kReadOnly),
+                        ContainsSubstring(pid) && ContainsSubstring("a deploy is running"));
+    else
+      deploy::Device reader("emu:" + img.path, 1, host::Access::kReadOnly);  // readers share
+  }
+  {
+    // Within one process: the device opened twice, said as such (not "busy, pid <this one>").
+    deploy::Device writer("emu:" + img.path);
     CHECK_THROWS_WITH(deploy::Device("emu:" + img.path, 1, host::Access::kReadOnly),
-                      ContainsSubstring(pid) && ContainsSubstring("a deploy is running"));
+                      ContainsSubstring("is open already in this process") && ContainsSubstring("given twice"));
   }
   {
     deploy::Device r1("emu:" + img.path, 1, host::Access::kReadOnly);
     deploy::Device r2("emu:" + img.path, 1, host::Access::kReadOnly);  // readers share
-    CHECK_THROWS_WITH(deploy::Device("emu:" + img.path), ContainsSubstring(pid + " (reading)"));
+    CHECK_THROWS_AS(deploy::Device("emu:" + img.path), host::DeviceBusyError);
   }
   deploy::Device again("emu:" + img.path);  // released with the devices
   // emu:ram lives in one process: no lock.
