@@ -102,6 +102,15 @@ bool has_record_magic(std::span<const uint8_t> block) {
   return block.size() >= 8 && std::memcmp(block.data(), kRecordMagic, 8) == 0;
 }
 
+uint32_t intact_record_block_size(std::span<const uint8_t> bytes) {
+  if (bytes.size() < kHeaderBytes || !has_record_magic(bytes)) return 0;
+  RecordHeader h;
+  std::memcpy(&h, bytes.data(), kHeaderBytes);
+  if (h.lba_size < 512 || h.lba_size > kMaxRecordBlock || !std::has_single_bit(h.lba_size) || h.lba_size > bytes.size())
+    return 0;
+  return block_crc(bytes.first(h.lba_size)) == h.record_crc ? h.lba_size : 0;
+}
+
 DeployRecord parse_record(std::span<const uint8_t> block, uint64_t at_lba) {
   if (block.size() < 512 || !std::has_single_bit(block.size())) {
     throw ModelError(at(at_lba) + " is " + std::to_string(block.size()) + " bytes, not one logical block");

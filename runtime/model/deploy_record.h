@@ -110,6 +110,12 @@ std::vector<uint8_t> serialize_record(const DeployRecord& r);
 bool has_record_magic(std::span<const uint8_t> block);
 // Validates everything (magic, version, CRC, sizes) and throws ModelError naming the field and `at_lba`.
 DeployRecord parse_record(std::span<const uint8_t> block, uint64_t at_lba);
+// The block size of the record `bytes` start with, where its CRC checks over that many bytes (`bytes`
+// holding at least kMaxRecordBlock, or the device's whole block when smaller); 0 where there is no
+// intact record. A device opened with another block size than the deploy's (an emu: image of 4096-byte
+// blocks without lba=4096) sees the record's CRC fail over its own block: this tells it apart from damage.
+inline constexpr uint32_t kMaxRecordBlock = 64 << 10;
+uint32_t intact_record_block_size(std::span<const uint8_t> bytes);
 
 // Streams model bytes [0, model_bytes) from `src` in 4 MiB reads and returns one CRC per chunk.
 std::vector<uint32_t> compute_chunk_crcs(gguf::ByteSource& src, uint64_t model_bytes, uint32_t chunk_shift);

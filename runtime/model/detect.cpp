@@ -31,6 +31,25 @@ std::string unfinished_message(const BlockIo& io, const DeployRecord& r) {
          "incomplete. Re-run `gpunvme deploy MODEL.gguf --device ...` (it replaces the unfinished one)";
 }
 
+// A record written for another block size than the device is opened with (its CRC fails over this
+// device's block) is not damage: it says which block size to open the device with.
+void refuse_other_block_size(const BlockIo& io, std::vector<uint8_t>& block) {
+  const uint64_t want = std::max<uint64_t>(kMaxRecordBlock / io.lba_size, 1);
+  std::vector<uint8_t> bytes(std::min(want, io.n_lbas != 0 ? io.n_lbas : want) * io.lba_size);
+  io.read(kRecordLba, bytes.size() / io.lba_size, bytes.data());
+  const uint32_t written = intact_record_block_size(bytes);
+  if (written == 0 || written == io.lba_size) return;
+  const std::string sizes = std::to_string(written) + "-byte blocks, and " + io.name + " is opened with " +
+                            std::to_string(io.lba_size) + "-byte blocks";
+  if (io.name.rfind("emu:", 0) == 0)
+    throw ModelError("this image was written with " + sizes + ": " +
+                     (written == 512 ? std::string("drop lba=") + std::to_string(io.lba_size) +
+                                           " from the device string (512 is the default)"
+                                     : "add lba=" + std::to_string(written) + " to the device string"));
+  throw ModelError("the deploy record at LBA 0 was written for " + sizes +
+                   ": the namespace was reformatted since the deploy; deploy the model again");
+}
+
 // A record at LBA 0: refused when unfinished, inconsistent with the device or with the hint.
 DetectedModel record_model(const BlockIo& io, std::vector<uint8_t>& block, std::optional<uint64_t> hint) {
   DetectedModel m;
@@ -97,7 +116,10 @@ DetectedModel detect_model(const BlockIo& io, std::optional<uint64_t> start_lba_
   if (!io.read) throw ModelError("detect_model: the BlockIo has no read callback");
   std::vector<uint8_t> block(io.lba_size);
   io.read(kRecordLba, 1, block.data());
-  if (has_record_magic(block)) return record_model(io, block, start_lba_hint);
+  if (has_record_magic(block)) {
+    refuse_other_block_size(io, block);
+    return record_model(io, block, start_lba_hint);
+  }
   if (has_stripe_magic(block)) {
     const StripeRecord r = parse_stripe_record(block, io.name);
     throw ModelError(describe_member(r, io.name) + ": one member alone holds 1 of every " + std::to_string(r.geometry.members) +

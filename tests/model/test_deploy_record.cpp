@@ -201,6 +201,31 @@ TEST_CASE("make_record, verify_model and detect_model on an in-memory device", "
   }
 }
 
+TEST_CASE("a record read with the other block size names the block size to use, not damage", "[record][detect]") {
+  // The same bytes as a namespace of 4096-byte and of 512-byte blocks (an emu: image opened with and
+  // without lba=4096): the record of one, read as the other, fails its CRC over the reader's block.
+  auto model = tiny_model();
+  for (const auto& [written, read] : {std::pair{4096u, 512u}, std::pair{512u, 4096u}}) {
+    INFO("written with " << written << ", read with " << read);
+    MemDevice w(written, (4u << 20) / written);
+    const uint64_t start = default_model_start_lba(written);
+    w.put(start, model.bytes);
+    gguf::MemorySource src(model.bytes, "tiny.gguf");
+    w.io.write(0, 1, serialize_record(make_record(src, "tiny", written, start)).data());
+    MemDevice r(read, (4u << 20) / read);
+    r.bytes = w.bytes;
+    r.io.name = "emu:/tmp/models.img";
+    CHECK_THROWS_WITH(detect_model(r.io),
+                      ContainsSubstring("this image was written with " + std::to_string(written) + "-byte blocks") &&
+                          ContainsSubstring(written == 4096 ? "add lba=4096 to the device string" : "drop lba=4096"));
+    r.io.name = "vfio:0000:01:00.0";
+    CHECK_THROWS_WITH(detect_model(r.io), ContainsSubstring("the namespace was reformatted since the deploy"));
+    r.bytes[120] ^= 1;  // damaged as well: damage it is
+    CHECK_THROWS_WITH(detect_model(r.io), ContainsSubstring("record checksum mismatch"));
+    CHECK(detect_model(w.io).kind == DetectedModel::Kind::kRecord);  // read as written: found
+  }
+}
+
 TEST_CASE("chunked CRCs over several chunks, verify finds the bad one", "[record]") {
   MemDevice dev(512, 64);
   for (size_t i = 0; i < dev.bytes.size(); ++i) dev.bytes[i] = static_cast<uint8_t>(i * 7);
