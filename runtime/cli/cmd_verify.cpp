@@ -8,6 +8,7 @@
 #include "runtime/cli/args.h"
 #include "runtime/cli/commands.h"
 #include "runtime/cli/format.h"
+#include "runtime/deploy/shell_quote.h"
 #include "runtime/deploy/verify.h"
 
 namespace gpunvme::cli {
@@ -47,6 +48,21 @@ Help verify_help() {
 // Header and bounds fine, but no record and no --against: nothing says the bytes are right.
 constexpr int kExitUnverified = 3;
 
+// What to do about a failed verify: a read error is the device's (re-writing the model cannot help while
+// the device cannot read), a CRC mismatch or a bad header is the bytes' (a re-deploy repairs them).
+void print_verdict(const deploy::VerifyReport& rep, const std::vector<std::string>& devices) {
+  if (rep.device_failed())
+    std::printf("the device failed to read (the errors above name the LBAs and the NVMe status): that is not a checksum "
+                "mismatch, and re-deploying will not help until the device reads those blocks again (check the drive)\n");
+  if (rep.failed_chunks() != 0 || !rep.problems.empty()) {
+    std::string flags;
+    for (const std::string& d : devices) flags += " --device " + printable(deploy::shell_quote(d));
+    std::printf("%s: re-deploy the model (gpunvme deploy MODEL.gguf%s) to repair it\n",
+                rep.failed_chunks() ? "the bytes differ from what was deployed" : "the model on the device is damaged",
+                flags.c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_verify(int argc, char** argv) {
@@ -64,7 +80,15 @@ int cmd_verify(int argc, char** argv) {
   opt.against = args.get("against");
   deploy::ProgressLine bar("verify", args.has("progress") || isatty(2));
   opt.progress = bar.fn();
-  const auto rep = deploy::verify_device(dev, opt);
+  const auto rep = [&] {
+    try {
+      return deploy::verify_device(dev, opt);
+    } catch (const Error& e) {  // finding the model failed: the record or the header did not read
+      if (!deploy::is_read_failure(e)) throw;
+      throw Error(e.kind(), std::string(e.what()) + "; the device failed to read where the model is found (a read "
+                                                   "error, not a checksum mismatch): re-deploying will not help until it reads");
+    }
+  }();
   bar.finish();
 
   const auto& d = rep.detected;
@@ -78,7 +102,9 @@ int cmd_verify(int argc, char** argv) {
                                                : "nothing (no record, no --against): bytes only read back");
   for (const auto& c : rep.chunks) {
     std::string status;
-    if (!c.expected && !c.file) {
+    if (c.unreadable()) {
+      status = "READ ERROR";
+    } else if (!c.expected && !c.file) {
       status = "read";
     } else if (c.ok()) {
       status = "ok";
@@ -87,18 +113,22 @@ int cmd_verify(int argc, char** argv) {
       std::snprintf(b, sizeof b, "FAIL (expected %08x, read %08x)", c.expected ? *c.expected : *c.file, c.actual);
       status = b;
     }
-    std::printf("  chunk %-4llu LBA %llu..%llu  %s  crc32c %08x  %s\n", (unsigned long long)c.index,
+    char crc[16];
+    std::snprintf(crc, sizeof crc, c.unreadable() ? "--------" : "%08x", c.actual);
+    std::printf("  chunk %-4llu LBA %llu..%llu  %s  crc32c %s  %s\n", (unsigned long long)c.index,
                 (unsigned long long)c.first_lba, (unsigned long long)(c.end_lba - 1),
-                human_bytes(double(c.bytes)).c_str(), c.actual, status.c_str());
+                human_bytes(double(c.bytes)).c_str(), crc, status.c_str());
+    if (c.unreadable()) std::printf("    %s\n", printable(c.read_error).c_str());
   }
   for (const auto& p : rep.problems) std::printf("  problem: %s\n", printable(p).c_str());
+  for (const auto& e : rep.read_errors) std::printf("  read error: %s\n", printable(e).c_str());
   const double rate = rep.seconds > 0 ? double(rep.model_bytes) / rep.seconds : 0;
   if (!rep.ok()) {
-    std::printf("FAILED: %llu of %zu chunks differ, %zu other problem%s (%s re-read in %.2f s, %s)\n",
-                (unsigned long long)rep.failed_chunks(), rep.chunks.size(), rep.problems.size(),
-                rep.problems.size() == 1 ? "" : "s", human_bytes(double(rep.model_bytes)).c_str(), rep.seconds,
-                human_bytes(rate).c_str());
-    std::printf("re-deploy the model (gpunvme deploy MODEL.gguf --device %s) to repair it\n", args.get("device").c_str());
+    std::printf("FAILED: %llu of %zu chunks differ, %llu could not be read, %zu other problem%s (%s re-read in %.2f s, %s/s)\n",
+                (unsigned long long)rep.failed_chunks(), rep.chunks.size(), (unsigned long long)rep.unreadable_chunks(),
+                rep.problems.size(), rep.problems.size() == 1 ? "" : "s", human_bytes(double(rep.model_bytes)).c_str(),
+                rep.seconds, human_bytes(rate).c_str());
+    print_verdict(rep, args.all("device"));
     return 1;
   }
   if (!rep.checked_bytes()) {

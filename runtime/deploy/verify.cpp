@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "host/error.h"
 #include "runtime/deploy/model_file.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/model/crc32c.h"
@@ -26,6 +27,10 @@ std::optional<gguf::GgufFile> check_header(Device& dev, VerifyReport& rep) {
   try {
     header.emplace(model::read_model_header(dev.block_io(), d));
   } catch (const std::exception& e) {
+    if (is_read_failure(e)) {
+      rep.read_errors.push_back("the GGUF header at LBA " + std::to_string(d.start_lba) + ": " + e.what());
+      return header;
+    }
     rep.problems.push_back("the GGUF header at LBA " + std::to_string(d.start_lba) + " does not parse: " + e.what());
     return header;
   }
@@ -80,7 +85,14 @@ void check_chunks(Device& dev, const VerifyOptions& opt, const std::vector<uint3
     cc.end_lba = start + (cc.byte_offset + cc.bytes + lba - 1) / lba;
     for (uint64_t done = 0; done < cc.bytes;) {
       const uint64_t n = std::min(piece, cc.bytes - done);
-      dev.read_blocks(start + (cc.byte_offset + done) / lba, (n + lba - 1) / lba, buf, 0);
+      try {
+        dev.read_blocks(start + (cc.byte_offset + done) / lba, (n + lba - 1) / lba, buf, 0);
+      } catch (const std::exception& e) {
+        if (!is_read_failure(e)) throw;
+        cc.read_error = e.what();  // the rest of the chunk is not read: its CRC is unknown either way
+        if (opt.progress) opt.progress(cc.byte_offset + cc.bytes, total);
+        break;
+      }
       cc.actual = model::crc32c(buf.host(), n, cc.actual);
       done += n;
       if (opt.progress) opt.progress(cc.byte_offset + done, total);
@@ -93,8 +105,23 @@ void check_chunks(Device& dev, const VerifyOptions& opt, const std::vector<uint3
 
 }  // namespace
 
+bool is_read_failure(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  if (!err) return false;
+  switch (err->kind()) {
+    case ErrorKind::kCommandFailed: case ErrorKind::kTimeout: case ErrorKind::kControllerFatal: case ErrorKind::kProtocol:
+      return true;
+    default:
+      return false;
+  }
+}
+
 uint64_t VerifyReport::failed_chunks() const {
-  return uint64_t(std::count_if(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return !c.ok(); }));
+  return uint64_t(std::count_if(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return c.crc_mismatch(); }));
+}
+
+uint64_t VerifyReport::unreadable_chunks() const {
+  return uint64_t(std::count_if(chunks.begin(), chunks.end(), [](const ChunkCheck& c) { return c.unreadable(); }));
 }
 
 bool VerifyReport::checked_bytes() const {

@@ -23,7 +23,12 @@ struct ChunkCheck {
   uint32_t actual = 0;                  // CRC-32C of the bytes read back
   std::optional<uint32_t> expected;     // from the deploy record
   std::optional<uint32_t> file;         // from --against
-  bool ok() const { return (!expected || *expected == actual) && (!file || *file == actual); }
+  // The device failed to read the chunk: its first failed read (LBA range, NVMe status). Nothing is
+  // known of its bytes then, and a re-deploy cannot fix what the device cannot read.
+  std::string read_error;
+  bool unreadable() const { return !read_error.empty(); }
+  bool crc_mismatch() const { return !unreadable() && ((expected && *expected != actual) || (file && *file != actual)); }
+  bool ok() const { return !unreadable() && !crc_mismatch(); }
 };
 
 struct VerifyOptions {
@@ -40,12 +45,19 @@ struct VerifyReport {
   uint32_t chunk_shift = 0;
   std::vector<ChunkCheck> chunks;
   std::vector<std::string> problems;  // header, tensor bounds, length mismatches
+  std::vector<std::string> read_errors;  // reads the device failed outside the chunks (the header)
   double seconds = 0;
 
-  uint64_t failed_chunks() const;
+  uint64_t failed_chunks() const;      // chunks read whose CRC differs: a re-deploy repairs them
+  uint64_t unreadable_chunks() const;  // chunks the device failed to read
   bool checked_bytes() const;  // false: nothing to compare the bytes with (no record, no --against)
-  bool ok() const { return problems.empty() && failed_chunks() == 0; }
+  bool device_failed() const { return !read_errors.empty() || unreadable_chunks() != 0; }
+  bool ok() const { return problems.empty() && failed_chunks() == 0 && !device_failed(); }
 };
+
+// A failure of the device to read (an error status, no completion, a dead controller): not a
+// verdict on the bytes, which it never delivered.
+bool is_read_failure(const std::exception& e);
 
 // Throws model::ModelError when there is no model on the device at all.
 VerifyReport verify_device(Device& dev, const VerifyOptions& opt = {});

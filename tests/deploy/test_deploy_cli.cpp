@@ -95,3 +95,40 @@ TEST_CASE("gpunvme deploy --print-dd: the printed commands, run as printed, give
   CHECK(r.rc == 0);
   CHECK_THAT(r.out, ContainsSubstring("found by   deploy record at LBA 0"));
 }
+
+TEST_CASE("gpunvme verify: a read error is the device's (re-deploy cannot help), a CRC mismatch the bytes'", "[deploy][cli]") {
+  if (!std::getenv("GPUNVME_BIN")) SKIP("GPUNVME_BIN is not set (meson sets it to the built gpunvme)");
+  TempPath img, model_path;
+  write_file(model_path.path, make_model(2u << 20, "read errors", 6));
+  REQUIRE(run("deploy " + model_path.path + " --device emu:" + img.path + ",size=16M").rc == 0);
+  // Every read from the nth on fails for good (Unrecovered Read Error, DNR): wherever it lands -- the
+  // record, the header, a chunk -- verify names the LBAs and the status and never advises a re-deploy.
+  // Past verify's last read the fault never fires: that run is clean and ends the loop.
+  bool chunk_seen = false, header_seen = false;
+  for (int nth = 1;; ++nth) {
+    const auto r = run("verify --device emu:" + img.path + ",fault=error:op=read:sct=2:sc=0x81:dnr=1:times=0:nth=" +
+                       std::to_string(nth));
+    INFO("nth=" << nth << "\n" << r.out);
+    if (r.rc == 0) {
+      CHECK_THAT(r.out, ContainsSubstring("OK: 1/1 chunks match"));
+      break;
+    }
+    REQUIRE(nth < 100);
+    CHECK(r.rc == 1);
+    CHECK_THAT(r.out, ContainsSubstring("Unrecovered Read Error") && ContainsSubstring("read of LBA") &&
+                          ContainsSubstring("re-deploying will not help until"));
+    CHECK_THAT(r.out, !ContainsSubstring("to repair it"));
+    chunk_seen |= r.out.find("READ ERROR") != std::string::npos;
+    header_seen |= r.out.find("read error: the GGUF header") != std::string::npos;
+  }
+  CHECK(chunk_seen);
+  CHECK(header_seen);
+  // A flipped byte is the bytes': re-deploy repairs it, and no read error is claimed.
+  const uint8_t x = 0x5A;
+  pwrite_file(img.path, 2048 * 512 + 300000, &x, 1);
+  const auto r = run("verify --device emu:" + img.path);
+  INFO(r.out);
+  CHECK(r.rc == 1);
+  CHECK_THAT(r.out, ContainsSubstring("re-deploy the model (gpunvme deploy MODEL.gguf --device emu:") &&
+                        ContainsSubstring("to repair it") && !ContainsSubstring("failed to read"));
+}
