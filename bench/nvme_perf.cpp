@@ -222,8 +222,10 @@ void check_before_writes(Dev& d, const guard::WritePermission& permission) {
   d.ctrl->delete_io_queue_pair(*qp);
 }
 
-// Writes the first span_blocks of the namespace with stamped blocks through an extra CPU queue.
-void fill_span(Dev& d, uint16_t qid, uint64_t span_blocks, bool quiet) {
+// Writes the first span_blocks of the namespace with stamped blocks through an extra CPU queue. Returns
+// what its recovery did: faults during the fill count in the run's recovery numbers like any other.
+host::RecoveryStats fill_span(Dev& d, uint16_t qid, uint64_t span_blocks, bool quiet) {
+  host::RecoveryStats recovery;
   auto qp = d.ctrl->create_io_queue_pair(qid, std::min<uint32_t>(d.ctrl->max_queue_entries(), 64));
   {
     host::CpuIoOptions o;
@@ -243,8 +245,10 @@ void fill_span(Dev& d, uint16_t qid, uint64_t span_blocks, bool quiet) {
     }
     if (!quiet)
       std::fprintf(stderr, "nvme_perf: filled in %.2f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
+    recovery = io.recovery();
   }
   d.ctrl->delete_io_queue_pair(*qp);
+  return recovery;
 }
 
 // ---------- CPU path ----------
@@ -630,8 +634,9 @@ int main(int argc, char** argv) {
 
     if (writes)
       for (Dev& d : devs) check_before_writes(d, o.permission);
+    std::vector<host::RecoveryStats> fill_recovery;  // per device, added to its measured run's
     if (o.fill)
-      for (Dev& d : devs) fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * blocks, o.json);
+      for (Dev& d : devs) fill_recovery.push_back(fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * blocks, o.json));
 
     host::DmaOptions gm;
     gm.gpu_mapped = gpu;
@@ -658,6 +663,7 @@ int main(int argc, char** argv) {
       results = run_cpu(devs, job, window);
     }
     for (size_t k = 0; k < results.size(); ++k) results[k].controller_cpu_s = window.ctrl_s.at(k);
+    for (size_t k = 0; k < fill_recovery.size(); ++k) results.at(k).recovery += fill_recovery[k];
     if (!gpu)
       for (Dev& d : devs)
         for (auto& qp : d.qps) d.ctrl->delete_io_queue_pair(*qp);

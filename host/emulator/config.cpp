@@ -270,6 +270,10 @@ ControllerConfig parse_emu_device(std::string_view spec) {
     if (!drive_error.empty()) bad(original, drive_error);
   }
   if (!drive.resolve(&cfg.drive, &drive_error)) bad(original, drive_error);
+  // Faults are checked against the whole string (queues= may follow fault=).
+  size_t fault = 0;
+  for (const auto& [key, value] : parts.options)
+    if (key == "fault") check_fault_can_fire(value, cfg.faults[fault++], cfg.max_io_queues);
   if (cfg.drive.limits_anything() && !has_key(parts, "threads")) cfg.io_threads = modeled_drive_threads();
   cfg.namespaces = make_namespaces(original, parts.path, ns);
   return cfg;

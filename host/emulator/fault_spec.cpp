@@ -77,6 +77,7 @@ uint8_t code(std::string_view text, std::string_view key, std::string_view value
 
 struct Seen {
   bool nth = false, times = false, by = false, status = false, xor_ = false, scope = false;
+  bool op_name = false;  // op= given as read, write or flush, not as a code
 };
 
 void apply(std::string_view text, std::string_view key, std::string_view value, Fault* f, Seen* seen) {
@@ -86,6 +87,7 @@ void apply(std::string_view text, std::string_view key, std::string_view value, 
   } else if (key == "op") {
     f->opcode = opcode(text, value);
     seen->scope = true;
+    seen->op_name = value == "read" || value == "write" || value == "flush";
   } else if (key == "nth" || key == "every" || key == "times") {
     const uint64_t v = number(text, key, value, text::parse_u64);
     if (key != "times" && v == 0) bad(text, std::string(key) + "=0: counts start at 1");
@@ -122,9 +124,21 @@ void check_keys_fit_kind(std::string_view text, const Fault& f, const Seen& seen
   if (seen.status && f.kind != FaultKind::kErrorStatus) bad(text, "sct=, sc= and dnr= apply to error only");
   if (seen.xor_ && f.kind != FaultKind::kWrongCid) bad(text, "xor= applies to wrong-cid only");
   if (seen.scope && is_enable_kind(f.kind)) bad(text, "q= and op= apply to command faults, not to enable faults");
+  // read/write/flush name I/O commands; on the admin queue their codes are other commands (0x02 is Get
+  // Log Page), so such a fault would fire on something else than it says, or never.
+  const bool io_named = f.opcode == nvme::nvm_op::kRead || f.opcode == nvme::nvm_op::kWrite || f.opcode == nvme::nvm_op::kFlush;
+  if (f.qid == 0 && io_named && seen.op_name)
+    bad(text, "q=admin with op=read, write or flush never fires: those are I/O commands (give op=CODE for an admin opcode)");
 }
 
 }  // namespace
+
+void check_fault_can_fire(std::string_view text, const Fault& f, uint32_t max_io_queues) {
+  if (f.qid > 0 && uint32_t(f.qid) > max_io_queues)
+    bad(text, "q=" + std::to_string(f.qid) + " never fires: the controller has I/O queues 1.." +
+                  std::to_string(max_io_queues) + " (queues=" + std::to_string(max_io_queues) +
+                  "); give a queue it has, or raise queues=");
+}
 
 const char* fault_spec_help() {
   return "fault=KIND[:KEY=VALUE]..., KIND error|drop|delay|wrong-cid|cfs|removal|fatal-at-enable|slow-ready|never-ready, "
@@ -150,6 +164,7 @@ Fault parse_fault_spec(std::string_view text) {
     const size_t next = rest.find(':');
     const std::string_view item = rest.substr(0, next);
     rest = next == std::string_view::npos ? std::string_view{} : rest.substr(next + 1);
+    if (next != std::string_view::npos && rest.empty()) bad(text, "trailing ':' (an empty option after the last)");
     const size_t eq = item.find('=');
     if (item.empty() || eq == std::string_view::npos || eq == 0 || eq + 1 == item.size())
       bad(text, "option \"" + std::string(item) + "\" is not KEY=VALUE");

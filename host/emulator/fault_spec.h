@@ -31,6 +31,10 @@ namespace gpunvme::emu {
 // Parses one fault= value. Throws gpunvme::Error(kInvalidArgument) naming the bad part and the form.
 Fault parse_fault_spec(std::string_view text);
 
+// Refuses a fault that can never fire on a controller granting `max_io_queues` I/O queues (a q= past
+// them), naming it: an armed fault that never fires would pass a test that proves nothing.
+void check_fault_can_fire(std::string_view text, const Fault& f, uint32_t max_io_queues);
+
 // The grammar above in a few lines, for error messages and --help.
 const char* fault_spec_help();
 

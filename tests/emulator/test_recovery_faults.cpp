@@ -201,6 +201,10 @@ TEST_CASE("fault specs: the grammar and its errors", "[emulator][config]") {
       {"drop:op=erase", "not an opcode"},
       {"drop:every=2:every=3", "given twice"},
       {"drop:", "empty option"},
+      {"drop:nth=2:", "trailing ':'"},
+      {"error:sc=0x81:every=5:", "trailing ':'"},
+      {"drop:q=admin:op=read", "never fires: those are I/O commands"},
+      {"error:op=flush:q=0", "never fires: those are I/O commands"},
       {"drop:every", "not KEY=VALUE"},
       {"drop:speed=3", "unknown key"},
       {"wrong-cid:xor=0", "0 would change nothing"},
@@ -212,4 +216,11 @@ TEST_CASE("fault specs: the grammar and its errors", "[emulator][config]") {
   // Through the device string: fault= may repeat, other keys still may not.
   CHECK(gpunvme::emu::parse_emu_device("emu:ram,fault=drop,fault=cfs:at=1s").faults.size() == 2);
   CHECK_THROWS_WITH(gpunvme::emu::parse_emu_device("emu:ram,fault=drop:every=x"), ContainsSubstring("every"));
+  // A queue the controller does not have: the fault would never fire (queues= may come after fault=).
+  CHECK_THROWS_WITH(gpunvme::emu::parse_emu_device("emu:ram,fault=error:q=99"),
+                    ContainsSubstring("fault=error:q=99: q=99 never fires: the controller has I/O queues 1..64"));
+  CHECK_THROWS_WITH(gpunvme::emu::parse_emu_device("emu:ram,fault=drop:q=5,queues=4"),
+                    ContainsSubstring("q=5 never fires") && ContainsSubstring("queues=4"));
+  CHECK(gpunvme::emu::parse_emu_device("emu:ram,fault=drop:q=4,queues=4").faults.at(0).qid == 4);
+  CHECK(gpunvme::emu::parse_emu_device("emu:ram,fault=error:q=admin:op=0x06").faults.at(0).qid == 0);  // Identify
 }
