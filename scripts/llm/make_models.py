@@ -101,6 +101,7 @@ class Shape:
         self.hidden, self.ffn, self.layers = 256, 512, 2
         self.heads, self.kv_heads, self.vocab, self.ctx = 4, 2, 512, 512
         self.experts, self.experts_used = 0, 0
+        self.rot = None  # rope.dimension_count: None = the head size; less: partial rotary
         self.__dict__.update(kw)
 
     @property
@@ -210,7 +211,7 @@ def write_llama_like(path, arch, qt, s, seed, qkv_bias=False, vocab=None):
     if vocab:
         s = Shape(**{**s.__dict__, "vocab": len(vocab.tokens)})
     common_header(w, arch, s, os.path.basename(path)[:-5], vocab)
-    w.add_rope_dimension_count(s.head_dim)
+    w.add_rope_dimension_count(s.head_dim if s.rot is None else s.rot)
     w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
     w.add_layer_norm_rms_eps(1e-5 if arch == "llama" else 1e-6)
     if s.experts:
@@ -238,6 +239,8 @@ def write_gemma3(path, qt, s, seed, embd_std=0.05, post_norm=1.0, untied=False):
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(1000000.0)
     w.add_sliding_window(s.window)
+    if s.rot is not None:
+        w.add_rope_dimension_count(s.rot)
     add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=embd_std), qt)
     for i in range(s.layers):
         add(w, f"blk.{i}.attn_norm.weight", norm(rng, s.hidden), T.F32)
@@ -276,6 +279,10 @@ MODELS["qwen2-q4_k"] = lambda p: write_llama_like(p, "qwen2", T.Q4_K, Shape(), 3
 # embedding dominates the residual); the real Gemma 3 270M covers the tied head.
 MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16), 400,
                                                embd_std=0.3, untied=True)
+# Partial rotary (gemma3 is the architecture here whose llama.cpp graph allows it): RoPE over the first
+# half of each 64-wide head (rope.dimension_count 32), the other half unrotated.
+MODELS["gemma3-rot32-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16, rot=32),
+                                                     401, embd_std=0.3, untied=True)
 # Byte-level BPE vocabularies (bpe_train.py) in the two families' layouts, for the tokenizer end to end.
 MODELS["llama3-bpe-f16"] = lambda p: write_llama_like(p, "llama", T.F16, Shape(), 500, vocab=llama3_vocab())
 MODELS["qwen2-bpe-f16"] = lambda p: write_llama_like(p, "qwen2", T.F16, Shape(), 501, qkv_bias=True, vocab=qwen2_vocab())

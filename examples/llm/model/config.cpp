@@ -56,16 +56,18 @@ void apply_arch_rules(ModelConfig& c, const Reader& r) {
   }
 }
 
-// llama.cpp's rules for n_rot (llama-model.cpp load_hparams; ggml's rope asserts the other two): even,
-// at most the head size, and for llama the whole head ("invalid n_rot"). Below the head size (partial
-// rotary: qwen2, gemma3) the rest of each head passes unrotated (compute/ops.h).
+// llama.cpp's rules for n_rot: even and at most the head size (ggml's rope asserts both), the whole head
+// for llama (llama-model.cpp load_hparams: "invalid n_rot") and qwen2 (its graph asserts n_rot equal
+// to the head size). gemma3's graph takes any such n_rot: below the head size (partial rotary) the rest
+// of each head passes unrotated (compute/ops.h).
 void check_rope_dims(const ModelConfig& c, const std::string& key) {
   const std::string is = key + " = " + std::to_string(c.n_rot);
   const std::string head = "the head size " + std::to_string(c.head_dim);
   if (c.n_rot % 2) throw std::runtime_error(is + " is odd: RoPE rotates pairs of dimensions (llama.cpp refuses it too)");
   if (c.n_rot > c.head_dim) throw std::runtime_error(is + " is more than " + head + ": RoPE rotates dimensions of a head");
-  if (c.arch == Arch::kLlama && c.n_rot != c.head_dim)
-    throw std::runtime_error(is + " differs from " + head + ": a llama model rotates whole heads (llama.cpp: invalid n_rot)");
+  if (c.arch != Arch::kGemma3 && c.n_rot != c.head_dim)
+    throw std::runtime_error(is + " differs from " + head + ": a " + c.arch_name +
+                             " model rotates whole heads (llama.cpp refuses it too)");
 }
 
 }  // namespace
