@@ -28,10 +28,10 @@ except ImportError as e:
     sys.exit(77)
 
 
-def write_variant(path, drop=None, retype=None, arch="llama", name="variant", rope=None, nan=None, vocab=None):
+def write_variant(path, drop=None, retype=None, arch="llama", name="variant", rope=None, nan=None, vocab=None, ctx=512):
     """A small llama-layout model, with one tensor left out or stored as an unsupported type; or with another
-    general.name, rope.dimension_count, a NaN in tensor `nan`, or a vocabulary (mm.BpeVocab) of any size."""
-    s = mm.Shape()
+    general.name, rope.dimension_count, context length, a NaN in tensor `nan`, or a vocabulary (mm.BpeVocab) of any size."""
+    s = mm.Shape(ctx=ctx)
     rng = np.random.default_rng(5)
     w = gguf.GGUFWriter(path, arch)
     mm.common_header(w, arch, s, name, vocab)
@@ -147,6 +147,9 @@ def main():
         p = os.path.join(d, "rope66.gguf"); write_variant(p, rope=66, arch="qwen2")
         cases.append(("rope.dimension_count past the head", [device_with(p), "--prompt-ids", "1"],
                       ["qwen2.rope.dimension_count = 66 is more than the head size 64"]))
+        p = os.path.join(d, "longctx.gguf"); write_variant(p, ctx=2_000_000_000)
+        cases.append(("--ctx past host memory", [device_with(p), "--prompt-ids", "1", "--ctx", "2000000000"],
+                      ["the KV cache for a context of 2000000000 tokens", "a smaller --ctx"]))
         big = mm.llama3_vocab()
         p = os.path.join(d, "bigvocab.gguf"); write_variant(p, vocab=big)
         cases.append(("tokenizer larger than the embedding table", [device_with(p), "--prompt", "hi"],

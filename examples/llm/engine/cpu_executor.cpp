@@ -1,10 +1,40 @@
 #include <cstdio>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "examples/llm/compute/cpu_forward.h"
 #include "examples/llm/engine/executor.h"
+#include "host/text/human_bytes.h"
 
 namespace gpunvme::llm {
 namespace {
+
+// /proc/meminfo's MemAvailable: what the kernel can give without swapping; nullopt where unknown.
+std::optional<uint64_t> available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  while (in >> key >> kib) {
+    if (key == "MemAvailable:") return kib << 10;
+    in.ignore(64, '\n');
+  }
+  return std::nullopt;
+}
+
+// The CPU executor holds the whole model and an f32 KV cache in host memory. What cannot fit is refused
+// up front, naming what takes how much (--ctx sizes the cache), instead of a bad_alloc or the OOM killer.
+void check_host_memory(const ModelOnDevice& m, uint32_t n_ctx) {
+  const uint64_t kv = 2ull * m.config.n_layer * n_ctx * m.config.kv_dim() * sizeof(float);
+  const uint64_t model = m.file->data_end(), need = model + kv;
+  const std::optional<uint64_t> avail = available_memory();
+  if (!avail || need <= *avail) return;
+  throw std::runtime_error("the CPU executor needs " + text::human_bytes(double(need)) + " of host memory (the model " +
+                           text::human_bytes(double(model)) + ", the KV cache for a context of " + std::to_string(n_ctx) +
+                           " tokens " + text::human_bytes(double(kv)) + ") and " + text::human_bytes(double(*avail)) +
+                           " is available: " + (kv > *avail / 2 ? "a smaller --ctx" : "the GPU path (--path gpu)"));
+}
 
 class CpuExecutor final : public Executor {
  public:
@@ -43,6 +73,7 @@ class CpuExecutor final : public Executor {
 }  // namespace
 
 std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx, bool verify) {
+  check_host_memory(m, n_ctx);
   return std::make_unique<CpuExecutor>(m, n_ctx, verify);
 }
 
