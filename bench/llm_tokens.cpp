@@ -371,8 +371,9 @@ std::string cell_json(const Cell& c, double h2d) {
 // pf: the width of the prefetch column (the longest --expert-prefetch entry, at least 4).
 void print_cell(const Cell& c, int pf) {
   if (!c.error.empty()) {
-    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s ERROR: %s\n", c.model.c_str(), c.budget.c_str(), c.drive_label().c_str(),
-                c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(), c.error.c_str());
+    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s ERROR: %s\n", text::printable(c.model).c_str(), c.budget.c_str(),
+                c.drive_label().c_str(), c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(),
+                text::printable(c.error).c_str());
   } else {
     const auto& x = c.stats.experts;
     const auto& p = c.stats.prefetch;
@@ -387,7 +388,7 @@ void print_cell(const Cell& c, int pf) {
       std::snprintf(experts, sizeof experts, "loader page faults %.0f a token", double(*c.loader_faults) / std::max(c.tokens, 1u));
     char emu[48] = "        -      -";
     if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
-    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", c.model.c_str(), c.budget.c_str(),
+    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", text::printable(c.model).c_str(), c.budget.c_str(),
                 c.drive_label().c_str(), c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
                 c.stats.streamed_layers, c.tps,
                 c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, emu, c.host_cpu, experts);

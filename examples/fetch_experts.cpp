@@ -17,6 +17,7 @@
 #include "example_model.h"
 #include "host/error.h"
 #include "host/locked_open.h"
+#include "host/text/escape.h"
 #include "runtime/cli/args.h"
 #include "runtime/stream/cpu_submitter.h"
 #include "runtime/stream/expert_fetcher.h"
@@ -152,8 +153,9 @@ int main(int argc, char** argv) {
     example::OnDevice m = example::put_and_find(*ctrl, *qp, file, deployed, permission);
     const auto which = down_only ? stream::ExpertParts::kDownOnly : stream::ExpertParts::kAll;
     stream::ExpertCatalog cat = stream::ExpertCatalog::from_map(*m.map, which);
-    std::printf("model: %s, %u layers with experts, %u experts each, %.1f MB; found: %s\n", m.file->model_name().c_str(),
-                cat.n_layers, cat.n_experts, file.size() / 1e6, m.detected.describe().c_str());
+    std::printf("model: %s, %u layers with experts, %u experts each, %.1f MB; found: %s\n",
+                text::printable(m.file->model_name()).c_str(), cat.n_layers, cat.n_experts, file.size() / 1e6,
+                text::printable(m.detected.describe()).c_str());
     if (cat.n_experts == 0) throw std::runtime_error("the model has no MoE experts");
     if (example::use_gpu_path(path)) {
 #if GPUNVME_HAVE_CUDA

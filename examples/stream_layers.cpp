@@ -21,6 +21,7 @@
 #include "example_model.h"
 #include "host/error.h"
 #include "host/locked_open.h"
+#include "host/text/escape.h"
 #include "runtime/cli/args.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/cpu_submitter.h"
@@ -150,9 +151,9 @@ int main(int argc, char** argv) {
     const std::vector<uint8_t> file = gguf_path.empty() ? example::dense_model(layers, mb) : example::read_file(gguf_path);
     const auto t0 = std::chrono::steady_clock::now();
     example::OnDevice m = example::put_and_find(*ctrl, *qp, file, deployed, permission);
-    std::printf("model: %s (%s), %.1f MB, found on %s: %s\n", m.file->model_name().c_str(),
-                m.file->architecture().c_str(), file.size() / 1e6, ctrl->transport().name().c_str(),
-                m.detected.describe().c_str());
+    std::printf("model: %s (%s), %.1f MB, found on %s: %s\n", text::printable(m.file->model_name()).c_str(),
+                text::printable(m.file->architecture()).c_str(), file.size() / 1e6,
+                text::printable(ctrl->transport().name()).c_str(), text::printable(m.detected.describe()).c_str());
 
     if (example::use_gpu_path(path)) {
 #if GPUNVME_HAVE_CUDA

@@ -3,7 +3,7 @@
 
 A GGUF whose model name and tensor names hold newlines, terminal escapes, a forged verdict line and
 bytes that are not UTF-8 is deployed onto an emulated namespace; deploy, ls (text and --json,
---tensors, --experts), verify, gguf_dump and nvme_perf --label then print it. Text output must
+--tensors, --experts), verify, gguf_dump, stream_layers and nvme_perf --label then print it. Text output must
 hold no control byte (other than the newline ending each line), no invalid UTF-8 and no forged
 line; every JSON output must parse with Python's json module and give the exact names back
 (non-UTF-8 bytes as surrogateescape).
@@ -98,6 +98,8 @@ def main():
             "verify --against": [a.gpunvme, "verify", "--device", dev_again, "--against", model],
             "gguf_dump": [a.gguf_dump, model],
         }
+        if a.stream_layers:  # the examples print the model line too (written onto a RAM namespace of their own)
+            texts["stream_layers"] = [a.stream_layers, "--gguf", model, "--device", "emu:ram,size=16M", "--path", "cpu"]
         for what, cmd in texts.items():
             rc, out = run(cmd)
             print(f"--- {what} (exit {rc})\n{out.decode('utf-8', 'replace')}")
