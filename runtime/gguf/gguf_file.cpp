@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "host/text/escape.h"
 #include "runtime/gguf/header_cursor.h"
 
 namespace gpunvme::gguf {
@@ -12,6 +13,10 @@ namespace gpunvme::gguf {
 namespace {
 
 std::string off(uint64_t o) { return "byte offset " + std::to_string(o); }
+
+// A key or tensor name from the file, quoted for an error message: escaped, so a hostile file cannot
+// put terminal escapes or forged lines into what a tool prints.
+std::string quoted(std::string_view name) { return "'" + text::printable(name) + "'"; }
 
 std::string hex_bytes(const uint8_t* p, size_t n) {
   std::string s;
@@ -119,7 +124,7 @@ class GgufParser {
       c_.set_context([i, at] { return "metadata entry " + std::to_string(i) + " (at " + off(at) + ")"; });
       std::string key = c_.read_string("the key");
       c_.set_context([i, at, &key] {
-        return "metadata entry " + std::to_string(i) + " '" + key + "' (at " + off(at) + ")";
+        return "metadata entry " + std::to_string(i) + " " + quoted(key) + " (at " + off(at) + ")";
       });
       uint64_t type_at = c_.pos();
       uint32_t t = c_.read<uint32_t>("the value type");
@@ -203,8 +208,8 @@ class GgufParser {
       c_.set_context([i, at] { return "tensor info " + std::to_string(i) + " (at " + off(at) + ")"; });
       t.name = c_.read_string("the name");
       const std::string& name = t.name;
-      c_.set_context([at, &name] { return "tensor '" + name + "' (info at " + off(at) + ")"; });
-      std::string what = "tensor '" + t.name + "' (info at " + off(at) + ")";
+      c_.set_context([at, &name] { return "tensor " + quoted(name) + " (info at " + off(at) + ")"; });
+      std::string what = "tensor " + quoted(t.name) + " (info at " + off(at) + ")";
       t.n_dims = c_.read<uint32_t>("n_dims");
       if (t.n_dims > kMaxDims) {
         throw GgufError(what + " has n_dims = " + std::to_string(t.n_dims) + ", GGUF allows at most " +
@@ -235,7 +240,7 @@ class GgufParser {
                         "; the file is corrupt");
       }
       if (!f.by_name_.emplace(t.name, f.tensors_.size()).second) {
-        throw GgufError("duplicate tensor name '" + t.name + "' (second info at " + off(at) +
+        throw GgufError("duplicate tensor name " + quoted(t.name) + " (second info at " + off(at) +
                         "); the file is corrupt");
       }
       f.tensors_.push_back(std::move(t));
@@ -253,11 +258,11 @@ class GgufParser {
     for (auto& t : f.tensors_) {
       if (__builtin_add_overflow(f.data_offset_, t.offset, &t.file_offset) ||
           t.file_offset > std::numeric_limits<uint64_t>::max() - t.size_bytes) {
-        throw GgufError("tensor '" + t.name + "' has data offset " + std::to_string(t.offset) +
+        throw GgufError("tensor " + quoted(t.name) + " has data offset " + std::to_string(t.offset) +
                         " that overflows 64 bits; the file is corrupt");
       }
       if (t.file_end() > f.file_size_) {
-        throw GgufError("GGUF file is truncated: tensor '" + t.name + "' data spans bytes [" +
+        throw GgufError("GGUF file is truncated: tensor " + quoted(t.name) + " data spans bytes [" +
                         std::to_string(t.file_offset) + ", " + std::to_string(t.file_end()) + ") but " +
                         src_.describe() + " has " + std::to_string(f.file_size_) +
                         " bytes; was the download or the dd copy complete?");
@@ -276,8 +281,8 @@ class GgufParser {
       if (prev != nullptr && cur->file_offset < prev->file_end()) {
         const TensorInfo& p = *prev;
         const TensorInfo& q = *cur;
-        throw GgufError("tensors '" + p.name + "' [" + std::to_string(p.file_offset) + ", " +
-                        std::to_string(p.file_end()) + ") and '" + q.name + "' [" + std::to_string(q.file_offset) +
+        throw GgufError("tensors " + quoted(p.name) + " [" + std::to_string(p.file_offset) + ", " +
+                        std::to_string(p.file_end()) + ") and " + quoted(q.name) + " [" + std::to_string(q.file_offset) +
                         ", " + std::to_string(q.file_end()) + ") overlap in the data section; the file is corrupt");
       }
       if (prev == nullptr || cur->file_end() > prev->file_end()) prev = cur;

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "host/text/escape.h"
+
 namespace gpunvme::gguf {
 
 static_assert(std::endian::native == std::endian::little, "GGUF reader assumes a little-endian host");
@@ -135,7 +137,7 @@ Value Array::at(uint64_t i) const {
 
 void Metadata::add(std::string key, Value v, uint64_t at_offset) {
   if (index_.count(key) != 0) {
-    throw GgufError("duplicate metadata key '" + key + "' at byte offset " + std::to_string(at_offset) +
+    throw GgufError("duplicate metadata key '" + text::printable(key) + "' at byte offset " + std::to_string(at_offset) +
                     "; the file is malformed (ggml refuses it too)");
   }
   index_.emplace(key, entries_.size());

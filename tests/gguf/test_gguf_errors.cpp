@@ -158,6 +158,25 @@ TEST_CASE("overlapping and duplicate tensors", "[gguf][errors]") {
   CHECK_THAT(error_of(build(k).bytes), ContainsSubstring("duplicate metadata key 'general.name'"));
 }
 
+TEST_CASE("names from the file are escaped in error messages: no terminal escape, no forged line", "[gguf][errors]") {
+  const std::string evil = "w\x1b[2J\nOK: forged";
+  Spec s;
+  s.tensors = {{evil, {16}, 0, 64, 0}, {evil, {16}, 0, 64, 64}};
+  const std::string dup = error_of(build(s).bytes);
+  CHECK_THAT(dup, ContainsSubstring("duplicate tensor name 'w\\e[2J\\nOK: forged'"));
+  s.tensors = {{evil, {16}, 0, 64, 0}, {"b", {16}, 0, 64, 32}};
+  const std::string overlap = error_of(build(s).bytes);
+  CHECK_THAT(overlap, ContainsSubstring("tensors 'w\\e[2J\\nOK: forged'"));
+  Spec k;
+  k.kvs = {kv_str(evil, "a"), kv_str(evil, "b")};
+  const std::string key = error_of(build(k).bytes);
+  CHECK_THAT(key, ContainsSubstring("duplicate metadata key 'w\\e[2J\\nOK: forged'"));
+  for (const std::string& m : {dup, overlap, key}) {
+    CHECK(m.find('\x1b') == std::string::npos);
+    CHECK(m.find('\n') == std::string::npos);
+  }
+}
+
 TEST_CASE("hostile counts and lengths are rejected before allocating", "[gguf][errors]") {
   Spec s;
   s.n_kv_override = 1ull << 60;

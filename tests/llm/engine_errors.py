@@ -111,6 +111,8 @@ def main():
         cases.append(("unsupported type", [device_with(p)], ["blk.0.attn_q.weight", "Q2_K"]))
         p = os.path.join(d, "phi.gguf"); write_variant(p, arch="phi3")
         cases.append(("unsupported architecture", [device_with(p)], ["phi3", "llama", "qwen2", "gemma3"]))
+        p = os.path.join(d, "evilarch.gguf"); write_variant(p, arch="x\x1b[31mred\nline")
+        cases.append(("hostile architecture name, escaped", [device_with(p)], ["architecture 'x\\e[31mred\\nline'"]))
         dev = device_with(good)
         cases.append(("prompt past the context", [dev, "--prompt-ids", ",".join(["1"] * 500), "-n", "100"], ["512"]))
         cases.append(("token id outside the vocabulary", [dev, "--prompt-ids", "1,99999"], ["99999", "vocabulary"]))

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "host/text/escape.h"
+
 namespace gpunvme::llm {
 namespace {
 
@@ -31,7 +33,8 @@ Arch arch_of(const std::string& name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "gemma3") return Arch::kGemma3;
-  throw std::runtime_error("architecture '" + name + "' is not supported; the engine runs " + supported_architectures());
+  throw std::runtime_error("architecture '" + text::printable(name) + "' is not supported; the engine runs " +
+                           supported_architectures());
 }
 
 void apply_arch_rules(ModelConfig& c, const Reader& r) {
