@@ -560,6 +560,13 @@ int main(int argc, char** argv) {
     if (o.bs == 0 || o.bs % 512) throw cli::UsageError("--bs must be a positive multiple of 512");
     if (o.timeout_ms == 0 || o.timeout_ms > 3600000) throw cli::UsageError("--timeout-ms must be 1..3600000");
     const uint32_t read_pct = read_pct_of(o);
+    // Options that would change nothing, or be cut down, are refused rather than ignored.
+    if (args.has("mix") && o.rw != "rw" && o.rw != "randrw")
+      throw cli::UsageError("--mix applies to --rw rw or randrw; --rw " + o.rw + " issues only " +
+                            (read_pct == 100 ? "reads" : "writes"));
+    if (args.has("count") && args.has("time")) throw cli::UsageError("--count and --time both say when to stop: give one");
+    if (args.has("count") && o.count == 0) throw cli::UsageError("--count must be at least 1");
+    if (o.verify && read_pct == 0) throw cli::UsageError("--verify checks what reads return; --rw " + o.rw + " issues none");
     const bool writes = read_pct < 100 || o.fill;
     for (const std::string& d : o.devices) {
       if (o.verify && emu::is_emu_device(d) && emu::parse_emu_device(d).namespaces.at(0).backing == emu::Backing::kNull)
@@ -606,7 +613,10 @@ int main(int argc, char** argv) {
                               (emu::is_emu_device(d.name) ? "; for emu: add mdts=9 for 2M or mdts=0 for no limit)" : ")"));
     }
     if (o.bs % lba_bytes) throw cli::UsageError("--bs must be a multiple of the " + std::to_string(lba_bytes) + "-byte block");
-    if (o.span) span_blocks = std::min(span_blocks, o.span / lba_bytes);
+    if (o.span > span_blocks * lba_bytes)
+      throw cli::UsageError("--span " + args.get("span") + " is more than the namespace holds (" +
+                            size_text(span_blocks * lba_bytes) + (devs.size() > 1 ? ", the smallest device's)" : ")"));
+    if (o.span) span_blocks = o.span / lba_bytes;
     const uint32_t blocks = uint32_t(o.bs / lba_bytes);
     if (span_blocks < blocks) throw cli::UsageError("--span is smaller than one command of --bs");
 

@@ -65,13 +65,22 @@ int cmd_demo(int argc, char** argv) {
   auto qp = ctrl->create_io_queue_pair(1, entries);
   host::CpuIoOptions io_opts;
   io_opts.queue_depth = args.get_u32("queue-depth", 32);
+  if (io_opts.queue_depth == 0 || io_opts.queue_depth >= entries)  // CpuIo would clamp it, and the line below lie
+    throw UsageError("--queue-depth must be 1.." + std::to_string(entries - 1) + " (the queue has " +
+                     std::to_string(entries) + " entries)");
   host::CpuIo io(*ctrl, *qp, ns.nsid, io_opts);
   guard::check_no_signatures(model::cpu_block_io(*ctrl, io, device), 0, permission);
   std::printf("[3/5] I/O queue pair 1 created: %u entries, queue depth %u\n", entries, io_opts.queue_depth);
 
   const uint32_t lba = ns.lba_bytes;
-  bulk = std::min<uint64_t>(bulk / lba * lba, ns.bytes() / lba * lba);
-  if (bulk == 0) throw UsageError("--bytes is smaller than one block");
+  // A --bytes given is run as given or refused (it was cut to the namespace or the block in silence); the
+  // default takes what a small namespace has.
+  if (args.has("bytes") && (bulk == 0 || bulk % lba != 0))
+    throw UsageError("--bytes must be a positive multiple of the " + std::to_string(lba) + "-byte block");
+  if (args.has("bytes") && bulk > ns.bytes())
+    throw UsageError("--bytes " + args.get("bytes") + " is more than namespace " + std::to_string(ns.nsid) + " holds (" +
+                     human_bytes(double(ns.bytes())) + ")");
+  bulk = std::min<uint64_t>(bulk, ns.bytes() / lba * lba);
   host::DmaBuffer out(ctrl->transport(), bulk + 4096), in(ctrl->transport(), bulk + 4096);
 
   // Shape checks: single block, unaligned buffer offsets, multi-page lists, MDTS splits.

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Bad input to the tools gets a clear error naming what is wrong, and nothing runs:
 strict numbers (no octal, sign or hex), an option or emu: key given twice, emu:/dev/null,
-nvme_perf --verify on emu:null, examples asked for more memory than there is, fetch_experts --tokens 0.
+nvme_perf --verify on emu:null, examples asked for more memory than there is, fetch_experts --tokens 0;
+values that used to be cut down or ignored in silence (demo --bytes, --queue-depth; nvme_perf --mix, --count,
+--span, --verify with writes only).
 
 Usage: test_tool_errors.py --gpunvme EXE --stream-layers EXE --fetch-experts EXE [--nvme-perf EXE]
 """
@@ -33,6 +35,10 @@ def main():
         ([g, "deploy", "x.gguf", "--device", "emu:ram", "--start-lba", "-1"], 2, "--start-lba: '-1' is not a number"),
         ([g, "demo", "--device", "emu:ram,size=16M", "--bytes", "0x100000"], 2, "--bytes: '0x100000' is not a size"),
         ([g, "demo", "--device", "emu:ram,size=16M", "--bytes", "1M", "--bytes", "2M"], 2, "option --bytes is given twice"),
+        # Values that were cut down or ignored in silence (issue 32): refused, naming the limit.
+        ([g, "demo", "--device", "emu:ram,size=1M", "--bytes", "2M"], 2, "--bytes 2M is more than namespace 1 holds (1.00 MiB)"),
+        ([g, "demo", "--device", "emu:ram,size=1M", "--bytes", "1000"], 2, "--bytes must be a positive multiple of the 512-byte block"),
+        ([g, "demo", "--device", "emu:ram,size=1M", "--queue-depth", "0"], 2, "--queue-depth must be 1..255"),
         ([g, "identify", "--device", "emu:ram,size=16M,lba=512,size=32M"], 1, 'key "size" is given twice'),
         ([g, "identify", "--device", "emu:ram,queues=010"], 1, "queues: '010' has a leading zero"),
         ([g, "identify", "--device", "emu:/dev/null,size=1G"], 1, "/dev/null is a character device"),
@@ -49,6 +55,11 @@ def main():
             ([a.nvme_perf, "--device", "emu:ram,size=16M", "--qd", "-1"], 2, "--qd: '-1' is not a number"),
             ([a.nvme_perf, "--device", "emu:ram,size=16M", "--bs", "4K", "--bs", "8K"], 2, "option --bs is given twice"),
             ([a.nvme_perf, "--device", "emu:ram,size=16M", "--time", "1e3"], 2, "--time: '1e3' is not a decimal number"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--mix", "50"], 2, "--mix applies to --rw rw or randrw"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--count", "0"], 2, "--count must be at least 1"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--count", "8", "--time", "1"], 2, "--count and --time both"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--span", "32M"], 2, "--span 32M is more than the namespace holds (16M)"),
+            ([a.nvme_perf, "--device", "emu:ram,size=16M", "--verify", "--rw", "write"], 2, "--verify checks what reads return"),
         ]
     failures = []
     for cmd, rc_want, text in cases:
