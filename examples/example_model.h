@@ -20,6 +20,7 @@
 #include "host/io_patterns.h"
 #include "host/open_device.h"
 #include "host/text/human_bytes.h"
+#include "runtime/cli/args.h"
 #include "runtime/gguf/gguf_builder.h"
 #include "runtime/gguf/gguf_file.h"
 #include "runtime/guard/write_guard.h"
@@ -45,13 +46,13 @@ GPUNVME_HD inline uint64_t toy_score(uint32_t t, uint32_t l, uint32_t e, uint32_
 }
 
 
-// "auto" (the GPU when one is present), "gpu" or "cpu"; throws on anything else.
+// "auto" (the GPU when one is present), "gpu" or "cpu"; anything else is a usage error.
 inline bool use_gpu_path(const std::string& path) {
   if (path == "cpu") return false;
+  if (path != "gpu" && path != "auto") throw gpunvme::cli::UsageError("--path must be auto, gpu or cpu, not '" + path + "'");
   std::string why;
   const bool have = gpunvme::host::cuda_device_available(&why);
   if (path == "gpu" && !have) throw std::runtime_error("--path gpu: " + why);
-  if (path != "gpu" && path != "auto") throw std::runtime_error("--path must be auto, gpu or cpu, not '" + path + "'");
   return have;
 }
 

@@ -336,6 +336,18 @@ llm::SamplerOptions parse_sampler(const cli::Args& args) {
   return o;
 }
 
+// The CPU executor holds the whole model in host memory: the GPU path's placement and streaming options
+// mean nothing to it. Said, not refused: the same command line may run on a machine with a GPU.
+void note_gpu_only_options(const cli::Args& args) {
+  std::string given;
+  for (const char* o : {"vram-budget", "ram-budget", "resident", "slots", "expert-cache", "expert-prefetch", "expert-pregate",
+                        "expert-pregate-first", "expert-overlap", "expert-window", "expert-read"})
+    if (args.has(o)) given += std::string(given.empty() ? "--" : ", --") + o;
+  if (!given.empty())
+    std::fprintf(stderr, "llm: note: the CPU executor (--path cpu, or no GPU) ignores %s: %s the GPU path's\n",
+                 given.c_str(), given.find(',') == std::string::npos ? "it is" : "they are");
+}
+
 // --batch, --draft, --draft-k.
 llm::GenerateOptions parse_generate(const cli::Args& args) {
   llm::GenerateOptions g;
@@ -359,8 +371,10 @@ int run(const cli::Args& args, bool tokenize_only) {
     throw cli::UsageError("--prompt and --prompt-ids are two ways of giving the prompt: give one or the other");
   // What needs no model is checked before any device is opened.
   llm::Sampler sampler(parse_sampler(args));
-  const uint32_t n = args.get_u32("n", 32);
+  const uint32_t n = uint32_t(parse_number("-n", args.get("n", "32"), UINT32_MAX));
   const llm::GenerateOptions go = parse_generate(args);
+  const bool gpu = !tokenize_only && example::use_gpu_path(args.get("path", "auto"));
+  if (!gpu && !tokenize_only) note_gpu_only_options(args);
   std::vector<std::string> devices = args.all("device");
   if (devices.empty()) devices.push_back("emu:/tmp/gpunvme-models.img");
   // The output files first (runtime/guard/output_file.h): one on a device of the run is refused before
@@ -405,7 +419,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.verify = !args.has("no-verify");
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
   std::unique_ptr<llm::Executor> ex;
-  if (example::use_gpu_path(args.get("path", "auto"))) {
+  if (gpu) {
     const std::vector<host::Controller*> ctrls = set.controllers();
     ex = llm::make_gpu_executor(ctrls, m, ctx, o);
   } else {

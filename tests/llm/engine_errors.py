@@ -76,6 +76,12 @@ def run_checks(a, d, write_variant, device_with):
     out.append(report("weights holding NaN", r.returncode == 1 and "are not finite" in r.stderr and
                       "blk.1.ffn_norm.weight (element 3 is NaN)" in r.stderr and "tokens:" not in r.stdout,
                       f"exit {r.returncode}: {r.stderr.strip()}"))
+    # GPU-path options on the CPU executor: run, with a note naming them (not silently ignored).
+    p = os.path.join(d, "plain.gguf"); write_variant(p)
+    r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1", "-n", "2", "--path", "cpu", "--slots", "3",
+                        "--vram-budget", "1G"], capture_output=True, text=True, timeout=120)
+    out.append(report("GPU-path options on the CPU executor", r.returncode == 0 and
+                      "ignores --vram-budget, --slots: they are the GPU path's" in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
     # A name with a terminal escape and a newline: every tool prints it escaped (\e, \n), never raw.
     p = os.path.join(d, "evil.gguf"); write_variant(p, name="evil\x1b[2Jname\nforged line")
     dev = device_with(p)
@@ -140,6 +146,8 @@ def main():
         cases.append(("--top-k with greedy decoding", [dev, "--prompt-ids", "1", "--top-k", "0"], ["--top-k applies to sampling"]))
         cases.append(("--seed with greedy decoding", [dev, "--prompt-ids", "1", "--seed", "3"], ["--seed applies to sampling"]))
         cases.append(("--resident past the layers", [dev, "--prompt-ids", "1", "--resident", "3"], ["--resident 3: the model has 2 layers"]))
+        cases.append(("bad --path", [dev, "--prompt-ids", "1", "--path", "tpu"], ["--path must be auto, gpu or cpu, not 'tpu'"]))
+        cases.append(("-n too large, named as typed", [dev, "--prompt-ids", "1", "-n", "99999999999"], ["-n: 99999999999 is too large"]))
         cases.append(("tokenize with -n", ["tokenize", "--device", dev, "--prompt-ids", "1", "-n", "3"], ["unknown option --n"]))
         p = os.path.join(d, "rope63.gguf"); write_variant(p, rope=63)
         cases.append(("odd rope.dimension_count", [device_with(p), "--prompt-ids", "1"], ["llama.rope.dimension_count = 63 is odd"]))
@@ -177,7 +185,8 @@ def main():
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         cases.append(("device held by a writer", [f"emu:{held_img}", "--prompt-ids", "1"], ["in use"]))
         for what, args, words in cases:
-            argv = [a.llm, "--device"] + args + ["--path", "cpu"] if args and args[0].startswith("emu:") else [a.llm] + args
+            cpu = [] if "--path" in args else ["--path", "cpu"]
+            argv = [a.llm, "--device"] + args + cpu if args and args[0].startswith("emu:") else [a.llm] + args
             r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
             msg = r.stderr.strip().splitlines()[0] if r.stderr.strip() else ""
             ok = r.returncode in (1, 2) and any(wd in r.stderr for wd in words) and not r.stdout.strip().startswith("model:")
