@@ -192,9 +192,11 @@ namespace {
 
 // check_fit's words for the device: its namespace, or the set and what each member gives it.
 void check_fit_on(const Device& dev, uint64_t model_bytes, uint64_t start) {
+  // A smaller --start-lba is advice only where one was given: llm_make_model, which shares this check,
+  // has no such option, and the default leaves 1 MiB.
   if (!dev.striped())
     return check_fit(model_bytes, "namespace " + std::to_string(dev.nsid()), dev.lba_size(), dev.n_lbas(), start,
-                     "use a larger device or a smaller --start-lba");
+                     start == default_start_lba(dev) ? "use a larger device" : "use a larger device or a smaller --start-lba");
   const model::StripeGeometry& g = dev.stripe()->geometry();
   check_fit(model_bytes,
             "the striped set of " + std::to_string(g.members) + " members (" +
