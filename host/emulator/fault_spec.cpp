@@ -98,6 +98,7 @@ void apply(std::string_view text, std::string_view key, std::string_view value, 
     f->at = duration(text, key, value);
   } else if (key == "by") {
     f->delay = duration(text, key, value);
+    if (f->delay.count() == 0) bad(text, "by=" + std::string(value) + " delays nothing (give a duration > 0)");
     seen->by = true;
   } else if (key == "sct" || key == "sc" || key == "dnr") {
     if (key == "sct") f->sct = code(text, key, value, 7);

@@ -202,6 +202,8 @@ TEST_CASE("fault specs: the grammar and its errors", "[emulator][config]") {
       {"drop:every=2:every=3", "given twice"},
       {"drop:", "empty option"},
       {"drop:nth=2:", "trailing ':'"},
+      {"delay:by=0ms", "delays nothing"},
+      {"slow-ready:by=0s", "delays nothing"},
       {"error:sc=0x81:every=5:", "trailing ':'"},
       {"drop:q=admin:op=read", "never fires: those are I/O commands"},
       {"error:op=flush:q=0", "never fires: those are I/O commands"},
