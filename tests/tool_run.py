@@ -22,3 +22,11 @@ def run(cmd, timeout=240):
     except subprocess.TimeoutExpired as e:
         return -1, ((e.output or b"") + b"\n(timed out)").decode("utf-8", "replace")
     return p.returncode, p.stdout.decode("utf-8", "replace")
+
+
+def exit_status(failures, summary):
+    """The end of a check script: each failure on a FAIL line, then `summary`; 0 when none failed, else 1."""
+    for f in failures:
+        print("FAIL", f)
+    print(summary)
+    return 1 if failures else 0

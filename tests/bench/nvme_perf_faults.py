@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tool_run import run, tool_paths  # noqa: E402
+from tool_run import exit_status, run, tool_paths  # noqa: E402
 
 
 def main():
@@ -32,10 +32,7 @@ def main():
         rc, out = run([a.nvme_perf, "--device", dev, "--time", "0.1"])
         if rc != 1 or not all(w in out for w in words):
             fails.append(f"{dev}: exit {rc}, want 1 and {words}\n{out}")
-    for f in fails:
-        print("FAIL", f)
-    print(f"{4 - len(fails)} passed, {len(fails)} failed")
-    return 1 if fails else 0
+    return exit_status(fails, f"{4 - len(fails)} passed, {len(fails)} failed")
 
 
 if __name__ == "__main__":
