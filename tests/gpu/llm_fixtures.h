@@ -22,15 +22,17 @@ namespace gpunvme::test {
 
 struct DeployedModel {
   std::string image;
-  explicit DeployedModel(uint32_t experts, const std::string& name = "tiers-test") {
+  std::string device;  // the emu: string that opens it (its block size)
+  explicit DeployedModel(uint32_t experts, const std::string& name = "tiers-test", uint32_t lba_size = 512) {
     char path[] = "/tmp/gpunvme-llm-tiers-XXXXXX";
     const int fd = mkstemp(path);
     REQUIRE(fd >= 0);
     close(fd);
     image = path;
+    device = "emu:" + image + (lba_size == 512 ? "" : ",lba=" + std::to_string(lba_size));
     llm::gen::Shape s{name, 3, 256, 4, 2, 512, 512, 512, experts, experts ? 2u : 0u, 10000.0f};
     llm::gen::GeneratedModel model(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), s.name), 5, 2);
-    deploy::Device dev("emu:" + image + ",size=32M");
+    deploy::Device dev(device + ",size=32M");
     deploy::deploy_source(dev, model, s.name);
   }
   ~DeployedModel() { std::remove(image.c_str()); }
@@ -41,8 +43,8 @@ struct Opened {
   std::unique_ptr<host::QueuePair> qp;
   std::unique_ptr<host::CpuIo> io;
   llm::ModelOnDevice m;
-  explicit Opened(const std::string& image) {
-    ctrl = host::open_controller("emu:" + image, {}, host::Access::kReadOnly);
+  explicit Opened(const std::string& device) {
+    ctrl = host::open_controller(device, {}, host::Access::kReadOnly);
     qp = ctrl->create_io_queue_pair(1, 64);
     io = std::make_unique<host::CpuIo>(*ctrl, *qp, 1);
     m = llm::open_model(*ctrl, *io);

@@ -43,7 +43,7 @@ using test::run;
 TEST_CASE("llm RAM tier: every round of the ring holds the layer's bytes") {
   REQUIRE_GPU();
   DeployedModel d(0);
-  Opened o(d.image);
+  Opened o(d.device);
   std::vector<llm::ByteRange> ranges;
   for (const llm::LayerWeights& l : o.m.weights.layers) ranges.push_back(llm::dense_range(o.m, l));
   cudaStream_t s = nullptr;
@@ -70,7 +70,7 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
   REQUIRE_GPU();
   for (const uint32_t experts : {0u, 8u}) {
     DeployedModel d(experts);
-    Opened o(d.image);
+    Opened o(d.device);
     const std::vector<llm::LayerBytes> bytes = llm::layer_bytes(o.m);
     uint64_t widest = 0, all_experts = 0;
     for (const llm::LayerBytes& b : bytes) widest = std::max(widest, b.dense), all_experts += b.experts;
@@ -166,7 +166,7 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
 TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits and are all accounted") {
   REQUIRE_GPU();
   DeployedModel d(8);
-  Opened o(d.image);
+  Opened o(d.device);
   uint64_t dense = 0;
   for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
   llm::GpuExecOptions all, pre;
@@ -228,7 +228,7 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   // A controller with no queue left for the predictions' reads (4 streamer + 4 fetcher queues from
   // qid 2: 9 granted): the default turns pre-gating off, an explicit count is refused naming the fix.
   {
-    Opened few(d.image + ",queues=9");
+    Opened few(d.device + ",queues=9");
     llm::ExecStats sf;
     const auto got_few = run(*few.ctrl, few.m, dflt, &sf);
     CHECK(sf.expert_pregate == 0);
@@ -259,7 +259,7 @@ TEST_CASE("llm tiers: a DNR-set error on a streamed layer ends the generation at
           "[recovery][stream-failure]") {
   REQUIRE_GPU();
   DeployedModel d(0);
-  Opened o(d.image);
+  Opened o(d.device);
   auto* emu = dynamic_cast<emu::EmulatedController*>(&o.ctrl->transport());
   REQUIRE(emu != nullptr);
   llm::GpuExecOptions all_streamed;
@@ -307,7 +307,7 @@ TEST_CASE("llm tiers: a DNR-set error on a streamed layer ends the generation at
 TEST_CASE("bench mmap loader: pages kept mapped or evicted give the all-VRAM logits; evicted pages fault in every token") {
   REQUIRE_GPU();
   DeployedModel d(0);
-  Opened o(d.image);
+  Opened o(d.device);
   llm::GpuExecOptions all;
   all.resident_layers = o.m.config.n_layer;
   llm::ExecStats sa;

@@ -31,9 +31,10 @@ namespace {
 
 constexpr uint32_t kShift = 14;  // 16 KiB chunks: every 72 KiB matrix and expert slice holds whole ones
 
-// The tiers test's 3-layer model (llm_fixtures.h), its record rewritten in 16 KiB chunks.
+// The tiers test's 3-layer model (llm_fixtures.h), its record rewritten in 16 KiB chunks: in 4 KiB blocks,
+// whose record holds 992 chunk CRCs (the MoE model needs 356; a 512-byte block holds 96).
 struct Deployed : test::DeployedModel {
-  explicit Deployed(uint32_t experts) : DeployedModel(experts, "verify-test") { test::rechunk(image, kShift); }
+  explicit Deployed(uint32_t experts) : DeployedModel(experts, "verify-test", 4096) { test::rechunk(image, kShift); }
 };
 using test::Opened;
 
@@ -105,7 +106,7 @@ TEST_CASE("llm verify: a good model gives the same logits with the checks on and
   for (const uint32_t experts : {0u, 8u}) {
     INFO("experts " << experts);
     Deployed d(experts);
-    Opened o(d.image);
+    Opened o(d.device);
     llm::GpuExecOptions on = mixed(o.m), off = on;
     off.verify = false;
     llm::ExecStats son, soff, first;
@@ -140,7 +141,7 @@ TEST_CASE("llm verify: 4 KiB flipped in a VRAM, RAM or streamed layer is refused
     test::FlipSpot f;
     llm::GpuExecOptions opt;
     {
-      Opened o(d.image);
+      Opened o(d.device);
       opt = mixed(o.m);
       const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(o.m), {*opt.vram_budget, opt.ram_budget});
       uint32_t layer = 0;
@@ -151,7 +152,7 @@ TEST_CASE("llm verify: 4 KiB flipped in a VRAM, RAM or streamed layer is refused
       f = flip_in(t->tensor->file_offset, t->tensor->file_end());
     }
     test::flip_bytes(d.image, f.offset, 4096);
-    Opened o(d.image);  // the header chunk is intact: the model opens
+    Opened o(d.device);  // the header chunk is intact: the model opens
     INFO("tier " << int(tier) << ", " << tensor << ", chunk " << f.chunk);
     const std::string e = error_of([&] {
       auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, opt);
@@ -175,7 +176,7 @@ TEST_CASE("llm verify: flipped routed experts are refused at the first token tha
   llm::GpuExecOptions opt;
   std::vector<test::FlipSpot> flips;
   {
-    Opened o(d.image);
+    Opened o(d.device);
     uint64_t dense = 0;
     for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
     opt.vram_budget = dense;  // every dense part in VRAM, every layer's experts fetched
@@ -185,7 +186,7 @@ TEST_CASE("llm verify: flipped routed experts are refused at the first token tha
     REQUIRE(flips.size() == 8);
   }
   for (const test::FlipSpot& f : flips) test::flip_bytes(d.image, f.offset, 4096);
-  Opened o(d.image);
+  Opened o(d.device);
   std::string e;
   {
     auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, opt);  // nothing flipped was read at start
