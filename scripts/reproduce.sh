@@ -6,14 +6,20 @@
 # card, commit, date and exact command). Then, here:  python3 scripts/perf_render.py --import DIR --plots
 #
 #   bash scripts/device_carry.sh            # here, first: libblkid's header, the probe, the pre-recovery tree
-#   bash scripts/reproduce.sh --part 1      # device call 1 (carry .device-carry): command rate and recovery's
-#                                           #   no-fault cost, layer streaming, MoE tokens/s, pass compute
-#   bash scripts/reproduce.sh --part 2      # device call 2: the 70B model (tokens/s, time to first token,
-#                                           #   cost of a pass), nvme_perf's sweep, doorbells
+#   the device calls (carry .device-carry; the device tool returns at most 8 files, so pack them into one;
+#   the machine's copy of the tree has no history of this commit, so name it):
+#     GIT_REV=<commit> OUT=/tmp/p1 bash scripts/reproduce.sh --part 1 --pack $OUT/p1.tgz
+#         command rate and recovery's no-fault cost, layer streaming, MoE tokens/s, pass compute,
+#         doorbells, nvme_perf's sweep (about 470 s on the H100 machine)
+#     GIT_REV=<commit> OUT=/tmp/p2 bash scripts/reproduce.sh --part 2 --pack $OUT/p2.tgz
+#         the 70B model: tokens/s with three loaders and the RAM tier, time to first token, the cost of
+#         a pass (about 540 s)
+#   then here: tar -xzf p1.tgz, and perf_render.py --import on the folder it holds
 # options:
 #   --only STEP[,STEP]  run these steps of the part only (--list names them; a warm machine keeps the build)
 #   --list              the steps of each part with the seconds each is expected to take
 #   --deadline SECONDS  default 560: a step that is expected to end later is skipped, a running one stopped
+#   --pack FILE         at the end, the whole output folder as one .tgz at FILE
 # environment: OUT (default ./repro-out), BD (./build-repro), BASE_BD (./build-repro-base), JOBS (nproc),
 #   GIT_REV (the commit, where the machine's copy has no git history)
 # Exit status: 0 when every step of the part ran and passed; 1 when a step failed or was skipped for
@@ -29,12 +35,13 @@ JOBS=${JOBS:-$(nproc)}
 SHM=/dev/shm/gpunvme-repro  # model images: one at a time (a 54 GB model fills most of /dev/shm)
 
 # Steps in the order they run (the README's numbers first), with the seconds each is expected to take on
-# the 16-core H100 machine, from what the commands took there: a targeted release build 30-120 s (26 s
+# the 16-core H100 machine, from what the steps took there on 2026-11-28 (part 1 298 s without the two
+# nvme_perf steps, which took 13 and 90 s; part 2: tokens-70b 257 s, passes-70b 193 s) and earlier: a targeted release build 30-120 s (26 s
 # for two benches), layer_stream's default run 40 s, perf_sweep.sh 84 s, a 70B cell 3 tokens of 2-6 s
 # after loading 22 GB, a batched 512-token prompt 17.5 s. The deadline check uses them; each step prints
 # what it took, so the next run can correct them.
-PART1="build:150 cmd-rate:60 layer-stream:120 moe:140 pass-compute:50"
-PART2="build:120 gen-70b:60 tokens-70b:130 passes-70b:100 doorbell:20 nvme-perf:90"
+PART1="build:90 cmd-rate:30 layer-stream:110 moe:150 pass-compute:10 doorbell:15 nvme-perf:95"
+PART2="build:60 gen-70b:35 tokens-70b:260 passes-70b:195"
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 
@@ -61,8 +68,8 @@ run() {  # log a command (on stderr: stdout may be the data) and run it; its exi
 
 # ---- the steps ----------------------------------------------------------------------------------------
 
-targets_1="bench/gpu_cmd_rate bench/layer_stream bench/llm_tokens bench/llm_pass_compute examples/llm_make_model"
-targets_2="bench/llm_tokens bench/nvme_perf examples/llm_make_model examples/llm"
+targets_1="bench/gpu_cmd_rate bench/layer_stream bench/llm_tokens bench/llm_pass_compute bench/nvme_perf examples/llm_make_model"
+targets_2="bench/llm_tokens examples/llm_make_model examples/llm"
 
 step_build() {
   local t
@@ -230,12 +237,13 @@ if [ "${1:-}" = --run-step ]; then  # one step in a child, so that a timeout sto
   exit $?
 fi
 
-PART= ONLY= DEADLINE=560
+PART= ONLY= DEADLINE=560 PACK=
 while [ $# -gt 0 ]; do
   case $1 in
     --part) PART=${2:-}; shift 2 ;;
     --only) ONLY=${2:-}; shift 2 ;;
     --deadline) DEADLINE=${2:-}; shift 2 ;;
+    --pack) PACK=${2:-}; shift 2 ;;
     --list) echo "part 1: $PART1"; echo "part 2: $PART2"; echo "(step:expected seconds)"; exit 0 ;;
     -h|--help) usage 0 ;;
     *) echo "reproduce: unknown argument '$1' (try --help)" >&2; exit 2 ;;
@@ -281,5 +289,6 @@ for item in $plan; do
 done
 write_sources || failed=$((failed + 1))
 rm -f "$OUT/.step.log"
+if [ -n "$PACK" ]; then tar -czf "$PACK" -C "$(dirname "$OUT")" "$(basename "$OUT")" || failed=$((failed + 1)); fi
 echo "reproduce: part $PART: $failed step(s) failed or skipped, $((SECONDS - t0)) s; then here: python3 scripts/perf_render.py --import <fetched OUT> --plots"
 exit $((failed > 0))
