@@ -92,10 +92,7 @@ def main():
     finally:
         subprocess.run(["losetup", "-d", loop])
         shutil.rmtree(work)
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{len(writers)} writing commands checked against {loop}: {'FAIL' if failures else 'OK'}")
-    return 1 if failures else 0
+    return tool_run.exit_status(failures, f"{len(writers)} writing commands checked against {loop}: {'FAIL' if failures else 'OK'}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tool_run import run  # noqa: E402
+from tool_run import exit_status, run  # noqa: E402
 
 MAX_LINES = 25
 
@@ -55,10 +55,7 @@ def main():
     targets = [[a.gpunvme]] + [[a.gpunvme, c] for c in cmds] + [[t] for t in a.tools]
     for t in targets:
         fails += check(t)
-    for f in fails:
-        print("FAIL", f)
-    print(f"{len(targets)} tools, {len(fails)} failures")
-    return 1 if fails else 0
+    return exit_status(fails, f"{len(targets)} tools, {len(fails)} failures")
 
 
 if __name__ == "__main__":
