@@ -21,6 +21,7 @@
 #include "runtime/gguf/ggml_types.h"
 #include "tests/cli_run.h"
 #include "tests/test_files.h"
+#include "tests/llm/greedy_steps.h"
 #include "tests/llm/record_edit.h"
 
 using namespace gpunvme;
@@ -55,14 +56,7 @@ std::vector<float> decode(const std::string& device, bool verify, llm::ExecStats
   llm::DeviceSet set({device});
   const llm::ModelOnDevice m = llm::open_model(set.namespaces());
   auto ex = llm::make_cpu_executor(m, 8, verify);
-  std::vector<float> all;
-  uint32_t tok = 1;
-  for (uint32_t pos = 0; pos < 4; ++pos) {
-    const auto logits = ex->step(tok, pos);
-    all.insert(all.end(), logits.begin(), logits.end());
-    tok = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  ex->finish();
+  std::vector<float> all = test::greedy_logits(*ex, 4);
   if (stats) *stats = ex->stats();
   return all;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "examples/llm/engine/executor.h"
+#include "tests/llm/greedy_steps.h"
 #include "tests/llm/striped_fixture.h"
 
 using namespace gpunvme;
@@ -33,15 +34,7 @@ std::vector<float> decode(const std::vector<std::string>& devices) {
   const llm::ModelOnDevice m = llm::open_model(set.namespaces());
   CHECK(m.stripe.has_value() == (devices.size() > 1));
   auto ex = llm::make_cpu_executor(m, 16);
-  std::vector<float> all;
-  uint32_t tok = 1;
-  for (uint32_t pos = 0; pos < 6; ++pos) {
-    const auto logits = ex->step(tok, pos);
-    all.insert(all.end(), logits.begin(), logits.end());
-    tok = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  ex->finish();
-  return all;
+  return test::greedy_logits(*ex, 6);
 }
 
 std::string open_error(const std::vector<std::string>& devices) {
