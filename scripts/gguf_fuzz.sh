@@ -42,7 +42,7 @@ if [[ -z "$cxx" ]]; then
 fi
 
 # The parser, the LBA map and the record: everything the target reaches, nothing with devices.
-srcs=("$root"/runtime/fuzz/gguf_header_fuzz.cpp)
+srcs=("$root"/runtime/fuzz/gguf_header_fuzz.cpp "$root"/host/text/escape.cpp)
 for f in "$root"/runtime/gguf/*.cpp "$root"/runtime/model/*.cpp; do
   [[ "$(basename "$f")" == gguf_dump.cpp ]] || srcs+=("$f")
 done
