@@ -22,6 +22,9 @@ class GeneratedModel final : public gguf::ByteSource {
   size_t read(uint64_t offset, void* dst, size_t len) override;
   uint64_t size() const override { return size_; }
   std::string describe() const override { return "generated model"; }
+  // Bytes [offset, offset + len), which must lie inside the model, on the calling thread: what
+  // read() does in each of its threads. Safe from many threads at once (the emulator's gen: namespace).
+  void generate(uint64_t offset, void* dst, size_t len) const;
 
  private:
   struct Placed {
@@ -29,7 +32,6 @@ class GeneratedModel final : public gguf::ByteSource {
     uint64_t begin = 0;  // absolute file offset
     uint32_t block_bytes = 0, block_elems = 0;
   };
-  void read_serial(uint64_t offset, uint8_t* dst, size_t len) const;
   void fill_blocks(const Placed& t, uint32_t index, uint64_t lo, uint64_t hi, uint8_t* dst) const;
 
   std::vector<uint8_t> header_;  // [0, data offset): header and padding
