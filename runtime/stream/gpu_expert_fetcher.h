@@ -48,6 +48,7 @@
 #include "host/controller.h"
 #include "host/dma_memory.h"
 #include "host/recovery.h"
+#include "runtime/stream/cuda_owned.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/expert_fetcher.h"
 #include "runtime/stream/gpu_fetch_types.h"
@@ -59,7 +60,9 @@ class DeviceBufferMap;
 
 namespace gpunvme::stream {
 
-// Device-side state of the fetcher (tables built once, cache, per-fetch scratch); gpu_expert_fetcher.cu.
+// Device-side state of the fetcher (tables built once, cache, per-fetch scratch): gpu_fetcher_state.h.
+// The place kernel is in gpu_expert_place.cu, the pump in gpu_expert_pump.cu, the tables are built in
+// gpu_fetcher_tables.cu; this class (gpu_expert_fetcher*.cu) orders them and reads the results.
 struct GpuFetcherState;
 
 class GpuExpertFetcher {
@@ -136,6 +139,8 @@ class GpuExpertFetcher {
   static constexpr size_t kMaxOutstanding = 512;  // GpuSubmitterOptions::max_tickets is 1024
   void check_request(uint32_t layer, uint32_t n_ids) const;
   void launch(uint32_t which, uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
+  // A demand fetch between the stall clock's kernels (fetch() and fetch_overlapped()).
+  void launch_demand(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
   void open_overlap();
 
   host::Controller& controller_;
@@ -154,16 +159,16 @@ class GpuExpertFetcher {
   uint32_t pf_read_depth_ = 0;        // the same on the prefetch submitter's queues
   host::DmaBuffer scratch_;
   std::unique_ptr<device::DeviceBufferMap> scratch_map_;
-  GpuFetcherState* state_ = nullptr;  // device memory
-  GpuFetchResult* result_ = nullptr;  // device memory, inside the state's allocations
+  DeviceArena memory_;                // the device state and every table it points to
+  GpuFetcherState* state_ = nullptr;  // in memory_
+  GpuFetchResult* result_ = nullptr;  // in memory_: the demand table's
   GpuFetchedExpert* experts_ = nullptr;
   uint32_t* selection_ = nullptr;
-  std::vector<void*> allocations_;    // device memory to free
-  void* chain_ = nullptr;             // cudaEvent_t: after every demand fetch's reads (and prefetch's, with one submitter)
-  void* placed_ = nullptr;            // cudaEvent_t: after the latest place kernel (concurrent prefetches)
-  void* pf_done_ = nullptr;           // cudaEvent_t: after the latest concurrent prefetch's reads
-  cuda_stream_t stream_ = nullptr;    // the overlapped fetches' stream
-  void* routed_ = nullptr;            // cudaEvent_t: the consumer's work before an overlapped fetch
+  CudaEvent chain_;                   // after every demand fetch's reads (and prefetch's, with one submitter)
+  CudaEvent placed_;                  // after the latest place kernel (concurrent prefetches)
+  CudaEvent pf_done_;                 // after the latest concurrent prefetch's reads
+  CudaStream stream_;                 // the overlapped fetches' stream
+  CudaEvent routed_;                  // the consumer's work before an overlapped fetch
   void* wait_value_ = nullptr;        // the driver's cuStreamWaitValue32, or nullptr
   uint32_t* part_ready_ = nullptr;    // the demand fetch's readiness words (gpu_fetch_types.h)
   uint32_t pf_table_ = 1;             // the table of the last prefetch (kPrefetch, or kPrefetch + 1 alternating)
