@@ -138,14 +138,14 @@ make_model() {  # SHAPE TYPE SIZE: the generated model onto $SHM.img (the one mo
 step_moe() {
   local fq=$OUT/${TAG}_llm_tokens_qwen3.json fm=$OUT/${TAG}_llm_tokens_mixtral.json
   local common=(--modes gpunvme --drives pcie4,pcie5 --expert-prefetch off,auto)
-  make_model qwen3-30b-a3b q4_k 16G || return 1
+  make_model qwen3-30b-a3b-llama q4_k 16G || return 1
   local qw=("$BD/bench/llm_tokens" --image "$SHM.img" "${common[@]}" --budgets 8G:0 --tokens 12 --json-out "$fq")
   run "${qw[@]}" || return 1
   make_model mixtral-8x7b q4_k 25G || return 1
   local mx=("$BD/bench/llm_tokens" --image "$SHM.img" "${common[@]}" --budgets 22G:0,8G:0 --tokens 6 --json-out "$fm")
   run "${mx[@]}" || return 1
   rm -f "$SHM.img"
-  record tokens_moe "${fq##*/}" "$(shown "$BD/examples/llm_make_model" --shape qwen3-30b-a3b --type q4_k --device "emu:$SHM.img,size=16G") && $(shown "${qw[@]}")" ""
+  record tokens_moe "${fq##*/}" "$(shown "$BD/examples/llm_make_model" --shape qwen3-30b-a3b-llama --type q4_k --device "emu:$SHM.img,size=16G") && $(shown "${qw[@]}")" ""
   record tokens_moe "${fm##*/}" "$(shown "$BD/examples/llm_make_model" --shape mixtral-8x7b --type q4_k --device "emu:$SHM.img,size=25G") && $(shown "${mx[@]}")" "the same call"
 }
 

@@ -30,22 +30,28 @@ except ImportError as e:
 
 # The declared shapes (model_shapes.cpp), written out independently of the tool.
 SHAPES = {
-    "tiny": dict(layers=2, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512, experts=0, used=0),
-    "tiny-moe": dict(layers=2, hidden=256, heads=4, kv_heads=2, ffn=512, vocab=512, experts=8, used=2),
+    "tiny": dict(arch="llama", layers=2, hidden=256, heads=4, kv_heads=2, head=64, ffn=512, vocab=512, experts=0, used=0),
+    "tiny-moe": dict(arch="llama", layers=2, hidden=256, heads=4, kv_heads=2, head=64, ffn=512, vocab=512, experts=8,
+                     used=2),
+    # llama.cpp's qwen3moe: heads of key_length (wider than hidden / heads here), per-head Q/K norms, no dense FFN.
+    "tiny-qwen3moe": dict(arch="qwen3moe", layers=2, hidden=256, heads=4, kv_heads=2, head=128, ffn=256, vocab=512,
+                          experts=8, used=2, dense_ffn=1024),
 }
 TYPES = {"q4_k": gguf.GGMLQuantizationType.Q4_K, "q6_k": gguf.GGMLQuantizationType.Q6_K}
 F32 = gguf.GGMLQuantizationType.F32
 
 
 def expected_tensors(s, qt):
-    kv = s["kv_heads"] * (s["hidden"] // s["heads"])
+    q, kv = s["heads"] * s["head"], s["kv_heads"] * s["head"]
     h, f, e = s["hidden"], s["ffn"], s["experts"]
     out = {"token_embd.weight": ([h, s["vocab"]], qt), "output_norm.weight": ([h], F32), "output.weight": ([h, s["vocab"]], qt)}
     for i in range(s["layers"]):
         p = f"blk.{i}."
         out.update({p + "attn_norm.weight": ([h], F32), p + "ffn_norm.weight": ([h], F32),
-                    p + "attn_q.weight": ([h, h], qt), p + "attn_k.weight": ([h, kv], qt),
-                    p + "attn_v.weight": ([h, kv], qt), p + "attn_output.weight": ([h, h], qt)})
+                    p + "attn_q.weight": ([h, q], qt), p + "attn_k.weight": ([h, kv], qt),
+                    p + "attn_v.weight": ([h, kv], qt), p + "attn_output.weight": ([q, h], qt)})
+        if s["arch"] == "qwen3moe":
+            out.update({p + "attn_q_norm.weight": ([s["head"]], F32), p + "attn_k_norm.weight": ([s["head"]], F32)})
         if e:
             out.update({p + "ffn_gate_inp.weight": ([h, e], F32), p + "ffn_gate_exps.weight": ([h, f, e], qt),
                         p + "ffn_up_exps.weight": ([h, f, e], qt), p + "ffn_down_exps.weight": ([f, h, e], qt)})
@@ -65,11 +71,15 @@ def check_file(path, shape, qt):
     """Problems found in the file, as text (empty: none)."""
     s, bad = SHAPES[shape], []
     r = gguf.GGUFReader(path)
-    meta = {"general.architecture": "llama", "llama.block_count": s["layers"], "llama.embedding_length": s["hidden"],
-            "llama.attention.head_count": s["heads"], "llama.attention.head_count_kv": s["kv_heads"],
-            "llama.feed_forward_length": s["ffn"], "tokenizer.ggml.model": "none"}
+    a = s["arch"] + "."
+    meta = {"general.architecture": s["arch"], a + "block_count": s["layers"], a + "embedding_length": s["hidden"],
+            a + "attention.head_count": s["heads"], a + "attention.head_count_kv": s["kv_heads"],
+            a + "feed_forward_length": s.get("dense_ffn", s["ffn"]), "tokenizer.ggml.model": "none"}
     if s["experts"]:
-        meta.update({"llama.expert_count": s["experts"], "llama.expert_used_count": s["used"]})
+        meta.update({a + "expert_count": s["experts"], a + "expert_used_count": s["used"]})
+    if s["arch"] == "qwen3moe":
+        meta.update({a + "expert_feed_forward_length": s["ffn"], a + "attention.key_length": s["head"],
+                     a + "attention.value_length": s["head"]})
     for k, v in meta.items():
         if k not in r.fields or field(r, k) != v:
             bad.append(f"metadata {k}: {field(r, k) if k in r.fields else 'missing'}, declared {v}")
@@ -107,7 +117,7 @@ def main():
         failed += not ok
 
     with tempfile.TemporaryDirectory() as d:
-        for shape, ty in (("tiny", "q4_k"), ("tiny-moe", "q6_k")):
+        for shape, ty in (("tiny", "q4_k"), ("tiny-moe", "q6_k"), ("tiny-qwen3moe", "q4_k")):
             f = os.path.join(d, f"{shape}.gguf")
             subprocess.run([a.make_model, "--shape", shape, "--type", ty, "--out", f], check=True, stdout=subprocess.DEVNULL)
             bad = check_file(f, shape, TYPES[ty])
