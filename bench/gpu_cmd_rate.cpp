@@ -28,6 +28,7 @@
 #include "host/open_device.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
+#include "runtime/cli/tool_main.h"
 
 using namespace gpunvme;
 using Clock = std::chrono::steady_clock;
@@ -284,82 +285,108 @@ std::vector<uint32_t> parse_list(const std::string& s) {
   return v;
 }
 
+struct Options {
+  uint32_t threads = 8;
+  std::vector<uint32_t> queue_counts;
+  uint64_t count = 0;
+  uint32_t entries = 4096;
+  uint32_t ram_queues = 8;
+  uint64_t ram_size = 0;
+  std::map<uint32_t, double> probe;
+  device::DoorbellMode doorbell{};
+  bool skip_null = false, skip_ram = false, skip_cpu = false;
+};
+
+// The null namespace's table: command rate by queue count. Returns the rows that failed.
+int null_table(const Options& o) {
+  int failures = 0;
+  std::printf("Null namespace, 4 KiB reads, %u-entry queues: GPU = one warp per queue; CPU = min(queues, 8) host threads\n",
+              o.entries);
+  std::printf("%6s %5s %14s %14s %14s %10s %10s\n", "queues", "ctrl", "GPU Mcmd/s", "CPU Mcmd/s", "probe Mcmd/s",
+              "GPU/probe", "GPU/CPU");
+  for (uint32_t nq : o.queue_counts) {
+    const uint32_t ct = std::min(o.threads, nq);
+    const std::string dev = "emu:null,size=1T,queues=64,threads=" + std::to_string(ct) + ",poll=spin,ready_ms=0";
+    const uint64_t per_queue = std::max<uint64_t>(o.count / nq, 4ull << 20);
+    const Rate g = gpu_reads(dev, nq, o.entries, per_queue, 4096, 0, 0, o.doorbell);
+    Rate c;
+    if (!o.skip_cpu) c = cpu_reads(dev, nq, std::min<uint32_t>(o.entries, 1024), per_queue / 8, 4096, 256, 0);
+    const double p = o.probe.count(nq) ? o.probe.at(nq) : 0;
+    if (nq == o.queue_counts.front()) std::printf("  doorbells: %s\n", g.doorbell_note.c_str());
+    const bool both = g.error.empty() && c.error.empty() && c.mcmds() > 0;
+    std::printf("%6u %5u %14s %14s %14.1f %10s %10s\n", nq, ct, figure(g, g.mcmds(), "%.1f").c_str(),
+                figure(c, c.mcmds(), "%.1f").c_str(), p,
+                p > 0 && g.error.empty() ? (std::to_string(g.mcmds() / p).substr(0, 4) + "x").c_str() : "-",
+                both ? figure(g, g.mcmds() / c.mcmds(), "%.2f").c_str() : "-");
+    if (!g.error.empty()) std::printf("  GPU error: %s\n", g.error.c_str()), ++failures;
+    if (!c.error.empty()) std::printf("  CPU error: %s\n", c.error.c_str()), ++failures;
+    std::fflush(stdout);
+  }
+  return failures;
+}
+
+// The RAM namespace's table: bandwidth at 4 KiB and 128 KiB against memcpy. Returns the rows that failed.
+int ram_table(const Options& o) {
+  int failures = 0;
+  const uint32_t ct = std::min(o.threads, o.ram_queues);
+  const std::string dev = "emu:ram,size=" + std::to_string(o.ram_size >> 20) + "M,queues=64,threads=" +
+                          std::to_string(ct) + ",poll=spin,ready_ms=0";
+  std::printf("\n%s, filled through the CPU path before each run\n", dev.c_str());
+  std::printf("RAM namespace reads, %u queues, %u controller threads, depth 32/queue\n", o.ram_queues, ct);
+  std::printf("%8s %10s %10s %10s %10s %14s %12s\n", "size", "GPU GB/s", "GPU kIOPS", "CPU GB/s", "CPU kIOPS",
+              "memcpy GB/s", "GPU/memcpy");
+  const double mc = memcpy_gbps(ct, o.ram_size, 128 << 10, 1.0);
+  for (uint64_t bs : {uint64_t(4096), uint64_t(128 << 10)}) {
+    const uint64_t per_queue = bs == 4096 ? 400000 : 40000;
+    const uint64_t span = o.ram_size;
+    const Rate g = gpu_reads(dev, o.ram_queues, 256, per_queue, bs, 32, span, o.doorbell);
+    Rate c;
+    if (!o.skip_cpu) c = cpu_reads(dev, o.ram_queues, 256, per_queue, bs, 32, span);
+    std::printf("%7lluK %10s %10s %10s %10s %14.2f %12s\n", (unsigned long long)(bs >> 10),
+                figure(g, g.gbps(), "%.2f").c_str(), figure(g, g.commands / std::max(g.seconds, 1e-9) / 1e3, "%.0f").c_str(),
+                figure(c, c.gbps(), "%.2f").c_str(), figure(c, c.commands / std::max(c.seconds, 1e-9) / 1e3, "%.0f").c_str(),
+                mc, (figure(g, 100.0 * g.gbps() / mc, "%.0f") + (g.error.empty() ? "%" : "")).c_str());
+    if (!g.error.empty()) std::printf("  GPU error: %s\n", g.error.c_str()), ++failures;
+    if (!c.error.empty()) std::printf("  CPU error: %s\n", c.error.c_str()), ++failures;
+    std::fflush(stdout);
+  }
+  return failures;
+}
+
+Options parse(const cli::Args& args) {
+  Options o;
+  o.threads = uint32_t(args.get_u64("threads", 8));
+  o.queue_counts = parse_list(args.get("queues", "1,4,16,64"));
+  o.count = args.get_u64("count", 64ull << 20);
+  o.entries = uint32_t(args.get_u64("entries", 4096));
+  o.ram_queues = uint32_t(args.get_u64("ram-queues", 8));
+  o.ram_size = args.get_size("ram-size", 1ull << 30);
+  if (args.has("probe")) o.probe = read_probe(args.get("probe"));
+  const auto doorbell = device::parse_doorbell_mode(args.get("doorbell", "auto"));
+  if (!doorbell) throw cli::UsageError("--doorbell must be auto, gpu or cpu");
+  o.doorbell = *doorbell;
+  o.skip_null = args.has("skip-null");
+  o.skip_ram = args.has("skip-ram");
+  o.skip_cpu = args.has("skip-cpu");
+  return o;
+}
+
+int run(int argc, char** argv) {
+  const cli::Args args(argc, argv, 1, {"threads", "queues", "count", "ram-queues", "ram-size", "entries", "probe", "doorbell"},
+                       {"skip-null", "skip-ram", "skip-cpu"});
+  if (args.help_asked()) return args.print_help("gpu_cmd_rate", kHelp);
+  const Options o = parse(args);
+  std::string why;
+  if (!host::cuda_device_available(&why)) {
+    std::printf("gpu_cmd_rate: no CUDA GPU (%s); nothing to measure\n", why.c_str());
+    return 0;
+  }
+  int failures = 0;
+  if (!o.skip_null) failures += null_table(o);
+  if (!o.skip_ram) failures += ram_table(o);
+  return failures ? 1 : 0;
+}
+
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    cli::Args args(argc, argv, 1, {"threads", "queues", "count", "ram-queues", "ram-size", "entries", "probe", "doorbell"},
-                   {"skip-null", "skip-ram", "skip-cpu"});
-    if (args.help_asked()) return args.print_help("gpu_cmd_rate", kHelp);
-    const uint32_t threads = uint32_t(args.get_u64("threads", 8));
-    const auto queue_counts = parse_list(args.get("queues", "1,4,16,64"));
-    const uint64_t count = args.get_u64("count", 64ull << 20);
-    const uint32_t entries = uint32_t(args.get_u64("entries", 4096));
-    const uint32_t ram_queues = uint32_t(args.get_u64("ram-queues", 8));
-    const uint64_t ram_size = args.get_size("ram-size", 1ull << 30);
-    const auto probe = args.has("probe") ? read_probe(args.get("probe")) : std::map<uint32_t, double>{};
-    const auto doorbell = device::parse_doorbell_mode(args.get("doorbell", "auto"));
-    if (!doorbell) throw cli::UsageError("--doorbell must be auto, gpu or cpu");
-    std::string why;
-    if (!host::cuda_device_available(&why)) {
-      std::printf("gpu_cmd_rate: no CUDA GPU (%s); nothing to measure\n", why.c_str());
-      return 0;
-    }
-    int failures = 0;
-    if (!args.has("skip-null")) {
-      std::printf("Null namespace, 4 KiB reads, %u-entry queues: GPU = one warp per queue; CPU = min(queues, 8) host threads\n",
-                  entries);
-      std::printf("%6s %5s %14s %14s %14s %10s %10s\n", "queues", "ctrl", "GPU Mcmd/s", "CPU Mcmd/s", "probe Mcmd/s",
-                  "GPU/probe", "GPU/CPU");
-      for (uint32_t nq : queue_counts) {
-        const uint32_t ct = std::min(threads, nq);
-        const std::string dev = "emu:null,size=1T,queues=64,threads=" + std::to_string(ct) + ",poll=spin,ready_ms=0";
-        const uint64_t per_queue = std::max<uint64_t>(count / nq, 4ull << 20);
-        const Rate g = gpu_reads(dev, nq, entries, per_queue, 4096, 0, 0, *doorbell);
-        Rate c;
-        if (!args.has("skip-cpu")) c = cpu_reads(dev, nq, std::min<uint32_t>(entries, 1024), per_queue / 8, 4096, 256, 0);
-        const double p = probe.count(nq) ? probe.at(nq) : 0;
-        if (nq == queue_counts.front()) std::printf("  doorbells: %s\n", g.doorbell_note.c_str());
-        const bool both = g.error.empty() && c.error.empty() && c.mcmds() > 0;
-        std::printf("%6u %5u %14s %14s %14.1f %10s %10s\n", nq, ct, figure(g, g.mcmds(), "%.1f").c_str(),
-                    figure(c, c.mcmds(), "%.1f").c_str(), p,
-                    p > 0 && g.error.empty() ? (std::to_string(g.mcmds() / p).substr(0, 4) + "x").c_str() : "-",
-                    both ? figure(g, g.mcmds() / c.mcmds(), "%.2f").c_str() : "-");
-        if (!g.error.empty()) std::printf("  GPU error: %s\n", g.error.c_str()), ++failures;
-        if (!c.error.empty()) std::printf("  CPU error: %s\n", c.error.c_str()), ++failures;
-        std::fflush(stdout);
-      }
-    }
-    if (!args.has("skip-ram")) {
-      const uint32_t ct = std::min(threads, ram_queues);
-      const std::string dev = "emu:ram,size=" + std::to_string(ram_size >> 20) + "M,queues=64,threads=" +
-                              std::to_string(ct) + ",poll=spin,ready_ms=0";
-      std::printf("\n%s, filled through the CPU path before each run\n", dev.c_str());
-      std::printf("RAM namespace reads, %u queues, %u controller threads, depth 32/queue\n", ram_queues, ct);
-      std::printf("%8s %10s %10s %10s %10s %14s %12s\n", "size", "GPU GB/s", "GPU kIOPS", "CPU GB/s", "CPU kIOPS",
-                  "memcpy GB/s", "GPU/memcpy");
-      const double mc = memcpy_gbps(ct, ram_size, 128 << 10, 1.0);
-      for (uint64_t bs : {uint64_t(4096), uint64_t(128 << 10)}) {
-        const uint64_t per_queue = bs == 4096 ? 400000 : 40000;
-        const uint64_t span = ram_size;
-        const Rate g = gpu_reads(dev, ram_queues, 256, per_queue, bs, 32, span, *doorbell);
-        Rate c;
-        if (!args.has("skip-cpu")) c = cpu_reads(dev, ram_queues, 256, per_queue, bs, 32, span);
-        std::printf("%7lluK %10s %10s %10s %10s %14.2f %12s\n", (unsigned long long)(bs >> 10),
-                    figure(g, g.gbps(), "%.2f").c_str(), figure(g, g.commands / std::max(g.seconds, 1e-9) / 1e3, "%.0f").c_str(),
-                    figure(c, c.gbps(), "%.2f").c_str(), figure(c, c.commands / std::max(c.seconds, 1e-9) / 1e3, "%.0f").c_str(),
-                    mc, (figure(g, 100.0 * g.gbps() / mc, "%.0f") + (g.error.empty() ? "%" : "")).c_str());
-        if (!g.error.empty()) std::printf("  GPU error: %s\n", g.error.c_str()), ++failures;
-        if (!c.error.empty()) std::printf("  CPU error: %s\n", c.error.c_str()), ++failures;
-        std::fflush(stdout);
-      }
-    }
-    return failures ? 1 : 0;
-  } catch (const cli::UsageError& e) {
-    cli::print_usage_error("gpu_cmd_rate", e, kHelp);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_cmd_rate: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return cli::run_tool("gpu_cmd_rate", kHelp, [&] { return run(argc, argv); }); }

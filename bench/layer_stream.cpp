@@ -30,6 +30,7 @@
 #include "host/open_device.h"
 #include "host/text/escape.h"
 #include "runtime/cli/args.h"
+#include "runtime/cli/tool_main.h"
 #include "runtime/guard/output_file.h"
 #include "runtime/guard/write_guard.h"
 #include "runtime/io/cpu_block_io.h"
@@ -168,8 +169,29 @@ cli::Help help() {
               host::device_string_help()};
 }
 
-constexpr const char* kAllModes[] = {"gpunvme-gpu", "gpunvme-cpu", "mmap", "odirect", "cufile"};
-bool is_baseline(const std::string& m) { return m == "mmap" || m == "odirect" || m == "cufile"; }
+// The modes: a baseline reads the file behind the namespace, a gpunvme mode the namespace itself.
+struct ModeKind {
+  const char* name;
+  std::unique_ptr<Mode> (*baseline)(const BaselineContext&);  // null for the gpunvme modes
+  std::unique_ptr<Mode> (*gpunvme)(const GpunvmeContext&);
+};
+const ModeKind kModes[] = {
+    {"gpunvme-gpu", nullptr, make_gpunvme_gpu_mode},
+    {"gpunvme-cpu", nullptr, make_gpunvme_cpu_mode},
+    {"mmap", make_mmap_mode, nullptr},
+    {"odirect", make_odirect_mode, nullptr},
+    {"cufile", make_cufile_mode, nullptr},
+};
+const ModeKind* find_mode(const std::string& name) {
+  for (const ModeKind& m : kModes)
+    if (name == m.name) return &m;
+  return nullptr;
+}
+std::string mode_names() {
+  std::string names;
+  for (const ModeKind& m : kModes) names += std::string(names.empty() ? "" : ", ") + m.name;
+  return names;
+}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -214,14 +236,9 @@ struct Options {
   std::string json_out;
 };
 
-Options parse(int argc, char** argv) {
+Options parse(const cli::Args& args) {
   Options o;
-  const cli::Args args(argc, argv, 1,
-                       {"device", "drives", "image", "layers", "layer-bytes", "gguf", "compute-us", "modes", "drive",
-                        "passes", "threads", "chunk", "gpu-queues", "cpu-queues", "max-command", "emu-opts", "json-out"},
-                       {"deployed", "pace-baselines", "keep", "allow-write", "force", "json", "help"}, {"device"});
   o.devices = args.all("device");
-  if (args.help_asked()) std::exit(args.print_help("layer_stream", help()));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
   auto u32 = [&](const char* name, uint32_t def, uint32_t lo, uint32_t hi) {
     const uint64_t v = args.get_u64(name, def);
@@ -252,8 +269,7 @@ Options parse(int argc, char** argv) {
   }
   o.modes = split(args.get("modes", "gpunvme-gpu,gpunvme-cpu,mmap,odirect,cufile"), ',');
   for (const auto& m : o.modes)
-    if (std::find(std::begin(kAllModes), std::end(kAllModes), m) == std::end(kAllModes))
-      throw cli::UsageError("--modes: unknown mode '" + m + "' (gpunvme-gpu, gpunvme-cpu, mmap, odirect, cufile)");
+    if (!find_mode(m)) throw cli::UsageError("--modes: unknown mode '" + m + "' (" + mode_names() + ")");
   if (o.modes.empty()) throw cli::UsageError("--modes is empty");
   o.profiles = split(args.get("drive", "none,sn530,pcie4,pcie5"), ',');
   if (o.profiles.empty()) throw cli::UsageError("--drive is empty");
@@ -577,419 +593,518 @@ bool check_sums(const Layout& L, uint32_t n, const ConsumerPass& p, Row& row, co
   return ok;
 }
 
-}  // namespace
+// ---- the run, step by step ----------------------------------------------------------------------
 
-int main(int argc, char** argv) {
-  Options o;
-  try {
-    o = parse(argc, argv);
-  } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "layer_stream: %s (see --help)\n", e.what());
-    return 2;
+// Images this run generated: deleted when the run ends, whichever way, unless --keep.
+struct CreatedImages {
+  std::vector<std::string> files;
+  bool keep = false;
+  ~CreatedImages() {
+    if (!keep)
+      for (const auto& f : files) unlink(f.c_str());
+  }
+};
+
+// The drives of a generated layout (or, with --gguf, an image sized for the model): image files
+// under --image, reused with --keep where they already hold the pattern (`reuse`).
+std::vector<DriveDev> image_drives(const Options& o, const Layout& L, uint32_t n_drives, std::vector<bool>& reuse,
+                                   CreatedImages& created) {
+  const bool generated = o.gguf.empty();
+  const std::string extra = o.emu_opts.empty() ? "" : "," + o.emu_opts;
+  uint64_t bytes = 0;
+  if (generated) {
+    bytes = generated_device_bytes(L);
+  } else {
+    struct stat st{};
+    if (stat(o.gguf.c_str(), &st) != 0) throw std::runtime_error("cannot stat " + o.gguf + ": " + std::strerror(errno));
+    bytes = (kBaseByte + uint64_t(st.st_size) + (2ull << 20)) / (1ull << 20) * (1ull << 20);
+    if (o.deployed) throw std::runtime_error("--deployed needs --device (the namespace the model is on)");
+  }
+  struct statvfs vfs{};
+  const std::string dir = o.image.substr(0, o.image.rfind('/') == std::string::npos ? 0 : o.image.rfind('/') + 1);
+  if (statvfs(dir.empty() ? "." : dir.c_str(), &vfs) == 0) {
+    const double avail = double(vfs.f_bavail) * double(vfs.f_frsize);
+    if (avail < double(bytes) * n_drives * 1.02)
+      throw std::runtime_error("not enough space for the images under " + (dir.empty() ? "." : dir) + ": need " +
+                               fmt("%.1f", double(bytes) * n_drives / 1e9) + " GB, " + fmt("%.1f", avail / 1e9) +
+                               " GB free (fewer --layers, a smaller --layer-bytes, or --image elsewhere)");
   }
   std::vector<DriveDev> devs;
-  std::vector<std::string> created;
-  auto cleanup = [&] {
-    if (!o.keep)
-      for (const auto& f : created) unlink(f.c_str());
-  };
-  try {
-    // ---- devices and layout ----
-    Layout L;
-    GgufInfo gi;
-    const bool generated = o.gguf.empty();
-    const uint32_t n_drives = o.devices.empty() ? o.drives : uint32_t(o.devices.size());
-    std::string extra = o.emu_opts.empty() ? "" : "," + o.emu_opts;
-    std::vector<bool> reuse(n_drives, false);
-    ThreadPool pool(std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 16));
-    if (generated) L = generated_layout(n_drives, o.layers, o.layer_bytes, 4096);
-    if (o.devices.empty()) {
-      // Generated images (or, with --gguf, an image sized for the model).
-      uint64_t bytes = 0;
-      if (generated) {
-        bytes = generated_device_bytes(L);
-      } else {
-        struct stat st{};
-        if (stat(o.gguf.c_str(), &st) != 0) throw std::runtime_error("cannot stat " + o.gguf + ": " + std::strerror(errno));
-        bytes = (kBaseByte + uint64_t(st.st_size) + (2ull << 20)) / (1ull << 20) * (1ull << 20);
-        if (o.deployed) throw std::runtime_error("--deployed needs --device (the namespace the model is on)");
+  for (uint32_t d = 0; d < n_drives; ++d) {
+    DriveDev dv;
+    dv.emu = true;
+    dv.generated = true;
+    dv.file = o.image + "-d" + std::to_string(d) + ".img";
+    struct stat st{};
+    if (o.keep && generated && stat(dv.file.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes)
+      reuse[d] = image_holds_pattern(L, d, dv.file);
+    // Defaults for the keys --emu-opts leaves out (a key given twice is an error).
+    std::string keys = "size=" + std::to_string(bytes);
+    const uint32_t q = std::max(o.gpu_queues, o.cpu_queues);
+    for (const auto& [key, value] : {std::pair<std::string, std::string>{"lba", "4096"},
+                                     {"queues", std::to_string(std::max<uint32_t>(8, q))},
+                                     {"threads", std::to_string(q)}})
+      if (("," + o.emu_opts).find("," + key + "=") == std::string::npos) keys += "," + key + "=" + value;
+    dv.base = "emu:" + dv.file + "," + keys + extra;
+    created.files.push_back(dv.file);
+    devs.push_back(dv);
+  }
+  return devs;
+}
+
+// The drives given with --device, each checked for what this run writes onto it.
+std::vector<DriveDev> given_drives(const Options& o) {
+  const bool generated = o.gguf.empty();
+  std::vector<DriveDev> devs;
+  for (const auto& s : o.devices) {
+    DriveDev dv;
+    dv.base = s;
+    dv.emu = emu::is_emu_device(s);
+    if (dv.emu) {
+      const emu::ControllerConfig cfg = emu::parse_emu_device(s);
+      if (!cfg.namespaces.empty() && cfg.namespaces[0].backing == emu::Backing::kFile) dv.file = cfg.namespaces[0].path;
+      if (s.find("drive=") != std::string::npos)
+        throw cli::UsageError("--device " + s + ": leave drive= out, --drive PROFILE adds it per run");
+    }
+    if (generated || !o.deployed)
+      guard::check_write_allowed(s, o.permission,
+                                 std::string("this run writes the ") + (generated ? "generated layout" : "GGUF") +
+                                     " onto it (--gguf FILE --deployed reads a model that is there already)");
+    devs.push_back(dv);
+  }
+  return devs;
+}
+
+// What setup leaves for the modes: the layout with its expected checksums, the drives' locks.
+struct Prepared {
+  Layout L;
+  GgufInfo gi;
+  uint64_t max_transfer = 0;
+  std::vector<host::DeviceLock> locks;  // every drive's, to the end of the run: the modes open the drives again
+  double setup_s = 0;
+};
+
+// Brings every drive up once: writes the generated pattern (unless reused) or the GGUF (unless
+// --deployed), reads the GGUF's layout back, and computes the expected checksums.
+Prepared prepare(const Options& o, const std::vector<DriveDev>& devs, const std::vector<bool>& reuse, Layout L,
+                 ThreadPool& pool) {
+  const bool generated = o.gguf.empty();
+  const uint32_t n_drives = uint32_t(devs.size());
+  Prepared p;
+  const auto t_setup = Clock::now();
+  for (uint32_t d = 0; d < n_drives; ++d) {
+    Bringup b(devs[d].base, generated ? !reuse[d] : !o.deployed);
+    p.locks.push_back(std::move(b.ctrl.lock));
+    const uint32_t lba = b.io->lba_bytes();
+    p.max_transfer = b.ctrl->max_transfer_bytes();
+    if (generated) {
+      if (lba != L.lba_bytes) {
+        if (d != 0) throw std::runtime_error("all drives must have the same LBA size");
+        L = generated_layout(n_drives, o.layers, o.layer_bytes, lba);
       }
-      struct statvfs vfs{};
-      const std::string dir = o.image.substr(0, o.image.rfind('/') == std::string::npos ? 0 : o.image.rfind('/') + 1);
-      if (statvfs(dir.empty() ? "." : dir.c_str(), &vfs) == 0) {
-        const double avail = double(vfs.f_bavail) * double(vfs.f_frsize);
-        if (avail < double(bytes) * n_drives * 1.02)
-          throw std::runtime_error("not enough space for the images under " + (dir.empty() ? "." : dir) + ": need " +
-                                   fmt("%.1f", double(bytes) * n_drives / 1e9) + " GB, " + fmt("%.1f", avail / 1e9) +
-                                   " GB free (fewer --layers, a smaller --layer-bytes, or --image elsewhere)");
-      }
-      for (uint32_t d = 0; d < n_drives; ++d) {
-        DriveDev dv;
-        dv.emu = true;
-        dv.generated = true;
-        dv.file = o.image + "-d" + std::to_string(d) + ".img";
-        struct stat st{};
-        if (o.keep && generated && stat(dv.file.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes)
-          reuse[d] = image_holds_pattern(L, d, dv.file);
-        // Defaults for the keys --emu-opts leaves out (a key given twice is an error).
-        std::string keys = "size=" + std::to_string(bytes);
-        const uint32_t q = std::max(o.gpu_queues, o.cpu_queues);
-        for (const auto& [key, value] : {std::pair<std::string, std::string>{"lba", "4096"},
-                                         {"queues", std::to_string(std::max<uint32_t>(8, q))},
-                                         {"threads", std::to_string(q)}})
-          if (("," + o.emu_opts).find("," + key + "=") == std::string::npos) keys += "," + key + "=" + value;
-        dv.base = "emu:" + dv.file + "," + keys + extra;
-        created.push_back(dv.file);
-        devs.push_back(dv);
+      const uint64_t need = generated_device_bytes(L);
+      if (need > b.io->blocks() * lba)
+        throw std::runtime_error(b.ctrl->transport().name() + " holds " + std::to_string((b.io->blocks() * lba) >> 20) +
+                                 " MiB; the layout needs " + std::to_string(need >> 20) + " MiB per drive");
+      if (!reuse[d]) {
+        refuse_over_signatures(b, o.permission);
+        write_generated(L, d, b, pool);
       }
     } else {
-      for (const auto& s : o.devices) {
-        DriveDev dv;
-        dv.base = s;
-        dv.emu = emu::is_emu_device(s);
-        if (dv.emu) {
-          const emu::ControllerConfig cfg = emu::parse_emu_device(s);
-          if (!cfg.namespaces.empty() && cfg.namespaces[0].backing == emu::Backing::kFile) dv.file = cfg.namespaces[0].path;
-          if (s.find("drive=") != std::string::npos)
-            throw cli::UsageError("--device " + s + ": leave drive= out, --drive PROFILE adds it per run");
-        }
-        if (generated || !o.deployed)
-          guard::check_write_allowed(s, o.permission,
-                                     std::string("this run writes the ") + (generated ? "generated layout" : "GGUF") +
-                                         " onto it (--gguf FILE --deployed reads a model that is there already)");
-        devs.push_back(dv);
+      if (!o.deployed) {
+        refuse_over_signatures(b, o.permission);
+        write_gguf(o.gguf, b);
       }
+      L = gguf_layout(o.gguf, b, o.layers_given ? o.layers : UINT32_MAX, &p.gi);
     }
-    // --json-out on a device of the run is refused before anything is written (runtime/guard/output_file.h).
-    std::vector<std::string> run_devices;
-    for (const DriveDev& dv : devs) run_devices.push_back(dv.base);
-    guard::OutputFile json_file =
-        o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, run_devices, "--json-out");
+  }
+  if (generated) expect_generated(L, pool);
+  p.setup_s = std::chrono::duration<double>(Clock::now() - t_setup).count();
+  p.L = std::move(L);
+  return p;
+}
 
-    uint64_t max_transfer = 0;
-    const auto t_setup = Clock::now();
-    std::vector<host::DeviceLock> run_locks;  // every drive's, to the end of the run: the modes open the drives again
-    for (uint32_t d = 0; d < n_drives; ++d) {
-      Bringup b(devs[d].base, generated ? !reuse[d] : !o.deployed);
-      run_locks.push_back(std::move(b.ctrl.lock));
-      const uint32_t lba = b.io->lba_bytes();
-      max_transfer = b.ctrl->max_transfer_bytes();
-      if (generated) {
-        if (lba != L.lba_bytes) {
-          if (d != 0) throw std::runtime_error("all drives must have the same LBA size");
-          L = generated_layout(n_drives, o.layers, o.layer_bytes, lba);
-        }
-        const uint64_t need = generated_device_bytes(L);
-        if (need > b.io->blocks() * lba)
-          throw std::runtime_error(b.ctrl->transport().name() + " holds " + std::to_string((b.io->blocks() * lba) >> 20) +
-                                   " MiB; the layout needs " + std::to_string(need >> 20) + " MiB per drive");
-        if (!reuse[d]) {
-          refuse_over_signatures(b, o.permission);
-          write_generated(L, d, b, pool);
-        }
-      } else {
-        if (!o.deployed) {
-          refuse_over_signatures(b, o.permission);
-          write_gguf(o.gguf, b);
-        }
-        L = gguf_layout(o.gguf, b, o.layers_given ? o.layers : UINT32_MAX, &gi);
-      }
-    }
-    if (generated) expect_generated(L, pool);
-    const double setup_s = std::chrono::duration<double>(Clock::now() - t_setup).count();
+// The files every mode reads (the emulator reads its image through the page cache too) and their
+// page-cache state, dropped before every pass where they are not tmpfs.
+struct PageCache {
+  std::vector<std::string> files;
+  bool all_tmpfs = false;
+  std::string fs_desc;
 
-    // ---- what the baselines read ----
-    BaselineContext bctx;
-    bctx.layout = &L;
-    bctx.threads = o.threads;
-    bctx.chunk = o.chunk;
-    std::string baseline_why;
-    for (uint32_t d = 0; d < n_drives; ++d) {
-      if (!devs[d].file.empty()) bctx.files.push_back({devs[d].file, 0});
-      else if (!generated) bctx.files.push_back({o.gguf, gi.start_byte});
-      else baseline_why = "no file holds the bytes of " + devs[d].base + " (baselines need an emu: file-backed namespace)";
-    }
-    // Page-cache state of the files every mode reads (the emulator reads its image through the cache too).
-    std::vector<std::string> files;
-    for (const auto& f : bctx.files) files.push_back(f.path);
-    bool all_tmpfs = !files.empty();
-    std::string fs_desc;
+  explicit PageCache(const std::vector<BaselineFile>& bfiles) {
+    for (const auto& f : bfiles) files.push_back(f.path);
+    all_tmpfs = !files.empty();
     for (const auto& f : files) {
       const CacheState cs = cache_state(f);
       all_tmpfs = all_tmpfs && cs.tmpfs;
       if (fs_desc.empty()) fs_desc = cs.fs;
     }
-    auto before_pass = [&]() -> std::string {
-      if (files.empty()) return "n/a";
-      if (all_tmpfs) return "tmpfs: RAM, always hot";
-      double res = 0;
-      for (const auto& f : files) {
-        drop_cache(f);
-        res += std::max(0.0, cache_state(f).resident);
-      }
-      return "dropped, " + fmt("%.0f", 100.0 * res / files.size()) + "% still cached";
-    };
-
-    // ---- consumer ----
-    std::unique_ptr<Consumer> consumer;
-    std::string consumer_note;
-#if GPUNVME_HAVE_CUDA
-    std::string why;
-    if (host::cuda_device_available(&why)) consumer = make_gpu_consumer(L);
-    else consumer_note = "no GPU: " + why;
-#else
-    consumer_note = "this build has no CUDA";
-#endif
-    if (!consumer) consumer = make_host_consumer(L);
-    bctx.consumer = consumer.get();
-
-    if (!o.json) {
-      std::printf("layer_stream: %s, %u drive(s); 70B Q6_K layer = %llu B, 80 layers per token\n", text::printable(L.what).c_str(), n_drives,
-                  (unsigned long long)kQ6kLayerBytes);
-      for (uint32_t d = 0; d < n_drives; ++d) std::printf("  drive %u: %s%s\n", d, devs[d].base.c_str(), reuse[d] ? "  (kept image reused)" : "");
-      std::printf("  consumer: %s%s%s\n", consumer->describe().c_str(), consumer_note.empty() ? "" : "; ",
-                  consumer_note.c_str());
-      std::printf("  compute per layer: %s; setup (pattern written, checksums) %.1f s\n",
-                  o.compute_ns ? (fmt("%.0f", double(*o.compute_ns) / 1e3) + " us").c_str()
-                               : "auto (= the mode's own I/O time per layer)",
-                  setup_s);
-      std::printf("  files: %s%s\n", files.empty() ? "none" : fs_desc.c_str(),
-                  all_tmpfs ? " - the page cache is the file: every read is a RAM copy, DONTNEED does nothing"
-                            : (files.empty() ? "" : " - page cache dropped (posix_fadvise DONTNEED) before every pass"));
-      std::fflush(stdout);
-    }
-
-    // ---- run every (profile, mode) ----
-    std::vector<Row> rows;
-    const uint32_t n = L.layers();
-    const uint64_t bytes = L.read_bytes(n);
-    for (const auto& profile : o.profiles) {
-      // The modeled limit for these reads: per drive, its bytes and commands of all layers.
-      double limit = 0;
-      if (profile != "none") {
-        const uint64_t cmd_bytes = std::max<uint64_t>(4096, o.max_command ? std::min(o.max_command, max_transfer ? max_transfer : o.max_command)
-                                                                       : (max_transfer ? max_transfer : (1ull << 20)));
-        double floor_s = 0;  // the slowest drive bounds the lockstep
-        for (uint32_t d = 0; d < n_drives; ++d) {
-          uint64_t db = 0, dc = 0;
-          for (uint32_t l = 0; l < n; ++l)
-            for (const Span& s : L.spans[l])
-              if (s.drive == d) db += s.bytes, dc += (s.bytes + cmd_bytes - 1) / cmd_bytes;
-          const double bps = modeled_limit_bps(profile, db, dc);
-          if (bps > 0) floor_s = std::max(floor_s, double(db) / bps);
-        }
-        if (floor_s > 0) limit = double(bytes) / floor_s;
-      }
-      std::shared_ptr<Pacer> pacer;
-      for (const auto& mode : o.modes) {
-        Row row;
-        row.profile = profile;
-        row.mode = mode;
-        row.layers = n;
-        row.bytes = bytes;
-        row.limit_bps = limit;
-        const bool base = is_baseline(mode);
-        if (base && profile != "none" && !o.pace_baselines) continue;
-        try {
-          std::unique_ptr<Mode> m;
-          if (base) {
-            if (!baseline_why.empty()) throw Unavailable(baseline_why);
-            BaselineContext c = bctx;
-            if (profile != "none") {
-              if (!pacer) pacer = std::make_shared<Pacer>(profile, n_drives);
-              c.pacer = pacer;
-            }
-            m = mode == "mmap" ? make_mmap_mode(c) : mode == "odirect" ? make_odirect_mode(c) : make_cufile_mode(c);
-          } else {
-            GpunvmeContext c;
-            c.layout = &L;
-            c.consumer = consumer.get();
-            c.gpu_queues = o.gpu_queues;
-            c.cpu_queues = o.cpu_queues;
-            c.max_command_bytes = o.max_command;
-            for (uint32_t d = 0; d < n_drives; ++d) {
-              if (profile != "none" && !devs[d].emu)
-                throw Unavailable("modeled drives need emulated devices; " + devs[d].base + " is real");
-              c.devices.push_back(with_profile(devs[d], profile));
-            }
-            m = mode == "gpunvme-gpu" ? make_gpunvme_gpu_mode(c) : make_gpunvme_cpu_mode(c);
-          }
-          row.note = m->note();
-          // Warm-up: two layers, verified, not timed.
-          const uint32_t warm = std::min<uint32_t>(2, n);
-          check_sums(L, warm, m->stream(warm, 0).consumer, row, "warm-up");
-          double best_io = 1e300, best_read = 1e300, best_pipe = 1e300;
-          for (uint32_t p = 0; p < o.passes; ++p) {
-            row.cache = before_pass();
-            const PassResult io = m->stream(n, 0);
-            check_sums(L, n, io.consumer, row, "I/O pass");
-            row.recovery += io.recovery;
-            if (!io.note.empty()) row.note = io.note;
-            best_io = std::min(best_io, io.wall_s);
-            if (io.landed_s > 0) best_read = std::min(best_read, io.landed_s);
-            const uint64_t cns = o.compute_ns ? *o.compute_ns : uint64_t(io.wall_s / n * 1e9);
-            before_pass();
-            const PassResult pp = m->stream(n, cns);
-            check_sums(L, n, pp.consumer, row, "compute pass");
-            row.recovery += pp.recovery;
-            if (pp.wall_s < best_pipe) {
-              best_pipe = pp.wall_s;
-              row.compute_s = pp.consumer.compute_s;
-              row.copy_s = pp.consumer.copy_s;
-              row.compute_ns = cns;
-            }
-          }
-          row.io_s = best_io;
-          row.read_s = best_read < 1e300 ? best_read : 0;
-          row.pipe_s = best_pipe;
-          row.ran = true;
-        } catch (const Unavailable& e) {
-          row.unavailable = e.what();
-        } catch (const std::exception& e) {
-          row.error = e.what();
-          row.verified = false;
-        }
-        // Bytes that did not verify make the run's speed meaningless: report the mismatch, no figures.
-        if (row.ran && !row.verified) {
-          row.ran = false;
-          row.error = "bytes did not verify (no figures): " + row.mismatch;
-        }
-        if (!o.json) {
-          if (row.ran) {
-            std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n",
-                        profile.c_str(), mode.c_str(), row.gbps_read(), row.gbps_io(), row.gbps_pipe(),
-                        row.verified ? "verified" : "MISMATCH");
-            if (row.recovery.any())
-              std::printf("  [%s] %-11s recovery: %s\n", profile.c_str(), mode.c_str(),
-                          host::recovery_text(row.recovery).c_str());
-          } else if (!row.unavailable.empty())
-            std::printf("  [%s] %-11s not available: %s\n", profile.c_str(), mode.c_str(), row.unavailable.c_str());
-          else
-            std::printf("  [%s] %-11s FAILED: %s\n", profile.c_str(), mode.c_str(), row.error.c_str());
-          if (!row.mismatch.empty()) std::printf("      %s\n", row.mismatch.c_str());
-          std::fflush(stdout);
-        }
-        rows.push_back(row);
-      }
-    }
-
-    // ---- report ----
-    bool all_ok = true;
-    for (const Row& r : rows) all_ok = all_ok && r.verified && r.error.empty();
-    const bool compute_auto = !o.compute_ns;
-    auto baseline_of = [&](const std::string& profile, const std::string& mode) -> const Row* {
-      for (const Row& r : rows)
-        if (r.profile == profile && r.mode == mode && r.ran && r.verified) return &r;
-      return nullptr;
-    };
-    auto emit_json = [&](FILE* jf) {
-      std::fprintf(jf, "{\"layout\":\"%s\",\"drives\":%u,\"layers\":%u,\"bytes\":%llu,\"q6k_layer_bytes\":%llu,"
-                  "\"consumer\":\"%s\",\"compute\":\"%s\",\"files\":\"%s\",\"tmpfs\":%s,\"setup_s\":%.2f,\"rows\":[",
-                  json_escape(L.what).c_str(), n_drives, n, (unsigned long long)bytes, (unsigned long long)kQ6kLayerBytes,
-                  json_escape(consumer->describe() + (consumer_note.empty() ? "" : "; " + consumer_note)).c_str(),
-                  compute_auto ? "auto" : fmt("%.0f", double(*o.compute_ns) / 1e3).c_str(), json_escape(fs_desc).c_str(),
-                  all_tmpfs ? "true" : "false", setup_s);
-      bool first = true;
-      for (const Row& r : rows) {
-        std::fprintf(jf, "%s{\"drive\":\"%s\",\"mode\":\"%s\",\"ran\":%s", first ? "" : ",", r.profile.c_str(), r.mode.c_str(),
-                    r.ran ? "true" : "false");
-        first = false;
-        if (!r.unavailable.empty()) std::fprintf(jf, ",\"unavailable\":\"%s\"", json_escape(r.unavailable).c_str());
-        if (!r.error.empty()) std::fprintf(jf, ",\"error\":\"%s\"", json_escape(r.error).c_str());
-        if (r.ran) {
-          std::fprintf(jf, ",\"read_s\":%.6f,\"read_gbps\":%.4f", r.read_s, r.gbps_read());
-          std::fprintf(jf, ",\"verified\":%s,\"io_s\":%.6f,\"io_gbps\":%.4f,\"layer_io_ms\":%.4f,\"pipe_s\":%.6f,\"pipe_gbps\":%.4f,"
-                      "\"compute_us_per_layer\":%.1f,\"compute_s\":%.6f,\"copy_s\":%.6f,\"hidden\":%.4f,\"hidden_max\":%.4f,"
-                      "\"tok_s\":%.4f,\"tok_s_meas\":%.4f",
-                      r.verified ? "true" : "false", r.io_s, r.gbps_io(), r.layer_ms(), r.pipe_s, r.gbps_pipe(),
-                      double(r.compute_ns) / 1e3, r.compute_s, r.copy_s, r.hidden(), 1.0 - 1.0 / n, r.tok_s(compute_auto),
-                      r.tok_s_meas());
-          if (r.limit_bps > 0)
-            std::fprintf(jf, ",\"limit_gbps\":%.4f,\"efficiency\":%.4f,\"efficiency_target_met\":%s", r.limit_bps / 1e9,
-                        r.efficiency(), r.efficiency() >= 0.97 ? "true" : "false");
-          std::fprintf(jf, ",\"cache\":\"%s\",\"note\":\"%s\"", json_escape(r.cache).c_str(), json_escape(r.note).c_str());
-          std::fprintf(jf, ",\"recovery\":%s", host::recovery_json(r.recovery).c_str());
-          std::fprintf(jf, ",\"ratios\":{");
-          bool f2 = true;
-          for (const char* b : {"mmap", "odirect", "cufile"})
-            if (const Row* br = baseline_of(r.profile, b); br && r.mode != b && br->gbps_io() > 0) {
-              std::fprintf(jf, "%s\"%s\":%.3f", f2 ? "" : ",", b, r.gbps_io() / br->gbps_io());
-              f2 = false;
-            }
-          std::fprintf(jf, "}");
-        }
-        if (!r.mismatch.empty()) std::fprintf(jf, ",\"mismatch\":\"%s\"", json_escape(r.mismatch).c_str());
-        std::fprintf(jf, "}");
-      }
-      std::fprintf(jf, "],\"ok\":%s}\n", all_ok ? "true" : "false");
-    };
-    if (json_file) {
-      emit_json(json_file.stream());
-      json_file.commit();
-    }
-    if (o.json) {
-      emit_json(stdout);
-    } else {
-      std::printf("\n");
-      for (const auto& profile : o.profiles) {
-        const Row* any = nullptr;
-        for (const Row& r : rows)
-          if (r.profile == profile) any = &r;
-        if (!any) continue;
-        if (profile == "none")
-          std::printf("drive none: unthrottled emulator, %s\n",
-                      all_tmpfs ? "the \"drive\" is RAM (tmpfs image); baselines read the same RAM-backed file"
-                                : "the \"drive\" is the image file");
-        else
-          std::printf("drive %s: modeled, %.2f GB/s rated per drive; limit for these reads %.2f GB/s (%u drive%s)%s\n",
-                      profile.c_str(), drive_read_bandwidth(profile) / 1e9, any->limit_bps / 1e9, n_drives,
-                      n_drives > 1 ? "s" : "", o.pace_baselines ? "; baselines paced by the same model" : "");
-        std::printf("  %-11s %9s %8s %8s %9s %10s %7s %7s %10s %6s", "mode", "read GB/s", "GPU GB/s", "layer ms",
-                    "pipe GB/s", "compute ms", "hidden", "tok/s", "tok/s meas", "eff");
-        std::vector<std::string> bl;
-        for (const char* b : {"mmap", "odirect", "cufile"})
-          if (baseline_of(profile, b)) bl.push_back(b);
-        for (const auto& b : bl) std::printf(" %9s", ("vs " + b).c_str());
-        std::printf("  bytes\n");
-        for (const Row& r : rows) {
-          if (r.profile != profile) continue;
-          if (!r.ran) {
-            std::printf("  %-11s %s\n", r.mode.c_str(),
-                        (r.unavailable.empty() ? "FAILED: " + r.error : "not available: " + r.unavailable).c_str());
-            continue;
-          }
-          std::printf("  %-11s %9.2f %8.2f %8.2f %9.2f %10.2f %6.1f%% %7.3f %10.3f %6s", r.mode.c_str(), r.gbps_read(),
-                      r.gbps_io(), r.layer_ms(),
-                      r.gbps_pipe(), r.layers ? r.compute_s * 1e3 / r.layers : 0.0, 100 * r.hidden(), r.tok_s(compute_auto),
-                      r.tok_s_meas(), r.limit_bps > 0 ? (fmt("%.1f", 100 * r.efficiency()) + "%").c_str() : "-");
-          for (const auto& b : bl) {
-            const Row* br = baseline_of(profile, b);
-            std::printf(" %9s", br && br->gbps_io() > 0 && r.mode != b ? (fmt("%.2f", r.gbps_io() / br->gbps_io()) + "x").c_str() : "-");
-          }
-          std::printf("  %s\n", r.verified ? "verified" : "MISMATCH");
-          if (!r.note.empty()) std::printf("  %-11s   (%s; cache: %s)\n", "", r.note.c_str(), r.cache.c_str());
-        }
-      }
-      std::printf("\nhidden: at most %.1f%% here (1 - 1/%u layers). tok/s: 70B Q6_K, 1/(80 x max(%.1f MB / GPU GB/s, "
-                  "t_compute)), t_compute = %s; tok/s meas: pipe GB/s / 56.16 GB. eff target >= 97%%.\n",
-                  100.0 * (1.0 - 1.0 / n), n, kQ6kLayerBytes / 1e6,
-                  compute_auto ? "0 (auto: compute assumed hidden)" : (fmt("%.0f", double(*o.compute_ns) / 1e3) + " us").c_str());
-      for (const Row& r : rows)
-        if (r.ran && r.limit_bps > 0 && r.efficiency() < 0.97 && r.mode.rfind("gpunvme", 0) == 0)
-          std::printf("below the 97%% efficiency target: %s on %s (%.1f%%)\n", r.mode.c_str(), r.profile.c_str(),
-                      100 * r.efficiency());
-      std::printf("%s\n", all_ok ? "OK: every layer of every mode verified" : "FAIL: see MISMATCH / FAILED above");
-    }
-    consumer.reset();
-    cleanup();
-    return all_ok ? 0 : 1;
-  } catch (const cli::UsageError& e) {
-    cleanup();
-    std::fprintf(stderr, "layer_stream: %s (see --help)\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    cleanup();
-    std::fprintf(stderr, "layer_stream: error: %s\n", e.what());
-    return 1;
   }
+  std::string before_pass() const {
+    if (files.empty()) return "n/a";
+    if (all_tmpfs) return "tmpfs: RAM, always hot";
+    double res = 0;
+    for (const auto& f : files) {
+      drop_cache(f);
+      res += std::max(0.0, cache_state(f).resident);
+    }
+    return "dropped, " + fmt("%.0f", 100.0 * res / files.size()) + "% still cached";
+  }
+};
+
+// Everything a (profile, mode) row needs.
+struct RunContext {
+  const Options& o;
+  const Layout& L;
+  const std::vector<DriveDev>& devs;
+  BaselineContext bctx;      // files, threads, chunk, layout, consumer
+  std::string baseline_why;  // why the baselines cannot run, or empty
+  const PageCache& cache;
+  uint32_t n_drives() const { return uint32_t(devs.size()); }
+};
+
+// The GPU consumer where a GPU is usable, else the host's; `note` says why not.
+std::unique_ptr<Consumer> make_consumer(const Layout& L, std::string& note) {
+  std::unique_ptr<Consumer> consumer;
+#if GPUNVME_HAVE_CUDA
+  std::string why;
+  if (host::cuda_device_available(&why)) consumer = make_gpu_consumer(L);
+  else note = "no GPU: " + why;
+#else
+  note = "this build has no CUDA";
+#endif
+  if (!consumer) consumer = make_host_consumer(L);
+  return consumer;
 }
+
+void print_header(const RunContext& c, const std::vector<bool>& reuse, const Consumer& consumer,
+                  const std::string& consumer_note, double setup_s) {
+  const Options& o = c.o;
+  std::printf("layer_stream: %s, %u drive(s); 70B Q6_K layer = %llu B, 80 layers per token\n", text::printable(c.L.what).c_str(),
+              c.n_drives(), (unsigned long long)kQ6kLayerBytes);
+  for (uint32_t d = 0; d < c.n_drives(); ++d)
+    std::printf("  drive %u: %s%s\n", d, c.devs[d].base.c_str(), reuse[d] ? "  (kept image reused)" : "");
+  std::printf("  consumer: %s%s%s\n", consumer.describe().c_str(), consumer_note.empty() ? "" : "; ", consumer_note.c_str());
+  std::printf("  compute per layer: %s; setup (pattern written, checksums) %.1f s\n",
+              o.compute_ns ? (fmt("%.0f", double(*o.compute_ns) / 1e3) + " us").c_str()
+                           : "auto (= the mode's own I/O time per layer)",
+              setup_s);
+  const auto& files = c.cache.files;
+  std::printf("  files: %s%s\n", files.empty() ? "none" : c.cache.fs_desc.c_str(),
+              c.cache.all_tmpfs ? " - the page cache is the file: every read is a RAM copy, DONTNEED does nothing"
+                                : (files.empty() ? "" : " - page cache dropped (posix_fadvise DONTNEED) before every pass"));
+  std::fflush(stdout);
+}
+
+// The modeled limit of `profile` for these reads: per drive, its bytes and commands of all layers;
+// the slowest drive bounds the lockstep. 0 for profile none.
+double profile_limit(const RunContext& c, const std::string& profile, uint64_t max_transfer) {
+  if (profile == "none") return 0;
+  const Options& o = c.o;
+  const uint32_t n = c.L.layers();
+  const uint64_t cmd_bytes = std::max<uint64_t>(4096, o.max_command ? std::min(o.max_command, max_transfer ? max_transfer : o.max_command)
+                                                                 : (max_transfer ? max_transfer : (1ull << 20)));
+  double floor_s = 0;
+  for (uint32_t d = 0; d < c.n_drives(); ++d) {
+    uint64_t db = 0, dc = 0;
+    for (uint32_t l = 0; l < n; ++l)
+      for (const Span& s : c.L.spans[l])
+        if (s.drive == d) db += s.bytes, dc += (s.bytes + cmd_bytes - 1) / cmd_bytes;
+    const double bps = modeled_limit_bps(profile, db, dc);
+    if (bps > 0) floor_s = std::max(floor_s, double(db) / bps);
+  }
+  return floor_s > 0 ? double(c.L.read_bytes(n)) / floor_s : 0;
+}
+
+// The mode `kind` on `profile`, built from the table (a paced baseline shares the profile's pacer).
+std::unique_ptr<Mode> make_mode(const RunContext& c, const ModeKind& kind, const std::string& profile,
+                                std::shared_ptr<Pacer>& pacer) {
+  if (kind.baseline) {
+    if (!c.baseline_why.empty()) throw Unavailable(c.baseline_why);
+    BaselineContext b = c.bctx;
+    if (profile != "none") {
+      if (!pacer) pacer = std::make_shared<Pacer>(profile, c.n_drives());
+      b.pacer = pacer;
+    }
+    return kind.baseline(b);
+  }
+  GpunvmeContext g;
+  g.layout = &c.L;
+  g.consumer = c.bctx.consumer;
+  g.gpu_queues = c.o.gpu_queues;
+  g.cpu_queues = c.o.cpu_queues;
+  g.max_command_bytes = c.o.max_command;
+  for (uint32_t d = 0; d < c.n_drives(); ++d) {
+    if (profile != "none" && !c.devs[d].emu)
+      throw Unavailable("modeled drives need emulated devices; " + c.devs[d].base + " is real");
+    g.devices.push_back(with_profile(c.devs[d], profile));
+  }
+  return kind.gpunvme(g);
+}
+
+// A 2-layer warm-up (verified, not timed), then --passes timed passes without and with compute; the
+// best of each goes into the row.
+void measure(const RunContext& c, Mode& m, Row& row) {
+  const Options& o = c.o;
+  const Layout& L = c.L;
+  const uint32_t n = L.layers();
+  row.note = m.note();
+  const uint32_t warm = std::min<uint32_t>(2, n);
+  check_sums(L, warm, m.stream(warm, 0).consumer, row, "warm-up");
+  double best_io = 1e300, best_read = 1e300, best_pipe = 1e300;
+  for (uint32_t p = 0; p < o.passes; ++p) {
+    row.cache = c.cache.before_pass();
+    const PassResult io = m.stream(n, 0);
+    check_sums(L, n, io.consumer, row, "I/O pass");
+    row.recovery += io.recovery;
+    if (!io.note.empty()) row.note = io.note;
+    best_io = std::min(best_io, io.wall_s);
+    if (io.landed_s > 0) best_read = std::min(best_read, io.landed_s);
+    const uint64_t cns = o.compute_ns ? *o.compute_ns : uint64_t(io.wall_s / n * 1e9);
+    c.cache.before_pass();
+    const PassResult pp = m.stream(n, cns);
+    check_sums(L, n, pp.consumer, row, "compute pass");
+    row.recovery += pp.recovery;
+    if (pp.wall_s < best_pipe) {
+      best_pipe = pp.wall_s;
+      row.compute_s = pp.consumer.compute_s;
+      row.copy_s = pp.consumer.copy_s;
+      row.compute_ns = cns;
+    }
+  }
+  row.io_s = best_io;
+  row.read_s = best_read < 1e300 ? best_read : 0;
+  row.pipe_s = best_pipe;
+  row.ran = true;
+}
+
+void print_row_line(const Row& row) {
+  const char* profile = row.profile.c_str();
+  const char* mode = row.mode.c_str();
+  if (row.ran) {
+    std::printf("  [%s] %-11s read %7.2f GB/s, into the GPU %7.2f GB/s, with compute %7.2f GB/s, %s\n", profile, mode,
+                row.gbps_read(), row.gbps_io(), row.gbps_pipe(), row.verified ? "verified" : "MISMATCH");
+    if (row.recovery.any())
+      std::printf("  [%s] %-11s recovery: %s\n", profile, mode, host::recovery_text(row.recovery).c_str());
+  } else if (!row.unavailable.empty())
+    std::printf("  [%s] %-11s not available: %s\n", profile, mode, row.unavailable.c_str());
+  else
+    std::printf("  [%s] %-11s FAILED: %s\n", profile, mode, row.error.c_str());
+  if (!row.mismatch.empty()) std::printf("      %s\n", row.mismatch.c_str());
+  std::fflush(stdout);
+}
+
+// Every (profile, mode) row, in order; a baseline on a modeled drive only with --pace-baselines.
+std::vector<Row> run_rows(const RunContext& c, uint64_t max_transfer) {
+  std::vector<Row> rows;
+  const uint32_t n = c.L.layers();
+  for (const auto& profile : c.o.profiles) {
+    const double limit = profile_limit(c, profile, max_transfer);
+    std::shared_ptr<Pacer> pacer;
+    for (const auto& mode : c.o.modes) {
+      const ModeKind& kind = *find_mode(mode);
+      if (kind.baseline && profile != "none" && !c.o.pace_baselines) continue;
+      Row row;
+      row.profile = profile;
+      row.mode = mode;
+      row.layers = n;
+      row.bytes = c.L.read_bytes(n);
+      row.limit_bps = limit;
+      try {
+        measure(c, *make_mode(c, kind, profile, pacer), row);
+      } catch (const Unavailable& e) {
+        row.unavailable = e.what();
+      } catch (const std::exception& e) {
+        row.error = e.what();
+        row.verified = false;
+      }
+      // Bytes that did not verify make the run's speed meaningless: report the mismatch, no figures.
+      if (row.ran && !row.verified) {
+        row.ran = false;
+        row.error = "bytes did not verify (no figures): " + row.mismatch;
+      }
+      if (!c.o.json) print_row_line(row);
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
+
+// The report: the rows, and what the JSON and the tables say about the run as a whole.
+struct Report {
+  const RunContext& c;
+  const std::vector<Row>& rows;
+  std::string consumer;  // described, with its note
+  double setup_s = 0;
+  bool all_ok = true;
+  bool compute_auto() const { return !c.o.compute_ns; }
+  const Row* baseline_of(const std::string& profile, const std::string& mode) const {
+    for (const Row& r : rows)
+      if (r.profile == profile && r.mode == mode && r.ran && r.verified) return &r;
+    return nullptr;
+  }
+};
+
+void emit_json(FILE* jf, const Report& rep) {
+  const Layout& L = rep.c.L;
+  const uint32_t n = L.layers();
+  const bool compute_auto = rep.compute_auto();
+  std::fprintf(jf, "{\"layout\":\"%s\",\"drives\":%u,\"layers\":%u,\"bytes\":%llu,\"q6k_layer_bytes\":%llu,"
+              "\"consumer\":\"%s\",\"compute\":\"%s\",\"files\":\"%s\",\"tmpfs\":%s,\"setup_s\":%.2f,\"rows\":[",
+              json_escape(L.what).c_str(), rep.c.n_drives(), n, (unsigned long long)L.read_bytes(n),
+              (unsigned long long)kQ6kLayerBytes, json_escape(rep.consumer).c_str(),
+              compute_auto ? "auto" : fmt("%.0f", double(*rep.c.o.compute_ns) / 1e3).c_str(),
+              json_escape(rep.c.cache.fs_desc).c_str(), rep.c.cache.all_tmpfs ? "true" : "false", rep.setup_s);
+  bool first = true;
+  for (const Row& r : rep.rows) {
+    std::fprintf(jf, "%s{\"drive\":\"%s\",\"mode\":\"%s\",\"ran\":%s", first ? "" : ",", r.profile.c_str(), r.mode.c_str(),
+                r.ran ? "true" : "false");
+    first = false;
+    if (!r.unavailable.empty()) std::fprintf(jf, ",\"unavailable\":\"%s\"", json_escape(r.unavailable).c_str());
+    if (!r.error.empty()) std::fprintf(jf, ",\"error\":\"%s\"", json_escape(r.error).c_str());
+    if (r.ran) {
+      std::fprintf(jf, ",\"read_s\":%.6f,\"read_gbps\":%.4f", r.read_s, r.gbps_read());
+      std::fprintf(jf, ",\"verified\":%s,\"io_s\":%.6f,\"io_gbps\":%.4f,\"layer_io_ms\":%.4f,\"pipe_s\":%.6f,\"pipe_gbps\":%.4f,"
+                  "\"compute_us_per_layer\":%.1f,\"compute_s\":%.6f,\"copy_s\":%.6f,\"hidden\":%.4f,\"hidden_max\":%.4f,"
+                  "\"tok_s\":%.4f,\"tok_s_meas\":%.4f",
+                  r.verified ? "true" : "false", r.io_s, r.gbps_io(), r.layer_ms(), r.pipe_s, r.gbps_pipe(),
+                  double(r.compute_ns) / 1e3, r.compute_s, r.copy_s, r.hidden(), 1.0 - 1.0 / n, r.tok_s(compute_auto),
+                  r.tok_s_meas());
+      if (r.limit_bps > 0)
+        std::fprintf(jf, ",\"limit_gbps\":%.4f,\"efficiency\":%.4f,\"efficiency_target_met\":%s", r.limit_bps / 1e9,
+                    r.efficiency(), r.efficiency() >= 0.97 ? "true" : "false");
+      std::fprintf(jf, ",\"cache\":\"%s\",\"note\":\"%s\"", json_escape(r.cache).c_str(), json_escape(r.note).c_str());
+      std::fprintf(jf, ",\"recovery\":%s", host::recovery_json(r.recovery).c_str());
+      std::fprintf(jf, ",\"ratios\":{");
+      bool f2 = true;
+      for (const char* b : {"mmap", "odirect", "cufile"})
+        if (const Row* br = rep.baseline_of(r.profile, b); br && r.mode != b && br->gbps_io() > 0) {
+          std::fprintf(jf, "%s\"%s\":%.3f", f2 ? "" : ",", b, r.gbps_io() / br->gbps_io());
+          f2 = false;
+        }
+      std::fprintf(jf, "}");
+    }
+    if (!r.mismatch.empty()) std::fprintf(jf, ",\"mismatch\":\"%s\"", json_escape(r.mismatch).c_str());
+    std::fprintf(jf, "}");
+  }
+  std::fprintf(jf, "],\"ok\":%s}\n", rep.all_ok ? "true" : "false");
+}
+
+// One table per drive profile, then the notes under them.
+void print_tables(const Report& rep) {
+  const Options& o = rep.c.o;
+  const uint32_t n = rep.c.L.layers();
+  const uint32_t n_drives = rep.c.n_drives();
+  const bool compute_auto = rep.compute_auto();
+  const auto& rows = rep.rows;
+  std::printf("\n");
+  for (const auto& profile : o.profiles) {
+    const Row* any = nullptr;
+    for (const Row& r : rows)
+      if (r.profile == profile) any = &r;
+    if (!any) continue;
+    if (profile == "none")
+      std::printf("drive none: unthrottled emulator, %s\n",
+                  rep.c.cache.all_tmpfs ? "the \"drive\" is RAM (tmpfs image); baselines read the same RAM-backed file"
+                                        : "the \"drive\" is the image file");
+    else
+      std::printf("drive %s: modeled, %.2f GB/s rated per drive; limit for these reads %.2f GB/s (%u drive%s)%s\n",
+                  profile.c_str(), drive_read_bandwidth(profile) / 1e9, any->limit_bps / 1e9, n_drives,
+                  n_drives > 1 ? "s" : "", o.pace_baselines ? "; baselines paced by the same model" : "");
+    std::printf("  %-11s %9s %8s %8s %9s %10s %7s %7s %10s %6s", "mode", "read GB/s", "GPU GB/s", "layer ms",
+                "pipe GB/s", "compute ms", "hidden", "tok/s", "tok/s meas", "eff");
+    std::vector<std::string> bl;
+    for (const char* b : {"mmap", "odirect", "cufile"})
+      if (rep.baseline_of(profile, b)) bl.push_back(b);
+    for (const auto& b : bl) std::printf(" %9s", ("vs " + b).c_str());
+    std::printf("  bytes\n");
+    for (const Row& r : rows) {
+      if (r.profile != profile) continue;
+      if (!r.ran) {
+        std::printf("  %-11s %s\n", r.mode.c_str(),
+                    (r.unavailable.empty() ? "FAILED: " + r.error : "not available: " + r.unavailable).c_str());
+        continue;
+      }
+      std::printf("  %-11s %9.2f %8.2f %8.2f %9.2f %10.2f %6.1f%% %7.3f %10.3f %6s", r.mode.c_str(), r.gbps_read(),
+                  r.gbps_io(), r.layer_ms(),
+                  r.gbps_pipe(), r.layers ? r.compute_s * 1e3 / r.layers : 0.0, 100 * r.hidden(), r.tok_s(compute_auto),
+                  r.tok_s_meas(), r.limit_bps > 0 ? (fmt("%.1f", 100 * r.efficiency()) + "%").c_str() : "-");
+      for (const auto& b : bl) {
+        const Row* br = rep.baseline_of(profile, b);
+        std::printf(" %9s", br && br->gbps_io() > 0 && r.mode != b ? (fmt("%.2f", r.gbps_io() / br->gbps_io()) + "x").c_str() : "-");
+      }
+      std::printf("  %s\n", r.verified ? "verified" : "MISMATCH");
+      if (!r.note.empty()) std::printf("  %-11s   (%s; cache: %s)\n", "", r.note.c_str(), r.cache.c_str());
+    }
+  }
+  std::printf("\nhidden: at most %.1f%% here (1 - 1/%u layers). tok/s: 70B Q6_K, 1/(80 x max(%.1f MB / GPU GB/s, "
+              "t_compute)), t_compute = %s; tok/s meas: pipe GB/s / 56.16 GB. eff target >= 97%%.\n",
+              100.0 * (1.0 - 1.0 / n), n, kQ6kLayerBytes / 1e6,
+              compute_auto ? "0 (auto: compute assumed hidden)" : (fmt("%.0f", double(*o.compute_ns) / 1e3) + " us").c_str());
+  for (const Row& r : rows)
+    if (r.ran && r.limit_bps > 0 && r.efficiency() < 0.97 && r.mode.rfind("gpunvme", 0) == 0)
+      std::printf("below the 97%% efficiency target: %s on %s (%.1f%%)\n", r.mode.c_str(), r.profile.c_str(),
+                  100 * r.efficiency());
+  std::printf("%s\n", rep.all_ok ? "OK: every layer of every mode verified" : "FAIL: see MISMATCH / FAILED above");
+}
+
+int run(int argc, char** argv) {
+  const cli::Args args(argc, argv, 1,
+                       {"device", "drives", "image", "layers", "layer-bytes", "gguf", "compute-us", "modes", "drive",
+                        "passes", "threads", "chunk", "gpu-queues", "cpu-queues", "max-command", "emu-opts", "json-out"},
+                       {"deployed", "pace-baselines", "keep", "allow-write", "force", "json", "help"}, {"device"});
+  if (args.help_asked()) return args.print_help("layer_stream", help());
+  const Options o = parse(args);
+  CreatedImages created;
+  created.keep = o.keep;
+
+  // ---- devices and layout ----
+  const bool generated = o.gguf.empty();
+  const uint32_t n_drives = o.devices.empty() ? o.drives : uint32_t(o.devices.size());
+  std::vector<bool> reuse(n_drives, false);
+  ThreadPool pool(std::clamp<uint32_t>(std::thread::hardware_concurrency(), 1, 16));
+  Layout L0;
+  if (generated) L0 = generated_layout(n_drives, o.layers, o.layer_bytes, 4096);
+  const std::vector<DriveDev> devs = o.devices.empty() ? image_drives(o, L0, n_drives, reuse, created) : given_drives(o);
+  // --json-out on a device of the run is refused before anything is written (runtime/guard/output_file.h).
+  std::vector<std::string> run_devices;
+  for (const DriveDev& dv : devs) run_devices.push_back(dv.base);
+  guard::OutputFile json_file =
+      o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, run_devices, "--json-out");
+  const Prepared prep = prepare(o, devs, reuse, std::move(L0), pool);
+  const Layout& L = prep.L;
+
+  // ---- what the baselines read, and the consumer ----
+  BaselineContext bctx;
+  bctx.layout = &L;
+  bctx.threads = o.threads;
+  bctx.chunk = o.chunk;
+  std::string baseline_why;
+  for (uint32_t d = 0; d < n_drives; ++d) {
+    if (!devs[d].file.empty()) bctx.files.push_back({devs[d].file, 0});
+    else if (!generated) bctx.files.push_back({o.gguf, prep.gi.start_byte});
+    else baseline_why = "no file holds the bytes of " + devs[d].base + " (baselines need an emu: file-backed namespace)";
+  }
+  const PageCache cache(bctx.files);
+  std::string consumer_note;
+  const std::unique_ptr<Consumer> consumer = make_consumer(L, consumer_note);
+  bctx.consumer = consumer.get();
+  const RunContext c{o, L, devs, bctx, baseline_why, cache};
+  if (!o.json) print_header(c, reuse, *consumer, consumer_note, prep.setup_s);
+
+  // ---- every (profile, mode), then the report ----
+  const std::vector<Row> rows = run_rows(c, prep.max_transfer);
+  Report rep{c, rows, consumer->describe() + (consumer_note.empty() ? "" : "; " + consumer_note), prep.setup_s};
+  for (const Row& r : rows) rep.all_ok = rep.all_ok && r.verified && r.error.empty();
+  if (json_file) {
+    emit_json(json_file.stream(), rep);
+    json_file.commit();
+  }
+  if (o.json) emit_json(stdout, rep);
+  else print_tables(rep);
+  return rep.all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_tool("layer_stream", help(), [&] { return run(argc, argv); }); }

@@ -29,6 +29,7 @@
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
+#include "runtime/cli/tool_main.h"
 #include "runtime/guard/write_guard.h"
 #include "runtime/io/cpu_block_io.h"
 
@@ -187,11 +188,14 @@ struct Options {
   double seconds = 3;
   uint64_t count = 0;
   uint64_t span = 0;  // 0: whole namespace
+  std::string span_text;  // as given, for messages
   uint64_t seed = 1;
   bool fill = false, verify = false, json = false;
   guard::WritePermission permission;
   uint64_t timeout_ms = 5000;
   std::string label;
+  uint32_t read_pct = 100;
+  bool writes = false;
 };
 
 uint32_t read_pct_of(const Options& o) {
@@ -511,268 +515,312 @@ std::string lat_json(const Summary& s) {
          ",\"p999\":" + num(s.p999, 2) + ",\"max\":" + num(s.max, 2) + "}";
 }
 
-}  // namespace
+// ---------- the run ----------
 
-int main(int argc, char** argv) {
-  try {
-    Options o;
-    cli::Args args(argc, argv, 1,
-                   {"device", "path", "doorbell", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed",
-                    "timeout-ms", "label"},
-                   {"json", "help", "fill", "verify", "no-fill", "allow-write", "force", "gpu-check"}, {"device"});
-    o.devices = args.all("device");
-    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "' (see --help)");
-    if (args.help_asked()) return args.print_help("nvme_perf", {kHelp.brief, kHelp.rest + host::device_string_help()});
-    if (args.has("gpu-check")) {
-      std::string why;
-      const bool ok = perf::gpu_path_usable(&why);
-      std::printf("nvme_perf: GPU path %s%s\n", ok ? "usable" : "not usable: ", ok ? "" : why.c_str());
-      return ok ? 0 : 1;
-    }
-    if (o.devices.empty()) o.devices.push_back("emu:ram,size=1G");
-    if (o.devices.size() > 4) throw cli::UsageError("--device: at most 4 devices (got " + std::to_string(o.devices.size()) + ")");
-    o.path = args.get("path", "cpu");
-    o.doorbell = args.get("doorbell", "auto");
-    o.bs = args.get_size("bs", 128 * 1024);
-    o.qd = uint32_t(std::min<uint64_t>(args.get_u64("qd", 32), 1u << 20));
-    o.nq = uint32_t(std::min<uint64_t>(args.get_u64("queues", 1), 1u << 16));
-    o.rw = args.get("rw", "read");
-    o.mix = uint32_t(std::min<uint64_t>(args.get_u64("mix", 70), 1000));
-    o.seconds = args.get_double("time", 3.0);
-    if (o.seconds <= 0 || o.seconds > 1e6) throw cli::UsageError("--time: '" + args.get("time") + "' is not 0 < seconds <= 1000000");
-    o.count = args.get_u64("count", 0);
-    o.span = args.get_size("span", 0);
-    o.seed = args.get_u64("seed", 1);
-    o.timeout_ms = args.get_u64("timeout-ms", 5000);
-    o.verify = args.has("verify");
-    o.fill = args.has("fill") || (o.verify && !args.has("no-fill"));
-    if (args.has("no-fill") && (args.has("fill") || !o.verify)) throw cli::UsageError("--no-fill goes with --verify, without --fill");
-    o.permission = {args.has("allow-write"), args.has("force")};
-    o.json = args.has("json");
-    o.label = args.get("label", "");
-    if (o.path != "cpu" && o.path != "gpu") throw cli::UsageError("--path must be cpu or gpu");
-    if (!device::parse_doorbell_mode(o.doorbell)) throw cli::UsageError("--doorbell must be auto, gpu or cpu");
-    if (args.has("doorbell") && o.path != "gpu") throw cli::UsageError("--doorbell goes with --path gpu");
-    if (o.rw != "read" && o.rw != "write" && o.rw != "randread" && o.rw != "randwrite" && o.rw != "rw" && o.rw != "randrw")
-      throw cli::UsageError("--rw must be read, write, randread, randwrite, rw or randrw");
-    if (o.mix > 100) throw cli::UsageError("--mix is a percentage: 0..100");
-    if (o.qd == 0 || o.nq == 0) throw cli::UsageError("--qd and --queues must be at least 1");
-    if (o.bs == 0 || o.bs % 512) throw cli::UsageError("--bs must be a positive multiple of 512");
-    if (o.timeout_ms == 0 || o.timeout_ms > 3600000) throw cli::UsageError("--timeout-ms must be 1..3600000");
-    const uint32_t read_pct = read_pct_of(o);
-    // Options that would change nothing, or be cut down, are refused rather than ignored.
-    if (args.has("mix") && o.rw != "rw" && o.rw != "randrw")
-      throw cli::UsageError("--mix applies to --rw rw or randrw; --rw " + o.rw + " issues only " +
-                            (read_pct == 100 ? "reads" : "writes"));
-    if (args.has("count") && args.has("time")) throw cli::UsageError("--count and --time both say when to stop: give one");
-    if (args.has("count") && o.count == 0) throw cli::UsageError("--count must be at least 1");
-    if (o.verify && read_pct == 0) throw cli::UsageError("--verify checks what reads return; --rw " + o.rw + " issues none");
-    const bool writes = read_pct < 100 || o.fill;
-    for (const std::string& d : o.devices) {
-      if (o.verify && emu::is_emu_device(d) && emu::parse_emu_device(d).namespaces.at(0).backing == emu::Backing::kNull)
-        throw cli::UsageError(d + ": --verify needs a device that stores data; emu:null keeps none (use emu:ram)");
-      if (writes)
-        guard::check_write_allowed(d, o.permission,
-                                   "this run writes (--rw " + o.rw + (o.fill ? ", --fill/--verify" : "") + ") over its blocks");
-    }
 
-    const bool gpu = o.path == "gpu";
-    if (gpu) perf::gpu_init();  // before the devices open: CUDA's own threads are not controller threads
+// The options, every refusal that needs no device included.
+Options parse(const cli::Args& args) {
+  Options o;
+  o.devices = args.all("device");
+  if (o.devices.empty()) o.devices.push_back("emu:ram,size=1G");
+  if (o.devices.size() > 4) throw cli::UsageError("--device: at most 4 devices (got " + std::to_string(o.devices.size()) + ")");
+  o.path = args.get("path", "cpu");
+  o.doorbell = args.get("doorbell", "auto");
+  o.bs = args.get_size("bs", 128 * 1024);
+  o.qd = uint32_t(std::min<uint64_t>(args.get_u64("qd", 32), 1u << 20));
+  o.nq = uint32_t(std::min<uint64_t>(args.get_u64("queues", 1), 1u << 16));
+  o.rw = args.get("rw", "read");
+  o.mix = uint32_t(std::min<uint64_t>(args.get_u64("mix", 70), 1000));
+  o.seconds = args.get_double("time", 3.0);
+  if (o.seconds <= 0 || o.seconds > 1e6) throw cli::UsageError("--time: '" + args.get("time") + "' is not 0 < seconds <= 1000000");
+  o.count = args.get_u64("count", 0);
+  o.span = args.get_size("span", 0);
+  o.span_text = args.get("span");
+  o.seed = args.get_u64("seed", 1);
+  o.timeout_ms = args.get_u64("timeout-ms", 5000);
+  o.verify = args.has("verify");
+  o.fill = args.has("fill") || (o.verify && !args.has("no-fill"));
+  if (args.has("no-fill") && (args.has("fill") || !o.verify)) throw cli::UsageError("--no-fill goes with --verify, without --fill");
+  o.permission = {args.has("allow-write"), args.has("force")};
+  o.json = args.has("json");
+  o.label = args.get("label", "");
+  if (o.path != "cpu" && o.path != "gpu") throw cli::UsageError("--path must be cpu or gpu");
+  if (!device::parse_doorbell_mode(o.doorbell)) throw cli::UsageError("--doorbell must be auto, gpu or cpu");
+  if (args.has("doorbell") && o.path != "gpu") throw cli::UsageError("--doorbell goes with --path gpu");
+  if (o.rw != "read" && o.rw != "write" && o.rw != "randread" && o.rw != "randwrite" && o.rw != "rw" && o.rw != "randrw")
+    throw cli::UsageError("--rw must be read, write, randread, randwrite, rw or randrw");
+  if (o.mix > 100) throw cli::UsageError("--mix is a percentage: 0..100");
+  if (o.qd == 0 || o.nq == 0) throw cli::UsageError("--qd and --queues must be at least 1");
+  if (o.bs == 0 || o.bs % 512) throw cli::UsageError("--bs must be a positive multiple of 512");
+  if (o.timeout_ms == 0 || o.timeout_ms > 3600000) throw cli::UsageError("--timeout-ms must be 1..3600000");
+  o.read_pct = read_pct_of(o);
+  // Options that would change nothing, or be cut down, are refused rather than ignored.
+  if (args.has("mix") && o.rw != "rw" && o.rw != "randrw")
+    throw cli::UsageError("--mix applies to --rw rw or randrw; --rw " + o.rw + " issues only " +
+                          (o.read_pct == 100 ? "reads" : "writes"));
+  if (args.has("count") && args.has("time")) throw cli::UsageError("--count and --time both say when to stop: give one");
+  if (args.has("count") && o.count == 0) throw cli::UsageError("--count must be at least 1");
+  if (o.verify && o.read_pct == 0) throw cli::UsageError("--verify checks what reads return; --rw " + o.rw + " issues none");
+  o.writes = o.read_pct < 100 || o.fill;
+  for (const std::string& d : o.devices) {
+    if (o.verify && emu::is_emu_device(d) && emu::parse_emu_device(d).namespaces.at(0).backing == emu::Backing::kNull)
+      throw cli::UsageError(d + ": --verify needs a device that stores data; emu:null keeps none (use emu:ram)");
+    if (o.writes)
+      guard::check_write_allowed(d, o.permission,
+                                 "this run writes (--rw " + o.rw + (o.fill ? ", --fill/--verify" : "") + ") over its blocks");
+  }
+  return o;
+}
 
-    // Open every device, noting the threads that appear meanwhile (the emulator's controller threads).
-    std::vector<Dev> devs(o.devices.size());
-    CpuWindow window;
-    const uint32_t extra = o.fill ? 1 : 0;
-    for (size_t k = 0; k < o.devices.size(); ++k) {
-      Dev& d = devs[k];
-      d.name = o.devices[k];
-      host::ControllerOptions copts;
-      copts.io_queues_wanted = o.nq + extra;
-      const auto before = thread_ids();
-      d.ctrl = host::open_for(writes, d.name, copts);
-      const auto after = thread_ids();
-      std::vector<pid_t> fresh;
-      std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(fresh));
-      window.ctrl_threads.push_back(fresh);
-      d.ns = d.ctrl->namespaces().at(0);
-      if (o.nq + extra > d.ctrl->io_queues_granted())
-        throw cli::UsageError(d.name + ": --queues " + std::to_string(o.nq) + (extra ? " (+1 to fill)" : "") +
-                              ": the controller granted only " + std::to_string(d.ctrl->io_queues_granted()));
-    }
-    const uint32_t lba_bytes = devs[0].ns.lba_bytes;
-    uint64_t span_blocks = ~0ull;
-    for (const Dev& d : devs) {
-      if (d.ns.lba_bytes != lba_bytes)
-        throw cli::UsageError("--device: all devices need the same LBA size (" + devs[0].name + ": " +
-                              std::to_string(lba_bytes) + ", " + d.name + ": " + std::to_string(d.ns.lba_bytes) + ")");
-      span_blocks = std::min(span_blocks, d.ns.blocks);
-      const uint64_t max_bytes = uint64_t(d.ctrl->max_blocks_per_command(d.ns.nsid)) * lba_bytes;
-      if (o.bs > max_bytes)
-        throw cli::UsageError(d.name + ": --bs " + size_text(o.bs) + " is more than one command can move (" +
-                              size_text(max_bytes) + ", MDTS" +
-                              (emu::is_emu_device(d.name) ? "; for emu: add mdts=9 for 2M or mdts=0 for no limit)" : ")"));
-    }
-    if (o.bs % lba_bytes) throw cli::UsageError("--bs must be a multiple of the " + std::to_string(lba_bytes) + "-byte block");
-    if (o.span > span_blocks * lba_bytes)
-      throw cli::UsageError("--span " + args.get("span") + " is more than the namespace holds (" +
-                            size_text(span_blocks * lba_bytes) + (devs.size() > 1 ? ", the smallest device's)" : ")"));
-    if (o.span) span_blocks = o.span / lba_bytes;
-    const uint32_t blocks = uint32_t(o.bs / lba_bytes);
-    if (span_blocks < blocks) throw cli::UsageError("--span is smaller than one command of --bs");
+// Opens every device, noting the threads that appear meanwhile (the emulator's controller threads).
+std::vector<Dev> open_devices(const Options& o, CpuWindow& window) {
+  std::vector<Dev> devs(o.devices.size());
+  const uint32_t extra = o.fill ? 1 : 0;
+  for (size_t k = 0; k < o.devices.size(); ++k) {
+    Dev& d = devs[k];
+    d.name = o.devices[k];
+    host::ControllerOptions copts;
+    copts.io_queues_wanted = o.nq + extra;
+    const auto before = thread_ids();
+    d.ctrl = host::open_for(o.writes, d.name, copts);
+    const auto after = thread_ids();
+    std::vector<pid_t> fresh;
+    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(fresh));
+    window.ctrl_threads.push_back(fresh);
+    d.ns = d.ctrl->namespaces().at(0);
+    if (o.nq + extra > d.ctrl->io_queues_granted())
+      throw cli::UsageError(d.name + ": --queues " + std::to_string(o.nq) + (extra ? " (+1 to fill)" : "") +
+                            ": the controller granted only " + std::to_string(d.ctrl->io_queues_granted()));
+  }
+  return devs;
+}
 
-    for (const Dev& d : devs)
-      if (o.qd + 1 > d.ctrl->max_queue_entries())
-        throw cli::UsageError(d.name + ": --qd " + std::to_string(o.qd) + " needs " + std::to_string(o.qd + 1) +
-                              "-entry queues; the controller allows " + std::to_string(d.ctrl->max_queue_entries()));
+// The workload over the devices opened, refusing what they cannot do (block size, MDTS, span, depth).
+Job make_job(const Options& o, const std::vector<Dev>& devs) {
+  const uint32_t lba_bytes = devs[0].ns.lba_bytes;
+  uint64_t span_blocks = ~0ull;
+  for (const Dev& d : devs) {
+    if (d.ns.lba_bytes != lba_bytes)
+      throw cli::UsageError("--device: all devices need the same LBA size (" + devs[0].name + ": " +
+                            std::to_string(lba_bytes) + ", " + d.name + ": " + std::to_string(d.ns.lba_bytes) + ")");
+    span_blocks = std::min(span_blocks, d.ns.blocks);
+    const uint64_t max_bytes = uint64_t(d.ctrl->max_blocks_per_command(d.ns.nsid)) * lba_bytes;
+    if (o.bs > max_bytes)
+      throw cli::UsageError(d.name + ": --bs " + size_text(o.bs) + " is more than one command can move (" +
+                            size_text(max_bytes) + ", MDTS" +
+                            (emu::is_emu_device(d.name) ? "; for emu: add mdts=9 for 2M or mdts=0 for no limit)" : ")"));
+  }
+  if (o.bs % lba_bytes) throw cli::UsageError("--bs must be a multiple of the " + std::to_string(lba_bytes) + "-byte block");
+  if (o.span > span_blocks * lba_bytes)
+    throw cli::UsageError("--span " + o.span_text + " is more than the namespace holds (" +
+                          size_text(span_blocks * lba_bytes) + (devs.size() > 1 ? ", the smallest device's)" : ")"));
+  if (o.span) span_blocks = o.span / lba_bytes;
+  const uint32_t blocks = uint32_t(o.bs / lba_bytes);
+  if (span_blocks < blocks) throw cli::UsageError("--span is smaller than one command of --bs");
 
-    Job job;
-    job.pattern.first_lba = 0;
-    job.pattern.blocks = blocks;
-    job.pattern.slots = span_blocks / blocks;
-    job.pattern.queues = o.nq;
-    job.pattern.read_pct = read_pct;
-    job.pattern.random = o.rw.rfind("rand", 0) == 0 ? 1 : 0;
-    job.pattern.seed = o.seed;
-    job.bs = o.bs;
-    job.lba_bytes = lba_bytes;
-    job.qd = o.qd;
-    job.seconds = o.seconds;
-    job.per_queue_count = o.count ? (o.count + o.nq - 1) / o.nq : 0;
-    job.timeout_ns = o.timeout_ms * 1000000ull;
-    job.verify = o.verify;
-    job.doorbell = *device::parse_doorbell_mode(o.doorbell);
+  for (const Dev& d : devs)
+    if (o.qd + 1 > d.ctrl->max_queue_entries())
+      throw cli::UsageError(d.name + ": --qd " + std::to_string(o.qd) + " needs " + std::to_string(o.qd + 1) +
+                            "-entry queues; the controller allows " + std::to_string(d.ctrl->max_queue_entries()));
 
-    if (writes)
-      for (Dev& d : devs) check_before_writes(d, o.permission);
-    std::vector<host::RecoveryStats> fill_recovery;  // per device, added to its measured run's
-    if (o.fill)
-      for (Dev& d : devs) fill_recovery.push_back(fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * blocks, o.json));
+  Job job;
+  job.pattern.first_lba = 0;
+  job.pattern.blocks = blocks;
+  job.pattern.slots = span_blocks / blocks;
+  job.pattern.queues = o.nq;
+  job.pattern.read_pct = o.read_pct;
+  job.pattern.random = o.rw.rfind("rand", 0) == 0 ? 1 : 0;
+  job.pattern.seed = o.seed;
+  job.bs = o.bs;
+  job.lba_bytes = lba_bytes;
+  job.qd = o.qd;
+  job.seconds = o.seconds;
+  job.per_queue_count = o.count ? (o.count + o.nq - 1) / o.nq : 0;
+  job.timeout_ns = o.timeout_ms * 1000000ull;
+  job.verify = o.verify;
+  job.doorbell = *device::parse_doorbell_mode(o.doorbell);
+  return job;
+}
 
-    host::DmaOptions gm;
-    gm.gpu_mapped = gpu;
+// The signature check and --fill, the measured queues, the run on the path asked for; per device.
+std::vector<DeviceResult> run_job(const Options& o, std::vector<Dev>& devs, const Job& job, CpuWindow& window) {
+  const bool gpu = o.path == "gpu";
+  if (o.writes)
+    for (Dev& d : devs) check_before_writes(d, o.permission);
+  std::vector<host::RecoveryStats> fill_recovery;  // per device, added to its measured run's
+  if (o.fill)
+    for (Dev& d : devs) fill_recovery.push_back(fill_span(d, uint16_t(o.nq + 1), job.pattern.slots * job.pattern.blocks, o.json));
+
+  host::DmaOptions gm;
+  gm.gpu_mapped = gpu;
+  for (Dev& d : devs) {
+    const uint32_t entries = std::min<uint32_t>(d.ctrl->max_queue_entries(), std::max<uint32_t>(o.qd + 1, 64));
+    for (uint32_t q = 0; q < o.nq; ++q)
+      d.qps.push_back(gpu ? d.ctrl->create_io_queue_pair(uint16_t(q + 1), entries, gm)
+                          : d.ctrl->create_io_queue_pair(uint16_t(q + 1), entries));
+  }
+
+  std::vector<DeviceResult> results;
+  if (gpu) {
+    std::vector<perf::GpuDevice> gd;
     for (Dev& d : devs) {
-      const uint32_t entries = std::min<uint32_t>(d.ctrl->max_queue_entries(), std::max<uint32_t>(o.qd + 1, 64));
-      for (uint32_t q = 0; q < o.nq; ++q)
-        d.qps.push_back(gpu ? d.ctrl->create_io_queue_pair(uint16_t(q + 1), entries, gm)
-                            : d.ctrl->create_io_queue_pair(uint16_t(q + 1), entries));
+      perf::GpuDevice g;
+      g.name = d.name;
+      g.controller = d.ctrl.get();
+      g.nsid = d.ns.nsid;
+      for (auto& qp : d.qps) g.queues.push_back(qp.get());
+      gd.push_back(std::move(g));
     }
+    results = perf::run_gpu(gd, job, [&] { window.start(); }, [&] { window.end(); });
+  } else {
+    results = run_cpu(devs, job, window);
+  }
+  for (size_t k = 0; k < results.size(); ++k) results[k].controller_cpu_s = window.ctrl_s.at(k);
+  for (size_t k = 0; k < fill_recovery.size(); ++k) results.at(k).recovery += fill_recovery[k];
+  if (!gpu)
+    for (Dev& d : devs)
+      for (auto& qp : d.qps) d.ctrl->delete_io_queue_pair(*qp);
+  return results;
+}
 
-    std::vector<DeviceResult> results;
-    if (gpu) {
-      std::vector<perf::GpuDevice> gd;
-      for (Dev& d : devs) {
-        perf::GpuDevice g;
-        g.name = d.name;
-        g.controller = d.ctrl.get();
-        g.nsid = d.ns.nsid;
-        for (auto& qp : d.qps) g.queues.push_back(qp.get());
-        gd.push_back(std::move(g));
-      }
-      results = perf::run_gpu(gd, job, [&] { window.start(); }, [&] { window.end(); });
-    } else {
-      results = run_cpu(devs, job, window);
-    }
-    for (size_t k = 0; k < results.size(); ++k) results[k].controller_cpu_s = window.ctrl_s.at(k);
-    for (size_t k = 0; k < fill_recovery.size(); ++k) results.at(k).recovery += fill_recovery[k];
-    if (!gpu)
-      for (Dev& d : devs)
-        for (auto& qp : d.qps) d.ctrl->delete_io_queue_pair(*qp);
+// What the report prints: the totals and the CPU time split.
+struct Report {
+  DeviceResult total;
+  Summary ts;
+  double cpu_s = 0, ctrl_s = 0, host_s = 0;
+  std::string first_error;
+};
 
-    const DeviceResult total = total_of(results);
-    const Summary ts = summarize(total);
-    const double cpu_s = window.process_s();
-    const double ctrl_s = total.controller_cpu_s;
-    const double host_s = ctrl_s < 0 ? -1 : std::max(0.0, cpu_s - ctrl_s);
-    const bool failed = total.errors != 0 || total.verify_errors != 0 || total.ios == 0 ||
-                        std::any_of(results.begin(), results.end(), [](const DeviceResult& r) { return !r.faults.empty(); });
-    std::string first_error = total.first_error.empty() ? total.first_verify_error : total.first_error;
-    if (first_error.empty() && total.ios == 0) first_error = "no command completed";
-    // No figure from a run whose commands never completed or whose bytes did not verify.
-    if (total.ios == 0 || total.verify_errors != 0) {
-      std::string why = total.ios == 0 ? first_error : "";
-      if (total.verify_errors)
-        why += (why.empty() ? "" : "; ") + u64(total.verify_errors) + " reads did not verify, first: " +
-               total.first_verify_error;
-      std::fprintf(stderr, "nvme_perf: error: %s; no figures printed\n", why.c_str());
-      return 1;
-    }
+std::string report_json(const Options& o, const std::vector<Dev>& devs, const Job& job,
+                        const std::vector<DeviceResult>& results, const Report& rep) {
+  const bool gpu = o.path == "gpu";
+  const uint32_t read_pct = o.read_pct;
+  const DeviceResult& total = rep.total;
+  const Summary& ts = rep.ts;
+  const double cpu_s = rep.cpu_s, ctrl_s = rep.ctrl_s, host_s = rep.host_s;
+  const std::string& first_error = rep.first_error;
+  std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"label\":" +
+                  (o.label.empty() ? std::string("null") : json_string(o.label)) + ",\"path\":" + json_string(o.path) +
+                  ",\"doorbell\":" + (gpu ? json_string(results[0].doorbell) : std::string("null")) +
+                  ",\"devices\":[";
+  for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_string(devs[k].name);
+  j += "],\"device\":" + json_string(devs[0].name) + ",\"rw\":" + json_string(o.rw) + ",\"mix\":" + u64(read_pct) +
+       ",\"bs\":" + u64(o.bs) + ",\"qd\":" + u64(o.qd) + ",\"queues\":" + u64(o.nq) +
+       ",\"time_s\":" + (o.count ? std::string("null") : num(o.seconds, 3)) + ",\"count\":" + u64(o.count) +
+       ",\"span_bytes\":" + u64(job.pattern.slots * o.bs) + ",\"seed\":" + u64(o.seed) +
+       ",\"fill\":" + (o.fill ? "true" : "false") + ",\"verify\":" + (o.verify ? "true" : "false") +
+       ",\"seconds\":" + num(ts.seconds, 4) + ",\"ios\":" + u64(total.ios) + ",\"reads\":" + u64(total.reads) +
+       ",\"writes\":" + u64(total.writes) + ",\"errors\":" + u64(total.errors) +
+       ",\"verify_errors\":" + u64(total.verify_errors) + ",\"iops\":" + num(ts.iops, 1) +
+       ",\"gbps\":" + num(ts.gbps, 4) + ",\"lat_us\":" + lat_json(ts) + ",\"cpu_seconds\":" + num(cpu_s, 3) +
+       ",\"controller_cpu_seconds\":" + cpu_or_null(ctrl_s) + ",\"host_cpu_seconds\":" + cpu_or_null(host_s) +
+       ",\"recovery\":" + host::recovery_json(total.recovery) + ",\"per_device\":[";
+  for (size_t k = 0; k < results.size(); ++k) {
+    const DeviceResult& r = results[k];
+    const Summary s = summarize(r);
+    j += std::string(k ? "," : "") + "{\"device\":" + json_string(r.device) + ",\"seconds\":" + num(s.seconds, 4) +
+         ",\"ios\":" + u64(r.ios) + ",\"reads\":" + u64(r.reads) + ",\"writes\":" + u64(r.writes) +
+         ",\"errors\":" + u64(r.errors) + ",\"verify_errors\":" + u64(r.verify_errors) + ",\"iops\":" + num(s.iops, 1) +
+         ",\"gbps\":" + num(s.gbps, 4) + ",\"lat_us\":" + lat_json(s) +
+         ",\"controller_cpu_seconds\":" + cpu_or_null(r.controller_cpu_s) + ",\"buffer_slots\":" + u64(r.buffer_slots) +
+         ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_string(r.first_verify_error)) : json_string(r.first_error)) +
+         ",\"faults\":" + (r.faults.empty() ? "null" : json_string(r.faults)) + ",\"chunks\":" + u64(r.chunks) +
+         ",\"untimed\":" + u64(r.untimed) + ",\"recovery\":" + host::recovery_json(r.recovery) + "}";
+  }
+  j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_string(first_error)) + "}";
+  return j;
+}
 
-    if (o.json) {
-      std::string j = "{\"tool\":\"nvme_perf\",\"version\":2,\"label\":" +
-                      (o.label.empty() ? std::string("null") : json_string(o.label)) + ",\"path\":" + json_string(o.path) +
-                      ",\"doorbell\":" + (gpu ? json_string(results[0].doorbell) : std::string("null")) +
-                      ",\"devices\":[";
-      for (size_t k = 0; k < devs.size(); ++k) j += (k ? "," : "") + json_string(devs[k].name);
-      j += "],\"device\":" + json_string(devs[0].name) + ",\"rw\":" + json_string(o.rw) + ",\"mix\":" + u64(read_pct) +
-           ",\"bs\":" + u64(o.bs) + ",\"qd\":" + u64(o.qd) + ",\"queues\":" + u64(o.nq) +
-           ",\"time_s\":" + (o.count ? std::string("null") : num(o.seconds, 3)) + ",\"count\":" + u64(o.count) +
-           ",\"span_bytes\":" + u64(job.pattern.slots * o.bs) + ",\"seed\":" + u64(o.seed) +
-           ",\"fill\":" + (o.fill ? "true" : "false") + ",\"verify\":" + (o.verify ? "true" : "false") +
-           ",\"seconds\":" + num(ts.seconds, 4) + ",\"ios\":" + u64(total.ios) + ",\"reads\":" + u64(total.reads) +
-           ",\"writes\":" + u64(total.writes) + ",\"errors\":" + u64(total.errors) +
-           ",\"verify_errors\":" + u64(total.verify_errors) + ",\"iops\":" + num(ts.iops, 1) +
-           ",\"gbps\":" + num(ts.gbps, 4) + ",\"lat_us\":" + lat_json(ts) + ",\"cpu_seconds\":" + num(cpu_s, 3) +
-           ",\"controller_cpu_seconds\":" + cpu_or_null(ctrl_s) + ",\"host_cpu_seconds\":" + cpu_or_null(host_s) +
-           ",\"recovery\":" + host::recovery_json(total.recovery) + ",\"per_device\":[";
-      for (size_t k = 0; k < results.size(); ++k) {
-        const DeviceResult& r = results[k];
-        const Summary s = summarize(r);
-        j += std::string(k ? "," : "") + "{\"device\":" + json_string(r.device) + ",\"seconds\":" + num(s.seconds, 4) +
-             ",\"ios\":" + u64(r.ios) + ",\"reads\":" + u64(r.reads) + ",\"writes\":" + u64(r.writes) +
-             ",\"errors\":" + u64(r.errors) + ",\"verify_errors\":" + u64(r.verify_errors) + ",\"iops\":" + num(s.iops, 1) +
-             ",\"gbps\":" + num(s.gbps, 4) + ",\"lat_us\":" + lat_json(s) +
-             ",\"controller_cpu_seconds\":" + cpu_or_null(r.controller_cpu_s) + ",\"buffer_slots\":" + u64(r.buffer_slots) +
-             ",\"first_error\":" + (r.first_error.empty() ? (r.first_verify_error.empty() ? "null" : json_string(r.first_verify_error)) : json_string(r.first_error)) +
-             ",\"faults\":" + (r.faults.empty() ? "null" : json_string(r.faults)) + ",\"chunks\":" + u64(r.chunks) +
-             ",\"untimed\":" + u64(r.untimed) + ",\"recovery\":" + host::recovery_json(r.recovery) + "}";
-      }
-      j += "],\"first_error\":" + (first_error.empty() ? std::string("null") : json_string(first_error)) + "}";
-      std::printf("%s\n", j.c_str());
-    } else {
-      if (!o.label.empty()) std::printf("%s\n", text::printable(o.label).c_str());
-      std::printf("nvme_perf  path %s  rw %s (%u%% reads)  bs %s  qd %u  queues %u  %s%s%s\n", o.path.c_str(), o.rw.c_str(),
-                  read_pct, size_text(o.bs).c_str(), o.qd, o.nq,
-                  o.count ? ("count " + u64(o.count)).c_str() : ("time " + num(o.seconds, 2) + " s").c_str(),
-                  o.fill ? "  filled" : "", o.verify ? "  verified" : "");
-      if (gpu)
-        for (const DeviceResult& r : results) std::printf("  %s: %s\n", r.device.c_str(), r.doorbell_note.c_str());
-      const int wdev = 34;
-      std::printf("  %-*s %12s %12s %9s %9s %9s %9s %9s %9s %7s\n", wdev, "device", "ios", "IOPS", "GB/s", "mean us",
-                  "p50 us", "p99 us", "p99.9 us", "max us", "errors");
-      auto row = [&](const DeviceResult& r) {
-        const Summary s = summarize(r);
-        std::string name = text::printable(r.device);
-        if (int(name.size()) > wdev) name = name.substr(0, wdev - 3) + "...";
-        std::printf("  %-*s %12llu %12.0f %9.3f %9.1f %9.1f %9.1f %9.1f %9.1f %7llu\n", wdev, name.c_str(),
-                    (unsigned long long)r.ios, s.iops, s.gbps, s.mean, s.p50, s.p99, s.p999, s.max,
-                    (unsigned long long)(r.errors + r.verify_errors));
-      };
-      for (const DeviceResult& r : results) row(r);
-      if (results.size() > 1) row(total);
-      std::printf("  CPU time %.2f s over %.2f s: ", cpu_s, ts.seconds);
-      if (ctrl_s >= 0)
-        std::printf("%.2f s emulator controller threads, %.2f s the rest (%s)\n", ctrl_s, host_s,
-                    gpu ? "host waiting on the GPU, CUDA runtime" : "host I/O threads");
-      else
-        std::printf("process total (controller threads not separable)\n");
-      std::printf("  recovery: %s\n", host::recovery_text(total.recovery).c_str());
-      for (const DeviceResult& r : results) {
-        if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", text::printable(r.device).c_str(), r.first_error.c_str());
-        if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", text::printable(r.device).c_str(), r.faults.c_str());
-        if (r.untimed)
-          std::printf("  %s: %llu completions had no visible submit time (left out of the latencies)\n", text::printable(r.device).c_str(),
-                      (unsigned long long)r.untimed);
-        if (r.verify_errors)
-          std::printf("  %s: %llu verify mismatches; first: %s\n", text::printable(r.device).c_str(), (unsigned long long)r.verify_errors,
-                      r.first_verify_error.c_str());
-      }
-    }
-    return failed ? 1 : 0;
-  } catch (const cli::UsageError& e) {
-    std::fprintf(stderr, "nvme_perf: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "nvme_perf: error: %s\n", e.what());
-    return 1;
+void print_table(const Options& o, const std::vector<DeviceResult>& results, const Report& rep) {
+  const bool gpu = o.path == "gpu";
+  const uint32_t read_pct = o.read_pct;
+  const DeviceResult& total = rep.total;
+  const Summary& ts = rep.ts;
+  const double cpu_s = rep.cpu_s, ctrl_s = rep.ctrl_s, host_s = rep.host_s;
+  if (!o.label.empty()) std::printf("%s\n", text::printable(o.label).c_str());
+  std::printf("nvme_perf  path %s  rw %s (%u%% reads)  bs %s  qd %u  queues %u  %s%s%s\n", o.path.c_str(), o.rw.c_str(),
+              read_pct, size_text(o.bs).c_str(), o.qd, o.nq,
+              o.count ? ("count " + u64(o.count)).c_str() : ("time " + num(o.seconds, 2) + " s").c_str(),
+              o.fill ? "  filled" : "", o.verify ? "  verified" : "");
+  if (gpu)
+    for (const DeviceResult& r : results) std::printf("  %s: %s\n", r.device.c_str(), r.doorbell_note.c_str());
+  const int wdev = 34;
+  std::printf("  %-*s %12s %12s %9s %9s %9s %9s %9s %9s %7s\n", wdev, "device", "ios", "IOPS", "GB/s", "mean us",
+              "p50 us", "p99 us", "p99.9 us", "max us", "errors");
+  auto row = [&](const DeviceResult& r) {
+    const Summary s = summarize(r);
+    std::string name = text::printable(r.device);
+    if (int(name.size()) > wdev) name = name.substr(0, wdev - 3) + "...";
+    std::printf("  %-*s %12llu %12.0f %9.3f %9.1f %9.1f %9.1f %9.1f %9.1f %7llu\n", wdev, name.c_str(),
+                (unsigned long long)r.ios, s.iops, s.gbps, s.mean, s.p50, s.p99, s.p999, s.max,
+                (unsigned long long)(r.errors + r.verify_errors));
+  };
+  for (const DeviceResult& r : results) row(r);
+  if (results.size() > 1) row(total);
+  std::printf("  CPU time %.2f s over %.2f s: ", cpu_s, ts.seconds);
+  if (ctrl_s >= 0)
+    std::printf("%.2f s emulator controller threads, %.2f s the rest (%s)\n", ctrl_s, host_s,
+                gpu ? "host waiting on the GPU, CUDA runtime" : "host I/O threads");
+  else
+    std::printf("process total (controller threads not separable)\n");
+  std::printf("  recovery: %s\n", host::recovery_text(total.recovery).c_str());
+  for (const DeviceResult& r : results) {
+    if (!r.first_error.empty()) std::printf("  %s: first error: %s\n", text::printable(r.device).c_str(), r.first_error.c_str());
+    if (!r.faults.empty()) std::printf("  %s: queue faults: %s\n", text::printable(r.device).c_str(), r.faults.c_str());
+    if (r.untimed)
+      std::printf("  %s: %llu completions had no visible submit time (left out of the latencies)\n", text::printable(r.device).c_str(),
+                  (unsigned long long)r.untimed);
+    if (r.verify_errors)
+      std::printf("  %s: %llu verify mismatches; first: %s\n", text::printable(r.device).c_str(), (unsigned long long)r.verify_errors,
+                  r.first_verify_error.c_str());
   }
 }
+
+int run(int argc, char** argv) {
+  cli::Args args(argc, argv, 1,
+                 {"device", "path", "doorbell", "bs", "qd", "queues", "rw", "mix", "time", "count", "span", "seed",
+                  "timeout-ms", "label"},
+                 {"json", "help", "fill", "verify", "no-fill", "allow-write", "force", "gpu-check"}, {"device"});
+  if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
+  if (args.help_asked()) return args.print_help("nvme_perf", {kHelp.brief, kHelp.rest + host::device_string_help()});
+  if (args.has("gpu-check")) {
+    std::string why;
+    const bool ok = perf::gpu_path_usable(&why);
+    std::printf("nvme_perf: GPU path %s%s\n", ok ? "usable" : "not usable: ", ok ? "" : why.c_str());
+    return ok ? 0 : 1;
+  }
+  const Options o = parse(args);
+  if (o.path == "gpu") perf::gpu_init();  // before the devices open: CUDA's own threads are not controller threads
+  CpuWindow window;
+  std::vector<Dev> devs = open_devices(o, window);
+  const Job job = make_job(o, devs);
+  const std::vector<DeviceResult> results = run_job(o, devs, job, window);
+
+  Report rep;
+  rep.total = total_of(results);
+  rep.ts = summarize(rep.total);
+  rep.cpu_s = window.process_s();
+  rep.ctrl_s = rep.total.controller_cpu_s;
+  rep.host_s = rep.ctrl_s < 0 ? -1 : std::max(0.0, rep.cpu_s - rep.ctrl_s);
+  const DeviceResult& total = rep.total;
+  const bool failed = total.errors != 0 || total.verify_errors != 0 || total.ios == 0 ||
+                      std::any_of(results.begin(), results.end(), [](const DeviceResult& r) { return !r.faults.empty(); });
+  rep.first_error = total.first_error.empty() ? total.first_verify_error : total.first_error;
+  if (rep.first_error.empty() && total.ios == 0) rep.first_error = "no command completed";
+  // No figure from a run whose commands never completed or whose bytes did not verify.
+  if (total.ios == 0 || total.verify_errors != 0) {
+    std::string why = total.ios == 0 ? rep.first_error : "";
+    if (total.verify_errors)
+      why += (why.empty() ? "" : "; ") + u64(total.verify_errors) + " reads did not verify, first: " +
+             total.first_verify_error;
+    std::fprintf(stderr, "nvme_perf: error: %s; no figures printed\n", why.c_str());
+    return 1;
+  }
+  if (o.json) std::printf("%s\n", report_json(o, devs, job, results, rep).c_str());
+  else print_table(o, results, rep);
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_tool("nvme_perf", kHelp, [&] { return run(argc, argv); }); }
