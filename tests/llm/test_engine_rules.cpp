@@ -1,12 +1,16 @@
 // The engine's rules a hostile or careless input meets first (issue 32): RoPE over part of a head
 // (rope.dimension_count) and llama.cpp's refusals of the values it cannot be, top-k 0 as llama.cpp's
-// "no limit", and a run stopped, naming the position, at the first logits that are not finite.
+// "no limit", and a run stopped, naming the position, at the first logits that are not finite; qwen3's and
+// qwen3moe's configuration as llama.cpp reads it (issue 33).
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "examples/llm/compute/ops.h"
@@ -50,8 +54,10 @@ void check_partial_rope(RopeLayout layout) {
   for (uint32_t i = n_rot; i < head; ++i) CHECK(h[i] == float(0.25 * i - 0.6));  // untouched, to the bit
 }
 
-// A header-only GGUF of `arch` with head size 64 (256 / 4 heads) and, when given, rope.dimension_count.
-gguf::GgufFile header(const std::string& arch, std::optional<uint32_t> n_rot) {
+// A header-only GGUF of `arch` with head size 64 (256 / 4 heads) and, when given, rope.dimension_count and
+// `more` keys (u32, named without the "<arch>." prefix).
+gguf::GgufFile header(const std::string& arch, std::optional<uint32_t> n_rot,
+                      const std::vector<std::pair<std::string, uint32_t>>& more = {}) {
   b::Spec s;
   const std::string a = arch + ".";
   s.kvs = {b::kv_str("general.architecture", arch), b::kv_u32(a + "context_length", 512),
@@ -59,6 +65,7 @@ gguf::GgufFile header(const std::string& arch, std::optional<uint32_t> n_rot) {
            b::kv_u32(a + "feed_forward_length", 512), b::kv_u32(a + "attention.head_count", 4)};
   if (arch == "gemma3") s.kvs.push_back(b::kv_u32(a + "attention.sliding_window", 16));
   if (n_rot) s.kvs.push_back(b::kv_u32(a + "rope.dimension_count", *n_rot));
+  for (const auto& [key, value] : more) s.kvs.push_back(b::kv_u32(a + key, value));
   s.tensors.emplace_back("token_embd.weight", std::vector<uint64_t>{256, 10}, uint32_t(GgmlType::F32), 256 * 10 * 4);
   return gguf::GgufFile::parse(b::build(s).bytes);
 }
@@ -103,6 +110,45 @@ TEST_CASE("rope.dimension_count: read, and refused as llama.cpp refuses it, nami
     INFO(arch << " " << n);
     CHECK_THROWS_WITH(read_config(header(arch, n)), ContainsSubstring(why));
   }
+}
+
+// llama.cpp's src/models/qwen3.cpp and qwen3moe.cpp, and llama_model_rope_type (NEOX for both).
+TEST_CASE("qwen3 and qwen3moe: NEOX RoPE, Q/K norms, the experts' width as llama.cpp reads it", "[llm][arch]") {
+  const ModelConfig dense =
+      read_config(header("qwen3", std::nullopt, {{"attention.key_length", 128}, {"expert_count", 8}, {"expert_used_count", 2}}));
+  CHECK(dense.arch == Arch::kQwen3);
+  CHECK(dense.rope == RopeLayout::kNeox);
+  CHECK(dense.qk_norm);
+  CHECK_FALSE(dense.post_norms);
+  CHECK(dense.head_dim == 128);  // wider than 256 / 4, as Qwen3's real heads are
+  CHECK(dense.q_dim() == 512);
+  CHECK(dense.n_ff == 512);
+  CHECK_FALSE(dense.is_moe());  // qwen3's graph has no experts, whatever expert_count says
+
+  const std::vector<std::pair<std::string, uint32_t>> routed = {{"expert_count", 8}, {"expert_used_count", 2}};
+  auto with = routed;
+  with.emplace_back("expert_feed_forward_length", 128);
+  const ModelConfig moe = read_config(header("qwen3moe", std::nullopt, with));
+  CHECK(moe.arch == Arch::kQwen3Moe);
+  CHECK(moe.rope == RopeLayout::kNeox);
+  CHECK(moe.qk_norm);
+  CHECK(moe.n_expert == 8);
+  CHECK(moe.n_expert_used == 2);
+  CHECK(moe.n_ff == 128);  // expert_feed_forward_length, not feed_forward_length (512)
+  CHECK(moe.n_ff_from == "qwen3moe.expert_feed_forward_length = 128");
+
+  // Without the key llama.cpp takes feed_forward_length / expert_used_count; the shape errors say so.
+  const ModelConfig fallback = read_config(header("qwen3moe", std::nullopt, routed));
+  CHECK(fallback.n_ff == 256);
+  CHECK_THAT(fallback.n_ff_from, ContainsSubstring("no qwen3moe.expert_feed_forward_length") &&
+                                     ContainsSubstring("feed_forward_length / expert_used_count = 512 / 2"));
+
+  // Every qwen3moe layer is routed: llama.cpp refuses one without experts.
+  CHECK_THROWS_WITH(read_config(header("qwen3moe", std::nullopt)), ContainsSubstring("qwen3moe.expert_count"));
+  CHECK_THROWS_WITH(read_config(header("qwen3moe", std::nullopt, {{"expert_count", 8}})),
+                    ContainsSubstring("qwen3moe.expert_used_count"));
+  CHECK_THROWS_WITH(read_config(header("qwen3", 32)), ContainsSubstring("qwen3.rope.dimension_count = 32 differs from the head size 64"));
+  CHECK_THROWS_WITH(read_config(header("qwen4", std::nullopt)), ContainsSubstring("qwen3, qwen3moe"));
 }
 
 TEST_CASE("top-k 0 samples from the whole vocabulary, as llama.cpp's k <= 0; top-k K from the K best", "[llm][sampler]") {

@@ -33,8 +33,28 @@ Arch arch_of(const std::string& name) {
   if (name == "llama") return Arch::kLlama;
   if (name == "qwen2") return Arch::kQwen2;
   if (name == "gemma3") return Arch::kGemma3;
+  if (name == "qwen3") return Arch::kQwen3;
+  if (name == "qwen3moe") return Arch::kQwen3Moe;
   throw std::runtime_error("architecture '" + text::printable(name) + "' is not supported; the engine runs " +
                            supported_architectures());
+}
+
+// llama.cpp's qwen3moe (src/models/qwen3moe.cpp): every layer routed (expert_count and expert_used_count
+// required), softmax over all the router's logits, the top expert_used_count weights renormalised to sum 1
+// (build_moe_ffn with norm_w; no weight scale: it does not read expert_weights_scale), the experts
+// expert_feed_forward_length wide, or feed_forward_length / expert_used_count where the key is absent.
+void qwen3moe_experts(ModelConfig& c, const Reader& r) {
+  c.n_expert = r.u32("expert_count");
+  c.n_expert_used = r.u32("expert_used_count");
+  const std::string key = r.prefix + "expert_feed_forward_length";
+  if (r.md.contains(key)) {
+    c.n_ff = r.u32("expert_feed_forward_length");
+    c.n_ff_from = key + " = " + std::to_string(c.n_ff);
+  } else {
+    c.n_ff_from = "no " + key + ", so " + r.prefix + "feed_forward_length / expert_used_count = " +
+                  std::to_string(c.n_ff) + " / " + std::to_string(c.n_expert_used) + ", as llama.cpp takes it";
+    c.n_ff /= c.n_expert_used;
+  }
 }
 
 void apply_arch_rules(ModelConfig& c, const Reader& r) {
@@ -56,6 +76,18 @@ void apply_arch_rules(ModelConfig& c, const Reader& r) {
       c.act = FfnAct::kGelu;
       c.qk_norm = c.post_norms = true;
       break;
+    case Arch::kQwen3:
+      // llama.cpp's qwen3 (src/models/qwen3.cpp): NEOX RoPE, Q and K RMS-normed per head before it, no
+      // experts (its graph has none, whatever expert_count says).
+      c.rope = RopeLayout::kNeox;
+      c.qk_norm = true;
+      c.n_expert = c.n_expert_used = 0;
+      break;
+    case Arch::kQwen3Moe:
+      c.rope = RopeLayout::kNeox;
+      c.qk_norm = true;
+      qwen3moe_experts(c, r);
+      break;
   }
 }
 
@@ -75,7 +107,7 @@ void check_rope_dims(const ModelConfig& c, const std::string& key) {
 
 }  // namespace
 
-const char* supported_architectures() { return "llama (dense and Mixtral-style MoE), qwen2, gemma3"; }
+const char* supported_architectures() { return "llama (dense and Mixtral-style MoE), qwen2, gemma3, qwen3, qwen3moe"; }
 
 ModelConfig read_config(const gguf::GgufFile& f) {
   ModelConfig c;
@@ -89,6 +121,7 @@ ModelConfig read_config(const gguf::GgufFile& f) {
   c.n_head_kv = r.u32_or("attention.head_count_kv", c.n_head);
   c.head_dim = r.u32_or("attention.key_length", c.n_embd / c.n_head);
   c.n_ff = r.u32("feed_forward_length");
+  c.n_ff_from = r.prefix + "feed_forward_length = " + std::to_string(c.n_ff);
   c.n_ctx_train = r.u32("context_length");
   c.rms_eps = r.f32_or("attention.layer_norm_rms_epsilon", 1e-5f);
   c.rope_base = r.f32_or("rope.freq_base", 10000.0f);

@@ -9,10 +9,10 @@
 
 namespace gpunvme::llm {
 
-enum class Arch { kLlama, kQwen2, kGemma3 };
+enum class Arch { kLlama, kQwen2, kGemma3, kQwen3, kQwen3Moe };
 
 // How RoPE pairs the dimensions of a head: kNorm rotates (x[2i], x[2i+1]) (llama), kNeox rotates
-// (x[i], x[i + d/2]) (qwen2, gemma3). llama.cpp's LLAMA_ROPE_TYPE_NORM / _NEOX.
+// (x[i], x[i + d/2]) (qwen2, gemma3, qwen3, qwen3moe). llama.cpp's LLAMA_ROPE_TYPE_NORM / _NEOX.
 enum class RopeLayout { kNorm, kNeox };
 // The feed-forward activation: SiLU (SwiGLU: llama, qwen2) or GELU, tanh form (GeGLU: gemma3).
 enum class FfnAct { kSilu, kGelu };
@@ -20,7 +20,9 @@ enum class FfnAct { kSilu, kGelu };
 struct ModelConfig {
   Arch arch = Arch::kLlama;
   std::string arch_name;
-  uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+  uint32_t n_ff = 0;               // the FFN's width; in an MoE model each expert's (qwen3moe: expert_feed_forward_length)
+  std::string n_ff_from;           // the key(s) n_ff was read from, for the shape errors of the FFN tensors
   uint32_t n_rot = 0;              // RoPE rotates a head's first n_rot dimensions (<arch>.rope.dimension_count)
   uint32_t n_vocab = 0, n_ctx_train = 0;
   uint32_t n_expert = 0, n_expert_used = 0;  // 0: dense
@@ -33,7 +35,7 @@ struct ModelConfig {
   float embd_scale = 1.0f;         // token embeddings are multiplied by this (gemma3: sqrt(n_embd))
   float attn_scale = 1.0f;         // q·k is multiplied by this
   FfnAct act = FfnAct::kSilu;
-  bool qk_norm = false;            // per-head RMS norm of Q and K (gemma3)
+  bool qk_norm = false;            // per-head RMS norm of Q and K, before RoPE (gemma3, qwen3, qwen3moe)
   bool post_norms = false;         // RMS norm after attention and after the FFN (gemma3)
 
   bool is_moe() const { return n_expert > 0; }
@@ -46,7 +48,7 @@ struct ModelConfig {
 // missing or inconsistent value, and naming the supported architectures for any other one.
 ModelConfig read_config(const gguf::GgufFile& f);
 
-// "llama, qwen2, gemma3"
+// "llama (dense and Mixtral-style MoE), qwen2, gemma3, qwen3, qwen3moe"
 const char* supported_architectures();
 
 }  // namespace gpunvme::llm

@@ -12,9 +12,10 @@ std::string shape_text(const gguf::TensorInfo& t) {
   return s + "]";
 }
 
-// The tensor `name`, which must have shape {cols, rows, mats} (trailing 1s may be omitted).
+// The tensor `name`, which must have shape {cols, rows, mats} (trailing 1s may be omitted); a shape error
+// names `from`, the settings the shape came from, where given.
 TensorRef want(const gguf::GgufFile& f, const std::string& name, uint64_t cols, uint64_t rows = 1, uint64_t mats = 1,
-               bool optional = false) {
+               bool optional = false, const std::string& from = {}) {
   const gguf::TensorInfo* t = f.find_tensor(name);
   if (!t) {
     if (optional) return {};
@@ -25,7 +26,8 @@ TensorRef want(const gguf::GgufFile& f, const std::string& name, uint64_t cols, 
                              ", which the engine does not compute (F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K)");
   if (t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != mats || t->ne[3] != 1)
     throw std::runtime_error("tensor " + name + " has shape " + shape_text(*t) + ", the model's settings imply [" +
-                             std::to_string(cols) + ", " + std::to_string(rows) + (mats > 1 ? ", " + std::to_string(mats) : "") + "]");
+                             std::to_string(cols) + ", " + std::to_string(rows) + (mats > 1 ? ", " + std::to_string(mats) : "") + "]" +
+                             (from.empty() ? "" : " (" + from + ")"));
   if (cols % 32) throw std::runtime_error("tensor " + name + ": rows of " + std::to_string(cols) + " elements are not a multiple of 32");
   return {t->type.type, cols, rows, mats, t->file_offset, t->size_bytes, true};
 }
@@ -49,6 +51,11 @@ LayerWeights map_layer(const gguf::GgufFile& f, const ModelConfig& c, uint32_t i
   l.bq = want(f, p + "attn_q.bias", c.q_dim(), 1, 1, !bias);
   l.bk = want(f, p + "attn_k.bias", c.kv_dim(), 1, 1, !bias);
   l.bv = want(f, p + "attn_v.bias", c.kv_dim(), 1, 1, !bias);
+  // Optional biases (as llama.cpp loads them for every architecture) come as a set: the forward pass adds
+  // all three where attn_q.bias is present.
+  if (l.bq.present != l.bk.present || l.bq.present != l.bv.present)
+    throw std::runtime_error("layer " + std::to_string(il) + " has some of attn_q.bias, attn_k.bias, attn_v.bias but " +
+                             "not all three: the engine adds them together");
   if (c.qk_norm) {
     l.q_norm = want(f, p + "attn_q_norm.weight", c.head_dim);
     l.k_norm = want(f, p + "attn_k_norm.weight", c.head_dim);
@@ -58,15 +65,16 @@ LayerWeights map_layer(const gguf::GgufFile& f, const ModelConfig& c, uint32_t i
     l.post_ffw_norm = want(f, p + "post_ffw_norm.weight", c.n_embd);
   }
   l.ffn_norm = want(f, p + "ffn_norm.weight", c.n_embd);
+  const std::string& ff = c.n_ff_from;
   if (c.is_moe()) {
     l.gate_inp = want(f, p + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
-    l.gate_exps = want(f, p + "ffn_gate_exps.weight", c.n_embd, c.n_ff, c.n_expert);
-    l.up_exps = want(f, p + "ffn_up_exps.weight", c.n_embd, c.n_ff, c.n_expert);
-    l.down_exps = want(f, p + "ffn_down_exps.weight", c.n_ff, c.n_embd, c.n_expert);
+    l.gate_exps = want(f, p + "ffn_gate_exps.weight", c.n_embd, c.n_ff, c.n_expert, false, ff);
+    l.up_exps = want(f, p + "ffn_up_exps.weight", c.n_embd, c.n_ff, c.n_expert, false, ff);
+    l.down_exps = want(f, p + "ffn_down_exps.weight", c.n_ff, c.n_embd, c.n_expert, false, ff);
   } else {
-    l.gate = want(f, p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    l.up = want(f, p + "ffn_up.weight", c.n_embd, c.n_ff);
-    l.down = want(f, p + "ffn_down.weight", c.n_ff, c.n_embd);
+    l.gate = want(f, p + "ffn_gate.weight", c.n_embd, c.n_ff, 1, false, ff);
+    l.up = want(f, p + "ffn_up.weight", c.n_embd, c.n_ff, 1, false, ff);
+    l.down = want(f, p + "ffn_down.weight", c.n_ff, c.n_embd, 1, false, ff);
   }
   l.begin = UINT64_MAX;
   for (const TensorRef* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.q_norm, &l.k_norm,
