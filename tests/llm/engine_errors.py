@@ -62,6 +62,32 @@ def write_variant(path, drop=None, retype=None, arch="llama", name="variant", ro
     mm.finish(w)
 
 
+def qwen3_cases(d, device_with):
+    """qwen3 / qwen3moe models (make_models.py's layout) with a key or tensor left out: the error names it."""
+    def model(name, arch, omit, shape=None, **kw):
+        p = os.path.join(d, name + ".gguf")
+        mm.write_llama_like(p, arch, T.Q8_0, shape or (mm.QWEN3 if arch == "qwen3" else mm.QWEN3MOE), 5, omit=omit, **kw)
+        return [device_with(p), "--prompt-ids", "1,2"]
+    return [
+        ("qwen3 without a Q norm", model("q3-qnorm", "qwen3", {"blk.1.attn_q_norm.weight"}),
+         ["the model has no tensor blk.1.attn_q_norm.weight"]),
+        ("qwen3moe without a K norm", model("q3m-knorm", "qwen3moe", {"blk.0.attn_k_norm.weight"}),
+         ["the model has no tensor blk.0.attn_k_norm.weight"]),
+        ("qwen3moe without a router", model("q3m-router", "qwen3moe", {"blk.1.ffn_gate_inp.weight"}),
+         ["the model has no tensor blk.1.ffn_gate_inp.weight"]),
+        # llama.cpp's width without the key is feed_forward_length / expert_used_count = 768 / 2, not the 256 the
+        # experts have: refused, naming the key (with 512 / 2 = 256 it would run, as llama.cpp runs it).
+        ("qwen3moe without expert_feed_forward_length", model("q3m-width", "qwen3moe", {"qwen3moe.expert_feed_forward_length"}),
+         ["blk.0.ffn_gate_exps.weight has shape [256, 256, 8], the model's settings imply [256, 384, 8] (no "
+          "qwen3moe.expert_feed_forward_length, so qwen3moe.feed_forward_length / expert_used_count = 768 / 2"]),
+        ("qwen3moe without expert_count", model("q3m-count", "qwen3moe", {"qwen3moe.expert_count"}),
+         ["model metadata has no qwen3moe.expert_count"]),
+        ("qwen3 with one of the three QKV biases", model("q3-bias", "qwen3", {"blk.0.attn_q.bias", "blk.0.attn_v.bias"},
+                                                         qkv_bias=True),
+         ["layer 0 has some of attn_q.bias, attn_k.bias, attn_v.bias but not all three"]),
+    ]
+
+
 def report(what, ok, detail):
     print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
     return ok
@@ -76,6 +102,18 @@ def run_checks(a, d, write_variant, device_with):
     out.append(report("weights holding NaN", r.returncode == 1 and "are not finite" in r.stderr and
                       "blk.1.ffn_norm.weight (element 3 is NaN)" in r.stderr and "tokens:" not in r.stdout,
                       f"exit {r.returncode}: {r.stderr.strip()}"))
+    # qwen3moe without expert_feed_forward_length whose feed_forward_length / expert_used_count is the experts'
+    # width (512 / 2): it runs, as llama.cpp runs it, and computes what the same model with the key computes.
+    wide = mm.Shape(**{**mm.QWEN3MOE.__dict__, "ffn": 512})
+    logits = []
+    for name, omit in (("q3m-key", ()), ("q3m-nokey", {"qwen3moe.expert_feed_forward_length"})):
+        p = os.path.join(d, name + ".gguf"); mm.write_llama_like(p, "qwen3moe", T.Q8_0, wide, 5, omit=omit)
+        dump = os.path.join(d, name + ".logits")
+        r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1,2,3", "-n", "4", "--ignore-eos",
+                            "--path", "cpu", "--logits-out", dump], capture_output=True, text=True, timeout=120)
+        logits.append(open(dump, "rb").read() if r.returncode == 0 else None)
+    out.append(report("qwen3moe without expert_feed_forward_length, llama.cpp's fallback width",
+                      logits[0] is not None and logits[0] == logits[1], "logits equal to the model with the key"))
     # GPU-path options on the CPU executor: run, with a note naming them (not silently ignored).
     p = os.path.join(d, "plain.gguf"); write_variant(p)
     r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1", "-n", "2", "--path", "cpu", "--slots", "3",
@@ -157,6 +195,7 @@ def main():
         p = os.path.join(d, "rope66.gguf"); write_variant(p, rope=66, arch="qwen2")
         cases.append(("rope.dimension_count past the head", [device_with(p), "--prompt-ids", "1"],
                       ["qwen2.rope.dimension_count = 66 is more than the head size 64"]))
+        cases += qwen3_cases(d, device_with)
         p = os.path.join(d, "longctx.gguf"); write_variant(p, ctx=2_000_000_000)
         cases.append(("--ctx past host memory", [device_with(p), "--prompt-ids", "1", "--ctx", "2000000000"],
                       ["the KV cache for a context of 2000000000 tokens", "a smaller --ctx"]))
