@@ -132,23 +132,35 @@ void add_parts(const GpunvmeContext& ctx, uint32_t d, const stream::SlotView& v,
                              ctx.layout->drive_base[d] + pc.dest_offset});
 }
 
+// Opens drive d's controller into dr.ctrl and up to `wanted` I/O queue pairs into dr.qps (as many as it
+// grants, at least one; rings in `memory`, or the controller's default memory when null), so that the
+// mode's Drive deletes them however the constructor ends. Returns how many.
+template <class Drive>
+uint32_t open_queues(Drive& dr, const GpunvmeContext& ctx, uint32_t d, uint32_t wanted, const host::DmaOptions* memory,
+                     const char* mode) {
+  host::ControllerOptions co;
+  co.io_queues_wanted = wanted;
+  dr.ctrl = host::open_controller(ctx.devices[d], co);
+  const uint32_t nq = std::min(wanted, dr.ctrl->io_queues_granted());
+  if (nq == 0) throw std::runtime_error(std::string(mode) + ": the controller granted no I/O queues");
+  const uint32_t entries = std::min<uint32_t>(ctx.queue_entries, dr.ctrl->max_queue_entries());
+  for (uint32_t q = 0; q < nq; ++q)
+    dr.qps.push_back(memory ? dr.ctrl->create_io_queue_pair(uint16_t(q + 1), entries, *memory)
+                            : dr.ctrl->create_io_queue_pair(uint16_t(q + 1), entries));
+  return nq;
+}
+
 class CpuMode final : public Mode {
  public:
   explicit CpuMode(const GpunvmeContext& ctx) : ctx_(ctx) {
     for (uint32_t d = 0; d < ctx.devices.size(); ++d) {
       auto dr = std::make_unique<Drive>();
-      host::ControllerOptions co;
-      co.io_queues_wanted = ctx.cpu_queues;
-      dr->ctrl = host::open_controller(ctx.devices[d], co);
-      const uint32_t nq = std::min(ctx.cpu_queues, dr->ctrl->io_queues_granted());
-      if (nq == 0) throw std::runtime_error("gpunvme-cpu: the controller granted no I/O queues");
+      const uint32_t nq = open_queues(*dr, ctx, d, ctx.cpu_queues, nullptr, "gpunvme-cpu");
       stream::CpuSubmitterOptions so;
       so.pump_thread = true;
       std::vector<stream::Submitter*> subs;
       for (uint32_t q = 0; q < nq; ++q) {
-        dr->qps.push_back(dr->ctrl->create_io_queue_pair(
-            uint16_t(q + 1), std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries())));
-        dr->subs.push_back(std::make_unique<stream::CpuSubmitter>(*dr->ctrl, *dr->qps.back(), so));
+        dr->subs.push_back(std::make_unique<stream::CpuSubmitter>(*dr->ctrl, *dr->qps[q], so));
         subs.push_back(dr->subs.back().get());
       }
       dr->fan = std::make_unique<FanoutSubmitter>(subs);
@@ -233,19 +245,11 @@ class GpuMode final : public Mode {
     cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
     for (uint32_t d = 0; d < ctx.devices.size(); ++d) {
       auto dr = std::make_unique<Drive>();
-      host::ControllerOptions co;
-      co.io_queues_wanted = ctx.gpu_queues;
-      dr->ctrl = host::open_controller(ctx.devices[d], co);
-      const uint32_t nq = std::min(ctx.gpu_queues, dr->ctrl->io_queues_granted());
-      if (nq == 0) throw std::runtime_error("gpunvme-gpu: the controller granted no I/O queues");
       host::DmaOptions mem;
       mem.gpu_mapped = true;
+      const uint32_t nq = open_queues(*dr, ctx, d, ctx.gpu_queues, &mem, "gpunvme-gpu");
       std::vector<host::QueuePair*> raw;
-      for (uint32_t q = 0; q < nq; ++q) {
-        dr->qps.push_back(dr->ctrl->create_io_queue_pair(
-            uint16_t(q + 1), std::min<uint32_t>(ctx.queue_entries, dr->ctrl->max_queue_entries()), mem));
-        raw.push_back(dr->qps.back().get());
-      }
+      for (auto& qp : dr->qps) raw.push_back(qp.get());
       // Each command id's PRP-list area must cover the largest command the plans hold.
       const uint64_t mdts = dr->ctrl->max_transfer_bytes();
       stream::GpuSubmitterOptions go;

@@ -257,14 +257,27 @@ host::RecoveryStats fill_span(Dev& d, uint16_t qid, uint64_t span_blocks, bool q
 
 // ---------- CPU path ----------
 
-struct CpuWorker {
-  uint64_t ios = 0, reads = 0, writes = 0, errors = 0, verify_bad = 0;
-  uint64_t t_start = ~0ull, t_end = 0;
-  std::vector<uint64_t> hist = std::vector<uint64_t>(perf::hist::kBuckets, 0);
-  uint64_t lat_n = 0, lat_sum = 0, lat_max = 0;
-  std::string error, verify_error;
-  host::RecoveryStats recovery;
-};
+// One CPU queue's counts, added into its device's result (add_counts) as the devices' are into the total.
+using CpuWorker = DeviceResult;
+
+// Adds what `part` counted to `into`: commands, latencies, histogram, recovery, and its window where
+// it completed anything.
+void add_counts(DeviceResult& into, const DeviceResult& part) {
+  into.ios += part.ios;
+  into.reads += part.reads;
+  into.writes += part.writes;
+  into.errors += part.errors;
+  into.verify_errors += part.verify_errors;
+  into.lat_count += part.lat_count;
+  into.lat_sum_ns += part.lat_sum_ns;
+  into.lat_max_ns = std::max(into.lat_max_ns, part.lat_max_ns);
+  if (part.t_end_ns) {
+    into.t_start_ns = std::min(into.t_start_ns, part.t_start_ns);
+    into.t_end_ns = std::max(into.t_end_ns, part.t_end_ns);
+  }
+  for (uint32_t b = 0; b < perf::hist::kBuckets; ++b) into.hist[b] += part.hist[b];
+  into.recovery += part.recovery;
+}
 
 uint64_t ns_of(Clock::time_point t) {
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
@@ -303,7 +316,7 @@ void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::a
   while (!go.load()) std::this_thread::yield();
   const auto t_begin = Clock::now();
   const auto deadline = t_begin + std::chrono::duration<double>(job.seconds);
-  w.t_start = ns_of(t_begin);
+  w.t_start_ns = ns_of(t_begin);
   uint64_t issued = 0;
   uint32_t in_flight = 0;
   auto last_progress = t_begin;
@@ -344,24 +357,24 @@ void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::a
       continue;
     }
     last_progress = now;
-    w.t_end = ns_of(now);
+    w.t_end_ns = ns_of(now);
     for (uint32_t i = 0; i < n; ++i) {
       const uint16_t cid = done[i].cid;
       --in_flight;
       free_slots.push_back(slot_of[cid]);
       if (!done[i].ok()) {
         ++w.errors;
-        if (w.error.empty())
-          w.error = nvme::describe(done[i].status) + " on queue " + std::to_string(d.qps[q]->qid()) + ", LBA " +
+        if (w.first_error.empty())
+          w.first_error = nvme::describe(done[i].status) + " on queue " + std::to_string(d.qps[q]->qid()) + ", LBA " +
                     std::to_string(lba_of[cid]);
         continue;
       }
       ++w.ios;
       const uint64_t lat = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(now - started[cid]).count());
       ++w.hist[perf::hist::bucket(lat)];
-      ++w.lat_n;
-      w.lat_sum += lat;
-      w.lat_max = std::max(w.lat_max, lat);
+      ++w.lat_count;
+      w.lat_sum_ns += lat;
+      w.lat_max_ns = std::max(w.lat_max_ns, lat);
       if (job.verify && read_of[cid]) {
         const uint8_t* p = slot_ptr(slot_of[cid]);
         const uint64_t lba = lba_of[cid];
@@ -369,15 +382,15 @@ void cpu_queue(Dev& d, uint32_t q, const Job& job, std::atomic<bool>& go, std::a
         const uint64_t last = *reinterpret_cast<const uint64_t*>(p + uint64_t(blocks - 1) * lba_bytes);
         const bool ok_first = first == perf::stamp(lba), ok_last = last == perf::stamp(lba + blocks - 1);
         if (!ok_first || !ok_last) {
-          if (w.verify_bad == 0) {
+          if (w.verify_errors == 0) {
             char b[160];
             std::snprintf(b, sizeof b, "queue %u: LBA %llu read 0x%016llx, expected 0x%016llx", d.qps[q]->qid(),
                           (unsigned long long)(ok_first ? lba + blocks - 1 : lba),
                           (unsigned long long)(ok_first ? last : first),
                           (unsigned long long)perf::stamp(ok_first ? lba + blocks - 1 : lba));
-            w.verify_error = b;
+            w.first_verify_error = b;
           }
-          ++w.verify_bad;
+          ++w.verify_errors;
         }
       }
     }
@@ -398,7 +411,7 @@ std::vector<DeviceResult> run_cpu(std::vector<Dev>& devs, const Job& job, CpuWin
         try {
           cpu_queue(devs[d], q, job, go, ready, counted, w);
         } catch (const std::exception& e) {
-          if (w.error.empty()) w.error = e.what();
+          if (w.first_error.empty()) w.first_error = e.what();
           ++w.errors;
         }
         if (!counted) ++ready;
@@ -416,22 +429,9 @@ std::vector<DeviceResult> run_cpu(std::vector<Dev>& devs, const Job& job, CpuWin
     r.t_start_ns = ~0ull;
     r.buffer_slots = job.qd;
     for (const CpuWorker& w : workers[d]) {
-      r.ios += w.ios;
-      r.reads += w.reads;
-      r.writes += w.writes;
-      r.errors += w.errors;
-      r.verify_errors += w.verify_bad;
-      r.lat_count += w.lat_n;
-      r.lat_sum_ns += w.lat_sum;
-      r.lat_max_ns = std::max(r.lat_max_ns, w.lat_max);
-      if (w.t_end) {
-        r.t_start_ns = std::min(r.t_start_ns, w.t_start);
-        r.t_end_ns = std::max(r.t_end_ns, w.t_end);
-      }
-      for (uint32_t b = 0; b < perf::hist::kBuckets; ++b) r.hist[b] += w.hist[b];
-      if (r.first_error.empty()) r.first_error = w.error;
-      if (r.first_verify_error.empty()) r.first_verify_error = w.verify_error;
-      r.recovery += w.recovery;
+      add_counts(r, w);
+      if (r.first_error.empty()) r.first_error = w.first_error;
+      if (r.first_verify_error.empty()) r.first_verify_error = w.first_verify_error;
     }
     if (r.t_start_ns == ~0ull) r.t_start_ns = 0;
     r.bytes = r.ios * job.bs;
@@ -474,24 +474,11 @@ DeviceResult total_of(const std::vector<DeviceResult>& rs) {
   t.t_start_ns = ~0ull;
   t.controller_cpu_s = 0;
   for (const DeviceResult& r : rs) {
-    t.ios += r.ios;
-    t.reads += r.reads;
-    t.writes += r.writes;
-    t.errors += r.errors;
+    add_counts(t, r);
     t.bytes += r.bytes;
-    t.verify_errors += r.verify_errors;
-    t.lat_count += r.lat_count;
-    t.lat_sum_ns += r.lat_sum_ns;
-    t.lat_max_ns = std::max(t.lat_max_ns, r.lat_max_ns);
-    if (r.t_end_ns) {
-      t.t_start_ns = std::min(t.t_start_ns, r.t_start_ns);
-      t.t_end_ns = std::max(t.t_end_ns, r.t_end_ns);
-    }
-    for (uint32_t b = 0; b < perf::hist::kBuckets; ++b) t.hist[b] += r.hist[b];
     if (t.first_error.empty() && !r.first_error.empty()) t.first_error = r.device + ": " + r.first_error;
     if (t.first_verify_error.empty() && !r.first_verify_error.empty())
       t.first_verify_error = r.device + ": " + r.first_verify_error;
-    t.recovery += r.recovery;
     if (r.controller_cpu_s < 0 || t.controller_cpu_s < 0) t.controller_cpu_s = -1;
     else t.controller_cpu_s += r.controller_cpu_s;
     t.chunks += r.chunks;

@@ -93,6 +93,13 @@ class StagedPipeline {
   std::thread worker_;
 };
 
+// One timed pass of n layers through a StagedPipeline over buffer0/buffer1 (null for cuFile, which
+// reads into GPU memory): fill() on the worker, consume(l, buffer) on the calling thread between
+// wait(l) and release(l). landed_s: when the worker had filled the last layer.
+using ConsumeLayer = std::function<void(uint32_t layer, uint8_t* buffer)>;
+PassResult staged_pass(Consumer& c, uint32_t n, uint64_t compute_ns, uint8_t* buffer0, uint8_t* buffer1,
+                       const StagedPipeline::Fill& fill, const ConsumeLayer& consume);
+
 // The double-buffered staging pipeline both host-staged baselines share: a worker fills staging
 // buffer l % 2 with layer l (fill(), the baseline's own way of reading), the caller hands each
 // filled buffer to the consumer (copy to the GPU + compute) and gives it back.

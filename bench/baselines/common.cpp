@@ -212,18 +212,15 @@ StagedMode::StagedMode(const BaselineContext& ctx)
 
 StagedMode::~StagedMode() { ctx_.consumer->quiesce(); }
 
-PassResult StagedMode::stream(uint32_t n, uint64_t compute_ns) {
-  const Layout& L = *ctx_.layout;
-  Consumer& c = *ctx_.consumer;
+PassResult staged_pass(Consumer& c, uint32_t n, uint64_t compute_ns, uint8_t* buffer0, uint8_t* buffer1,
+                       const StagedPipeline::Fill& fill, const ConsumeLayer& consume) {
   c.begin_pass(n, compute_ns);
   const auto t0 = Clock::now();
   Clock::time_point landed = t0;
   {
-    StagedPipeline pipe(n, staging0_.data(), staging1_.data(), [&](uint32_t l, uint8_t* buf) { fill(l, buf); });
+    StagedPipeline pipe(n, buffer0, buffer1, fill);
     for (uint32_t l = 0; l < n; ++l) {
-      uint8_t* buf = pipe.wait(l);
-      const auto parts = staged_parts(L, l, buf);
-      c.consume_host(l, parts, /*wait_copy=*/true);
+      consume(l, pipe.wait(l));
       pipe.release(l);
     }
     landed = pipe.last_filled();
@@ -233,6 +230,14 @@ PassResult StagedMode::stream(uint32_t n, uint64_t compute_ns) {
   r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
   r.landed_s = std::chrono::duration<double>(landed - t0).count();
   return r;
+}
+
+PassResult StagedMode::stream(uint32_t n, uint64_t compute_ns) {
+  const Layout& L = *ctx_.layout;
+  Consumer& c = *ctx_.consumer;
+  return staged_pass(
+      c, n, compute_ns, staging0_.data(), staging1_.data(), [&](uint32_t l, uint8_t* buf) { fill(l, buf); },
+      [&](uint32_t l, uint8_t* buf) { c.consume_host(l, staged_parts(L, l, buf), /*wait_copy=*/true); });
 }
 
 }  // namespace gpunvme::bench::ls

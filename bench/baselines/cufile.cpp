@@ -99,22 +99,9 @@ class CufileMode final : public Mode {
 
   PassResult stream(uint32_t n, uint64_t compute_ns) override {
     Consumer& c = *ctx_.consumer;
-    c.begin_pass(n, compute_ns);
-    const auto t0 = Clock::now();
-    Clock::time_point landed = t0;
-    {
-      StagedPipeline pipe(n, nullptr, nullptr, [&](uint32_t l, uint8_t*) { fill(l); });
-      for (uint32_t l = 0; l < n; ++l) {
-        pipe.wait(l);
-        c.consume_device(l);
-        pipe.release(l);
-      }
-      landed = pipe.last_filled();
-    }
-    PassResult r;
-    r.consumer = c.end_pass();
-    r.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    r.landed_s = std::chrono::duration<double>(landed - t0).count();
+    PassResult r = staged_pass(
+        c, n, compute_ns, nullptr, nullptr, [&](uint32_t l, uint8_t*) { fill(l); },
+        [&](uint32_t l, uint8_t*) { c.consume_device(l); });
     r.note = note_;
     return r;
   }

@@ -74,6 +74,18 @@ std::vector<StripeMemberIo> member_ios(const std::vector<StripedMember>& members
   }
   return v;
 }
+
+// What a consumer sees of slot `slot` holding `layer` (wait() and the GPU-ordered wait()).
+SlotView slot_view(uint32_t slot, uint32_t layer, const host::DmaBuffer& buffer, const plan::CommandPlan& p) {
+  SlotView v;
+  v.slot = slot;
+  v.layer = layer;
+  v.host = buffer.as<uint8_t>();
+  v.device = buffer.device();
+  v.bytes = p.dest_bytes;
+  v.plan = &p;
+  return v;
+}
 }  // namespace
 
 LayerStreamer::LayerStreamer(std::vector<StripedMember> members, const model::StripeGeometry& stripe,
@@ -283,14 +295,7 @@ SlotView LayerStreamer::wait(uint32_t slot) {
     stats_.per_layer.push_back(t);
     s.state = State::kHeld;
   }
-  SlotView v;
-  v.slot = slot;
-  v.layer = s.layer;
-  v.host = s.buffer.as<uint8_t>();
-  v.device = s.buffer.device();
-  v.bytes = p.dest_bytes;
-  v.plan = &p;
-  return v;
+  return slot_view(slot, s.layer, s.buffer, p);
 }
 
 void LayerStreamer::release(uint32_t slot) {
@@ -381,13 +386,7 @@ SlotView LayerStreamer::wait(uint32_t slot, cuda_stream_t compute) {
     s.state = State::kHeld;
   }
   const plan::CommandPlan& p = plan(s.layer, slot);
-  SlotView v;
-  v.slot = slot;
-  v.layer = s.layer;
-  v.host = s.buffer.as<uint8_t>();
-  v.device = s.buffer.device();
-  v.bytes = p.dest_bytes;
-  v.plan = &p;
+  SlotView v = slot_view(slot, s.layer, s.buffer, p);
   if (s.gpu_ordered) v.status = s.status;
   return v;
 }
