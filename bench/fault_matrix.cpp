@@ -8,6 +8,7 @@
 #include "bench/fault_matrix_cells.h"
 #include "host/emulator/fault_spec.h"
 #include "runtime/cli/args.h"
+#include "runtime/cli/tool_main.h"
 
 using namespace gpunvme;
 
@@ -33,27 +34,18 @@ const cli::Help kHelp = {
     "is written. The GPU columns come from the GPU path's own run (tests/gpu, on a CUDA machine).\n",
     ""};
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
+  const cli::Args args(argc, argv, 1, {"fault", "workload", "reads", "layers", "timeout-ms"}, {"json"});
+  if (args.help_asked()) return args.print_help("fault_matrix", kHelp);
+  if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
+  const bool json = args.has("json");
+  const std::string fault_filter = args.get("fault");
+  const std::string workload_filter = args.get("workload");
   faultmx::CellOptions o;
-  bool json = false;
-  std::string fault_filter, workload_filter;
-  try {
-    const cli::Args args(argc, argv, 1, {"fault", "workload", "reads", "layers", "timeout-ms"}, {"json"});
-    if (args.help_asked()) return args.print_help("fault_matrix", kHelp);
-    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
-    json = args.has("json");
-    fault_filter = args.get("fault");
-    workload_filter = args.get("workload");
-    o.reads = args.get_u32("reads", o.reads);
-    o.layers = args.get_u32("layers", o.layers);
-    o.timeout_ms = args.get_u32("timeout-ms", o.timeout_ms);
-    if (o.reads == 0 || o.layers == 0 || o.timeout_ms == 0) throw cli::UsageError("--reads, --layers and --timeout-ms must be at least 1");
-  } catch (const std::exception& e) {
-    cli::print_usage_error("fault_matrix", e, kHelp);
-    return 2;
-  }
+  o.reads = args.get_u32("reads", o.reads);
+  o.layers = args.get_u32("layers", o.layers);
+  o.timeout_ms = args.get_u32("timeout-ms", o.timeout_ms);
+  if (o.reads == 0 || o.layers == 0 || o.timeout_ms == 0) throw cli::UsageError("--reads, --layers and --timeout-ms must be at least 1");
   bool all_ok = true;
   std::string cells;
   size_t ran = 0;
@@ -87,3 +79,7 @@ int main(int argc, char** argv) {
   else if (!all_ok) std::printf("\nSome cells did not come out as expected (expected = NO above).\n");
   return all_ok ? 0 : 1;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_tool("fault_matrix", kHelp, [&] { return run(argc, argv); }); }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cli/args.h"
+#include "runtime/cli/tool_main.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/plan/prp_table.h"
 
@@ -30,25 +31,15 @@ const cli::Help kHelp = {
     "  --json           one JSON object instead of the table\n",
     ""};
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  uint32_t layers = 80, lba = 512;
-  double layer_mb = 669;
-  bool json = false;
-  try {
-    const cli::Args args(argc, argv, 1, {"layers", "layer-mb", "lba"}, {"json"});
-    if (args.help_asked()) return args.print_help("plan_build", kHelp);
-    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
-    layers = args.get_u32("layers", layers);
-    layer_mb = args.get_double("layer-mb", layer_mb);
-    lba = args.get_u32("lba", lba);
-    json = args.has("json");
-    if (layers == 0 || (lba != 512 && lba != 4096)) throw cli::UsageError("--layers must be at least 1, --lba 512 or 4096");
-  } catch (const cli::UsageError& e) {
-    cli::print_usage_error("plan_build", e, kHelp);
-    return 2;
-  }
+int run(int argc, char** argv) {
+  const cli::Args args(argc, argv, 1, {"layers", "layer-mb", "lba"}, {"json"});
+  if (args.help_asked()) return args.print_help("plan_build", kHelp);
+  if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
+  const uint32_t layers = args.get_u32("layers", 80);
+  const double layer_mb = args.get_double("layer-mb", 669);
+  const uint32_t lba = args.get_u32("lba", 512);
+  const bool json = args.has("json");
+  if (layers == 0 || (lba != 512 && lba != 4096)) throw cli::UsageError("--layers must be at least 1, --lba 512 or 4096");
   const uint64_t page = 4096;
   // Relative tensor sizes of one Llama-2-70B block (attn_norm, q, k, v, o, ffn_norm, gate, up, down).
   const double share[] = {0.00001, 0.1210, 0.0151, 0.0151, 0.1210, 0.00001, 0.2426, 0.2426, 0.2426};
@@ -119,3 +110,7 @@ int main(int argc, char** argv) {
   if (json) std::printf("],\"ok\":%s}\n", all_ok ? "true" : "false");
   return all_ok ? 0 : 1;
 }
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli::run_tool("plan_build", kHelp, [&] { return run(argc, argv); }); }
