@@ -31,6 +31,7 @@ inline constexpr uint8_t kAbortedSqDeletion = 0x08;
 inline constexpr uint8_t kInvalidNamespaceOrFormat = 0x0B;
 inline constexpr uint8_t kCommandSequenceError = 0x0C;
 inline constexpr uint8_t kPrpOffsetInvalid = 0x13;
+inline constexpr uint8_t kNamespaceWriteProtected = 0x20;
 inline constexpr uint8_t kLbaOutOfRange = 0x80;
 inline constexpr uint8_t kCapacityExceeded = 0x81;
 inline constexpr uint8_t kNamespaceNotReady = 0x82;

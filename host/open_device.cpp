@@ -15,7 +15,10 @@ const char* device_string_brief() {
 const char* device_string_help() {
   return "Device strings:\n"
          "  emu:PATH[,key=value...]  the built-in emulated NVMe controller (no hardware, no root).\n"
-         "                           PATH is a raw image file, or `ram` / `null` (no data).\n"
+         "                           PATH is a raw image file, or `ram` / `null` (no data), or `gen`: a\n"
+         "                           generated model with its deploy record, computed on read and read-only, in\n"
+         "                           llm, llm_tokens and llm_make_model (emu:gen,shape=NAME,type=q4_k|q6_k\n"
+         "                           [,model_seed=S]: the bytes llm_make_model --seed S writes; no size=)\n"
          "                           keys: size=1G lba=512|4096 mdts=N queues=N mqes=N dstrd=N\n"
          "                                 namespaces=N threads=N poll=adaptive|spin\n"
          "                           modeled drive (docs/drives.md): drive=sn530|pcie4|pcie5|none\n"

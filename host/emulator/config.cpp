@@ -15,6 +15,7 @@
 
 #include "host/emulator/drive_keys.h"
 #include "host/emulator/fault_spec.h"
+#include "host/emulator/generated.h"
 #include "host/error.h"
 #include "host/text/numbers.h"
 
@@ -26,10 +27,26 @@ constexpr const char* kValidKeys =
     "namespaces=1..16, threads=1..64, poll=spin|adaptive, to=1..255 (CAP.TO, 500 ms units), ready_ms=0..10000, "
     "fault=KIND[:KEY=VALUE]... (repeatable; see a tool's --help or README); modeled drive: ";
 
+// The generator's keys for the grammar's messages, where the program has one.
+std::string gen_help() {
+  const Generator* g = registered_generator();
+  return g ? "; gen (a generated model computed on read, read-only): " + g->help : "";
+}
+
 [[noreturn]] void bad(std::string_view spec, const std::string& what) {
   throw Error(ErrorKind::kInvalidArgument,
-              "emu device string \"" + std::string(spec) + "\": " + what + " (form: emu:PATH|ram|null[,key=value...]; " +
-                  kValidKeys + DriveKeys::help() + ")");
+              "emu device string \"" + std::string(spec) + "\": " + what + " (form: emu:PATH|ram|null" +
+                  (registered_generator() ? "|gen" : "") + "[,key=value...]; " + kValidKeys + DriveKeys::help() +
+                  gen_help() + ")");
+}
+
+// Whether `key` is one of the generator's (PATH gen only).
+bool is_gen_key(std::string_view key) {
+  const Generator* g = registered_generator();
+  if (!g) return false;
+  for (const std::string& k : g->keys)
+    if (k == key) return true;
+  return false;
 }
 
 uint64_t ranged(std::string_view spec, std::string_view key, std::string_view value, uint64_t lo, uint64_t hi) {
@@ -215,10 +232,24 @@ void check_backing_path(const std::string& path, uint64_t size) {
 }
 
 // Phase 3: the namespaces, all alike; file-backed namespace 1 is PATH itself, further ones PATH.2, PATH.3, ...
-std::vector<NamespaceConfig> make_namespaces(std::string_view original, std::string_view path, NamespaceKeys keys) {
+// Phase 3 for PATH gen: the generator says how large the namespace is (size= would contradict it).
+uint64_t generated_size(std::string_view original, const NamespaceKeys& keys,
+                        const std::vector<std::pair<std::string, std::string>>& gen) {
+  if (keys.size != 0) bad(original, "size= is not given for emu:gen: the generated model sets the namespace's size");
+  try {
+    return registered_generator()->size(gen, keys.lba);
+  } catch (const std::invalid_argument& e) {
+    bad(original, e.what());
+  }
+}
+
+std::vector<NamespaceConfig> make_namespaces(std::string_view original, std::string_view path, NamespaceKeys keys,
+                                             std::vector<std::pair<std::string, std::string>> gen) {
   Backing backing = Backing::kFile;
   if (path == "ram") backing = Backing::kRam;
   else if (path == "null") backing = Backing::kNull;
+  else if (path == "gen") backing = Backing::kGenerated;
+  if (backing == Backing::kGenerated) keys.size = generated_size(original, keys, gen);
   const bool size_given = keys.size != 0;
   if (size_given && keys.size % keys.lba != 0)
     bad(original, "size " + std::to_string(keys.size) + " is not a multiple of the LBA size " + std::to_string(keys.lba));
@@ -230,6 +261,7 @@ std::vector<NamespaceConfig> make_namespaces(std::string_view original, std::str
     ns.backing = backing;
     ns.lba_bytes = keys.lba;
     ns.size_bytes = keys.size;
+    ns.gen = gen;
     if (backing == Backing::kFile) {
       ns.path = std::string(path) + (i == 1 ? "" : "." + std::to_string(i));
       check_backing_path(ns.path, size_given ? keys.size : 0);
@@ -264,8 +296,17 @@ ControllerConfig parse_emu_device(std::string_view spec) {
   NamespaceKeys ns;
   DriveKeys drive;
   std::string drive_error;
+  const bool gen = parts.path == "gen";
+  if (gen && !registered_generator())
+    bad(original, "emu:gen (a generated model computed on read) needs a program built with the model generator: "
+                  "llm, llm_tokens, llm_make_model; this one has none");
+  std::vector<std::pair<std::string, std::string>> gen_keys;
   for (const auto& [key, value] : parts.options) {
     if (apply_key(original, key, value, &cfg, &ns)) continue;
+    if (gen && is_gen_key(key)) {
+      gen_keys.emplace_back(key, value);
+      continue;
+    }
     if (!drive.take(key, value, &drive_error)) bad(original, "unknown key \"" + std::string(key) + "\"");
     if (!drive_error.empty()) bad(original, drive_error);
   }
@@ -275,7 +316,7 @@ ControllerConfig parse_emu_device(std::string_view spec) {
   for (const auto& [key, value] : parts.options)
     if (key == "fault") check_fault_can_fire(value, cfg.faults[fault++], cfg.max_io_queues);
   if (cfg.drive.limits_anything() && !has_key(parts, "threads")) cfg.io_threads = modeled_drive_threads();
-  cfg.namespaces = make_namespaces(original, parts.path, ns);
+  cfg.namespaces = make_namespaces(original, parts.path, ns, std::move(gen_keys));
   return cfg;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "host/emulator/drive_params.h"
@@ -16,6 +17,7 @@ enum class Backing : uint8_t {
   kFile,  // a plain raw image, read and written with pread/pwrite (dd onto it works)
   kRam,   // anonymous memory, lazily committed
   kNull,  // no data at all: commands are validated (NSID, LBA range, sizes) and complete at once
+  kGenerated,  // read-only bytes computed on read by the program's generator (generated.h): emu:gen
 };
 
 struct NamespaceConfig {
@@ -24,6 +26,7 @@ struct NamespaceConfig {
   uint64_t size_bytes = 0;  // 0 for kFile: the file's current size (it must exist)
   uint32_t lba_bytes = 512; // 512 or 4096
   bool read_only = false;   // kFile: open O_RDONLY, never create or extend (namespace.h)
+  std::vector<std::pair<std::string, std::string>> gen;  // kGenerated: the generator's keys (generated.h)
 };
 
 enum class PollPolicy : uint8_t {
@@ -52,7 +55,9 @@ struct ControllerConfig {
   std::vector<Fault> faults;
 };
 
-// Parses "emu:PATH[,key=value...]" (the "emu:" prefix is optional). PATH is a file, or "ram" / "null".
+// Parses "emu:PATH[,key=value...]" (the "emu:" prefix is optional). PATH is a file, or "ram" / "null", or
+// "gen": bytes computed on read by the program's generator, which takes keys of its own (generated.h;
+// size= is the generator's, not given).
 // Keys: lba, size, mdts, queues, mqes, dstrd, namespaces, threads, poll, to, ready_ms; the modeled
 // drive: drive (a profile), bw, wbw, iops, wiops, lat, lat99, wlat, wlat99, par, seed (docs/drives.md);
 // and fault=... (fault_spec.h), the one key that may be given more than once.

@@ -262,6 +262,8 @@ EmulatedController::CommandResult EmulatedController::exec_io(const nvme::Submis
       return {status_field(sc::kLbaOutOfRange), 0, false, e.nsid, slba};
     const uint64_t bytes = uint64_t(nlb) << ns.lba_shift();
     const uint64_t off = slba << ns.lba_shift();
+    if (op != nvme::nvm_op::kRead && ns.write_protected())
+      return {status_field(sc::kNamespaceWriteProtected), 0, false, e.nsid, slba};
     ThreadCounters& tc = *ctx.counters;
     if (op == nvme::nvm_op::kWriteZeroes) {  // no data transfer, so MDTS does not apply
       if (!ns.write_zeroes(off, bytes)) return {kMediaWriteFault, 0, false, e.nsid, slba};

@@ -90,6 +90,13 @@ Namespace::Namespace(const NamespaceConfig& cfg)
     case Backing::kFile:
       bytes = open_file(cfg);
       break;
+    case Backing::kGenerated: {
+      const Generator* g = registered_generator();
+      if (!g) throw Error(ErrorKind::kInvalidArgument, "emu:gen: this program has no generator (generated.h)");
+      generated_ = g->open(cfg.gen, lba_bytes_);
+      read_only_ = true;
+      break;
+    }
   }
   blocks_ = bytes >> lba_shift_;
 }
@@ -153,12 +160,20 @@ bool Namespace::read(uint64_t off, const iovec* iov, int n) {
     case Backing::kFile:
       return vector_io([this](const iovec* v, int c, off_t o) { return ::preadv(fd_, v, c, o); }, off, iov, n,
                        off + iov_bytes(iov, n) > file_bytes_);
+    case Backing::kGenerated:
+      for (int i = 0; i < n; ++i) {
+        generated_->read(off, iov[i].iov_base, iov[i].iov_len);
+        off += iov[i].iov_len;
+      }
+      return true;
   }
   return false;
 }
 
 bool Namespace::write(uint64_t off, const iovec* iov, int n) {
   switch (backing_) {
+    case Backing::kGenerated:  // write_protected(): exec_io refuses first
+      return false;
     case Backing::kNull:
       return true;
     case Backing::kRam:
@@ -184,6 +199,8 @@ bool Namespace::write(uint64_t off, const iovec* iov, int n) {
 
 bool Namespace::write_zeroes(uint64_t off, uint64_t len) {
   switch (backing_) {
+    case Backing::kGenerated:
+      return false;
     case Backing::kNull:
       return true;
     case Backing::kRam:

@@ -1,4 +1,5 @@
-// Namespace backings: a raw image file (pread/pwrite), anonymous RAM, or null (no data at all).
+// Namespace backings: a raw image file (pread/pwrite), anonymous RAM, null (no data at all), or bytes
+// generated on read (emu:gen, generated.h: read-only).
 // An image file is created (and extended to size=) only when opened for writing; a file this
 // object created is removed again when opening fails. NamespaceConfig::read_only opens O_RDONLY
 // and changes nothing: a file shorter than size= reads as zeros past its end, writes fail.
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "host/emulator/config.h"
+#include "host/emulator/generated.h"
 
 namespace gpunvme::emu {
 
@@ -37,6 +39,8 @@ class Namespace {
   bool write_zeroes(uint64_t off, uint64_t len);
   bool flush();
   bool read_only() const { return read_only_; }
+  // Writes are refused with Namespace Is Write Protected, not attempted (emu:gen: nothing to write to).
+  bool write_protected() const { return backing_ == Backing::kGenerated; }
   // Volatile Write Cache disabled: every write reaches stable storage before it completes.
   void set_write_through(bool on) { write_through_.store(on, std::memory_order_relaxed); }
 
@@ -54,6 +58,7 @@ class Namespace {
   char* ram_ = nullptr;
   uint64_t ram_bytes_ = 0;
   std::atomic<bool> write_through_{false};
+  std::shared_ptr<const GeneratedBytes> generated_;  // kGenerated
 };
 
 }  // namespace gpunvme::emu

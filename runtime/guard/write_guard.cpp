@@ -23,6 +23,14 @@ std::string emu_block_backing(std::string_view device) {
   return "";
 }
 
+// Whether an emu: device has a generated namespace (emu:gen): nothing can be written to it, whatever the flags.
+bool emu_generated(std::string_view device) {
+  if (!emu::is_emu_device(device)) return false;
+  for (const emu::NamespaceConfig& ns : emu::parse_emu_device(device).namespaces)
+    if (ns.backing == emu::Backing::kGenerated) return true;
+  return false;
+}
+
 }  // namespace
 
 std::string real_device_reason(std::string_view device) {
@@ -32,6 +40,10 @@ std::string real_device_reason(std::string_view device) {
 }
 
 void check_write_allowed(std::string_view device, const WritePermission& permission, const std::string& what) {
+  if (emu_generated(device))
+    throw deploy::RefusedError("refusing to write to " + std::string(device) + ": emu:gen is read-only (its bytes are a "
+                               "generated model computed on read), and " + what +
+                               "; write to an image file instead (emu:/path/disk.img,size=...)");
   if (permission.allow_write) return;
   const std::string why = real_device_reason(device);
   if (why.empty()) return;

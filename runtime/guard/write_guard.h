@@ -2,6 +2,7 @@
 // bench/layer_stream, the examples, gpunvme deploy and its --print-dd):
 //   - a real device needs --allow-write: a vfio: controller, or an emu: namespace whose backing file
 //     is a block device (emu:/dev/nvme0n1 writes the real disk, so it counts as one);
+//   - an emu:gen namespace (a generated model computed on read) is refused whatever the flags;
 //   - a device that holds a partition table or a filesystem (or swap, LUKS, LVM) signature at LBA 0
 //     or where the write starts needs --force as well, whatever kind of device it is.
 #pragma once

@@ -5,7 +5,8 @@
     spread of about 1/sqrt(input size) (embeddings: about 1);
   - written straight onto an emulated namespace (deploy record included), the bytes equal the file's
     (`gpunvme verify --against`): generation is deterministic per byte range;
-  - the engine (CPU executor) finds the model there and generates tokens that are not one repeated id;
+  - the engine (CPU executor) finds the model there and generates tokens that are not one repeated id, and
+    the same tokens from the emulator's emu:gen namespace of that model (computed on read);
   - bad options are refused with a message naming them.
   make_model_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm --gpunvme BUILD/gpunvme
 Exit 77 (skipped) without gguf-py.
@@ -134,6 +135,12 @@ def main():
             toks = json.load(open(j))["tokens"]
             report(len(toks) == 12 and len(set(toks)) >= 4, f"{shape}: the engine generates 12 tokens on it, "
                                                              f"{len(set(toks))} distinct: {toks}")
+            # The same model computed on read by the emulator (emu:gen): the same tokens, load checks on.
+            gen = f"emu:gen,shape={shape},type={ty}"
+            subprocess.run([a.llm, "--device", gen, "--prompt-ids", "1,2,3", "-n", "12", "--ignore-eos", "--path", "cpu",
+                            "--json-out", j], check=True, stdout=subprocess.DEVNULL)
+            gen_toks = json.load(open(j))["tokens"]
+            report(gen_toks == toks, f"{shape}: the engine on {gen} generates the same tokens: {gen_toks}")
             other = os.path.join(d, "other.gguf")
             subprocess.run([a.make_model, "--shape", shape, "--type", ty, "--out", other, "--seed", "2"], check=True,
                            stdout=subprocess.DEVNULL)
@@ -143,6 +150,8 @@ def main():
                             (["--shape", "tiny", "--type", "q4_k"], ["--device", "--out"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null", "--out", "x"], ["--device", "--out"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null"], ["emu:null"]),
+                            (["--shape", "tiny", "--type", "q4_k", "--device", "emu:gen,shape=tiny,type=q4_k"],
+                             ["read-only", "image file"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", f"emu:{d}/small.img,size=64K"],
                              ["namespace", "use a larger device"])):
             p = subprocess.run([a.make_model] + args, capture_output=True, text=True, cwd=d)

@@ -55,9 +55,11 @@ const cli::Help kHelp = {
     std::string("\n") + guard::kWriteFlagsHelp + "\n" + host::device_string_help()};
 
 uint32_t parse_type(const std::string& t) {
-  if (t == "q4_k" || t == "Q4_K") return uint32_t(gguf::GgmlType::Q4_K);
-  if (t == "q6_k" || t == "Q6_K") return uint32_t(gguf::GgmlType::Q6_K);
-  throw cli::UsageError("--type must be q4_k or q6_k, not '" + t + "'");
+  try {
+    return llm::gen::type_named(t);
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(std::string("--") + e.what());
+  }
 }
 
 // The whole source into a file, in 64 MiB pieces, under the output rule (runtime/guard/output_file.h):
@@ -102,7 +104,7 @@ int run(const cli::Args& args) {
   }
   const std::string type_text = args.get("type");
   const uint32_t type = parse_type(type_text);
-  const std::string name = shape.name + "-" + (type == uint32_t(gguf::GgmlType::Q4_K) ? "q4_k" : "q6_k");
+  const std::string name = llm::gen::model_name(shape, type);
   const llm::gen::ModelLayout layout = llm::gen::model_layout(shape, type, name);
   llm::gen::GeneratedModel model(layout, args.get_u64("seed", 1), args.get_u32("threads", 0));
   std::printf("%s: %u layers, %zu tensors, %s (%llu bytes)\n", name.c_str(), shape.layers, layout.tensors.size(),

@@ -49,6 +49,16 @@ Shape shape_named(const std::string& name) {
   throw std::invalid_argument("unknown shape '" + name + "'; known: " + shape_names());
 }
 
+uint32_t type_named(const std::string& t) {
+  if (t == "q4_k" || t == "Q4_K") return uint32_t(gguf::GgmlType::Q4_K);
+  if (t == "q6_k" || t == "Q6_K") return uint32_t(gguf::GgmlType::Q6_K);
+  throw std::invalid_argument("type must be q4_k or q6_k, not '" + t + "'");
+}
+
+std::string model_name(const Shape& s, uint32_t type) {
+  return s.name + "-" + (type == uint32_t(gguf::GgmlType::Q4_K) ? "q4_k" : "q6_k");
+}
+
 std::string shape_names() {
   std::string out;
   for (const Shape& s : shapes()) out += (out.empty() ? "" : ", ") + s.name;

@@ -40,7 +40,11 @@ struct Shape {
 // 8 experts of 256, top 2). gpt-oss-20b and gpt-oss-120b come here once the MXFP4 type exists (issue 33).
 // Throws std::invalid_argument naming the known shapes.
 Shape shape_named(const std::string& name);
-std::string shape_names();  // "llama3-70b, mixtral-8x7b, ..."
+std::string shape_names();
+// The matrices' type by its name (q4_k, q6_k; upper case too); throws std::invalid_argument naming both.
+uint32_t type_named(const std::string& name);
+// general.name of a generated model, e.g. "qwen3-235b-a22b-q4_k".
+std::string model_name(const Shape& s, uint32_t type);  // "llama3-70b, mixtral-8x7b, ..."
 
 // What a tensor's random values look like (generated_model.cpp makes blocks for them).
 enum class Fill : uint8_t {

@@ -1,0 +1,138 @@
+// emu:gen (examples/llm/tools/emu_gen.h): the generated namespace is, byte for byte, the image
+// llm_make_model's deploy leaves (record included), on tiny shapes of both layouts and both block sizes;
+// its record checks (verify_model: every chunk's CRC) and the engine decodes from it what it decodes
+// from the image; the parallel CRC pass equals deploy's serial one over several pieces and chunks;
+// writes are refused (the write guard, and the emulator's Namespace Is Write Protected); bad keys are
+// refused naming the fix.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/tools/emu_gen.h"
+#include "runtime/deploy/deploy.h"
+#include "runtime/deploy/device.h"
+#include "runtime/deploy/safety.h"
+#include "runtime/gguf/ggml_types.h"
+#include "runtime/guard/write_guard.h"
+#include "runtime/model/detect.h"
+#include "tests/llm/greedy_steps.h"
+#include "tests/test_files.h"
+
+using namespace gpunvme;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+std::vector<uint8_t> read_device(const std::string& device) {
+  deploy::Device dev(device, 1, host::Access::kReadOnly);
+  const model::BlockIo& io = dev.block_io();
+  std::vector<uint8_t> out(io.n_lbas * io.lba_size);
+  const uint64_t step = (1u << 20) / io.lba_size;
+  for (uint64_t lba = 0; lba < io.n_lbas; lba += step) {
+    const uint64_t n = std::min(step, io.n_lbas - lba);
+    io.read(lba, uint32_t(n), out.data() + lba * io.lba_size);
+  }
+  return out;
+}
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::vector<float> decode(const std::string& device) {
+  llm::DeviceSet set({device});
+  const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+  auto ex = llm::make_cpu_executor(m, 8, true);
+  return test::greedy_logits(*ex, 3);
+}
+
+}  // namespace
+
+TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the engine runs on it") {
+  struct Case {
+    const char* shape;
+    const char* type;
+    uint32_t lba;
+  };
+  for (const Case& c : {Case{"tiny", "q4_k", 512}, Case{"tiny-qwen3moe", "q6_k", 4096}}) {
+    INFO(c.shape << " " << c.type << " lba " << c.lba);
+    const std::string lba = ",lba=" + std::to_string(c.lba);
+    const std::string gen = std::string("emu:gen,shape=") + c.shape + ",type=" + c.type + ",model_seed=5" + lba;
+    const auto image = llm::gen::generated_image(gen);
+    REQUIRE(image);
+    // What llm_make_model --seed 5 --device emu:IMAGE,size=N does, on an image of the namespace's size.
+    test_files::TempDir dir("gpunvme-emu-gen");
+    const std::string file = dir / "m.img", dev = "emu:" + file + lba;
+    const llm::gen::Shape shape = llm::gen::shape_named(c.shape);
+    const uint32_t type = llm::gen::type_named(c.type);
+    llm::gen::GeneratedModel model(llm::gen::model_layout(shape, type, llm::gen::model_name(shape, type)), 5, 2);
+    {
+      deploy::Device d(dev + ",size=" + std::to_string(image->bytes()));
+      deploy::deploy_source(d, model, llm::gen::model_name(shape, type));
+    }
+    const std::vector<uint8_t> written = read_file(file), generated = read_device(gen);
+    REQUIRE(written.size() == image->bytes());
+    CHECK(generated == written);
+    // Its record describes it: every chunk's CRC matches what the namespace returns.
+    deploy::Device d(gen, 1, host::Access::kReadOnly);
+    const model::DetectedModel found = model::detect_model(d.block_io());
+    REQUIRE(found.record.has_value());
+    CHECK(found.record->name == llm::gen::model_name(shape, type));
+    CHECK(model::verify_model(d.block_io(), *found.record).empty());
+    // Another seed is another model.
+    CHECK(read_device(std::string("emu:gen,shape=") + c.shape + ",type=" + c.type + lba) != generated);
+    // The engine (CPU executor, load checks on) decodes the same logits from both.
+    CHECK(decode(gen) == decode(dev));
+  }
+}
+
+TEST_CASE("the parallel CRC pass is deploy's, over pieces and chunks") {
+  // About 224 MB: two 128 MiB chunks of two 64 MiB pieces each, the last one short.
+  llm::gen::Shape s{"crc", 4, 2048, 16, 4, 8192, 32000, 512};
+  const llm::gen::GeneratedModel m(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), "crc"), 3, 2);
+  REQUIRE(m.size() > (3ull << 26));
+  llm::gen::GeneratedModel serial(llm::gen::model_layout(s, uint32_t(gguf::GgmlType::Q4_K), "crc"), 3, 1);
+  CHECK(llm::gen::parallel_chunk_crcs(m, 27, 2) == model::compute_chunk_crcs(serial, serial.size(), 27));
+}
+
+TEST_CASE("emu:gen refuses writes and bad keys, naming the fix") {
+  const std::string gen = "emu:gen,shape=tiny,type=q4_k";
+  try {
+    guard::check_write_allowed(gen, {true, true}, "llm_make_model writes a model");
+    FAIL("a write to emu:gen was allowed");
+  } catch (const deploy::RefusedError& e) {
+    CHECK_THAT(e.what(), ContainsSubstring("read-only") && ContainsSubstring("image file"));
+  }
+  // Past the guard, the emulator itself: Namespace Is Write Protected, and the bytes unchanged.
+  deploy::Device d(gen);
+  std::vector<uint8_t> block(512, 0xAB), before(512), after(512);
+  d.block_io().read(3000, 1, before.data());  // inside the model (LBA 2048 on)
+  try {
+    d.block_io().write(3000, 1, block.data());
+    FAIL("the emulator took a write to emu:gen");
+  } catch (const std::exception& e) {
+    CHECK_THAT(e.what(), ContainsSubstring("Write Protected"));
+  }
+  d.block_io().read(3000, 1, after.data());
+  CHECK(after == before);
+  auto refused = [](const std::string& device) {
+    try {
+      deploy::Device x(device, 1, host::Access::kReadOnly);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("opened");
+  };
+  CHECK_THAT(refused("emu:gen,shape=tiny"), ContainsSubstring("type="));
+  CHECK_THAT(refused("emu:gen,shape=huge,type=q4_k"), ContainsSubstring("tiny-qwen3moe"));
+  CHECK_THAT(refused("emu:gen,shape=tiny,type=q8_0"), ContainsSubstring("q4_k or q6_k"));
+  CHECK_THAT(refused("emu:gen,shape=tiny,type=q4_k,size=1G"), ContainsSubstring("size="));
+  CHECK_THAT(refused("emu:gen,shape=tiny,type=q4_k,model_seed=x"), ContainsSubstring("model_seed"));
+  CHECK_THAT(refused("emu:ram,shape=tiny"), ContainsSubstring("unknown key \"shape\""));
+}
