@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
 #include "examples/llm/compute/batched_ops.h"
 #include "examples/llm/compute/ops.h"
+#include "examples/llm/compute/route.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -149,31 +149,19 @@ void CpuForward::ffn(const LayerWeights& l, uint32_t n) {
   add_into(x_.data(), tmp_.data(), n * E);
 }
 
-// Mixtral-style: softmax over the router's logits, the top n_expert_used, weights renormalised to sum 1.
-// Each expert runs once for all the tokens of the pass that chose it; each token then adds its experts'
-// outputs in its own top-k order (the order a pass of that token alone adds them).
+// Each token routed by route.h (the GPU kernels' routing). Each expert runs once for all the tokens of
+// the pass that chose it; each token then adds its experts' outputs in its own top-k order (the order
+// a pass of that token alone adds them).
 void CpuForward::moe(const LayerWeights& l, uint32_t n) {
   const uint32_t E = c_.n_embd, K = c_.n_expert_used, F = c_.n_ff;
   std::vector<float> probs(size_t(n) * c_.n_expert);
   matmul(l.gate_inp, 0, xn_.data(), n, probs.data());
   std::vector<uint32_t> chosen(size_t(n) * K);  // [token][k] expert id
   std::vector<float> weight(size_t(n) * K);
-  for (uint32_t t = 0; t < n; ++t) {
-    float* p = &probs[size_t(t) * c_.n_expert];
-    const float mx = *std::max_element(p, p + c_.n_expert);
-    float sum = 0.0f;
-    for (uint32_t e = 0; e < c_.n_expert; ++e) sum += (p[e] = std::exp(p[e] - mx));
-    for (uint32_t e = 0; e < c_.n_expert; ++e) p[e] /= sum;
-    std::vector<uint32_t> order(c_.n_expert);
-    std::iota(order.begin(), order.end(), 0u);
-    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return p[a] > p[b]; });
-    float wsum = 0.0f;
-    for (uint32_t k = 0; k < K; ++k) wsum += p[order[k]];
-    for (uint32_t k = 0; k < K; ++k) {
-      chosen[size_t(t) * K + k] = order[k];
-      weight[size_t(t) * K + k] = p[order[k]] / wsum;
-    }
-  }
+  std::vector<float> p(c_.n_expert);
+  for (uint32_t t = 0; t < n; ++t)
+    route_top_k(OneLane{}, &probs[size_t(t) * c_.n_expert], c_.n_expert, K, p.data(), &chosen[size_t(t) * K],
+                &weight[size_t(t) * K]);
   std::vector<uint32_t> users;  // (token, k) slots that chose expert e, as t * K + k
   for (uint32_t e = 0; e < c_.n_expert; ++e) {
     users.clear();
