@@ -152,6 +152,7 @@ def main():
                             (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null"], ["emu:null"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", "emu:gen,shape=tiny,type=q4_k"],
                              ["read-only", "image file"]),
+                            (["--shape", "tiny", "--type", "q4_k", "--rate", "--out", "x"], ["--rate", "--out"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", f"emu:{d}/small.img,size=64K"],
                              ["namespace", "use a larger device"])):
             p = subprocess.run([a.make_model] + args, capture_output=True, text=True, cwd=d)

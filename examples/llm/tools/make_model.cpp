@@ -7,12 +7,15 @@
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/s0.img,size=30G --device emu:/dev/shm/s1.img,size=30G
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
+#include "examples/llm/tools/emu_gen.h"
 #include "examples/llm/tools/generated_model.h"
 #include "host/open_device.h"
 #include "host/text/human_bytes.h"
@@ -30,7 +33,7 @@ using namespace gpunvme;
 namespace {
 
 const cli::Help kHelp = {
-    "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV [--device DEV ...] | --out FILE) [--seed S]\n"
+    "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV [--device DEV ...] | --out FILE | --rate) [--seed S]\n"
     "                      [--threads N] [--stripe-unit SIZE] [--allow-write] [--force] [--progress]\n"
     "\n"
     "Writes a model with random but valid weights (finite, centred scales; any byte range generated the same\n"
@@ -51,7 +54,9 @@ const cli::Help kHelp = {
     "                 that is not a GGUF is refused unless --force)\n"
     "  --seed S       the weights' seed (default 1)\n"
     "  --threads N    generator threads (default: every core)\n"
-    "  --progress     a progress line even when stderr is not a terminal\n",
+    "  --progress     a progress line even when stderr is not a terminal\n"
+    "  --rate         write nothing: measure the generator on this machine (GB/s and CPU s per GB on 1 and\n"
+    "                 on --threads threads; with the CRC-32C, the rate of emu:gen's checksum pass at open)\n",
     std::string("\n") + guard::kWriteFlagsHelp + "\n" + host::device_string_help()};
 
 uint32_t parse_type(const std::string& t) {
@@ -88,9 +93,28 @@ void check_out_target(const std::string& path, bool force) {
                              found);
 }
 
+// --rate: the generator's rate here, the number that says whether emu:gen or the emulator limits a cell.
+int measure(const llm::gen::GeneratedModel& model, const std::string& name, uint32_t threads) {
+  const llm::gen::GenerationRate one = llm::gen::measure_generation(model, 1, 2.0);
+  const llm::gen::GenerationRate all = llm::gen::measure_generation(model, threads, 2.0);
+  const llm::gen::GenerationRate crc = llm::gen::measure_generation(model, threads, 2.0, true);
+  auto line = [](const char* what, const llm::gen::GenerationRate& r) {
+    std::printf("  %-26s %7.2f GB/s on %2u thread%s (%.2f GB/s each), %.3f CPU s per GB\n", what, r.bytes_per_second() / 1e9,
+                r.threads, r.threads == 1 ? " " : "s", r.bytes_per_second() / 1e9 / r.threads, r.cpu_seconds_per_gb());
+  };
+  std::printf("%s, generated on read (emu:gen):\n", name.c_str());
+  line("generation", one);
+  line("generation", all);
+  line("generation + CRC-32C", crc);
+  std::printf("  emu:gen's checksum pass at open: about %.1f s for these %s on this machine\n",
+              double(model.size()) / crc.bytes_per_second(), text::human_bytes(double(model.size())).c_str());
+  return 0;
+}
+
 int run(const cli::Args& args) {
   if (!args.has("shape") || !args.has("type")) throw cli::UsageError("give --shape and --type");
-  if (args.has("device") == args.has("out")) throw cli::UsageError("give one of --device DEV and --out FILE");
+  if (args.has("rate") && (args.has("device") || args.has("out"))) throw cli::UsageError("--rate writes nothing: give no --device or --out");
+  if (!args.has("rate") && args.has("device") == args.has("out")) throw cli::UsageError("give one of --device DEV and --out FILE");
   if (args.has("out")) check_out_target(args.get("out"), args.has("force"));
   const std::vector<std::string> devices = args.all("device");
   if (args.has("stripe-unit") && devices.size() < 2)
@@ -107,6 +131,10 @@ int run(const cli::Args& args) {
   const std::string name = llm::gen::model_name(shape, type);
   const llm::gen::ModelLayout layout = llm::gen::model_layout(shape, type, name);
   llm::gen::GeneratedModel model(layout, args.get_u64("seed", 1), args.get_u32("threads", 0));
+  if (args.has("rate")) {
+    const uint32_t threads = args.get_u32("threads", 0);
+    return measure(model, name, threads ? threads : std::max(1u, std::thread::hardware_concurrency()));
+  }
   std::printf("%s: %u layers, %zu tensors, %s (%llu bytes)\n", name.c_str(), shape.layers, layout.tensors.size(),
               text::human_bytes(double(model.size())).c_str(), (unsigned long long)model.size());
   std::fflush(stdout);
@@ -143,7 +171,7 @@ int run(const cli::Args& args) {
 int main(int argc, char** argv) {
   try {
     const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads", "stripe-unit"},
-                         {"allow-write", "force", "progress"}, {"device"});
+                         {"allow-write", "force", "progress", "rate"}, {"device"});
     if (args.help_asked()) return args.print_help("llm_make_model", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
     return run(args);
