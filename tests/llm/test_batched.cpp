@@ -82,6 +82,8 @@ TEST_CASE("a batched pass gives, per token, the bits of single-token passes", "[
   cases.push_back({Shape::kGemma3, GgmlType::Q6_K, "gemma3 (sliding window 5, QK norm, post-norms, GeGLU)"});
   cases.push_back({Shape::kMoe, GgmlType::Q4_K, "llama MoE (4 experts, top 2)"});
   cases.push_back({Shape::kMoe, GgmlType::Q5_0, "llama MoE (4 experts, top 2)"});
+  cases.push_back({Shape::kQwen3Moe, GgmlType::Q4_K, "qwen3moe (QK norm, heads of 128, 4 experts of 256, top 2)"});
+  cases.push_back({Shape::kQwen3Moe, GgmlType::Q8_0, "qwen3moe (QK norm, heads of 128, 4 experts of 256, top 2)"});
   const Case k = GENERATE_COPY(from_range(cases));
   CAPTURE(k.name, gguf::ggml_type_name(uint32_t(k.type)));
   const test::TinyModel m = test::make_tiny(k.shape, k.type);

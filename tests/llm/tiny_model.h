@@ -52,7 +52,7 @@ inline std::vector<uint8_t> random_rows(GgmlType t, uint64_t cols, uint64_t rows
   return out;
 }
 
-enum class Shape { kLlama, kQwen2, kGemma3, kMoe };
+enum class Shape { kLlama, kQwen2, kGemma3, kMoe, kQwen3Moe };
 
 struct TinyModel {
   ModelConfig c;
@@ -60,11 +60,13 @@ struct TinyModel {
   std::vector<uint8_t> bytes;
 };
 
-// A model of 2 layers, n_embd 256 (k-quant rows are 256 wide), 4 query heads of 64 over 2 KV heads.
+// A model of 2 layers, n_embd 256 (k-quant rows are 256 wide), 4 query heads of 64 over 2 KV heads
+// (kQwen3Moe: heads of 128, wider than 256 / 4 as Qwen3's, and 4 experts of 256 beside a dense width of 512).
 inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
   TinyModel m;
   ModelConfig& c = m.c;
-  c.arch = shape == Shape::kQwen2 ? Arch::kQwen2 : shape == Shape::kGemma3 ? Arch::kGemma3 : Arch::kLlama;
+  c.arch = shape == Shape::kQwen2 ? Arch::kQwen2 : shape == Shape::kGemma3 ? Arch::kGemma3
+         : shape == Shape::kQwen3Moe ? Arch::kQwen3Moe : Arch::kLlama;
   c.n_embd = 256, c.n_layer = 2, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.n_ff = 512, c.n_vocab = 300;
   c.n_ctx_train = 64;
   c.n_rot = c.head_dim;
@@ -72,6 +74,13 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
   if (shape != Shape::kLlama && shape != Shape::kMoe) c.rope = RopeLayout::kNeox;
   if (shape == Shape::kMoe) c.n_expert = 4, c.n_expert_used = 2;
+  if (shape == Shape::kQwen3Moe) {  // model/config.cpp's qwen3moe rules
+    c.head_dim = c.n_rot = 128;
+    c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
+    c.rope_base = 1e6f;
+    c.qk_norm = true;
+    c.n_expert = 4, c.n_expert_used = 2, c.n_ff = 256;
+  }
   if (shape == Shape::kGemma3) {
     c.rope_base = 1e6f;
     c.swa_window = 5, c.swa_period = 2;  // layer 0 sees the last 5 positions, layer 1 all
