@@ -20,6 +20,7 @@
 #include "bench/baselines/pacing.h"
 #include "bench/llm_tokens_mmap.h"
 #include "device/cuda_check.h"
+#include "examples/llm/tools/emu_gen.h"
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_io_flags.h"
@@ -36,7 +37,7 @@ namespace {
 
 // --help: what it measures and the options of a first run; --help-all: the columns, the loaders, the rest.
 const cli::Help kHelp = {
-    "usage: llm_tokens --image PATH[,PATH...] [--image ...] [--budgets VRAM:RAM,...] [--drives sn530,pcie4,...]\n"
+    "usage: llm_tokens (--image PATH[,PATH...] | --device emu:...)... [--budgets VRAM:RAM,...] [--drives sn530,...]\n"
     "                  [--modes gpunvme,mmap,mmap-evict] [--verify on,off] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
     "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
@@ -48,6 +49,7 @@ const cli::Help kHelp = {
     "\n"
     "  --image PATH   a namespace image holding a deployed model (llm_make_model --device emu:PATH,size=60G);\n"
     "                 a comma-separated list: a striped set's members, in order; repeat for more models\n"
+    "  --device DEV   a model on one emulated namespace, e.g. emu:gen,shape=qwen3-235b-a22b,type=q4_k\n"
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        loaders, default gpunvme,mmap,mmap-evict\n"
@@ -90,6 +92,11 @@ const cli::Help kHelp = {
     "Each cell is printed as soon as it ends; --json-out FILE (one JSON object per line) replaces FILE when\n"
     "the run ends, failed cells with their error (a run killed before leaves the old FILE). A\n"
     "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
+    "--device DEV: a model on one emulated namespace given whole (each cell adds drive= and threads=), e.g. a\n"
+    "generated model computed on read, for models larger than RAM: emu:gen,shape=qwen3-235b-a22b,type=q4_k\n"
+    "(llm_make_model's shapes). The generator's own rate (every core, 1 s) is printed first and is in the\n"
+    "JSON (generator_bytes_per_second, generator_cpu_seconds_per_gb): it must stay above the drives' rates\n"
+    "for the emulator, not the generator, to be the limit. No mmap cells (no image file to map).\n"
     "Other options:\n"
     "  --slots N      the engine's streaming slots (its --slots; default 2)\n"
     "  --expert-prefetch  MoE models whose plan fetches experts: the prefetch per cell, a list of auto (the\n"
@@ -208,6 +215,7 @@ struct Cell {
   double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
   double emu_tps = 0;  // the same cell with drive none (0: not measured)
   std::optional<uint64_t> loader_faults;  // mmap loaders: the worker's page faults over the timed tokens
+  std::optional<llm::gen::GenerationRate> generator;  // emu:gen: the generator's own rate, measured at start
   double lower_tps() const { return emu_tps > 0 && emu_tps < bound_tps ? emu_tps : bound_tps; }
   std::string drive_label() const { return members > 1 ? std::to_string(members) + "x" + drive : drive; }
   uint32_t tokens = 0;
@@ -252,13 +260,20 @@ std::optional<bench::MmapResidency> mmap_residency(const std::string& mode) {
   return std::nullopt;
 }
 
-Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
+// A model to measure: its namespaces' device strings (a striped set's members in order) and, for --image,
+// their image files (the mmap loaders read those).
+struct ModelSpec {
+  std::vector<std::string> devices, images;
+};
+
+Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& budget, const std::string& drive,
               const std::string& mode, const std::string& prefetch, bool verify, const RunSettings& rs) {
+  const std::vector<std::string>& images = spec.images;
   const uint32_t warmup = rs.warmup, tokens = rs.tokens;
   Cell c{m.file->model_name(), budget.text, drive, mode};
   c.prefetch = prefetch;
   c.verify = verify;
-  c.members = uint32_t(images.size());
+  c.members = uint32_t(spec.devices.size());
   c.queues = rs.queues;
   c.emu_opts = rs.emu_opts;
   const std::set<pid_t> before = thread_ids();
@@ -269,9 +284,9 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   // reached 85 %). A striped set: one controller per member, one thread per streamer queue (MoE experts
   // are not fetched from a set).
   std::vector<std::unique_ptr<host::Controller>> ctrls;
-  const std::string threads = std::to_string(images.size() > 1 ? rs.queues : 2 * rs.queues);
-  for (const std::string& image : images)
-    ctrls.push_back(host::open_controller("emu:" + image + ",drive=" + drive + ",threads=" + threads + (rs.emu_opts.empty() ? "" : "," + rs.emu_opts), {}, host::Access::kReadOnly));
+  const std::string threads = std::to_string(spec.devices.size() > 1 ? rs.queues : 2 * rs.queues);
+  for (const std::string& device : spec.devices)
+    ctrls.push_back(host::open_controller(device + ",drive=" + drive + ",threads=" + threads + (rs.emu_opts.empty() ? "" : "," + rs.emu_opts), {}, host::Access::kReadOnly));
   std::vector<host::Controller*> raw;
   for (auto& x : ctrls) raw.push_back(x.get());
   std::vector<pid_t> drive_threads;
@@ -294,7 +309,7 @@ Cell run_cell(const std::vector<std::string>& images, const llm::ModelOnDevice& 
   o.expert_read_bytes = rs.expert_io.read_bytes;
   const bench::MmapLayerSource* source = nullptr;  // owned by the executor
   if (const std::optional<bench::MmapResidency> residency = mmap_residency(mode)) {
-    auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(images.size()));
+    auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(spec.devices.size()));
     o.nvme_source = [&, pacer, residency](std::vector<llm::ByteRange> r) {
       auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, *residency);
       source = s.get();
@@ -363,8 +378,12 @@ std::string cell_json(const Cell& c, double h2d) {
   else
     std::snprintf(emu, sizeof emu, "\"emulator_tokens_per_second\":null,\"efficiency_vs_lower\":null,");
   const std::string faults = "\"loader_page_faults\":" + (c.loader_faults ? std::to_string(*c.loader_faults) : std::string("null")) + ",";
+  char gen[160] = "\"generator_bytes_per_second\":null,\"generator_cpu_seconds_per_gb\":null,\"generator_threads\":null,";
+  if (c.generator)
+    std::snprintf(gen, sizeof gen, "\"generator_bytes_per_second\":%.0f,\"generator_cpu_seconds_per_gb\":%.4f,\"generator_threads\":%u,",
+                  c.generator->bytes_per_second(), c.generator->cpu_seconds_per_gb(), c.generator->threads);
   const std::string verify = c.error.empty() ? "\"verify\":" + llm::verify_json(e.verify) + "," : "";
-  return b + prefetch + emu + faults + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  return b + prefetch + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
 }
 
@@ -396,7 +415,39 @@ void print_cell(const Cell& c, int pf) {
   std::fflush(stdout);
 }
 
-int run(const cli::Args& args, const std::vector<std::string>& images) {
+// --image PATH[,PATH...]: one image, or a striped set's member images in order.
+ModelSpec image_model(const std::string& list) {
+  ModelSpec spec;
+  spec.images = split(list);
+  if (spec.images.empty()) throw cli::UsageError("--image is empty");
+  for (const std::string& p : spec.images) spec.devices.push_back("emu:" + p);
+  return spec;
+}
+
+// --device emu:...: one namespace given whole; each cell adds drive= and threads=.
+ModelSpec device_model(const std::string& device) {
+  if (!device.starts_with("emu:"))
+    throw cli::UsageError("--device '" + device + "': the bench models drives on the emulator: give an emu: device");
+  for (const char* key : {",drive=", ",threads="})
+    if (device.find(key) != std::string::npos)
+      throw cli::UsageError("--device '" + device + "': drive= and threads= are the cell's own (--drives, --queues)");
+  return ModelSpec{{device}, {}};
+}
+
+// The generator's own rate for an emu:gen model (every core, 1 s), printed: the emulator, not the
+// generator, must be the limit of its cells (compare with the drives' rates and the emu column).
+std::optional<llm::gen::GenerationRate> generator_rate(const ModelSpec& spec) {
+  const auto image = llm::gen::generated_image(spec.devices[0]);
+  if (!image) return std::nullopt;
+  const llm::gen::GenerationRate r = llm::gen::measure_generation(image->model(), 0, 1.0);
+  std::printf("%s: generated on read: %.2f GB/s on %u threads (%.2f GB/s each, %.3f CPU s per GB); its record's "
+              "checksums took %.1f s at open\n",
+              image->record().name.c_str(), r.bytes_per_second() / 1e9, r.threads, r.bytes_per_second() / 1e9 / r.threads,
+              r.cpu_seconds_per_gb(), image->checksum_seconds());
+  return r;
+}
+
+int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   const std::vector<Budget> budgets = parse_budgets(args.get("budgets", "22G:0,22G:32G"));
   // A list flag given as "" or "," would run no cell and report nothing: refused.
   auto list = [&](const char* flag, const char* fallback) {
@@ -466,19 +517,18 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
   std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "vfy", pf_width, "pf",
               "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
-  std::vector<std::string> run_devices;  // every image: --json-out may be none of them (runtime/guard/output_file.h)
-  for (const std::string& list : images)
-    for (const std::string& p : split(list)) run_devices.push_back("emu:" + p);
+  std::vector<std::string> run_devices;  // every device: --json-out may be none of them (runtime/guard/output_file.h)
+  for (const ModelSpec& spec : models) run_devices.insert(run_devices.end(), spec.devices.begin(), spec.devices.end());
   guard::OutputFile json = args.has("json-out") ? guard::OutputFile::open(args.get("json-out"), run_devices, "--json-out") : guard::OutputFile();
   int errors = 0;
-  for (const std::string& image_list : images) {
-    // One image, or a striped set's member images in order.
-    const std::vector<std::string> members = split(image_list);
-    std::vector<std::string> devices;
-    for (const std::string& p : members) devices.push_back("emu:" + p);
+  for (const ModelSpec& spec : models) {
     // Unthrottled, with readers' locks: the startup loads (VRAM and RAM tiers) are not what the cells measure.
-    llm::DeviceSet set(devices);
+    // An emu:gen namespace checksums its model here, once (examples/llm/tools/emu_gen.h).
+    llm::DeviceSet set(spec.devices);
     const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+    const std::optional<llm::gen::GenerationRate> generator = generator_rate(spec);
+    if (spec.images.empty() && std::any_of(modes.begin(), modes.end(), [](const std::string& md) { return mmap_residency(md).has_value(); }))
+      std::printf("%s: no mmap cells (the mmap loaders read image files: give --image)\n", text::printable(spec.devices[0]).c_str());
     for (const Budget& b : budgets) {
       std::optional<uint64_t> first_hash;
       std::map<std::string, double> capacity;  // "loader/prefetch" -> tok/s with drive none
@@ -494,10 +544,11 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
             for (const bool vf : verifies) {
               if (drive_free && (d != drives.front() || md != modes.front())) continue;
               if (pf == "off" && auto_ran_without) continue;
+              if (spec.images.empty() && mmap_residency(md)) continue;
               Cell c;
               const std::string key = md + "/" + pf + (vf ? "" : "/noverify");
               try {
-                c = run_cell(members, m, b, d, md, pf, vf, rs);
+                c = run_cell(spec, m, b, d, md, pf, vf, rs);
                 // The emulator's own ceiling for this cell: the same cell unthrottled, if it ran first.
                 const auto cap = capacity.find(key);
                 if (d == "none") capacity[key] = c.tps;
@@ -509,9 +560,10 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
                 c = Cell{m.file->model_name(), b.text, d, md};
                 c.prefetch = pf;
                 c.verify = vf;
-                c.members = uint32_t(members.size());
+                c.members = uint32_t(spec.devices.size());
                 c.error = e.what();
               }
+              c.generator = generator;
               errors += !c.error.empty();
               print_cell(c, pf_width);
               if (json) {
@@ -532,18 +584,20 @@ int run(const cli::Args& args, const std::vector<std::string>& images) {
 
 int main(int argc, char** argv) {
   try {
-    // --image repeats: collect them before cli::Args (which takes each option once).
-    std::vector<std::string> images;
+    // --image and --device repeat: collect them, in order, before cli::Args (which takes each option once).
+    std::vector<ModelSpec> models;
     std::vector<char*> rest{argv[0]};
     for (int i = 1; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) images.push_back(argv[++i]);
+      if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) models.push_back(image_model(argv[++i]));
+      else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) models.push_back(device_model(argv[++i]));
       else rest.push_back(argv[i]);
     }
     const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
     if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
-    if (images.empty()) throw cli::UsageError("give --image PATH (a namespace image holding a deployed model)");
-    return run(args, images);
+    if (models.empty())
+      throw cli::UsageError("give --image PATH (a namespace image holding a deployed model) or --device emu:gen,shape=NAME,type=T");
+    return run(args, models);
   } catch (const cli::UsageError& e) {
     cli::print_usage_error("llm_tokens", e, kHelp);
     return 2;

@@ -54,10 +54,10 @@ const cli::Help kHelp = {
     "                 that is not a GGUF is refused unless --force)\n"
     "  --seed S       the weights' seed (default 1)\n"
     "  --threads N    generator threads (default: every core)\n"
-    "  --progress     a progress line even when stderr is not a terminal\n"
-    "  --rate         write nothing: measure the generator on this machine (GB/s and CPU s per GB on 1 and\n"
-    "                 on --threads threads; with the CRC-32C, the rate of emu:gen's checksum pass at open)\n",
-    std::string("\n") + guard::kWriteFlagsHelp + "\n" + host::device_string_help()};
+    "  --progress     a progress line even when stderr is not a terminal\n",
+    "\n  --rate         write nothing: measure the generator on this machine (GB/s and CPU s per GB on 1 and\n"
+    "                 on --threads threads; with the CRC-32C, the rate of emu:gen's checksum pass at open)\n" +
+        std::string("\n") + guard::kWriteFlagsHelp + "\n" + host::device_string_help()};
 
 uint32_t parse_type(const std::string& t) {
   try {
