@@ -26,6 +26,7 @@
 #include "examples/llm/engine/expert_io_flags.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
+#include "runtime/model/stripe.h"
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -49,7 +50,7 @@ const cli::Help kHelp = {
     "\n"
     "  --image PATH   a namespace image holding a deployed model (llm_make_model --device emu:PATH,size=60G);\n"
     "                 a comma-separated list: a striped set's members, in order; repeat for more models\n"
-    "  --device DEV   a model on one emulated namespace, e.g. emu:gen,shape=qwen3-235b-a22b,type=q4_k\n"
+    "  --device DEV   a model on one emulated namespace, e.g. emu:gen,shape=qwen3-235b-a22b,type=q4_k[,members=2]\n"
     "  --budgets      VRAM:RAM sizes (K/M/G suffixes), default 22G:0,22G:32G\n"
     "  --drives       modeled drives (drive=NAME of the emulator), default sn530,pcie4,pcie5\n"
     "  --modes        loaders, default gpunvme,mmap,mmap-evict\n"
@@ -94,7 +95,8 @@ const cli::Help kHelp = {
     "budget whose plan leaves nothing on NVMe runs once (its first drive and loader): no drive is read.\n"
     "--device DEV: a model on one emulated namespace given whole (each cell adds drive= and threads=), e.g. a\n"
     "generated model computed on read, for models larger than RAM: emu:gen,shape=qwen3-235b-a22b,type=q4_k\n"
-    "(llm_make_model's shapes). The generator's own rate (every core, 1 s) is printed first and is in the\n"
+    "(llm_make_model's shapes); with members=N (no member=), a striped set of it over N generated namespaces, for\n"
+    "the Nx cells. The generator's own rate (every core, 1 s) is printed first and is in the\n"
     "JSON (generator_bytes_per_second, generator_cpu_seconds_per_gb): it must stay above the drives' rates\n"
     "for the emulator, not the generator, to be the limit. No mmap cells (no image file to map).\n"
     "Other options:\n"
@@ -424,14 +426,23 @@ ModelSpec image_model(const std::string& list) {
   return spec;
 }
 
-// --device emu:...: one namespace given whole; each cell adds drive= and threads=.
+// --device emu:...: one namespace given whole; each cell adds drive= and threads=. A generated striped
+// set, emu:gen,...,members=N without member=, stands for its N members in order (member=1..N).
 ModelSpec device_model(const std::string& device) {
   if (!device.starts_with("emu:"))
     throw cli::UsageError("--device '" + device + "': the bench models drives on the emulator: give an emu: device");
   for (const char* key : {",drive=", ",threads="})
     if (device.find(key) != std::string::npos)
       throw cli::UsageError("--device '" + device + "': drive= and threads= are the cell's own (--drives, --queues)");
-  return ModelSpec{{device}, {}};
+  const size_t at = device.find(",members=");
+  if (!device.starts_with("emu:gen,") || at == std::string::npos || device.find(",member=") != std::string::npos)
+    return ModelSpec{{device}, {}};
+  const std::string count = device.substr(at + 9, device.find(',', at + 9) - (at + 9));
+  const uint64_t n = text::parse_u64("--device members", count);
+  if (n < 1 || n > model::kMaxStripeMembers) throw cli::UsageError("--device '" + device + "': members=" + count + " is not 1..16");
+  ModelSpec spec;
+  for (uint64_t i = 1; i <= n; ++i) spec.devices.push_back(device + ",member=" + std::to_string(i));
+  return spec;
 }
 
 // The generator's own rate for an emu:gen model (every core, 1 s), printed: the emulator, not the

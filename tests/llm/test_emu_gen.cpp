@@ -2,8 +2,8 @@
 // llm_make_model's deploy leaves (record included), on tiny shapes of both layouts and both block sizes;
 // its record checks (verify_model: every chunk's CRC) and the engine decodes from it what it decodes
 // from the image; the parallel CRC pass equals deploy's serial one over several pieces and chunks;
-// writes are refused (the write guard, and the emulator's Namespace Is Write Protected); bad keys are
-// refused naming the fix.
+// a striped set of generated members decodes as the single namespace; writes are refused (the write
+// guard, and the emulator's Namespace Is Write Protected); bad keys are refused naming the fix.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -45,8 +45,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-std::vector<float> decode(const std::string& device) {
-  llm::DeviceSet set({device});
+std::vector<float> decode(const std::vector<std::string>& devices) {
+  llm::DeviceSet set(devices);
   const llm::ModelOnDevice m = llm::open_model(set.namespaces());
   auto ex = llm::make_cpu_executor(m, 8, true);
   return test::greedy_logits(*ex, 3);
@@ -88,8 +88,29 @@ TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the e
     // Another seed is another model.
     CHECK(read_device(std::string("emu:gen,shape=") + c.shape + ",type=" + c.type + lba) != generated);
     // The engine (CPU executor, load checks on) decodes the same logits from both.
-    CHECK(decode(gen) == decode(dev));
+    CHECK(decode({gen}) == decode({dev}));
   }
+}
+
+TEST_CASE("emu:gen members=N,member=I: a striped set of the model, which the engine reads as one") {
+  // tiny-qwen3moe (2 MB) over 3 members of 1 MiB stripe units: every member holds units of the model.
+  const std::string gen = "emu:gen,shape=tiny-qwen3moe,type=q4_k";
+  std::vector<std::string> members;
+  for (int i = 1; i <= 3; ++i) members.push_back(gen + ",members=3,member=" + std::to_string(i));
+  const std::vector<float> one = decode({gen});
+  CHECK(decode(members) == one);
+  // Given out of order, the set is refused naming the member (stripe.h's checks hold for it too).
+  CHECK_THROWS(decode({members[1], members[0], members[2]}));
+  auto refused = [](const std::string& device) {
+    try {
+      deploy::Device x(device, 1, host::Access::kReadOnly);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("opened");
+  };
+  CHECK_THAT(refused(gen + ",members=2"), ContainsSubstring("member=1..2"));
+  CHECK_THAT(refused(gen + ",members=2,member=3"), ContainsSubstring("past members=2"));
 }
 
 TEST_CASE("the parallel CRC pass is deploy's, over pieces and chunks") {

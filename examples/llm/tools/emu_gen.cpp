@@ -56,11 +56,24 @@ struct GenParams {
   Shape shape;
   uint32_t type = 0;
   uint64_t seed = 1;  // llm_make_model's --seed default
+  uint32_t members = 1, member = 1;  // a striped set's size and this namespace's place in it (1-based)
 };
+
+uint64_t parse_number(const std::string& key, const std::string& value, uint64_t lo, uint64_t hi) {
+  uint64_t v = 0;
+  try {
+    v = text::parse_u64(key, value);
+  } catch (const text::ParseError& e) {
+    throw std::invalid_argument(e.what());
+  }
+  if (v < lo || v > hi)
+    throw std::invalid_argument(key + "=" + value + " is not in " + std::to_string(lo) + ".." + std::to_string(hi));
+  return v;
+}
 
 GenParams parse_keys(const emu::GenKeys& keys) {
   GenParams p;
-  bool shape = false, type = false;
+  bool shape = false, type = false, member = false;
   for (const auto& [k, v] : keys) {
     if (k == "shape") {
       p.shape = shape_named(v);
@@ -69,41 +82,91 @@ GenParams parse_keys(const emu::GenKeys& keys) {
       p.type = type_named(v);
       type = true;
     } else if (k == "model_seed") {
-      try {
-        p.seed = text::parse_u64("model_seed", v);
-      } catch (const text::ParseError& e) {
-        throw std::invalid_argument(e.what());
-      }
+      p.seed = parse_number(k, v, 0, UINT64_MAX);
+    } else if (k == "members") {
+      p.members = uint32_t(parse_number(k, v, 1, model::kMaxStripeMembers));
+    } else if (k == "member") {
+      p.member = uint32_t(parse_number(k, v, 1, model::kMaxStripeMembers));
+      member = true;
     }
   }
   if (!shape || !type)
     throw std::invalid_argument("emu:gen needs shape= and type= (e.g. emu:gen,shape=tiny,type=q4_k); shapes: " + shape_names());
+  if (p.members > 1 && !member)
+    throw std::invalid_argument("members=" + std::to_string(p.members) + " needs member=1.." + std::to_string(p.members) +
+                                ": each namespace is one member of the set, given in order");
+  if (p.member > p.members)
+    throw std::invalid_argument("member=" + std::to_string(p.member) + " is past members=" + std::to_string(p.members));
   return p;
+}
+
+// A striped set's keys name it: its set and deploy ids are a hash of them, so that its members agree.
+uint64_t set_hash(const GenParams& p, uint32_t lba, uint64_t salt) {
+  const std::string key = p.shape.name + "/" + std::to_string(p.type) + "/" + std::to_string(p.seed) + "/" +
+                          std::to_string(p.members) + "/" + std::to_string(lba);
+  uint64_t h = 0xCBF29CE484222325ull ^ salt;
+  for (unsigned char c : key) h = (h ^ c) * 0x100000001B3ull;
+  return h | 1;  // never 0
+}
+
+// The deploy id of a generated set's one generation: fixed by its set id.
+uint64_t set_hash_id(uint64_t set_id) { return (set_id * 0x9E3779B97F4A7C15ull) | 1; }
+
+// Where the model starts: 1 MiB in on one namespace, right after the record in a set's logical volume
+// (as deploy puts it: runtime/deploy/deploy.cpp default_start_lba).
+uint64_t model_start_lba(const GenParams& p, uint32_t lba) {
+  return p.members > 1 ? std::max<uint64_t>(1, model::kStripedModelStartBytes / lba) : model::default_model_start_lba(lba);
+}
+
+// The set's geometry: members just large enough for the logical volume, in whole stripe units.
+model::StripeGeometry set_geometry(const GenParams& p, uint32_t lba, uint64_t logical_bytes) {
+  const uint64_t unit = model::kDefaultStripeUnitBytes, unit_blocks = unit / lba;
+  const uint64_t logical_blocks = (logical_bytes + lba - 1) / lba;
+  const uint64_t per_member = (logical_blocks + p.members - 1) / p.members;
+  const uint64_t data_blocks = (per_member + unit_blocks - 1) / unit_blocks * unit_blocks;
+  const uint64_t data_start = std::max<uint64_t>(1, model::kStripeDataOffsetBytes / lba);
+  return model::make_stripe_geometry(p.members, lba, data_start + data_blocks, unit, set_hash(p, lba, 0));
+}
+
+// The model's bytes at its place, with the record: what one namespace, or a set's logical volume, holds.
+uint64_t logical_bytes(const GenParams& p, uint32_t lba) {
+  const GeneratedModel m(model_layout(p.shape, p.type, model_name(p.shape, p.type)), p.seed, 1);
+  return DeployedModelImage::image_bytes(m.size(), lba, model_start_lba(p, lba));
 }
 
 // Every program's opens of the same keys share one image: its CRC pass runs once per process.
 std::shared_ptr<const DeployedModelImage> shared_image(const GenParams& p, uint32_t lba) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const DeployedModelImage>> opened;
-  const std::string key = p.shape.name + "/" + std::to_string(p.type) + "/" + std::to_string(p.seed) + "/" + std::to_string(lba);
+  const uint64_t start = model_start_lba(p, lba);
+  const std::string key = p.shape.name + "/" + std::to_string(p.type) + "/" + std::to_string(p.seed) + "/" +
+                          std::to_string(lba) + "/" + std::to_string(start);
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = opened[key];
-  if (!slot) slot = std::make_shared<const DeployedModelImage>(p.shape, p.type, p.seed, lba);
+  if (!slot) slot = std::make_shared<const DeployedModelImage>(p.shape, p.type, p.seed, lba, start);
   return slot;
 }
 
+// What one emu:gen namespace serves: the deployed model, or one member of a striped set of it.
+std::shared_ptr<const emu::GeneratedBytes> open_namespace(const GenParams& p, uint32_t lba) {
+  auto image = shared_image(p, lba);
+  if (p.members == 1) return image;
+  return std::make_shared<const StripeMemberImage>(image, set_geometry(p, lba, image->bytes()), p.member - 1);
+}
+
 [[maybe_unused]] const bool registered = emu::register_generator(emu::Generator{
-    {"shape", "type", "model_seed"},
+    {"shape", "type", "model_seed", "members", "member"},
     "shape=NAME (" + shape_names() + "), type=q4_k|q6_k, model_seed=S (default 1): the model llm_make_model "
-    "--shape NAME --type T --seed S writes, with its deploy record",
+    "--shape NAME --type T --seed S writes, with its deploy record; members=N,member=I: member I of a striped set "
+    "of it over N namespaces",
     [](const emu::GenKeys& keys, uint32_t lba) {
       const GenParams p = parse_keys(keys);
-      const GeneratedModel m(model_layout(p.shape, p.type, model_name(p.shape, p.type)), p.seed, 1);
-      return DeployedModelImage::image_bytes(m.size(), lba);
+      const uint64_t bytes = logical_bytes(p, lba);
+      if (p.members == 1) return bytes;
+      const model::StripeGeometry g = set_geometry(p, lba, bytes);
+      return (g.data_start_lba + g.member_data_blocks) * lba;
     },
-    [](const emu::GenKeys& keys, uint32_t lba) -> std::shared_ptr<const emu::GeneratedBytes> {
-      return shared_image(parse_keys(keys), lba);
-    }});
+    [](const emu::GenKeys& keys, uint32_t lba) { return open_namespace(parse_keys(keys), lba); }});
 
 }  // namespace
 
@@ -137,14 +200,15 @@ std::vector<uint32_t> parallel_chunk_crcs(const GeneratedModel& model, uint32_t 
   return crcs;
 }
 
-uint64_t DeployedModelImage::image_bytes(uint64_t model_bytes, uint32_t lba_bytes) {
-  return model::default_model_start_lba(lba_bytes) * lba_bytes + (model_bytes + lba_bytes - 1) / lba_bytes * lba_bytes;
+uint64_t DeployedModelImage::image_bytes(uint64_t model_bytes, uint32_t lba_bytes, uint64_t start_lba) {
+  return start_lba * lba_bytes + (model_bytes + lba_bytes - 1) / lba_bytes * lba_bytes;
 }
 
-DeployedModelImage::DeployedModelImage(const Shape& shape, uint32_t type, uint64_t seed, uint32_t lba_bytes, uint32_t threads)
+DeployedModelImage::DeployedModelImage(const Shape& shape, uint32_t type, uint64_t seed, uint32_t lba_bytes,
+                                       uint64_t model_start_lba, uint32_t threads)
     : model_(model_layout(shape, type, model_name(shape, type)), seed, 1) {
-  // The record deploy_source writes for this model on one namespace (runtime/deploy/deploy.cpp).
-  record_.model_start_lba = model::default_model_start_lba(lba_bytes);
+  // The record deploy_source writes for this model (runtime/deploy/deploy.cpp).
+  record_.model_start_lba = model_start_lba ? model_start_lba : model::default_model_start_lba(lba_bytes);
   record_.model_bytes = model_.size();
   record_.lba_size = lba_bytes;
   record_.chunk_shift = model::choose_chunk_shift(record_.model_bytes, lba_bytes);
@@ -160,7 +224,7 @@ DeployedModelImage::DeployedModelImage(const Shape& shape, uint32_t type, uint64
   if (say) std::fprintf(stderr, "emu:gen: checksummed in %.1f s\n", checksum_seconds_);
   record_block_ = model::serialize_record(record_);
   start_ = record_.model_start_lba * lba_bytes;
-  bytes_ = image_bytes(record_.model_bytes, lba_bytes);
+  bytes_ = image_bytes(record_.model_bytes, lba_bytes, record_.model_start_lba);
 }
 
 void DeployedModelImage::read(uint64_t offset, void* dst, size_t len) const {
@@ -177,6 +241,39 @@ void DeployedModelImage::read(uint64_t offset, void* dst, size_t len) const {
   part(block, start_, [](uint64_t lo, uint64_t hi, uint8_t* p) { std::memset(p, 0, hi - lo); });
   part(start_, model_end, [&](uint64_t lo, uint64_t hi, uint8_t* p) { model_.generate(lo - start_, p, hi - lo); });
   part(model_end, UINT64_MAX, [](uint64_t lo, uint64_t hi, uint8_t* p) { std::memset(p, 0, hi - lo); });
+}
+
+StripeMemberImage::StripeMemberImage(std::shared_ptr<const DeployedModelImage> logical, const model::StripeGeometry& g,
+                                     uint32_t index)
+    : logical_(std::move(logical)), g_(g), index_(index) {
+  if (g_.logical_blocks() * g_.lba_size < logical_->bytes())
+    throw std::logic_error("emu:gen: the striped set is smaller than its logical volume");
+  model::StripeRecord r;
+  r.geometry = g_;
+  r.member_index = index_;
+  r.generation = {1, set_hash_id(g_.set_id)};
+  record_block_ = model::serialize_stripe_record(r);
+}
+
+void StripeMemberImage::read(uint64_t offset, void* dst, size_t len) const {
+  auto* out = static_cast<uint8_t*>(dst);
+  const uint64_t data = g_.data_start_lba * g_.lba_size, unit = g_.unit_bytes(), end = offset + len;
+  for (uint64_t pos = offset; pos < end;) {
+    uint8_t* p = out + (pos - offset);
+    if (pos < data) {  // the stripe record, then zeros up to the data region
+      const uint64_t n = std::min(end, data) - pos;
+      std::memset(p, 0, n);
+      if (pos < record_block_.size())
+        std::memcpy(p, record_block_.data() + pos, std::min<uint64_t>(n, record_block_.size() - pos));
+      pos += n;
+      continue;
+    }
+    // Member data unit `row` is stripe row * members + index of the logical volume (stripe.h).
+    const uint64_t k = pos - data, row = k / unit, within = k % unit;
+    const uint64_t n = std::min(end - pos, unit - within);
+    logical_->read((row * g_.members + index_) * unit + within, p, n);
+    pos += n;
+  }
 }
 
 GenerationRate measure_generation(const GeneratedModel& model, uint32_t threads, double seconds, bool checksum) {

@@ -1,4 +1,4 @@
-// emu:gen,shape=NAME,type=q4_k|q6_k[,model_seed=S]: an emulated namespace holding a generated model as
+// emu:gen,shape=NAME,type=q4_k|q6_k[,model_seed=S][,members=N,member=I]: an emulated namespace holding a generated model as
 // `llm_make_model --shape NAME --type T --seed S --device emu:IMAGE,size=N` leaves a fresh image of the
 // same size, byte for byte: the deploy record at LBA 0, zeros up to the model's start (1 MiB in), the
 // model (GeneratedModel: each block a function of seed, tensor and block index), zeros to the end of
@@ -25,13 +25,16 @@
 #include "examples/llm/tools/generated_model.h"
 #include "host/emulator/generated.h"
 #include "runtime/model/deploy_record.h"
+#include "runtime/model/stripe.h"
 
 namespace gpunvme::llm::gen {
 
 class DeployedModelImage final : public emu::GeneratedBytes {
  public:
-  // Computes the record's CRCs over `threads` threads (0: every core).
-  DeployedModelImage(const Shape& shape, uint32_t type, uint64_t seed, uint32_t lba_bytes, uint32_t threads = 0);
+  // Computes the record's CRCs over `threads` threads (0: every core). The model starts at
+  // `model_start_lba` (0: deploy's default on one namespace, 1 MiB in).
+  DeployedModelImage(const Shape& shape, uint32_t type, uint64_t seed, uint32_t lba_bytes, uint64_t model_start_lba = 0,
+                     uint32_t threads = 0);
   void read(uint64_t offset, void* dst, size_t len) const override;
 
   uint64_t bytes() const { return bytes_; }  // the namespace: start + the model in whole blocks
@@ -39,8 +42,8 @@ class DeployedModelImage final : public emu::GeneratedBytes {
   const model::DeployRecord& record() const { return record_; }
   double checksum_seconds() const { return checksum_seconds_; }  // wall time of the CRC pass
 
-  // The namespace's size for a model of `model_bytes`, without generating anything.
-  static uint64_t image_bytes(uint64_t model_bytes, uint32_t lba_bytes);
+  // The namespace's size for a model of `model_bytes` from `start_lba` on, without generating anything.
+  static uint64_t image_bytes(uint64_t model_bytes, uint32_t lba_bytes, uint64_t start_lba);
 
  private:
   GeneratedModel model_;
@@ -48,6 +51,23 @@ class DeployedModelImage final : public emu::GeneratedBytes {
   std::vector<uint8_t> record_block_;
   uint64_t start_ = 0, bytes_ = 0;
   double checksum_seconds_ = 0;
+};
+
+// emu:gen,...,members=N,member=I: member I (1..N) of a striped set over N generated namespaces, laid as
+// llm_make_model --device x N lays the model (runtime/model/stripe.h): its stripe record at LBA 0 (set id
+// and generation fixed by the keys, so the members agree), zeros up to its data region (1 MiB in), then
+// its stripe units of the set's logical volume: a DeployedModelImage with the model 4 KiB in. Not the
+// same bytes as a set llm_make_model writes (its set and deploy ids are random); the same model.
+class StripeMemberImage final : public emu::GeneratedBytes {
+ public:
+  StripeMemberImage(std::shared_ptr<const DeployedModelImage> logical, const model::StripeGeometry& g, uint32_t index);
+  void read(uint64_t offset, void* dst, size_t len) const override;
+
+ private:
+  std::shared_ptr<const DeployedModelImage> logical_;
+  model::StripeGeometry g_;
+  uint32_t index_ = 0;  // 0-based
+  std::vector<uint8_t> record_block_;
 };
 
 // The deploy record's chunk CRCs of `model` (deploy_record.h: CRC-32C of each 2^chunk_shift bytes),
