@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "examples/llm/compute/gpu_route.h"
+#include "examples/llm/compute/route.h"
 #include "gpu_rig.h"
 
 using namespace gpunvme;
@@ -106,5 +107,24 @@ TEST_CASE("routing kernel: the warp kernel gives the one-thread kernel's ids and
       std::iota(first.begin(), first.end(), 0u);
       CHECK(warp.ids == first);
     }
+  }
+}
+
+TEST_CASE("routing kernel: the CPU backend's routing (route_top_k on one host lane), ids equal, weights to float rounding", "[gpu][llm][route][ops]") {
+  REQUIRE_GPU();
+  const uint32_t n = GENERATE(8u, 60u, 128u, 256u);
+  const uint32_t k = GENERATE(1u, 2u, 8u);
+  // Logits whose probabilities are equal or well apart on both sides: CUDA's expf and glibc's differ in
+  // the last bits, which can only reorder experts closer than that.
+  const Logits kind = GENERATE(Logits::kTies, Logits::kAllEqual, Logits::kSeparated);
+  CAPTURE(n, k, int(kind));
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    const std::vector<float> logits = make_logits(kind, n, seed * 104729 + n);
+    const Routed gpu = route_on_gpu(false, logits, k);
+    Routed cpu{std::vector<uint32_t>(k), std::vector<float>(k)};
+    std::vector<float> p(n);
+    route_top_k(OneLane{}, logits.data(), n, k, p.data(), cpu.ids.data(), cpu.weights.data());
+    CHECK(gpu.ids == cpu.ids);
+    for (uint32_t j = 0; j < k; ++j) CHECK(std::fabs(gpu.weights[j] - cpu.weights[j]) <= 4e-6f * cpu.weights[j]);
   }
 }

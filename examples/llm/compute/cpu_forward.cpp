@@ -45,7 +45,22 @@ void CpuForward::reserve(uint32_t n) {
   part_.resize(n);
 }
 
-void CpuForward::matmul(const TensorRef& t, uint64_t mat, const float* x, uint32_t n, float* y) {
+float* CpuForward::buf(Act a) {
+  switch (a) {
+    case Act::kX: return x_.data();
+    case Act::kXn: return xn_.data();
+    case Act::kQ: return q_.data();
+    case Act::kK: return k_.data();
+    case Act::kV: return v_.data();
+    case Act::kAtt: return att_.data();
+    case Act::kTmp: return tmp_.data();
+    case Act::kGate: return gate_.data();
+    case Act::kUp: return up_.data();
+  }
+  throw std::logic_error("no such activation");
+}
+
+void CpuForward::matmul_rows(const TensorRef& t, uint64_t mat, const float* x, uint32_t n, float* y) {
   const uint8_t* base = at(t) + mat * t.mat_bytes();
   for (uint64_t r = 0; r < t.rows; ++r)
     dot_row_batch(t.type, base + r * t.row_bytes(), t.cols, x, t.cols, n, part_.data(), y + r, t.rows);
@@ -64,52 +79,47 @@ void CpuForward::rms_norm_rows(float* x, const TensorRef& w, uint32_t dim, uint3
   for (uint32_t t = 0; t < n; ++t) rms_norm(x + size_t(t) * dim, w, dim, out + size_t(t) * dim);
 }
 
-void CpuForward::attention(const LayerWeights& l, uint32_t pos0, uint32_t n) {
-  const uint32_t E = c_.n_embd, Q = c_.q_dim(), KV = c_.kv_dim(), hd = c_.head_dim;
-  rms_norm_rows(x_.data(), l.attn_norm, E, n, xn_.data());
-  matmul(l.wq, 0, xn_.data(), n, q_.data());
-  matmul(l.wk, 0, xn_.data(), n, k_.data());
-  matmul(l.wv, 0, xn_.data(), n, v_.data());
-  const bool swa = c_.layer_is_swa(l.index);
-  const float base = swa ? c_.rope_base_swa : c_.rope_base;
-  float* kc = &k_cache_[(size_t(l.index) * n_ctx_) * KV];
-  float* vc = &v_cache_[(size_t(l.index) * n_ctx_) * KV];
-  for (uint32_t t = 0; t < n; ++t) {
-    float* q = &q_[size_t(t) * Q];
-    float* k = &k_[size_t(t) * KV];
-    float* v = &v_[size_t(t) * KV];
-    if (l.bq.present) {
-      add_into(q, reinterpret_cast<const float*>(at(l.bq)), Q);
-      add_into(k, reinterpret_cast<const float*>(at(l.bk)), KV);
-      add_into(v, reinterpret_cast<const float*>(at(l.bv)), KV);
-    }
-    for (uint32_t h = 0; h < c_.n_head; ++h) {
-      if (c_.qk_norm) rms_norm(&q[h * hd], l.q_norm, hd, &q[h * hd]);
-      rope_head(&q[h * hd], c_.n_rot, pos0 + t, base, c_.rope);
-    }
-    for (uint32_t h = 0; h < c_.n_head_kv; ++h) {
-      if (c_.qk_norm) rms_norm(&k[h * hd], l.k_norm, hd, &k[h * hd]);
-      rope_head(&k[h * hd], c_.n_rot, pos0 + t, base, c_.rope);
-    }
-    // The whole batch's keys and values go into the cache first; token t then attends to positions
-    // <= pos0 + t only (causal), so it never sees the tokens after it.
-    for (uint32_t i = 0; i < KV; ++i) {
-      kc[size_t(pos0 + t) * KV + i] = round_f16(k[i]);
-      vc[size_t(pos0 + t) * KV + i] = round_f16(v[i]);
-    }
-  }
-  for (uint32_t t = 0; t < n; ++t) attend(&q_[size_t(t) * Q], l.index, pos0 + t, swa, &att_[size_t(t) * Q]);
-  matmul(l.wo, 0, att_.data(), n, tmp_.data());
-  if (c_.post_norms) rms_norm_rows(tmp_.data(), l.post_attn_norm, E, n, tmp_.data());
-  add_into(x_.data(), tmp_.data(), n * E);
+void CpuForward::norm(Act in, const TensorRef& w, Act out) { rms_norm_rows(buf(in), w, c_.n_embd, n_, buf(out)); }
+
+void CpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) {
+  float* y = buf(out);
+  matmul_rows(w, 0, buf(in), n_, y);
+  if (!bias.present) return;
+  for (uint32_t t = 0; t < n_; ++t) add_into(y + size_t(t) * w.rows, reinterpret_cast<const float*>(at(bias)), uint32_t(w.rows));
 }
 
-// One token's attention at `pos` over the cached positions it may see (a sliding window on SWA layers).
-void CpuForward::attend(const float* q, uint32_t layer, uint32_t pos, bool swa, float* att) {
+void CpuForward::head_norm_rope(Act qk, const TensorRef& norm, float base) {
+  const uint32_t hd = c_.head_dim, width = act_width(c_, qk), heads = width / hd;
+  for (uint32_t t = 0; t < n_; ++t)
+    for (uint32_t h = 0; h < heads; ++h) {
+      float* head = buf(qk) + size_t(t) * width + h * hd;
+      if (norm.present) rms_norm(head, norm, hd, head);
+      rope_head(head, c_.n_rot, pos0_ + t, base, c_.rope);
+    }
+}
+
+void CpuForward::store_kv(uint32_t layer) {
+  const uint32_t KV = c_.kv_dim();
+  float* kc = &k_cache_[(size_t(layer) * n_ctx_ + pos0_) * KV];
+  float* vc = &v_cache_[(size_t(layer) * n_ctx_ + pos0_) * KV];
+  for (size_t i = 0; i < size_t(n_) * KV; ++i) {
+    kc[i] = round_f16(k_[i]);
+    vc[i] = round_f16(v_[i]);
+  }
+}
+
+void CpuForward::attend(const AttnParams& p) {
+  if (p.sinks.present) throw std::logic_error("attention sinks are not computed by the CPU backend yet");
+  const uint32_t Q = c_.q_dim();
+  for (uint32_t t = 0; t < n_; ++t) attend_token(&q_[size_t(t) * Q], p.layer, pos0_ + t, p.window, &att_[size_t(t) * Q]);
+}
+
+// One token's attention at `pos` over the cached positions it may see (the last `window`, 0: all).
+void CpuForward::attend_token(const float* q, uint32_t layer, uint32_t pos, uint32_t window, float* att) {
   const uint32_t KV = c_.kv_dim(), hd = c_.head_dim;
   const float* kc = &k_cache_[(size_t(layer) * n_ctx_) * KV];
   const float* vc = &v_cache_[(size_t(layer) * n_ctx_) * KV];
-  const uint32_t first = swa && pos + 1 > c_.swa_window ? pos + 1 - c_.swa_window : 0;
+  const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
   const uint32_t group = c_.n_head / c_.n_head_kv;
   for (uint32_t h = 0; h < c_.n_head; ++h) {
     const float* qh = &q[h * hd];
@@ -134,28 +144,22 @@ void CpuForward::attend(const float* q, uint32_t layer, uint32_t pos, bool swa, 
   }
 }
 
-void CpuForward::ffn(const LayerWeights& l, uint32_t n) {
-  const uint32_t E = c_.n_embd;
-  rms_norm_rows(x_.data(), l.ffn_norm, E, n, xn_.data());
-  if (c_.is_moe()) {
-    moe(l, n);
-  } else {
-    matmul(l.gate, 0, xn_.data(), n, gate_.data());
-    matmul(l.up, 0, xn_.data(), n, up_.data());
-    for (size_t i = 0; i < size_t(n) * c_.n_ff; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
-    matmul(l.down, 0, gate_.data(), n, tmp_.data());
-  }
-  if (c_.post_norms) rms_norm_rows(tmp_.data(), l.post_ffw_norm, E, n, tmp_.data());
-  add_into(x_.data(), tmp_.data(), n * E);
+void CpuForward::glu(Act gate, Act up, FfnAct a) {
+  float* g = buf(gate);
+  const float* u = buf(up);
+  for (size_t i = 0; i < size_t(n_) * c_.n_ff; ++i) g[i] = act(a, g[i]) * u[i];
 }
+
+void CpuForward::add(Act x, Act y) { add_into(buf(x), buf(y), n_ * act_width(c_, x)); }
 
 // Each token routed by route.h (the GPU kernels' routing). Each expert runs once for all the tokens of
 // the pass that chose it; each token then adds its experts' outputs in its own top-k order (the order
-// a pass of that token alone adds them).
-void CpuForward::moe(const LayerWeights& l, uint32_t n) {
-  const uint32_t E = c_.n_embd, K = c_.n_expert_used, F = c_.n_ff;
+// a pass of that token alone adds them). tmp_, gate_ and up_ are its scratch: `in` may not be one.
+void CpuForward::moe(const LayerWeights& l, Act in, Act out) {
+  const uint32_t n = n_, E = c_.n_embd, K = c_.n_expert_used, F = c_.n_ff;
+  const float* xn = buf(in);
   std::vector<float> probs(size_t(n) * c_.n_expert);
-  matmul(l.gate_inp, 0, xn_.data(), n, probs.data());
+  matmul_rows(l.gate_inp, 0, xn, n, probs.data());
   std::vector<uint32_t> chosen(size_t(n) * K);  // [token][k] expert id
   std::vector<float> weight(size_t(n) * K);
   std::vector<float> p(c_.n_expert);
@@ -169,15 +173,15 @@ void CpuForward::moe(const LayerWeights& l, uint32_t n) {
       if (chosen[s] == e) users.push_back(s);
     if (users.empty()) continue;
     const uint32_t m = uint32_t(users.size());
-    for (uint32_t j = 0; j < m; ++j) std::copy_n(&xn_[size_t(users[j] / K) * E], E, &gather_[size_t(j) * E]);
-    matmul(l.gate_exps, e, gather_.data(), m, gate_.data());
-    matmul(l.up_exps, e, gather_.data(), m, up_.data());
+    for (uint32_t j = 0; j < m; ++j) std::copy_n(&xn[size_t(users[j] / K) * E], E, &gather_[size_t(j) * E]);
+    matmul_rows(l.gate_exps, e, gather_.data(), m, gate_.data());
+    matmul_rows(l.up_exps, e, gather_.data(), m, up_.data());
     for (size_t i = 0; i < size_t(m) * F; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
-    matmul(l.down_exps, e, gate_.data(), m, tmp_.data());
+    matmul_rows(l.down_exps, e, gate_.data(), m, tmp_.data());
     for (uint32_t j = 0; j < m; ++j) std::copy_n(&tmp_[size_t(j) * E], E, &moe_out_[size_t(users[j]) * E]);
   }
   for (uint32_t t = 0; t < n; ++t) {
-    float* y = &tmp_[size_t(t) * E];
+    float* y = buf(out) + size_t(t) * E;
     std::fill(y, y + E, 0.0f);
     for (uint32_t k = 0; k < K; ++k) {
       const float wgt = weight[size_t(t) * K + k];
@@ -189,12 +193,9 @@ void CpuForward::moe(const LayerWeights& l, uint32_t n) {
 
 std::span<const float> CpuForward::eval_batch(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) {
   const uint32_t n = uint32_t(tokens.size());
-  if (n == 0) throw std::runtime_error("a pass needs at least one token");
   for (uint32_t id : tokens)
     if (id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c_.n_vocab) + " tokens)");
-  if (uint64_t(pos0) + n > n_ctx_)
-    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + " tokens)");
-  reserve(n);
+  set_pass(pos0, n);
   const TensorRef& e = w_.token_embd;
   float g[kGroup];
   for (uint32_t t = 0; t < n; ++t)
@@ -202,20 +203,36 @@ std::span<const float> CpuForward::eval_batch(std::span<const uint32_t> tokens, 
       dequant_group(e.type, at(e) + uint64_t(tokens[t]) * e.row_bytes(), i, g);
       for (int j = 0; j < kGroup; ++j) x_[size_t(t) * c_.n_embd + i * kGroup + j] = g[j] * c_.embd_scale;
     }
-  for (const LayerWeights& l : w_.layers) {
-    attention(l, pos0, n);
-    ffn(l, n);
-  }
+  for (const LayerWeights& l : w_.layers) run_block(c_, l, *this);
   const uint32_t first = all_logits ? 0 : n - 1, rows = n - first;
   rms_norm_rows(&x_[size_t(first) * c_.n_embd], w_.output_norm, c_.n_embd, rows, xn_.data());
   logits_.resize(size_t(rows) * c_.n_vocab);
-  matmul(w_.output, 0, xn_.data(), rows, logits_.data());
+  matmul_rows(w_.output, 0, xn_.data(), rows, logits_.data());
   return logits_;
 }
 
 const std::vector<float>& CpuForward::eval(uint32_t token, uint32_t pos) {
   eval_batch(std::span(&token, 1), pos, true);
   return logits_;
+}
+
+void CpuForward::set_pass(uint32_t pos0, uint32_t n) {
+  if (n == 0) throw std::runtime_error("a pass needs at least one token");
+  if (uint64_t(pos0) + n > n_ctx_)
+    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + " tokens)");
+  reserve(n);
+  pos0_ = pos0;
+  n_ = n;
+}
+
+void CpuForward::write(Act a, std::span<const float> v) {
+  if (v.size() != size_t(n_) * act_width(c_, a)) throw std::logic_error("write: not one row per token of the pass");
+  std::copy(v.begin(), v.end(), buf(a));
+}
+
+std::vector<float> CpuForward::read(Act a) {
+  const float* p = buf(a);
+  return std::vector<float>(p, p + size_t(n_) * act_width(c_, a));
 }
 
 }  // namespace gpunvme::llm

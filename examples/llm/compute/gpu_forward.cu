@@ -310,14 +310,9 @@ void GpuForward::embed(uint32_t token, uint32_t pos) { embed(std::span(&token, 1
 
 void GpuForward::embed(std::span<const uint32_t> tokens, uint32_t pos0) {
   const uint32_t n = uint32_t(tokens.size());
-  if (n == 0 || n > max_batch_)
-    throw std::runtime_error("a pass of " + std::to_string(n) + " tokens: this GPU forward pass takes 1.." + std::to_string(max_batch_));
   for (uint32_t id : tokens)
     if (id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary");
-  if (uint64_t(pos0) + n > n_ctx_)
-    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + ")");
-  pos_ = pos0;
-  n_ = n;
+  set_pass(pos0, n);
   // ids_host_ is free: the previous pass's copy finished before its logits() returned.
   std::copy(tokens.begin(), tokens.end(), ids_host_);
   device::check_cuda(cudaMemcpyAsync(ids_, ids_host_, n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_), "token ids");
@@ -331,7 +326,7 @@ namespace {
 GpuMatrix matrix(const TensorRef& t, const uint8_t* w, const uint32_t* sel = nullptr) {
   return {t.type, w, t.row_bytes(), uint32_t(t.rows), uint32_t(t.cols), sel, t.mat_bytes()};
 }
-void matmul(cudaStream_t s, const TensorRef& t, const uint8_t* w, const float* x, uint32_t n, const float* bias, float* y,
+void enqueue_matmul(cudaStream_t s, const TensorRef& t, const uint8_t* w, const float* x, uint32_t n, const float* bias, float* y,
             const uint32_t* sel = nullptr) {
   gpu_matmul(reinterpret_cast<gpu_stream_t>(s), matrix(t, w, sel), x, n, bias, y);
 }
@@ -344,62 +339,109 @@ const float* f32(const WeightView& v, const TensorRef& t) {
 }
 }  // namespace
 
-void GpuForward::attention(const LayerWeights& l, WeightView v) {
-  cudaStream_t s = stream_;
-  const uint32_t n = n_, E = c_.n_embd, KV = c_.kv_dim();
-  rms_norm(s, x_, v.at(l.attn_norm), E, n, c_.rms_eps, xn_);
-  matmul(s, l.wq, v.at(l.wq), xn_, n, f32(v, l.bq), q_);
-  matmul(s, l.wk, v.at(l.wk), xn_, n, f32(v, l.bk), k_);
-  matmul(s, l.wv, v.at(l.wv), xn_, n, f32(v, l.bv), v_);
-  const bool swa = c_.layer_is_swa(l.index);
-  const float base = swa ? c_.rope_base_swa : c_.rope_base;
-  qk_kernel<<<dim3(c_.n_head, n), 32, 0, s>>>(q_, c_.head_dim, c_.n_rot, c_.qk_norm ? f32(v, l.q_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
-  qk_kernel<<<dim3(c_.n_head_kv, n), 32, 0, s>>>(k_, c_.head_dim, c_.n_rot, c_.qk_norm ? f32(v, l.k_norm) : nullptr, c_.rms_eps, pos_, base, c_.rope);
-  const uint64_t layer_off = uint64_t(l.index) * n_ctx_ * KV;
-  auto* kc = reinterpret_cast<__half*>(k_cache_) + layer_off;
-  auto* vc = reinterpret_cast<__half*>(v_cache_) + layer_off;
-  // The pass's positions are consecutive: its K and V rows are one block of the cache.
-  store_kv_kernel<<<blocks_for(uint64_t(n) * KV, 128), 128, 0, s>>>(k_, v_, n * KV, kc + uint64_t(pos_) * KV,
-                                                                     vc + uint64_t(pos_) * KV);
-  attention_kernel<<<dim3(c_.n_head, n), kThreads, 0, s>>>(q_, kc, vc, KV, c_.head_dim, c_.n_head / c_.n_head_kv,
-                                                           swa ? c_.swa_window : 0, pos_, c_.attn_scale, scores_, n_ctx_, att_);
-  matmul(s, l.wo, v.at(l.wo), att_, n, nullptr, tmp_);
-  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_attn_norm), E, n, c_.rms_eps, tmp_);
-  add_kernel<<<blocks_for(uint64_t(n) * E, 128), 128, 0, s>>>(x_, tmp_, n * E);
-  device::check_cuda(cudaGetLastError(), "attention kernels");
+float* GpuForward::buf(Act a) const {
+  switch (a) {
+    case Act::kX: return x_;
+    case Act::kXn: return xn_;
+    case Act::kQ: return q_;
+    case Act::kK: return k_;
+    case Act::kV: return v_;
+    case Act::kAtt: return att_;
+    case Act::kTmp: return tmp_;
+    case Act::kGate: return gate_;
+    case Act::kUp: return up_;
+  }
+  throw std::logic_error("no such activation");
 }
 
-void GpuForward::ffn(const LayerWeights& l, WeightView v, ExpertSource* src) {
-  cudaStream_t s = stream_;
-  const uint32_t n = n_, E = c_.n_embd, F = c_.n_ff;
-  rms_norm(s, x_, v.at(l.ffn_norm), E, n, c_.rms_eps, xn_);
-  if (!c_.is_moe()) {
-    matmul(s, l.gate, v.at(l.gate), xn_, n, nullptr, gate_);
-    matmul(s, l.up, v.at(l.up), xn_, n, nullptr, up_);
-    glu_kernel<<<blocks_for(uint64_t(n) * F, 128), 128, 0, s>>>(gate_, up_, n * F, c_.act);
-    matmul(s, l.down, v.at(l.down), gate_, n, nullptr, tmp_);
-  } else {
-    // Token by token: each token routes to its own experts (fetched for it when they stream).
-    for (uint32_t t = 0; t < n; ++t) moe_token(l, v, src, t);
-    device::check_cuda(cudaMemcpyAsync(tmp_, moe_acc_, uint64_t(n) * E * sizeof(float), cudaMemcpyDeviceToDevice, s), "MoE copy");
-  }
-  if (c_.post_norms) rms_norm(s, tmp_, v.at(l.post_ffw_norm), E, n, c_.rms_eps, tmp_);
-  if (pre_pending_) {  // the prediction's norm has read x_ (or its ids were copied)
-    device::check_cuda(cudaStreamWaitEvent(s, pre_read_, 0), "pre-gating wait");
+void GpuForward::norm(Act in, const TensorRef& w, Act out) {
+  rms_norm(stream_, buf(in), view_.at(w), c_.n_embd, n_, c_.rms_eps, buf(out));
+  device::check_cuda(cudaGetLastError(), "norm kernel");
+}
+
+void GpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) {
+  enqueue_matmul(stream_, w, view_.at(w), buf(in), n_, f32(view_, bias), buf(out));
+}
+
+void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, float base) {
+  const uint32_t heads = act_width(c_, qk) / c_.head_dim;
+  qk_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(buf(qk), c_.head_dim, c_.n_rot, f32(view_, norm), c_.rms_eps, pos_, base, c_.rope);
+  device::check_cuda(cudaGetLastError(), "Q/K norm and RoPE kernel");
+}
+
+// The pass's positions are consecutive: its K and V rows are one block of the cache.
+void GpuForward::store_kv(uint32_t layer) {
+  const uint64_t KV = c_.kv_dim(), at = (uint64_t(layer) * n_ctx_ + pos_) * KV;
+  store_kv_kernel<<<blocks_for(n_ * KV, 128), 128, 0, stream_>>>(k_, v_, uint32_t(n_ * KV), reinterpret_cast<__half*>(k_cache_) + at,
+                                                                reinterpret_cast<__half*>(v_cache_) + at);
+  device::check_cuda(cudaGetLastError(), "KV store kernel");
+}
+
+void GpuForward::attend(const AttnParams& p) {
+  if (p.sinks.present) throw std::logic_error("attention sinks are not computed by the GPU backend yet");
+  const uint32_t KV = c_.kv_dim();
+  const uint64_t layer_off = uint64_t(p.layer) * n_ctx_ * KV;
+  attention_kernel<<<dim3(c_.n_head, n_), kThreads, 0, stream_>>>(
+      q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off, KV,
+      c_.head_dim, c_.n_head / c_.n_head_kv, p.window, pos_, c_.attn_scale, scores_, n_ctx_, att_);
+  device::check_cuda(cudaGetLastError(), "attention kernel");
+}
+
+void GpuForward::glu(Act gate, Act up, FfnAct a) {
+  const uint64_t n = uint64_t(n_) * c_.n_ff;
+  glu_kernel<<<blocks_for(n, 128), 128, 0, stream_>>>(buf(gate), buf(up), uint32_t(n), a);
+  device::check_cuda(cudaGetLastError(), "GLU kernel");
+}
+
+// Token by token: each token routes to its own experts (fetched for it when they stream).
+void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
+  for (uint32_t t = 0; t < n_; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+  device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+                     "MoE copy");
+  device::check_cuda(cudaGetLastError(), "MoE kernels");
+}
+
+void GpuForward::add(Act x, Act y) {
+  if (x == Act::kX && pre_pending_) {  // the prediction's norm has read x_ (or its ids were copied)
+    device::check_cuda(cudaStreamWaitEvent(stream_, pre_read_, 0), "pre-gating wait");
     pre_pending_ = false;
   }
-  add_kernel<<<blocks_for(uint64_t(n) * E, 128), 128, 0, s>>>(x_, tmp_, n * E);
-  device::check_cuda(cudaGetLastError(), "FFN kernels");
+  const uint64_t n = uint64_t(n_) * act_width(c_, x);
+  add_kernel<<<blocks_for(n, 128), 128, 0, stream_>>>(buf(x), buf(y), uint32_t(n));
+  device::check_cuda(cudaGetLastError(), "add kernel");
+}
+
+void GpuForward::set_pass(uint32_t pos0, uint32_t n) {
+  if (n == 0 || n > max_batch_)
+    throw std::runtime_error("a pass of " + std::to_string(n) + " tokens: this GPU forward pass takes 1.." + std::to_string(max_batch_));
+  if (uint64_t(pos0) + n > n_ctx_)
+    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + ")");
+  pos_ = pos0;
+  n_ = n;
+}
+
+void GpuForward::write(Act a, std::span<const float> v) {
+  if (v.size() != size_t(n_) * act_width(c_, a)) throw std::logic_error("write: not one row per token of the pass");
+  device::check_cuda(cudaMemcpyAsync(buf(a), v.data(), v.size_bytes(), cudaMemcpyHostToDevice, stream_), "activation write");
+  device::check_cuda(cudaStreamSynchronize(stream_), "activation write");
+}
+
+std::vector<float> GpuForward::read(Act a) {
+  std::vector<float> v(size_t(n_) * act_width(c_, a));
+  device::check_cuda(cudaMemcpyAsync(v.data(), buf(a), v.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_), "activation read");
+  device::check_cuda(cudaStreamSynchronize(stream_), "activation read");
+  return v;
 }
 
 // Token t's MoE FFN: router, top-k, each expert's GLU, their weighted sum into moe_acc_ row t. Experts in
 // VRAM: each projection of the k experts in one launch. Fetched experts: expert by expert, each kernel
 // after the wait for the part it reads (an overlapped fetch streams the rest meanwhile). Either way the
 // same products, the same GLU and one weighted sum in routing order: the same bits.
-void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* src, uint32_t t) {
+void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
   cudaStream_t s = stream_;
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
-  const float* xn = xn_ + uint64_t(t) * E;
+  const WeightView& v = view_;
+  ExpertSource* src = src_;
   const gpu_stream_t gs = reinterpret_cast<gpu_stream_t>(s);
   route(gs, l, v, xn, router_, experts_);
   const float* weights = reinterpret_cast<const float*>(experts_ + K);
@@ -428,7 +470,7 @@ void GpuForward::moe_token(const LayerWeights& l, WeightView v, ExpertSource* sr
 // a prediction is the routing it predicts, only on an earlier state.
 void GpuForward::route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids) {
   const uint32_t K = c_.n_expert_used;
-  matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, logits);
+  enqueue_matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, logits);
   gpu_route(s, logits, c_.n_expert, K, ids, reinterpret_cast<float*>(ids + K));
 }
 
@@ -459,8 +501,8 @@ void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {
-  attention(l, v);
-  ffn(l, v, experts);
+  use_layer(v, experts);
+  run_block(c_, l, *this);
 }
 
 const std::vector<float>& GpuForward::logits(bool all_rows) {
@@ -469,7 +511,7 @@ const std::vector<float>& GpuForward::logits(bool all_rows) {
     throw std::runtime_error("logits of " + std::to_string(rows) + " tokens asked; this GPU forward pass returns at most " + std::to_string(logit_rows_));
   const uint64_t V = c_.n_vocab;
   rms_norm(stream_, x_ + uint64_t(first) * c_.n_embd, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
-  matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
+  enqueue_matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
   device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
   // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
   // (CUDA's default stream synchronisation spins).

@@ -1,12 +1,14 @@
 // The forward pass on the GPU. Every kernel is enqueued on the caller's compute stream; weights are
 // read where they are (a streamed slot, a resident copy): the caller hands each layer over as a
-// WeightView. The arithmetic is ops.h's, the same as the CPU executor's.
+// WeightView. The arithmetic is ops.h's, the same as the CPU executor's; what runs in a layer is the
+// block's (block.h), of which this is the GPU backend.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "examples/llm/compute/block.h"
 #include "examples/llm/model/weights.h"
 #include "runtime/model/tensor_names.h"
 #include "runtime/stream/gpu_fetch_types.h"
@@ -69,7 +71,7 @@ struct GlobalWeights {
   const uint8_t* output = nullptr;
 };
 
-class GpuForward {
+class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
   // on the current device. `globals` must stay valid while tokens run.
@@ -99,10 +101,28 @@ class GpuForward {
   // Bytes of GPU memory this object allocated (activations + KV cache).
   uint64_t device_bytes() const { return device_bytes_; }
 
+  // Backend (block.h): kernels enqueued on the compute stream, weights read through the current
+  // layer's view. moe() keeps the GPU's expert machinery to itself: experts fetched after routing
+  // (ExpertSource), pre-gating on the source's side stream, a batch's tokens routed one by one.
+  void norm(Act in, const TensorRef& w, Act out) override;
+  void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) override;
+  void head_norm_rope(Act qk, const TensorRef& norm, float base) override;
+  void store_kv(uint32_t layer) override;
+  void attend(const AttnParams& p) override;
+  void glu(Act gate, Act up, FfnAct act) override;
+  void moe(const LayerWeights& l, Act in, Act out) override;
+  void add(Act x, Act y) override;
+  // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx.
+  void set_pass(uint32_t pos0, uint32_t n) override;
+  // Copies through the compute stream and waits for it.
+  void write(Act a, std::span<const float> v) override;
+  std::vector<float> read(Act a) override;
+  // The layer whose weights the operations read (the view of layer(); tests set it for single operations).
+  void use_layer(WeightView v, ExpertSource* experts = nullptr) { view_ = v, src_ = experts; }
+
  private:
-  void attention(const LayerWeights& l, WeightView v);
-  void ffn(const LayerWeights& l, WeightView v, ExpertSource* experts);
-  void moe_token(const LayerWeights& l, WeightView v, ExpertSource* experts, uint32_t t);
+  float* buf(Act a) const;
+  void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
 
@@ -112,6 +132,8 @@ class GpuForward {
   GlobalWeights globals_;
   gpu_stream_t stream_;
   uint32_t pos_ = 0, n_ = 1;  // the pass: tokens at pos_ .. pos_ + n_ - 1
+  WeightView view_;             // the layer being computed
+  ExpertSource* src_ = nullptr;  // its experts, when fetched
   uint32_t max_batch_ = 1, logit_rows_ = 1;
   uint64_t device_bytes_ = 0;
   // Device buffers (floats unless said otherwise).

@@ -1,0 +1,54 @@
+#include "examples/llm/compute/block.h"
+
+namespace gpunvme::llm {
+namespace {
+
+void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
+  b.norm(Act::kX, l.attn_norm, Act::kXn);
+  b.matmul(l.wq, l.bq, Act::kXn, Act::kQ);
+  b.matmul(l.wk, l.bk, Act::kXn, Act::kK);
+  b.matmul(l.wv, l.bv, Act::kXn, Act::kV);
+  const bool swa = c.layer_is_swa(l.index);
+  const float base = swa ? c.rope_base_swa : c.rope_base;
+  b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, base);
+  b.head_norm_rope(Act::kK, c.qk_norm ? l.k_norm : TensorRef{}, base);
+  // The whole pass's keys and values go into the cache first; token t then attends to positions
+  // <= pos0 + t only (causal), so it never sees the tokens after it.
+  b.store_kv(l.index);
+  b.attend({l.index, swa ? c.swa_window : 0, {}});
+  b.matmul(l.wo, {}, Act::kAtt, Act::kTmp);
+  if (c.post_norms) b.norm(Act::kTmp, l.post_attn_norm, Act::kTmp);
+  b.add(Act::kX, Act::kTmp);
+}
+
+void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
+  b.norm(Act::kX, l.ffn_norm, Act::kXn);
+  if (c.is_moe()) {
+    b.moe(l, Act::kXn, Act::kTmp);
+  } else {
+    b.matmul(l.gate, {}, Act::kXn, Act::kGate);
+    b.matmul(l.up, {}, Act::kXn, Act::kUp);
+    b.glu(Act::kGate, Act::kUp, c.act);
+    b.matmul(l.down, {}, Act::kGate, Act::kTmp);
+  }
+  if (c.post_norms) b.norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);
+  b.add(Act::kX, Act::kTmp);
+}
+
+}  // namespace
+
+void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
+  attention(c, l, b);
+  ffn(c, l, b);
+}
+
+uint32_t act_width(const ModelConfig& c, Act a) {
+  switch (a) {
+    case Act::kQ: case Act::kAtt: return c.q_dim();
+    case Act::kK: case Act::kV: return c.kv_dim();
+    case Act::kGate: case Act::kUp: return c.n_ff;
+    default: return c.n_embd;
+  }
+}
+
+}  // namespace gpunvme::llm

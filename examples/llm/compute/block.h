@@ -1,0 +1,70 @@
+// The transformer block, written once (block.cpp) over the operations below, which the CPU backend
+// (cpu_forward.cpp) and the GPU backend (gpu_forward.cu) each implement: as llama.cpp builds every
+// model once over ggml's operations. The block makes the model's decisions (QKV biases, Q/K norms,
+// the RoPE base and the window of each layer, post-norms, dense or routed FFN) from the config, so a
+// backend holds arithmetic and memory only, and a decision is made in one place for both.
+//
+// A backend holds the activations of one pass (tokens pos0 .. pos0 + n - 1, row-major [token][width])
+// and the KV cache; an operation reads and writes them by name. Where weights live (a file in host
+// memory, a streamed slot, fetched experts) is the backend's business: the block names tensors only.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "examples/llm/model/config.h"
+#include "examples/llm/model/weights.h"
+
+namespace gpunvme::llm {
+
+// A pass's activations, per token: the residual stream x and the normed xn (n_embd), q and the
+// attention's output att (q_dim), k and v (kv_dim), the FFN's gate and up (n_ff), and tmp (n_embd):
+// a sublayer's output before the residual add.
+enum class Act : uint8_t { kX, kXn, kQ, kK, kV, kAtt, kTmp, kGate, kUp };
+
+// One layer's attention over the cache.
+struct AttnParams {
+  uint32_t layer = 0;
+  uint32_t window = 0;  // a token sees its last `window` positions (itself included); 0: all before it
+  // Attention sinks (gpt-oss: a learned logit per head that joins each softmax and takes no value).
+  // Not computed yet: a backend refuses a present one.
+  TensorRef sinks;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // out = RMS norm of in (n_embd per token) times w; out may be in.
+  virtual void norm(Act in, const TensorRef& w, Act out) = 0;
+  // out = in W^T, plus bias where bias.present (F32, one per row), per token.
+  virtual void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) = 0;
+  // qk is kQ or kK: each head RMS-normed by `norm` where norm.present (the per-head Q/K norm), then
+  // RoPE of its first n_rot dimensions at the token's position, frequency base `base`.
+  virtual void head_norm_rope(Act qk, const TensorRef& norm, float base) = 0;
+  // k and v of every token of the pass into the cache of `layer` at the token's position.
+  virtual void store_kv(uint32_t layer) = 0;
+  // att = each token's attention of q over the cached positions it sees (causal, and p.window).
+  virtual void attend(const AttnParams& p) = 0;
+  // gate = act(gate) * up, element by element.
+  virtual void glu(Act gate, Act up, FfnAct act) = 0;
+  // out = the routed experts' FFN of in (layer l's router, top-k, each expert's GLU, their weighted sum).
+  virtual void moe(const LayerWeights& l, Act in, Act out) = 0;
+  // x += y (the residual).
+  virtual void add(Act x, Act y) = 0;
+
+  // For tests that hold one backend's operations to another's (tests/gpu/test_llm_ops.cpp), as the
+  // forward pass's embedding step sets them: the pass's positions, and an activation's values
+  // (n tokens of its width).
+  virtual void set_pass(uint32_t pos0, uint32_t n) = 0;
+  virtual void write(Act a, std::span<const float> v) = 0;
+  virtual std::vector<float> read(Act a) = 0;
+};
+
+// Layer l of the model on the pass's x: x = x + attention(norm(x)), then x = x + ffn(norm(x)).
+void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b);
+
+// The width of activation a under config c.
+uint32_t act_width(const ModelConfig& c, Act a);
+
+}  // namespace gpunvme::llm

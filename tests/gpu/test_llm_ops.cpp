@@ -1,0 +1,230 @@
+// Each operation of the transformer block (examples/llm/compute/block.h) on the GPU backend against
+// its CPU twin, as llama.cpp's test-backend-ops holds every backend to the CPU's operation by operation:
+// one small random model (tests/llm/tiny_model.h) in both, the same activations written into both, one
+// operation run on each, the outputs compared. The two add in other orders and the GPU's expf, powf,
+// sinf and cosf are not glibc's, so results agree to float rounding, not to the bit: each comparison
+// allows a small fraction of the output's largest magnitude (errors of layout, window, position, bias,
+// norm or routing are of the order of the values themselves). Outputs are poisoned with NaN first, so an
+// operation that writes nothing fails. Then whole blocks, layer after layer, over two passes.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/generators/catch_generators_range.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "examples/llm/compute/block.h"
+#include "examples/llm/compute/cpu_forward.h"
+#include "examples/llm/compute/gpu_forward.h"
+#include "gpu_rig.h"
+#include "runtime/gguf/ggml_types.h"
+#include "tests/llm/tiny_model.h"
+
+using namespace gpunvme;
+using namespace gpunvme::llm;
+using Catch::Generators::from_range;
+using llm::test::Shape;
+
+namespace {
+
+constexpr uint32_t kCtx = 32;
+
+// The model's bytes in GPU memory: a WeightView over them finds every tensor at its file offset.
+struct DeviceBytes {
+  uint8_t* p = nullptr;
+  explicit DeviceBytes(const std::vector<uint8_t>& b) {
+    REQUIRE(cudaMalloc(&p, b.size()) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~DeviceBytes() { cudaFree(p); }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
+// One model in both backends; every call goes to both.
+struct Twins {
+  llm::test::TinyModel m;
+  DeviceBytes d;
+  CpuForward cpu;
+  GpuForward gpu;
+  std::mt19937 rng{7};
+  explicit Twins(llm::test::TinyModel model)
+      : m(std::move(model)), d(m.bytes), cpu(m.c, m.w, m.bytes, kCtx),
+        gpu(m.c, m.w, kCtx, GlobalWeights{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)}, nullptr, 8) {
+    gpu.use_layer(WeightView{d.p, 0});
+  }
+  const uint8_t* at(const TensorRef& t) const { return d.p + t.file_offset; }
+  Backend* both[2] = {&cpu, &gpu};
+
+  void pass(uint32_t pos0, uint32_t n) {
+    for (Backend* b : both) b->set_pass(pos0, n);
+  }
+  size_t width(Act a) const { return act_width(m.c, a); }
+  // Random values (normal, sigma 1) into a on both.
+  void random(Act a, uint32_t n) {
+    std::normal_distribution<float> d;
+    std::vector<float> v(n * width(a));
+    for (float& x : v) x = d(rng);
+    for (Backend* b : both) b->write(a, v);
+  }
+  void poison(Act a, uint32_t n) {
+    const std::vector<float> v(n * width(a), std::numeric_limits<float>::quiet_NaN());
+    for (Backend* b : both) b->write(a, v);
+  }
+  // The GPU's a is the CPU's up to `rel` times the CPU's largest magnitude.
+  void expect_close(Act a, float rel) {
+    const std::vector<float> c = cpu.read(a), g = gpu.read(a);
+    REQUIRE(c.size() == g.size());
+    float scale = 0.0f, worst = 0.0f;
+    size_t nonfinite = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      scale = std::max(scale, std::fabs(c[i]));
+      if (!std::isfinite(g[i]) || !std::isfinite(c[i])) ++nonfinite;
+      else worst = std::max(worst, std::fabs(g[i] - c[i]));
+    }
+    CAPTURE(int(a), worst, scale, rel);
+    REQUIRE(nonfinite == 0);
+    REQUIRE(scale > 0.0f);  // an all-zero reference would prove nothing
+    CHECK(worst <= rel * scale);
+  }
+};
+
+const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+}  // namespace
+
+TEST_CASE("block ops: RMS norm (in place too) and the residual add, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  Twins t(llm::test::make_tiny(Shape::kGemma3, GgmlType::Q8_0));
+  const LayerWeights& l = t.m.w.layers[0];
+  for (uint32_t n : {1u, 5u}) {
+    CAPTURE(n);
+    t.pass(0, n);
+    t.random(Act::kX, n);
+    t.poison(Act::kXn, n);
+    for (Backend* b : t.both) b->norm(Act::kX, l.attn_norm, Act::kXn);
+    t.expect_close(Act::kXn, 1e-5f);
+    t.random(Act::kTmp, n);
+    for (Backend* b : t.both) b->norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);
+    t.expect_close(Act::kTmp, 1e-5f);
+    for (Backend* b : t.both) b->add(Act::kX, Act::kTmp);
+    t.expect_close(Act::kX, 1e-5f);
+  }
+}
+
+TEST_CASE("block ops: every matrix of a layer (matrix-vector, batched, with and without bias), GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const GgmlType type = GENERATE(from_range(kTypes));
+  const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2);  // qwen2: Q, K and V biases
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  Twins t(llm::test::make_tiny(shape, type));
+  const LayerWeights& l = t.m.w.layers[1];
+  const TensorRef none;
+  struct Mat { const TensorRef& w; const TensorRef& bias; Act in, out; };
+  const Mat mats[] = {{l.wq, l.bq, Act::kXn, Act::kQ},     {l.wk, l.bk, Act::kXn, Act::kK},       {l.wv, l.bv, Act::kXn, Act::kV},
+                      {l.wo, none, Act::kAtt, Act::kTmp},  {l.gate, none, Act::kXn, Act::kGate},  {l.up, none, Act::kXn, Act::kUp},
+                      {l.down, none, Act::kGate, Act::kTmp}};
+  for (uint32_t n : {1u, 3u, 8u}) {  // 1: the matrix-vector kernel; more: the batched kernel
+    t.pass(0, n);
+    for (const Mat& mat : mats) {
+      CAPTURE(n, int(mat.out), mat.bias.present);
+      t.random(mat.in, n);
+      t.poison(mat.out, n);
+      for (Backend* b : t.both) b->matmul(mat.w, mat.bias, mat.in, mat.out);
+      t.expect_close(mat.out, 1e-4f);
+    }
+  }
+}
+
+TEST_CASE("block ops: per-head Q/K norm and RoPE, both layouts, partial rotary, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  struct Case { Shape shape; uint32_t n_rot; };  // llama: kNorm pairs; qwen2: kNeox; gemma3: kNeox + Q/K norms
+  const Case c = GENERATE(Case{Shape::kLlama, 64}, Case{Shape::kQwen2, 64}, Case{Shape::kGemma3, 64},
+                          Case{Shape::kGemma3, 32}, Case{Shape::kLlama, 32});
+  CAPTURE(int(c.shape), c.n_rot);
+  llm::test::TinyModel m = llm::test::make_tiny(c.shape, GgmlType::F16);
+  m.c.n_rot = c.n_rot;
+  Twins t(std::move(m));
+  const LayerWeights& l = t.m.w.layers[0];
+  const float base = t.m.c.rope_base;
+  for (uint32_t pos0 : {0u, 17u}) {
+    t.pass(pos0, 6);
+    for (Act a : {Act::kQ, Act::kK}) {
+      CAPTURE(pos0, int(a));
+      const TensorRef none, &norm = t.m.c.qk_norm ? (a == Act::kQ ? l.q_norm : l.k_norm) : none;
+      t.random(a, 6);
+      for (Backend* b : t.both) b->head_norm_rope(a, norm, base);
+      t.expect_close(a, 1e-4f);
+    }
+  }
+}
+
+TEST_CASE("block ops: KV store and attention, causal in a pass, sliding window, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const uint32_t window = GENERATE(0u, 5u, 1u);
+  CAPTURE(window);
+  Twins t(llm::test::make_tiny(Shape::kGemma3, GgmlType::F16));  // GQA: 4 query heads over 2 KV heads
+  // Two passes: the second attends to the first's cached positions and to its own, causally.
+  for (auto [pos0, n] : {std::pair{0u, 8u}, std::pair{8u, 4u}, std::pair{12u, 1u}}) {
+    CAPTURE(pos0, n);
+    t.pass(pos0, n);
+    t.random(Act::kK, n);
+    t.random(Act::kV, n);
+    t.random(Act::kQ, n);
+    t.poison(Act::kAtt, n);
+    for (Backend* b : t.both) {
+      b->store_kv(1);
+      b->attend({1, window, {}});
+    }
+    t.expect_close(Act::kAtt, 1e-4f);
+  }
+}
+
+TEST_CASE("block ops: the FFN's GLU (SiLU and GELU), GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const FfnAct a = GENERATE(FfnAct::kSilu, FfnAct::kGelu);
+  Twins t(llm::test::make_tiny(Shape::kLlama, GgmlType::F16));
+  t.pass(0, 3);
+  t.random(Act::kGate, 3);
+  t.random(Act::kUp, 3);
+  for (Backend* b : t.both) b->glu(Act::kGate, Act::kUp, a);
+  t.expect_close(Act::kGate, 1e-5f);
+}
+
+TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)));
+  Twins t(llm::test::make_tiny(Shape::kMoe, type));  // 4 experts, top 2
+  for (uint32_t n : {1u, 4u}) {  // the GPU backend routes a pass's tokens one by one, the CPU groups them by expert
+    CAPTURE(n);
+    t.pass(0, n);
+    t.random(Act::kXn, n);
+    t.poison(Act::kTmp, n);
+    for (Backend* b : t.both) b->moe(t.m.w.layers[0], Act::kXn, Act::kTmp);
+    t.expect_close(Act::kTmp, 5e-4f);
+  }
+}
+
+TEST_CASE("block: whole layers over two passes, every architecture rule, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2, Shape::kGemma3, Shape::kMoe);
+  CAPTURE(int(shape));
+  Twins t(llm::test::make_tiny(shape, GgmlType::Q8_0));
+  for (auto [pos0, n] : {std::pair{0u, 7u}, std::pair{7u, 1u}}) {
+    t.pass(pos0, n);
+    t.random(Act::kX, n);
+    for (const LayerWeights& l : t.m.w.layers) {
+      CAPTURE(pos0, n, l.index);
+      for (Backend* b : t.both) run_block(t.m.c, l, *b);
+      t.expect_close(Act::kX, 1e-3f);
+    }
+  }
+}
