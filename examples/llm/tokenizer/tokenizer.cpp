@@ -28,6 +28,9 @@ struct Symbol {
   int prev, next;
 };
 
+// The token types llama.cpp's special-token cache holds.
+bool is_special(TokenType t) { return t == TokenType::kControl || t == TokenType::kUserDefined || t == TokenType::kUnknown; }
+
 struct Bigram {
   int left, right;
   float score;
@@ -56,16 +59,17 @@ Tokenizer::Tokenizer(Vocab v) : v_(std::move(v)) {
     unsupported_ = "tokenizer '" + v_.model + "' is not supported (supported: 'llama', SentencePiece-style; 'gpt2', byte-level BPE)" + instead;
   }
   for (uint32_t i = 0; i < v_.size(); ++i)
-    if (v_.type[i] == TokenType::kUserDefined && !v_.text[i].empty()) user_defined_.push_back(i);
-  std::stable_sort(user_defined_.begin(), user_defined_.end(),
+    if (is_special(v_.type[i]) && !v_.text[i].empty()) special_.push_back(i);
+  std::stable_sort(special_.begin(), special_.end(),
                    [&](uint32_t a, uint32_t b) { return v_.text[a].size() > v_.text[b].size(); });
 }
 
-// llama.cpp's tokenizer_st_partition with parse_special = false: every user-defined token, longest
-// first, is cut out of the remaining plain text wherever it occurs.
-std::vector<Tokenizer::Fragment> Tokenizer::split_user_defined(const std::string& text) const {
+// llama.cpp's tokenizer_st_partition: every special token, longest first, is cut out of the remaining
+// plain text wherever it occurs; control and unknown ones only with parse_special.
+std::vector<Tokenizer::Fragment> Tokenizer::split_special(const std::string& text, bool parse_special) const {
   std::vector<Fragment> frags{{text, -1}};
-  for (uint32_t id : user_defined_) {
+  for (uint32_t id : special_) {
+    if (!parse_special && v_.type[id] != TokenType::kUserDefined) continue;
     const std::string& t = v_.text[id];
     std::vector<Fragment> next;
     for (Fragment& f : frags) {
@@ -167,12 +171,12 @@ void Tokenizer::encode_bpe(const std::string& text, std::vector<uint32_t>& out) 
   }
 }
 
-std::vector<uint32_t> Tokenizer::encode(const std::string& text, bool add_special) const {
+std::vector<uint32_t> Tokenizer::encode(const std::string& text, bool add_special, bool parse_special) const {
   if (!unsupported_.empty()) throw std::runtime_error(unsupported_);
   std::vector<uint32_t> out;
   if (add_special && v_.add_bos && v_.bos >= 0) out.push_back(uint32_t(v_.bos));
   bool prev_special = true;  // the space prefix goes before the first piece of plain text
-  for (const Fragment& f : split_user_defined(text)) {
+  for (const Fragment& f : split_special(text, parse_special)) {
     if (f.token >= 0) {
       out.push_back(uint32_t(f.token));
       prev_special = true;

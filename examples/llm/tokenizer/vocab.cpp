@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "examples/llm/tokenizer/pretokenize.h"
+#include "examples/llm/tokenizer/special_tokens.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -65,6 +66,7 @@ Vocab read_vocab(const gguf::GgufFile& f) {
   v.add_bos = flag_or(md, "tokenizer.ggml.add_bos_token", bos_default);
   v.add_eos = flag_or(md, "tokenizer.ggml.add_eos_token", false);
   v.add_space_prefix = flag_or(md, "tokenizer.ggml.add_space_prefix", v.model == "llama");
+  apply_special_token_rules(v, md);
   return v;
 }
 

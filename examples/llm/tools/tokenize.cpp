@@ -1,5 +1,6 @@
-// tokenize FILE.gguf [--no-bos]: reads one hex-encoded UTF-8 text per stdin line (hex, so any bytes
-// and newlines survive), prints its token ids comma-separated per line. tests/llm/tokenizer_check.py
+// tokenize FILE.gguf [--no-bos] [--special]: reads one hex-encoded UTF-8 text per stdin line (hex, so
+// any bytes and newlines survive), prints its token ids comma-separated per line; --special parses
+// control tokens' texts as those tokens (llama_tokenize's parse_special). tests/llm/tokenizer_check.py
 // feeds llama.cpp's reference cases through it.
 #include <cstdio>
 #include <iostream>
@@ -22,16 +23,22 @@ std::string unhex(const std::string& h) {
 
 int main(int argc, char** argv) {
   using namespace gpunvme;
-  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "--no-bos")) {
-    std::fprintf(stderr, "usage: tokenize FILE.gguf [--no-bos] < hex-lines\n");
+  bool bos = true, special = false;
+  for (int i = 2; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-bos") bos = false;
+    else if (a == "--special") special = true;
+    else argc = 0;  // unknown: usage below
+  }
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: tokenize FILE.gguf [--no-bos] [--special] < hex-lines\n");
     return 2;
   }
   try {
     const llm::Tokenizer tok(llm::read_vocab(gguf::GgufFile::open(argv[1])));
-    const bool bos = argc == 2;
     std::string line;
     while (std::getline(std::cin, line)) {
-      const auto ids = tok.encode(unhex(line), bos);
+      const auto ids = tok.encode(unhex(line), bos, special);
       for (size_t i = 0; i < ids.size(); ++i) std::printf("%s%u", i ? "," : "", ids[i]);
       std::printf("\n");
     }
