@@ -9,6 +9,7 @@
 
 namespace gpunvme::llm {
 
+// One per file of examples/llm/arch/, whose rules fill the config from the architecture's keys.
 enum class Arch { kLlama, kQwen2, kGemma3, kQwen3, kQwen3Moe };
 
 // How RoPE pairs the dimensions of a head: kNorm rotates (x[2i], x[2i+1]) (llama), kNeox rotates
