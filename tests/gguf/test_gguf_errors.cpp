@@ -132,6 +132,8 @@ TEST_CASE("tensor info errors name the tensor", "[gguf][errors]") {
   CHECK_THAT(one({"w", {32}, 99, 18}), ContainsSubstring("unknown ggml type 99"));
   CHECK_THAT(one({"w", {100}, 12, 144}),
              ContainsSubstring("type Q4_K and ne[0] = 100, which is not a multiple of the type's block size 256"));
+  CHECK_THAT(one({"blk.0.ffn_down_exps.weight", {2880 + 16, 4}, 39, 17}),  // MXFP4 (gpt-oss experts): 32 per block
+             ContainsSubstring("'blk.0.ffn_down_exps.weight'") && ContainsSubstring("type MXFP4 and ne[0] = 2896, which is not a multiple of the type's block size 32"));
   CHECK_THAT(one({"w", {1, 1, 1, 1, 1}, 0, 4}), ContainsSubstring("n_dims = 5, GGUF allows at most 4"));
   CHECK_THAT(one({"w", {1ull << 63}, 0, 4}), ContainsSubstring("larger than INT64_MAX"));
   CHECK_THAT(one({"w", {1ull << 40, 1ull << 40}, 0, 4}), ContainsSubstring("overflows int64"));
