@@ -290,6 +290,51 @@ def write_gemma3(path, qt, s, seed, embd_std=0.05, post_norm=1.0, untied=False):
     finish(w)
 
 
+def write_gpt_oss(path, qt, exp_qt, s, seed, omit=()):
+    """gpt-oss (llama.cpp's src/models/openai-moe-iswa.cpp and its tensors): Q, K, V and output biases, a
+    sink logit per head (attn_sinks), post_attention_norm as the FFN's pre-norm, every layer routed (the
+    router and the three expert stacks each with a bias), sliding-window layers on even indices (llama.cpp's
+    pattern 2) and YaRN RoPE keys as the real GGUFs carry them (rope.scaling.type yarn, factor 32, original
+    context 4096, base 150000). Experts in `exp_qt` (MXFP4 as published), the rest in `qt`. The experts'
+    gate and up are drawn 2x wider than the other matrices so that the clamped SwiGLU's limit (7) is reached.
+    The router's weights are small (std 0.1, logits of about 1.6): with the raw-logit top k, a router of std 1
+    put near ties between the 4th and 5th expert where llama.cpp's own configurations flip the choice."""
+    rng = np.random.default_rng(seed)
+    w = OmittingWriter(path, "gpt-oss", omit)
+    common_header(w, "gpt-oss", s, os.path.basename(path)[:-5])
+    w.add_key_length(s.head_dim)
+    w.add_value_length(s.head_dim)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_freq_base(150000.0)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    w.add_sliding_window(s.window)
+    w.add_expert_count(s.experts)
+    w.add_expert_used_count(s.experts_used)
+    w.add_expert_feed_forward_length(s.exp_ffn)
+    f, e = s.exp_ffn, s.experts
+    add(w, "token_embd.weight", weight(rng, qt, s.vocab, s.hidden, std=1.0), qt)
+    for i in range(s.layers):
+        add(w, f"blk.{i}.attn_norm.weight", norm(rng, s.hidden), T.F32)
+        attention(w, rng, s, i, qt, qkv_bias=True)
+        add(w, f"blk.{i}.attn_output.bias", bias(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.attn_sinks.weight", (1.0 + rng.standard_normal(s.heads)).astype(np.float32), T.F32)
+        add(w, f"blk.{i}.post_attention_norm.weight", norm(rng, s.hidden), T.F32)
+        add(w, f"blk.{i}.ffn_gate_inp.weight", weight(rng, T.F32, e, s.hidden, std=0.1), T.F32)
+        add(w, f"blk.{i}.ffn_gate_inp.bias", bias(rng, e), T.F32)
+        wide = 2.0 / np.sqrt(s.hidden)
+        add(w, f"blk.{i}.ffn_gate_exps.weight", np.stack([weight(rng, exp_qt, f, s.hidden, wide) for _ in range(e)]), exp_qt)
+        add(w, f"blk.{i}.ffn_gate_exps.bias", bias(rng, e * f).reshape(e, f), T.F32)
+        add(w, f"blk.{i}.ffn_up_exps.weight", np.stack([weight(rng, exp_qt, f, s.hidden, wide) for _ in range(e)]), exp_qt)
+        add(w, f"blk.{i}.ffn_up_exps.bias", bias(rng, e * f).reshape(e, f), T.F32)
+        add(w, f"blk.{i}.ffn_down_exps.weight", np.stack([weight(rng, exp_qt, s.hidden, f) for _ in range(e)]), exp_qt)
+        add(w, f"blk.{i}.ffn_down_exps.bias", bias(rng, e * s.hidden).reshape(e, s.hidden), T.F32)
+    add(w, "output_norm.weight", norm(rng, s.hidden), T.F32)
+    add(w, "output.weight", weight(rng, qt, s.vocab, s.hidden), qt)
+    finish(w)
+
+
 def finish(w):
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -328,6 +373,16 @@ QWEN3MOE = Shape(head=128, ffn=768, expert_ffn=256, experts=8, experts_used=2)
 for tname, (dense_seed, moe_seed) in QWEN3_SEEDS.items():
     MODELS[f"qwen3-{tname.lower()}"] = lambda p, t=T[tname], k=dense_seed: write_llama_like(p, "qwen3", t, QWEN3, k)
     MODELS[f"qwen3moe-{tname.lower()}"] = lambda p, t=T[tname], k=moe_seed: write_llama_like(p, "qwen3moe", t, QWEN3MOE, k)
+# gpt-oss: 4 layers (sliding-window, full, sliding-window, full), 8 heads of 64 over 256 (q wider than n_embd,
+# as gpt-oss's 64 x 64 over 2880), 2 KV heads, a window of 16 (the short prompts and their 32 steps cross it),
+# 8 experts of 256, top 4. Published with MXFP4 experts and the rest Q8_0 / F16 / F32; the all-F16 and all-Q8_0
+# variants check the architecture apart from the MXFP4 type.
+GPT_OSS = Shape(layers=4, heads=8, kv_heads=2, head=64, window=16, ffn=256, experts=8, experts_used=4, expert_ffn=256)
+MODELS["gpt-oss-f16"] = lambda p: write_gpt_oss(p, T.F16, T.F16, GPT_OSS, 800)
+MODELS["gpt-oss-q8_0"] = lambda p: write_gpt_oss(p, T.Q8_0, T.Q8_0, GPT_OSS, 801)
+MODELS["gpt-oss-mxfp4"] = lambda p: write_gpt_oss(p, T.Q8_0, T.MXFP4, GPT_OSS, 802)
+MODELS["gpt-oss-mxfp4-f16"] = lambda p: write_gpt_oss(p, T.F16, T.MXFP4, GPT_OSS, 803)
+MODELS["gpt-oss-mxfp4-f32"] = lambda p: write_gpt_oss(p, T.F32, T.MXFP4, GPT_OSS, 804)
 # Byte-level BPE vocabularies (bpe_train.py) in the two families' layouts, for the tokenizer end to end.
 MODELS["llama3-bpe-f16"] = lambda p: write_llama_like(p, "llama", T.F16, Shape(), 500, vocab=llama3_vocab())
 MODELS["qwen2-bpe-f16"] = lambda p: write_llama_like(p, "qwen2", T.F16, Shape(), 501, qkv_bias=True, vocab=qwen2_vocab())
