@@ -43,7 +43,7 @@ struct DeviceArray {
 
 // Every weight type the kernels decode.
 const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 
 }  // namespace
 
@@ -150,6 +150,52 @@ TEST_CASE("matrix-vector kernel: the GPU dequantizes every weight to the CPU's v
       dequant_group(t, w.data() + r * row_bytes, j / kGroup, g);
       CAPTURE(j, r, g[j % kGroup], y[r]);
       REQUIRE(y[r] == g[j % kGroup]);
+    }
+  }
+}
+
+// MXFP4 (gpt-oss's experts) from values written out by hand, not from dequant.h: ggml's kvalues_mxfp4
+// (the doubled E2M1 values) times 2^(e - 128). Three rows of two blocks; row r's block b has scale byte
+// kE[r][b] and codes qs[j] = j | (15 - j) << 4, so elements 0..15 are codes 0..15 and 16..31 codes 15..0.
+// Row 2's scale bytes 0 and 1 are E8M0's subnormal halves 2^-128 and 2^-127: a kernel built with
+// flush-to-zero would return 0 for them. A one-hot x reads every weight back through the matrix-vector
+// kernel (and the batched one), which must equal the CPU's dot product, all exactly.
+TEST_CASE("MXFP4: hand-made blocks through the GPU matrix kernels give ggml's values", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const float kKvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint8_t kE[3][2] = {{128, 126}, {130, 127}, {0, 1}};
+  const float kScale[3][2] = {{1.0f, 0.25f}, {4.0f, 0.5f}, {std::ldexp(1.0f, -128), std::ldexp(1.0f, -127)}};
+  const uint32_t rows = 3, cols = 64, row_bytes = 2 * 17;
+  std::vector<uint8_t> w(rows * row_bytes);
+  for (uint32_t r = 0; r < rows; ++r)
+    for (uint32_t b = 0; b < 2; ++b) {
+      uint8_t* block = &w[r * row_bytes + b * 17];
+      block[0] = kE[r][b];
+      for (uint32_t j = 0; j < 16; ++j) block[1 + j] = uint8_t(j | (15 - j) << 4);
+    }
+  auto expected = [&](uint32_t r, uint32_t c) {
+    const uint32_t j = c % 32;
+    return kKvalues[j < 16 ? j : 31 - j] * kScale[r][c / 32];
+  };
+  REQUIRE(expected(2, 7) > 0.0f);  // 12 * 2^-128: representable, not flushed on the host
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dy(std::vector<float>(rows, NAN)), dyb(std::vector<float>(2 * rows, NAN));
+  const GpuMatrix m{GgmlType::MXFP4, dw.p, row_bytes, rows, cols, nullptr, 0};
+  for (uint32_t c = 0; c < cols; ++c) {
+    std::vector<float> x(2 * cols, 0.0f);
+    x[c] = 1.0f;             // token 0: column c
+    x[cols + cols - 1 - c] = 1.0f;  // token 1 (batched kernel): the mirrored column
+    DeviceArray<float> dx(x);
+    gpu_matmul(nullptr, m, dx.p, 1, nullptr, dy.p);
+    gpu_matmul_batched(nullptr, m, dx.p, 2, nullptr, dyb.p);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const auto y = dy.get(rows), yb = dyb.get(2 * rows);
+    for (uint32_t r = 0; r < rows; ++r) {
+      CAPTURE(c, r, expected(r, c), y[r], yb[r], yb[rows + r]);
+      REQUIRE(y[r] == expected(r, c));
+      REQUIRE(yb[r] == expected(r, c));
+      REQUIRE(yb[rows + r] == expected(r, cols - 1 - c));
+      REQUIRE(dot_row(GgmlType::MXFP4, &w[r * row_bytes], cols, x.data()) == expected(r, c));  // the CPU's
     }
   }
 }

@@ -96,7 +96,7 @@ struct Twins {
 };
 
 const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 
 }  // namespace
 
@@ -200,7 +200,7 @@ TEST_CASE("block ops: the FFN's GLU (SiLU and GELU), GPU = CPU", "[gpu][llm][ops
 
 TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
-  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K);
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
   CAPTURE(gguf::ggml_type_name(uint32_t(type)));
   Twins t(llm::test::make_tiny(Shape::kMoe, type));  // 4 experts, top 2
   for (uint32_t n : {1u, 4u}) {  // the GPU backend routes a pass's tokens one by one, the CPU groups them by expert

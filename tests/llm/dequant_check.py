@@ -27,7 +27,7 @@ except ImportError as e:
     print(f"SKIP: {e}; pip install gguf numpy", file=sys.stderr)
     sys.exit(77)
 
-HALF_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+HALF_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.MXFP4: []}
 
 
 def scales(rng, n):
@@ -42,6 +42,8 @@ def random_blocks(rng, qtype, n_blocks):
     b = rng.integers(0, 256, (n_blocks, bsize), dtype=np.uint8)
     for off in HALF_FIELDS[qtype]:
         b[:, off:off + 2] = scales(rng, n_blocks)
+    if qtype == T.MXFP4:  # every E8M0 scale byte, the subnormal 0 and 1 and the overflowing 255 among them
+        b[:, 0] = np.arange(n_blocks) % 256
     return b
 
 
@@ -99,7 +101,7 @@ def main():
             print(f"FAIL: random blocks: {r}")
             return 1
         print(f"random blocks: bit-exact for {sorted(r)}")
-        missing = {"F32", "F16", "BF16", "Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"} - set(r)
+        missing = {"F32", "F16", "BF16", "Q4_0", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "MXFP4"} - set(r)
         if missing:
             print(f"FAIL: types not checked: {sorted(missing)}")
             return 1

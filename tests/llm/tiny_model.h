@@ -46,6 +46,7 @@ inline std::vector<uint8_t> random_rows(GgmlType t, uint64_t cols, uint64_t rows
       case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q8_0: put16(at, to_half(scale(rng))); break;
       case GgmlType::Q4_K: case GgmlType::Q5_K: put16(at, to_half(scale(rng) / 16)); put16(at + 2, to_half(scale(rng) / 16)); break;
       case GgmlType::Q6_K: put16(at + info->type_size - 2, to_half(scale(rng) / 16)); break;
+      case GgmlType::MXFP4: out[at] = uint8_t(118 + rng() % 8); break;  // scales 2^-10 .. 2^-3 (E8M0, halved)
       default: throw std::logic_error("random_rows: type not computed by the engine");
     }
   }

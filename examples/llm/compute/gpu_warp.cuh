@@ -43,6 +43,7 @@ void with_weight_type(GgmlType t, F&& f) {
     case GgmlType::Q4_K: return f(WeightType<GgmlType::Q4_K>{});
     case GgmlType::Q5_K: return f(WeightType<GgmlType::Q5_K>{});
     case GgmlType::Q6_K: return f(WeightType<GgmlType::Q6_K>{});
+    case GgmlType::MXFP4: return f(WeightType<GgmlType::MXFP4>{});
     default: throw std::invalid_argument("GPU matrix kernels: no kernel for weight type " + std::to_string(uint32_t(t)));
   }
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "driver/compiler.h"
+#include "examples/llm/quant/mxfp4.h"
 #include "runtime/gguf/ggml_types.h"
 
 namespace gpunvme::llm {
@@ -55,7 +56,7 @@ static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(Blo
 GPUNVME_HD constexpr bool computes(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q5_0:
-    case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::MXFP4:
       return true;
     default:
       return false;

@@ -139,6 +139,7 @@ GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, fl
     case GgmlType::Q4_K: return dequant_block(reinterpret_cast<const BlockQ4_K*>(p)[i], y);
     case GgmlType::Q5_K: return dequant_block(reinterpret_cast<const BlockQ5_K*>(p)[i], y);
     case GgmlType::Q6_K: return dequant_block(reinterpret_cast<const BlockQ6_K*>(p)[i], y);
+    case GgmlType::MXFP4: return dequant_block(reinterpret_cast<const BlockMXFP4*>(p)[i], y);
     default: return;  // callers check computes(t) when they load the model
   }
 }
@@ -267,6 +268,7 @@ GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, fl
     case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[g], y);
     case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[g], y);
     case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[g], y);
+    case GgmlType::MXFP4: return dequant_block(reinterpret_cast<const BlockMXFP4*>(p)[g], y);  // a block is a group
     case GgmlType::Q4_K:
       return decode_q4k_group(load_q4k_group(p, g), g, y);
     case GgmlType::Q5_K: {
