@@ -123,7 +123,7 @@ TEST_CASE("routing kernel: the CPU backend's routing (route_top_k on one host la
     const Routed gpu = route_on_gpu(false, logits, k);
     Routed cpu{std::vector<uint32_t>(k), std::vector<float>(k)};
     std::vector<float> p(n);
-    route_top_k(OneLane{}, logits.data(), n, k, p.data(), cpu.ids.data(), cpu.weights.data());
+    route_top_k(OneLane{}, logits.data(), n, k, Gating::kSoftmax, p.data(), cpu.ids.data(), cpu.weights.data());
     CHECK(gpu.ids == cpu.ids);
     for (uint32_t j = 0; j < k; ++j) CHECK(std::fabs(gpu.weights[j] - cpu.weights[j]) <= 4e-6f * cpu.weights[j]);
   }

@@ -6,10 +6,11 @@
 
 namespace gpunvme::llm {
 
-extern const ArchRules kLlamaRules, kQwen2Rules, kGemma3Rules, kQwen3Rules, kQwen3MoeRules;
+extern const ArchRules kLlamaRules, kQwen2Rules, kGemma3Rules, kQwen3Rules, kQwen3MoeRules, kGptOssRules;
 
 namespace {
-const ArchRules* const kArchitectures[] = {&kLlamaRules, &kQwen2Rules, &kGemma3Rules, &kQwen3Rules, &kQwen3MoeRules};
+const ArchRules* const kArchitectures[] = {&kLlamaRules, &kQwen2Rules, &kGemma3Rules, &kQwen3Rules, &kQwen3MoeRules,
+                                          &kGptOssRules};
 }  // namespace
 
 std::span<const ArchRules* const> all_architectures() { return kArchitectures; }

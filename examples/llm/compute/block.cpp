@@ -9,14 +9,14 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   b.matmul(l.wk, l.bk, Act::kXn, Act::kK);
   b.matmul(l.wv, l.bv, Act::kXn, Act::kV);
   const bool swa = c.layer_is_swa(l.index);
-  const float base = swa ? c.rope_base_swa : c.rope_base;
-  b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, base);
-  b.head_norm_rope(Act::kK, c.qk_norm ? l.k_norm : TensorRef{}, base);
+  const RopeParams rope = rope_params(c, swa ? c.rope_base_swa : c.rope_base);
+  b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, rope);
+  b.head_norm_rope(Act::kK, c.qk_norm ? l.k_norm : TensorRef{}, rope);
   // The whole pass's keys and values go into the cache first; token t then attends to positions
   // <= pos0 + t only (causal), so it never sees the tokens after it.
   b.store_kv(l.index);
-  b.attend({l.index, swa ? c.swa_window : 0, {}});
-  b.matmul(l.wo, {}, Act::kAtt, Act::kTmp);
+  b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
+  b.matmul(l.wo, l.bo, Act::kAtt, Act::kTmp);
   if (c.post_norms) b.norm(Act::kTmp, l.post_attn_norm, Act::kTmp);
   b.add(Act::kX, Act::kTmp);
 }

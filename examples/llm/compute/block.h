@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "examples/llm/compute/ops.h"
 #include "examples/llm/model/config.h"
 #include "examples/llm/model/weights.h"
 
@@ -26,8 +27,7 @@ enum class Act : uint8_t { kX, kXn, kQ, kK, kV, kAtt, kTmp, kGate, kUp };
 struct AttnParams {
   uint32_t layer = 0;
   uint32_t window = 0;  // a token sees its last `window` positions (itself included); 0: all before it
-  // Attention sinks (gpt-oss: a learned logit per head that joins each softmax and takes no value).
-  // Not computed yet: a backend refuses a present one.
+  // Attention sinks (gpt-oss: a learned F32 logit per head that joins each softmax and takes no value).
   TensorRef sinks;
 };
 
@@ -40,15 +40,16 @@ class Backend {
   // out = in W^T, plus bias where bias.present (F32, one per row), per token.
   virtual void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) = 0;
   // qk is kQ or kK: each head RMS-normed by `norm` where norm.present (the per-head Q/K norm), then
-  // RoPE of its first n_rot dimensions at the token's position, frequency base `base`.
-  virtual void head_norm_rope(Act qk, const TensorRef& norm, float base) = 0;
+  // RoPE of its first n_rot dimensions at the token's position, as `rope` says (base, YaRN scaling).
+  virtual void head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) = 0;
   // k and v of every token of the pass into the cache of `layer` at the token's position.
   virtual void store_kv(uint32_t layer) = 0;
   // att = each token's attention of q over the cached positions it sees (causal, and p.window).
   virtual void attend(const AttnParams& p) = 0;
-  // gate = act(gate) * up, element by element.
+  // gate = glu(act, gate, up), element by element (ops.h).
   virtual void glu(Act gate, Act up, FfnAct act) = 0;
-  // out = the routed experts' FFN of in (layer l's router, top-k, each expert's GLU, their weighted sum).
+  // out = the routed experts' FFN of in (layer l's router and its bias, top-k as the config's gating says,
+  // each expert's GLU with its biases, their weighted sum).
   virtual void moe(const LayerWeights& l, Act in, Act out) = 0;
   // x += y (the residual).
   virtual void add(Act x, Act y) = 0;

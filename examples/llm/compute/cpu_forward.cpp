@@ -81,20 +81,25 @@ void CpuForward::rms_norm_rows(float* x, const TensorRef& w, uint32_t dim, uint3
 
 void CpuForward::norm(Act in, const TensorRef& w, Act out) { rms_norm_rows(buf(in), w, c_.n_embd, n_, buf(out)); }
 
+void CpuForward::add_bias(const TensorRef& t, uint64_t mat, uint32_t n, float* y) const {
+  if (!t.present) return;
+  const auto* b = reinterpret_cast<const float*>(at(t) + mat * t.mat_bytes());
+  for (uint32_t r = 0; r < n; ++r) add_into(y + size_t(r) * t.cols, b, uint32_t(t.cols));
+}
+
 void CpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) {
   float* y = buf(out);
   matmul_rows(w, 0, buf(in), n_, y);
-  if (!bias.present) return;
-  for (uint32_t t = 0; t < n_; ++t) add_into(y + size_t(t) * w.rows, reinterpret_cast<const float*>(at(bias)), uint32_t(w.rows));
+  add_bias(bias, 0, n_, y);
 }
 
-void CpuForward::head_norm_rope(Act qk, const TensorRef& norm, float base) {
+void CpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) {
   const uint32_t hd = c_.head_dim, width = act_width(c_, qk), heads = width / hd;
   for (uint32_t t = 0; t < n_; ++t)
     for (uint32_t h = 0; h < heads; ++h) {
       float* head = buf(qk) + size_t(t) * width + h * hd;
       if (norm.present) rms_norm(head, norm, hd, head);
-      rope_head(head, c_.n_rot, pos0_ + t, base, c_.rope);
+      rope_head(head, c_.n_rot, pos0_ + t, rope, c_.rope);
     }
 }
 
@@ -109,13 +114,15 @@ void CpuForward::store_kv(uint32_t layer) {
 }
 
 void CpuForward::attend(const AttnParams& p) {
-  if (p.sinks.present) throw std::logic_error("attention sinks are not computed by the CPU backend yet");
   const uint32_t Q = c_.q_dim();
-  for (uint32_t t = 0; t < n_; ++t) attend_token(&q_[size_t(t) * Q], p.layer, pos0_ + t, p.window, &att_[size_t(t) * Q]);
+  const float* sinks = p.sinks.present ? reinterpret_cast<const float*>(at(p.sinks)) : nullptr;
+  for (uint32_t t = 0; t < n_; ++t)
+    attend_token(&q_[size_t(t) * Q], p.layer, pos0_ + t, p.window, sinks, &att_[size_t(t) * Q]);
 }
 
-// One token's attention at `pos` over the cached positions it may see (the last `window`, 0: all).
-void CpuForward::attend_token(const float* q, uint32_t layer, uint32_t pos, uint32_t window, float* att) {
+// One token's attention at `pos` over the cached positions it may see (the last `window`, 0: all); with
+// `sinks`, head h's softmax has sinks[h] beside the scores (ops.h's with_sink_*).
+void CpuForward::attend_token(const float* q, uint32_t layer, uint32_t pos, uint32_t window, const float* sinks, float* att) {
   const uint32_t KV = c_.kv_dim(), hd = c_.head_dim;
   const float* kc = &k_cache_[(size_t(layer) * n_ctx_) * KV];
   const float* vc = &v_cache_[(size_t(layer) * n_ctx_) * KV];
@@ -132,8 +139,11 @@ void CpuForward::attend_token(const float* q, uint32_t layer, uint32_t pos, uint
       scores_[p] = s * c_.attn_scale;
       mx = std::max(mx, scores_[p]);
     }
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    mx = with_sink_max(mx, sink);
     float sum = 0.0f;
     for (uint32_t p = first; p <= pos; ++p) sum += (scores_[p] = std::exp(scores_[p] - mx));
+    sum = with_sink_sum(sum, sink, mx);
     float* out = &att[h * hd];
     std::fill(out, out + hd, 0.0f);
     for (uint32_t p = first; p <= pos; ++p) {
@@ -147,7 +157,7 @@ void CpuForward::attend_token(const float* q, uint32_t layer, uint32_t pos, uint
 void CpuForward::glu(Act gate, Act up, FfnAct a) {
   float* g = buf(gate);
   const float* u = buf(up);
-  for (size_t i = 0; i < size_t(n_) * c_.n_ff; ++i) g[i] = act(a, g[i]) * u[i];
+  for (size_t i = 0; i < size_t(n_) * c_.n_ff; ++i) g[i] = llm::glu(a, g[i], u[i]);
 }
 
 void CpuForward::add(Act x, Act y) { add_into(buf(x), buf(y), n_ * act_width(c_, x)); }
@@ -160,11 +170,12 @@ void CpuForward::moe(const LayerWeights& l, Act in, Act out) {
   const float* xn = buf(in);
   std::vector<float> probs(size_t(n) * c_.n_expert);
   matmul_rows(l.gate_inp, 0, xn, n, probs.data());
+  add_bias(l.gate_inp_b, 0, n, probs.data());
   std::vector<uint32_t> chosen(size_t(n) * K);  // [token][k] expert id
   std::vector<float> weight(size_t(n) * K);
   std::vector<float> p(c_.n_expert);
   for (uint32_t t = 0; t < n; ++t)
-    route_top_k(OneLane{}, &probs[size_t(t) * c_.n_expert], c_.n_expert, K, p.data(), &chosen[size_t(t) * K],
+    route_top_k(OneLane{}, &probs[size_t(t) * c_.n_expert], c_.n_expert, K, c_.gating, p.data(), &chosen[size_t(t) * K],
                 &weight[size_t(t) * K]);
   std::vector<uint32_t> users;  // (token, k) slots that chose expert e, as t * K + k
   for (uint32_t e = 0; e < c_.n_expert; ++e) {
@@ -175,9 +186,12 @@ void CpuForward::moe(const LayerWeights& l, Act in, Act out) {
     const uint32_t m = uint32_t(users.size());
     for (uint32_t j = 0; j < m; ++j) std::copy_n(&xn[size_t(users[j] / K) * E], E, &gather_[size_t(j) * E]);
     matmul_rows(l.gate_exps, e, gather_.data(), m, gate_.data());
+    add_bias(l.gate_exps_b, e, m, gate_.data());
     matmul_rows(l.up_exps, e, gather_.data(), m, up_.data());
-    for (size_t i = 0; i < size_t(m) * F; ++i) gate_[i] = act(c_.act, gate_[i]) * up_[i];
+    add_bias(l.up_exps_b, e, m, up_.data());
+    for (size_t i = 0; i < size_t(m) * F; ++i) gate_[i] = llm::glu(c_.act, gate_[i], up_[i]);
     matmul_rows(l.down_exps, e, gate_.data(), m, tmp_.data());
+    add_bias(l.down_exps_b, e, m, tmp_.data());
     for (uint32_t j = 0; j < m; ++j) std::copy_n(&tmp_[size_t(j) * E], E, &moe_out_[size_t(users[j]) * E]);
   }
   for (uint32_t t = 0; t < n; ++t) {

@@ -38,7 +38,7 @@ class CpuForward final : public Backend {
   // Backend (block.h), on this object's activations.
   void norm(Act in, const TensorRef& w, Act out) override;
   void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) override;
-  void head_norm_rope(Act qk, const TensorRef& norm, float base) override;
+  void head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) override;
   void store_kv(uint32_t layer) override;
   void attend(const AttnParams& p) override;
   void glu(Act gate, Act up, FfnAct act) override;
@@ -56,7 +56,9 @@ class CpuForward final : public Backend {
   void matmul_rows(const TensorRef& t, uint64_t mat, const float* x, uint32_t n, float* y);
   void rms_norm(const float* x, const TensorRef& w, uint32_t n, float* out) const;
   void rms_norm_rows(float* x, const TensorRef& w, uint32_t dim, uint32_t n, float* out) const;
-  void attend_token(const float* q, uint32_t layer, uint32_t pos, uint32_t window, float* out);
+  void attend_token(const float* q, uint32_t layer, uint32_t pos, uint32_t window, const float* sinks, float* out);
+  // y[r] += bias row `mat` of t (F32, t.cols per row) for each of n rows of y (nothing without t).
+  void add_bias(const TensorRef& t, uint64_t mat, uint32_t n, float* y) const;
   void reserve(uint32_t n);
 
   ModelConfig c_;

@@ -100,7 +100,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
 
 // One warp per (head, token): optional per-head RMS norm, then RoPE of the first n_rot dimensions at pos0 + token.
 __global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const float* norm_w, float eps, uint32_t pos0,
-                          float base, RopeLayout layout) {
+                          RopeParams rope, RopeLayout layout) {
   float* h = v + (uint64_t(blockIdx.y) * gridDim.x + blockIdx.x) * head_dim;
   const uint32_t pos = pos0 + blockIdx.y;
   const uint32_t lane = threadIdx.x;
@@ -113,7 +113,7 @@ __global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const flo
     for (uint32_t i = lane; i < head_dim; i += 32) h[i] = h[i] * scale * norm_w[i];
     __syncwarp();
   }
-  for (uint32_t i = lane; i < n_rot / 2; i += 32) rope_pair_of(h, i, n_rot, pos, base, layout);
+  for (uint32_t i = lane; i < n_rot / 2; i += 32) rope_pair_of(h, i, n_rot, pos, rope, layout);
 }
 
 __global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __half* kc, __half* vc) {
@@ -128,8 +128,8 @@ __global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __ha
 // last `window` of them on a sliding-window layer, window 0: all); scores, softmax, weighted sum of V.
 // Causal inside a batch: later tokens' cache rows are written but never read here.
 __global__ void attention_kernel(const float* q, const __half* kc, const __half* vc, uint32_t kv_dim, uint32_t head_dim,
-                                 uint32_t group, uint32_t window, uint32_t pos0, float scale, float* scores, uint32_t n_ctx,
-                                 float* out) {
+                                 uint32_t group, uint32_t window, uint32_t pos0, float scale, const float* sinks,
+                                 float* scores, uint32_t n_ctx, float* out) {
   __shared__ float red[kThreads / 32];
   const uint32_t h = blockIdx.x, kvh = h / group, pos = pos0 + blockIdx.y;
   const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
@@ -149,6 +149,8 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
   __syncthreads();
   mx = red[0];
   for (uint32_t i = 1; i < blockDim.x / 32; ++i) mx = fmaxf(mx, red[i]);
+  const float sink = sinks ? sinks[h] : -INFINITY;  // ops.h: the sink joins max and sum, takes no value
+  mx = with_sink_max(mx, sink);
   __syncthreads();
   float sum = 0.0f;
   for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) sum += (sc[p] = expf(sc[p] - mx));
@@ -157,6 +159,7 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
   __syncthreads();
   sum = 0.0f;
   for (uint32_t i = 0; i < blockDim.x / 32; ++i) sum += red[i];
+  sum = with_sink_sum(sum, sink, mx);
   for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
     float acc = 0.0f;
     for (uint32_t p = first; p <= pos; ++p) acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
@@ -166,7 +169,14 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
 
 __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) gate[i] = act(a, gate[i]) * up[i];
+  if (i < n) gate[i] = glu(a, gate[i], up[i]);
+}
+
+// y[k][i] += bias[ids[k]][i] for the k selected experts' rows of n (an expert's bias row: llama.cpp's
+// ggml_add_id); the ids stay on the device, as the routing kernel wrote them.
+__global__ void expert_bias_kernel(float* y, const float* bias, const uint32_t* ids, uint32_t k, uint32_t n) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < k * n) y[i] += bias[uint64_t(ids[i / n]) * n + i % n];
 }
 
 __global__ void add_kernel(float* x, const float* y, uint32_t n) {
@@ -337,6 +347,14 @@ void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t dim, ui
 const float* f32(const WeightView& v, const TensorRef& t) {
   return t.present ? reinterpret_cast<const float*>(v.at(t)) : nullptr;
 }
+
+// The selected experts' bias rows (F32, resident in the layer's view: small beside the matrices) added to
+// their k outputs; nothing where the model has none.
+void add_expert_bias(cudaStream_t s, const WeightView& v, const TensorRef& b, const uint32_t* ids, uint32_t k, float* y) {
+  if (!b.present) return;
+  const uint32_t n = uint32_t(b.cols);
+  expert_bias_kernel<<<blocks_for(uint64_t(k) * n, 128), 128, 0, s>>>(y, f32(v, b), ids, k, n);
+}
 }  // namespace
 
 float* GpuForward::buf(Act a) const {
@@ -363,9 +381,9 @@ void GpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act o
   enqueue_matmul(stream_, w, view_.at(w), buf(in), n_, f32(view_, bias), buf(out));
 }
 
-void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, float base) {
+void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) {
   const uint32_t heads = act_width(c_, qk) / c_.head_dim;
-  qk_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(buf(qk), c_.head_dim, c_.n_rot, f32(view_, norm), c_.rms_eps, pos_, base, c_.rope);
+  qk_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(buf(qk), c_.head_dim, c_.n_rot, f32(view_, norm), c_.rms_eps, pos_, rope, c_.rope);
   device::check_cuda(cudaGetLastError(), "Q/K norm and RoPE kernel");
 }
 
@@ -378,12 +396,11 @@ void GpuForward::store_kv(uint32_t layer) {
 }
 
 void GpuForward::attend(const AttnParams& p) {
-  if (p.sinks.present) throw std::logic_error("attention sinks are not computed by the GPU backend yet");
   const uint32_t KV = c_.kv_dim();
   const uint64_t layer_off = uint64_t(p.layer) * n_ctx_ * KV;
   attention_kernel<<<dim3(c_.n_head, n_), kThreads, 0, stream_>>>(
       q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off, KV,
-      c_.head_dim, c_.n_head / c_.n_head_kv, p.window, pos_, c_.attn_scale, scores_, n_ctx_, att_);
+      c_.head_dim, c_.n_head / c_.n_head_kv, p.window, pos_, c_.attn_scale, f32(view_, p.sinks), scores_, n_ctx_, att_);
   device::check_cuda(cudaGetLastError(), "attention kernel");
 }
 
@@ -447,18 +464,24 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
   const float* weights = reinterpret_cast<const float*>(experts_ + K);
   if (!src) {
     gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
+    add_expert_bias(s, v, l.gate_exps_b, experts_, K, moe_gate_);
     gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
+    add_expert_bias(s, v, l.up_exps_b, experts_, K, moe_up_);
     glu_kernel<<<blocks_for(uint64_t(K) * F, 128), 128, 0, s>>>(moe_gate_, moe_up_, K * F, c_.act);
     gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
+    add_expert_bias(s, v, l.down_exps_b, experts_, K, moe_out_);
   } else {
     src->fetch(l.index, experts_, K, stream_);
     if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
     for (uint32_t k = 0; k < K; ++k) {
       float* g = moe_gate_ + uint64_t(k) * F;
       launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g);
+      add_expert_bias(s, v, l.gate_exps_b, experts_ + k, 1, g);
       launch_fetched(s, l.up_exps, src, k, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F);
+      add_expert_bias(s, v, l.up_exps_b, experts_ + k, 1, moe_up_ + uint64_t(k) * F);
       glu_kernel<<<blocks_for(F, 128), 128, 0, s>>>(g, moe_up_ + uint64_t(k) * F, F, c_.act);
       launch_fetched(s, l.down_exps, src, k, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E);
+      add_expert_bias(s, v, l.down_exps_b, experts_ + k, 1, moe_out_ + uint64_t(k) * E);
     }
     src->consumed(l.index, gs);
   }
@@ -470,8 +493,8 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
 // a prediction is the routing it predicts, only on an earlier state.
 void GpuForward::route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids) {
   const uint32_t K = c_.n_expert_used;
-  enqueue_matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, nullptr, logits);
-  gpu_route(s, logits, c_.n_expert, K, ids, reinterpret_cast<float*>(ids + K));
+  enqueue_matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, f32(v, l.gate_inp_b), logits);
+  gpu_route(s, logits, c_.n_expert, K, ids, reinterpret_cast<float*>(ids + K), c_.gating);
 }
 
 // The next fetched layer's routing on this layer's post-attention state x_ (its own ffn norm, its

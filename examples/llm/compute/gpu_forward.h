@@ -106,7 +106,7 @@ class GpuForward final : public Backend {
   // (ExpertSource), pre-gating on the source's side stream, a batch's tokens routed one by one.
   void norm(Act in, const TensorRef& w, Act out) override;
   void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) override;
-  void head_norm_rope(Act qk, const TensorRef& norm, float base) override;
+  void head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) override;
   void store_kv(uint32_t layer) override;
   void attend(const AttnParams& p) override;
   void glu(Act gate, Act up, FfnAct act) override;

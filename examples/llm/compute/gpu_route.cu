@@ -34,25 +34,29 @@ struct WarpLanes {
   __device__ void sync() const { __syncwarp(); }
 };
 
-__global__ void route_serial_kernel(const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights) {
+__global__ void route_serial_kernel(const float* logits, uint32_t n_expert, uint32_t k, Gating gating, uint32_t* ids,
+                                    float* weights) {
   __shared__ float p[kMaxRoutedExperts];
-  route_top_k(OneLane{}, logits, n_expert, k, p, ids, weights);
+  route_top_k(OneLane{}, logits, n_expert, k, gating, p, ids, weights);
 }
 
-__global__ void route_warp_kernel(const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights) {
+__global__ void route_warp_kernel(const float* logits, uint32_t n_expert, uint32_t k, Gating gating, uint32_t* ids,
+                                  float* weights) {
   __shared__ float p[kMaxRoutedExperts];
-  route_top_k(WarpLanes{}, logits, n_expert, k, p, ids, weights);
+  route_top_k(WarpLanes{}, logits, n_expert, k, gating, p, ids, weights);
 }
 
 }  // namespace
 
-void gpu_route(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights) {
-  route_warp_kernel<<<1, 32, 0, s>>>(logits, n_expert, k, ids, weights);
+void gpu_route(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
+               Gating gating) {
+  route_warp_kernel<<<1, 32, 0, s>>>(logits, n_expert, k, gating, ids, weights);
   device::check_cuda(cudaGetLastError(), "routing kernel");
 }
 
-void gpu_route_serial(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights) {
-  route_serial_kernel<<<1, 1, 0, s>>>(logits, n_expert, k, ids, weights);
+void gpu_route_serial(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
+                      Gating gating) {
+  route_serial_kernel<<<1, 1, 0, s>>>(logits, n_expert, k, gating, ids, weights);
   device::check_cuda(cudaGetLastError(), "routing kernel");
 }
 

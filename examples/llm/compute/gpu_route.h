@@ -11,9 +11,11 @@ using gpu_stream_t = struct CUstream_st*;
 
 // One warp: each lane scans a strided share of the experts, the warp reduces (route_top_k says why the
 // ids and weights have gpu_route_serial's bits).
-void gpu_route(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights);
+void gpu_route(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
+               Gating gating = Gating::kSoftmax);
 
 // One thread, expert by expert, as the CPU: the definition gpu_route is held to (tests/gpu/test_llm_route.cpp).
-void gpu_route_serial(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights);
+void gpu_route_serial(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
+                      Gating gating = Gating::kSoftmax);
 
 }  // namespace gpunvme::llm

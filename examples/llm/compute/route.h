@@ -1,6 +1,8 @@
 // MoE routing, decided once for the CPU and the GPU: softmax over a router's logits, the top k (the
 // lowest id first on a tie), the k weights renormalised to sum 1 (Mixtral's and qwen3moe's gating,
-// llama.cpp's build_moe_ffn with softmax gating and weight normalisation). The CPU backend runs it on
+// llama.cpp's build_moe_ffn with softmax gating and weight normalisation); or, Gating::kSoftmaxSelected,
+// the top k of the raw logits and a softmax over those k (gpt-oss: LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT,
+// build_moe_ffn's probs = logits, then ggml_soft_max over the selected weights). The CPU backend runs it on
 // one lane (cpu_forward.cpp); the GPU routing kernels (gpu_route.cu) on one thread or on a warp, so a
 // routing and its pre-gated prediction are the same function on every path.
 #pragma once
@@ -8,6 +10,7 @@
 #include <cstdint>
 
 #include "driver/compiler.h"
+#include "examples/llm/model/config.h"
 
 namespace gpunvme::llm {
 
@@ -27,6 +30,38 @@ struct OneLane {
   GPUNVME_HD void sync() const {}
 };
 
+// The top k of p[0..n_expert) (every lane sees p), best first: ids[j] and weights[j] = p[id] on lane 0;
+// returns the sum of the k picks (on every lane). Each lane keeps the first strict maximum of its own
+// experts, the lanes the larger and, on equal values, the lower id. A pick with nothing above `floor`
+// left (NaN) is id 0 with weight `floor`.
+template <class Lanes>
+GPUNVME_HD float pick_top_k(const Lanes& g, uint32_t n_expert, uint32_t k, const float* p, float floor, uint32_t* ids,
+                            float* weights) {
+  const uint32_t lane = g.lane(), step = g.size();
+  uint64_t taken[kMaxRoutedExperts / 64] = {};
+  float wsum = 0.0f;
+  for (uint32_t j = 0; j < k; ++j) {
+    uint32_t best = UINT32_MAX;
+    float bp = floor;
+    for (uint32_t e = lane; e < n_expert; e += step) {
+      if (taken[e / 64] >> (e % 64) & 1) continue;
+      if (p[e] > bp) {
+        bp = p[e];
+        best = e;
+      }
+    }
+    g.keep_best(bp, best);
+    if (best == UINT32_MAX) best = 0;  // nothing above the floor
+    taken[best / 64] |= 1ull << (best % 64);
+    if (lane == 0) {
+      ids[j] = best;
+      weights[j] = bp;
+    }
+    wsum += bp;
+  }
+  return wsum;
+}
+
 // Routes one token: ids[0..k) receive the experts, best first, weights[0..k) their weights. `p` is
 // scratch of n_expert floats that every lane sees (the probabilities). The values, step by step:
 //   mx   the largest logit (fmaxf: exact and order-free, NaN ignored);
@@ -36,10 +71,25 @@ struct OneLane {
 //        larger p and, on equal p, the lower id: a one-lane scan's first strict maximum, whatever the
 //        number of lanes, so every lane count gives the same bits. No expert with p > -1 left (NaN)
 //        gives id 0 and weight -1.
+// kSoftmaxSelected: p is the logit itself (any expert above -inf can be picked), and the k weights are
+// ggml-cpu's soft_max of the picked logits: expf(l - l_best) times 1 / their sum, summed in double.
 template <class Lanes>
-GPUNVME_HD void route_top_k(const Lanes& g, const float* logits, uint32_t n_expert, uint32_t k, float* p, uint32_t* ids,
-                            float* weights) {
+GPUNVME_HD void route_top_k(const Lanes& g, const float* logits, uint32_t n_expert, uint32_t k, Gating gating, float* p,
+                            uint32_t* ids, float* weights) {
   const uint32_t lane = g.lane(), step = g.size();
+  if (gating == Gating::kSoftmaxSelected) {
+    for (uint32_t e = lane; e < n_expert; e += step) p[e] = logits[e];
+    g.sync();
+    pick_top_k(g, n_expert, k, p, -INFINITY, ids, weights);
+    if (lane == 0) {
+      const float mx = weights[0];  // the best logit: picks come best first
+      double sum = 0.0;
+      for (uint32_t j = 0; j < k; ++j) sum += double(weights[j] = expf(weights[j] - mx));
+      const float inv = float(1.0 / sum);
+      for (uint32_t j = 0; j < k; ++j) weights[j] *= inv;
+    }
+    return;
+  }
   float mx = -INFINITY;
   for (uint32_t e = lane; e < n_expert; e += step) mx = fmaxf(mx, logits[e]);
   mx = g.max(mx);
@@ -52,27 +102,7 @@ GPUNVME_HD void route_top_k(const Lanes& g, const float* logits, uint32_t n_expe
   g.sync();  // lane 0 has read every p before any lane overwrites its own
   for (uint32_t e = lane; e < n_expert; e += step) p[e] = expf(logits[e] - mx) / sum;
   g.sync();
-  uint64_t taken[kMaxRoutedExperts / 64] = {};
-  float wsum = 0.0f;
-  for (uint32_t j = 0; j < k; ++j) {
-    uint32_t best = UINT32_MAX;
-    float bp = -1.0f;
-    for (uint32_t e = lane; e < n_expert; e += step) {
-      if (taken[e / 64] >> (e % 64) & 1) continue;
-      if (p[e] > bp) {
-        bp = p[e];
-        best = e;
-      }
-    }
-    g.keep_best(bp, best);
-    if (best == UINT32_MAX) best = 0;  // nothing above -1
-    taken[best / 64] |= 1ull << (best % 64);
-    if (lane == 0) {
-      ids[j] = best;
-      weights[j] = bp;
-    }
-    wsum += bp;
-  }
+  const float wsum = pick_top_k(g, n_expert, k, p, -1.0f, ids, weights);
   g.sync();
   if (lane == 0)
     for (uint32_t j = 0; j < k; ++j) weights[j] /= wsum;

@@ -10,13 +10,28 @@
 namespace gpunvme::llm {
 
 // One per file of examples/llm/arch/, whose rules fill the config from the architecture's keys.
-enum class Arch { kLlama, kQwen2, kGemma3, kQwen3, kQwen3Moe };
+enum class Arch { kLlama, kQwen2, kGemma3, kQwen3, kQwen3Moe, kGptOss };
 
 // How RoPE pairs the dimensions of a head: kNorm rotates (x[2i], x[2i+1]) (llama), kNeox rotates
 // (x[i], x[i + d/2]) (qwen2, gemma3, qwen3, qwen3moe). llama.cpp's LLAMA_ROPE_TYPE_NORM / _NEOX.
 enum class RopeLayout { kNorm, kNeox };
-// The feed-forward activation: SiLU (SwiGLU: llama, qwen2) or GELU, tanh form (GeGLU: gemma3).
-enum class FfnAct { kSilu, kGelu };
+// The feed-forward activation: SiLU (SwiGLU: llama, qwen2), GELU, tanh form (GeGLU: gemma3), or gpt-oss's
+// clamped SwiGLU (compute/ops.h's swiglu_oai).
+enum class FfnAct { kSilu, kGelu, kSwigluOai };
+// How the router's logits become the selected experts' weights (llama.cpp's expert gating functions):
+// kSoftmax: softmax over all experts, top k, renormalised (Mixtral, qwen3moe); kSoftmaxSelected: top k of
+// the raw logits, softmax over those k (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT: gpt-oss).
+enum class Gating { kSoftmax, kSoftmaxSelected };
+
+// RoPE scaling as llama.cpp's context takes it from <arch>.rope.scaling.* (compute/ops.h's rope_params uses
+// it): none by default.
+struct YarnScaling {
+  float freq_scale = 1.0f;   // 1 / rope.scaling.factor
+  float ext_factor = 0.0f;   // 1 where rope.scaling.type is yarn
+  float attn_factor = 1.0f;  // cparams.yarn_attn_factor
+  float beta_fast = 32.0f, beta_slow = 1.0f;  // llama.cpp's defaults (no gpt-oss key sets them)
+  uint32_t n_ctx_orig = 0;   // rope.scaling.original_context_length, else context_length
+};
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -36,6 +51,11 @@ struct ModelConfig {
   float embd_scale = 1.0f;         // token embeddings are multiplied by this (gemma3: sqrt(n_embd))
   float attn_scale = 1.0f;         // q·k is multiplied by this
   FfnAct act = FfnAct::kSilu;
+  Gating gating = Gating::kSoftmax;
+  YarnScaling yarn;
+  const char* ffn_norm = "ffn_norm";  // the FFN's input norm tensor (gpt-oss: post_attention_norm)
+  bool sinks = false;              // a learned attention-sink logit per head (gpt-oss: attn_sinks)
+  bool biases = false;             // Q, K, V and output biases, router and expert biases required (gpt-oss)
   bool qk_norm = false;            // per-head RMS norm of Q and K, before RoPE (gemma3, qwen3, qwen3moe)
   bool post_norms = false;         // RMS norm after attention and after the FFN (gemma3)
 
@@ -49,7 +69,7 @@ struct ModelConfig {
 // missing or inconsistent value, and naming the supported architectures for any other one.
 ModelConfig read_config(const gguf::GgufFile& f);
 
-// "llama (dense and Mixtral-style MoE), qwen2, gemma3, qwen3, qwen3moe"
+// "llama (dense and Mixtral-style MoE), qwen2, gemma3, qwen3, qwen3moe, gpt-oss"
 const char* supported_architectures();
 
 }  // namespace gpunvme::llm
