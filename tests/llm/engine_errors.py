@@ -88,6 +88,35 @@ def qwen3_cases(d, device_with):
     ]
 
 
+def gpt_oss_cases(d, device_with):
+    """gpt-oss models (make_models.py's layout, Q8_0) with a sink, bias or norm tensor left out, or a window
+    wider than the context: the error names the tensor or the keys. (An MXFP4 tensor whose rows are not
+    whole 32-element blocks is refused by the GGUF parser, naming the tensor: gguf-unit.)"""
+    def model(name, omit=(), shape=None):
+        p = os.path.join(d, name + ".gguf")
+        mm.write_gpt_oss(p, T.Q8_0, T.Q8_0, shape or mm.GPT_OSS, 5, omit=omit)
+        return [device_with(p), "--prompt-ids", "1,2"]
+    wide = mm.Shape(**{**mm.GPT_OSS.__dict__, "window": 1024})
+    return [
+        ("gpt-oss without a sink", model("go-sink", {"blk.1.attn_sinks.weight"}),
+         ["the model has no tensor blk.1.attn_sinks.weight"]),
+        ("gpt-oss without an output bias", model("go-bo", {"blk.0.attn_output.bias"}),
+         ["the model has no tensor blk.0.attn_output.bias"]),
+        ("gpt-oss without a K bias", model("go-bk", {"blk.3.attn_k.bias"}),
+         ["the model has no tensor blk.3.attn_k.bias"]),
+        ("gpt-oss without a router bias", model("go-router-b", {"blk.2.ffn_gate_inp.bias"}),
+         ["the model has no tensor blk.2.ffn_gate_inp.bias"]),
+        ("gpt-oss without an expert bias", model("go-down-b", {"blk.1.ffn_down_exps.bias"}),
+         ["the model has no tensor blk.1.ffn_down_exps.bias"]),
+        ("gpt-oss without its FFN norm", model("go-norm", {"blk.0.post_attention_norm.weight"}),
+         ["the model has no tensor blk.0.post_attention_norm.weight"]),
+        ("gpt-oss without a window", model("go-nowin", {"gpt-oss.attention.sliding_window"}),
+         ["model metadata has no gpt-oss.attention.sliding_window"]),
+        ("gpt-oss with a window wider than the context", model("go-win", shape=wide),
+         ["gpt-oss.attention.sliding_window = 1024 is larger than gpt-oss.context_length = 512"]),
+    ]
+
+
 def report(what, ok, detail):
     print(f"{'ok  ' if ok else 'FAIL'} {what}: {detail}")
     return ok
@@ -196,6 +225,7 @@ def main():
         cases.append(("rope.dimension_count past the head", [device_with(p), "--prompt-ids", "1"],
                       ["qwen2.rope.dimension_count = 66 is more than the head size 64"]))
         cases += qwen3_cases(d, device_with)
+        cases += gpt_oss_cases(d, device_with)
         p = os.path.join(d, "longctx.gguf"); write_variant(p, ctx=2_000_000_000)
         cases.append(("--ctx past host memory", [device_with(p), "--prompt-ids", "1", "--ctx", "2000000000"],
                       ["the KV cache for a context of 2000000000 tokens", "a smaller --ctx"]))
