@@ -143,24 +143,25 @@ TEST_CASE("block ops: every matrix of a layer (matrix-vector, batched, with and 
   }
 }
 
-TEST_CASE("block ops: per-head Q/K norm and RoPE, both layouts, partial rotary, GPU = CPU", "[gpu][llm][ops]") {
+TEST_CASE("block ops: per-head Q/K norm and RoPE, both layouts, partial rotary, YaRN, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
-  struct Case { Shape shape; uint32_t n_rot; };  // llama: kNorm pairs; qwen2: kNeox; gemma3: kNeox + Q/K norms
+  // llama: kNorm pairs; qwen2: kNeox; gemma3: kNeox + Q/K norms; gpt-oss: kNeox, YaRN (factor 32 over 4096)
+  struct Case { Shape shape; uint32_t n_rot; };
   const Case c = GENERATE(Case{Shape::kLlama, 64}, Case{Shape::kQwen2, 64}, Case{Shape::kGemma3, 64},
-                          Case{Shape::kGemma3, 32}, Case{Shape::kLlama, 32});
+                          Case{Shape::kGemma3, 32}, Case{Shape::kLlama, 32}, Case{Shape::kGptOss, 64});
   CAPTURE(int(c.shape), c.n_rot);
   llm::test::TinyModel m = llm::test::make_tiny(c.shape, GgmlType::F16);
   m.c.n_rot = c.n_rot;
   Twins t(std::move(m));
   const LayerWeights& l = t.m.w.layers[0];
-  const float base = t.m.c.rope_base;
+  const RopeParams rope = rope_params(t.m.c, t.m.c.rope_base);
   for (uint32_t pos0 : {0u, 17u}) {
     t.pass(pos0, 6);
     for (Act a : {Act::kQ, Act::kK}) {
       CAPTURE(pos0, int(a));
       const TensorRef none, &norm = t.m.c.qk_norm ? (a == Act::kQ ? l.q_norm : l.k_norm) : none;
       t.random(a, 6);
-      for (Backend* b : t.both) b->head_norm_rope(a, norm, base);
+      for (Backend* b : t.both) b->head_norm_rope(a, norm, rope);
       t.expect_close(a, 1e-4f);
     }
   }
@@ -187,13 +188,49 @@ TEST_CASE("block ops: KV store and attention, causal in a pass, sliding window, 
   }
 }
 
-TEST_CASE("block ops: the FFN's GLU (SiLU and GELU), GPU = CPU", "[gpu][llm][ops]") {
+// gpt-oss's attention sinks: each head's softmax has its sink logit beside the scores (sinks uniform in
+// [-1, 1], and scaled by 4 so that a sink dominates some heads), on windowed and global layers.
+TEST_CASE("block ops: attention with sinks (gpt-oss), sliding window, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
-  const FfnAct a = GENERATE(FfnAct::kSilu, FfnAct::kGelu);
+  const uint32_t window = GENERATE(0u, 5u);
+  const float sink_scale = GENERATE(1.0f, 4.0f);
+  CAPTURE(window, sink_scale);
+  llm::test::TinyModel m = llm::test::make_tiny(Shape::kGptOss, GgmlType::F16);
+  const TensorRef& sinks = m.w.layers[1].sinks;
+  for (uint32_t h = 0; h < m.c.n_head; ++h) {
+    float f;
+    std::memcpy(&f, &m.bytes[sinks.file_offset + 4 * h], 4);
+    f *= sink_scale;
+    std::memcpy(&m.bytes[sinks.file_offset + 4 * h], &f, 4);
+  }
+  Twins t(std::move(m));
+  for (auto [pos0, n] : {std::pair{0u, 8u}, std::pair{8u, 4u}, std::pair{12u, 1u}}) {
+    CAPTURE(pos0, n);
+    t.pass(pos0, n);
+    t.random(Act::kK, n);
+    t.random(Act::kV, n);
+    t.random(Act::kQ, n);
+    t.poison(Act::kAtt, n);
+    for (Backend* b : t.both) {
+      b->store_kv(1);
+      b->attend({1, window, t.m.w.layers[1].sinks});
+    }
+    t.expect_close(Act::kAtt, 1e-4f);
+  }
+}
+
+TEST_CASE("block ops: the FFN's GLU (SiLU, GELU, gpt-oss's clamped SwiGLU), GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const FfnAct a = GENERATE(FfnAct::kSilu, FfnAct::kGelu, FfnAct::kSwigluOai);
   Twins t(llm::test::make_tiny(Shape::kLlama, GgmlType::F16));
   t.pass(0, 3);
   t.random(Act::kGate, 3);
   t.random(Act::kUp, 3);
+  if (a == FfnAct::kSwigluOai) {  // values across the limit (7) on both sides, so the clamps act
+    std::vector<float> g = t.cpu.read(Act::kGate), u = t.cpu.read(Act::kUp);
+    for (size_t i = 0; i < g.size(); ++i) g[i] *= 6.0f, u[i] *= 6.0f;
+    for (Backend* b : t.both) b->write(Act::kGate, g), b->write(Act::kUp, u);
+  }
   for (Backend* b : t.both) b->glu(Act::kGate, Act::kUp, a);
   t.expect_close(Act::kGate, 1e-5f);
 }
@@ -201,8 +238,10 @@ TEST_CASE("block ops: the FFN's GLU (SiLU and GELU), GPU = CPU", "[gpu][llm][ops
 TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
-  CAPTURE(gguf::ggml_type_name(uint32_t(type)));
-  Twins t(llm::test::make_tiny(Shape::kMoe, type));  // 4 experts, top 2
+  // gpt-oss: softmax over the selected logits, router and expert biases, the clamped SwiGLU
+  const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  Twins t(llm::test::make_tiny(shape, type));  // 4 experts, top 2
   for (uint32_t n : {1u, 4u}) {  // the GPU backend routes a pass's tokens one by one, the CPU groups them by expert
     CAPTURE(n);
     t.pass(0, n);
@@ -215,7 +254,7 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
 
 TEST_CASE("block: whole layers over two passes, every architecture rule, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
-  const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2, Shape::kGemma3, Shape::kMoe);
+  const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2, Shape::kGemma3, Shape::kMoe, Shape::kGptOss);
   CAPTURE(int(shape));
   Twins t(llm::test::make_tiny(shape, GgmlType::Q8_0));
   for (auto [pos0, n] : {std::pair{0u, 7u}, std::pair{7u, 1u}}) {

@@ -56,7 +56,7 @@ struct Routed {
   std::vector<float> weights;
 };
 
-Routed route_on_gpu(bool serial, const std::vector<float>& logits, uint32_t k) {
+Routed route_on_gpu(bool serial, const std::vector<float>& logits, uint32_t k, Gating gating = Gating::kSoftmax) {
   float* d_logits = nullptr;
   uint32_t* d_ids = nullptr;
   REQUIRE(cudaMalloc(&d_logits, logits.size() * sizeof(float)) == cudaSuccess);
@@ -64,7 +64,7 @@ Routed route_on_gpu(bool serial, const std::vector<float>& logits, uint32_t k) {
   REQUIRE(cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
   REQUIRE(cudaMemset(d_ids, 0xEE, k * (sizeof(uint32_t) + sizeof(float))) == cudaSuccess);
   float* d_weights = reinterpret_cast<float*>(d_ids + k);
-  (serial ? gpu_route_serial : gpu_route)(nullptr, d_logits, uint32_t(logits.size()), k, d_ids, d_weights);
+  (serial ? gpu_route_serial : gpu_route)(nullptr, d_logits, uint32_t(logits.size()), k, d_ids, d_weights, gating);
   Routed r{std::vector<uint32_t>(k), std::vector<float>(k)};
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   REQUIRE(cudaMemcpy(r.ids.data(), d_ids, k * sizeof(uint32_t), cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -126,5 +126,40 @@ TEST_CASE("routing kernel: the CPU backend's routing (route_top_k on one host la
     route_top_k(OneLane{}, logits.data(), n, k, Gating::kSoftmax, p.data(), cpu.ids.data(), cpu.weights.data());
     CHECK(gpu.ids == cpu.ids);
     for (uint32_t j = 0; j < k; ++j) CHECK(std::fabs(gpu.weights[j] - cpu.weights[j]) <= 4e-6f * cpu.weights[j]);
+  }
+}
+
+// gpt-oss's gating (Gating::kSoftmaxSelected, llama.cpp's SOFTMAX_WEIGHT): the top k of the raw logits, then a
+// softmax over those k. Warp = one thread to the bit; both = the CPU's route_top_k, ids equal, weights to
+// float rounding; and right: with separated logits the k largest, largest first, weights summing to 1, the
+// first over the second by exp of their logits' difference.
+TEST_CASE("routing kernel: softmax over the selected experts (gpt-oss), warp = serial = CPU", "[gpu][llm][route][ops]") {
+  REQUIRE_GPU();
+  const uint32_t n = GENERATE(8u, 32u, 128u);
+  const uint32_t k = GENERATE(1u, 4u, 8u);
+  const Logits kind = GENERATE(Logits::kNormal, Logits::kTies, Logits::kWithInfinities, Logits::kSeparated);
+  CAPTURE(n, k, int(kind));
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    const std::vector<float> logits = make_logits(kind, n, seed * 6151 + n);
+    const Routed warp = route_on_gpu(false, logits, k, Gating::kSoftmaxSelected);
+    const Routed serial = route_on_gpu(true, logits, k, Gating::kSoftmaxSelected);
+    CHECK(warp.ids == serial.ids);
+    CHECK(std::memcmp(warp.weights.data(), serial.weights.data(), k * sizeof(float)) == 0);
+    Routed cpu{std::vector<uint32_t>(k), std::vector<float>(k)};
+    std::vector<float> p(n);
+    route_top_k(OneLane{}, logits.data(), n, k, Gating::kSoftmaxSelected, p.data(), cpu.ids.data(), cpu.weights.data());
+    CHECK(warp.ids == cpu.ids);
+    for (uint32_t j = 0; j < k; ++j) CHECK(std::fabs(warp.weights[j] - cpu.weights[j]) <= 4e-6f * cpu.weights[j]);
+    if (kind == Logits::kSeparated) {
+      std::vector<uint32_t> order(n);
+      std::iota(order.begin(), order.end(), 0u);
+      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return logits[a] > logits[b]; });
+      order.resize(k);
+      CHECK(warp.ids == order);
+      double sum = 0;
+      for (float w : warp.weights) sum += w;
+      CHECK(std::abs(sum - 1.0) < 1e-5);
+      if (k > 1) CHECK(std::fabs(warp.weights[0] / warp.weights[1] - std::exp(logits[order[0]] - logits[order[1]])) < 1e-4);
+    }
   }
 }

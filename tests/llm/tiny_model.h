@@ -53,7 +53,7 @@ inline std::vector<uint8_t> random_rows(GgmlType t, uint64_t cols, uint64_t rows
   return out;
 }
 
-enum class Shape { kLlama, kQwen2, kGemma3, kMoe, kQwen3Moe };
+enum class Shape { kLlama, kQwen2, kGemma3, kMoe, kQwen3Moe, kGptOss };
 
 struct TinyModel {
   ModelConfig c;
@@ -67,13 +67,13 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
   TinyModel m;
   ModelConfig& c = m.c;
   c.arch = shape == Shape::kQwen2 ? Arch::kQwen2 : shape == Shape::kGemma3 ? Arch::kGemma3
-         : shape == Shape::kQwen3Moe ? Arch::kQwen3Moe : Arch::kLlama;
+         : shape == Shape::kQwen3Moe ? Arch::kQwen3Moe : shape == Shape::kGptOss ? Arch::kGptOss : Arch::kLlama;
   c.n_embd = 256, c.n_layer = 2, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64, c.n_ff = 512, c.n_vocab = 300;
   c.n_ctx_train = 64;
   c.n_rot = c.head_dim;
   c.rms_eps = 1e-6f;
   c.attn_scale = 1.0f / std::sqrt(float(c.head_dim));
-  if (shape != Shape::kLlama && shape != Shape::kMoe) c.rope = RopeLayout::kNeox;
+  if (shape != Shape::kLlama && shape != Shape::kMoe) c.rope = RopeLayout::kNeox;  // (gpt-oss too)
   if (shape == Shape::kMoe) c.n_expert = 4, c.n_expert_used = 2;
   if (shape == Shape::kQwen3Moe) {  // model/config.cpp's qwen3moe rules
     c.head_dim = c.n_rot = 128;
@@ -81,6 +81,15 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
     c.rope_base = 1e6f;
     c.qk_norm = true;
     c.n_expert = 4, c.n_expert_used = 2, c.n_ff = 256;
+  }
+  if (shape == Shape::kGptOss) {  // arch/gpt_oss.cpp's rules, YaRN as gpt-oss's GGUFs set it (factor 32 over 4096)
+    c.rope_base = 150000.0f;
+    c.yarn.freq_scale = 1.0f / 32.0f, c.yarn.ext_factor = 1.0f, c.yarn.n_ctx_orig = 4096;
+    c.swa_window = 5, c.swa_period = 2;  // layer 0 sees the last 5 positions, layer 1 all
+    c.n_expert = 4, c.n_expert_used = 2, c.n_ff = 256;
+    c.act = FfnAct::kSwigluOai;
+    c.gating = Gating::kSoftmaxSelected;
+    c.sinks = c.biases = true;
   }
   if (shape == Shape::kGemma3) {
     c.rope_base = 1e6f;
@@ -117,11 +126,13 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
     l.wk = add(type, c.n_embd, c.kv_dim());
     l.wv = add(type, c.n_embd, c.kv_dim());
     l.wo = add(type, c.q_dim(), c.n_embd);
-    if (shape == Shape::kQwen2) {
+    if (shape == Shape::kQwen2 || c.biases) {
       l.bq = add(GgmlType::F32, c.q_dim(), 1);
       l.bk = add(GgmlType::F32, c.kv_dim(), 1);
       l.bv = add(GgmlType::F32, c.kv_dim(), 1);
     }
+    if (c.biases) l.bo = add(GgmlType::F32, c.n_embd, 1);
+    if (c.sinks) l.sinks = add(GgmlType::F32, c.n_head, 1);  // uniform in [-1, 1]: comparable to the scores
     if (c.qk_norm) l.q_norm = norm(c.head_dim), l.k_norm = norm(c.head_dim);
     if (c.post_norms) l.post_attn_norm = norm(c.n_embd), l.post_ffw_norm = norm(c.n_embd);
     l.ffn_norm = norm(c.n_embd);
@@ -130,6 +141,12 @@ inline TinyModel make_tiny(Shape shape, GgmlType type, uint32_t seed = 1) {
       l.gate_exps = add(type, c.n_embd, c.n_ff, c.n_expert);
       l.up_exps = add(type, c.n_embd, c.n_ff, c.n_expert);
       l.down_exps = add(type, c.n_ff, c.n_embd, c.n_expert);
+      if (c.biases) {  // model/weights.cpp's layout: one F32 row per expert, as mats
+        l.gate_inp_b = add(GgmlType::F32, c.n_expert, 1);
+        l.gate_exps_b = add(GgmlType::F32, c.n_ff, 1, c.n_expert);
+        l.up_exps_b = add(GgmlType::F32, c.n_ff, 1, c.n_expert);
+        l.down_exps_b = add(GgmlType::F32, c.n_embd, 1, c.n_expert);
+      }
     } else {
       l.gate = add(type, c.n_embd, c.n_ff);
       l.up = add(type, c.n_embd, c.n_ff);
