@@ -99,7 +99,8 @@ const cli::Help kHelp = {
     "  --draft-k K         with --draft lookup: tokens drafted per pass at most (1..31, default 8)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
-    "  --ignore-eos        keep generating past the model's end-of-text token\n"
+    "  --ignore-eos        keep generating past the model's end-of-generation tokens (its EOS and the others\n"
+    "                      llama.cpp stops at, e.g. gpt-oss's <|return|> and <|call|>)\n"
     "  --no-verify         check only the model's header at open (always done), not the bytes read at start\n"
     "                      and streamed against the deploy record's CRC-32Cs (docs/engine.md)\n"
     "\n"};
@@ -433,10 +434,10 @@ int run(const cli::Args& args, bool tokenize_only) {
   if (!ex->stats().plan.layers.empty()) std::printf("%s", llm::plan_table(ex->stats().plan).c_str());
   std::fflush(stdout);
   if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
-  const int64_t eos = args.has("ignore-eos") ? -1 : m.vocab.eos;
+  const std::set<uint32_t> eog = args.has("ignore-eos") ? std::set<uint32_t>{} : m.vocab.eog;
   llm::GenerateResult r;
   try {
-    r = llm::generate(*ex, prompt, n, sampler, eos, go, [&](uint32_t id, std::span<const float> logits) {
+    r = llm::generate(*ex, prompt, n, sampler, eog, go, [&](uint32_t id, std::span<const float> logits) {
       trace.token(id, logits);
       if (tok) std::printf("%s", terminal_piece(tok->piece(id)).c_str());
       else std::printf(" %u", id);

@@ -175,7 +175,7 @@ TEST_CASE("logits that are not finite stop generation at once, naming the positi
     std::vector<uint32_t> got;
     auto on_token = [&](uint32_t id, std::span<const float>) { got.push_back(id); };
     try {
-      generate(ex, {1, 2, 3}, 8, greedy, -1, {}, on_token);
+      generate(ex, {1, 2, 3}, 8, greedy, {}, {}, on_token);
       FAIL("no error");
     } catch (const NonFiniteLogits& e) {
       CHECK(e.position == 2);  // the prompt's last position: the first logits of the run
@@ -185,6 +185,20 @@ TEST_CASE("logits that are not finite stop generation at once, naming the positi
   }
   FixedLogits ok(row);
   Sampler greedy({});
-  const GenerateResult r = generate(ok, {1, 2, 3}, 4, greedy, -1, {}, [](uint32_t, std::span<const float>) {});
+  const GenerateResult r = generate(ok, {1, 2, 3}, 4, greedy, {}, {}, [](uint32_t, std::span<const float>) {});
   CHECK(r.tokens == std::vector<uint32_t>{7, 7, 7, 7});
+}
+
+TEST_CASE("generation stops at any end-of-generation token, not only EOS (gpt-oss: <|return|>, <|call|>)", "[llm][generate]") {
+  std::vector<float> row(50, 0.5f);
+  row[7] = 2.0f;  // greedy picks 7 every step
+  FixedLogits ex(row);
+  Sampler greedy({});
+  auto none = [](uint32_t, std::span<const float>) {};
+  const GenerateResult stop = generate(ex, {1, 2, 3}, 6, greedy, {2, 7, 40}, {}, none);
+  CHECK(stop.tokens == std::vector<uint32_t>{7});
+  CHECK(stop.stopped_at_eos);
+  const GenerateResult on = generate(ex, {1, 2, 3}, 6, greedy, {2, 40}, {}, none);  // 7 is no EOG token
+  CHECK(on.tokens.size() == 6);
+  CHECK(!on.stopped_at_eos);
 }

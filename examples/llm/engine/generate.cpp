@@ -35,7 +35,7 @@ NonFiniteLogits::NonFiniteLogits(uint32_t pos)
                          "overflowed; `gpunvme verify` tells whether the device's copy was damaged (re-deploy it then)"),
       position(pos) {}
 
-GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
+GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, const std::set<uint32_t>& eog,
                         const GenerateOptions& o, const std::function<void(uint32_t, std::span<const float>)>& on_token) {
   if (prompt.empty()) throw std::runtime_error("generate: the prompt has no tokens");
   if (o.batch == 0) throw std::runtime_error("generate: a pass needs at least one token (batch 0)");
@@ -57,7 +57,7 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
     r.tokens.push_back(tok);
     context.push_back(tok);
     on_token(tok, from);
-    if (eos >= 0 && tok == uint32_t(eos)) r.stopped_at_eos = done = true;
+    if (eog.count(tok)) r.stopped_at_eos = done = true;
     if (r.tokens.size() == n_new) done = true;
   };
   // Every token is picked here, from a row of logits predicting the token after position `at`.

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -46,9 +47,12 @@ class NonFiniteLogits : public std::runtime_error {
   uint32_t position;
 };
 
-// Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at the model's EOS.
+// Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at a token of `eog` (the
+// model's end-of-generation tokens, Vocab::eog, as llama.cpp's llama_vocab_is_eog: gpt-oss ends at
+// <|return|> or <|call|>, not only at its EOS; empty: never).
 // `on_token` gets each generated token id, and the logits it was picked from, as soon as it is picked.
-GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler, int64_t eos,
+GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler,
+                        const std::set<uint32_t>& eog,
                         const GenerateOptions& o, const std::function<void(uint32_t, std::span<const float>)>& on_token);
 
 }  // namespace gpunvme::llm
