@@ -332,6 +332,13 @@ def tokenizer_cases(llama_cpp, path, texts=TOKENIZER_CASES, raw=(), special=Fals
     return out
 
 
+def eog_ids(llama_cpp, path):
+    """The ids llama.cpp ends generation at (llama_vocab_is_eog), every token asked."""
+    llm = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+    v = llama_cpp.llama_model_get_vocab(llm.model)
+    return [i for i in range(llama_cpp.llama_vocab_n_tokens(v)) if llama_cpp.llama_vocab_is_eog(v, i)]
+
+
 def is_bpe(name):
     return "-bpe-" in name
 
@@ -376,7 +383,8 @@ def main():
         if path is None:
             sys.exit(f"reference.py: {name} needs pip install {VOCAB_FILES[name][1]} (see llm_files.py)")
         ref.setdefault("vocab_files", {})[name] = {"file": os.path.basename(path), "sha256": sha256(path),
-                                                   "made_by": "scripts/llm/" + VOCAB_FILES[name][0]}
+                                                   "made_by": "scripts/llm/" + VOCAB_FILES[name][0],
+                                                   "eog": eog_ids(llama_cpp, path)}
         extra = VOCAB_EXTRA_CASES.get(name)
         ref["tokenizer"][name] = tokenizer_cases(llama_cpp, path, BPE_TOKENIZER_CASES + (extra or []), BPE_BYTE_CASES,
                                                  special=extra is not None)

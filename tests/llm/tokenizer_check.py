@@ -80,6 +80,17 @@ def check_cases(tool, model, name, cases):
     return failed
 
 
+def check_eog(tool, model, name, theirs):
+    """The tokens generation ends at (Vocab::eog) are llama.cpp's (llama_vocab_is_eog over every id)."""
+    r = subprocess.run([tool, model, "--eog"], capture_output=True, text=True, timeout=120)
+    ours = [int(x) for x in r.stdout.split(",")] if r.returncode == 0 and r.stdout.strip() else None
+    if ours != theirs:
+        print(f"FAIL {name}: end-of-generation tokens {ours if ours is not None else r.stderr.strip()}, llama.cpp {theirs}")
+        return 1
+    print(f"{name}: end-of-generation tokens {ours} equal to llama.cpp's")
+    return 0
+
+
 def check_huge(tool, model, name, cases):
     """A 0.5 MB prompt made of one reference case's repeated line: a line ends in a newline, which ends a
     pre-tokenizer word, so its ids are one line's ids (llama.cpp's, from the reference) repeated."""
@@ -223,6 +234,8 @@ def main():
                 continue
             checked += 1
             failed += check_cases(a.tokenize, path, name, cases)
+            if "eog" in ref.get("vocab_files", {}).get(name, {}):
+                failed += check_eog(a.tokenize, path, name, ref["vocab_files"][name]["eog"])
             if name != "gemma3-270m":
                 failed += check_huge(a.tokenize, path, name, cases)
         if have_gguf:

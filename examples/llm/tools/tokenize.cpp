@@ -2,10 +2,12 @@
 // any bytes and newlines survive), prints its token ids comma-separated per line; --special parses
 // control tokens' texts as those tokens (llama_tokenize's parse_special). tests/llm/tokenizer_check.py
 // feeds llama.cpp's reference cases through it.
+// tokenize FILE.gguf --eog: prints the end-of-generation token ids (Vocab::eog) comma-separated.
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "runtime/gguf/gguf_file.h"
@@ -23,19 +25,26 @@ std::string unhex(const std::string& h) {
 
 int main(int argc, char** argv) {
   using namespace gpunvme;
-  bool bos = true, special = false;
+  bool bos = true, special = false, eog = false;
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--no-bos") bos = false;
     else if (a == "--special") special = true;
+    else if (a == "--eog") eog = true;
     else argc = 0;  // unknown: usage below
   }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: tokenize FILE.gguf [--no-bos] [--special] < hex-lines\n");
+    std::fprintf(stderr, "usage: tokenize FILE.gguf [--no-bos] [--special] < hex-lines | tokenize FILE.gguf --eog\n");
     return 2;
   }
   try {
     const llm::Tokenizer tok(llm::read_vocab(gguf::GgufFile::open(argv[1])));
+    if (eog) {
+      const char* sep = "";
+      for (uint32_t id : tok.vocab().eog) std::printf("%s%u", std::exchange(sep, ","), id);
+      std::printf("\n");
+      return 0;
+    }
     std::string line;
     while (std::getline(std::cin, line)) {
       const auto ids = tok.encode(unhex(line), bos, special);
