@@ -95,7 +95,7 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
       __syncthreads();
       if (!active || lane >= cg) continue;
       float g[kGroup];
-      dequant_group(T, r, g0 + lane, g);
+      dequant_group<T>(r, g0 + lane, g);
 #pragma unroll
       for (uint32_t j = 0; j < kTile; ++j) {
         if (j >= m) break;

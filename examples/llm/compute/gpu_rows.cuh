@@ -99,7 +99,7 @@ __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uin
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) {
       float g[kGroup];
-      dequant_group(T, row[r], grp, g);
+      dequant_group<T>(row[r], grp, g);
       part[r] += group_dot(g, xv);
     }
   }

@@ -25,28 +25,12 @@ __device__ inline float warp_max(float v) {
 }
 
 // The matrix kernels take the weight type as a template argument: with the type known only at run
-// time, dequant_group's switch stayed in the kernel and the 32 floats of a group went through a
+// time, dequant_group's dispatch stayed in the kernel and the 32 floats of a group went through a
 // 128-byte stack frame (a local-memory store and load per weight), which made the batched kernel
-// load-bound. Host code picks the instantiation with with_weight_type.
-template <GgmlType T>
-using WeightType = std::integral_constant<GgmlType, T>;
-
-template <class F>
-void with_weight_type(GgmlType t, F&& f) {
-  switch (t) {
-    case GgmlType::F32: return f(WeightType<GgmlType::F32>{});
-    case GgmlType::F16: return f(WeightType<GgmlType::F16>{});
-    case GgmlType::BF16: return f(WeightType<GgmlType::BF16>{});
-    case GgmlType::Q8_0: return f(WeightType<GgmlType::Q8_0>{});
-    case GgmlType::Q4_0: return f(WeightType<GgmlType::Q4_0>{});
-    case GgmlType::Q5_0: return f(WeightType<GgmlType::Q5_0>{});
-    case GgmlType::Q4_K: return f(WeightType<GgmlType::Q4_K>{});
-    case GgmlType::Q5_K: return f(WeightType<GgmlType::Q5_K>{});
-    case GgmlType::Q6_K: return f(WeightType<GgmlType::Q6_K>{});
-    case GgmlType::MXFP4: return f(WeightType<GgmlType::MXFP4>{});
-    default: throw std::invalid_argument("GPU matrix kernels: no kernel for weight type " + std::to_string(uint32_t(t)));
-  }
-}
+// load-bound. Host code picks the instantiation with with_weight_type (quant/weight_types.h: its cases
+// are the weight-type table's rows).
+using llm::WeightType;
+using llm::with_weight_type;
 
 // One row times x by a warp: lane i takes 32-element groups i, i + 32, ... (dequantized in registers),
 // then the lanes' partial sums are added. Every lane returns the dot product. x must be 16-byte aligned
@@ -57,7 +41,7 @@ template <GgmlType T>
 __device__ inline float warp_dot_row(const uint8_t* row, uint32_t cols, const float* x, uint32_t lane) {
   float part = 0.0f, g[kGroup];
   for (uint32_t grp = lane; grp < cols / kGroup; grp += 32) {
-    dequant_group(T, row, grp, g);
+    dequant_group<T>(row, grp, g);
     const float4* xg = reinterpret_cast<const float4*>(x + grp * kGroup);
     float s = 0.0f;
 #pragma unroll

@@ -1,12 +1,10 @@
-// ggml's weight block formats as data: one struct per type, its size asserted against the byte
-// counts gguf-py and llama.cpp use (GGML_QUANT_SIZES, also in runtime/gguf/ggml_types.cpp), so a
-// wrong field fails to compile.
+// ggml's weight block formats as data: one struct per type. Each is a row of the weight-type table
+// (weight_types.h), which holds its size to ggml's bytes per block, so a wrong field fails to compile.
 // Compiled for the host and the GPU alike (dequant.h works on these structs on both).
 #pragma once
 #include <cstdint>
 
 #include "driver/compiler.h"
-#include "examples/llm/quant/mxfp4.h"
 #include "runtime/gguf/ggml_types.h"
 
 namespace gpunvme::llm {
@@ -15,6 +13,17 @@ using gguf::GgmlType;  // ids and block geometry: runtime/gguf/ggml_types.h
 
 inline constexpr int kQK = 32;     // elements in a Q4_0 / Q5_0 / Q8_0 block
 inline constexpr int kQK_K = 256;  // elements in a k-quant super-block
+
+// An unquantized element as a block of one, by bytes (no alignment asked of the row; little-endian).
+struct F32Value {
+  uint8_t bytes[4];
+};
+struct F16Value {
+  uint8_t bytes[2];  // IEEE half
+};
+struct BF16Value {
+  uint8_t bytes[2];  // the upper half of an IEEE float
+};
 
 struct BlockQ4_0 {
   uint16_t d;               // scale, IEEE half
@@ -48,19 +57,5 @@ struct BlockQ6_K {
   int8_t scales[kQK_K / 16];
   uint16_t d;
 };
-
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
-
-// The types the engine computes (dequant.h has a block routine for each).
-GPUNVME_HD constexpr bool computes(GgmlType t) {
-  switch (t) {
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q4_0: case GgmlType::Q5_0:
-    case GgmlType::Q8_0: case GgmlType::Q4_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::MXFP4:
-      return true;
-    default:
-      return false;
-  }
-}
 
 }  // namespace gpunvme::llm

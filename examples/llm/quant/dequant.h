@@ -5,8 +5,9 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
-#include "examples/llm/quant/blocks.h"
+#include "examples/llm/quant/weight_types.h"
 
 namespace gpunvme::llm {
 
@@ -126,23 +127,9 @@ GPUNVME_HD inline void dequant_block(const BlockQ6_K& b, float* y) {
   }
 }
 
-// Dequantizes block `i` of a row of type `t` starting at `row` into y[0 .. block_elems).
-GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, float* y) {
-  const auto* p = static_cast<const uint8_t*>(row);
-  switch (t) {
-    case GgmlType::F32: { float f; memcpy(&f, p + 4 * i, 4); y[0] = f; return; }
-    case GgmlType::F16: { uint16_t h; memcpy(&h, p + 2 * i, 2); y[0] = half_to_float(h); return; }
-    case GgmlType::BF16: { uint16_t h; memcpy(&h, p + 2 * i, 2); y[0] = bf16_to_float(h); return; }
-    case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[i], y);
-    case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[i], y);
-    case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[i], y);
-    case GgmlType::Q4_K: return dequant_block(reinterpret_cast<const BlockQ4_K*>(p)[i], y);
-    case GgmlType::Q5_K: return dequant_block(reinterpret_cast<const BlockQ5_K*>(p)[i], y);
-    case GgmlType::Q6_K: return dequant_block(reinterpret_cast<const BlockQ6_K*>(p)[i], y);
-    case GgmlType::MXFP4: return dequant_block(reinterpret_cast<const BlockMXFP4*>(p)[i], y);
-    default: return;  // callers check computes(t) when they load the model
-  }
-}
+GPUNVME_HD inline void dequant_block(const F32Value& b, float* y) { memcpy(y, b.bytes, 4); }
+GPUNVME_HD inline void dequant_block(const F16Value& b, float* y) { y[0] = half_to_float(uint16_t(b.bytes[0] | b.bytes[1] << 8)); }
+GPUNVME_HD inline void dequant_block(const BF16Value& b, float* y) { y[0] = bf16_to_float(uint16_t(b.bytes[0] | b.bytes[1] << 8)); }
 
 // Elements per group: the unit the matrix-vector kernels dequantize at once (32 floats fit in a
 // thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
@@ -260,57 +247,100 @@ GPUNVME_HD inline void dequant_plain_group(GgmlType t, const uint8_t* p, uint64_
   }
 }
 
+// Group g (elements 32g .. 32g + 31) of a row, for the types whose block is not one group: several
+// groups a super-block (the k-quants) or several blocks a group (the unquantized types). A type whose
+// block is one group needs none: dequant_group_of uses its dequant_block.
+GPUNVME_HD inline void dequant_group(const F32Value* row, uint64_t g, float* y) {
+  dequant_plain_group(GgmlType::F32, reinterpret_cast<const uint8_t*>(row), g, y);
+}
+GPUNVME_HD inline void dequant_group(const F16Value* row, uint64_t g, float* y) {
+  dequant_plain_group(GgmlType::F16, reinterpret_cast<const uint8_t*>(row), g, y);
+}
+GPUNVME_HD inline void dequant_group(const BF16Value* row, uint64_t g, float* y) {
+  dequant_plain_group(GgmlType::BF16, reinterpret_cast<const uint8_t*>(row), g, y);
+}
+
+GPUNVME_HD inline void dequant_group(const BlockQ4_K* row, uint64_t g, float* y) {
+  decode_q4k_group(load_q4k_group(reinterpret_cast<const uint8_t*>(row), g), g, y);
+}
+
+GPUNVME_HD inline void dequant_group(const BlockQ5_K* row, uint64_t g, float* y) {
+  const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
+  const auto* b = row + g / 8;
+  const float d = half_to_float(b->d), dmin = half_to_float(b->dmin);
+  uint8_t sc, m;
+  scale_min_k4(sub, b->scales, &sc, &m);
+  const float dl = d * sc, ml = dmin * m;
+  const int shift = 4 * (sub & 1);
+  uint32_t qw[8], hw[8];
+  load_32_bytes(b->qs + 32 * (sub / 2), qw);
+  load_32_bytes(b->qh, hw);
+  for (int j = 0; j < 8; ++j) {  // four weights a word: a byte each, nibble plus fifth bit
+    const uint32_t v = ((qw[j] >> shift) & 0x0F0F0F0Fu) | (((hw[j] >> sub) & 0x01010101u) << 4);
+    for (int i = 0; i < 4; ++i) y[4 * j + i] = dl * byte_to_float<0>(v, i) - ml;
+  }
+}
+
+GPUNVME_HD inline void dequant_group(const BlockQ6_K* row, uint64_t g, float* y) {
+  const auto& b = row[g / 8];
+  const int sub = int(g % 8);  // 32-element groups: half (n) of 128, then quarter (k) of it
+  const int n = sub / 4, k = sub % 4;
+  const float d = half_to_float(b.d);
+  const uint8_t* ql = b.ql + 64 * n + (k & 1) * 32;
+  const uint8_t* qh = b.qh + 32 * n;
+  const int8_t* sc = b.scales + 8 * n + 2 * k;
+  const float d0 = d * float(sc[0]), d1 = d * float(sc[1]);  // elements 0..15 and 16..31
+  uint32_t lw[8], hw[8];
+  load_32_bytes(ql, lw);
+  load_32_bytes(qh, hw);
+  for (int j = 0; j < 8; ++j) {  // four weights a word: low nibble (k < 2) or high, and two high bits
+    const uint32_t v = ((lw[j] >> (k < 2 ? 0 : 4)) & 0x0F0F0F0Fu) | (((hw[j] >> (2 * k)) & 0x03030303u) << 4);
+    for (int i = 0; i < 4; ++i) y[4 * j + i] = (j < 4 ? d0 : d1) * byte_to_float<32>(v, i);
+  }
+}
+
+// The two dequantisations of a row of table row R (weight_types.h): block i, or 32-element group g. The
+// two routes give the same values (tests/llm's dequant test holds them equal for every row).
+template <class R>
+GPUNVME_HD inline void dequant_block_of(const void* row, uint64_t i, float* y) {
+  dequant_block(static_cast<const typename R::Block*>(row)[i], y);
+}
+template <class R>
+GPUNVME_HD inline void dequant_group_of(const void* row, uint64_t g, float* y) {
+  const auto* blocks = static_cast<const typename R::Block*>(row);
+  if constexpr (R::kElems == kGroup)
+    dequant_block(blocks[g], y);
+  else
+    dequant_group(blocks, g, y);
+}
+
+// Group g of a row of type T known when compiling: what the GPU kernels call (no switch in the kernel).
+template <GgmlType T>
+GPUNVME_HD inline void dequant_group(const void* row, uint64_t g, float* y) {
+  dequant_group_of<RowFor<T>>(row, g, y);
+}
+
+// The dispatch by a type known at run time, generated from the table: a row's routine. Callers check
+// computes(t) when they load the model; a type without a row leaves a block alone and makes a group NaN.
+template <class... Rows>
+GPUNVME_HD inline void dequant_block_in(WeightTable<Rows...>, GgmlType t, const void* row, uint64_t i, float* y) {
+  (void)((t == Rows::type && (dequant_block_of<Rows>(row, i, y), true)) || ...);
+}
+template <class... Rows>
+GPUNVME_HD inline void dequant_group_in(WeightTable<Rows...>, GgmlType t, const void* row, uint64_t g, float* y) {
+  if (((t == Rows::type && (dequant_group_of<Rows>(row, g, y), true)) || ...)) return;
+  for (int l = 0; l < kGroup; ++l) y[l] = std::numeric_limits<float>::quiet_NaN();  // a type without a row: loud, never stale values
+}
+
+// Dequantizes block `i` of a row of type `t` starting at `row` into y[0 .. block_elems).
+GPUNVME_HD inline void dequant_block(GgmlType t, const void* row, uint64_t i, float* y) {
+  dequant_block_in(WeightTypes{}, t, row, i, y);
+}
+
 // Dequantizes group `g` (elements 32g .. 32g + 31) of a row of type `t` into y[0..32). Equal to the
 // matching slice of dequant_block's output for every type (tests/llm holds the two routes equal).
 GPUNVME_HD inline void dequant_group(GgmlType t, const void* row, uint64_t g, float* y) {
-  const auto* p = static_cast<const uint8_t*>(row);
-  switch (t) {
-    case GgmlType::Q4_0: return dequant_block(reinterpret_cast<const BlockQ4_0*>(p)[g], y);
-    case GgmlType::Q5_0: return dequant_block(reinterpret_cast<const BlockQ5_0*>(p)[g], y);
-    case GgmlType::Q8_0: return dequant_block(reinterpret_cast<const BlockQ8_0*>(p)[g], y);
-    case GgmlType::MXFP4: return dequant_block(reinterpret_cast<const BlockMXFP4*>(p)[g], y);  // a block is a group
-    case GgmlType::Q4_K:
-      return decode_q4k_group(load_q4k_group(p, g), g, y);
-    case GgmlType::Q5_K: {
-      const int sub = int(g % 8);  // 8 sub-blocks of 32 per super-block
-      const auto* b = reinterpret_cast<const BlockQ5_K*>(p) + g / 8;
-      const float d = half_to_float(b->d), dmin = half_to_float(b->dmin);
-      uint8_t sc, m;
-      scale_min_k4(sub, b->scales, &sc, &m);
-      const float dl = d * sc, ml = dmin * m;
-      const int shift = 4 * (sub & 1);
-      uint32_t qw[8], hw[8];
-      load_32_bytes(b->qs + 32 * (sub / 2), qw);
-      load_32_bytes(b->qh, hw);
-      for (int j = 0; j < 8; ++j) {  // four weights a word: a byte each, nibble plus fifth bit
-        const uint32_t v = ((qw[j] >> shift) & 0x0F0F0F0Fu) | (((hw[j] >> sub) & 0x01010101u) << 4);
-        for (int i = 0; i < 4; ++i) y[4 * j + i] = dl * byte_to_float<0>(v, i) - ml;
-      }
-      return;
-    }
-    case GgmlType::Q6_K: {
-      const auto& b = reinterpret_cast<const BlockQ6_K*>(p)[g / 8];
-      const int sub = int(g % 8);        // 32-element groups: half (n) of 128, then quarter (k) of it
-      const int n = sub / 4, k = sub % 4;
-      const float d = half_to_float(b.d);
-      const uint8_t* ql = b.ql + 64 * n + (k & 1) * 32;
-      const uint8_t* qh = b.qh + 32 * n;
-      const int8_t* sc = b.scales + 8 * n + 2 * k;
-      const float d0 = d * float(sc[0]), d1 = d * float(sc[1]);  // elements 0..15 and 16..31
-      uint32_t lw[8], hw[8];
-      load_32_bytes(ql, lw);
-      load_32_bytes(qh, hw);
-      for (int j = 0; j < 8; ++j) {  // four weights a word: low nibble (k < 2) or high, and two high bits
-        const uint32_t v = ((lw[j] >> (k < 2 ? 0 : 4)) & 0x0F0F0F0Fu) | (((hw[j] >> (2 * k)) & 0x03030303u) << 4);
-        for (int i = 0; i < 4; ++i) y[4 * j + i] = (j < 4 ? d0 : d1) * byte_to_float<32>(v, i);
-      }
-      return;
-    }
-    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
-      return dequant_plain_group(t, p, g, y);
-    default:
-      return;  // callers check computes(t) when they load the model
-  }
+  dequant_group_in(WeightTypes{}, t, row, g, y);
 }
 
 }  // namespace gpunvme::llm
