@@ -28,9 +28,13 @@ struct TensorRef {
 struct LayerWeights {
   uint32_t index = 0;
   uint64_t begin = 0, end = 0;  // byte range of the layer's tensors in the file
-  TensorRef attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, post_attn_norm;
+  TensorRef attn_norm, wq, wk, wv, wo, bq, bk, bv, bo, q_norm, k_norm, post_attn_norm;
+  TensorRef sinks;  // F32, one logit per head (gpt-oss)
   TensorRef ffn_norm, gate, up, down, post_ffw_norm;
   TensorRef gate_inp, gate_exps, up_exps, down_exps;  // MoE
+  // MoE biases (gpt-oss), F32: the router's (n_expert), and per expert a row of its matrix's outputs
+  // (mats = n_expert rows of n_ff, n_ff and n_embd).
+  TensorRef gate_inp_b, gate_exps_b, up_exps_b, down_exps_b;
 };
 
 struct ModelWeights {

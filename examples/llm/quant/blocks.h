@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "driver/compiler.h"
+#include "examples/llm/quant/mxfp4.h"
 #include "runtime/gguf/ggml_types.h"
 
 namespace gpunvme::llm {

@@ -40,7 +40,8 @@ using WeightTypes = WeightTable<
     WeightRow<GgmlType::Q5_0, BlockQ5_0>,
     WeightRow<GgmlType::Q4_K, BlockQ4_K>,
     WeightRow<GgmlType::Q5_K, BlockQ5_K>,
-    WeightRow<GgmlType::Q6_K, BlockQ6_K>>;
+    WeightRow<GgmlType::Q6_K, BlockQ6_K>,
+    WeightRow<GgmlType::MXFP4, BlockMXFP4>>;  // quant/mxfp4.h (committed as b2648d6 before this table)
 
 // The row of type T, at compile time (a type without a row does not compile).
 template <GgmlType T, class Table = WeightTypes>
