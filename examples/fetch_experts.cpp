@@ -25,6 +25,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_toys.h"
+#include "runtime/stream/gpu_queues.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #endif
 
@@ -66,7 +67,7 @@ void print_metrics(const stream::FetcherMetrics& mt, const std::vector<uint32_t>
 // The GPU path: router, fetch and consumer kernels on one stream for every (token, layer).
 int fetch_on_gpu(host::Controller& ctrl, const example::OnDevice& m, const std::vector<uint8_t>& file,
                  const stream::ExpertCatalog& cat, uint32_t top_k, uint32_t tokens, double cache_mb) {
-  example::GpuQueues q(ctrl, 2, 4, 256);
+  stream::GpuQueues q(ctrl, 2, 4, 256);
   stream::GpuSubmitter gpu(ctrl, q.raw, 1);
   stream::GpuExpertFetcher f(ctrl, gpu, cat, {.max_experts_per_fetch = top_k, .cache_bytes = uint64_t(cache_mb * 1e6)});
   std::printf("GPU path: %zu queues; scratchpad %.2f MB, %.1f KB per expert, cache %u experts\n", q.raw.size(),

@@ -12,8 +12,6 @@
 #include <vector>
 
 #include "example_model.h"
-#include "host/controller.h"
-#include "host/dma_memory.h"
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_fetch_types.h"
 
@@ -61,21 +59,5 @@ struct DeviceVec {
     return v;
   }
 };
-
-// GPU-mapped I/O queue pairs from `first_qid` on, for a stream::GpuSubmitter.
-struct GpuQueues {
-  std::vector<std::unique_ptr<gpunvme::host::QueuePair>> owned;
-  std::vector<gpunvme::host::QueuePair*> raw;
-  GpuQueues(gpunvme::host::Controller& c, uint16_t first_qid, uint32_t n, uint32_t entries) {
-    gpunvme::host::DmaOptions mem;
-    mem.gpu_mapped = true;
-    for (uint32_t i = 0; i < n && first_qid + i <= c.io_queues_granted(); ++i) {
-      owned.push_back(c.create_io_queue_pair(uint16_t(first_qid + i), std::min(entries, c.max_queue_entries()), mem));
-      raw.push_back(owned.back().get());
-    }
-    if (raw.empty()) throw std::runtime_error("the controller granted no I/O queue for the GPU");
-  }
-};
-
 
 }  // namespace example

@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu_toys.h"
+#include "runtime/stream/gpu_queues.h"
 #include "runtime/stream/gpu_submitter.h"
 #endif
 
@@ -59,7 +60,7 @@ const cli::Help kHelp = {
 // The GPU path: returns the number of mismatching tensors (or throws).
 uint64_t stream_on_gpu(host::Controller& ctrl, const example::OnDevice& m, const std::vector<uint8_t>& file,
                        uint32_t slots, uint64_t* tensors) {
-  example::GpuQueues q(ctrl, 2, 4, 256);
+  stream::GpuQueues q(ctrl, 2, 4, 256);
   stream::GpuSubmitter gpu(ctrl, q.raw, 1);
   stream::LayerStreamer s(ctrl, gpu, plan::layer_extents(*m.map), {.slots = slots});
   std::printf("GPU path: %zu queues driven by GPU warps; slots GPU mapped; plans %.2f MB of templates on the GPU\n",

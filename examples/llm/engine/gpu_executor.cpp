@@ -25,7 +25,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "examples/gpu_toys.h"
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "device/cuda_check.h"
@@ -36,6 +35,7 @@
 #include "examples/llm/engine/ram_tier.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
+#include "runtime/stream/gpu_queues.h"
 #include "runtime/stream/gpu_submitter.h"
 #include "runtime/stream/layer_streamer.h"
 
@@ -76,7 +76,7 @@ class FetchedExperts final : public ExpertSource {
         submitter_(c, queues_.raw, 1),
         // Pre-gating reads on queues of their own, after the fetcher's: the next fetch starts its reads
         // while the prediction's last ones still run (GpuExpertFetcher's concurrent prefetches).
-        pf_queues_(pregate_ ? std::make_unique<example::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256) : nullptr),
+        pf_queues_(pregate_ ? std::make_unique<stream::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256) : nullptr),
         pf_submitter_(pf_queues_ ? std::make_unique<stream::GpuSubmitter>(c, pf_queues_->raw, 1) : nullptr),
         fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
                  fetcher_options(m, cache_bytes, pregate_, window, read_bytes), pf_submitter_.get()),
@@ -255,9 +255,9 @@ class FetchedExperts final : public ExpertSource {
   };
 
   uint32_t pregate_ = 0;  // predicted experts read ahead per fetched layer (0: off); first: the queues depend on it
-  example::GpuQueues queues_;
+  stream::GpuQueues queues_;
   stream::GpuSubmitter submitter_;
-  std::unique_ptr<example::GpuQueues> pf_queues_;         // pre-gating's queues, or null
+  std::unique_ptr<stream::GpuQueues> pf_queues_;         // pre-gating's queues, or null
   std::unique_ptr<stream::GpuSubmitter> pf_submitter_;
   stream::GpuExpertFetcher fetcher_;
   uint32_t k_;
@@ -551,7 +551,7 @@ class GpuExecutor final : public Executor {
     if (m_.stripe) {
       open_striped_streamer(o, std::move(streamed));
     } else {
-      queues_ = std::make_unique<example::GpuQueues>(c, 2, o.queues, 256);
+      queues_ = std::make_unique<stream::GpuQueues>(c, 2, o.queues, 256);
       submitter_ = std::make_unique<stream::GpuSubmitter>(c, queues_->raw, 1);
       streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
     }
@@ -570,7 +570,7 @@ class GpuExecutor final : public Executor {
     std::vector<stream::StripedMember> sm;
     for (size_t i = 0; i < ctrls_.size(); ++i) {
       auto mem = std::make_unique<StripeMember>();
-      mem->queues = std::make_unique<example::GpuQueues>(*ctrls_[i], 2, o.queues, 256);
+      mem->queues = std::make_unique<stream::GpuQueues>(*ctrls_[i], 2, o.queues, 256);
       mem->submitter = std::make_unique<stream::GpuSubmitter>(*ctrls_[i], mem->queues->raw, 1);
       if (i > 0) device::check_cuda(cudaStreamCreateWithPriority(&mem->io, cudaStreamNonBlocking, hi), "member I/O stream");
       sm.push_back({ctrls_[i], mem->submitter.get(), reinterpret_cast<stream::cuda_stream_t>(mem->io)});
@@ -641,10 +641,10 @@ class GpuExecutor final : public Executor {
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<LayerSource> nvme_source_;
   std::vector<host::Controller*> ctrls_;  // the NVMe tier's: one, or a striped set's members
-  std::unique_ptr<example::GpuQueues> queues_;
+  std::unique_ptr<stream::GpuQueues> queues_;
   std::unique_ptr<stream::GpuSubmitter> submitter_;
   struct StripeMember {
-    std::unique_ptr<example::GpuQueues> queues;
+    std::unique_ptr<stream::GpuQueues> queues;
     std::unique_ptr<stream::GpuSubmitter> submitter;
     cudaStream_t io = nullptr;
     ~StripeMember() {
