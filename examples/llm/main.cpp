@@ -39,7 +39,7 @@ const cli::Help kHelp = {
     "\n"
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
     "generated, then the run's numbers. Architectures llama (dense, Mixtral-style MoE), qwen2, gemma3, qwen3,\n"
-    "qwen3moe; weights F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K.\n"
+    "qwen3moe, gpt-oss; weights F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K MXFP4.\n"
     "  --device DEV        the namespace holding the model (repeat it for a striped set: every member, in order)\n"
     "  --prompt TEXT       tokenized with the model's own vocabulary (BOS added when the model asks for it)\n"
     "  --prompt-ids LIST   token ids, comma-separated, instead of --prompt (any model, also one without a vocabulary)\n"
