@@ -30,6 +30,7 @@
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
+#include "runtime/cli/tool_main.h"
 #include "runtime/guard/output_file.h"
 
 using namespace gpunvme;
@@ -591,29 +592,25 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   return errors ? 1 : 0;
 }
 
+// --image and --device repeat: collected, in order, before cli::Args (which takes each option once).
+int parse_and_run(int argc, char** argv) {
+  std::vector<ModelSpec> models;
+  std::vector<char*> rest{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) models.push_back(image_model(argv[++i]));
+    else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) models.push_back(device_model(argv[++i]));
+    else rest.push_back(argv[i]);
+  }
+  const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
+  if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
+  if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
+  if (models.empty())
+    throw cli::UsageError("give --image PATH (a namespace image holding a deployed model) or --device emu:gen,shape=NAME,type=T");
+  return run(args, models);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    // --image and --device repeat: collect them, in order, before cli::Args (which takes each option once).
-    std::vector<ModelSpec> models;
-    std::vector<char*> rest{argv[0]};
-    for (int i = 1; i < argc; ++i) {
-      if (std::strcmp(argv[i], "--image") == 0 && i + 1 < argc) models.push_back(image_model(argv[++i]));
-      else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) models.push_back(device_model(argv[++i]));
-      else rest.push_back(argv[i]);
-    }
-    const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
-    if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
-    if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
-    if (models.empty())
-      throw cli::UsageError("give --image PATH (a namespace image holding a deployed model) or --device emu:gen,shape=NAME,type=T");
-    return run(args, models);
-  } catch (const cli::UsageError& e) {
-    cli::print_usage_error("llm_tokens", e, kHelp);
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "llm_tokens: %s\n", e.what());
-    return 1;
-  }
+  return cli::run_tool("llm_tokens", kHelp, [&] { return parse_and_run(argc, argv); });
 }
