@@ -98,6 +98,24 @@ struct Twins {
 const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                                       GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 
+// Layer 1's KV store and attention over three passes on random Q, K and V: the second and third attend
+// to the earlier passes' cached positions and to their own, causally.
+void attend_three_passes(Twins& t, const AttnParams& p) {
+  for (auto [pos0, n] : {std::pair{0u, 8u}, std::pair{8u, 4u}, std::pair{12u, 1u}}) {
+    CAPTURE(pos0, n);
+    t.pass(pos0, n);
+    t.random(Act::kK, n);
+    t.random(Act::kV, n);
+    t.random(Act::kQ, n);
+    t.poison(Act::kAtt, n);
+    for (Backend* b : t.both) {
+      b->store_kv(p.layer);
+      b->attend(p);
+    }
+    t.expect_close(Act::kAtt, 1e-4f);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("block ops: RMS norm (in place too) and the residual add, GPU = CPU", "[gpu][llm][ops]") {
@@ -172,20 +190,7 @@ TEST_CASE("block ops: KV store and attention, causal in a pass, sliding window, 
   const uint32_t window = GENERATE(0u, 5u, 1u);
   CAPTURE(window);
   Twins t(llm::test::make_tiny(Shape::kGemma3, GgmlType::F16));  // GQA: 4 query heads over 2 KV heads
-  // Two passes: the second attends to the first's cached positions and to its own, causally.
-  for (auto [pos0, n] : {std::pair{0u, 8u}, std::pair{8u, 4u}, std::pair{12u, 1u}}) {
-    CAPTURE(pos0, n);
-    t.pass(pos0, n);
-    t.random(Act::kK, n);
-    t.random(Act::kV, n);
-    t.random(Act::kQ, n);
-    t.poison(Act::kAtt, n);
-    for (Backend* b : t.both) {
-      b->store_kv(1);
-      b->attend({1, window, {}});
-    }
-    t.expect_close(Act::kAtt, 1e-4f);
-  }
+  attend_three_passes(t, {1, window, {}});
 }
 
 // gpt-oss's attention sinks: each head's softmax has its sink logit beside the scores (sinks uniform in
@@ -204,19 +209,7 @@ TEST_CASE("block ops: attention with sinks (gpt-oss), sliding window, GPU = CPU"
     std::memcpy(&m.bytes[sinks.file_offset + 4 * h], &f, 4);
   }
   Twins t(std::move(m));
-  for (auto [pos0, n] : {std::pair{0u, 8u}, std::pair{8u, 4u}, std::pair{12u, 1u}}) {
-    CAPTURE(pos0, n);
-    t.pass(pos0, n);
-    t.random(Act::kK, n);
-    t.random(Act::kV, n);
-    t.random(Act::kQ, n);
-    t.poison(Act::kAtt, n);
-    for (Backend* b : t.both) {
-      b->store_kv(1);
-      b->attend({1, window, t.m.w.layers[1].sinks});
-    }
-    t.expect_close(Act::kAtt, 1e-4f);
-  }
+  attend_three_passes(t, {1, window, t.m.w.layers[1].sinks});
 }
 
 TEST_CASE("block ops: the FFN's GLU (SiLU, GELU, gpt-oss's clamped SwiGLU), GPU = CPU", "[gpu][llm][ops]") {

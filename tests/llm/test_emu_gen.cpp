@@ -52,6 +52,16 @@ std::vector<float> decode(const std::vector<std::string>& devices) {
   return test::greedy_logits(*ex, 3);
 }
 
+// The error opening `device` read-only gives, or "opened".
+std::string refused(const std::string& device) {
+  try {
+    deploy::Device x(device, 1, host::Access::kReadOnly);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::string("opened");
+}
+
 }  // namespace
 
 TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the engine runs on it") {
@@ -101,14 +111,6 @@ TEST_CASE("emu:gen members=N,member=I: a striped set of the model, which the eng
   CHECK(decode(members) == one);
   // Given out of order, the set is refused naming the member (stripe.h's checks hold for it too).
   CHECK_THROWS(decode({members[1], members[0], members[2]}));
-  auto refused = [](const std::string& device) {
-    try {
-      deploy::Device x(device, 1, host::Access::kReadOnly);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("opened");
-  };
   CHECK_THAT(refused(gen + ",members=2"), ContainsSubstring("member=1..2"));
   CHECK_THAT(refused(gen + ",members=2,member=3"), ContainsSubstring("past members=2"));
 }
@@ -142,14 +144,6 @@ TEST_CASE("emu:gen refuses writes and bad keys, naming the fix") {
   }
   d.block_io().read(3000, 1, after.data());
   CHECK(after == before);
-  auto refused = [](const std::string& device) {
-    try {
-      deploy::Device x(device, 1, host::Access::kReadOnly);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("opened");
-  };
   CHECK_THAT(refused("emu:gen,shape=tiny"), ContainsSubstring("type="));
   CHECK_THAT(refused("emu:gen,shape=huge,type=q4_k"), ContainsSubstring("tiny-qwen3moe"));
   CHECK_THAT(refused("emu:gen,shape=tiny,type=q8_0"), ContainsSubstring("q4_k or q6_k"));
