@@ -74,6 +74,20 @@ Routed route_on_gpu(bool serial, const std::vector<float>& logits, uint32_t k, G
   return r;
 }
 
+// Separated logits: the ids are the k largest logits, largest first (ties to the lower id), and the
+// weights sum to 1, whichever the gating. Returns those ids.
+std::vector<uint32_t> check_top_k(const std::vector<float>& logits, const Routed& r) {
+  std::vector<uint32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0u);
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return logits[a] > logits[b]; });
+  order.resize(r.ids.size());
+  CHECK(r.ids == order);
+  double sum = 0;
+  for (float w : r.weights) sum += w;
+  CHECK(std::abs(sum - 1.0) < 1e-5);
+  return order;
+}
+
 }  // namespace
 
 TEST_CASE("routing kernel: the warp kernel gives the one-thread kernel's ids and weights to the bit", "[gpu][llm][route]") {
@@ -91,14 +105,7 @@ TEST_CASE("routing kernel: the warp kernel gives the one-thread kernel's ids and
     CHECK(std::memcmp(warp.weights.data(), serial.weights.data(), k * sizeof(float)) == 0);
     if (kind == Logits::kSeparated) {
       // Both are also right: the k largest logits, largest first, weights summing to 1.
-      std::vector<uint32_t> order(n);
-      std::iota(order.begin(), order.end(), 0u);
-      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return logits[a] > logits[b]; });
-      order.resize(k);
-      CHECK(warp.ids == order);
-      double sum = 0;
-      for (float w : warp.weights) sum += w;
-      CHECK(std::abs(sum - 1.0) < 1e-5);
+      check_top_k(logits, warp);
       CHECK(std::is_sorted(warp.weights.begin(), warp.weights.end(), std::greater<float>()));
     }
     if (kind == Logits::kAllEqual) {
@@ -151,14 +158,7 @@ TEST_CASE("routing kernel: softmax over the selected experts (gpt-oss), warp = s
     CHECK(warp.ids == cpu.ids);
     for (uint32_t j = 0; j < k; ++j) CHECK(std::fabs(warp.weights[j] - cpu.weights[j]) <= 4e-6f * cpu.weights[j]);
     if (kind == Logits::kSeparated) {
-      std::vector<uint32_t> order(n);
-      std::iota(order.begin(), order.end(), 0u);
-      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return logits[a] > logits[b]; });
-      order.resize(k);
-      CHECK(warp.ids == order);
-      double sum = 0;
-      for (float w : warp.weights) sum += w;
-      CHECK(std::abs(sum - 1.0) < 1e-5);
+      const std::vector<uint32_t> order = check_top_k(logits, warp);
       if (k > 1) CHECK(std::fabs(warp.weights[0] / warp.weights[1] - std::exp(logits[order[0]] - logits[order[1]])) < 1e-4);
     }
   }
