@@ -313,7 +313,7 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   const bench::MmapLayerSource* source = nullptr;  // owned by the executor
   if (const std::optional<bench::MmapResidency> residency = mmap_residency(mode)) {
     auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(spec.devices.size()));
-    o.nvme_source = [&, pacer, residency](std::vector<llm::ByteRange> r) {
+    o.nvme_source = [&, pacer, residency](std::vector<llm::PackedRanges> r) {
       auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, *residency);
       source = s.get();
       return s;

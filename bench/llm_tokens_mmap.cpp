@@ -29,16 +29,16 @@ uint64_t thread_faults() {
 }  // namespace
 
 MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m,
-                                 std::vector<llm::ByteRange> ranges, std::shared_ptr<ls::Pacer> pacer,
+                                 std::vector<llm::PackedRanges> layers, std::shared_ptr<ls::Pacer> pacer,
                                  MmapResidency residency)
-    : residency_(residency), stripe_(m.stripe), ranges_(std::move(ranges)), pacer_(std::move(pacer)) {
-  if (ranges_.empty()) throw std::invalid_argument("mmap loader: no layers");
+    : residency_(residency), stripe_(m.stripe), layers_(std::move(layers)), pacer_(std::move(pacer)) {
+  if (layers_.empty()) throw std::invalid_argument("mmap loader: no layers");
   if (images.size() != (stripe_ ? stripe_->members : 1))
     throw std::invalid_argument("mmap loader: " + std::to_string(images.size()) + " image(s) for a model on " +
                                 std::to_string(stripe_ ? stripe_->members : 1) + " namespace(s)");
-  for (const llm::ByteRange& r : ranges_) {
-    at_.push_back(m.device_byte(r.begin));
-    slot_ = std::max(slot_, r.bytes());
+  for (const llm::PackedRanges& r : layers_) {
+    for (const llm::PackedRanges::Piece& q : r.pieces) at_.push_back(m.device_byte(q.begin));
+    slot_ = std::max(slot_, r.bytes);
   }
   for (const std::string& image : images) {
     const int fd = ::open(image.c_str(), O_RDONLY | O_CLOEXEC);
@@ -178,18 +178,23 @@ int64_t MmapLayerSource::copy(uint64_t at, uint64_t len, uint8_t* dst) {
 // One memcpy worker; per step it asks every member drive for 1 MiB (one drive: 1 MiB) and waits for
 // the last of them, as a readahead over the array would.
 void MmapLayerSource::fill(uint64_t n, uint8_t* dst) {
-  const size_t j = n % ranges_.size();
-  const uint64_t bytes = ranges_[j].bytes();
+  const size_t j = n % layers_.size();
   const uint64_t step = kChunk * (stripe_ ? stripe_->members : 1);
-  for (uint64_t off = 0; off < bytes; off += step) {
-    const int64_t due = copy(at_[j] + off, std::min(step, bytes - off), dst + off);
-    if (pacer_) ls::wait_until_ns(due);
+  size_t piece = 0;  // at_ index of layer j's first piece
+  for (size_t i = 0; i < j; ++i) piece += layers_[i].pieces.size();
+  for (const llm::PackedRanges::Piece& q : layers_[j].pieces) {
+    const uint64_t bytes = q.end - q.begin;
+    for (uint64_t off = 0; off < bytes; off += step) {
+      const int64_t due = copy(at_[piece] + off, std::min(step, bytes - off), dst + q.at + off);
+      if (pacer_) ls::wait_until_ns(due);
+    }
+    ++piece;
   }
 }
 
 llm::WeightView MmapLayerSource::acquire(llm::gpu_stream_t compute) {
   const int b = int(consumed_ % 2);
-  const size_t j = consumed_ % ranges_.size();
+  const size_t j = consumed_ % layers_.size();
   {
     // Bounded: a worker that stopped with an error wakes us; a live one fills at the drive's pace.
     std::unique_lock<std::mutex> lock(mu_);
@@ -198,7 +203,7 @@ llm::WeightView MmapLayerSource::acquire(llm::gpu_stream_t compute) {
     if (error_) std::rethrow_exception(error_);
   }
   device::check_cuda(cudaStreamWaitEvent(copy_, free_[b], 0), "mmap loader: wait for the GPU buffer");
-  device::check_cuda(cudaMemcpyAsync(device_[b], staging_[b], ranges_[j].bytes(), cudaMemcpyHostToDevice, copy_), "mmap loader: copy");
+  device::check_cuda(cudaMemcpyAsync(device_[b], staging_[b], layers_[j].bytes, cudaMemcpyHostToDevice, copy_), "mmap loader: copy");
   device::check_cuda(cudaEventRecord(copied_[b], copy_), "mmap loader: copy done");
   device::check_cuda(cudaEventSynchronize(copied_[b]), "mmap loader: copy");  // the staging buffer is free again
   {
@@ -207,7 +212,7 @@ llm::WeightView MmapLayerSource::acquire(llm::gpu_stream_t compute) {
   }
   cv_.notify_all();
   device::check_cuda(cudaStreamWaitEvent(compute, copied_[b], 0), "mmap loader: compute waits for the copy");
-  return {device_[b], -int64_t(ranges_[j].begin)};
+  return {device_[b], &layers_[j]};
 }
 
 void MmapLayerSource::release(llm::gpu_stream_t compute) {

@@ -40,12 +40,12 @@ enum class MmapResidency {
 
 class MmapLayerSource final : public llm::LayerSource {
  public:
-  // ranges: the layers' model-file byte ranges, in order; the image holds the namespace, so file byte
+  // layers: each layer's dense part (model-file pieces, packed as the GPU holds them), in order; the image holds the namespace, so file byte
   // b of the model is at image offset m.device_byte(b) (a striped set: at that byte of the set's logical
   // volume, images[i] holding member i). pacer may be null (unthrottled); with a set it models one
   // drive per member, and the worker asks every member for its next 1 MiB at once (as the readahead of
   // an md array would) before it waits.
-  MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m, std::vector<llm::ByteRange> ranges,
+  MmapLayerSource(const std::vector<std::string>& images, const llm::ModelOnDevice& m, std::vector<llm::PackedRanges> layers,
                   std::shared_ptr<ls::Pacer> pacer, MmapResidency residency = MmapResidency::kMapped);
   ~MmapLayerSource() override;
   MmapLayerSource(const MmapLayerSource&) = delete;
@@ -80,8 +80,8 @@ class MmapLayerSource final : public llm::LayerSource {
   std::vector<Touched> touched_;                  // the layer being filled, per member (kEvicted)
   std::vector<Touched> reclaim_;                  // copied layers' pages, for the reclaim thread
   std::optional<model::StripeGeometry> stripe_;  // a striped set's layout
-  std::vector<uint64_t> at_;  // image offset of each range
-  std::vector<llm::ByteRange> ranges_;
+  std::vector<uint64_t> at_;  // image offset of each layer's pieces, in order
+  std::vector<llm::PackedRanges> layers_;
   std::shared_ptr<ls::Pacer> pacer_;
   uint64_t slot_ = 0;
   uint8_t* staging_[2] = {nullptr, nullptr};  // pinned

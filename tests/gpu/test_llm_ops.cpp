@@ -51,13 +51,14 @@ struct DeviceBytes {
 struct Twins {
   llm::test::TinyModel m;
   DeviceBytes d;
+  PackedRanges whole;
   CpuForward cpu;
   GpuForward gpu;
   std::mt19937 rng{7};
   explicit Twins(llm::test::TinyModel model)
-      : m(std::move(model)), d(m.bytes), cpu(m.c, m.w, m.bytes, kCtx),
+      : m(std::move(model)), d(m.bytes), whole(PackedRanges::span(0, m.bytes.size())), cpu(m.c, m.w, m.bytes, kCtx),
         gpu(m.c, m.w, kCtx, GlobalWeights{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)}, nullptr, 8) {
-    gpu.use_layer(WeightView{d.p, 0});
+    gpu.use_layer(WeightView{d.p, &whole});
   }
   const uint8_t* at(const TensorRef& t) const { return d.p + t.file_offset; }
   Backend* both[2] = {&cpu, &gpu};

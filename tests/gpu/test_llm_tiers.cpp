@@ -44,21 +44,23 @@ TEST_CASE("llm RAM tier: every round of the ring holds the layer's bytes") {
   REQUIRE_GPU();
   DeployedModel d(0);
   Opened o(d.device);
-  std::vector<llm::ByteRange> ranges;
-  for (const llm::LayerWeights& l : o.m.weights.layers) ranges.push_back(llm::dense_range(o.m, l));
+  std::vector<llm::PackedRanges> layers;
+  for (const llm::LayerWeights& l : o.m.weights.layers) layers.push_back(llm::dense_part(o.m, l));
   cudaStream_t s = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   {
-    llm::RamTier tier(o.m, ranges, 2);  // 3 layers through 2 buffers: each buffer holds every layer in turn
+    llm::RamTier tier(o.m, layers, 2);  // 3 layers through 2 buffers: each buffer holds every layer in turn
     for (uint32_t n = 0; n < 7; ++n) {
-      const llm::ByteRange& r = ranges[n % ranges.size()];
+      const llm::PackedRanges& r = layers[n % layers.size()];
       const llm::WeightView v = tier.acquire(s);
-      std::vector<uint8_t> got(r.bytes()), want(r.bytes());
-      REQUIRE(cudaMemcpyAsync(got.data(), v.base + r.begin + v.delta, r.bytes(), cudaMemcpyDeviceToHost, s) == cudaSuccess);
-      REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
-      llm::read_model_bytes(o.m, r.begin, r.bytes(), want.data());
-      INFO("round " << n);
-      REQUIRE(got == want);
+      for (const llm::PackedRanges::Piece& q : r.pieces) {
+        std::vector<uint8_t> got(q.end - q.begin), want(q.end - q.begin);
+        REQUIRE(cudaMemcpyAsync(got.data(), v.base + v.held->offset(q.begin, got.size()), got.size(), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+        REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+        llm::read_model_bytes(o.m, q.begin, want.size(), want.data());
+        INFO("round " << n << ", piece at " << q.begin);
+        REQUIRE(got == want);
+      }
       tier.release(s);
     }
     tier.sync();
@@ -319,7 +321,7 @@ TEST_CASE("bench mmap loader: pages kept mapped or evicted give the all-VRAM log
     const bench::MmapLayerSource* source = nullptr;
     llm::GpuExecOptions streamed;
     streamed.resident_layers = 0;
-    streamed.nvme_source = [&](std::vector<llm::ByteRange> ranges) {
+    streamed.nvme_source = [&](std::vector<llm::PackedRanges> ranges) {
       auto s = std::make_unique<bench::MmapLayerSource>(std::vector<std::string>{d.image}, o.m, std::move(ranges), nullptr, residency);
       source = s.get();
       return s;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "examples/llm/compute/block.h"
+#include "examples/llm/model/packed_ranges.h"
 #include "examples/llm/model/weights.h"
 #include "runtime/model/tensor_names.h"
 #include "runtime/stream/gpu_fetch_types.h"
@@ -17,11 +18,12 @@ namespace gpunvme::llm {
 
 using gpu_stream_t = struct CUstream_st*;
 
-// Where a layer's (or the model's global) tensors are on the GPU: tensor t is at base + t.file_offset + delta.
+// Where a layer's tensors are on the GPU: a buffer at `base` holding the file bytes `held` names, packed
+// (packed_ranges.h). Whoever hands out the view keeps `held` alive while it is used.
 struct WeightView {
   const uint8_t* base = nullptr;
-  int64_t delta = 0;
-  const uint8_t* at(const TensorRef& t) const { return base + int64_t(t.file_offset) + delta; }
+  const PackedRanges* held = nullptr;
+  const uint8_t* at(const TensorRef& t) const { return base + held->offset(t.file_offset, t.bytes); }
 };
 
 // Where a MoE layer's selected experts come from when they are not in the layer's WeightView: the GPU

@@ -90,8 +90,8 @@ class LayerSource {
   virtual void release(gpu_stream_t compute) = 0;
   virtual void sync() {}  // waits (bounded) for copies still running
 };
-// Makes a LayerSource for the NVMe tier's layers (their byte ranges, in order), instead of GPU-issued reads.
-using LayerSourceFactory = std::function<std::unique_ptr<LayerSource>(std::vector<ByteRange> ranges)>;
+// Makes a LayerSource for the NVMe tier's layers (their dense parts, in order), instead of GPU-issued reads.
+using LayerSourceFactory = std::function<std::unique_ptr<LayerSource>(std::vector<PackedRanges> layers)>;
 
 struct GpuExecOptions {
   std::optional<uint32_t> resident_layers;  // --resident N: the first N layers whole in GPU memory, the rest stream

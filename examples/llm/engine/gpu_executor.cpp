@@ -42,22 +42,25 @@
 namespace gpunvme::llm {
 namespace {
 
-// GPU memory holding model bytes [begin, end), read through the CPU queue in staging pieces, each
+// GPU memory holding model bytes (packed_ranges.h), read through the CPU queue in staging pieces, each
 // CRC'd on the load check's thread while the next is read (load_check.h).
 struct DeviceCopy {
   uint8_t* p = nullptr;
-  uint64_t begin = 0, bytes = 0;
-  DeviceCopy(LoadCheck& check, uint64_t b, uint64_t e) : begin(b), bytes(e - b) {
+  PackedRanges held;
+  uint64_t bytes = 0;
+  DeviceCopy(LoadCheck& check, PackedRanges r) : held(std::move(r)), bytes(held.bytes) {
     device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes ? bytes : 1), "cudaMalloc for resident weights");
-    check.read_staged(begin, bytes, [&](const uint8_t* data, uint64_t off, uint64_t n) {
-      device::check_cuda(cudaMemcpy(p + (off - begin), data, n, cudaMemcpyHostToDevice), "copy of resident weights");
-    });
+    for (const PackedRanges::Piece& q : held.pieces)
+      check.read_staged(q.begin, q.end - q.begin, [&](const uint8_t* data, uint64_t off, uint64_t n) {
+        device::check_cuda(cudaMemcpy(p + q.at + (off - q.begin), data, n, cudaMemcpyHostToDevice), "copy of resident weights");
+      });
   }
+  DeviceCopy(LoadCheck& check, const TensorRef& t) : DeviceCopy(check, PackedRanges::span(t.file_offset, t.file_offset + t.bytes)) {}
   ~DeviceCopy() { cudaFree(p); }
   DeviceCopy(const DeviceCopy&) = delete;
   DeviceCopy& operator=(const DeviceCopy&) = delete;
-  const uint8_t* at(const TensorRef& t) const { return p + (t.file_offset - begin); }
-  WeightView view() const { return {p, -int64_t(begin)}; }
+  const uint8_t* at(const TensorRef& t) const { return view().at(t); }
+  WeightView view() const { return {p, &held}; }
 };
 
 // MoE experts of layers not wholly in VRAM: the GPU expert fetcher reads the routed experts after the
@@ -302,11 +305,11 @@ class GpuExecutor final : public Executor {
                                                   o.expert_overlap, o.expert_window_bytes,
                                                   o.expert_read_bytes.value_or(kExpertReadBytes));
     if (plan_.count(Tier::kNvme) > 0 && o.nvme_source) {
-      std::vector<ByteRange> ranges;
+      std::vector<PackedRanges> layers;
       for (const LayerWeights& l : m_.weights.layers)
-        if (plan_.layers[l.index].dense == Tier::kNvme) ranges.push_back(dense_range(m_, l));
-      for (const ByteRange& r : ranges) streamer_bytes_per_step_ += r.bytes();
-      nvme_source_ = o.nvme_source(std::move(ranges));
+        if (plan_.layers[l.index].dense == Tier::kNvme) layers.push_back(dense_part(m_, l));
+      for (const PackedRanges& r : layers) streamer_bytes_per_step_ += r.file_bytes();
+      nvme_source_ = o.nvme_source(std::move(layers));
     } else if (plan_.count(Tier::kNvme) > 0) {
       open_streamer(c, o);
     }
@@ -350,13 +353,13 @@ class GpuExecutor final : public Executor {
         const uint32_t slot = uint32_t(consumed_ % slots_);
         const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
         if (gpu_check_) gpu_check_->streamed(stream_index_[l.index], v, compute_);  // the first read of it only
-        const int64_t delta = slot_delta_[stream_index_[l.index]];
+        const PackedRanges& held = slot_held_[stream_index_[l.index]];
         if (tokens.size() > kBatchTileTokens) {  // copied once; the slot is free before the compute
           const uint8_t* weights = stage_streamed(v);
           streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
-          fwd_->layer(l, {weights, delta}, experts);
+          fwd_->layer(l, {weights, &held}, experts);
         } else {  // read in place through the link
-          fwd_->layer(l, {static_cast<const uint8_t*>(v.device), delta}, experts);
+          fwd_->layer(l, {static_cast<const uint8_t*>(v.device), &held}, experts);
           streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
         }
         ++consumed_;
@@ -489,12 +492,13 @@ class GpuExecutor final : public Executor {
 
   void load_tiers(const GpuExecOptions& o) {
     vram_.resize(m_.config.n_layer);
-    std::vector<ByteRange> ram;
+    std::vector<PackedRanges> ram;
     for (const LayerWeights& l : m_.weights.layers) {
       const LayerPlacement& at = plan_.layers[l.index];
-      const ByteRange r = at.experts_in_vram ? ByteRange{l.begin, l.end} : dense_range(m_, l);
-      if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(*check_, r.begin, r.end);
-      if (at.dense == Tier::kRam) ram.push_back(r);
+      if (at.dense == Tier::kNvme) continue;
+      PackedRanges r = at.experts_in_vram ? PackedRanges::span(l.begin, l.end) : dense_part(m_, l);
+      if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(*check_, std::move(r));
+      else ram.push_back(std::move(r));
     }
     if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), std::max<uint32_t>(1, o.slots), check_.get());
   }
@@ -509,7 +513,8 @@ class GpuExecutor final : public Executor {
     const auto extents = plan::layer_extents(*m_.map, /*skip_experts=*/m_.config.is_moe());
     for (const LayerWeights& l : m_.weights.layers) {
       const LayerPlacement& at = plan_.layers[l.index];
-      if (at.dense == Tier::kNvme && o.nvme_source) check_->plan(dense_range(m_, l).begin, dense_range(m_, l).bytes());
+      if (at.dense == Tier::kNvme && o.nvme_source)
+        for (const PackedRanges::Piece& q : dense_part(m_, l).pieces) check_->plan(q.begin, q.end - q.begin);
       else if (at.dense == Tier::kNvme)
         for (const model::Extent& e : extents[l.index]) check_->plan(e.first_lba * m_.lba_size() + e.byte_in_first - start, e.byte_length);
     }
@@ -528,10 +533,10 @@ class GpuExecutor final : public Executor {
 
   void load_globals() {
     const ModelWeights& w = m_.weights;
-    embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd.file_offset, w.token_embd.file_offset + w.token_embd.bytes);
-    norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm.file_offset, w.output_norm.file_offset + w.output_norm.bytes);
+    embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd);
+    norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm);
     if (w.output.file_offset != w.token_embd.file_offset)
-      out_ = std::make_unique<DeviceCopy>(*check_, w.output.file_offset, w.output.file_offset + w.output.bytes);
+      out_ = std::make_unique<DeviceCopy>(*check_, w.output);
   }
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.
@@ -544,7 +549,7 @@ class GpuExecutor final : public Executor {
       if (plan_.layers[i].dense != Tier::kNvme) continue;
       stream_index_[i] = uint32_t(streamed.size());
       streamed.push_back(all[i]);
-      streamer_bytes_per_step_ += dense_range(m_, m_.weights.layers[i]).bytes();
+      streamer_bytes_per_step_ += dense_part(m_, m_.weights.layers[i]).file_bytes();
     }
     slots_ = std::max<uint32_t>(1, o.slots);
     const uint32_t n = uint32_t(streamed.size());
@@ -556,7 +561,7 @@ class GpuExecutor final : public Executor {
       streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
     }
     for (uint32_t i = 0; i < m_.config.n_layer; ++i)
-      if (stream_index_[i] != UINT32_MAX) slot_delta_.push_back(locate_layer(m_.weights.layers[i], stream_index_[i]));
+      if (stream_index_[i] != UINT32_MAX) slot_held_.push_back(locate_layer(m_.weights.layers[i], stream_index_[i]));
     n_streamed_ = n;
     for (uint32_t k = 0; k < slots_; ++k) begin_next();
   }
@@ -580,24 +585,25 @@ class GpuExecutor final : public Executor {
                                                         stream::StreamerOptions{.slots = slots_});
   }
 
-  // slot offset - file offset for every tensor of the layer (the same in every slot, checked).
-  int64_t locate_layer(const LayerWeights& l, uint32_t streamed_index) const {
-    int64_t delta = 0;
-    bool first = true;
-    for (const model::TensorExtent& te : m_.map->tensors()) {
-      const uint64_t off = te.tensor->file_offset;
-      if (off < l.begin || off >= l.end) continue;
-      if (m_.config.is_moe() && te.tensor->name.find("_exps.") != std::string::npos) continue;  // fetched, not streamed
+  // Where the layer's dense part (dense_part) lies in a slot, as the streaming plan placed its extents:
+  // the same in every slot (checked), each piece unbroken. The plan and dense_part skip the same tensors
+  // (model::parse_expert_name), so every piece is there.
+  PackedRanges locate_layer(const LayerWeights& l, uint32_t streamed_index) const {
+    PackedRanges held = dense_part(m_, l);
+    held.bytes = streamer_->slot_bytes();
+    for (PackedRanges::Piece& q : held.pieces) {
       for (uint32_t s = 0; s < slots_; ++s) {
-        const auto at = streamer_->plan(streamed_index, s).locate(m_.device_byte(off), m_.lba_size());
-        if (!at) throw std::runtime_error("tensor " + te.tensor->name + " is not in its layer's streaming plan");
-        const int64_t d = int64_t(*at) - int64_t(off);
-        if (!first && d != delta) throw std::runtime_error("layer " + std::to_string(l.index) + "'s tensors are not laid out contiguously in a slot");
-        delta = d;
-        first = false;
+        const auto& plan = streamer_->plan(streamed_index, s);
+        const auto first = plan.locate(m_.device_byte(q.begin), m_.lba_size());
+        const auto last = plan.locate(m_.device_byte(q.end - 1), m_.lba_size());
+        if (!first || !last) throw std::runtime_error("layer " + std::to_string(l.index) + "'s dense bytes are not in its streaming plan");
+        const uint64_t at = *first;
+        if (*last - *first != q.end - 1 - q.begin || (s > 0 && at != q.at))
+          throw std::runtime_error("layer " + std::to_string(l.index) + "'s tensors are not laid out contiguously in a slot");
+        q.at = at;
       }
     }
-    return delta;
+    return held;
   }
 
   // A pass of more than kBatchTileTokens tokens reads each weight several times (gpu_matmul.h): from a
@@ -656,7 +662,7 @@ class GpuExecutor final : public Executor {
   std::unique_ptr<stream::LayerStreamer> streamer_;
   std::unique_ptr<FetchedExperts> experts_;
   std::unique_ptr<GpuForward> fwd_;
-  std::vector<int64_t> slot_delta_;   // [streamed index]
+  std::vector<PackedRanges> slot_held_;  // [streamed index]: where its dense part lies in any slot
   std::vector<uint32_t> stream_index_;  // [layer]: its index among the streamed layers
   uint64_t streamer_bytes_per_step_ = 0;
   uint32_t slots_ = 2, n_streamed_ = 0;

@@ -98,23 +98,23 @@ std::string DeviceSet::describe() const {
   return s;
 }
 
-ByteRange dense_range(const ModelOnDevice& m, const LayerWeights& l) {
-  ByteRange r{l.end, l.begin};
+PackedRanges dense_part(const ModelOnDevice& m, const LayerWeights& l) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const model::TensorExtent& te : m.map->tensors()) {
     const uint64_t off = te.tensor->file_offset;
     if (off < l.begin || off >= l.end) continue;
     if (m.config.is_moe() && model::parse_expert_name(te.tensor->name)) continue;
-    r.begin = std::min(r.begin, off);
-    r.end = std::max(r.end, off + te.extent.byte_length);
+    ranges.emplace_back(off, off + te.extent.byte_length);
   }
-  if (r.begin >= r.end) throw std::runtime_error("layer " + std::to_string(l.index) + " has no dense tensors");
-  return r;
+  PackedRanges p = PackedRanges::pack(std::move(ranges));
+  if (p.pieces.empty()) throw std::runtime_error("layer " + std::to_string(l.index) + " has no dense tensors");
+  return p;
 }
 
 std::vector<LayerBytes> layer_bytes(const ModelOnDevice& m) {
   std::vector<LayerBytes> out;
   for (const LayerWeights& l : m.weights.layers) {
-    LayerBytes b{.dense = dense_range(m, l).bytes()};
+    LayerBytes b{.dense = dense_part(m, l).bytes};
     if (m.config.is_moe()) {
       b.experts = l.gate_exps.bytes + l.up_exps.bytes + l.down_exps.bytes;
       b.n_expert = m.config.n_expert;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "examples/llm/engine/residency_plan.h"
+#include "examples/llm/model/packed_ranges.h"
 #include "examples/llm/model/weights.h"
 #include "examples/llm/tokenizer/vocab.h"
 #include "host/controller.h"
@@ -75,14 +76,10 @@ class DeviceSet {
   std::vector<std::unique_ptr<Member>> members_;  // heap: each keeps its address
 };
 
-// The bytes of a layer read every token: file range [begin, end) of every tensor but the routed experts
-// (for a dense model: the whole layer). Gaps between those tensors count (they are copied with them).
-struct ByteRange {
-  uint64_t begin = 0, end = 0;
-  uint64_t bytes() const { return end - begin; }
-};
-ByteRange dense_range(const ModelOnDevice& m, const LayerWeights& l);
-// What the residency plan needs to know of every layer (dense_range; the experts' bytes).
+// The bytes of a layer read every token: every tensor but the routed experts (for a dense model: the
+// whole layer), as the pieces of the file they occupy (packed_ranges.h).
+PackedRanges dense_part(const ModelOnDevice& m, const LayerWeights& l);
+// What the residency plan needs to know of every layer (dense_part's buffer; the experts' bytes).
 std::vector<LayerBytes> layer_bytes(const ModelOnDevice& m);
 
 // Reads bytes [file_offset, file_offset + len) of the model into `dst` through the CPU queue (for

@@ -18,10 +18,10 @@ namespace gpunvme::llm {
 
 class RamTier final : public LayerSource {
  public:
-  // ranges[j]: the file bytes of the j-th RAM layer, in layer order. Reads them all (bounded by the
-  // device's reads), through `check` when given (each piece CRC'd while the next is read,
-  // load_check.h); allocates the pinned memory and depth buffers of the largest range.
-  RamTier(const ModelOnDevice& m, std::vector<ByteRange> ranges, uint32_t depth, LoadCheck* check = nullptr);
+  // layers[j]: the file bytes of the j-th RAM layer, in layer order, packed as the GPU holds them. Reads
+  // them all (bounded by the device's reads), through `check` when given (each piece CRC'd while the
+  // next is read, load_check.h); allocates the pinned memory and depth buffers of the largest layer.
+  RamTier(const ModelOnDevice& m, std::vector<PackedRanges> layers, uint32_t depth, LoadCheck* check = nullptr);
   ~RamTier() override;
   RamTier(const RamTier&) = delete;
   RamTier& operator=(const RamTier&) = delete;
@@ -37,13 +37,13 @@ class RamTier final : public LayerSource {
   uint64_t device_bytes() const { return slot_bytes_ * buffers_.size(); }
   uint64_t bytes_per_token() const;
   uint64_t copied_bytes() const { return copied_; }         // enqueued copies so far
-  uint32_t layers() const { return uint32_t(ranges_.size()); }
+  uint32_t layers() const { return uint32_t(layers_.size()); }
 
  private:
   void begin_next();
 
-  std::vector<ByteRange> ranges_;
-  std::vector<uint64_t> host_offset_;  // of each range in host_
+  std::vector<PackedRanges> layers_;
+  std::vector<uint64_t> host_offset_;  // of each layer's packed bytes in host_
   uint8_t* host_ = nullptr;            // pinned
   uint64_t host_bytes_ = 0, slot_bytes_ = 0, copied_ = 0;
   std::vector<uint8_t*> buffers_;      // device memory
