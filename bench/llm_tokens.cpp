@@ -349,19 +349,28 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   return c;
 }
 
+// A bound of 0: nothing crosses a drive or the host link (every byte in VRAM), so the cell has no I/O
+// floor to compare with: null, not 0 % efficiency.
+std::string json_number(double v, int digits) {
+  if (v <= 0) return "null";
+  char b[48];
+  std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
 std::string cell_json(const Cell& c, double h2d) {
   const auto& e = c.stats;
   char b[1024];
   std::snprintf(b, sizeof b,
                 "{\"tool\":\"llm_tokens\",\"model\":%s,\"budget\":%s,\"drive\":%s,\"drives\":%u,\"queues\":%u,\"mode\":%s,\"verify_mode\":\"%s\",\"expert_prefetch\":%s,\"tokens\":%u,"
-                "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%.6f,\"efficiency\":%.4f,"
+                "\"seconds\":%.6f,\"tokens_per_second\":%.6f,\"bound_tokens_per_second\":%s,\"efficiency\":%s,"
                 "\"host_cpu_seconds\":%.6f,\"h2d_bytes_per_second\":%.0f,\"drive_bytes_per_second\":%.0f,"
                 "\"vram_layers\":%u,\"ram_layers\":%u,\"nvme_layers\":%u,\"expert_hits\":%llu,\"experts_routed\":%llu,"
                 "\"expert_faults\":%llu,\"expert_bytes_read\":%llu,\"lag_routed\":%llu,\"lag_predicted_hits\":%llu,"
                 "\"lag_wasted_bytes\":%llu,\"logits_fnv1a\":\"%016llx\",",
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
                 c.members, c.queues, text::json_string(c.mode).c_str(), c.verify ? "on" : "off", text::json_string(c.prefetch).c_str(), c.tokens,
-                c.seconds, c.tps, c.bound_tps, c.bound_tps > 0 ? c.tps / c.bound_tps : 0, c.host_cpu, h2d,
+                c.seconds, c.tps, json_number(c.bound_tps, 6).c_str(), json_number(c.bound_tps > 0 ? c.tps / c.bound_tps : 0, 4).c_str(), c.host_cpu, h2d,
                 bench::ls::drive_read_bandwidth(c.drive) * c.members, e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
                 (unsigned long long)e.experts.bytes_read, (unsigned long long)e.lag.routed,
@@ -410,10 +419,11 @@ void print_cell(const Cell& c, int pf) {
       std::snprintf(experts, sizeof experts, "loader page faults %.0f a token", double(*c.loader_faults) / std::max(c.tokens, 1u));
     char emu[48] = "        -      -";
     if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
-    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %9.3f %5.0f%% %s %8.3f s %s\n", text::printable(c.model).c_str(), c.budget.c_str(),
+    char bound[32] = "        -      -";  // all in VRAM: no I/O floor
+    if (c.bound_tps > 0) std::snprintf(bound, sizeof bound, "%9.3f %5.0f%%", c.bound_tps, 100 * c.tps / c.bound_tps);
+    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %s %s %8.3f s %s\n", text::printable(c.model).c_str(), c.budget.c_str(),
                 c.drive_label().c_str(), c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
-                c.stats.streamed_layers, c.tps,
-                c.bound_tps, c.bound_tps > 0 ? 100 * c.tps / c.bound_tps : 0, emu, c.host_cpu, experts);
+                c.stats.streamed_layers, c.tps, bound, emu, c.host_cpu, experts);
   }
   std::fflush(stdout);
 }

@@ -60,8 +60,11 @@ def markdown(cells):
             lag = f"{100 * c['lag_predicted_hits'] / c['lag_routed']:.0f} %" if c.get("lag_routed") else "—"
             pf = f"{c['prefetch_hits']}/{c['prefetch_reads']}" if c.get("prefetch") else "—"
             stall = f"{c['stall_seconds']:.3f}" if "stall_seconds" in c else "—"
-            lines.append(head + f" {c['tokens_per_second']:.3f} | {c['bound_tokens_per_second']:.3f} | "
-                                f"{100 * c['efficiency']:.0f} % | {c['host_cpu_seconds']:.3f} | {hits} | {lag} | {pf} | {stall} |")
+            # no bound: every byte in VRAM (nothing crosses a drive or the host link)
+            bound = f"{c['bound_tokens_per_second']:.3f}" if c.get("bound_tokens_per_second") else "— (all in VRAM)"
+            eff = f"{100 * c['efficiency']:.0f} %" if c.get("efficiency") is not None else "—"
+            lines.append(head + f" {c['tokens_per_second']:.3f} | {bound} | "
+                                f"{eff} | {c['host_cpu_seconds']:.3f} | {hits} | {lag} | {pf} | {stall} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -84,7 +87,8 @@ def plot(cells, out_dir, prefix, card=None):
             x = c["drive_bytes_per_second"] / 1e9
             mode = c["mode"] + prefetch_label(c)
             series.setdefault((c["budget"], mode), {}).setdefault(x, []).append(c["tokens_per_second"])
-            bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
+            if c.get("bound_tokens_per_second"):
+                bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
         for (budget, mode), pts in sorted(series.items()):
             xs = sorted(pts)
             mid = [statistics.median(pts[x]) for x in xs]

@@ -283,7 +283,8 @@ def moe_groups(srcs, data_dir):
 
 def tokens_moe(srcs, data_dir):
     head = ["model", "VRAM:RAM", "drive", "prefetch off", "default (pre-gating)", "tok/s (default)", "bound tok/s",
-            "host CPU s per token", "wrong predictions cut", "bytes read for wrong ones", "bytes the cut spared"]
+            "host CPU s per token", "expert hits (default)", "wrong predictions cut", "bytes read for wrong ones",
+            "bytes the cut spared"]
     rows = []
     for i, (model, budget, drive), v in moe_groups(srcs, data_dir):
         on = v["default"]
@@ -293,6 +294,7 @@ def tokens_moe(srcs, data_dir):
                          joined([c["tokens_per_second"] for c in on], lambda x: f"{x:.2f}"),
                          num(on[0]["bound_tokens_per_second"] if on else None),
                          joined([c["host_cpu_seconds"] / c["tokens"] for c in on], lambda x: f"{x:.3f}"),
+                         joined([c["expert_hits"] / c["experts_routed"] for c in on if c.get("experts_routed")], pct),
                          joined([c.get("prefetch_cut", 0) for c in on], str), mb("prefetch_wasted_bytes"),
                          mb("prefetch_cut_bytes")]))
     return head, rows
