@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """llm_make_model (examples/llm/tools) end to end, on its tiny shapes:
   - the GGUF it writes reads in llama.cpp's gguf-py with the declared metadata, tensor names, shapes and
-    types; every quantized tensor dequantizes (gguf-py's own code) to finite values, centred, with a
-    spread of about 1/sqrt(input size) (embeddings: about 1);
+    types (mxfp4: MXFP4 experts, Q8_0 elsewhere); every quantized tensor dequantizes (gguf-py's own code)
+    to finite values, centred, with a spread of about 1/sqrt(input size) (embeddings: about 1);
   - written straight onto an emulated namespace (deploy record included), the bytes equal the file's
     (`gpunvme verify --against`): generation is deterministic per byte range;
   - the engine (CPU executor) finds the model there and generates tokens that are not one repeated id, and
@@ -37,25 +37,42 @@ SHAPES = {
     # llama.cpp's qwen3moe: heads of key_length (wider than hidden / heads here), per-head Q/K norms, no dense FFN.
     "tiny-qwen3moe": dict(arch="qwen3moe", layers=2, hidden=256, heads=4, kv_heads=2, head=128, ffn=256, vocab=512,
                           experts=8, used=2, dense_ffn=1024),
+    # llama.cpp's gpt-oss: Q/K/V/output biases, a sink per head, post_attention_norm in place of ffn_norm, the
+    # router and each expert stack with a bias; rows of 320 (not whole 256-element blocks, as gpt-oss's 2880).
+    "tiny-gpt-oss": dict(arch="gpt-oss", layers=2, hidden=320, heads=8, kv_heads=2, head=64, ffn=320, vocab=512,
+                         experts=8, used=4, dense_ffn=320, window=8),
 }
-TYPES = {"q4_k": gguf.GGMLQuantizationType.Q4_K, "q6_k": gguf.GGMLQuantizationType.Q6_K}
-F32 = gguf.GGMLQuantizationType.F32
+Q = gguf.GGMLQuantizationType
+TYPES = {"q4_k": (Q.Q4_K, Q.Q4_K), "q6_k": (Q.Q6_K, Q.Q6_K), "mxfp4": (Q.Q8_0, Q.MXFP4)}  # (matrices, experts)
+F32 = Q.F32
 
 
-def expected_tensors(s, qt):
+def expected_tensors(s, types):
+    qt, et = types
     q, kv = s["heads"] * s["head"], s["kv_heads"] * s["head"]
     h, f, e = s["hidden"], s["ffn"], s["experts"]
+    gpt_oss = s["arch"] == "gpt-oss"
     out = {"token_embd.weight": ([h, s["vocab"]], qt), "output_norm.weight": ([h], F32), "output.weight": ([h, s["vocab"]], qt)}
+
+    def matrix(name, ne, ty):  # gpt-oss: each matrix with an F32 bias over its outputs (and experts)
+        out[name + ".weight"] = (ne, ty)
+        if gpt_oss:
+            out[name + ".bias"] = (ne[1:], F32)
     for i in range(s["layers"]):
         p = f"blk.{i}."
-        out.update({p + "attn_norm.weight": ([h], F32), p + "ffn_norm.weight": ([h], F32),
-                    p + "attn_q.weight": ([h, q], qt), p + "attn_k.weight": ([h, kv], qt),
-                    p + "attn_v.weight": ([h, kv], qt), p + "attn_output.weight": ([q, h], qt)})
+        out[p + "attn_norm.weight"] = ([h], F32)
+        out[p + ("post_attention_norm.weight" if gpt_oss else "ffn_norm.weight")] = ([h], F32)
+        for name, ne in (("attn_q", [h, q]), ("attn_k", [h, kv]), ("attn_v", [h, kv]), ("attn_output", [q, h])):
+            matrix(p + name, ne, qt)
         if s["arch"] == "qwen3moe":
             out.update({p + "attn_q_norm.weight": ([s["head"]], F32), p + "attn_k_norm.weight": ([s["head"]], F32)})
+        if gpt_oss:
+            out[p + "attn_sinks.weight"] = ([s["heads"]], F32)
         if e:
-            out.update({p + "ffn_gate_inp.weight": ([h, e], F32), p + "ffn_gate_exps.weight": ([h, f, e], qt),
-                        p + "ffn_up_exps.weight": ([h, f, e], qt), p + "ffn_down_exps.weight": ([f, h, e], qt)})
+            matrix(p + "ffn_gate_inp", [h, e], F32)
+            matrix(p + "ffn_gate_exps", [h, f, e], et)
+            matrix(p + "ffn_up_exps", [h, f, e], et)
+            matrix(p + "ffn_down_exps", [f, h, e], et)
         else:
             out.update({p + "ffn_gate.weight": ([h, f], qt), p + "ffn_up.weight": ([h, f], qt),
                         p + "ffn_down.weight": ([f, h], qt)})
@@ -68,7 +85,7 @@ def field(r, key):
     return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
 
 
-def check_file(path, shape, qt):
+def check_file(path, shape, types):
     """Problems found in the file, as text (empty: none)."""
     s, bad = SHAPES[shape], []
     r = gguf.GGUFReader(path)
@@ -78,13 +95,17 @@ def check_file(path, shape, qt):
             a + "feed_forward_length": s.get("dense_ffn", s["ffn"]), "tokenizer.ggml.model": "none"}
     if s["experts"]:
         meta.update({a + "expert_count": s["experts"], a + "expert_used_count": s["used"]})
-    if s["arch"] == "qwen3moe":
+    if s["arch"] != "llama":
         meta.update({a + "expert_feed_forward_length": s["ffn"], a + "attention.key_length": s["head"],
                      a + "attention.value_length": s["head"]})
+    if s["arch"] == "gpt-oss":  # the window and gpt-oss's YaRN (32x from 4096), as its GGUFs carry them
+        meta.update({a + "attention.sliding_window": s["window"], a + "rope.scaling.type": "yarn",
+                     a + "rope.scaling.factor": 32.0, a + "rope.scaling.original_context_length": 4096,
+                     a + "rope.freq_base": 150000.0})
     for k, v in meta.items():
         if k not in r.fields or field(r, k) != v:
             bad.append(f"metadata {k}: {field(r, k) if k in r.fields else 'missing'}, declared {v}")
-    want = expected_tensors(s, qt)
+    want = expected_tensors(s, types)
     got = {t.name: t for t in r.tensors}
     if set(got) != set(want):
         bad.append(f"tensors {sorted(set(got) ^ set(want))} differ from the declared set")
@@ -100,6 +121,9 @@ def check_file(path, shape, qt):
             bad.append(f"{name}: values that are not finite")
             continue
         if ty == F32:
+            if name.endswith(".bias") or name.endswith("sinks.weight"):  # small (about 0.1), centred (4 sigma)
+                if abs(w).max() > 0.2 or abs(w.mean()) > 0.4 / np.sqrt(w.size):
+                    bad.append(f"{name}: values up to {abs(w).max():.3g}, mean {w.mean():.3g}: not small and centred")
             continue
         want_std = 1.0 if name == "token_embd.weight" else 1 / np.sqrt(ne[0])
         if not 0.5 * want_std < w.std() < 2 * want_std or abs(w.mean()) > 0.1 * w.std():
@@ -118,7 +142,7 @@ def main():
         failed += not ok
 
     with tempfile.TemporaryDirectory() as d:
-        for shape, ty in (("tiny", "q4_k"), ("tiny-moe", "q6_k"), ("tiny-qwen3moe", "q4_k")):
+        for shape, ty in (("tiny", "q4_k"), ("tiny-moe", "q6_k"), ("tiny-qwen3moe", "q4_k"), ("tiny-gpt-oss", "mxfp4")):
             f = os.path.join(d, f"{shape}.gguf")
             subprocess.run([a.make_model, "--shape", shape, "--type", ty, "--out", f], check=True, stdout=subprocess.DEVNULL)
             bad = check_file(f, shape, TYPES[ty])
@@ -147,6 +171,8 @@ def main():
             report(open(other, "rb").read() != open(f, "rb").read(), f"{shape}: another --seed gives other weights")
         for args, names in ((["--shape", "huge", "--type", "q4_k", "--out", "x"], ["huge", "llama3-70b"]),
                             (["--shape", "tiny", "--type", "q8_0", "--out", "x"], ["--type", "q8_0"]),
+                            (["--shape", "gpt-oss-120b", "--type", "q4_k", "--out", "x"], ["--type q4_k", "mxfp4", "2880"]),
+                            (["--shape", "tiny", "--type", "mxfp4", "--out", "x"], ["--type mxfp4", "no experts"]),
                             (["--shape", "tiny", "--type", "q4_k"], ["--device", "--out"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null", "--out", "x"], ["--device", "--out"]),
                             (["--shape", "tiny", "--type", "q4_k", "--device", "emu:null"], ["emu:null"]),

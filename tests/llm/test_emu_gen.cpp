@@ -1,12 +1,15 @@
 // emu:gen (examples/llm/tools/emu_gen.h): the generated namespace is, byte for byte, the image
-// llm_make_model's deploy leaves (record included), on tiny shapes of both layouts and both block sizes;
-// its record checks (verify_model: every chunk's CRC) and the engine decodes from it what it decodes
-// from the image; the parallel CRC pass equals deploy's serial one over several pieces and chunks;
-// a striped set of generated members decodes as the single namespace; writes are refused (the write
-// guard, and the emulator's Namespace Is Write Protected); bad keys are refused naming the fix.
+// llm_make_model's deploy leaves (record included), on tiny shapes of the three layouts (gpt-oss in its
+// MXFP4 mix) and both block sizes; its record checks (verify_model: every chunk's CRC) and the engine
+// decodes from it what it decodes from the image, finite logits; the parallel CRC pass equals deploy's
+// serial one over several pieces and chunks; a striped set of generated members decodes as the single
+// namespace; writes are refused (the write guard, and the emulator's Namespace Is Write Protected); bad
+// keys are refused naming the fix.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -70,7 +73,7 @@ TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the e
     const char* type;
     uint32_t lba;
   };
-  for (const Case& c : {Case{"tiny", "q4_k", 512}, Case{"tiny-qwen3moe", "q6_k", 4096}}) {
+  for (const Case& c : {Case{"tiny", "q4_k", 512}, Case{"tiny-qwen3moe", "q6_k", 4096}, Case{"tiny-gpt-oss", "mxfp4", 512}}) {
     INFO(c.shape << " " << c.type << " lba " << c.lba);
     const std::string lba = ",lba=" + std::to_string(c.lba);
     const std::string gen = std::string("emu:gen,shape=") + c.shape + ",type=" + c.type + ",model_seed=5" + lba;
@@ -97,8 +100,10 @@ TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the e
     CHECK(model::verify_model(d.block_io(), *found.record).empty());
     // Another seed is another model.
     CHECK(read_device(std::string("emu:gen,shape=") + c.shape + ",type=" + c.type + lba) != generated);
-    // The engine (CPU executor, load checks on) decodes the same logits from both.
-    CHECK(decode({gen}) == decode({dev}));
+    // The engine (CPU executor, load checks on) decodes the same logits from both, finite ones.
+    const std::vector<float> logits = decode({gen});
+    CHECK(logits == decode({dev}));
+    CHECK(std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); }));
   }
 }
 
@@ -146,7 +151,9 @@ TEST_CASE("emu:gen refuses writes and bad keys, naming the fix") {
   CHECK(after == before);
   CHECK_THAT(refused("emu:gen,shape=tiny"), ContainsSubstring("type="));
   CHECK_THAT(refused("emu:gen,shape=huge,type=q4_k"), ContainsSubstring("tiny-qwen3moe"));
-  CHECK_THAT(refused("emu:gen,shape=tiny,type=q8_0"), ContainsSubstring("q4_k or q6_k"));
+  CHECK_THAT(refused("emu:gen,shape=tiny,type=q8_0"), ContainsSubstring("q4_k, q6_k or mxfp4"));
+  CHECK_THAT(refused("emu:gen,shape=gpt-oss-120b,type=q4_k"), ContainsSubstring("takes type mxfp4"));
+  CHECK_THAT(refused("emu:gen,shape=tiny,type=mxfp4"), ContainsSubstring("has no experts"));
   CHECK_THAT(refused("emu:gen,shape=tiny,type=q4_k,size=1G"), ContainsSubstring("size="));
   CHECK_THAT(refused("emu:gen,shape=tiny,type=q4_k,model_seed=x"), ContainsSubstring("model_seed"));
   CHECK_THAT(refused("emu:ram,shape=tiny"), ContainsSubstring("unknown key \"shape\""));

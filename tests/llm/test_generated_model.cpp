@@ -1,15 +1,18 @@
 // The generator's model (examples/llm/tools): any byte range reads the same in any order and split,
-// serial or threaded; the header is a valid GGUF whose tensors are the layout's; every k-quant block's
-// scales are finite halves and the values of a matrix are centred with the spread asked for; the real
-// shapes have the real models' sizes and, for qwen3moe, llama.cpp's layout as the engine reads it.
+// serial or threaded; the header is a valid GGUF whose tensors are the layout's; every quantized block
+// (Q4_K, Q6_K, Q8_0, MXFP4) dequantizes to finite values and a matrix's are centred with the spread asked
+// for, F32 vectors in their ranges; the real shapes have the real models' sizes and, for qwen3moe and
+// gpt-oss, llama.cpp's layout as the engine reads it; shapes and types that do not go together are refused.
 #include <catch2/catch_test_macros.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 
 #include "examples/llm/quant/dequant.h"
 #include "examples/llm/model/config.h"
+#include "examples/llm/model/weights.h"
 #include "examples/llm/tools/generated_model.h"
 #include "runtime/gguf/gguf_file.h"
 
@@ -46,26 +49,43 @@ TEST_CASE("any byte range of a generated model reads the same, whatever the orde
 }
 
 TEST_CASE("the header is a valid GGUF with the layout's tensors; blocks are valid and centred") {
-  for (const uint32_t type : {uint32_t(gguf::GgmlType::Q4_K), uint32_t(gguf::GgmlType::Q6_K)}) {
-    const ModelLayout layout = model_layout(shape_named("tiny"), type, "t");
+  struct Case {
+    const char* shape;
+    gguf::GgmlType type;
+  };
+  for (const Case& c : {Case{"tiny", gguf::GgmlType::Q4_K}, Case{"tiny", gguf::GgmlType::Q6_K},
+                        Case{"tiny-gpt-oss", gguf::GgmlType::MXFP4}, Case{"tiny-qwen3moe", gguf::GgmlType::MXFP4}}) {
+    const ModelLayout layout = model_layout(shape_named(c.shape), uint32_t(c.type), "t");
     GeneratedModel m(layout, 1, 2);
     const std::vector<uint8_t> bytes = read_all(m);
     const gguf::GgufFile f = gguf::GgufFile::parse(bytes);
     REQUIRE(f.tensors().size() == layout.tensors.size());
     CHECK(f.data_end() == bytes.size());
     for (const TensorPlan& t : layout.tensors) {
+      INFO(c.shape << " " << t.name);
       const gguf::TensorInfo* info = f.find_tensor(t.name);
       REQUIRE(info != nullptr);
       CHECK(info->type_id == t.type);
-      if (t.type == uint32_t(gguf::GgmlType::F32)) continue;
-      // Dequantize the whole matrix with the engine's own code: finite, centred, spread ~ 1/sqrt(cols).
       const uint8_t* p = bytes.data() + f.data_offset() + info->offset;
-      const uint64_t cols = t.ne[0], rows = t.bytes / (cols / 256 * (type == uint32_t(gguf::GgmlType::Q4_K) ? 144 : 210));
+      if (t.type == uint32_t(gguf::GgmlType::F32)) {  // norms about 1, biases and sinks small, routers about 1
+        const double lo = t.fill == Fill::kNorm ? 0.89 : t.fill == Fill::kBias ? -0.18 : -1.71;
+        const double hi = t.fill == Fill::kNorm ? 1.11 : t.fill == Fill::kBias ? 0.18 : 1.71;
+        std::vector<float> v(t.bytes / 4);
+        std::memcpy(v.data(), p, t.bytes);
+        CHECK(std::all_of(v.begin(), v.end(), [&](float x) { return x >= lo && x <= hi; }));
+        CHECK(std::adjacent_find(v.begin(), v.end()) == v.end());  // random, not one value repeated
+        continue;
+      }
+      // Dequantize the whole matrix with the engine's own code: finite, centred, spread ~ 1/sqrt(cols).
+      const auto type = gguf::ggml_type_info(t.type);
+      REQUIRE(type);
+      const uint64_t cols = t.ne[0], row_bytes = cols / type->block_size * type->type_size, rows = t.bytes / row_bytes;
       std::vector<float> row(cols);
       double sum = 0, sq = 0;
       uint64_t not_finite = 0;
       for (uint64_t r = 0; r < rows; ++r) {
-        for (uint64_t blk = 0; blk < cols / 256; ++blk) llm::dequant_block(gguf::GgmlType(type), p + r * (t.bytes / rows), blk, row.data() + 256 * blk);
+        for (uint64_t blk = 0; blk < cols / type->block_size; ++blk)
+          llm::dequant_block(gguf::GgmlType(t.type), p + r * row_bytes, blk, row.data() + type->block_size * blk);
         for (float v : row) {
           not_finite += !std::isfinite(v);
           sum += v;
@@ -74,13 +94,28 @@ TEST_CASE("the header is a valid GGUF with the layout's tensors; blocks are vali
       }
       const double n = double(rows * cols), mean = sum / n, sd = std::sqrt(sq / n - mean * mean);
       const double want = t.fill == Fill::kEmbedding ? 1.0 : 1.0 / std::sqrt(double(cols));
-      INFO(t.name << " mean " << mean << " sd " << sd << " want " << want);
+      INFO(type->name << " mean " << mean << " sd " << sd << " want " << want);
       CHECK(not_finite == 0);
       CHECK(sd > 0.5 * want);
       CHECK(sd < 2 * want);
       CHECK(std::abs(mean) < 0.1 * sd);
     }
   }
+}
+
+TEST_CASE("mxfp4 is MXFP4 experts and Q8_0 elsewhere; shapes and types that do not go together are refused") {
+  const ModelLayout layout = model_layout(shape_named("tiny-qwen3moe"), type_named("mxfp4"), "t");
+  for (const TensorPlan& t : layout.tensors) {
+    INFO(t.name);
+    const bool expert = t.name.find("_exps.") != std::string::npos, matrix = t.ne.size() > 1 && t.type != uint32_t(gguf::GgmlType::F32);
+    if (expert) CHECK(t.type == uint32_t(gguf::GgmlType::MXFP4));
+    if (matrix && !expert) CHECK(t.type == uint32_t(gguf::GgmlType::Q8_0));
+  }
+  CHECK(model_name(shape_named("gpt-oss-120b"), type_named("MXFP4")) == "gpt-oss-120b-mxfp4");
+  CHECK_THROWS_AS(type_named("q8_0"), std::invalid_argument);
+  // gpt-oss in a k-quant: its rows of 2880 are not whole 256-element blocks; mxfp4 without experts.
+  CHECK_THROWS_AS(model_layout(shape_named("gpt-oss-20b"), uint32_t(gguf::GgmlType::Q4_K), "t"), std::invalid_argument);
+  CHECK_THROWS_AS(model_layout(shape_named("tiny"), uint32_t(gguf::GgmlType::MXFP4), "t"), std::invalid_argument);
 }
 
 TEST_CASE("the full-size shapes have the sizes the benchmark needs") {
@@ -96,6 +131,12 @@ TEST_CASE("the full-size shapes have the sizes the benchmark needs") {
   CHECK(size("qwen3-235b-a22b", gguf::GgmlType::Q4_K) / 1e9 < 133);
   CHECK(size("qwen3-30b-a3b-llama", gguf::GgmlType::Q4_K) / 1e9 > 16.5);
   CHECK(size("qwen3-30b-a3b-llama", gguf::GgmlType::Q4_K) / 1e9 < 17.5);
+  // ggml-org's gpt-oss GGUFs (MXFP4 experts, Q8_0 embedding, attention and output, F32 biases, sinks,
+  // norms and routers): llama-bench reports 11.27 GiB and 59.02 GiB (12.10 GB and 63.37 GB).
+  CHECK(size("gpt-oss-20b", gguf::GgmlType::MXFP4) / 1e9 > 12.05);
+  CHECK(size("gpt-oss-20b", gguf::GgmlType::MXFP4) / 1e9 < 12.15);
+  CHECK(size("gpt-oss-120b", gguf::GgmlType::MXFP4) / 1e9 > 63.3);
+  CHECK(size("gpt-oss-120b", gguf::GgmlType::MXFP4) / 1e9 < 63.45);
   CHECK_THROWS_AS(shape_named("llama4"), std::invalid_argument);
 }
 
@@ -144,5 +185,60 @@ TEST_CASE("the qwen3moe shapes are llama.cpp's qwen3moe layout, as the engine re
     CHECK(ne(last + "ffn_down_exps.weight") == std::vector<uint64_t>{w.expert_ffn, w.embd, w.experts});
     CHECK(f.find_tensor(last + "ffn_gate.weight") == nullptr);
     CHECK(f.tensors().size() == 3 + 12 * size_t(w.layers));
+  }
+}
+
+TEST_CASE("the gpt-oss shapes are llama.cpp's gpt-oss layout, as the engine reads and maps it") {
+  struct Want {
+    const char* shape;
+    uint32_t layers, embd, experts, ffn, vocab, ctx, window;
+  };
+  for (const Want& w : {Want{"gpt-oss-120b", 36, 2880, 128, 2880, 201088, 131072, 128},
+                        Want{"gpt-oss-20b", 24, 2880, 32, 2880, 201088, 131072, 128},
+                        Want{"tiny-gpt-oss", 2, 320, 8, 320, 512, 512, 8}}) {
+    INFO(w.shape);
+    const ModelLayout layout = model_layout(shape_named(w.shape), uint32_t(gguf::GgmlType::MXFP4), w.shape);
+    GeneratedModel model(layout, 1, 1);
+    const gguf::GgufFile f = gguf::GgufFile::read(model);  // the header only
+    CHECK(f.architecture() == "gpt-oss");
+    const llm::ModelConfig c = llm::read_config(f);
+    CHECK(c.arch == llm::Arch::kGptOss);
+    CHECK(c.n_layer == w.layers);
+    CHECK(c.n_embd == w.embd);
+    CHECK(c.n_head == (w.embd == 320 ? 8u : 64u));
+    CHECK(c.n_head_kv == (w.embd == 320 ? 2u : 8u));
+    CHECK(c.head_dim == 64);
+    CHECK(c.n_expert == w.experts);
+    CHECK(c.n_expert_used == 4);
+    CHECK(c.n_ff == w.ffn);
+    CHECK(c.n_vocab == w.vocab);
+    CHECK(c.n_ctx_train == w.ctx);
+    CHECK(c.swa_window == w.window);
+    CHECK(c.swa_period == 2);  // even layers windowed, as gpt-oss alternates from its first layer
+    CHECK(c.rope_base == 150000.0f);
+    CHECK(c.rms_eps == 1e-5f);
+    CHECK(c.yarn.ext_factor == 1.0f);  // YaRN, 32x from 4096
+    CHECK(c.yarn.freq_scale == 1.0f / 32);
+    CHECK(c.yarn.n_ctx_orig == 4096);
+    // The engine's own tensor checks (presence, shape, type; biases and sinks F32) pass.
+    const llm::ModelWeights weights = llm::map_weights(f, c);
+    CHECK(weights.layers.size() == w.layers);
+    const std::string last = "blk." + std::to_string(w.layers - 1) + ".";
+    auto type = [&](const std::string& name) { return f.find_tensor(name) ? f.find_tensor(name)->type_id : ~0u; };
+    CHECK(type(last + "ffn_up_exps.weight") == uint32_t(gguf::GgmlType::MXFP4));
+    CHECK(type(last + "attn_q.weight") == uint32_t(gguf::GgmlType::Q8_0));
+    CHECK(type("token_embd.weight") == uint32_t(gguf::GgmlType::Q8_0));
+    CHECK(type(last + "ffn_gate_inp.weight") == uint32_t(gguf::GgmlType::F32));
+    CHECK(type(last + "ffn_down_exps.bias") == uint32_t(gguf::GgmlType::F32));
+    CHECK(f.tensors().size() == 3 + 19 * size_t(w.layers));
+  }
+  // Each expert stack followed by its bias, as converted files place them: the dense part is pieces.
+  const ModelLayout layout = model_layout(shape_named("tiny-gpt-oss"), uint32_t(gguf::GgmlType::MXFP4), "t");
+  std::vector<std::string> names;
+  for (const TensorPlan& t : layout.tensors) names.push_back(t.name);
+  for (const char* stack : {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"}) {
+    const auto it = std::find(names.begin(), names.end(), std::string("blk.1.") + stack + ".weight");
+    REQUIRE(it + 1 < names.end());
+    CHECK(it[1] == std::string("blk.1.") + stack + ".bias");
   }
 }

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "examples/llm/quant/blocks.h"
+#include "examples/llm/quant/mxfp4.h"
 #include "runtime/gguf/ggml_types.h"
 
 namespace gpunvme::llm::gen {
@@ -64,15 +65,44 @@ uint16_t to_half(float x) {
   return uint16_t((exp << 10) | mant);
 }
 
+// The E8M0 exponent of the largest power of two at or below x (finite, positive): the float's own
+// exponent, as MXFP4 stores it (2^(e - 127)), without a log per block.
+uint8_t e8m0_at_or_below(float x) {
+  uint32_t bits = 0;
+  std::memcpy(&bits, &x, 4);
+  return uint8_t(std::clamp<uint32_t>(bits >> 23, 2, 253));
+}
+
 // The size of the values a tensor should have.
 double sigma(Fill f, uint64_t cols) { return f == Fill::kWeight ? 1.0 / std::sqrt(double(cols)) : 1.0; }
 
-}  // namespace
+// make_block for one tensor: what depends on the tensor alone (its spread, an MXFP4 scale) computed
+// once, not per block (a square root and divisions per 17-byte MXFP4 block halved the generator's rate).
+class BlockMaker {
+ public:
+  BlockMaker(uint32_t type, Fill fill, uint64_t cols)
+      : type_(gguf::GgmlType(type)), fill_(fill), s_(sigma(fill, cols)), mxfp4_e_(e8m0_at_or_below(float(s_ / 6.55)) + 1) {
+    switch (type_) {
+      case gguf::GgmlType::Q4_K: case gguf::GgmlType::Q6_K: case gguf::GgmlType::Q8_0: case gguf::GgmlType::MXFP4:
+      case gguf::GgmlType::F32:
+        return;
+      default:
+        throw std::invalid_argument("the generator writes Q4_K, Q6_K, Q8_0, MXFP4 and F32 tensors, not " + gguf::ggml_type_name(type));
+    }
+  }
+  void make(uint64_t rng_seed, uint8_t* out) const;
 
-void make_block(uint32_t type, Fill fill, uint64_t cols, uint64_t rng_seed, uint8_t* out) {
+ private:
+  gguf::GgmlType type_;
+  Fill fill_;
+  double s_;
+  uint8_t mxfp4_e_;  // the lower of an MXFP4 block's two scales
+};
+
+void BlockMaker::make(uint64_t rng_seed, uint8_t* out) const {
   Rng r{rng_seed};
-  const double s = sigma(fill, cols);
-  switch (gguf::GgmlType(type)) {
+  const double s = s_;
+  switch (type_) {
     case gguf::GgmlType::Q4_K: {
       // w = d * sc * q - dmin * m, q in 0..15; sc and m in 0..15 (the high bits of the 6-bit fields
       // zero), so E[d sc q] = 56 d = E[dmin m] with dmin = 7.5 d: centred, a spread of about 64 d.
@@ -97,15 +127,41 @@ void make_block(uint32_t type, Fill fill, uint64_t cols, uint64_t rng_seed, uint
       std::memcpy(out + offsetof(BlockQ6_K, d), &d, 2);
       return;
     }
+    case gguf::GgmlType::Q8_0: {
+      // w = d * q, q uniform in -128..127: centred, a spread of about 74 d.
+      r.bytes(out + offsetof(BlockQ8_0, qs), sizeof BlockQ8_0::qs);
+      const uint16_t d = to_half(float(s / 74 * (0.75 + 0.5 * r.unit())));
+      std::memcpy(out + offsetof(BlockQ8_0, d), &d, 2);
+      return;
+    }
+    case gguf::GgmlType::MXFP4: {
+      // w = kvalue * 2^(e - 128) with ggml's doubled E2M1 values (mxfp4.h); codes uniform: the values
+      // 0 1 2 3 4 6 8 12 and their negatives, centred, a spread of 5.85 steps. The scale is a power of
+      // two: the one at or below s / 6.55 or the next, by the seed's top bit, so a matrix's spread is
+      // 0.7 to 1.4 s (the mean square of the two choices, 2.5 x the lower's square, within 2x of s^2).
+      // A block is 17 bytes: two words of codes and no other draw keep it near the k-quants' rate.
+      r.bytes(out + offsetof(BlockMXFP4, qs), sizeof BlockMXFP4::qs);
+      out[offsetof(BlockMXFP4, e)] = uint8_t(mxfp4_e_ + (rng_seed >> 63));
+      return;
+    }
     case gguf::GgmlType::F32: {
       const double u = r.unit() - 0.5;
-      const float v = float(fill == Fill::kNorm ? 1 + 0.2 * u : fill == Fill::kRouter ? 3.4 * u : 3.46 * s * u);
+      const float v = float(fill_ == Fill::kNorm     ? 1 + 0.2 * u
+                            : fill_ == Fill::kRouter ? 3.4 * u
+                            : fill_ == Fill::kBias   ? 0.35 * u
+                                                     : 3.46 * s * u);
       std::memcpy(out, &v, 4);
       return;
     }
     default:
-      throw std::invalid_argument("the generator writes Q4_K, Q6_K and F32 tensors, not " + gguf::ggml_type_name(type));
+      return;  // refused by the constructor
   }
+}
+
+}  // namespace
+
+void make_block(uint32_t type, Fill fill, uint64_t cols, uint64_t rng_seed, uint8_t* out) {
+  BlockMaker(type, fill, cols).make(rng_seed, out);
 }
 
 GeneratedModel::GeneratedModel(const ModelLayout& layout, uint64_t seed, uint32_t threads) : seed_(seed) {
@@ -179,15 +235,16 @@ void GeneratedModel::generate(uint64_t offset, void* out, size_t len) const {
 void GeneratedModel::fill_blocks(const Placed& t, uint32_t index, uint64_t lo, uint64_t hi, uint8_t* dst) const {
   const uint64_t bb = t.block_bytes, cols = t.plan.ne[0];
   uint8_t tmp[256];
+  const BlockMaker maker(t.plan.type, t.plan.fill, cols);
   const uint64_t tensor_seed = mix(seed_, index);
   for (uint64_t k = (lo - t.begin) / bb;; ++k) {
     const uint64_t b0 = t.begin + k * bb;
     if (b0 >= hi) break;
     const uint64_t seed = mix(tensor_seed, k);
     if (b0 >= lo && b0 + bb <= hi) {
-      make_block(t.plan.type, t.plan.fill, cols, seed, dst + (b0 - lo));
+      maker.make(seed, dst + (b0 - lo));
     } else {
-      make_block(t.plan.type, t.plan.fill, cols, seed, tmp);
+      maker.make(seed, tmp);
       const uint64_t a = std::max(lo, b0), z = std::min(hi, b0 + bb);
       std::memcpy(dst + (a - lo), tmp + (a - b0), z - a);
     }

@@ -2,9 +2,9 @@
 // generated when read. Random but valid: each block comes from a generator seeded by (seed, tensor,
 // block), so any byte range can be read in any order, any number of times, with the same result (the
 // deploy's chunk checksums and `gpunvme verify --against` depend on it), and a 57 GB model needs no
-// 57 GB file. Scale fields are finite normal halves chosen so a matrix's values are about
-// 1/sqrt(input size) and centred (a k-quant block with only positive mins leans one way and makes
-// greedy decoding repeat one token).
+// 57 GB file. Scale fields are finite (normal halves; MXFP4: powers of two) chosen so a matrix's values
+// are about 1/sqrt(input size) and centred (a k-quant block with only positive mins leans one way and
+// makes greedy decoding repeat one token).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -40,8 +40,8 @@ class GeneratedModel final : public gguf::ByteSource {
   uint32_t threads_ = 1;
 };
 
-// One block of `type` (Q4_K, Q6_K: one super-block; F32: one value) for `fill` and a row of `cols`
-// elements, from `rng_seed`. Exposed for the tests.
+// One block of `type` (Q4_K, Q6_K: one super-block; Q8_0, MXFP4: 32 elements; F32: one value) for
+// `fill` and a row of `cols` elements, from `rng_seed`. Exposed for the tests.
 void make_block(uint32_t type, Fill fill, uint64_t cols, uint64_t rng_seed, uint8_t* out);
 
 }  // namespace gpunvme::llm::gen

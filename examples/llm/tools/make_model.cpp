@@ -4,6 +4,7 @@
 //
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=60G
 //   llm_make_model --shape tiny --type q4_k --out /tmp/tiny.gguf
+//   llm_make_model --shape gpt-oss-120b --type mxfp4 --device emu:/dev/shm/g.img,size=64G
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/s0.img,size=30G --device emu:/dev/shm/s1.img,size=30G
 #include <unistd.h>
 
@@ -33,16 +34,18 @@ using namespace gpunvme;
 namespace {
 
 const cli::Help kHelp = {
-    "usage: llm_make_model --shape NAME --type q4_k|q6_k (--device DEV [--device DEV ...] | --out FILE | --rate) [--seed S]\n"
+    "usage: llm_make_model --shape NAME --type q4_k|q6_k|mxfp4 (--device DEV [--device DEV ...] | --out FILE | --rate) [--seed S]\n"
     "                      [--threads N] [--stripe-unit SIZE] [--allow-write] [--force] [--progress]\n"
     "\n"
     "Writes a model with random but valid weights (finite, centred scales; any byte range generated the same\n"
     "way every time, so `gpunvme verify --against` and the deploy's checksums hold) at full size:\n"
     "  --shape NAME   llama3-70b (Q6_K: 57 GB), mixtral-8x7b (Q4_K: 26 GB) in the llama layout; qwen3-30b-a3b\n"
     "                 (Q4_K: 17.2 GB) and qwen3-235b-a22b (Q4_K: 132 GB) in the qwen3moe layout; qwen3-30b-a3b-llama\n"
-    "                 (Q4_K: 17.0 GB; the llama-layout stand-in of earlier benchmarks); tiny, tiny-moe,\n"
-    "                 tiny-qwen3moe (a few MB, for tests)\n"
-    "  --type T       the matrices' type, q4_k or q6_k (norms and the MoE router are F32)\n"
+    "                 (Q4_K: 17.0 GB; the llama-layout stand-in of earlier benchmarks); gpt-oss-20b (MXFP4:\n"
+    "                 12.1 GB) and gpt-oss-120b (MXFP4: 63.4 GB) in the gpt-oss layout; tiny, tiny-moe,\n"
+    "                 tiny-qwen3moe, tiny-gpt-oss (a few MB, for tests)\n"
+    "  --type T       the matrices' type: q4_k or q6_k, or mxfp4: MXFP4 experts and Q8_0 elsewhere, as gpt-oss\n"
+    "                 is published (MoE shapes; gpt-oss takes only it). Norms, biases, sinks, routers: F32\n"
     "  --device DEV   write onto a namespace with a deploy record (as `gpunvme deploy`): `llm --device DEV`\n"
     "                 finds it. An emu: image must be large enough: size=60G for llama3-70b Q6_K\n"
     "  --device ...   repeated: a striped set (RAID-0) over those namespaces, in that order: each gets a stripe\n"
@@ -129,7 +132,12 @@ int run(const cli::Args& args) {
   const std::string type_text = args.get("type");
   const uint32_t type = parse_type(type_text);
   const std::string name = llm::gen::model_name(shape, type);
-  const llm::gen::ModelLayout layout = llm::gen::model_layout(shape, type, name);
+  llm::gen::ModelLayout layout;
+  try {
+    layout = llm::gen::model_layout(shape, type, name);
+  } catch (const std::invalid_argument& e) {  // a shape and type that do not go together
+    throw cli::UsageError(std::string("--type ") + type_text + ": " + e.what());
+  }
   llm::gen::GeneratedModel model(layout, args.get_u64("seed", 1), args.get_u32("threads", 0));
   if (args.has("rate")) {
     const uint32_t threads = args.get_u32("threads", 0);

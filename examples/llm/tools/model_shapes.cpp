@@ -22,10 +22,26 @@ const std::vector<Shape>& shapes() {
       {"tiny", 2, 256, 4, 2, 512, 512, 512, 0, 0, 10000.0f},
       {"tiny-moe", 2, 256, 4, 2, 512, 512, 512, 8, 2, 10000.0f},
       {"tiny-qwen3moe", 2, 256, 4, 2, 256, 512, 512, 8, 2, 1000000.0f, Arch::kQwen3Moe, 128, 1024, 1e-6f},
-      // gpt-oss-20b, gpt-oss-120b: once the engine has the MXFP4 type (issue 33), with an Arch of their own.
+      // gpt-oss-20b and gpt-oss-120b: config.json's num_hidden_layers, hidden_size, num_attention_heads,
+      // num_key_value_heads, intermediate_size (the experts' width, which the converter also writes as
+      // feed_forward_length), vocab_size, max_position_embeddings, num_local_experts,
+      // num_experts_per_tok (experts_per_token), rope_theta, head_dim, rms_norm_eps, sliding_window and
+      // rope_scaling (YaRN, factor 32 from 4096).
+      {"gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, 32, 4, 150000.0f, Arch::kGptOss, 64, 2880, 1e-5f, 128, 32.0f, 4096},
+      {"gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072, 128, 4, 150000.0f, Arch::kGptOss, 64, 2880, 1e-5f, 128, 32.0f, 4096},
+      {"tiny-gpt-oss", 2, 320, 8, 2, 320, 512, 512, 8, 4, 150000.0f, Arch::kGptOss, 64, 320, 1e-5f, 8, 32.0f, 4096},
   };
   return all;
 }
+
+// The --type names: each a ggml type id (mxfp4's other matrices are Q8_0: matrix_types).
+struct WeightType {
+  const char* name;
+  const char* upper;
+  gguf::GgmlType type;
+};
+constexpr WeightType kWeightTypes[] = {
+    {"q4_k", "Q4_K", gguf::GgmlType::Q4_K}, {"q6_k", "Q6_K", gguf::GgmlType::Q6_K}, {"mxfp4", "MXFP4", gguf::GgmlType::MXFP4}};
 
 std::function<void(b::Bytes&)> kv_f32(std::string k, float v) {
   return b::kv_raw(std::move(k), [v](b::Bytes& out) { out.put<uint32_t>(b::F32).put<float>(v); });
@@ -50,13 +66,20 @@ Shape shape_named(const std::string& name) {
 }
 
 uint32_t type_named(const std::string& t) {
-  if (t == "q4_k" || t == "Q4_K") return uint32_t(gguf::GgmlType::Q4_K);
-  if (t == "q6_k" || t == "Q6_K") return uint32_t(gguf::GgmlType::Q6_K);
-  throw std::invalid_argument("type must be q4_k or q6_k, not '" + t + "'");
+  for (const WeightType& w : kWeightTypes)
+    if (t == w.name || t == w.upper) return uint32_t(w.type);
+  throw std::invalid_argument("type must be q4_k, q6_k or mxfp4, not '" + t + "'");
 }
 
 std::string model_name(const Shape& s, uint32_t type) {
-  return s.name + "-" + (type == uint32_t(gguf::GgmlType::Q4_K) ? "q4_k" : "q6_k");
+  for (const WeightType& w : kWeightTypes)
+    if (type == uint32_t(w.type)) return s.name + "-" + w.name;
+  throw std::invalid_argument("no weight type has ggml type id " + std::to_string(type));
+}
+
+MatrixTypes matrix_types(uint32_t type) {
+  if (type == uint32_t(gguf::GgmlType::MXFP4)) return {type, uint32_t(gguf::GgmlType::Q8_0)};
+  return {type, type};
 }
 
 std::string shape_names() {
@@ -67,18 +90,27 @@ std::string shape_names() {
 
 namespace {
 
-// The metadata of `s` under its architecture's keys (llama: in the order the llama shapes were always
-// written, so that their bytes stay what they were).
+const char* arch_key(Arch a) {
+  switch (a) {
+    case Arch::kLlama: return "llama";
+    case Arch::kQwen3Moe: return "qwen3moe";
+    case Arch::kGptOss: return "gpt-oss";
+  }
+  throw std::logic_error("unknown architecture");
+}
+
+// The metadata of `s` under its architecture's keys (llama and qwen3moe: in the order their shapes were
+// always written, so that their bytes stay what they were).
 std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::string& name) {
-  const bool qwen3moe = s.arch == Arch::kQwen3Moe;
-  const std::string arch = qwen3moe ? "qwen3moe" : "llama", a = arch + ".";
+  const bool llama = s.arch == Arch::kLlama, gpt_oss = s.arch == Arch::kGptOss;
+  const std::string arch = arch_key(s.arch), a = arch + ".";
   std::vector<std::function<void(b::Bytes&)>> kvs = {
       b::kv_str("general.architecture", arch), b::kv_str("general.name", name),
       b::kv_u32(a + "context_length", s.ctx), b::kv_u32(a + "embedding_length", s.hidden),
-      b::kv_u32(a + "block_count", s.layers), b::kv_u32(a + "feed_forward_length", qwen3moe ? s.dense_ffn : s.ffn),
+      b::kv_u32(a + "block_count", s.layers), b::kv_u32(a + "feed_forward_length", llama ? s.ffn : s.dense_ffn),
       b::kv_u32(a + "attention.head_count", s.heads), b::kv_u32(a + "attention.head_count_kv", s.kv_heads)};
   auto add = [&](std::function<void(b::Bytes&)> kv) { kvs.push_back(std::move(kv)); };
-  if (qwen3moe) {  // as llama.cpp's converter writes a Qwen3-MoE: the head size given, no rope dimensions
+  if (!llama) {  // as llama.cpp's converter writes these: the head size given, no rope dimensions
     add(b::kv_u32(a + "attention.key_length", s.head_size()));
     add(b::kv_u32(a + "attention.value_length", s.head_size()));
   } else {
@@ -86,25 +118,44 @@ std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::
   }
   add(kv_f32(a + "rope.freq_base", s.rope_base));
   add(kv_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps));
-  if (!qwen3moe) add(b::kv_u32(a + "vocab_size", s.vocab));
+  if (llama) add(b::kv_u32(a + "vocab_size", s.vocab));
   // No vocabulary: prompts are token ids (--prompt-ids), as for the tests' generated models.
   add(b::kv_str("tokenizer.ggml.model", "none"));
   if (s.experts) {
     add(b::kv_u32(a + "expert_count", s.experts));
     add(b::kv_u32(a + "expert_used_count", s.experts_used));
   }
-  if (qwen3moe) add(b::kv_u32(a + "expert_feed_forward_length", s.ffn));
+  if (!llama) add(b::kv_u32(a + "expert_feed_forward_length", s.ffn));
+  if (gpt_oss) {  // the window and YaRN keys gpt-oss GGUFs carry (arch/gpt_oss.cpp reads them)
+    add(b::kv_u32(a + "attention.sliding_window", s.swa_window));
+    add(b::kv_str(a + "rope.scaling.type", "yarn"));
+    add(kv_f32(a + "rope.scaling.factor", s.yarn_factor));
+    add(b::kv_u32(a + "rope.scaling.original_context_length", s.yarn_orig_ctx));
+  }
   return kvs;
+}
+
+// The shape and type go together: refused naming the fix.
+void check_type(const Shape& s, uint32_t type) {
+  const bool mxfp4 = type == uint32_t(gguf::GgmlType::MXFP4);
+  if (s.arch != Arch::kLlama && !s.experts)
+    throw std::invalid_argument("shape " + s.name + ": a " + arch_key(s.arch) + " model needs experts");
+  if (mxfp4 && !s.experts)
+    throw std::invalid_argument("type mxfp4 is MXFP4 experts with Q8_0 elsewhere, and shape " + s.name +
+                                " has no experts: use q4_k or q6_k");
+  if (s.arch == Arch::kGptOss && !mxfp4)
+    throw std::invalid_argument("shape " + s.name + " takes type mxfp4 (MXFP4 experts, Q8_0 elsewhere: gpt-oss as published); its rows of " +
+                                std::to_string(s.hidden) + " are not whole 256-element k-quant blocks");
 }
 
 }  // namespace
 
 ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name) {
+  check_type(s, type);
   ModelLayout m;
   m.spec.data = false;
   m.spec.kvs = metadata(s, name);
-  const bool qwen3moe = s.arch == Arch::kQwen3Moe;
-  if (qwen3moe && !s.experts) throw std::invalid_argument("shape " + s.name + ": a qwen3moe model needs experts");
+  const bool qwen3moe = s.arch == Arch::kQwen3Moe, gpt_oss = s.arch == Arch::kGptOss;
   const uint64_t head = s.head_size(), q = uint64_t(s.heads) * head, kv = uint64_t(s.kv_heads) * head;
   auto add = [&](std::string n, std::vector<uint64_t> ne, uint32_t t, Fill f) {
     const uint64_t bytes = tensor_bytes(ne, t);
@@ -112,32 +163,45 @@ ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name)
     m.tensors.push_back({std::move(n), std::move(ne), t, f, bytes});
   };
   const uint32_t f32 = uint32_t(gguf::GgmlType::F32);
-  add("token_embd.weight", {s.hidden, s.vocab}, type, Fill::kEmbedding);
+  // A matrix `n`.weight, and for gpt-oss its F32 bias right after it: one value per output row (per
+  // expert and row for an expert stack: ne without its first dimension).
+  auto matrix = [&](const std::string& n, const std::vector<uint64_t>& ne, uint32_t t, Fill f) {
+    add(n + ".weight", ne, t, f);
+    if (gpt_oss) add(n + ".bias", std::vector<uint64_t>(ne.begin() + 1, ne.end()), f32, Fill::kBias);
+  };
+  const MatrixTypes types = matrix_types(type);
+  const uint32_t mat = types.others;
+  add("token_embd.weight", {s.hidden, s.vocab}, mat, Fill::kEmbedding);
   for (uint32_t i = 0; i < s.layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", {s.hidden}, f32, Fill::kNorm);
-    add(p + "attn_q.weight", {s.hidden, q}, type, Fill::kWeight);
-    add(p + "attn_k.weight", {s.hidden, kv}, type, Fill::kWeight);
-    add(p + "attn_v.weight", {s.hidden, kv}, type, Fill::kWeight);
-    add(p + "attn_output.weight", {q, s.hidden}, type, Fill::kWeight);
+    matrix(p + "attn_q", {s.hidden, q}, mat, Fill::kWeight);
+    matrix(p + "attn_k", {s.hidden, kv}, mat, Fill::kWeight);
+    matrix(p + "attn_v", {s.hidden, kv}, mat, Fill::kWeight);
+    matrix(p + "attn_output", {q, s.hidden}, mat, Fill::kWeight);
     if (qwen3moe) {  // one weight per position in a head, shared by the heads (llama.cpp: {n_embd_head_k})
       add(p + "attn_q_norm.weight", {head}, f32, Fill::kNorm);
       add(p + "attn_k_norm.weight", {head}, f32, Fill::kNorm);
     }
-    add(p + "ffn_norm.weight", {s.hidden}, f32, Fill::kNorm);
-    if (s.experts) {  // the dense part (router) first, so the streamed part of a layer is one range
-      add(p + "ffn_gate_inp.weight", {s.hidden, s.experts}, f32, Fill::kRouter);
-      add(p + "ffn_gate_exps.weight", {s.hidden, s.ffn, s.experts}, type, Fill::kWeight);
-      add(p + "ffn_up_exps.weight", {s.hidden, s.ffn, s.experts}, type, Fill::kWeight);
-      add(p + "ffn_down_exps.weight", {s.ffn, s.hidden, s.experts}, type, Fill::kWeight);
+    if (gpt_oss) {  // a sink logit per head; the FFN's input norm is post_attention_norm (no ffn_norm)
+      add(p + "attn_sinks.weight", {s.heads}, f32, Fill::kBias);
+      add(p + "post_attention_norm.weight", {s.hidden}, f32, Fill::kNorm);
     } else {
-      add(p + "ffn_gate.weight", {s.hidden, s.ffn}, type, Fill::kWeight);
-      add(p + "ffn_up.weight", {s.hidden, s.ffn}, type, Fill::kWeight);
-      add(p + "ffn_down.weight", {s.ffn, s.hidden}, type, Fill::kWeight);
+      add(p + "ffn_norm.weight", {s.hidden}, f32, Fill::kNorm);
+    }
+    if (s.experts) {  // the dense part (router) first: without biases the streamed part of a layer is one range
+      matrix(p + "ffn_gate_inp", {s.hidden, s.experts}, f32, Fill::kRouter);
+      matrix(p + "ffn_gate_exps", {s.hidden, s.ffn, s.experts}, types.experts, Fill::kWeight);
+      matrix(p + "ffn_up_exps", {s.hidden, s.ffn, s.experts}, types.experts, Fill::kWeight);
+      matrix(p + "ffn_down_exps", {s.ffn, s.hidden, s.experts}, types.experts, Fill::kWeight);
+    } else {
+      matrix(p + "ffn_gate", {s.hidden, s.ffn}, mat, Fill::kWeight);
+      matrix(p + "ffn_up", {s.hidden, s.ffn}, mat, Fill::kWeight);
+      matrix(p + "ffn_down", {s.ffn, s.hidden}, mat, Fill::kWeight);
     }
   }
   add("output_norm.weight", {s.hidden}, f32, Fill::kNorm);
-  add("output.weight", {s.hidden, s.vocab}, type, Fill::kWeight);
+  add("output.weight", {s.hidden, s.vocab}, mat, Fill::kWeight);
   return m;
 }
 

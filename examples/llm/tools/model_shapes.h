@@ -15,6 +15,7 @@ namespace gpunvme::llm::gen {
 enum class Arch : uint8_t {
   kLlama,     // "llama": dense, or Mixtral-style experts
   kQwen3Moe,  // "qwen3moe": per-head Q/K norms, every layer routed, no dense FFN tensors
+  kGptOss,    // "gpt-oss": biases, attention sinks, sliding-window layers, YaRN, routed with biased experts
 };
 
 struct Shape {
@@ -26,6 +27,11 @@ struct Shape {
   uint32_t head_dim = 0;     // 0: hidden / heads (llama); qwen3moe's heads are wider than hidden / heads
   uint32_t dense_ffn = 0;    // qwen3moe: feed_forward_length as the real model's GGUF says (no tensor of it)
   float rms_eps = 1e-5f;
+  // gpt-oss: attention.sliding_window (llama.cpp windows every other layer, the first included) and the
+  // YaRN scaling of its RoPE (config.json's rope_scaling: factor, original_max_position_embeddings).
+  uint32_t swa_window = 0;
+  float yarn_factor = 0;
+  uint32_t yarn_orig_ctx = 0;
 
   uint32_t head_size() const { return head_dim ? head_dim : hidden / heads; }
 };
@@ -37,14 +43,26 @@ struct Shape {
 // llama.cpp's converter give them; qwen3-30b-a3b-llama, the llama-layout stand-in the published MoE
 // numbers before issue 33 were measured on (docs/performance.md: 64-wide heads, no Q/K norms); tiny
 // (2 layers, 256), tiny-moe (tiny, 8 experts, top 2), tiny-qwen3moe (2 layers, 256, 4/2 heads of 128,
-// 8 experts of 256, top 2). gpt-oss-20b and gpt-oss-120b come here once the MXFP4 type exists (issue 33).
-// Throws std::invalid_argument naming the known shapes.
+// 8 experts of 256, top 2); gpt-oss-20b (24 layers, 2880, 64/8 heads of 64, 32 experts of 2880, top 4,
+// 201088 vocab, window 128) and gpt-oss-120b (36 layers, 128 experts) in the gpt-oss layout, as OpenAI's
+// config.json and llama.cpp's converter give them; tiny-gpt-oss (2 layers: one windowed, one global;
+// 320 wide, so rows are not whole 256-element blocks as 2880 is not; 8/2 heads of 64, 8 experts of 320,
+// top 4, window 8). Throws std::invalid_argument naming the known shapes.
 Shape shape_named(const std::string& name);
-std::string shape_names();
-// The matrices' type by its name (q4_k, q6_k; upper case too); throws std::invalid_argument naming both.
+// The weight type by its name (q4_k, q6_k, mxfp4; upper case too) as a ggml type id; throws
+// std::invalid_argument naming them. q4_k and q6_k: every matrix in that type. mxfp4: the mix gpt-oss is
+// published in (ggml-org's GGUFs): MXFP4 experts, every other matrix Q8_0 (weight_types below).
 uint32_t type_named(const std::string& name);
-// general.name of a generated model, e.g. "qwen3-235b-a22b-q4_k".
-std::string model_name(const Shape& s, uint32_t type);  // "llama3-70b, mixtral-8x7b, ..."
+// general.name of a generated model, e.g. "qwen3-235b-a22b-q4_k", "gpt-oss-120b-mxfp4".
+std::string model_name(const Shape& s, uint32_t type);
+std::string shape_names();  // "llama3-70b, mixtral-8x7b, ..."
+
+// The types of a model's matrices for a weight type: the experts' stacks and the others (embedding,
+// attention, output). Norms, biases, sinks and the MoE router are F32 whatever the type.
+struct MatrixTypes {
+  uint32_t experts = 0, others = 0;
+};
+MatrixTypes matrix_types(uint32_t type);
 
 // What a tensor's random values look like (generated_model.cpp makes blocks for them).
 enum class Fill : uint8_t {
@@ -52,6 +70,7 @@ enum class Fill : uint8_t {
   kEmbedding,  // token embeddings: values of about 1
   kNorm,       // F32 norm weights: 1 +- 0.1
   kRouter,     // F32 MoE router: values of about 1, so that tokens pick different experts
+  kBias,       // F32 biases and attention sinks: values of about 0.1, centred
 };
 
 struct TensorPlan {
@@ -64,10 +83,14 @@ struct TensorPlan {
 
 struct ModelLayout {
   gguf::builder::Spec spec;        // metadata and tensor infos (data = false: bytes come from the generator)
-  std::vector<TensorPlan> tensors;  // in file order; per layer: dense tensors first, then the experts
+  // In file order. Per layer: the dense tensors first, then the experts; gpt-oss's each followed by its
+  // bias (as converted gpt-oss files interleave them: the dense part of a layer is several pieces).
+  std::vector<TensorPlan> tensors;
 };
 
-// `type`: the matrices' ggml type (Q4_K or Q6_K); norms and the router are F32.
+// `type`: a type_named id (matrix_types gives the matrices' types). Throws std::invalid_argument for a
+// type the shape cannot take, naming the fix: mxfp4 without experts; a k-quant on gpt-oss, whose rows of
+// 2880 are not whole 256-element blocks (and which is published with MXFP4 experts).
 ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name);
 
 }  // namespace gpunvme::llm::gen
