@@ -68,7 +68,7 @@ if [ -z "${MACHINE:-}" ]; then
 fi
 json_escape() { printf '%s' "$1" | sed 's/\\/\\\\/g; s/"/\\"/g'; }
 rev=${GIT_REV:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)}  # GIT_REV: when the tree is a snapshot
-common=(--device "$DEVICE" --time "$TIME" --json)
+common=(--device "$DEVICE" --json)
 [ -n "$SPAN" ] && common+=(--span "$SPAN")
 [ "$FILL" = 1 ] && common+=(--fill)
 # shellcheck disable=SC2206
@@ -77,7 +77,7 @@ common=(--device "$DEVICE" --time "$TIME" --json)
 printf '{"sweep":"nvme_perf","date":"%s","host":"%s","machine":"%s","git":"%s","device":"%s","time_s":%s,"queues":%s,"span":"%s","fill":%s,"bs_qd":%s,"paths":"%s","command":"%s"}\n' \
   "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(json_escape "$(hostname)")" "$(json_escape "$MACHINE")" "$rev" \
   "$(json_escape "$DEVICE")" "$TIME" "$QUEUES" "$SPAN" "$([ "$FILL" = 1 ] && echo true || echo false)" "$BS_QD" \
-  "$PATHS" "$(json_escape "$NVME_PERF ${common[*]}")" >> "$OUT"
+  "$PATHS" "$(json_escape "$NVME_PERF ${common[*]} --time $TIME")" >> "$OUT"
 
 limit=$(awk -v t="$TIME" 'BEGIN { printf "%d", t + 120 }')
 failures=0
@@ -87,7 +87,9 @@ point() {  # label, then nvme_perf options
   err=$(mktemp)
   local queues=(--queues "$QUEUES")  # unless the point sets its own (nvme_perf refuses an option given twice)
   case " $* " in *" --queues "*) queues=() ;; esac
-  line=$(timeout "$limit" "$NVME_PERF" "${common[@]}" "${queues[@]}" "$@" --label "$label" 2>"$err")
+  local timing=(--time "$TIME")  # unless the point stops by count (nvme_perf refuses both)
+  case " $* " in *" --count "*) timing=() ;; esac
+  line=$(timeout "$limit" "$NVME_PERF" "${common[@]}" "${queues[@]}" "${timing[@]}" "$@" --label "$label" 2>"$err")
   rc=$?
   if [ -n "$line" ] && [ "${line:0:1}" = "{" ]; then
     echo "$line" >> "$OUT"
