@@ -27,6 +27,18 @@ std::vector<uint8_t> read_all(GeneratedModel& m) {
   return b;
 }
 
+// The header of a generated model (no tensor bytes generated) and the engine's configuration from it.
+struct Header {
+  gguf::GgufFile file;
+  llm::ModelConfig config;
+};
+Header header_of(const char* shape, gguf::GgmlType type) {
+  GeneratedModel model(model_layout(shape_named(shape), uint32_t(type), shape), 1, 1);
+  gguf::GgufFile f = gguf::GgufFile::read(model);
+  const llm::ModelConfig c = llm::read_config(f);
+  return {std::move(f), c};
+}
+
 }  // namespace
 
 TEST_CASE("any byte range of a generated model reads the same, whatever the order, split or threads") {
@@ -149,11 +161,8 @@ TEST_CASE("the qwen3moe shapes are llama.cpp's qwen3moe layout, as the engine re
                         Want{"qwen3-30b-a3b", 48, 2048, 32, 4, 128, 128, 8, 768, 6144},
                         Want{"tiny-qwen3moe", 2, 256, 4, 2, 128, 8, 2, 256, 1024}}) {
     INFO(w.shape);
-    const ModelLayout layout = model_layout(shape_named(w.shape), uint32_t(gguf::GgmlType::Q4_K), w.shape);
-    GeneratedModel model(layout, 1, 1);
-    const gguf::GgufFile f = gguf::GgufFile::read(model);  // the header only
+    const auto [f, c] = header_of(w.shape, gguf::GgmlType::Q4_K);
     CHECK(f.architecture() == "qwen3moe");
-    const llm::ModelConfig c = llm::read_config(f);
     CHECK(c.arch == llm::Arch::kQwen3Moe);
     CHECK(c.n_layer == w.layers);
     CHECK(c.n_embd == w.embd);
@@ -197,11 +206,8 @@ TEST_CASE("the gpt-oss shapes are llama.cpp's gpt-oss layout, as the engine read
                         Want{"gpt-oss-20b", 24, 2880, 32, 2880, 201088, 131072, 128},
                         Want{"tiny-gpt-oss", 2, 320, 8, 320, 512, 512, 8}}) {
     INFO(w.shape);
-    const ModelLayout layout = model_layout(shape_named(w.shape), uint32_t(gguf::GgmlType::MXFP4), w.shape);
-    GeneratedModel model(layout, 1, 1);
-    const gguf::GgufFile f = gguf::GgufFile::read(model);  // the header only
+    const auto [f, c] = header_of(w.shape, gguf::GgmlType::MXFP4);
     CHECK(f.architecture() == "gpt-oss");
-    const llm::ModelConfig c = llm::read_config(f);
     CHECK(c.arch == llm::Arch::kGptOss);
     CHECK(c.n_layer == w.layers);
     CHECK(c.n_embd == w.embd);

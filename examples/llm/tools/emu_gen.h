@@ -10,7 +10,9 @@
 // namespace of those keys opens, over every model byte with all cores, and kept for the process (the
 // bench opens a controller per cell). Cost (llm_make_model --rate; 2-core dev box, 2026-11-28): the
 // generator alone 0.32 CPU s per GB (3.1 GB/s a core), with the CRC 0.42 CPU s per GB, so a 132 GB
-// qwen3-235b-a22b Q4_K takes 55 CPU s: about 3.5 s on 16 free cores, 28 s on 2. Not lazily per chunk: the record is read whole first, at LBA 0, and a namespace
+// qwen3-235b-a22b Q4_K takes 55 CPU s: about 3.5 s on 16 free cores, 28 s on 2. MXFP4 blocks are 17
+// bytes, each from its own seed: gpt-oss-120b generates at about 2.4 GB/s a core, 0.53 CPU s per GB with
+// the CRC (a busy 2-core box), 34 CPU s for its 63 GB. Not lazily per chunk: the record is read whole first, at LBA 0, and a namespace
 // cannot take seconds to answer one read. Not from a cache file: a changed generator would leave the
 // record describing other bytes.
 //
