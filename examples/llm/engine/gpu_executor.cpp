@@ -130,7 +130,11 @@ class FetchedExperts final : public ExpertSource {
   FetchedExperts(const FetchedExperts&) = delete;
   FetchedExperts& operator=(const FetchedExperts&) = delete;
 
+  // The load check's event (GpuLoadCheck::expert_check_done): every write of the fetcher's slots and
+  // tables (a fetch, a prefetch) waits for the check of the bytes it may overwrite. Null: none.
+  void wait_before_writes(cudaEvent_t e) { writes_wait_ = e; }
   void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
+    wait_writes(reinterpret_cast<cudaStream_t>(s));
     if (overlap_) fetcher_.fetch_overlapped(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
     else fetcher_.fetch(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
     device::check_cuda(cudaMemcpyAsync(log_ + size_t(layer) * k_, ids, k * sizeof(uint32_t), cudaMemcpyDeviceToDevice, s),
@@ -144,6 +148,7 @@ class FetchedExperts final : public ExpertSource {
   // the predicted experts as hits.
   void prefetch(uint32_t layer) {
     if (!prefetch_ || !logged_[layer]) return;
+    wait_writes(prefetch_stream_);
     fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
   // Pre-gating (GpuForward::pregate): at a fetched layer, the next fetched layer of the same pass
@@ -169,6 +174,7 @@ class FetchedExperts final : public ExpertSource {
   }
   gpu_stream_t pregate_stream() const override { return reinterpret_cast<gpu_stream_t>(prefetch_stream_); }
   void prefetch_predicted(uint32_t layer, const uint32_t* ids, uint32_t n) override {
+    wait_writes(prefetch_stream_);
     fetcher_.prefetch(layer, ids, n, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
   void wait_slice(uint32_t k, model::Projection proj, uint32_t slice, gpu_stream_t s) override {
@@ -274,6 +280,11 @@ class FetchedExperts final : public ExpertSource {
   uint32_t wrap_experts_ = 0;  // the next pass's first fetched layer, predicted at the last (0: not)
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
+  cudaEvent_t writes_wait_ = nullptr;  // not owned
+
+  void wait_writes(cudaStream_t s) {
+    if (writes_wait_) device::check_cuda(cudaStreamWaitEvent(s, writes_wait_, 0), "fetch waits for the expert check");
+  }
 };
 
 class GpuExecutor final : public Executor {
@@ -316,6 +327,7 @@ class GpuExecutor final : public Executor {
     if (check_->on())
       gpu_check_ = std::make_unique<GpuLoadCheck>(*check_, m_, streamer_.get(), experts_ ? &experts_->fetcher() : nullptr,
                                                   m_.config.n_expert_used);
+    if (experts_ && gpu_check_) experts_->wait_before_writes(gpu_check_->expert_check_done());
   }
   ~GpuExecutor() override {
     try {

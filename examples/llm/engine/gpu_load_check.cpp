@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "device/cuda_check.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 
 namespace gpunvme::llm {
@@ -35,8 +36,21 @@ GpuLoadCheck::GpuLoadCheck(LoadCheck& check, const ModelOnDevice& m, const strea
         parts[k].push_back({off, p.extent.byte_length, check_it});
         any |= check_it;
       }
-    if (any) experts_ = std::make_unique<stream::GpuExpertCrc>(*fetcher, parts, check_.chunk_shift(), max_experts);
+    if (any) {
+      experts_ = std::make_unique<stream::GpuExpertCrc>(*fetcher, parts, check_.chunk_shift(), max_experts);
+      int lo = 0, hi = 0;
+      cudaStream_t side = nullptr;
+      device::check_cuda(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priorities");
+      device::check_cuda(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, lo), "expert check stream");
+      side_.reset(side);
+      consumed_ = stream::make_event("expert check event");
+      done_ = stream::make_event("expert check event");
+    }
   }
+}
+
+GpuLoadCheck::~GpuLoadCheck() {
+  if (side_) cudaStreamSynchronize(side_.get());  // its kernels read the fetcher's slots and the log
 }
 
 std::vector<GpuLoadCheck::SlotPiece> GpuLoadCheck::slot_pieces(const plan::CommandPlan& p) const {
@@ -62,12 +76,18 @@ void GpuLoadCheck::streamed(uint32_t index, const stream::SlotView& v, stream::c
 }
 
 void GpuLoadCheck::experts(stream::cuda_stream_t s) {
-  if (experts_ && expert_bytes_ < experts_->bytes_to_check()) experts_->after_consumers(s);
+  if (!experts_ || expert_bytes_ >= experts_->bytes_to_check()) return;
+  cudaStream_t side = side_.get();
+  device::check_cuda(cudaEventRecord(consumed_.get(), reinterpret_cast<cudaStream_t>(s)), "expert check: consumers enqueued");
+  device::check_cuda(cudaStreamWaitEvent(side, consumed_.get(), 0), "expert check: wait for the consumers");
+  experts_->after_consumers(reinterpret_cast<stream::cuda_stream_t>(side));
+  device::check_cuda(cudaEventRecord(done_.get(), side), "expert check: done");
 }
 
 void GpuLoadCheck::end_pass() {
   if (streamed_log_)
     for (const stream::GpuCrcResult& r : streamed_log_->take()) check_.add_gpu(r.offset, r.bytes, r.crc);
+  if (experts_) device::check_cuda(cudaStreamSynchronize(side_.get()), "expert check stream");
   if (experts_)
     for (const stream::GpuCrcResult& r : experts_->take()) {
       check_.add_gpu(r.offset, r.bytes, r.crc);
