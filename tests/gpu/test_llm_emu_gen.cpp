@@ -1,10 +1,13 @@
 // The engine on the GPU reading a generated namespace (emu:gen, examples/llm/tools/emu_gen.h): layers
 // streamed and experts fetched by GPU-issued reads from the emulator's computed-on-read bytes, paced as a
 // pcie4 drive, give the logits of the same model deployed onto an image file, to the bit; so does a
-// striped set of two generated members. tiny-moe: 8 experts, 2 routed, none resident.
+// striped set of two generated members. tiny-moe: 8 experts, 2 routed, none resident; tiny-gpt-oss:
+// MXFP4 experts (8, 4 routed) with their bias rows between the expert stacks (the dense part in pieces),
+// sliding-window and global layers, finite logits.
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -17,9 +20,12 @@
 
 using namespace gpunvme;
 
-TEST_CASE("llm on emu:gen: streamed layers and fetched experts give the image's logits, to the bit") {
-  REQUIRE_GPU();
-  const std::string gen = "emu:gen,shape=tiny-moe,type=q4_k";
+namespace {
+
+// The GPU executor on `gen` (one layer's dense part in VRAM: the rest streams, every expert is fetched)
+// against the same model deployed onto an image file.
+void check_against_image(const std::string& gen) {
+  INFO(gen);
   const auto image = llm::gen::generated_image(gen);
   REQUIRE(image);
   // The same model, as llm_make_model --device writes it, on an image file of the namespace's size.
@@ -45,5 +51,15 @@ TEST_CASE("llm on emu:gen: streamed layers and fetched experts give the image's 
   CHECK(sg.has_experts);
   CHECK(sg.experts.faults > 0);
   CHECK(got == want);
+  for (const std::vector<float>& step : got)
+    CHECK(std::all_of(step.begin(), step.end(), [](float x) { return std::isfinite(x); }));
   std::remove(path);
+}
+
+}  // namespace
+
+TEST_CASE("llm on emu:gen: streamed layers and fetched experts give the image's logits, to the bit") {
+  REQUIRE_GPU();
+  check_against_image("emu:gen,shape=tiny-moe,type=q4_k");
+  check_against_image("emu:gen,shape=tiny-gpt-oss,type=mxfp4");
 }
