@@ -16,6 +16,7 @@
 
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/ops.h"
+#include "examples/llm/quant/weight_types.h"
 #include "gpu_rig.h"
 #include "tests/llm/tiny_model.h"
 
@@ -42,8 +43,8 @@ struct DeviceArray {
 };
 
 // Every weight type the kernels decode.
-const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
-                                      GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
+// Every type of the weight-type table (a new row is tested without an edit here).
+const std::vector<GgmlType> kTypes(kComputedTypes.begin(), kComputedTypes.end());
 
 }  // namespace
 

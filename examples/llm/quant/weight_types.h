@@ -6,6 +6,7 @@
 // dequant.h (plus a dequant_group there when its block is not one 32-element group); tests/llm's
 // weight-types test then holds its two dequantisations equal and its kernel dispatch present.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -71,6 +72,13 @@ std::string type_names_in(WeightTable<Rows...>) {
   ((s += (s.empty() ? "" : " ") + std::string(gguf::ggml_traits(Rows::type).name)), ...);
   return s;
 }
+
+template <class... Rows>
+constexpr std::array<GgmlType, sizeof...(Rows)> types_in(WeightTable<Rows...>) {
+  return {Rows::type...};
+}
+// The table's types in its order: what a test of every type iterates (the GPU kernels' tests).
+inline constexpr auto kComputedTypes = types_in(WeightTypes{});
 
 // "F32 F16 ... Q6_K": the table's types by ggml's names, for messages that say what the engine computes.
 inline std::string computed_type_names() { return type_names_in(WeightTypes{}); }
