@@ -15,7 +15,7 @@
 #         the 70B model: tokens/s with three loaders and the RAM tier, time to first token, the cost of
 #         a pass (about 540 s)
 #     GIT_REV=<commit> OUT=/tmp/p3 bash scripts/reproduce.sh --part 3 --pack $OUT/p3.tgz
-#         MoE models bigger than RAM, generated on read: Qwen3-235B-A22B (about 300 s)
+#         MoE models generated on read: Qwen3-235B-A22B (bigger than RAM), gpt-oss-120b (about 420 s)
 #   then here: tar -xzf p1.tgz, and perf_render.py --import on the folder it holds
 # options:
 #   --only STEP[,STEP]  run these steps of the part only (--list names them; a warm machine keeps the build)
@@ -44,7 +44,7 @@ SHM=/dev/shm/gpunvme-repro  # model images: one at a time (a 54 GB model fills m
 # what it took, so the next run can correct them.
 PART1="build:90 cmd-rate:30 layer-stream:110 moe:150 pass-compute:10 doorbell:15 nvme-perf:95"
 PART2="build:60 gen-70b:35 tokens-70b:260 passes-70b:195"
-PART3="build:60 moe-235b:240"
+PART3="build:60 moe-235b:240 moe-gpt-oss:120"
 
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit "${1:-2}"; }
 
@@ -153,8 +153,8 @@ step_moe() {
   record tokens_moe "${fm##*/}" "$(shown "$BD/examples/llm_make_model" --shape mixtral-8x7b --type q4_k --device "emu:$SHM.img,size=25G") && $(shown "${mx[@]}")" "the same call" '{"slot": "mixtral-8x7b"}'
 }
 
-# Part 3: MoE models bigger than the machine's RAM, on a namespace that computes the generated model on
-# read (emu:gen): nothing is written to /dev/shm. NVMe striping of fetched experts is not supported yet,
+# Part 3: MoE models on a namespace that computes the generated model on read (emu:gen): nothing is
+# written to /dev/shm, so a model may be bigger than the machine's RAM. NVMe striping of fetched experts is not supported yet,
 # so there are no 2-drive cells.
 step_moe_235b() {
   local f=$OUT/${TAG}_llm_tokens_qwen3_235b.json
@@ -162,6 +162,14 @@ step_moe_235b() {
            --drives pcie4,pcie5 --expert-prefetch off,auto --tokens 6 --json-out "$f")
   run "${c[@]}" || return 1
   record tokens_moe "${f##*/}" "$(shown "${c[@]}")" "132 GB generated on read: more than the machine's RAM" '{"slot": "qwen3-235b-a22b"}'
+}
+
+step_moe_gpt_oss() {
+  local f=$OUT/${TAG}_llm_tokens_gpt_oss_120b.json
+  local c=("$BD/bench/llm_tokens" --device emu:gen,shape=gpt-oss-120b,type=mxfp4 --modes gpunvme --budgets 22G:0,8G:0
+           --drives pcie4,pcie5 --expert-prefetch off,auto --tokens 6 --json-out "$f")
+  run "${c[@]}" || return 1
+  record tokens_moe "${f##*/}" "$(shown "${c[@]}")" "63 GB generated on read (MXFP4 experts, Q8_0 attention)" '{"slot": "gpt-oss-120b"}'
 }
 
 step_pass_compute() {
