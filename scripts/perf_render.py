@@ -140,7 +140,9 @@ def readme(blocks, data_dir):
         f" {pt.span(d_ratio('pcie4'), lambda x: f'{x:.2f}')}× on PCIe 4, for"
         f" {pt.span(pt.dense_cpu_ratios(blocks['tokens_dense'], data_dir), lambda x: f'{x:.0f}')}× less host CPU.",
         f"- MoE with the default prefetch, of the NVMe bound: Mixtral-8x7B {pt.span(m_eff('mixtral'), p1)} %, Qwen3-30B-A3B"
-        f" {pt.span(m_eff('qwen3-30b', 'pcie4'), p1)} % (PCIe 4) and {pt.span(m_eff('qwen3-30b', 'pcie5'), p1)} % (PCIe 5).",
+        f" {pt.span(m_eff('qwen3-30b', 'pcie4'), p1)} % (PCIe 4) and {pt.span(m_eff('qwen3-30b', 'pcie5'), p1)} % (PCIe 5),"
+        f" gpt-oss-120b {pt.span(m_eff('gpt-oss-120b'), p1)} %, Qwen3-235B-A22B (132 GB, more than the machine's RAM)"
+        f" {pt.span(m_eff('qwen3-235b'), p1)} %.",
     ]
     return "\n".join(lines) + "\n"
 

@@ -282,7 +282,7 @@ def moe_groups(srcs, data_dir):
 
 
 def tokens_moe(srcs, data_dir):
-    head = ["model", "VRAM:RAM", "drive", "prefetch off", "default (pre-gating)", "tok/s (default)", "bound tok/s",
+    head = ["model", "VRAM:RAM", "drive", "prefetch off", "default (auto)", "tok/s (default)", "bound tok/s",
             "host CPU s per token", "expert hits (default)", "wrong predictions cut", "bytes read for wrong ones",
             "bytes the cut spared"]
     rows = []

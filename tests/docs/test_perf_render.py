@@ -114,7 +114,8 @@ def renderer_cases(tmp):
     check(rc == 1 and "docs/performance.md: layer_stream_baselines" in out and "README.md: readme" in out,
           "a changed raw value fails --check for the table and the README line it backs")
 
-    srcs["blocks"]["layer_stream_baselines"][0]["card"] = "NVIDIA H200"
+    card = srcs["blocks"]["layer_stream_baselines"][0]["card"]
+    srcs["blocks"]["layer_stream_baselines"][0]["card"] = "NVIDIA H100 80GB HBM3" if "H200" in card else "NVIDIA H200"
     write(os.path.join(root, "docs", "data", "perf_sources.json"), json.dumps(srcs))
     rc, out = render(root, "--check")
     check(rc == 2 and "names the card" in out, "a source whose file names another card is refused")
