@@ -1,7 +1,7 @@
 // The engine's rules a hostile or careless input meets first (issue 32): RoPE over part of a head
 // (rope.dimension_count) and llama.cpp's refusals of the values it cannot be, top-k 0 as llama.cpp's
 // "no limit", and a run stopped, naming the position, at the first logits that are not finite; qwen3's and
-// qwen3moe's configuration as llama.cpp reads it (issue 33).
+// qwen3moe's and gpt-oss's configuration as llama.cpp reads it (issue 33).
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -149,6 +149,58 @@ TEST_CASE("qwen3 and qwen3moe: NEOX RoPE, Q/K norms, the experts' width as llama
                     ContainsSubstring("qwen3moe.expert_used_count"));
   CHECK_THROWS_WITH(read_config(header("qwen3", 32)), ContainsSubstring("qwen3.rope.dimension_count = 32 differs from the head size 64"));
   CHECK_THROWS_WITH(read_config(header("qwen4", std::nullopt)), ContainsSubstring("qwen3, qwen3moe"));
+}
+
+// gpt-oss's header as the real GGUFs carry it: the u32 keys and YaRN as rope.scaling.* (type, factor,
+// original context); `window` and `scaling` vary it.
+static gguf::GgufFile gpt_oss_header(uint32_t window = 16, const std::string& scaling = "yarn") {
+  b::Spec s;
+  const std::string a = "gpt-oss.";
+  const auto f32 = [](std::string k, float v) { return b::kv_raw(std::move(k), [v](b::Bytes& x) { x.put<uint32_t>(b::F32).put<float>(v); }); };
+  s.kvs = {b::kv_str("general.architecture", "gpt-oss"), b::kv_u32(a + "context_length", 512),
+           b::kv_u32(a + "embedding_length", 256), b::kv_u32(a + "block_count", 4),
+           b::kv_u32(a + "feed_forward_length", 512), b::kv_u32(a + "attention.head_count", 4),
+           b::kv_u32(a + "attention.head_count_kv", 2), b::kv_u32(a + "attention.key_length", 64),
+           b::kv_u32(a + "attention.value_length", 64), b::kv_u32(a + "attention.sliding_window", window),
+           b::kv_u32(a + "expert_count", 8), b::kv_u32(a + "expert_used_count", 4),
+           b::kv_u32(a + "expert_feed_forward_length", 128), f32(a + "rope.freq_base", 150000.0f),
+           b::kv_str(a + "rope.scaling.type", scaling), f32(a + "rope.scaling.factor", 32.0f),
+           b::kv_u32(a + "rope.scaling.original_context_length", 4096)};
+  s.tensors.emplace_back("token_embd.weight", std::vector<uint64_t>{256, 10}, uint32_t(GgmlType::F32), 256 * 10 * 4);
+  return gguf::GgufFile::parse(b::build(s).bytes);
+}
+
+TEST_CASE("gpt-oss: its configuration as llama.cpp reads it (windows, YaRN, routing, biases, sinks)", "[llm][arch]") {
+  const ModelConfig c = read_config(gpt_oss_header());
+  CHECK(c.arch == Arch::kGptOss);
+  CHECK(c.rope == RopeLayout::kNeox);
+  CHECK(c.n_expert == 8);
+  CHECK(c.n_expert_used == 4);
+  CHECK(c.n_ff == 128);  // expert_feed_forward_length
+  CHECK(c.gating == Gating::kSoftmaxSelected);  // top k of the raw logits, a softmax over those
+  CHECK(c.act == FfnAct::kSwigluOai);
+  CHECK(c.sinks);
+  CHECK(c.biases);
+  CHECK(c.ffn_norm == "post_attention_norm");
+  // llama.cpp's pattern without the key: even layers windowed, odd layers global.
+  CHECK(c.swa_window == 16);
+  CHECK(c.layer_is_swa(0));
+  CHECK_FALSE(c.layer_is_swa(1));
+  CHECK(c.layer_is_swa(2));
+  CHECK_FALSE(c.layer_is_swa(3));
+  CHECK(c.rope_base_swa == 150000.0f);  // no rope.freq_base_swa: the windowed layers use freq_base
+  // YaRN: ext_factor 1, freq_scale 1 / factor, the original context; the attention factor is
+  // get_mscale(32) / (1 + 0.1 ln 32) = 1 (llama-context.cpp cancels what ggml's rope multiplies in).
+  CHECK(c.yarn.ext_factor == 1.0f);
+  CHECK(c.yarn.freq_scale == 1.0f / 32.0f);
+  CHECK(c.yarn.n_ctx_orig == 4096);
+  CHECK(std::fabs(c.yarn.attn_factor - 1.0f) < 1e-6f);
+
+  // Refusals that name the key.
+  CHECK_THROWS_WITH(read_config(gpt_oss_header(1024)),
+                    ContainsSubstring("gpt-oss.attention.sliding_window = 1024 is larger than gpt-oss.context_length = 512"));
+  CHECK_THROWS_WITH(read_config(gpt_oss_header(16, "longrope")),
+                    ContainsSubstring("gpt-oss.rope.scaling.type = 'longrope' is not supported"));
 }
 
 TEST_CASE("top-k 0 samples from the whole vocabulary, as llama.cpp's k <= 0; top-k K from the K best", "[llm][sampler]") {
