@@ -39,7 +39,7 @@ step_layer_stream() {
 # (logits equal to the bit). LLM_MODELS: the generated models (make_models.py; the GPU machine has no
 # PyPI, so they are carried); GPUNVME_GEMMA_GGUF: the real Gemma 3 270M file, if present.
 step_engine() {
-  python3 tests/llm/reference_check.py --llm "$BD/examples/llm" --gpunvme "$BD/gpunvme" --path gpu --resident-pair \
+  python3 tests/llm/reference_check.py --llm "$BD/examples/llm/llm" --gpunvme "$BD/gpunvme" --path gpu --resident-pair \
     --models "${LLM_MODELS:-.device-carry/llm-models}"
 }
 # Tokens/s of the real model, every layer streamed and every layer resident, unthrottled and on a modeled
@@ -51,7 +51,7 @@ step_engine_speed() {
   for drive in none pcie4; do
     for r in none all; do
       echo "--- drive=$drive --resident $r"
-      "$BD/examples/llm" --device "emu:$img,drive=$drive" --prompt "The capital of France is" -n 64 --ignore-eos \
+      "$BD/examples/llm/llm" --device "emu:$img,drive=$drive" --prompt "The capital of France is" -n 64 --ignore-eos \
         --resident $r --json-out "$OUT/llm_${drive}_$r.json" | tail -7 || return 1
     done
   done

@@ -72,7 +72,7 @@ run() {  # log a command (on stderr: stdout may be the data) and run it; its exi
 # ---- the steps ----------------------------------------------------------------------------------------
 
 targets_1="bench/gpu_cmd_rate bench/layer_stream bench/llm_tokens bench/llm_pass_compute bench/nvme_perf examples/llm_make_model"
-targets_2="bench/llm_tokens examples/llm_make_model examples/llm"
+targets_2="bench/llm_tokens examples/llm_make_model examples/llm/llm"
 targets_3="bench/llm_tokens"
 
 step_build() {
@@ -195,7 +195,7 @@ step_tokens_70b() {
 step_passes_70b() {
   local f=$OUT/${TAG}_passes_70b.json
   [ -f "$SHM.img" ] || { echo "no 70B model in $SHM.img: the gen-70b step did not run" >&2; return 1; }
-  local c=(python3 scripts/llm/bench_passes.py --llm "$BD/examples/llm" --device "emu:$SHM.img,drive=pcie4,threads=8"
+  local c=(python3 scripts/llm/bench_passes.py --llm "$BD/examples/llm/llm" --device "emu:$SHM.img,drive=pcie4,threads=8"
            --lengths 16,128,512 --baseline-max 0 --batch 2048 --ks 1,4,16 --repeat 2 --skip spec --json-out "$f"
            -- --path gpu --vram-budget 22G --ram-budget 0)
   run "${c[@]}"

@@ -12,7 +12,7 @@
 
 Every figure comes from the engine's --json-out (prompt_seconds, prompt_passes, decode_passes, ...), with
 the engine thread's CPU time beside the decode rates. Prints the tables and writes them as JSON.
-  bench_passes.py --llm BUILD/examples/llm (--device DEV | --model FILE.gguf --gpunvme BUILD/gpunvme)
+  bench_passes.py --llm BUILD/examples/llm/llm (--device DEV | --model FILE.gguf --gpunvme BUILD/gpunvme)
                   [--json-out FILE] [--lengths 16,128,512,2048] [--ks 1,2,4,8,16] [--draft-ks 4,8,16]
                   [--new 128] [--baseline-max 512] [--skip ttft,cost,spec] [-- ENGINE ARGS...]
 ENGINE ARGS go to every run (e.g. --path gpu --vram-budget 22G --ram-budget 0). --model deploys the file

@@ -7,7 +7,7 @@
   - a run that fails after its outputs were opened leaves the old file as it was and no temporary file;
   - a good run writes all three outputs, consistent with each other, and `read --out` the device's bytes.
 The model is llm_make_model's tiny one (no GPU, no gguf-py).
-  test_output_file_cli.py --llm BUILD/examples/llm --make-model BUILD/examples/llm_make_model --gpunvme BUILD/gpunvme
+  test_output_file_cli.py --llm BUILD/examples/llm/llm --make-model BUILD/examples/llm_make_model --gpunvme BUILD/gpunvme
 """
 import argparse
 import hashlib

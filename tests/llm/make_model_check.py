@@ -8,7 +8,7 @@
   - the engine (CPU executor) finds the model there and generates tokens that are not one repeated id, and
     the same tokens from the emulator's emu:gen namespace of that model (computed on read);
   - bad options are refused with a message naming them.
-  make_model_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm --gpunvme BUILD/gpunvme
+  make_model_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme
 Exit 77 (skipped) without gguf-py.
 """
 import json

@@ -7,7 +7,7 @@ baseline's tokens are held to llama.cpp's as reference_check.py does (tests/data
 seeded sampling run with and without drafts must give the same tokens too (verification consumes the
 sampler's random numbers in plain decoding's order). Some drafted tokens must be accepted over the run,
 so that verification is seen keeping tokens, not only rejecting them.
-  speculative_check.py --llm BUILD/examples/llm --gpunvme BUILD/gpunvme [--path cpu|gpu] [--models DIR]
+  speculative_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu] [--models DIR]
                        [--gemma] [--only NAME...]
 --gemma adds the real Gemma 3 270M (one reference case and a repetitive text; minutes on a CPU, seconds on
 a GPU).

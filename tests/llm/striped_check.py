@@ -8,7 +8,7 @@ user meets them (issue 32):
   - an emu:ram member: refused (the set would vanish with the process), no image created for the other;
   - --out FILE over an image holding a deployed model, or a set member: refused, the image unchanged;
     --force replaces it; a GGUF over a GGUF is the normal case.
-  striped_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm --gpunvme BUILD/gpunvme
+  striped_check.py --make-model BUILD/examples/llm_make_model --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme
 """
 import hashlib
 import json

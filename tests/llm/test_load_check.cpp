@@ -82,7 +82,7 @@ Target flip_target(const std::string& device) {
 
 std::string llm_bin() {
   const char* b = std::getenv("LLM_BIN");
-  return b ? b : "build/examples/llm";
+  return b ? b : "build/examples/llm/llm";
 }
 
 }  // namespace

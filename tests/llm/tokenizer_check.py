@@ -14,7 +14,7 @@ naming what is supported).
 Exit 77 (skipped) when no vocabulary could be had (no model package, no gguf-py).
 With --llm and --gpunvme also `llm` itself on deployed copies: `llm tokenize --prompt` and an unsupported
 pre-tokenizer (--prompt refused naming it, --prompt-ids still runs).
-  tokenizer_check.py --tokenize BUILD/tests/llm/tokenize [--llm BUILD/examples/llm --gpunvme BUILD/gpunvme]
+  tokenizer_check.py --tokenize BUILD/tests/llm/tokenize [--llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme]
 """
 import argparse
 import importlib.util
