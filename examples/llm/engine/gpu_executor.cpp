@@ -146,9 +146,14 @@ class FetchedExperts final : public ExpertSource {
   // (so it reads layer `layer`'s log entry of the previous pass, and overlaps that fetch's expert
   // kernels and this layer's attention) and before this layer's fetch, which waits for it and finds
   // the predicted experts as hits.
+  //
+  // It does not wait for the load check (wait_writes): its one chain with the fetches (no pre-gating
+  // submitter here) already orders it after this layer's previous fetch's reads, which waited for the
+  // check before it, and it never evicts an expert of that previous fetch (a cache of >= 2 fetches:
+  // gpu_expert_fetcher.h), so every slot it may take was checked already. Waiting for the latest check
+  // too kept it from overlapping the previous layer's expert kernels.
   void prefetch(uint32_t layer) {
     if (!prefetch_ || !logged_[layer]) return;
-    wait_writes(prefetch_stream_);
     fetcher_.prefetch(layer, log_ + size_t(layer) * k_, k_, reinterpret_cast<stream::cuda_stream_t>(prefetch_stream_));
   }
   // Pre-gating (GpuForward::pregate): at a fetched layer, the next fetched layer of the same pass
