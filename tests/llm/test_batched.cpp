@@ -24,22 +24,13 @@
 using namespace gpunvme;
 using namespace gpunvme::llm;
 using gpunvme::llm::test::Shape;
+using gpunvme::llm::test::random_tokens;
+using gpunvme::llm::test::same_bits;
 
 namespace {
 
 constexpr GgmlType kAllTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                                   GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::vector<uint32_t> random_tokens(uint32_t n, uint32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (auto& x : t) x = rng() % vocab;
-  return t;
-}
 
 // Logits of tokens[i] at position i, one token per pass.
 std::vector<float> one_by_one(const test::TinyModel& m, const std::vector<uint32_t>& tokens) {

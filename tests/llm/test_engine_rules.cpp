@@ -74,9 +74,9 @@ gguf::GgufFile header(const std::string& arch, std::optional<uint32_t> n_rot,
 class FixedLogits final : public Executor {
  public:
   explicit FixedLogits(std::vector<float> row) : row_(std::move(row)) {}
-  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t, bool all_logits) override {
+  std::span<const float> pass(std::span<const PassToken> tokens) override {
     out_.clear();
-    for (size_t i = 0; i < (all_logits ? tokens.size() : 1); ++i) out_.insert(out_.end(), row_.begin(), row_.end());
+    for (uint32_t i = 0; i < logit_rows(tokens); ++i) out_.insert(out_.end(), row_.begin(), row_.end());
     return out_;
   }
   uint32_t max_batch() const override { return 64; }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
@@ -51,6 +52,19 @@ inline std::vector<uint8_t> random_rows(GgmlType t, uint64_t cols, uint64_t rows
     }
   }
   return out;
+}
+
+// n random token ids of a vocabulary of `vocab`.
+inline std::vector<uint32_t> random_tokens(uint32_t n, uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint32_t> t(n);
+  for (auto& x : t) x = rng() % vocab;
+  return t;
+}
+
+// The same floats to the bit (what the engine's numbers are held to across pass shapes).
+inline bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 enum class Shape { kLlama, kQwen2, kGemma3, kMoe, kQwen3Moe, kGptOss };

@@ -12,8 +12,8 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   const RopeParams rope = rope_params(c, swa ? c.rope_base_swa : c.rope_base);
   b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, rope);
   b.head_norm_rope(Act::kK, c.qk_norm ? l.k_norm : TensorRef{}, rope);
-  // The whole pass's keys and values go into the cache first; token t then attends to positions
-  // <= pos0 + t only (causal), so it never sees the tokens after it.
+  // The whole pass's keys and values go into the cache first; a token then attends to its sequence's
+  // positions up to its own only (causal), so it never sees the tokens after it, nor another sequence's.
   b.store_kv(l.index);
   b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
   b.matmul(l.wo, l.bo, Act::kAtt, Act::kTmp);

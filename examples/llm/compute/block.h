@@ -4,8 +4,9 @@
 // the RoPE base and the window of each layer, post-norms, dense or routed FFN) from the config, so a
 // backend holds arithmetic and memory only, and a decision is made in one place for both.
 //
-// A backend holds the activations of one pass (tokens pos0 .. pos0 + n - 1, row-major [token][width])
-// and the KV cache; an operation reads and writes them by name. Where weights live (a file in host
+// A backend holds the activations of one pass (its n tokens, row-major [token][width]; each token of a
+// sequence slot at a position, pass_tokens.h) and the KV cache, a slot per sequence; an operation reads
+// and writes them by name. A token's RoPE, KV row and attention use its own position and slot only. Where weights live (a file in host
 // memory, a streamed slot, fetched experts) is the backend's business: the block names tensors only.
 #pragma once
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "examples/llm/compute/ops.h"
+#include "examples/llm/compute/pass_tokens.h"
 #include "examples/llm/model/config.h"
 #include "examples/llm/model/weights.h"
 
@@ -42,9 +44,9 @@ class Backend {
   // qk is kQ or kK: each head RMS-normed by `norm` where norm.present (the per-head Q/K norm), then
   // RoPE of its first n_rot dimensions at the token's position, as `rope` says (base, YaRN scaling).
   virtual void head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) = 0;
-  // k and v of every token of the pass into the cache of `layer` at the token's position.
+  // k and v of every token of the pass into the cache of `layer`, its sequence's slot, at its position.
   virtual void store_kv(uint32_t layer) = 0;
-  // att = each token's attention of q over the cached positions it sees (causal, and p.window).
+  // att = each token's attention of q over the cached positions of its sequence it sees (causal, and p.window).
   virtual void attend(const AttnParams& p) = 0;
   // gate = glu(act, gate, up), element by element (ops.h).
   virtual void glu(Act gate, Act up, FfnAct act) = 0;
@@ -54,10 +56,13 @@ class Backend {
   // x += y (the residual).
   virtual void add(Act x, Act y) = 0;
 
-  // For tests that hold one backend's operations to another's (tests/gpu/test_llm_ops.cpp), as the
-  // forward pass's embedding step sets them: the pass's positions, and an activation's values
-  // (n tokens of its width).
-  virtual void set_pass(uint32_t pos0, uint32_t n) = 0;
+  // The pass's tokens: where each is (their ids and logit flags are the forward pass's, not the block's).
+  // Throws std::runtime_error for none, more than the backend holds, a slot it has not, or a position
+  // past the context. Set by the forward pass's embedding step, and by tests that hold one backend's
+  // operations to another's (tests/gpu/test_llm_ops.cpp), with an activation's values (n tokens of its width).
+  virtual void set_pass(std::span<const PassToken> tokens) = 0;
+  // Sequence 0's tokens at pos0 .. pos0 + n - 1.
+  void set_pass(uint32_t pos0, uint32_t n) { set_pass(one_sequence(std::vector<uint32_t>(n), pos0, false)); }
   virtual void write(Act a, std::span<const float> v) = 0;
   virtual std::vector<float> read(Act a) = 0;
 };

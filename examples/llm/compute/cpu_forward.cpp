@@ -24,9 +24,10 @@ void add_into(float* y, const float* x, uint32_t n) {
 
 }  // namespace
 
-CpuForward::CpuForward(const ModelConfig& c, const ModelWeights& w, std::span<const uint8_t> file, uint32_t n_ctx)
-    : c_(c), w_(w), file_(file), n_ctx_(n_ctx) {
-  const size_t kv = size_t(c.n_layer) * n_ctx * c.kv_dim();
+CpuForward::CpuForward(const ModelConfig& c, const ModelWeights& w, std::span<const uint8_t> file, uint32_t n_ctx, uint32_t n_seqs,
+                       uint32_t max_batch)
+    : c_(c), w_(w), file_(file), n_ctx_(n_ctx), slots_(n_seqs, n_ctx), max_batch_(max_batch) {
+  const size_t kv = size_t(c.n_layer) * n_seqs * n_ctx * c.kv_dim();
   k_cache_.assign(kv, 0.0f);
   v_cache_.assign(kv, 0.0f);
   scores_.resize(n_ctx);
@@ -99,17 +100,18 @@ void CpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams&
     for (uint32_t h = 0; h < heads; ++h) {
       float* head = buf(qk) + size_t(t) * width + h * hd;
       if (norm.present) rms_norm(head, norm, hd, head);
-      rope_head(head, c_.n_rot, pos0_ + t, rope, c_.rope);
+      rope_head(head, c_.n_rot, pass_[t].pos, rope, c_.rope);
     }
 }
 
 void CpuForward::store_kv(uint32_t layer) {
   const uint32_t KV = c_.kv_dim();
-  float* kc = &k_cache_[(size_t(layer) * n_ctx_ + pos0_) * KV];
-  float* vc = &v_cache_[(size_t(layer) * n_ctx_ + pos0_) * KV];
-  for (size_t i = 0; i < size_t(n_) * KV; ++i) {
-    kc[i] = round_f16(k_[i]);
-    vc[i] = round_f16(v_[i]);
+  for (uint32_t t = 0; t < n_; ++t) {
+    const size_t at = kv_row(layer, pass_[t].seq, pass_[t].pos);
+    for (uint32_t i = 0; i < KV; ++i) {
+      k_cache_[at + i] = round_f16(k_[size_t(t) * KV + i]);
+      v_cache_[at + i] = round_f16(v_[size_t(t) * KV + i]);
+    }
   }
 }
 
@@ -117,15 +119,15 @@ void CpuForward::attend(const AttnParams& p) {
   const uint32_t Q = c_.q_dim();
   const float* sinks = p.sinks.present ? reinterpret_cast<const float*>(at(p.sinks)) : nullptr;
   for (uint32_t t = 0; t < n_; ++t)
-    attend_token(&q_[size_t(t) * Q], p.layer, pos0_ + t, p.window, sinks, &att_[size_t(t) * Q]);
+    attend_token(&q_[size_t(t) * Q], p.layer, pass_[t], p.window, sinks, &att_[size_t(t) * Q]);
 }
 
-// One token's attention at `pos` over the cached positions it may see (the last `window`, 0: all); with
-// `sinks`, head h's softmax has sinks[h] beside the scores (ops.h's with_sink_*).
-void CpuForward::attend_token(const float* q, uint32_t layer, uint32_t pos, uint32_t window, const float* sinks, float* att) {
-  const uint32_t KV = c_.kv_dim(), hd = c_.head_dim;
-  const float* kc = &k_cache_[(size_t(layer) * n_ctx_) * KV];
-  const float* vc = &v_cache_[(size_t(layer) * n_ctx_) * KV];
+// One token's attention at its position over the cached positions of its sequence it may see (the last
+// `window`, 0: all); with `sinks`, head h's softmax has sinks[h] beside the scores (ops.h's with_sink_*).
+void CpuForward::attend_token(const float* q, uint32_t layer, const PassToken& at, uint32_t window, const float* sinks, float* att) {
+  const uint32_t KV = c_.kv_dim(), hd = c_.head_dim, pos = at.pos;
+  const float* kc = &k_cache_[kv_row(layer, at.seq, 0)];
+  const float* vc = &v_cache_[kv_row(layer, at.seq, 0)];
   const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
   const uint32_t group = c_.n_head / c_.n_head_kv;
   for (uint32_t h = 0; h < c_.n_head; ++h) {
@@ -205,24 +207,31 @@ void CpuForward::moe(const LayerWeights& l, Act in, Act out) {
   }
 }
 
-std::span<const float> CpuForward::eval_batch(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) {
-  const uint32_t n = uint32_t(tokens.size());
-  for (uint32_t id : tokens)
-    if (id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(c_.n_vocab) + " tokens)");
-  set_pass(pos0, n);
+std::span<const float> CpuForward::eval_batch(std::span<const PassToken> pass) {
+  for (const PassToken& t : pass)
+    if (t.id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(t.id) + " is outside the vocabulary (" + std::to_string(c_.n_vocab) + " tokens)");
+  slots_.check(pass, max_batch_);  // before anything changes: a refused pass leaves the slots as they were
+  set_pass(pass);
+  slots_.commit(pass);
   const TensorRef& e = w_.token_embd;
   float g[kGroup];
-  for (uint32_t t = 0; t < n; ++t)
+  for (uint32_t t = 0; t < n_; ++t)
     for (uint64_t i = 0; i < c_.n_embd / kGroup; ++i) {
-      dequant_group(e.type, at(e) + uint64_t(tokens[t]) * e.row_bytes(), i, g);
+      dequant_group(e.type, at(e) + uint64_t(pass[t].id) * e.row_bytes(), i, g);
       for (int j = 0; j < kGroup; ++j) x_[size_t(t) * c_.n_embd + i * kGroup + j] = g[j] * c_.embd_scale;
     }
   for (const LayerWeights& l : w_.layers) run_block(c_, l, *this);
-  const uint32_t first = all_logits ? 0 : n - 1, rows = n - first;
-  rms_norm_rows(&x_[size_t(first) * c_.n_embd], w_.output_norm, c_.n_embd, rows, xn_.data());
+  // The flagged tokens' rows, normed into xn_ side by side, through the output head at once.
+  uint32_t rows = 0;
+  for (uint32_t t = 0; t < n_; ++t)
+    if (pass[t].logits) rms_norm(&x_[size_t(t) * c_.n_embd], w_.output_norm, c_.n_embd, &xn_[size_t(rows++) * c_.n_embd]);
   logits_.resize(size_t(rows) * c_.n_vocab);
-  matmul_rows(w_.output, 0, xn_.data(), rows, logits_.data());
+  if (rows) matmul_rows(w_.output, 0, xn_.data(), rows, logits_.data());
   return logits_;
+}
+
+std::span<const float> CpuForward::eval_batch(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) {
+  return eval_batch(one_sequence(tokens, pos0, all_logits));
 }
 
 const std::vector<float>& CpuForward::eval(uint32_t token, uint32_t pos) {
@@ -230,13 +239,11 @@ const std::vector<float>& CpuForward::eval(uint32_t token, uint32_t pos) {
   return logits_;
 }
 
-void CpuForward::set_pass(uint32_t pos0, uint32_t n) {
-  if (n == 0) throw std::runtime_error("a pass needs at least one token");
-  if (uint64_t(pos0) + n > n_ctx_)
-    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + " tokens)");
-  reserve(n);
-  pos0_ = pos0;
-  n_ = n;
+void CpuForward::set_pass(std::span<const PassToken> tokens) {
+  slots_.check_places(tokens, max_batch_);
+  reserve(uint32_t(tokens.size()));
+  pass_.assign(tokens.begin(), tokens.end());
+  n_ = uint32_t(tokens.size());
 }
 
 void CpuForward::write(Act a, std::span<const float> v) {

@@ -428,7 +428,10 @@ void GpuForward::add(Act x, Act y) {
   device::check_cuda(cudaGetLastError(), "add kernel");
 }
 
-void GpuForward::set_pass(uint32_t pos0, uint32_t n) {
+// The kernels take the pass's first position and its count: one sequence's consecutive tokens.
+void GpuForward::set_pass(std::span<const PassToken> tokens) {
+  const uint32_t n = uint32_t(tokens.size());
+  const uint32_t pos0 = one_sequence_start(tokens, "the GPU forward pass", kOneSequenceOnly);
   if (n == 0 || n > max_batch_)
     throw std::runtime_error("a pass of " + std::to_string(n) + " tokens: this GPU forward pass takes 1.." + std::to_string(max_batch_));
   if (uint64_t(pos0) + n > n_ctx_)

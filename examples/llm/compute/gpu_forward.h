@@ -73,6 +73,11 @@ struct GlobalWeights {
   const uint8_t* output = nullptr;
 };
 
+// What the GPU forward pass lacks to run several sequences in a pass (said where one is refused).
+inline constexpr const char* kOneSequenceOnly =
+    "several sequences in a pass need sequence slots in its KV cache and per-token positions and slots in its RoPE, KV store and "
+    "attention kernels (issue 37, not done yet; the CPU executor has them)";
+
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
@@ -114,8 +119,10 @@ class GpuForward final : public Backend {
   void glu(Act gate, Act up, FfnAct act) override;
   void moe(const LayerWeights& l, Act in, Act out) override;
   void add(Act x, Act y) override;
-  // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx.
-  void set_pass(uint32_t pos0, uint32_t n) override;
+  // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx; and for
+  // tokens of a slot other than 0 or not at consecutive positions: one sequence per pass (issue 37).
+  void set_pass(std::span<const PassToken> tokens) override;
+  using Backend::set_pass;
   // Copies through the compute stream and waits for it.
   void write(Act a, std::span<const float> v) override;
   std::vector<float> read(Act a) override;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "examples/llm/compute/gpu_forward.h"
+#include "examples/llm/compute/pass_tokens.h"
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/load_check.h"
@@ -58,26 +59,47 @@ struct ExecStats {
 class Executor {
  public:
   virtual ~Executor() = default;
-  // One pass over the layers for tokens[i] at positions pos0 + i (1 .. max_batch() tokens): each layer's
-  // weights are read once for all of them, the KV cache is filled for all of them, attention is causal.
-  // Returns the logits of every token (n x n_vocab, row i for tokens[i]) when `all_logits`, else of the
-  // last one (n_vocab floats), valid until the next pass. Each row has the bits a pass of that token
-  // alone gives. A pass at pos0 overwrites the cache from pos0 on and attends to the positions before
-  // pos0 as last written: rolling back a speculative pass is starting the next one at the right pos0.
-  virtual std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) = 0;
+  // One pass over the layers for 1 .. max_batch() tokens of one or more sequences, each token in its
+  // sequence's slot (0 .. max_seqs() - 1) at its position (pass_tokens.h, whose rules a pass must
+  // follow: a refused one changes nothing). Each layer's weights are read once for all of them, the KV
+  // cache is filled for all of them, a token attends causally to its own sequence only. Returns the
+  // logits of the tokens flagged for them (n_vocab floats each, in the pass's order), valid until the
+  // next pass. Each row has the bits a pass of that token alone gives, beside any other sequences. A
+  // pass at a position before its slot's length overwrites the cache from there on and attends to the
+  // positions before as last written: rolling back a speculative pass is starting the next one there.
+  virtual std::span<const float> pass(std::span<const PassToken> tokens) = 0;
+  // Sequence 0's tokens[i] at positions pos0 + i: the logits of every token (n x n_vocab, row i for
+  // tokens[i]) when `all_logits`, else of the last one (n_vocab floats). The one-sequence case of the above.
+  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) {
+    return pass(one_sequence(tokens, pos0, all_logits));
+  }
   // One token at `pos`: a pass of one; its logits.
   std::span<const float> step(uint32_t token, uint32_t pos) { return pass(std::span(&token, 1), pos, false); }
   virtual uint32_t max_batch() const = 0;
-  // With all_logits, at most this many tokens per pass (a speculative pass: the draft + 1).
+  // At most this many rows of logits per pass (a speculative pass: the draft + 1).
   virtual uint32_t max_logit_rows() const { return max_batch(); }
+  // Sequences the KV cache holds at once (CpuExecOptions / GpuExecOptions::max_seqs).
+  virtual uint32_t max_seqs() const { return 1; }
+  // The sequence in slot `seq` is done: the slot is free, and its next pass starts at position 0.
+  virtual void end_sequence(uint32_t seq) { check_slot(seq, max_seqs()); }
   // Ends all outstanding work (bounded) and reports any I/O error; called once after the last step.
   virtual void finish() {}
   virtual ExecStats stats() const = 0;
   virtual std::string describe() const = 0;
 };
 
-// verify: every byte read checked against the deploy record (load_check.h; false: --no-verify).
-std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx, bool verify = true);
+struct CpuExecOptions {
+  // Every byte read checked against the deploy record (load_check.h; false: --no-verify).
+  bool verify = true;
+  // Sequences held at once, each with a KV cache of n_ctx positions (host memory: that many times one's).
+  uint32_t max_seqs = 1;
+  // Tokens per pass at most (0: any number; a scheduler may want the GPU executor's limit on the CPU).
+  uint32_t max_batch = 0;
+};
+std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx, const CpuExecOptions& o);
+inline std::unique_ptr<Executor> make_cpu_executor(const ModelOnDevice& m, uint32_t n_ctx, bool verify = true) {
+  return make_cpu_executor(m, n_ctx, CpuExecOptions{.verify = verify});
+}
 
 // Dense layer bytes that reach the GPU per token by some way of copying (the RAM tier, ram_tier.h; the
 // benchmark's mmap baseline), layers in order and cyclic across tokens: acquire() makes `compute` wait
@@ -129,6 +151,9 @@ struct GpuExecOptions {
   // MoE: the largest read of an expert fetch (default kExpertReadBytes; the drive's MDTS caps it too).
   std::optional<uint64_t> expert_read_bytes;
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
+  // Sequences held at once (a KV cache each). More than 1 is refused until the GPU forward pass keeps
+  // sequence slots (issue 37; the CPU executor does).
+  uint32_t max_seqs = 1;
   // The VRAM and RAM tiers' bytes checked at start, streamed layers and fetched experts on their first
   // read, against the deploy record's CRCs (load_check.h; false: --no-verify, the open check stays).
   bool verify = true;

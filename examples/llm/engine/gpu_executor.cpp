@@ -351,8 +351,11 @@ class GpuExecutor final : public Executor {
     if (compute_) cudaStreamDestroy(compute_);
   }
 
-  std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) override {
-    fwd_->embed(tokens, pos0);
+  std::span<const float> pass(std::span<const PassToken> pass_tokens) override {
+    const OneSequence one = as_one_sequence(pass_tokens, "the GPU executor", kOneSequenceOnly);  // issue 37: next step
+    const std::span<const uint32_t> tokens = one.ids;
+    const bool all_logits = one.all_logits;
+    fwd_->embed(tokens, one.pos0);
     for (const LayerWeights& l : m_.weights.layers) {
       lead_.before_layer();
       const LayerPlacement& at = plan_.layers[l.index];
@@ -695,6 +698,8 @@ class GpuExecutor final : public Executor {
 
 std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const> controllers, const ModelOnDevice& m,
                                             uint32_t n_ctx, const GpuExecOptions& o) {
+  if (o.max_seqs != 1)
+    throw std::runtime_error("the GPU executor holds one sequence and " + std::to_string(o.max_seqs) + " were asked for: " + kOneSequenceOnly);
   std::string why;
   if (!gpu_available(&why)) throw std::runtime_error("no GPU for the GPU executor: " + why);
   return std::make_unique<GpuExecutor>(controllers, m, n_ctx, o);
