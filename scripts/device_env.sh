@@ -2,6 +2,9 @@
 # that machine lacks, taken from .device-carry/ (scripts/device_carry.sh prepares it here).
 export PATH="/usr/local/cuda/bin:$PATH"
 
+# gguf-py, carried (scripts/device_carry.sh): the reference check writes its models on the machine.
+[ -d "$PWD/.device-carry/pylib" ] && export PYTHONPATH="$PWD/.device-carry/pylib${PYTHONPATH:+:$PYTHONPATH}"
+
 # The last tree before recovery (issue #15): the baseline of recovery's no-fault cost.
 RECOVERY_BASE=0c33f5e
 

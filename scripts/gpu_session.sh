@@ -36,11 +36,14 @@ step_layer_stream() {
 }
 
 # The engine against llama.cpp's reference on the GPU path, every layer streamed and every layer resident
-# (logits equal to the bit). LLM_MODELS: the generated models (make_models.py; the GPU machine has no
-# PyPI, so they are carried); GPUNVME_GEMMA_GGUF: the real Gemma 3 270M file, if present.
+# (logits equal to the bit). LLM_MODELS: where the generated models are written (make_models.py, through
+# the gguf-py that .device-carry/pylib carries: the machine has no PyPI); GPUNVME_GEMMA_GGUF: the real
+# Gemma 3 270M file, if present.
 step_engine() {
+  local m=${LLM_MODELS:-/tmp/llm-models}
   python3 tests/llm/reference_check.py --llm "$BD/examples/llm/llm" --gpunvme "$BD/gpunvme" --path gpu --resident-pair \
-    --models "${LLM_MODELS:-.device-carry/llm-models}"
+    --variants --models "$m" &&
+    python3 tests/llm/reference_check.py --llm "$BD/examples/llm/llm" --gpunvme "$BD/gpunvme" --path gpu --tiers --models "$m"
 }
 # Tokens/s of the real model, every layer streamed and every layer resident, unthrottled and on a modeled
 # PCIe 4 drive (JSON per run: $OUT/llm_<drive>_<resident>.json).
