@@ -181,7 +181,7 @@ TEST_CASE("gpt-oss: its configuration as llama.cpp reads it (windows, YaRN, rout
   CHECK(c.act == FfnAct::kSwigluOai);
   CHECK(c.sinks);
   CHECK(c.biases);
-  CHECK(c.ffn_norm == "post_attention_norm");
+  CHECK(std::string(c.ffn_norm) == "post_attention_norm");  // a const char*: compare the text
   // llama.cpp's pattern without the key: even layers windowed, odd layers global.
   CHECK(c.swa_window == 16);
   CHECK(c.layer_is_swa(0));
