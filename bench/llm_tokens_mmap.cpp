@@ -37,7 +37,8 @@ MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const l
     throw std::invalid_argument("mmap loader: " + std::to_string(images.size()) + " image(s) for a model on " +
                                 std::to_string(stripe_ ? stripe_->members : 1) + " namespace(s)");
   for (const llm::PackedRanges& r : layers_) {
-    for (const llm::PackedRanges::Piece& q : r.pieces) at_.push_back(m.device_byte(q.begin));
+    at_.emplace_back();
+    for (const llm::PackedRanges::Piece& q : r.pieces) at_.back().push_back(m.device_byte(q.begin));
     slot_ = std::max(slot_, r.bytes);
   }
   for (const std::string& image : images) {
@@ -56,8 +57,9 @@ MmapLayerSource::MmapLayerSource(const std::vector<std::string>& images, const l
     maps_.push_back(mp);
   }
   const uint64_t logical = stripe_ ? stripe_->logical_blocks() * stripe_->lba_size : maps_[0].bytes;
-  for (const uint64_t a : at_)
-    if (a >= logical) throw std::runtime_error("mmap loader: a layer lies past the end of " + images[0]);
+  for (const std::vector<uint64_t>& layer : at_)
+    for (const uint64_t a : layer)
+      if (a >= logical) throw std::runtime_error("mmap loader: a layer lies past the end of " + images[0]);
   device::check_cuda(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "mmap loader: copy stream");
   for (int b = 0; b < 2; ++b) {
     device::check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&staging_[b]), slot_, cudaHostAllocDefault), "mmap loader: staging");
@@ -180,15 +182,13 @@ int64_t MmapLayerSource::copy(uint64_t at, uint64_t len, uint8_t* dst) {
 void MmapLayerSource::fill(uint64_t n, uint8_t* dst) {
   const size_t j = n % layers_.size();
   const uint64_t step = kChunk * (stripe_ ? stripe_->members : 1);
-  size_t piece = 0;  // at_ index of layer j's first piece
-  for (size_t i = 0; i < j; ++i) piece += layers_[i].pieces.size();
-  for (const llm::PackedRanges::Piece& q : layers_[j].pieces) {
+  for (size_t k = 0; k < layers_[j].pieces.size(); ++k) {
+    const llm::PackedRanges::Piece& q = layers_[j].pieces[k];
     const uint64_t bytes = q.end - q.begin;
     for (uint64_t off = 0; off < bytes; off += step) {
-      const int64_t due = copy(at_[piece] + off, std::min(step, bytes - off), dst + q.at + off);
+      const int64_t due = copy(at_[j][k] + off, std::min(step, bytes - off), dst + q.at + off);
       if (pacer_) ls::wait_until_ns(due);
     }
-    ++piece;
   }
 }
 

@@ -80,7 +80,7 @@ class MmapLayerSource final : public llm::LayerSource {
   std::vector<Touched> touched_;                  // the layer being filled, per member (kEvicted)
   std::vector<Touched> reclaim_;                  // copied layers' pages, for the reclaim thread
   std::optional<model::StripeGeometry> stripe_;  // a striped set's layout
-  std::vector<uint64_t> at_;  // image offset of each layer's pieces, in order
+  std::vector<std::vector<uint64_t>> at_;  // [layer][piece]: the image offset where the piece starts
   std::vector<llm::PackedRanges> layers_;
   std::shared_ptr<ls::Pacer> pacer_;
   uint64_t slot_ = 0;

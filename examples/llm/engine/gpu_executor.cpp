@@ -46,10 +46,9 @@ namespace {
 // CRC'd on the load check's thread while the next is read (load_check.h).
 struct DeviceCopy {
   uint8_t* p = nullptr;
-  PackedRanges held;
-  uint64_t bytes = 0;
-  DeviceCopy(LoadCheck& check, PackedRanges r) : held(std::move(r)), bytes(held.bytes) {
-    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&p), bytes ? bytes : 1), "cudaMalloc for resident weights");
+  PackedRanges held;  // its bytes: held.bytes
+  DeviceCopy(LoadCheck& check, PackedRanges r) : held(std::move(r)) {
+    device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&p), held.bytes ? held.bytes : 1), "cudaMalloc for resident weights");
     for (const PackedRanges::Piece& q : held.pieces)
       check.read_staged(q.begin, q.end - q.begin, [&](const uint8_t* data, uint64_t off, uint64_t n) {
         device::check_cuda(cudaMemcpy(p + q.at + (off - q.begin), data, n, cudaMemcpyHostToDevice), "copy of resident weights");
@@ -429,8 +428,8 @@ class GpuExecutor final : public Executor {
     s.ram_layers = plan_.count(Tier::kRam);
     s.streamed_layers = plan_.count(Tier::kNvme);
     s.bytes_per_step = streamer_bytes_per_step_;
-    s.resident_bytes = embd_->bytes + norm_->bytes + (out_ ? out_->bytes : 0);
-    for (const auto& v : vram_) s.resident_bytes += v ? v->bytes : 0;
+    s.resident_bytes = embd_->held.bytes + norm_->held.bytes + (out_ ? out_->held.bytes : 0);
+    for (const auto& v : vram_) s.resident_bytes += v ? v->held.bytes : 0;
     if (ram_) {
       s.ram_bytes = ram_->host_bytes();
       s.ram_bytes_per_step = ram_->bytes_per_token();
@@ -569,7 +568,6 @@ class GpuExecutor final : public Executor {
       if (plan_.layers[i].dense != Tier::kNvme) continue;
       stream_index_[i] = uint32_t(streamed.size());
       streamed.push_back(all[i]);
-      streamer_bytes_per_step_ += dense_part(m_, m_.weights.layers[i]).file_bytes();
     }
     slots_ = std::max<uint32_t>(1, o.slots);
     const uint32_t n = uint32_t(streamed.size());
@@ -581,7 +579,10 @@ class GpuExecutor final : public Executor {
       streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
     }
     for (uint32_t i = 0; i < m_.config.n_layer; ++i)
-      if (stream_index_[i] != UINT32_MAX) slot_held_.push_back(locate_layer(m_.weights.layers[i], stream_index_[i]));
+      if (stream_index_[i] != UINT32_MAX) {
+        slot_held_.push_back(locate_layer(m_.weights.layers[i], stream_index_[i]));
+        streamer_bytes_per_step_ += slot_held_.back().file_bytes();
+      }
     n_streamed_ = n;
     for (uint32_t k = 0; k < slots_; ++k) begin_next();
   }
@@ -617,10 +618,9 @@ class GpuExecutor final : public Executor {
         const auto first = plan.locate(m_.device_byte(q.begin), m_.lba_size());
         const auto last = plan.locate(m_.device_byte(q.end - 1), m_.lba_size());
         if (!first || !last) throw std::runtime_error("layer " + std::to_string(l.index) + "'s dense bytes are not in its streaming plan");
-        const uint64_t at = *first;
-        if (*last - *first != q.end - 1 - q.begin || (s > 0 && at != q.at))
+        if (*last - *first != q.end - 1 - q.begin || (s > 0 && *first != q.at))
           throw std::runtime_error("layer " + std::to_string(l.index) + "'s tensors are not laid out contiguously in a slot");
-        q.at = at;
+        q.at = *first;
       }
     }
     return held;
