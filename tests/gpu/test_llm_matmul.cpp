@@ -17,6 +17,7 @@
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/ops.h"
 #include "examples/llm/quant/weight_types.h"
+#include "device_array.h"
 #include "gpu_rig.h"
 #include "tests/llm/tiny_model.h"
 
@@ -26,21 +27,7 @@ using Catch::Generators::from_range;
 
 namespace {
 
-template <class T>
-struct DeviceArray {
-  T* p = nullptr;
-  explicit DeviceArray(const std::vector<T>& v) {
-    REQUIRE(cudaMalloc(&p, v.size() * sizeof(T) + 1) == cudaSuccess);
-    REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
-  }
-  ~DeviceArray() { cudaFree(p); }
-  std::vector<T> get(size_t n) const {
-    std::vector<T> v(n);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    REQUIRE(cudaMemcpy(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-    return v;
-  }
-};
+using gpunvme::test::DeviceArray;
 
 // Every weight type the kernels decode.
 // Every type of the weight-type table (a new row is tested without an edit here).

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/compute/gpu_rows.cuh"
@@ -249,6 +250,16 @@ T* alloc(uint64_t count, uint64_t& total) {
   return static_cast<T*>(p);
 }
 
+// The widest row of the matrices a layer multiplies through Backend::matmul (block.cpp): the tensor-core
+// product's scratch for the tokens' vectors is sized for it.
+uint32_t widest_layer_matrix(const ModelWeights& w) {
+  uint64_t cols = kGroup;
+  for (const LayerWeights& l : w.layers)
+    for (const TensorRef* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.gate, &l.up, &l.down})
+      if (t->present) cols = std::max(cols, t->cols);
+  return uint32_t(cols);
+}
+
 }  // namespace
 
 bool gpu_available(std::string* why) {
@@ -300,6 +311,10 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   device::check_cuda(cudaMallocHost(&ids_host_, B * sizeof(uint32_t)), "cudaMallocHost");
   device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
+  if (max_batch_ > kSmallPassTokens) {
+    gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
+    t += gemm_->device_bytes();
+  }
 }
 
 GpuForward::~GpuForward() {
@@ -378,7 +393,7 @@ void GpuForward::norm(Act in, const TensorRef& w, Act out) {
 }
 
 void GpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) {
-  enqueue_matmul(stream_, w, view_.at(w), buf(in), n_, f32(view_, bias), buf(out));
+  gpu_matmul_pass(stream_, gemm_.get(), matrix(w, view_.at(w)), buf(in), n_, f32(view_, bias), buf(out));
 }
 
 void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) {

@@ -4,6 +4,7 @@
 // block's (block.h), of which this is the GPU backend.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 namespace gpunvme::llm {
 
 using gpu_stream_t = struct CUstream_st*;
+class TensorGemm;  // gpu_gemm.h
 
 // Where a layer's tensors are on the GPU: a buffer at `base` holding the file bytes `held` names, packed
 // (packed_ranges.h). Whoever hands out the view keeps `held` alive while it is used.
@@ -81,7 +83,8 @@ inline constexpr const char* kOneSequenceOnly =
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
-  // on the current device. `globals` must stay valid while tokens run.
+  // on the current device, and for a max_batch above kSmallPassTokens the tensor-core product's state
+  // (gpu_gemm.h: its scratch counted in device_bytes). `globals` must stay valid while tokens run.
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
              uint32_t max_batch = 1);
   ~GpuForward();
@@ -105,7 +108,7 @@ class GpuForward final : public Backend {
   uint32_t max_logit_rows() const { return logit_rows_; }
 
   gpu_stream_t stream() const { return stream_; }
-  // Bytes of GPU memory this object allocated (activations + KV cache).
+  // Bytes of GPU memory this object allocated (activations, KV cache, the tensor-core product's scratch).
   uint64_t device_bytes() const { return device_bytes_; }
 
   // Backend (block.h): kernels enqueued on the compute stream, weights read through the current
@@ -162,6 +165,8 @@ class GpuForward final : public Backend {
   struct CUevent_st *pre_x_ = nullptr, *pre_read_ = nullptr;
   bool pre_pending_ = false;  // the compute stream must wait for pre_read_ before x_ changes
   std::vector<float> logits_;
+  // Passes of more than kSmallPassTokens tokens: their layer matrices on the tensor cores (null: none).
+  std::unique_ptr<TensorGemm> gemm_;
 };
 
 // Whether a CUDA device can be used; `why` says why not.

@@ -1,0 +1,76 @@
+// The tensor-core product for prompt passes (issue 36): a pass of more than kSmallPassTokens tokens
+// multiplies each matrix on the tensor cores instead of the FP32 batched kernel (gpu_matmul.h, about
+// 4.4 TFLOP/s on an H200). The matrix is dequantized on the GPU, a chunk of rows at a time, into a 16-bit
+// scratch buffer by the kernels' own per-type unpacking (dequant.h's dequant_group, the one decoder of
+// every type), the tokens' vectors are converted to the same 16-bit type, and cuBLASLt multiplies them
+// with FP32 accumulation into the FP32 outputs; the bias is added after.
+//
+// Why a size threshold: a pass of 1..kSmallPassTokens tokens (decode, speculative verification) keeps
+// the FP32 kernels, whose (row, token) results have the same bits whatever the pass's size; speculative
+// decoding's output is plain greedy decoding's and streamed = resident to the bit rely on that. A prompt
+// pass on tensor cores differs from token-by-token passes in the last bits, as llama.cpp's do.
+//
+// The 16-bit type, per weight type (elem_for): FP16 for the quantized types, F16 and F32, BF16 for BF16
+// and MXFP4. FP16 keeps 11 significant bits to BF16's 8, so its rounding of the inputs is 8 times
+// smaller (llama.cpp's own cuBLAS route converts to FP16 too; its MMQ route rounds the activations to
+// 8-bit integers, coarser still). Its range is the risk: the quantized types' values are fp16 scales
+// times small integers and F16 weights are FP16 already, but activations can exceed 65504 (outlier
+// features), so each token's vector is scaled by a power of two that puts its largest element in
+// [2^14, 2^15) and the output multiplied back (exact: only exponents change). BF16 and MXFP4 weights
+// are exact in BF16 (MXFP4: two-bit mantissas times power-of-two scales that may leave FP16's range).
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "examples/llm/compute/gpu_matmul.h"
+
+namespace gpunvme::llm {
+
+// Passes of at most this many tokens stay on the FP32 kernels (bitwise as single-token passes); longer
+// ones take the tensor cores (a speculative pass is the draft + 1, at most 32 rows of logits).
+inline constexpr uint32_t kSmallPassTokens = 32;
+
+// Default bytes of the dequantized-weights scratch: a 28672 x 8192 FFN matrix (Llama-3-70B) in 4 chunks.
+inline constexpr uint64_t kGemmWeightScratchBytes = 128ull << 20;
+
+enum class GemmElem { kF16, kBF16 };
+GemmElem gemm_elem_for(GgmlType t);
+
+// Unit roundoff of a 16-bit type (half its epsilon): what rounding one input to it may change, relative.
+inline constexpr double gemm_unit_roundoff(GemmElem e) { return e == GemmElem::kF16 ? 0x1p-11 : 0x1p-8; }
+
+// The tensor-core product's GPU state, owned by whoever owns the activations (GpuForward): the cuBLASLt
+// handle and workspace, the weight scratch, the 16-bit copy of the tokens' vectors and their scales.
+// Sized once for passes of up to max_tokens vectors of up to max_cols; all of it on the current device.
+// One stream at a time: the scratch buffers are reused by each call, in stream order.
+class TensorGemm {
+ public:
+  TensorGemm(uint32_t max_tokens, uint32_t max_cols, uint64_t weight_scratch_bytes = kGemmWeightScratchBytes);
+  ~TensorGemm();
+  TensorGemm(const TensorGemm&) = delete;
+  TensorGemm& operator=(const TensorGemm&) = delete;
+
+  // y[t * rows + r] = W[r] . x[t * cols ..] (+ bias[r]) for t < n, enqueued on `s`. m.sel must be null
+  // (a stack picked by a device-side id: gpu_matmul_pass keeps those on the FP32 kernels). Throws
+  // std::logic_error for n or cols beyond the sizes given at construction.
+  void matmul(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
+
+  uint64_t device_bytes() const;
+  uint32_t max_tokens() const { return max_tokens_; }
+  uint32_t max_cols() const { return max_cols_; }
+  // Rows of a matrix `cols` wide that one chunk of the weight scratch holds.
+  uint32_t chunk_rows(uint32_t cols) const;
+
+ private:
+  struct Lt;  // cuBLASLt's handle and the chosen algorithms (gpu_gemm.cu: keeps cublasLt.h out of here)
+  uint32_t max_tokens_, max_cols_;
+  uint64_t scratch_bytes_;
+  std::unique_ptr<Lt> lt_;
+};
+
+// A pass's matrix product: the FP32 kernels (gpu_matmul) for n <= kSmallPassTokens, without `gemm`, or
+// for a stack picked by a device-side id; the tensor cores otherwise.
+void gpu_matmul_pass(gpu_stream_t s, TensorGemm* gemm, const GpuMatrix& m, const float* x, uint32_t n, const float* bias,
+                     float* y);
+
+}  // namespace gpunvme::llm

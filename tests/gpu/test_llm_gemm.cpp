@@ -1,0 +1,210 @@
+// The prompt passes' tensor-core product (examples/llm/compute/gpu_gemm.h) on the GPU: for every weight
+// type, passes of 33, 64 and 512 tokens against the FP32 batched kernel within what rounding the inputs
+// to 16 bits explains; passes of up to kSmallPassTokens still on the FP32 kernels, to the bit; and a
+// 100-token prompt through the GPU executor giving the CPU executor's greedy tokens.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/generators/catch_generators_range.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "examples/llm/compute/gpu_gemm.h"
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/quant/dequant.h"
+#include "examples/llm/quant/weight_types.h"
+#include "device_array.h"
+#include "gpu_rig.h"
+#include "llm_fixtures.h"
+#include "tests/llm/tiny_model.h"
+
+using namespace gpunvme;
+using namespace gpunvme::llm;
+using Catch::Generators::from_range;
+using gpunvme::test::DeviceArray;
+
+namespace {
+
+const std::vector<GgmlType> kTypes(kComputedTypes.begin(), kComputedTypes.end());
+
+struct Problem {
+  std::vector<uint8_t> w;
+  std::vector<float> x, bias;
+  uint64_t row_bytes = 0;
+};
+
+Problem make_problem(GgmlType t, uint32_t rows, uint32_t cols, uint32_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Problem p;
+  p.w = llm::test::random_rows(t, cols, rows, rng);
+  p.row_bytes = p.w.size() / rows;
+  p.x.resize(size_t(n) * cols);
+  p.bias.resize(rows);
+  std::normal_distribution<float> d;
+  for (float& v : p.x) v = d(rng);
+  for (float& v : p.bias) v = d(rng);
+  return p;
+}
+
+}  // namespace
+
+// The bound, per output (t, r), with S = sum_i |w_i x_i| (the scale float error is measured against: a
+// relative error of the output itself is unbounded where the sum cancels):
+//   (2u + u^2) S        each w_i and x_i rounded to nearest in the 16-bit type (unit roundoff u: 2^-11
+//                       FP16, 2^-8 BF16), so each product is off by at most (1 + u)^2 - 1 of itself;
+//   + 2^-25 sum_i |x_i| FP16 only: a weight under 2^-14 is subnormal there, rounded to an absolute 2^-25
+//                       (the activations are scaled so that theirs stay normal; BF16 has FP32's range);
+//   + 1e-5 S + 1e-6     both sides accumulate in FP32 in different orders (the batched kernel's test
+//                       gives it the same tolerance against the CPU's sum).
+// The bias is added in FP32 on both sides. A wrong layout, transpose, chunk or scale misses by O(S).
+TEST_CASE("tensor-core product: within 16-bit input rounding of the FP32 batched kernel, every type", "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  const uint32_t n = GENERATE(33u, 64u, 512u);
+  struct Shape { uint32_t rows, cols; };
+  const Shape sh = GENERATE(Shape{300, 512}, Shape{37, 768});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), n, sh.rows, sh.cols);
+  const Problem p = make_problem(t, sh.rows, sh.cols, n, uint32_t(t) * 13 + n + sh.cols);
+  // A scratch of 128 rows: 300 rows take three chunks, the last one partial.
+  TensorGemm gemm(512, 768, 128ull * 768 * 2);
+  REQUIRE(gemm.chunk_rows(sh.cols) == 128u);
+  DeviceArray<uint8_t> dw(p.w);
+  DeviceArray<float> dx(p.x), db(p.bias), dy(std::vector<float>(size_t(n) * sh.rows, NAN)),
+      dref(std::vector<float>(size_t(n) * sh.rows, NAN));
+  const GpuMatrix m{t, dw.p, p.row_bytes, sh.rows, sh.cols, nullptr, 0};
+  gpu_matmul_pass(nullptr, &gemm, m, dx.p, n, db.p, dy.p);
+  gpu_matmul_batched(nullptr, m, dx.p, n, db.p, dref.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = dy.get(size_t(n) * sh.rows), ref = dref.get(size_t(n) * sh.rows);
+  const GemmElem e = gemm_elem_for(t);
+  const double u = gemm_unit_roundoff(e);
+  double worst = 0;  // the largest error as a fraction of its bound
+  bool differs = false;
+  std::vector<float> row(sh.cols);
+  for (uint32_t r = 0; r < sh.rows; ++r) {
+    for (uint32_t g = 0; g < sh.cols / kGroup; ++g) dequant_group(t, p.w.data() + r * p.row_bytes, g, &row[g * kGroup]);
+    for (uint32_t k = 0; k < n; ++k) {
+      double s = 0, sx = 0;
+      for (uint32_t i = 0; i < sh.cols; ++i) {
+        s += std::fabs(double(row[i]) * p.x[size_t(k) * sh.cols + i]);
+        sx += std::fabs(p.x[size_t(k) * sh.cols + i]);
+      }
+      const double bound = (2 * u + u * u) * s + (e == GemmElem::kF16 ? 0x1p-25 * sx : 0.0) + 1e-5 * s + 1e-6;
+      const float got = y[size_t(k) * sh.rows + r], want = ref[size_t(k) * sh.rows + r];
+      CAPTURE(r, k, got, want, bound);
+      REQUIRE(std::isfinite(got));
+      REQUIRE(std::fabs(double(got) - want) <= bound);
+      worst = std::max(worst, std::fabs(double(got) - want) / bound);
+      differs = differs || std::memcmp(&got, &want, 4) != 0;
+    }
+  }
+  INFO("largest error: " << worst << " of the bound");
+  CHECK(worst > 0);
+  REQUIRE(differs);  // the product did run on the tensor cores: rounded inputs leave some result's last bits
+}
+
+// Passes of 1..kSmallPassTokens tokens keep the FP32 kernels even where a tensor-core product exists:
+// each token's outputs have the bits of a one-token pass (speculative = greedy, streamed = resident).
+TEST_CASE("tensor-core product: passes of up to 32 tokens keep the matrix-vector kernel's bits", "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  const uint32_t n = GENERATE(1u, 9u, kSmallPassTokens);
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), n);
+  const uint32_t rows = 300, cols = 512;
+  const Problem p = make_problem(t, rows, cols, n, uint32_t(t) * 17 + n);
+  TensorGemm gemm(512, cols);
+  DeviceArray<uint8_t> dw(p.w);
+  DeviceArray<float> dx(p.x), db(p.bias), dy(std::vector<float>(size_t(n) * rows, NAN)),
+      dref(std::vector<float>(size_t(n) * rows, NAN));
+  const GpuMatrix m{t, dw.p, p.row_bytes, rows, cols, nullptr, 0};
+  gpu_matmul_pass(nullptr, &gemm, m, dx.p, n, db.p, dy.p);
+  for (uint32_t k = 0; k < n; ++k) gpu_matmul(nullptr, m, dx.p + size_t(k) * cols, 1, db.p, dref.p + size_t(k) * rows);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = dy.get(size_t(n) * rows), ref = dref.get(size_t(n) * rows);
+  REQUIRE(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
+}
+
+TEST_CASE("tensor-core product: refuses passes and rows beyond its sizes, and stacks picked on the device", "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  TensorGemm gemm(64, 256);
+  const Problem p = make_problem(GgmlType::Q8_0, 8, 512, 65, 1);
+  DeviceArray<uint8_t> dw(p.w);
+  DeviceArray<float> dx(p.x), dy(std::vector<float>(65 * 8, 0.0f));
+  DeviceArray<uint32_t> dsel(std::vector<uint32_t>{0});
+  GpuMatrix m{GgmlType::Q8_0, dw.p, p.row_bytes, 8, 256, nullptr, 0};
+  CHECK_THROWS_AS(gemm.matmul(nullptr, m, dx.p, 65, nullptr, dy.p), std::logic_error);  // 65 tokens > 64
+  m.cols = 512;
+  CHECK_THROWS_AS(gemm.matmul(nullptr, m, dx.p, 40, nullptr, dy.p), std::logic_error);  // 512 columns > 256
+  m.cols = 256;
+  m.sel = dsel.p;
+  m.mat_bytes = p.row_bytes * 8;
+  CHECK_THROWS_AS(gemm.matmul(nullptr, m, dx.p, 40, nullptr, dy.p), std::logic_error);
+  gpu_matmul_pass(nullptr, &gemm, m, dx.p, 40, nullptr, dy.p);  // the dispatch keeps a stack on the FP32 kernels
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+}
+
+// The engine: a 100-token prompt in one pass (its matrices on the tensor cores), then greedy steps, on
+// the GPU executor (every layer in VRAM, and one layer with two streamed: the pass copies a streamed
+// layer to GPU memory first) against the CPU executor, the exact reference. The last prompt token's
+// logits must agree within 1 % of their largest magnitude, and the greedy tokens wherever the CPU's
+// margin between its token and the GPU's is more than twice the largest logit difference seen (a
+// token may differ only at a tie the rounding can flip). Resident and streamed give the same bits.
+TEST_CASE("tensor-core product in the engine: a 100-token prompt gives the CPU executor's greedy tokens", "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  gpunvme::test::DeployedModel d(0, "gemm-test");
+  gpunvme::test::Opened o(d.device);
+  const uint32_t n_prompt = 100, steps = 8, n_ctx = 128;
+  const std::vector<uint32_t> prompt = llm::test::random_tokens(n_prompt, o.m.config.n_vocab, 5);
+  struct Run {
+    std::vector<float> prompt_logits;
+    std::vector<uint32_t> tokens;
+    std::vector<std::vector<float>> step_logits;
+  };
+  auto greedy = [&](llm::Executor& ex) {
+    Run r;
+    const std::span<const float> l = ex.pass(prompt, 0, false);
+    r.prompt_logits.assign(l.begin(), l.end());
+    uint32_t tok = uint32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    for (uint32_t i = 0; i < steps; ++i) {
+      r.tokens.push_back(tok);
+      const std::span<const float> s = ex.step(tok, n_prompt + i);
+      r.step_logits.emplace_back(s.begin(), s.end());
+      tok = uint32_t(std::max_element(s.begin(), s.end()) - s.begin());
+    }
+    ex.finish();
+    return r;
+  };
+  const Run cpu = greedy(*llm::make_cpu_executor(o.m, n_ctx));
+  llm::GpuExecOptions all, streamed;
+  all.resident_layers = o.m.config.n_layer;
+  all.max_batch = streamed.max_batch = n_prompt;
+  streamed.resident_layers = 1;
+  const Run gpu = greedy(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, all));
+  const Run gpu_streamed = greedy(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, streamed));
+  REQUIRE(llm::test::same_bits(gpu.prompt_logits, gpu_streamed.prompt_logits));
+  REQUIRE(gpu.tokens == gpu_streamed.tokens);
+
+  // Step i compares logits computed from the same tokens on both sides (those before i are equal).
+  for (uint32_t i = 0; i < steps; ++i) {
+    const std::vector<float>& want = i == 0 ? cpu.prompt_logits : cpu.step_logits[i - 1];
+    const std::vector<float>& got = i == 0 ? gpu.prompt_logits : gpu.step_logits[i - 1];
+    float diff = 0, mag = 0;
+    for (size_t j = 0; j < want.size(); ++j) {
+      diff = std::max(diff, std::fabs(got[j] - want[j]));
+      mag = std::max(mag, std::fabs(want[j]));
+    }
+    const float margin = want[cpu.tokens[i]] - want[gpu.tokens[i]];
+    CAPTURE(i, cpu.tokens[i], gpu.tokens[i], margin, diff, mag);
+    REQUIRE(mag > 0);
+    REQUIRE(diff <= 0.01f * mag);
+    if (cpu.tokens[i] != gpu.tokens[i]) {
+      REQUIRE(margin <= 2 * diff);  // a near tie the rounding can flip: the comparison stops there
+      break;
+    }
+  }
+}
