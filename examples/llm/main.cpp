@@ -17,6 +17,7 @@
 #include "examples/llm/engine/expert_io_flags.h"
 #include "examples/llm/engine/finite_weights.h"
 #include "examples/llm/engine/generate.h"
+#include "examples/llm/engine/loaded_model.h"
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "host/device_lock.h"
@@ -387,12 +388,12 @@ int run(const cli::Args& args, bool tokenize_only) {
   guard::OutputFile json_out = output("json-out");
   // Readers' shared locks for the whole run (DeviceSet): a deploy cannot rewrite the model under the
   // engine (and the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
-  llm::DeviceSet set(devices);
-  const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+  llm::LoadedModel lm(devices);
+  const llm::ModelOnDevice& m = lm.model;
+  llm::DeviceSet& set = lm.set;
   const std::string device = set.describe();
   std::vector<uint32_t> prompt;
-  std::unique_ptr<llm::Tokenizer> tok;
-  if (m.vocab.model != "none") tok = std::make_unique<llm::Tokenizer>(m.vocab);
+  const llm::Tokenizer* tok = lm.has_tokenizer() ? &lm.tokenizer() : nullptr;
   if (args.has("prompt")) {
     if (!tok) throw std::runtime_error("the model has no vocabulary (tokenizer.ggml.model = none): use --prompt-ids");
     prompt = tok->encode(args.get("prompt"), true);
@@ -419,13 +420,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   o.verify = !args.has("no-verify");
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
-  std::unique_ptr<llm::Executor> ex;
-  if (gpu) {
-    const std::vector<host::Controller*> ctrls = set.controllers();
-    ex = llm::make_gpu_executor(ctrls, m, ctx, o);
-  } else {
-    ex = llm::make_cpu_executor(m, ctx, o.verify);
-  }
+  const std::unique_ptr<llm::Executor> ex = lm.executor(gpu, ctx, o);
   // The name and the rest come from the device: escaped, so a model cannot forge terminal output.
   std::printf("model: %s (%s, %u layers) on %s: %s\n", text::printable(m.file->model_name()).c_str(),
               text::printable(m.config.arch_name).c_str(), m.config.n_layer,

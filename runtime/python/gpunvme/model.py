@@ -1,0 +1,328 @@
+"""gpunvme.Model: a model found on a device (a `gpunvme deploy` record or a dd'ed GGUF; emu:gen too), run
+by the engine as `build/examples/llm/llm` runs it: the same tokenizer, executors, sampler and generation
+loop (the C++ module gpunvme._engine), so the same prompt and settings give the same text.
+
+    import gpunvme
+    m = gpunvme.Model("emu:/tmp/models.img", executor="cpu")
+    print(m.generate_text("The capital of France is", max_tokens=16))
+    for piece in m.generate("Once upon a time", max_tokens=64, temperature=0.8, seed=1):
+        print(piece, end="", flush=True)
+
+Arguments are checked here, before the engine sees them: a wrong type is a TypeError, a wrong value a
+ValueError, and what the engine refuses (no model on the device, a bad device string) a ValueError or
+RuntimeError carrying its message.
+"""
+import atexit
+import codecs
+import math
+import queue
+import threading
+import weakref
+
+from . import _engine
+
+EXECUTORS = ("auto", "cpu", "gpu")
+
+
+def _int(name, value, low, high=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"at least {low}" if high is None else f"{low}..{high}"
+        raise ValueError(f"{name} must be {bound}, not {value}")
+    return value
+
+
+def _float(name, value, low, high=None):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or value < low or (high is not None and value > high):
+        bound = f"at least {low}" if high is None else f"{low}..{high}"
+        raise ValueError(f"{name} must be a finite number {bound}, not {value}")
+    return float(value)
+
+
+def _devices(device):
+    devices = [device] if isinstance(device, str) else device
+    if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
+        raise TypeError("device must be a device string (emu:/path/disk.img, emu:gen,shape=...,type=..., "
+                        "vfio:0000:0b:00.0) or a list of them (a striped set, in order)")
+    return list(devices)
+
+
+def _stops(stop):
+    stops = [] if stop is None else [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) and s for s in stops):
+        raise TypeError("stop must be None, a non-empty string or a list of non-empty strings")
+    return list(stops)
+
+
+class Model:
+    """A model on a device, opened for generation.
+
+    device: a device string (as `llm --device`), or a list of them for a model striped over several.
+    executor: "auto" (the GPU where one is present, as `llm --path auto`), "cpu" or "gpu".
+    ctx: positions of context to allocate per sequence (default: 4096, or the model's context length if
+        shorter); a prompt plus max_tokens must fit in it.
+    max_seqs: sequences the executor holds at once (the scheduler's; 1 for generate()).
+    verify: check the bytes read against the deploy record's CRC-32Cs (False: `llm --no-verify`).
+    vram_budget, ram_budget: the GPU executor's residency budgets in bytes (`llm --vram-budget/--ram-budget`).
+    """
+
+    def __init__(self, device, executor="auto", ctx=None, max_seqs=1, verify=True, vram_budget=None, ram_budget=0):
+        devices = _devices(device)
+        if not isinstance(executor, str):
+            raise TypeError(f"executor must be a string, not {type(executor).__name__}")
+        if executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
+        ctx = 0 if ctx is None else _int("ctx", ctx, 1, 2**32 - 1)
+        _int("max_seqs", max_seqs, 1, 2**32 - 1)
+        if not isinstance(verify, bool):
+            raise TypeError(f"verify must be a bool, not {type(verify).__name__}")
+        if vram_budget is not None:
+            _int("vram_budget", vram_budget, 0, 2**64 - 1)
+        _int("ram_budget", ram_budget, 0, 2**64 - 1)
+        self._engine = _engine.Engine(devices, executor, ctx, max_seqs, verify, vram_budget, ram_budget)
+        self._busy = threading.Lock()
+
+    # What the device holds.
+    @property
+    def name(self):
+        """The model's general.name."""
+        return self._engine.name
+
+    @property
+    def architecture(self):
+        """general.architecture: llama, qwen2, gemma3, qwen3, qwen3moe, gpt-oss."""
+        return self._engine.architecture
+
+    @property
+    def size(self):
+        """The model's bytes on the device (the GGUF file's length)."""
+        return self._engine.size
+
+    @property
+    def n_ctx(self):
+        """Positions of context allocated per sequence."""
+        return self._engine.n_ctx
+
+    @property
+    def n_ctx_train(self):
+        """The model's own context length (<arch>.context_length)."""
+        return self._engine.n_ctx_train
+
+    @property
+    def n_vocab(self):
+        return self._engine.n_vocab
+
+    @property
+    def executor(self):
+        """Which executor runs the model, as the llm tool describes it."""
+        return self._engine.executor
+
+    @property
+    def bos_id(self):
+        return self._engine.bos_id
+
+    @property
+    def eos_id(self):
+        return self._engine.eos_id
+
+    @property
+    def eog_ids(self):
+        """The tokens that end generation (the EOS and those llama.cpp also stops at, e.g. <end_of_turn>)."""
+        return self._engine.eog_ids
+
+    @property
+    def bos_token(self):
+        """The BOS token's text, or None."""
+        return None if self.bos_id is None else self._engine.token_text(self.bos_id)
+
+    @property
+    def eos_token(self):
+        """The EOS token's text, or None."""
+        return None if self.eos_id is None else self._engine.token_text(self.eos_id)
+
+    @property
+    def chat_template(self):
+        """The GGUF's tokenizer.chat_template (Jinja2 source), or None when it has none."""
+        return self._engine.chat_template
+
+    # Text and tokens.
+    def tokenize(self, text, add_special=True, parse_special=False):
+        """Token ids of `text` as llama_tokenize gives them: with add_special, the BOS (and EOS) the model
+        asks for; with parse_special, control-token texts (<start_of_turn>, ...) become those tokens."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, not {type(text).__name__}")
+        return self._engine.tokenize(text, bool(add_special), bool(parse_special))
+
+    def _ids(self, ids):
+        if isinstance(ids, (str, bytes)) or not hasattr(ids, "__iter__"):
+            raise TypeError("ids must be a list of token ids (ints)")
+        ids = list(ids)
+        for i in ids:
+            _int("token id", i, 0, self.n_vocab - 1)
+        return ids
+
+    def piece(self, token_id):
+        """The bytes token_id prints as (bytes: a byte-fallback token may hold part of a UTF-8 character)."""
+        return self._engine.piece(_int("token id", token_id, 0, self.n_vocab - 1))
+
+    def pieces(self, ids):
+        """piece() of every id."""
+        return [self._engine.piece(i) for i in self._ids(ids)]
+
+    def detokenize(self, ids):
+        """The text of the ids (control tokens print nothing; invalid UTF-8 replaced by U+FFFD)."""
+        return b"".join(self.pieces(ids)).decode("utf-8", errors="replace")
+
+    # Generation.
+    def generate(self, prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=1.0, seed=0, stop=None,
+                 ignore_eos=False):
+        """Generates up to max_tokens after `prompt` (a str, tokenized with the BOS the model asks for, or
+        a list of token ids) and returns a TextStream, an iterator of the text as it is generated.
+
+        temperature 0 is greedy decoding (llama.cpp's tokens); > 0 samples among the top_k most likely
+        (0: all) with the given seed (the same seed, the same text). Stops at the model's
+        end-of-generation tokens (unless ignore_eos) and before the first of the `stop` strings, which
+        the text does not include. One generation at a time per Model.
+        """
+        if not self._engine.has_tokenizer:
+            raise ValueError("the model has no vocabulary (tokenizer.ggml.model = none): generate_ids() takes "
+                             "and gives token ids")
+        return self._stream(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, _stops(stop), True)
+
+    def generate_text(self, prompt, max_tokens=32, **options):
+        """The whole text generate() yields, as one string."""
+        return "".join(self.generate(prompt, max_tokens, **options))
+
+    def generate_ids(self, prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=1.0, seed=0, ignore_eos=False):
+        """The token ids generate() would produce (any model, one without a vocabulary too), as a list."""
+        stream = self._stream(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, [], False)
+        for _ in stream:
+            pass
+        return stream.tokens
+
+    def _stream(self, prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, stops, text):
+        ids = self.tokenize(prompt) if isinstance(prompt, str) else self._ids(prompt)
+        if not ids:
+            raise ValueError("the prompt has no tokens")
+        _int("max_tokens", max_tokens, 0, 2**32 - 1)
+        if len(ids) + max_tokens > self.n_ctx:
+            raise ValueError(f"the prompt ({len(ids)} tokens) plus max_tokens {max_tokens} is more than the context "
+                             f"({self.n_ctx} positions): a shorter prompt, fewer tokens or Model(ctx=...)")
+        temperature = _float("temperature", temperature, 0.0)
+        _int("top_k", top_k, 0, 2**32 - 1)
+        if _float("top_p", top_p, 0.0, 1.0) != 1.0:
+            raise NotImplementedError("top_p below 1 is not supported by the engine's sampler yet")
+        _int("seed", seed, 0, 2**64 - 1)
+        if not isinstance(ignore_eos, bool):
+            raise TypeError(f"ignore_eos must be a bool, not {type(ignore_eos).__name__}")
+        return TextStream(self, (ids, max_tokens, temperature, top_k, seed, [], ignore_eos), stops, text)
+
+
+class TextStream:
+    """The text of one generation, piece by piece, as the engine produces its tokens. Each piece is
+    whole UTF-8 (a character split over tokens comes once complete). After the end: `tokens` (the ids
+    generated), `finish_reason` ("stop": an end-of-generation token or a stop string; "length":
+    max_tokens). close() (or leaving a for loop early and dropping the stream) ends the generation.
+
+    The engine runs in a thread of its own with the GIL released; the stream hands over its tokens."""
+
+    def __init__(self, model, args, stops, text=True):
+        self._model, self._args, self._stops, self._text = model, args, stops, text
+        self.tokens = []
+        self.finish_reason = None
+        self._queue = queue.SimpleQueue()
+        self._halt = threading.Event()
+        self._thread = None
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # text that may be the start of a stop string
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def _run(self):
+        try:
+            self._model._engine.generate(*self._args, self._on_token)
+            self._queue.put(None)
+        except BaseException as e:  # handed to the consumer's thread
+            self._queue.put(e)
+        finally:
+            self._model._busy.release()
+
+    def _on_token(self, token_id):
+        self._queue.put(token_id)
+        return self._halt.is_set()
+
+    def _start(self):
+        if not self._model._busy.acquire(blocking=False):
+            raise RuntimeError("this Model is generating already: finish or close() the other stream first "
+                               "(one generation at a time per Model)")
+        _live.add(self)
+        self._thread = threading.Thread(target=self._run, name="gpunvme-generate", daemon=True)
+        self._thread.start()
+
+    def __next__(self):
+        try:
+            while not self._done:
+                if self._thread is None:
+                    self._start()
+                item = self._queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item is None:
+                    self.finish_reason = self.finish_reason or (
+                        "length" if len(self.tokens) >= self._args[1] else "stop")
+                    text = self._pending + self._decoder.decode(b"", final=True)
+                    self.close()
+                    if text:
+                        return text
+                    break
+                self.tokens.append(item)
+                if self._text:
+                    text = self._emit(self._decoder.decode(self._model._engine.piece(item)))
+                    if text:
+                        return text
+        except BaseException:
+            self.close()
+            raise
+        raise StopIteration
+
+    def _emit(self, text):
+        """The part of the text so far that is final: up to a stop string (ending the stream), else all
+        but a tail that could begin one."""
+        self._pending += text
+        hits = [(self._pending.find(s), s) for s in self._stops if s in self._pending]
+        if hits:
+            out, self._pending = self._pending[:min(hits)[0]], ""
+            self.finish_reason = "stop"
+            self.close()
+            return out
+        keep = 0
+        for s in self._stops:
+            for n in range(min(len(s) - 1, len(self._pending)), keep, -1):
+                if s.startswith(self._pending[-n:]):
+                    keep = n
+                    break
+        out = self._pending[:len(self._pending) - keep]
+        self._pending = self._pending[len(self._pending) - keep:]
+        return out
+
+    def close(self):
+        """Ends the generation (at the engine's next token) and waits for it to stop."""
+        self._done = True
+        self._halt.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        _live.discard(self)
+
+    def __del__(self):
+        self.close()
+
+
+# Streams whose engine thread may still run: stopped before the interpreter exits, since a thread
+# inside the engine cannot take the GIL back once finalization has begun.
+_live = weakref.WeakSet()
+atexit.register(lambda: [s.close() for s in list(_live)])
