@@ -6,7 +6,9 @@
 // first and last token must have the bits of the matrix-vector kernel's (a batched pass gives
 // token-by-token logits); a mismatch prints an error and no number. Attention, norms and the head are not
 // included (they are small next to the matrices up to a few thousand positions); the engine's own pass
-// times (scripts/llm/bench_passes.py) include everything.
+// times (scripts/llm/bench_passes.py) include everything. With --gemm, prompt passes (512 and 2048 tokens by
+// default): the FP32 batched kernel against the tensor-core product (compute/gpu_gemm.h), each result
+// checked against the other within the 16-bit rounding bound first.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/tools/generated_model.h"
 #include "examples/llm/tools/model_shapes.h"
@@ -33,7 +36,7 @@ using namespace gpunvme::llm;
 namespace {
 
 const cli::Help kHelp = {
-    "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k] [--tokens 1,2,3,...] [--reps N] [--json-out FILE]\n"
+    "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k|q8_0] [--tokens 1,2,3,...] [--reps N] [--gemm] [--json-out FILE]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape (llm_make_model's shapes;\n"
     "default llama3-70b, Q6_K): the seven matrices of a layer at full size in GPU memory, times the layers,\n"
@@ -45,9 +48,12 @@ const cli::Help kHelp = {
     "matrices, after the same bit-for-bit check: GB/s of weights for both and the ratio.\n"
     "\n"
     "  --shape NAME    a dense shape of llm_make_model (default llama3-70b)\n"
-    "  --type T        q6_k (default) or q4_k\n"
+    "  --type T        q6_k (default), q4_k or q8_0\n"
     "  --tokens LIST   token counts per pass, comma-separated (default 1,2,3,5,9,17,32,128,512,2048)\n"
     "  --reps N        timed repetitions per matrix and token count, median kept (default 3)\n"
+    "  --gemm          prompt passes instead (default tokens 512,2048; each above 32): the FP32 batched kernel\n"
+    "                  against the tensor-core product (gpu_gemm.h), TFLOP/s of each and the ratio; before\n"
+    "                  timing, sampled rows of the first and last token must agree within gemm_error_bound\n"
     "  --json-out F    also write the rows as one JSON object\n",
     ""};
 
@@ -136,18 +142,22 @@ struct Options {
   uint32_t type = uint32_t(GgmlType::Q6_K);
   std::vector<uint32_t> tokens{1, 2, 3, 5, 9, 17, 32, 128, 512, 2048};
   uint32_t reps = 3;
+  bool gemm = false;
   std::string json_out;
 };
 
 Options parse(int argc, char** argv) {
-  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out"}, {});
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out"}, {"gemm"});
   if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
   Options o;
   o.shape = args.get("shape", o.shape);
   const std::string type = args.get("type", "q6_k");
-  if (type != "q6_k" && type != "q4_k") throw cli::UsageError("--type must be q6_k or q4_k, not '" + text::printable(type) + "'");
-  o.type = uint32_t(type == "q6_k" ? GgmlType::Q6_K : GgmlType::Q4_K);
+  if (type != "q6_k" && type != "q4_k" && type != "q8_0")
+    throw cli::UsageError("--type must be q6_k, q4_k or q8_0, not '" + text::printable(type) + "'");
+  o.type = uint32_t(type == "q6_k" ? GgmlType::Q6_K : type == "q4_k" ? GgmlType::Q4_K : GgmlType::Q8_0);
+  o.gemm = args.has("gemm");
+  if (o.gemm) o.tokens = {512, 2048};
   if (args.has("tokens")) {
     o.tokens.clear();
     std::string list = args.get("tokens");
@@ -159,10 +169,75 @@ Options parse(int argc, char** argv) {
       at = end + 1;
     }
   }
+  if (o.gemm)
+    for (uint32_t n : o.tokens)
+      if (n <= kSmallPassTokens)
+        throw cli::UsageError("--gemm times prompt passes: each --tokens count must be above " + std::to_string(kSmallPassTokens) +
+                              " (smaller passes keep the FP32 kernels)");
   o.reps = args.get_u32("reps", o.reps);
   if (o.reps == 0) throw cli::UsageError("--reps must be at least 1");
   o.json_out = args.get("json-out");
   return o;
+}
+
+// --gemm: for each prompt pass of n tokens, the seven matrices through the FP32 batched kernel and through
+// the tensor-core product. Each (matrix, n) is checked first: for tokens 0 and n - 1 and every 61st row,
+// the two within gemm_error_bound of each other (computed on the host from the matrix's bytes); a miss
+// prints an error and no number. Returns the exit status.
+int time_prompt_passes(const Options& o, const gen::Shape& s, const std::vector<Matrix>& ms,
+                       const std::vector<std::vector<uint8_t>>& bytes, const std::vector<float>& xh, const float* x,
+                       uint32_t widest, uint32_t tallest, uint64_t weights, FILE* json) {
+  const uint32_t n_max = *std::max_element(o.tokens.begin(), o.tokens.end());
+  DeviceBuffer y(uint64_t(n_max) * tallest * 4), ref(uint64_t(n_max) * tallest * 4);
+  TensorGemm gemm(n_max, widest);
+  auto tensor = [&](const Matrix& m, uint32_t n, float* out) {
+    gpu_matmul_pass(nullptr, &gemm, view(m, o.type), x, n, nullptr, out);
+  };
+  std::printf("%s, %s matrices, %u layers: prompt passes, FP32 batched kernel vs tensor cores (%s, cuBLASLt)\n", s.name.c_str(),
+              gguf::ggml_type_name(o.type).c_str(), s.layers, gemm_elem_for(GgmlType(o.type)) == GemmElem::kF16 ? "FP16" : "BF16");
+  std::printf("%7s | %12s | %12s | %9s | %9s | %7s | %s\n", "tokens", "FP32 s/pass", "tensor s/pass", "FP32 TF/s", "tensor TF/s",
+              "ratio", "worst error / bound");
+  std::string rows_json;
+  for (uint32_t n : o.tokens) {
+    double batched = 0, tc = 0, worst = 0;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const Matrix& m = ms[i];
+      tensor(m, n, y.as<float>());
+      gpu_matmul_batched(nullptr, view(m, o.type), x, n, nullptr, ref.as<float>());
+      std::vector<float> a(uint64_t(n) * m.rows), b(a.size());
+      device::check_cuda(cudaMemcpy(a.data(), y.p, a.size() * 4, cudaMemcpyDeviceToHost), "copy");
+      device::check_cuda(cudaMemcpy(b.data(), ref.p, b.size() * 4, cudaMemcpyDeviceToHost), "copy");
+      for (uint32_t t : {0u, n - 1})
+        for (uint32_t r = 0; r < m.rows; r += 61) {
+          const double bound = gemm_error_bound(GgmlType(o.type), &bytes[i][uint64_t(r) * m.row_bytes], m.cols, &xh[uint64_t(t) * m.cols]);
+          const double err = std::fabs(double(a[uint64_t(t) * m.rows + r]) - b[uint64_t(t) * m.rows + r]);
+          if (!(err <= bound)) {
+            std::fprintf(stderr, "llm_pass_compute: ERROR: %s, %u tokens, token %u row %u: tensor cores %g, FP32 kernel %g, "
+                         "beyond the 16-bit rounding bound %g: no figure\n", m.name.c_str(), n, t, r,
+                         double(a[uint64_t(t) * m.rows + r]), double(b[uint64_t(t) * m.rows + r]), bound);
+            return 1;
+          }
+          worst = std::max(worst, err / bound);
+        }
+      batched += median_seconds(o.reps, [&] { gpu_matmul_batched(nullptr, view(m, o.type), x, n, nullptr, ref.as<float>()); });
+      tc += median_seconds(o.reps, [&] { tensor(m, n, y.as<float>()); });
+    }
+    const double flop = 2.0 * weights * s.layers * n, pb = batched * s.layers, pt = tc * s.layers;
+    std::printf("%7u | %10.3f s | %10.3f s | %9.1f | %9.1f | %6.1fx | %.3f\n", n, pb, pt, flop / pb / 1e12, flop / pt / 1e12,
+                pb / pt, worst);
+    char row[320];
+    std::snprintf(row, sizeof row,
+                  "{\"tokens\":%u,\"fp32_seconds_per_pass\":%.6f,\"tensor_seconds_per_pass\":%.6f,\"fp32_tflops\":%.3f,"
+                  "\"tensor_tflops\":%.3f,\"worst_error_of_bound\":%.4f,\"checked\":true}",
+                  n, pb, pt, flop / pb / 1e12, flop / pt / 1e12, worst);
+    rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+  }
+  const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"gemm\",\"shape\":" + text::json_string(s.name) +
+                           ",\"type\":" + text::json_string(gguf::ggml_type_name(o.type)) + ",\"layers\":" + std::to_string(s.layers) +
+                           ",\"weights_per_layer\":" + std::to_string(weights) + ",\"rows\":[" + rows_json + "]}";
+  std::printf("%s\n", line.c_str());
+  if (json) std::fprintf(json, "%s\n", line.c_str());
+  return 0;
 }
 
 }  // namespace
@@ -187,6 +262,7 @@ int main(int argc, char** argv) {
                               {"gate", s.ffn, s.hidden},           {"up", s.ffn, s.hidden},
                               {"down", s.hidden, s.ffn}};
     std::vector<std::unique_ptr<DeviceBuffer>> keep;
+    std::vector<std::vector<uint8_t>> host_bytes;  // --gemm: the error bound is computed from them
     uint64_t weights = 0, weight_bytes = 0;
     uint32_t widest = 0, tallest = 0;
     for (size_t i = 0; i < ms.size(); ++i) {
@@ -197,6 +273,7 @@ int main(int argc, char** argv) {
       ms[i].row_bytes = bytes.size() / ms[i].rows;
       weights += uint64_t(ms[i].rows) * ms[i].cols;
       weight_bytes += bytes.size();
+      if (o.gemm) host_bytes.push_back(bytes);
       widest = std::max(widest, ms[i].cols);
       tallest = std::max(tallest, ms[i].rows);
     }
@@ -207,6 +284,11 @@ int main(int argc, char** argv) {
     for (float& v : xh) v = d(rng);
     DeviceBuffer x(xh.size() * 4), y(uint64_t(n_max) * tallest * 4), ref(uint64_t(tallest) * 4);
     device::check_cuda(cudaMemcpy(x.p, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice), "inputs");
+    if (o.gemm) {
+      const int rc = time_prompt_passes(o, s, ms, host_bytes, xh, x.as<float>(), widest, tallest, weights, json ? json.stream() : nullptr);
+      if (rc == 0 && json) json.commit();
+      return rc;
+    }
     std::printf("%s, %s matrices, %u layers (%.2f G weights per layer); matrix kernels per pass:\n",
                 s.name.c_str(), gguf::ggml_type_name(o.type).c_str(), s.layers, weights / 1e9);
     std::printf("%7s | %12s | %14s | %9s | %14s\n", "tokens", "s per pass", "extra over 1", "TFLOP/s", "weight GB/s");

@@ -16,7 +16,6 @@
 
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/engine/executor.h"
-#include "examples/llm/quant/dequant.h"
 #include "examples/llm/quant/weight_types.h"
 #include "device_array.h"
 #include "gpu_rig.h"
@@ -53,15 +52,7 @@ Problem make_problem(GgmlType t, uint32_t rows, uint32_t cols, uint32_t n, uint3
 
 }  // namespace
 
-// The bound, per output (t, r), with S = sum_i |w_i x_i| (the scale float error is measured against: a
-// relative error of the output itself is unbounded where the sum cancels):
-//   (2u + u^2) S        each w_i and x_i rounded to nearest in the 16-bit type (unit roundoff u: 2^-11
-//                       FP16, 2^-8 BF16), so each product is off by at most (1 + u)^2 - 1 of itself;
-//   + 2^-25 sum_i |x_i| FP16 only: a weight under 2^-14 is subnormal there, rounded to an absolute 2^-25
-//                       (the activations are scaled so that theirs stay normal; BF16 has FP32's range);
-//   + 1e-5 S + 1e-6     both sides accumulate in FP32 in different orders (the batched kernel's test
-//                       gives it the same tolerance against the CPU's sum).
-// The bias is added in FP32 on both sides. A wrong layout, transpose, chunk or scale misses by O(S).
+// Each output within gemm_error_bound (gpu_gemm.h says what it counts) of the batched kernel's.
 TEST_CASE("tensor-core product: within 16-bit input rounding of the FP32 batched kernel, every type", "[gpu][llm][gemm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
@@ -81,20 +72,11 @@ TEST_CASE("tensor-core product: within 16-bit input rounding of the FP32 batched
   gpu_matmul_batched(nullptr, m, dx.p, n, db.p, dref.p);
   REQUIRE(cudaGetLastError() == cudaSuccess);
   const auto y = dy.get(size_t(n) * sh.rows), ref = dref.get(size_t(n) * sh.rows);
-  const GemmElem e = gemm_elem_for(t);
-  const double u = gemm_unit_roundoff(e);
   double worst = 0;  // the largest error as a fraction of its bound
   bool differs = false;
-  std::vector<float> row(sh.cols);
-  for (uint32_t r = 0; r < sh.rows; ++r) {
-    for (uint32_t g = 0; g < sh.cols / kGroup; ++g) dequant_group(t, p.w.data() + r * p.row_bytes, g, &row[g * kGroup]);
+  for (uint32_t r = 0; r < sh.rows; ++r)
     for (uint32_t k = 0; k < n; ++k) {
-      double s = 0, sx = 0;
-      for (uint32_t i = 0; i < sh.cols; ++i) {
-        s += std::fabs(double(row[i]) * p.x[size_t(k) * sh.cols + i]);
-        sx += std::fabs(p.x[size_t(k) * sh.cols + i]);
-      }
-      const double bound = (2 * u + u * u) * s + (e == GemmElem::kF16 ? 0x1p-25 * sx : 0.0) + 1e-5 * s + 1e-6;
+      const double bound = gemm_error_bound(t, p.w.data() + r * p.row_bytes, sh.cols, &p.x[size_t(k) * sh.cols]);
       const float got = y[size_t(k) * sh.rows + r], want = ref[size_t(k) * sh.rows + r];
       CAPTURE(r, k, got, want, bound);
       REQUIRE(std::isfinite(got));
@@ -102,7 +84,6 @@ TEST_CASE("tensor-core product: within 16-bit input rounding of the FP32 batched
       worst = std::max(worst, std::fabs(double(got) - want) / bound);
       differs = differs || std::memcmp(&got, &want, 4) != 0;
     }
-  }
   INFO("largest error: " << worst << " of the bound");
   CHECK(worst > 0);
   REQUIRE(differs);  // the product did run on the tensor cores: rounded inputs leave some result's last bits

@@ -19,10 +19,12 @@
 // [2^14, 2^15) and the output multiplied back (exact: only exponents change). BF16 and MXFP4 weights
 // are exact in BF16 (MXFP4: two-bit mantissas times power-of-two scales that may leave FP16's range).
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/quant/dequant.h"
 
 namespace gpunvme::llm {
 
@@ -38,6 +40,32 @@ GemmElem gemm_elem_for(GgmlType t);
 
 // Unit roundoff of a 16-bit type (half its epsilon): what rounding one input to it may change, relative.
 inline constexpr double gemm_unit_roundoff(GemmElem e) { return e == GemmElem::kF16 ? 0x1p-11 : 0x1p-8; }
+
+// How far the tensor-core product of a row of type t (cols wide) and a vector x may be from the FP32
+// kernels' (tests/gpu/test_llm_gemm.cpp and bench/llm_pass_compute --gemm hold it to this). With
+// S = sum_i |w_i x_i|, the scale float error is measured against (the output's own relative error is
+// unbounded where the sum cancels):
+//   (2u + u^2) S        each w_i and x_i rounded to nearest in the 16-bit type (unit roundoff u), so
+//                       each product is off by at most (1 + u)^2 - 1 of itself;
+//   + 2^-25 sum |x_i|   FP16 only: a weight under 2^-14 is subnormal there, rounded to an absolute 2^-25
+//                       (the activations are scaled so that theirs stay normal; BF16 has FP32's range);
+//   + 1e-5 S + 1e-6     both sides accumulate in FP32 in different orders (the batched kernel's test
+//                       gives it the same tolerance against the CPU's sum).
+// The bias is added in FP32 on both sides. A wrong layout, transpose, chunk or scale misses by O(S).
+inline double gemm_error_bound(GgmlType t, const uint8_t* row, uint32_t cols, const float* x) {
+  const GemmElem e = gemm_elem_for(t);
+  const double u = gemm_unit_roundoff(e);
+  double s = 0, sx = 0;
+  float g[kGroup];
+  for (uint32_t grp = 0; grp < cols / kGroup; ++grp) {
+    dequant_group(t, row, grp, g);
+    for (int l = 0; l < kGroup; ++l) {
+      s += std::fabs(double(g[l]) * x[grp * kGroup + l]);
+      sx += std::fabs(double(x[grp * kGroup + l]));
+    }
+  }
+  return (2 * u + u * u) * s + (e == GemmElem::kF16 ? 0x1p-25 * sx : 0.0) + 1e-5 * s + 1e-6;
+}
 
 // The tensor-core product's GPU state, owned by whoever owns the activations (GpuForward): the cuBLASLt
 // handle and workspace, the weight scratch, the 16-bit copy of the tokens' vectors and their scales.
