@@ -21,6 +21,7 @@ constexpr uint32_t kThreads = 256;
 constexpr uint32_t kChunkAlign = 128;         // chunk rows: a multiple of the GEMM's tile heights
 constexpr uint64_t kWorkspaceBytes = 32ull << 20;  // cuBLASLt's recommendation for Hopper
 constexpr int kScaleTop = 15;                 // a token's largest element lands in [2^14, 2^15)
+constexpr uint32_t kBuffers = 2;              // the weight scratch's halves: a chunk dequantized while the last multiplies
 
 void check_lt(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS)
@@ -112,21 +113,31 @@ GemmElem gemm_elem_for(GgmlType t) {
 
 // cuBLASLt's handle, the operation (A^T B, FP32 accumulation and output), the preference (workspace),
 // and the algorithm chosen per problem (asked once per shape: the heuristic costs tens of microseconds,
-// and a prompt pass over a 70B model multiplies several hundred matrices).
+// and a prompt pass over a 70B model multiplies several hundred matrices). The dequantization runs on a
+// stream of its own into two buffers in turn, so that it overlaps the previous chunk's product (at 512
+// tokens it costs about two thirds of the product's time on an H200: 2 bytes written per weight).
 struct TensorGemm::Lt {
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t op = nullptr;
   void* workspace = nullptr;
-  uint4* w = nullptr;        // the weight scratch: chunk rows x cols, 16-bit
+  uint4* w[kBuffers] = {};   // the weight scratch's halves: chunk rows x cols each, 16-bit
+  cudaStream_t side = nullptr;  // the dequantization's
+  cudaEvent_t start = nullptr;  // the caller's stream up to the call: weights and vectors written
+  cudaEvent_t dequantized[kBuffers] = {}, multiplied[kBuffers] = {};  // per buffer: filled, and read by its product
   uint32_t* xh = nullptr;    // the tokens' vectors, 16-bit: max_tokens x max_cols
   float* scale = nullptr;    // [max_tokens]
   using Key = std::tuple<int, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t>;  // elem, m, n, k, ldc, y's alignment
   std::map<Key, cublasLtMatmulAlgo_t> algos;
 
   ~Lt() {
+    if (side) cudaStreamSynchronize(side);
     if (op) cublasLtMatmulDescDestroy(op);
     if (handle) cublasLtDestroy(handle);
-    for (void* p : {workspace, static_cast<void*>(w), static_cast<void*>(xh), static_cast<void*>(scale)}) cudaFree(p);
+    for (void* p : {workspace, static_cast<void*>(w[0]), static_cast<void*>(w[1]), static_cast<void*>(xh), static_cast<void*>(scale)})
+      cudaFree(p);
+    for (cudaEvent_t e : {start, dequantized[0], dequantized[1], multiplied[0], multiplied[1]})
+      if (e) cudaEventDestroy(e);
+    if (side) cudaStreamDestroy(side);
   }
 
   // D (m x n, column-major, ld ldc, FP32) = A^T B: A k x m (the weight rows, ld k), B k x n (the tokens, ld k).
@@ -171,14 +182,17 @@ TensorGemm::TensorGemm(uint32_t max_tokens, uint32_t max_cols, uint64_t weight_s
     : max_tokens_(max_tokens), max_cols_(max_cols), lt_(std::make_unique<Lt>()) {
   if (max_tokens == 0 || max_cols == 0 || max_cols % kGroup != 0)
     throw std::logic_error("TensorGemm: passes of 1+ tokens of a whole number of 32-element groups");
-  // At least one aligned chunk of the widest rows, whatever was asked.
-  scratch_bytes_ = std::max<uint64_t>(weight_scratch_bytes, uint64_t(kChunkAlign) * max_cols * 2);
+  // At least one aligned chunk of the widest rows per buffer, whatever was asked.
+  scratch_bytes_ = std::max<uint64_t>(weight_scratch_bytes / kBuffers * kBuffers, uint64_t(kBuffers) * kChunkAlign * max_cols * 2);
   check_lt(cublasLtCreate(&lt_->handle), "create");
   check_lt(cublasLtMatmulDescCreate(&lt_->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "operation");
   const cublasOperation_t trans = CUBLAS_OP_T;
   check_lt(cublasLtMatmulDescSetAttribute(lt_->op, CUBLASLT_MATMUL_DESC_TRANSA, &trans, sizeof trans), "transpose");
   lt_->workspace = device_alloc<void>(kWorkspaceBytes, "cudaMalloc of cuBLASLt's workspace");
-  lt_->w = device_alloc<uint4>(scratch_bytes_, "cudaMalloc of the tensor-core product's weight scratch");
+  for (uint4*& w : lt_->w) w = device_alloc<uint4>(scratch_bytes_ / kBuffers, "cudaMalloc of the tensor-core product's weight scratch");
+  device::check_cuda(cudaStreamCreateWithFlags(&lt_->side, cudaStreamNonBlocking), "the tensor-core product's stream");
+  for (cudaEvent_t* e : {&lt_->start, &lt_->dequantized[0], &lt_->dequantized[1], &lt_->multiplied[0], &lt_->multiplied[1]})
+    device::check_cuda(cudaEventCreateWithFlags(e, cudaEventDisableTiming), "the tensor-core product's events");
   lt_->xh = device_alloc<uint32_t>(uint64_t(max_tokens) * max_cols * 2, "cudaMalloc of the tensor-core product's inputs");
   lt_->scale = device_alloc<float>(uint64_t(max_tokens) * sizeof(float), "cudaMalloc of the tensor-core product's scales");
 }
@@ -190,7 +204,7 @@ uint64_t TensorGemm::device_bytes() const {
 }
 
 uint32_t TensorGemm::chunk_rows(uint32_t cols) const {
-  return uint32_t(std::max<uint64_t>(kChunkAlign, scratch_bytes_ / (uint64_t(cols) * 2) / kChunkAlign * kChunkAlign));
+  return uint32_t(std::max<uint64_t>(kChunkAlign, scratch_bytes_ / kBuffers / (uint64_t(cols) * 2) / kChunkAlign * kChunkAlign));
 }
 
 void TensorGemm::matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
@@ -205,13 +219,23 @@ void TensorGemm::matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x,
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto run = [&]<GemmElem E>() {
-      convert_tokens_kernel<E><<<n, kThreads, 0, s>>>(x, m.cols, lt_->xh, lt_->scale);
-      for (uint32_t r0 = 0; r0 < m.rows; r0 += chunk) {
-        const uint32_t rows = std::min(chunk, m.rows - r0);
+      Lt& lt = *lt_;
+      // The side stream starts after everything queued on s so far (the weights may be a copy queued there;
+      // the previous call's products, which read the buffers, are queued there too).
+      device::check_cuda(cudaEventRecord(lt.start, s), "tensor-core product event");
+      device::check_cuda(cudaStreamWaitEvent(lt.side, lt.start, 0), "tensor-core product wait");
+      convert_tokens_kernel<E><<<n, kThreads, 0, s>>>(x, m.cols, lt.xh, lt.scale);
+      uint32_t i = 0;
+      for (uint32_t r0 = 0; r0 < m.rows; r0 += chunk, ++i) {
+        const uint32_t rows = std::min(chunk, m.rows - r0), b = i % kBuffers;
         const uint64_t g = uint64_t(rows) * groups;
-        dequant_rows_kernel<T, E><<<blocks_for(g, kThreads), kThreads, 0, s>>>(m.w + uint64_t(r0) * m.row_bytes, m.row_bytes,
-                                                                                groups, g, lt_->w);
-        lt_->run(s, E, rows, n, m.cols, lt_->w, lt_->xh, y + r0, m.rows);
+        if (i >= kBuffers) device::check_cuda(cudaStreamWaitEvent(lt.side, lt.multiplied[b], 0), "tensor-core product wait");
+        dequant_rows_kernel<T, E><<<blocks_for(g, kThreads), kThreads, 0, lt.side>>>(m.w + uint64_t(r0) * m.row_bytes,
+                                                                                      m.row_bytes, groups, g, lt.w[b]);
+        device::check_cuda(cudaEventRecord(lt.dequantized[b], lt.side), "tensor-core product event");
+        device::check_cuda(cudaStreamWaitEvent(s, lt.dequantized[b], 0), "tensor-core product wait");
+        lt.run(s, E, rows, n, m.cols, lt.w[b], lt.xh, y + r0, m.rows);
+        device::check_cuda(cudaEventRecord(lt.multiplied[b], s), "tensor-core product event");
       }
     };
     if (e == GemmElem::kF16) run.template operator()<GemmElem::kF16>();

@@ -32,7 +32,8 @@ namespace gpunvme::llm {
 // ones take the tensor cores (a speculative pass is the draft + 1, at most 32 rows of logits).
 inline constexpr uint32_t kSmallPassTokens = 32;
 
-// Default bytes of the dequantized-weights scratch: a 28672 x 8192 FFN matrix (Llama-3-70B) in 4 chunks.
+// Default bytes of the dequantized-weights scratch, two buffers in turn (a chunk is dequantized while the
+// previous one multiplies): Llama-3-70B's 28672 x 8192 gate in 7 chunks of 4096 rows, its down in 8 of 1152.
 inline constexpr uint64_t kGemmWeightScratchBytes = 128ull << 20;
 
 enum class GemmElem { kF16, kBF16 };
@@ -86,7 +87,7 @@ class TensorGemm {
   uint64_t device_bytes() const;
   uint32_t max_tokens() const { return max_tokens_; }
   uint32_t max_cols() const { return max_cols_; }
-  // Rows of a matrix `cols` wide that one chunk of the weight scratch holds.
+  // Rows of a matrix `cols` wide that one chunk (half the weight scratch) holds: a multiple of 128.
   uint32_t chunk_rows(uint32_t cols) const;
 
  private:
