@@ -73,7 +73,8 @@ TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the e
     const char* type;
     uint32_t lba;
   };
-  for (const Case& c : {Case{"tiny", "q4_k", 512}, Case{"tiny-qwen3moe", "q6_k", 4096}, Case{"tiny-gpt-oss", "mxfp4", 512}}) {
+  for (const Case& c : {Case{"tiny", "q4_k", 512}, Case{"tiny-qwen3moe", "q6_k", 4096}, Case{"tiny-gpt-oss", "mxfp4", 512},
+                        Case{"tiny-gemma3", "q8_0", 4096}}) {
     INFO(c.shape << " " << c.type << " lba " << c.lba);
     const std::string lba = ",lba=" + std::to_string(c.lba);
     const std::string gen = std::string("emu:gen,shape=") + c.shape + ",type=" + c.type + ",model_seed=5" + lba;
@@ -151,7 +152,8 @@ TEST_CASE("emu:gen refuses writes and bad keys, naming the fix") {
   CHECK(after == before);
   CHECK_THAT(refused("emu:gen,shape=tiny"), ContainsSubstring("type="));
   CHECK_THAT(refused("emu:gen,shape=huge,type=q4_k"), ContainsSubstring("tiny-qwen3moe"));
-  CHECK_THAT(refused("emu:gen,shape=tiny,type=q8_0"), ContainsSubstring("q4_k, q6_k or mxfp4"));
+  CHECK_THAT(refused("emu:gen,shape=tiny,type=q5_k"), ContainsSubstring("q4_k, q6_k, q8_0 or mxfp4"));
+  CHECK_THAT(refused("emu:gen,shape=gpt-oss-20b,type=q8_0"), ContainsSubstring("takes type mxfp4"));
   CHECK_THAT(refused("emu:gen,shape=gpt-oss-120b,type=q4_k"), ContainsSubstring("takes type mxfp4"));
   CHECK_THAT(refused("emu:gen,shape=tiny,type=mxfp4"), ContainsSubstring("has no experts"));
   CHECK_THAT(refused("emu:gen,shape=tiny,type=q4_k,size=1G"), ContainsSubstring("size="));

@@ -1,8 +1,9 @@
 // The generator's model (examples/llm/tools): any byte range reads the same in any order and split,
 // serial or threaded; the header is a valid GGUF whose tensors are the layout's; every quantized block
-// (Q4_K, Q6_K, Q8_0, MXFP4) dequantizes to finite values and a matrix's are centred with the spread asked
-// for, F32 vectors in their ranges; the real shapes have the real models' sizes and, for qwen3moe and
-// gpt-oss, llama.cpp's layout as the engine reads it; shapes and types that do not go together are refused.
+// (Q4_K, Q6_K, Q5_0, Q8_0, MXFP4) dequantizes to finite values and a matrix's are centred with the spread
+// asked for, F32 vectors in their ranges; the real shapes have the real models' sizes and, for qwen3moe,
+// gpt-oss and gemma3, llama.cpp's layout as the engine reads it; shapes and types that do not go together
+// are refused.
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
@@ -66,7 +67,8 @@ TEST_CASE("the header is a valid GGUF with the layout's tensors; blocks are vali
     gguf::GgmlType type;
   };
   for (const Case& c : {Case{"tiny", gguf::GgmlType::Q4_K}, Case{"tiny", gguf::GgmlType::Q6_K},
-                        Case{"tiny-gpt-oss", gguf::GgmlType::MXFP4}, Case{"tiny-qwen3moe", gguf::GgmlType::MXFP4}}) {
+                        Case{"tiny-gpt-oss", gguf::GgmlType::MXFP4}, Case{"tiny-qwen3moe", gguf::GgmlType::MXFP4},
+                        Case{"tiny", gguf::GgmlType::Q8_0}, Case{"tiny-gemma3", gguf::GgmlType::Q4_K}}) {
     const ModelLayout layout = model_layout(shape_named(c.shape), uint32_t(c.type), "t");
     GeneratedModel m(layout, 1, 2);
     const std::vector<uint8_t> bytes = read_all(m);
@@ -79,9 +81,10 @@ TEST_CASE("the header is a valid GGUF with the layout's tensors; blocks are vali
       REQUIRE(info != nullptr);
       CHECK(info->type_id == t.type);
       const uint8_t* p = bytes.data() + f.data_offset() + info->offset;
-      if (t.type == uint32_t(gguf::GgmlType::F32)) {  // norms about 1, biases and sinks small, routers about 1
-        const double lo = t.fill == Fill::kNorm ? 0.89 : t.fill == Fill::kBias ? -0.18 : -1.71;
-        const double hi = t.fill == Fill::kNorm ? 1.11 : t.fill == Fill::kBias ? 0.18 : 1.71;
+      // Norms about 1 (gemma3's post_ffw_norm about 8), biases and sinks small, routers about 1.
+      if (t.type == uint32_t(gguf::GgmlType::F32)) {
+        const double lo = t.fill == Fill::kNorm ? 0.89 : t.fill == Fill::kPostNorm ? 7.1 : t.fill == Fill::kBias ? -0.18 : -1.71;
+        const double hi = t.fill == Fill::kNorm ? 1.11 : t.fill == Fill::kPostNorm ? 8.9 : t.fill == Fill::kBias ? 0.18 : 1.71;
         std::vector<float> v(t.bytes / 4);
         std::memcpy(v.data(), p, t.bytes);
         CHECK(std::all_of(v.begin(), v.end(), [&](float x) { return x >= lo && x <= hi; }));
@@ -124,7 +127,12 @@ TEST_CASE("mxfp4 is MXFP4 experts and Q8_0 elsewhere; shapes and types that do n
     if (matrix && !expert) CHECK(t.type == uint32_t(gguf::GgmlType::Q8_0));
   }
   CHECK(model_name(shape_named("gpt-oss-120b"), type_named("MXFP4")) == "gpt-oss-120b-mxfp4");
-  CHECK_THROWS_AS(type_named("q8_0"), std::invalid_argument);
+  CHECK(model_name(shape_named("llama3-8b"), type_named("Q8_0")) == "llama3-8b-q8_0");
+  CHECK_THROWS_AS(type_named("q5_k"), std::invalid_argument);
+  // q8_0 on MoE shapes: Q8_0 experts too; gpt-oss takes only mxfp4, as it is published.
+  for (const TensorPlan& t : model_layout(shape_named("tiny-qwen3moe"), type_named("q8_0"), "t").tensors)
+    if (t.ne.size() > 1 && t.fill == Fill::kWeight) CHECK(t.type == uint32_t(gguf::GgmlType::Q8_0));
+  CHECK_THROWS_AS(model_layout(shape_named("tiny-gpt-oss"), uint32_t(gguf::GgmlType::Q8_0), "t"), std::invalid_argument);
   // gpt-oss in a k-quant: its rows of 2880 are not whole 256-element blocks; mxfp4 without experts.
   CHECK_THROWS_AS(model_layout(shape_named("gpt-oss-20b"), uint32_t(gguf::GgmlType::Q4_K), "t"), std::invalid_argument);
   CHECK_THROWS_AS(model_layout(shape_named("tiny"), uint32_t(gguf::GgmlType::MXFP4), "t"), std::invalid_argument);
@@ -149,6 +157,22 @@ TEST_CASE("the full-size shapes have the sizes the benchmark needs") {
   CHECK(size("gpt-oss-20b", gguf::GgmlType::MXFP4) / 1e9 < 12.15);
   CHECK(size("gpt-oss-120b", gguf::GgmlType::MXFP4) / 1e9 > 63.3);
   CHECK(size("gpt-oss-120b", gguf::GgmlType::MXFP4) / 1e9 < 63.45);
+  // Llama 3 8B: 8.03 B weights (1.05 B of them the embedding and output) at 4.5, 6.5625 and 8.5 bits:
+  // 4.52, 6.59 and 8.53 GB (llama-bench reports Meta's Q8_0 GGUF as 7.95 GiB, 8.54 GB).
+  CHECK(size("llama3-8b", gguf::GgmlType::Q4_K) / 1e9 > 4.51);
+  CHECK(size("llama3-8b", gguf::GgmlType::Q4_K) / 1e9 < 4.53);
+  CHECK(size("llama3-8b", gguf::GgmlType::Q6_K) / 1e9 > 6.58);
+  CHECK(size("llama3-8b", gguf::GgmlType::Q6_K) / 1e9 < 6.60);
+  CHECK(size("llama3-8b", gguf::GgmlType::Q8_0) / 1e9 > 8.52);
+  CHECK(size("llama3-8b", gguf::GgmlType::Q8_0) / 1e9 < 8.54);
+  // Gemma 3 270M: 268 M weights, 168 M of them the (tied) embedding; rows of 640 in Q5_0 for q4_k, Q8_0
+  // for q6_k: 180.1, 276.5 and 285.0 MB (the published Q4_K_M, with a Q8_0 embedding: 253.1 MB).
+  CHECK(size("gemma3-270m", gguf::GgmlType::Q4_K) / 1e6 > 180.0);
+  CHECK(size("gemma3-270m", gguf::GgmlType::Q4_K) / 1e6 < 180.2);
+  CHECK(size("gemma3-270m", gguf::GgmlType::Q6_K) / 1e6 > 276.4);
+  CHECK(size("gemma3-270m", gguf::GgmlType::Q6_K) / 1e6 < 276.6);
+  CHECK(size("gemma3-270m", gguf::GgmlType::Q8_0) / 1e6 > 284.9);
+  CHECK(size("gemma3-270m", gguf::GgmlType::Q8_0) / 1e6 < 285.1);
   CHECK_THROWS_AS(shape_named("llama4"), std::invalid_argument);
 }
 
@@ -247,4 +271,49 @@ TEST_CASE("the gpt-oss shapes are llama.cpp's gpt-oss layout, as the engine read
     REQUIRE(it + 1 < names.end());
     CHECK(it[1] == std::string("blk.1.") + stack + ".bias");
   }
+}
+
+TEST_CASE("the gemma3 shapes are the published Gemma 3 270M's layout, as the engine reads it") {
+  struct Want {
+    const char* shape;
+    uint32_t layers, embd, heads, head, ffn, vocab, ctx, window;
+  };
+  for (const Want& w : {Want{"gemma3-270m", 18, 640, 4, 256, 2048, 262144, 32768, 512},
+                        Want{"tiny-gemma3", 6, 320, 4, 64, 512, 512, 512, 8}}) {
+    INFO(w.shape);
+    const auto [f, c] = header_of(w.shape, gguf::GgmlType::Q4_K);
+    CHECK(f.architecture() == "gemma3");
+    CHECK(c.arch == llm::Arch::kGemma3);
+    CHECK(c.n_layer == w.layers);
+    CHECK(c.n_embd == w.embd);
+    CHECK(c.n_head == w.heads);
+    CHECK(c.n_head_kv == 1);
+    CHECK(c.head_dim == w.head);
+    CHECK(c.n_ff == w.ffn);
+    CHECK(c.n_vocab == w.vocab);
+    CHECK(c.n_ctx_train == w.ctx);
+    CHECK(c.swa_window == w.window);
+    CHECK(!c.layer_is_swa(5));  // every 6th layer global, the others windowed
+    CHECK(c.layer_is_swa(4));
+    CHECK(c.rope_base == 1000000.0f);
+    CHECK(c.rms_eps == 1e-6f);
+    const llm::ModelWeights weights = llm::map_weights(f, c);  // the engine's tensor checks pass
+    CHECK(weights.layers.size() == w.layers);
+    // The published file's 236 tensors: no output.weight (tied), 13 per layer.
+    CHECK(f.find_tensor("output.weight") == nullptr);
+    CHECK(f.tensors().size() == 2 + 13 * size_t(w.layers));
+    // q4_k: Q4_K where rows are whole 256-element blocks (attn_output, ffn_down), Q5_0 where they are
+    // not (rows of 640 or 320), as llama.cpp's quantizer falls back; q6_k falls back to Q8_0.
+    auto type = [&](const gguf::GgufFile& g, const std::string& name) { return g.find_tensor(name) ? g.find_tensor(name)->type_id : ~0u; };
+    CHECK(type(f, "blk.0.attn_output.weight") == uint32_t(gguf::GgmlType::Q4_K));
+    CHECK(type(f, "blk.0.ffn_down.weight") == uint32_t(gguf::GgmlType::Q4_K));
+    CHECK(type(f, "blk.0.attn_q.weight") == uint32_t(gguf::GgmlType::Q5_0));
+    CHECK(type(f, "token_embd.weight") == uint32_t(gguf::GgmlType::Q5_0));
+    CHECK(type(f, "blk.0.post_ffw_norm.weight") == uint32_t(gguf::GgmlType::F32));
+    const Header q6 = header_of(w.shape, gguf::GgmlType::Q6_K);
+    CHECK(type(q6.file, "blk.0.ffn_gate.weight") == uint32_t(gguf::GgmlType::Q8_0));
+    CHECK(type(q6.file, "blk.0.ffn_down.weight") == uint32_t(gguf::GgmlType::Q6_K));
+  }
+  // gemma3 is dense: mxfp4 (MXFP4 experts) is refused.
+  CHECK_THROWS_AS(model_layout(shape_named("gemma3-270m"), uint32_t(gguf::GgmlType::MXFP4), "t"), std::invalid_argument);
 }

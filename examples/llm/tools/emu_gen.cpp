@@ -156,7 +156,7 @@ std::shared_ptr<const emu::GeneratedBytes> open_namespace(const GenParams& p, ui
 
 [[maybe_unused]] const bool registered = emu::register_generator(emu::Generator{
     {"shape", "type", "model_seed", "members", "member"},
-    "shape=NAME (" + shape_names() + "), type=q4_k|q6_k|mxfp4, model_seed=S (default 1): the model llm_make_model "
+    "shape=NAME (" + shape_names() + "), type=q4_k|q6_k|q8_0|mxfp4, model_seed=S (default 1): the model llm_make_model "
     "--shape NAME --type T --seed S writes, with its deploy record; members=N,member=I: member I of a striped set "
     "of it over N namespaces",
     [](const emu::GenKeys& keys, uint32_t lba) {

@@ -1,4 +1,4 @@
-// emu:gen,shape=NAME,type=q4_k|q6_k|mxfp4[,model_seed=S][,members=N,member=I]: an emulated namespace holding a generated model as
+// emu:gen,shape=NAME,type=q4_k|q6_k|q8_0|mxfp4[,model_seed=S][,members=N,member=I]: an emulated namespace holding a generated model as
 // `llm_make_model --shape NAME --type T --seed S --device emu:IMAGE,size=N` leaves a fresh image of the
 // same size, byte for byte: the deploy record at LBA 0, zeros up to the model's start (1 MiB in), the
 // model (GeneratedModel: each block a function of seed, tensor and block index), zeros to the end of

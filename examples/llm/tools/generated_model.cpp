@@ -83,11 +83,11 @@ class BlockMaker {
   BlockMaker(uint32_t type, Fill fill, uint64_t cols)
       : type_(gguf::GgmlType(type)), fill_(fill), s_(sigma(fill, cols)), mxfp4_e_(e8m0_at_or_below(float(s_ / 6.55)) + 1) {
     switch (type_) {
-      case gguf::GgmlType::Q4_K: case gguf::GgmlType::Q6_K: case gguf::GgmlType::Q8_0: case gguf::GgmlType::MXFP4:
-      case gguf::GgmlType::F32:
+      case gguf::GgmlType::Q4_K: case gguf::GgmlType::Q6_K: case gguf::GgmlType::Q5_0: case gguf::GgmlType::Q8_0:
+      case gguf::GgmlType::MXFP4: case gguf::GgmlType::F32:
         return;
       default:
-        throw std::invalid_argument("the generator writes Q4_K, Q6_K, Q8_0, MXFP4 and F32 tensors, not " + gguf::ggml_type_name(type));
+        throw std::invalid_argument("the generator writes Q4_K, Q6_K, Q5_0, Q8_0, MXFP4 and F32 tensors, not " + gguf::ggml_type_name(type));
     }
   }
   void make(uint64_t rng_seed, uint8_t* out) const;
@@ -129,6 +129,15 @@ class BlockMaker {
       std::memcpy(out + offsetof(BlockQ6_K, d), &d, 2);
       return;
     }
+    case gguf::GgmlType::Q5_0: {
+      // w = d * (q - 16), q uniform in 0..31 (four low bits in qs, the fifth in qh): a spread of about
+      // 9.25 d, leaning half a step down; d's sign drawn too, so a matrix is centred.
+      r.bytes(out + offsetof(BlockQ5_0, qh), sizeof BlockQ5_0::qh + sizeof BlockQ5_0::qs);
+      const uint16_t sign = uint16_t((r.next() & 1) << 15);
+      const uint16_t d = to_half(float(s / 9.25 * (0.75 + 0.5 * r.unit()))) | sign;
+      std::memcpy(out + offsetof(BlockQ5_0, d), &d, 2);
+      return;
+    }
     case gguf::GgmlType::Q8_0: {
       // w = d * q, q uniform in -128..127: centred, a spread of about 74 d.
       r.bytes(out + offsetof(BlockQ8_0, qs), sizeof BlockQ8_0::qs);
@@ -148,10 +157,11 @@ class BlockMaker {
     }
     case gguf::GgmlType::F32: {
       const double u = r.unit() - 0.5;
-      const float v = float(fill_ == Fill::kNorm     ? 1 + 0.2 * u
-                            : fill_ == Fill::kRouter ? 3.4 * u
-                            : fill_ == Fill::kBias   ? 0.35 * u
-                                                     : 3.46 * s * u);
+      const float v = float(fill_ == Fill::kNorm       ? 1 + 0.2 * u
+                            : fill_ == Fill::kPostNorm ? 8 * (1 + 0.2 * u)
+                            : fill_ == Fill::kRouter   ? 3.4 * u
+                            : fill_ == Fill::kBias     ? 0.35 * u
+                                                       : 3.46 * s * u);
       std::memcpy(out, &v, 4);
       return;
     }

@@ -4,6 +4,7 @@
 //
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=60G
 //   llm_make_model --shape tiny --type q4_k --out /tmp/tiny.gguf
+//   llm_make_model --shape gemma3-270m --type q8_0 --out /tmp/gemma3.gguf
 //   llm_make_model --shape gpt-oss-120b --type mxfp4 --device emu:/dev/shm/g.img,size=64G
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/s0.img,size=30G --device emu:/dev/shm/s1.img,size=30G
 #include <unistd.h>
@@ -34,17 +35,17 @@ using namespace gpunvme;
 namespace {
 
 const cli::Help kHelp = {
-    "usage: llm_make_model --shape NAME --type q4_k|q6_k|mxfp4 (--device DEV [--device DEV ...] | --out FILE | --rate) [--seed S]\n"
+    "usage: llm_make_model --shape NAME --type T (--device DEV [--device DEV ...] | --out FILE | --rate) [--seed S]\n"
     "                      [--threads N] [--stripe-unit SIZE] [--allow-write] [--force] [--progress]\n"
     "\n"
     "Writes a full-size model of random, valid weights, each byte range the same every time (so verify holds):\n"
-    "  --shape NAME   llama3-70b (Q6_K: 57 GB), mixtral-8x7b (Q4_K: 26 GB) in the llama layout; qwen3-30b-a3b\n"
-    "                 (Q4_K: 17.2 GB) and qwen3-235b-a22b (Q4_K: 132 GB) in the qwen3moe layout; qwen3-30b-a3b-llama\n"
-    "                 (Q4_K: 17.0 GB; the llama-layout stand-in of earlier benchmarks); gpt-oss-20b (MXFP4:\n"
-    "                 12.1 GB) and gpt-oss-120b (MXFP4: 63.4 GB) in the gpt-oss layout; tiny, tiny-moe,\n"
-    "                 tiny-qwen3moe, tiny-gpt-oss (a few MB, for tests)\n"
-    "  --type T       the matrices' type: q4_k or q6_k, or mxfp4: MXFP4 experts and Q8_0 elsewhere, as gpt-oss\n"
-    "                 is published (MoE shapes; gpt-oss takes only it). Norms, biases, sinks, routers: F32\n"
+    "  --shape NAME   llama: llama3-70b (Q6_K: 57 GB), llama3-8b (Q4_K: 4.5 GB), mixtral-8x7b (Q4_K: 26 GB),\n"
+    "                 qwen3-30b-a3b-llama (Q4_K: 17.0 GB; earlier benchmarks' stand-in); qwen3moe: qwen3-30b-a3b\n"
+    "                 (Q4_K: 17.2 GB), qwen3-235b-a22b (Q4_K: 132 GB); gpt-oss: gpt-oss-20b (MXFP4: 12.1 GB),\n"
+    "                 gpt-oss-120b (MXFP4: 63.4 GB); gemma3: gemma3-270m (Q8_0: 285 MB); a few MB, for tests:\n"
+    "                 tiny, tiny-moe, tiny-qwen3moe, tiny-gpt-oss, tiny-gemma3\n"
+    "  --type T       q4_k, q6_k, q8_0: every matrix (rows not whole 256-blocks: Q5_0, Q8_0, as llama.cpp does);\n"
+    "                 mxfp4: MXFP4 experts, Q8_0 elsewhere, as gpt-oss is published (gpt-oss takes only it). Norms: F32\n"
     "  --device DEV   write onto a namespace with a deploy record (as `gpunvme deploy`): `llm --device DEV`\n"
     "                 finds it. An emu: image must be large enough: size=60G for llama3-70b Q6_K\n"
     "  --device ...   repeated: a striped set (RAID-0) over those namespaces, in that order: each gets a stripe\n"

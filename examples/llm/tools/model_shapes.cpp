@@ -30,6 +30,15 @@ const std::vector<Shape>& shapes() {
       {"gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072, 32, 4, 150000.0f, Arch::kGptOss, 64, 2880, 1e-5f, 128, 32.0f, 4096},
       {"gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072, 128, 4, 150000.0f, Arch::kGptOss, 64, 2880, 1e-5f, 128, 32.0f, 4096},
       {"tiny-gpt-oss", 2, 320, 8, 2, 320, 512, 512, 8, 4, 150000.0f, Arch::kGptOss, 64, 320, 1e-5f, 8, 32.0f, 4096},
+      // Llama 3 8B: config.json's num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads,
+      // intermediate_size, vocab_size, max_position_embeddings, rope_theta and rms_norm_eps.
+      {"llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, 0, 0, 500000.0f},
+      // Gemma 3 270M: the published GGUF's gemma3.* keys (block_count, embedding_length, head_count(_kv),
+      // key_length, feed_forward_length, context_length, rope.freq_base, layer_norm_rms_epsilon,
+      // sliding_window) and its token_embd's 262144 rows. It has no window pattern key: llama.cpp's
+      // gemma3 loader takes every 6th layer global.
+      {"gemma3-270m", 18, 640, 4, 1, 2048, 262144, 32768, 0, 0, 1000000.0f, Arch::kGemma3, 256, 0, 1e-6f, 512},
+      {"tiny-gemma3", 6, 320, 4, 1, 512, 512, 512, 0, 0, 1000000.0f, Arch::kGemma3, 64, 0, 1e-6f, 8},
   };
   return all;
 }
@@ -40,11 +49,23 @@ struct WeightType {
   const char* upper;
   gguf::GgmlType type;
 };
-constexpr WeightType kWeightTypes[] = {
-    {"q4_k", "Q4_K", gguf::GgmlType::Q4_K}, {"q6_k", "Q6_K", gguf::GgmlType::Q6_K}, {"mxfp4", "MXFP4", gguf::GgmlType::MXFP4}};
+constexpr WeightType kWeightTypes[] = {{"q4_k", "Q4_K", gguf::GgmlType::Q4_K},
+                                       {"q6_k", "Q6_K", gguf::GgmlType::Q6_K},
+                                       {"q8_0", "Q8_0", gguf::GgmlType::Q8_0},
+                                       {"mxfp4", "MXFP4", gguf::GgmlType::MXFP4}};
 
 std::function<void(b::Bytes&)> kv_f32(std::string k, float v) {
   return b::kv_raw(std::move(k), [v](b::Bytes& out) { out.put<uint32_t>(b::F32).put<float>(v); });
+}
+
+// The type a matrix with rows of `cols` elements is written in: `type`, or where the rows are not whole
+// blocks of it, the type llama.cpp's quantizer falls back to (llama-quant.cpp, tensor_type_fallback).
+uint32_t row_type(uint64_t cols, uint32_t type) {
+  const auto info = gguf::ggml_type_info(type);
+  if (!info || cols % info->block_size == 0) return type;
+  if (type == uint32_t(gguf::GgmlType::Q4_K)) return uint32_t(gguf::GgmlType::Q5_0);
+  if (type == uint32_t(gguf::GgmlType::Q6_K)) return uint32_t(gguf::GgmlType::Q8_0);
+  return type;  // tensor_bytes refuses it, naming the block size
 }
 
 uint64_t tensor_bytes(const std::vector<uint64_t>& ne, uint32_t type) {
@@ -68,7 +89,7 @@ Shape shape_named(const std::string& name) {
 uint32_t type_named(const std::string& t) {
   for (const WeightType& w : kWeightTypes)
     if (t == w.name || t == w.upper) return uint32_t(w.type);
-  throw std::invalid_argument("type must be q4_k, q6_k or mxfp4, not '" + t + "'");
+  throw std::invalid_argument("type must be q4_k, q6_k, q8_0 or mxfp4, not '" + t + "'");
 }
 
 std::string model_name(const Shape& s, uint32_t type) {
@@ -95,19 +116,20 @@ const char* arch_key(Arch a) {
     case Arch::kLlama: return "llama";
     case Arch::kQwen3Moe: return "qwen3moe";
     case Arch::kGptOss: return "gpt-oss";
+    case Arch::kGemma3: return "gemma3";
   }
   throw std::logic_error("unknown architecture");
 }
 
-// The metadata of `s` under its architecture's keys (llama and qwen3moe: in the order their shapes were
-// always written, so that their bytes stay what they were).
+// The metadata of `s` under its architecture's keys (llama: in the order its shapes were always written,
+// so that their bytes stay what they were).
 std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::string& name) {
-  const bool llama = s.arch == Arch::kLlama, gpt_oss = s.arch == Arch::kGptOss;
+  const bool llama = s.arch == Arch::kLlama, gpt_oss = s.arch == Arch::kGptOss, moe_arch = !llama && s.experts;
   const std::string arch = arch_key(s.arch), a = arch + ".";
   std::vector<std::function<void(b::Bytes&)>> kvs = {
       b::kv_str("general.architecture", arch), b::kv_str("general.name", name),
       b::kv_u32(a + "context_length", s.ctx), b::kv_u32(a + "embedding_length", s.hidden),
-      b::kv_u32(a + "block_count", s.layers), b::kv_u32(a + "feed_forward_length", llama ? s.ffn : s.dense_ffn),
+      b::kv_u32(a + "block_count", s.layers), b::kv_u32(a + "feed_forward_length", moe_arch ? s.dense_ffn : s.ffn),
       b::kv_u32(a + "attention.head_count", s.heads), b::kv_u32(a + "attention.head_count_kv", s.kv_heads)};
   auto add = [&](std::function<void(b::Bytes&)> kv) { kvs.push_back(std::move(kv)); };
   if (!llama) {  // as llama.cpp's converter writes these: the head size given, no rope dimensions
@@ -118,16 +140,18 @@ std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::
   }
   add(kv_f32(a + "rope.freq_base", s.rope_base));
   add(kv_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps));
-  if (llama) add(b::kv_u32(a + "vocab_size", s.vocab));
-  // No vocabulary: prompts are token ids (--prompt-ids), as for the tests' generated models.
+  // No vocabulary: prompts are token ids (--prompt-ids), as for the tests' generated models. llama.cpp
+  // makes that many placeholder tokens of a file without one (llama-vocab.cpp, "none"): without the key
+  // it has none and refuses token_embd's rows.
+  add(b::kv_u32(a + "vocab_size", s.vocab));
   add(b::kv_str("tokenizer.ggml.model", "none"));
   if (s.experts) {
     add(b::kv_u32(a + "expert_count", s.experts));
     add(b::kv_u32(a + "expert_used_count", s.experts_used));
   }
-  if (!llama) add(b::kv_u32(a + "expert_feed_forward_length", s.ffn));
-  if (gpt_oss) {  // the window and YaRN keys gpt-oss GGUFs carry (arch/gpt_oss.cpp reads them)
-    add(b::kv_u32(a + "attention.sliding_window", s.swa_window));
+  if (moe_arch) add(b::kv_u32(a + "expert_feed_forward_length", s.ffn));
+  if (s.swa_window) add(b::kv_u32(a + "attention.sliding_window", s.swa_window));
+  if (gpt_oss) {  // the YaRN keys gpt-oss GGUFs carry (arch/gpt_oss.cpp reads them)
     add(b::kv_str(a + "rope.scaling.type", "yarn"));
     add(kv_f32(a + "rope.scaling.factor", s.yarn_factor));
     add(b::kv_u32(a + "rope.scaling.original_context_length", s.yarn_orig_ctx));
@@ -138,11 +162,11 @@ std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::
 // The shape and type go together: refused naming the fix.
 void check_type(const Shape& s, uint32_t type) {
   const bool mxfp4 = type == uint32_t(gguf::GgmlType::MXFP4);
-  if (s.arch != Arch::kLlama && !s.experts)
+  if ((s.arch == Arch::kQwen3Moe || s.arch == Arch::kGptOss) && !s.experts)
     throw std::invalid_argument("shape " + s.name + ": a " + arch_key(s.arch) + " model needs experts");
   if (mxfp4 && !s.experts)
     throw std::invalid_argument("type mxfp4 is MXFP4 experts with Q8_0 elsewhere, and shape " + s.name +
-                                " has no experts: use q4_k or q6_k");
+                                " has no experts: use q4_k, q6_k or q8_0");
   if (s.arch == Arch::kGptOss && !mxfp4)
     throw std::invalid_argument("shape " + s.name + " takes type mxfp4 (MXFP4 experts, Q8_0 elsewhere: gpt-oss as published); its rows of " +
                                 std::to_string(s.hidden) + " are not whole 256-element k-quant blocks");
@@ -155,9 +179,10 @@ ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name)
   ModelLayout m;
   m.spec.data = false;
   m.spec.kvs = metadata(s, name);
-  const bool qwen3moe = s.arch == Arch::kQwen3Moe, gpt_oss = s.arch == Arch::kGptOss;
+  const bool qwen3moe = s.arch == Arch::kQwen3Moe, gpt_oss = s.arch == Arch::kGptOss, gemma3 = s.arch == Arch::kGemma3;
   const uint64_t head = s.head_size(), q = uint64_t(s.heads) * head, kv = uint64_t(s.kv_heads) * head;
   auto add = [&](std::string n, std::vector<uint64_t> ne, uint32_t t, Fill f) {
+    t = row_type(ne[0], t);
     const uint64_t bytes = tensor_bytes(ne, t);
     m.spec.tensors.emplace_back(n, ne, t, bytes);
     m.tensors.push_back({std::move(n), std::move(ne), t, f, bytes});
@@ -171,7 +196,13 @@ ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name)
   };
   const MatrixTypes types = matrix_types(type);
   const uint32_t mat = types.others;
-  add("token_embd.weight", {s.hidden, s.vocab}, mat, Fill::kEmbedding);
+  // gemma3's output is its token embedding, and its graph scales the embedding up by sqrt(hidden): with
+  // values of about 1 and norms of about 1 the residual keeps the input token's row, and greedy decoding
+  // repeats the last token. So, as in the published model, embeddings of about 1/sqrt(hidden) (0.04
+  // there) and post_ffw_norm weights that outweigh them (8 here; there 1.8 on average, spread 6); the
+  // attention's post-norm stays about 1, or its average over positions drowns the token and the tokens
+  // repeat (tried: 4 for both gave 3 distinct tokens in 12 on tiny-gemma3, this 11 or 12).
+  add("token_embd.weight", {s.hidden, s.vocab}, mat, gemma3 ? Fill::kWeight : Fill::kEmbedding);
   for (uint32_t i = 0; i < s.layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     add(p + "attn_norm.weight", {s.hidden}, f32, Fill::kNorm);
@@ -179,16 +210,15 @@ ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name)
     matrix(p + "attn_k", {s.hidden, kv}, mat, Fill::kWeight);
     matrix(p + "attn_v", {s.hidden, kv}, mat, Fill::kWeight);
     matrix(p + "attn_output", {q, s.hidden}, mat, Fill::kWeight);
-    if (qwen3moe) {  // one weight per position in a head, shared by the heads (llama.cpp: {n_embd_head_k})
+    if (qwen3moe || gemma3) {  // one weight per position in a head, shared by the heads (llama.cpp: {n_embd_head_k})
       add(p + "attn_q_norm.weight", {head}, f32, Fill::kNorm);
       add(p + "attn_k_norm.weight", {head}, f32, Fill::kNorm);
     }
-    if (gpt_oss) {  // a sink logit per head; the FFN's input norm is post_attention_norm (no ffn_norm)
-      add(p + "attn_sinks.weight", {s.heads}, f32, Fill::kBias);
-      add(p + "post_attention_norm.weight", {s.hidden}, f32, Fill::kNorm);
-    } else {
-      add(p + "ffn_norm.weight", {s.hidden}, f32, Fill::kNorm);
-    }
+    // gpt-oss: a sink logit per head, and its FFN's input norm is post_attention_norm (no ffn_norm);
+    // gemma3: post_attention_norm on the attention's output, before the residual, and ffn_norm.
+    if (gpt_oss) add(p + "attn_sinks.weight", {s.heads}, f32, Fill::kBias);
+    if (gpt_oss || gemma3) add(p + "post_attention_norm.weight", {s.hidden}, f32, Fill::kNorm);
+    if (!gpt_oss) add(p + "ffn_norm.weight", {s.hidden}, f32, Fill::kNorm);
     if (s.experts) {  // the dense part (router) first: without biases the streamed part of a layer is one range
       matrix(p + "ffn_gate_inp", {s.hidden, s.experts}, f32, Fill::kRouter);
       matrix(p + "ffn_gate_exps", {s.hidden, s.ffn, s.experts}, types.experts, Fill::kWeight);
@@ -199,9 +229,10 @@ ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name)
       matrix(p + "ffn_up", {s.hidden, s.ffn}, mat, Fill::kWeight);
       matrix(p + "ffn_down", {s.ffn, s.hidden}, mat, Fill::kWeight);
     }
+    if (gemma3) add(p + "post_ffw_norm.weight", {s.hidden}, f32, Fill::kPostNorm);
   }
   add("output_norm.weight", {s.hidden}, f32, Fill::kNorm);
-  add("output.weight", {s.hidden, s.vocab}, mat, Fill::kWeight);
+  if (!gemma3) add("output.weight", {s.hidden, s.vocab}, mat, Fill::kWeight);  // gemma3's is token_embd (tied)
   return m;
 }
 
