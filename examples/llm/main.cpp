@@ -98,6 +98,9 @@ const cli::Help kHelp = {
     "                      followed the context's last 1-3 tokens where they occurred before) and verify them in\n"
     "                      the same pass; the output is exactly that of plain decoding, in fewer passes\n"
     "  --draft-k K         with --draft lookup: tokens drafted per pass at most (1..31, default 8)\n"
+    "  --prompt-kernels tensor|fp32  GPU path, passes of more than 32 tokens: tensor cores (default; FP16/BF16\n"
+    "                      inputs, FP32 sums: the last bits differ from token by token, as llama.cpp's do) or the\n"
+    "                      FP32 kernels (every logit bit for bit as token by token, several times slower)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
     "  --ignore-eos        keep generating past the model's end-of-generation tokens (its EOS and the others\n"
@@ -343,7 +346,7 @@ llm::SamplerOptions parse_sampler(const cli::Args& args) {
 void note_gpu_only_options(const cli::Args& args) {
   std::string given;
   for (const char* o : {"vram-budget", "ram-budget", "resident", "slots", "expert-cache", "expert-prefetch", "expert-pregate",
-                        "expert-pregate-first", "expert-overlap", "expert-window", "expert-read"})
+                        "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "prompt-kernels"})
     if (args.has(o)) given += std::string(given.empty() ? "--" : ", --") + o;
   if (!given.empty())
     std::fprintf(stderr, "llm: note: the CPU executor (--path cpu, or no GPU) ignores %s: %s the GPU path's\n",
@@ -417,6 +420,10 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.max_batch = std::max(std::min<uint32_t>(go.batch, uint32_t(prompt.size())), go.draft ? go.draft->k + 1 : 1);
   parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
+  const std::string kernels = args.get("prompt-kernels", "tensor");
+  if (kernels != "tensor" && kernels != "fp32")
+    throw cli::UsageError("--prompt-kernels must be tensor or fp32, not '" + text::printable(kernels) + "'");
+  o.tensor_prompt = kernels == "tensor";
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   o.verify = !args.has("no-verify");
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
@@ -463,7 +470,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> options =
         tokenize_only ? std::vector<std::string>{"device", "prompt", "prompt-ids"}
                       : std::vector<std::string>{"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget"};
+                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget", "prompt-kernels"};
     const std::vector<std::string> flags =
         tokenize_only ? std::vector<std::string>{} : std::vector<std::string>{"ignore-eos", "no-verify"};
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1, options, flags, {"device"});

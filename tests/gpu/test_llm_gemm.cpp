@@ -131,7 +131,8 @@ TEST_CASE("tensor-core product: refuses passes and rows beyond its sizes, and st
 
 // The engine: a 100-token prompt in one pass (its matrices on the tensor cores), then greedy steps, on
 // the GPU executor (every layer in VRAM, and one layer with two streamed: the pass copies a streamed
-// layer to GPU memory first) against the CPU executor, the exact reference. The last prompt token's
+// layer to GPU memory first) against the CPU executor, the exact reference; with the tensor cores off,
+// the prompt's logits are token by token's to the bit. The last prompt token's
 // logits must agree within 1 % of their largest magnitude, and the greedy tokens wherever the CPU's
 // margin between its token and the GPU's is more than twice the largest logit difference seen (a
 // token may differ only at a tie the rounding can flip). Resident and streamed give the same bits.
@@ -169,6 +170,22 @@ TEST_CASE("tensor-core product in the engine: a 100-token prompt gives the CPU e
   const Run gpu_streamed = greedy(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, streamed));
   REQUIRE(llm::test::same_bits(gpu.prompt_logits, gpu_streamed.prompt_logits));
   REQUIRE(gpu.tokens == gpu_streamed.tokens);
+  // With the tensor cores off (--prompt-kernels fp32) the prompt pass has token by token's bits.
+  llm::GpuExecOptions exact = all, one = all;
+  exact.tensor_prompt = false;
+  one.max_batch = 1;
+  const Run gpu_exact = greedy(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, exact));
+  std::vector<float> by_token;
+  {
+    auto ex = llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, one);
+    for (uint32_t i = 0; i < n_prompt; ++i) {
+      const std::span<const float> l = ex->step(prompt[i], i);
+      if (i + 1 == n_prompt) by_token.assign(l.begin(), l.end());
+    }
+    ex->finish();
+  }
+  REQUIRE(llm::test::same_bits(gpu_exact.prompt_logits, by_token));
+  REQUIRE(!llm::test::same_bits(gpu.prompt_logits, by_token));  // and with them on, it did take the tensor cores
 
   // Step i compares logits computed from the same tokens on both sides (those before i are equal).
   for (uint32_t i = 0; i < steps; ++i) {

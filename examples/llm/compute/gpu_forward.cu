@@ -273,7 +273,7 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute, uint32_t max_batch)
+                       gpu_stream_t compute, uint32_t max_batch, bool tensor_prompt)
     : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
       logit_rows_(std::min(max_batch_, kMaxLogitRows)) {
   uint64_t& t = device_bytes_;
@@ -311,7 +311,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   device::check_cuda(cudaMallocHost(&ids_host_, B * sizeof(uint32_t)), "cudaMallocHost");
   device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
-  if (max_batch_ > kSmallPassTokens) {
+  if (tensor_prompt && max_batch_ > kSmallPassTokens) {
     gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
     t += gemm_->device_bytes();
   }

@@ -83,10 +83,11 @@ inline constexpr const char* kOneSequenceOnly =
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
-  // on the current device, and for a max_batch above kSmallPassTokens the tensor-core product's state
-  // (gpu_gemm.h: its scratch counted in device_bytes). `globals` must stay valid while tokens run.
+  // on the current device, and, with `tensor_prompt` and a max_batch above kSmallPassTokens, the
+  // tensor-core product's state (gpu_gemm.h: its scratch counted in device_bytes; without it every pass
+  // takes the FP32 kernels). `globals` must stay valid while tokens run.
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
-             uint32_t max_batch = 1);
+             uint32_t max_batch = 1, bool tensor_prompt = true);
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
