@@ -190,4 +190,7 @@ async def _texts(seq, cutter):
 
 
 def _error_response(e):
-    return web.json_response(e.body(), status=e.status)
+    response = web.json_response(e.body(), status=e.status)
+    if e.status in (408, 413):
+        response.force_close()  # the body was not read: the connection cannot carry another request
+    return response

@@ -122,7 +122,9 @@ async def _serve(server, worker, a):
     import aiohttp
     from aiohttp import web
     worker.start()
-    options = {"keepalive_timeout": a.idle_timeout}
+    # lingering_time: after an answer that left the body unread (413, 408), how long aiohttp still reads it
+    # before closing (its default, 10 s, would hold a 100 MB upload's connection that long).
+    options = {"keepalive_timeout": a.idle_timeout, "lingering_time": 1.0}
     if tuple(int(x) for x in aiohttp.__version__.split(".")[:2]) >= (3, 9):
         options["handler_cancellation"] = True  # a client that leaves cancels its handler, so its sequence
     runner = web.AppRunner(server.app(), access_log=None, **options)
