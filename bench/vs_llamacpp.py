@@ -185,12 +185,15 @@ def main():
             fail(f"--model takes LABEL=GGUF of an existing file, not {m!r}")
         models.append((label, path))
     copy_bps, card = copy_bandwidth()
-    results = [measure_model(args, label, path) for label, path in models]
+    results = []
+    for label, path in models:  # each model's numbers are written as soon as it is done (a run may be cut short)
+        results.append(measure_model(args, label, path))
+        print(table(results[-1:], copy_bps, card, args.tg), flush=True)
+        if args.json_out:
+            with open(args.json_out, "w") as f:
+                json.dump({"tool": "vs_llamacpp", "card": card, "copy_bytes_per_second": copy_bps, "pp": args.pp,
+                           "tg": args.tg, "models": results}, f, indent=1)
     print(table(results, copy_bps, card, args.tg))
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump({"tool": "vs_llamacpp", "card": card, "copy_bytes_per_second": copy_bps, "pp": args.pp, "tg": args.tg,
-                       "models": results}, f, indent=1)
 
 
 if __name__ == "__main__":
