@@ -40,6 +40,22 @@ Header header_of(const char* shape, gguf::GgmlType type) {
   return {std::move(f), c};
 }
 
+// The architecture and attention dimensions a shape's header gives, as the engine's configuration reads them.
+struct Dims {
+  const char* arch_key;
+  llm::Arch arch;
+  uint32_t layers, embd, heads, kv_heads, head;
+};
+void check_dims(const gguf::GgufFile& f, const llm::ModelConfig& c, const Dims& d) {
+  CHECK(f.architecture() == d.arch_key);
+  CHECK(c.arch == d.arch);
+  CHECK(c.n_layer == d.layers);
+  CHECK(c.n_embd == d.embd);
+  CHECK(c.n_head == d.heads);
+  CHECK(c.n_head_kv == d.kv_heads);
+  CHECK(c.head_dim == d.head);
+}
+
 }  // namespace
 
 TEST_CASE("any byte range of a generated model reads the same, whatever the order, split or threads") {
@@ -186,13 +202,7 @@ TEST_CASE("the qwen3moe shapes are llama.cpp's qwen3moe layout, as the engine re
                         Want{"tiny-qwen3moe", 2, 256, 4, 2, 128, 8, 2, 256, 1024}}) {
     INFO(w.shape);
     const auto [f, c] = header_of(w.shape, gguf::GgmlType::Q4_K);
-    CHECK(f.architecture() == "qwen3moe");
-    CHECK(c.arch == llm::Arch::kQwen3Moe);
-    CHECK(c.n_layer == w.layers);
-    CHECK(c.n_embd == w.embd);
-    CHECK(c.n_head == w.heads);
-    CHECK(c.n_head_kv == w.kv_heads);
-    CHECK(c.head_dim == w.head);
+    check_dims(f, c, {"qwen3moe", llm::Arch::kQwen3Moe, w.layers, w.embd, w.heads, w.kv_heads, w.head});
     CHECK(c.n_expert == w.experts);
     CHECK(c.n_expert_used == w.used);
     CHECK(c.n_ff == w.expert_ffn);  // expert_feed_forward_length, not the dense feed_forward_length
@@ -231,13 +241,7 @@ TEST_CASE("the gpt-oss shapes are llama.cpp's gpt-oss layout, as the engine read
                         Want{"tiny-gpt-oss", 2, 320, 8, 320, 512, 512, 8}}) {
     INFO(w.shape);
     const auto [f, c] = header_of(w.shape, gguf::GgmlType::MXFP4);
-    CHECK(f.architecture() == "gpt-oss");
-    CHECK(c.arch == llm::Arch::kGptOss);
-    CHECK(c.n_layer == w.layers);
-    CHECK(c.n_embd == w.embd);
-    CHECK(c.n_head == (w.embd == 320 ? 8u : 64u));
-    CHECK(c.n_head_kv == (w.embd == 320 ? 2u : 8u));
-    CHECK(c.head_dim == 64);
+    check_dims(f, c, {"gpt-oss", llm::Arch::kGptOss, w.layers, w.embd, w.embd == 320 ? 8u : 64u, w.embd == 320 ? 2u : 8u, 64});
     CHECK(c.n_expert == w.experts);
     CHECK(c.n_expert_used == 4);
     CHECK(c.n_ff == w.ffn);
@@ -282,13 +286,7 @@ TEST_CASE("the gemma3 shapes are the published Gemma 3 270M's layout, as the eng
                         Want{"tiny-gemma3", 6, 320, 4, 64, 512, 512, 512, 8}}) {
     INFO(w.shape);
     const auto [f, c] = header_of(w.shape, gguf::GgmlType::Q4_K);
-    CHECK(f.architecture() == "gemma3");
-    CHECK(c.arch == llm::Arch::kGemma3);
-    CHECK(c.n_layer == w.layers);
-    CHECK(c.n_embd == w.embd);
-    CHECK(c.n_head == w.heads);
-    CHECK(c.n_head_kv == 1);
-    CHECK(c.head_dim == w.head);
+    check_dims(f, c, {"gemma3", llm::Arch::kGemma3, w.layers, w.embd, w.heads, 1, w.head});
     CHECK(c.n_ff == w.ffn);
     CHECK(c.n_vocab == w.vocab);
     CHECK(c.n_ctx_train == w.ctx);
