@@ -2,8 +2,9 @@
 # Installs what gpunvme needs to build and test on Debian 12 / Ubuntu 24.04, skipping what is present:
 # a C++20 compiler, ninja, pkg-config, libnuma, libblkid (deploy's signature scan), Catch2 v3 and
 # Meson >= 1.1 (both from bookworm-backports on Debian 12, whose own are Catch2 v2 and Meson 1.0), and
-# python3-venv / pip (the test inputs' virtual environment). Without recommended packages: on a fresh
-# Debian 12 they doubled the download (image libraries, build-essential, gnupg) for nothing we use.
+# python3-venv / pip (the test inputs' virtual environment) and python3-dev (the headers gpunvme._engine builds
+# against). Without recommended packages: on a fresh Debian 12 they doubled the download (image libraries,
+# build-essential, gnupg) for nothing we use.
 # CUDA (nvcc) is optional and not installed here.
 set -euo pipefail
 
@@ -22,7 +23,7 @@ as_root() {
 apt_install() { as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; }
 
 need_apt=() need_new=()  # need_new: packages whose release version is too old on Debian 12
-for p in g++ ninja-build pkg-config libnuma-dev libblkid-dev python3 python3-pip python3-venv; do
+for p in g++ ninja-build pkg-config libnuma-dev libblkid-dev python3 python3-pip python3-venv python3-dev; do
   have_pkg "$p" || need_apt+=("$p")
 done
 catch2_ok || need_new+=(catch2)
