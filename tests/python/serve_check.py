@@ -170,14 +170,23 @@ def sse_text(stream_body):
     return "".join(json.loads(e)["choices"][0]["text"] for e in events if e != "[DONE]"), done
 
 
+def models_case(server, client, model_file):
+    s, body = http(server, "GET", "/v1/models")
+    m = body["data"][0] if s == 200 and len(body.get("data", [])) == 1 else {}
+    check("/v1/models: the model found on the device, its size and architecture",
+          m.get("id") == "Gemma 3 270m" and m.get("architecture") == "gemma3"
+          and m.get("size_bytes") == os.path.getsize(model_file) and m.get("context_length") == CTX, json.dumps(body))
+    check("openai: models.list()", [x.id for x in client.models.list().data] == ["Gemma 3 270m"])
+
+
 def text_cases(server, engine, client):
     p1, p2, p3 = "The capital of France is", "Once upon a time, in a small village,", "def fibonacci(n):"
     ids = {p: engine.ids(p) for p in (p1, p2, p3)}
-    want1 = engine.text(ids[p1], p1, 12)
-    r = client.completions.create(model="Gemma 3 270m", prompt=p1, max_tokens=12, temperature=0)
+    want1 = engine.text(ids[p1], p1, 10)
+    r = client.completions.create(model="Gemma 3 270m", prompt=p1, max_tokens=10, temperature=0)
     check("openai completions, greedy = llm", r.choices[0].text == want1, repr(r.choices[0].text))
     check("usage counts the prompt and generated tokens",
-          (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids[p1]), 12), str(r.usage))
+          (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids[p1]), 10), str(r.usage))
     check("finish_reason length at max_tokens", r.choices[0].finish_reason == "length", r.choices[0].finish_reason)
 
     want2 = engine.text(ids[p2], p2, 12, temp=0.9, top_k=40, seed=5)
@@ -188,12 +197,12 @@ def text_cases(server, engine, client):
           f"{''.join(parts)!r} vs {want2!r} in {len(parts)} chunks")
 
     question = "What is the capital of France?"
-    want_chat = engine.text(chat_ids(engine, question), f"user\n{question}\nmodel\n", 16)
+    want_chat = engine.text(chat_ids(engine, question), f"user\n{question}\nmodel\n", 12)
     msgs = [{"role": "user", "content": question}]
-    r = client.chat.completions.create(model="Gemma 3 270m", messages=msgs, max_tokens=16, temperature=0)
+    r = client.chat.completions.create(model="Gemma 3 270m", messages=msgs, max_tokens=12, temperature=0)
     check("openai chat, greedy = llm on the template's ids", r.choices[0].message.content == want_chat,
           repr(r.choices[0].message.content))
-    chunks = list(client.chat.completions.create(model="Gemma 3 270m", messages=msgs, max_tokens=16,
+    chunks = list(client.chat.completions.create(model="Gemma 3 270m", messages=msgs, max_tokens=12,
                                                  temperature=0, stream=True))
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     check("openai chat, streamed = llm", streamed == want_chat and chunks[0].choices[0].delta.role == "assistant",
@@ -210,7 +219,7 @@ def text_cases(server, engine, client):
 
     cut = want1.find(" ", 3)  # a stop string in the middle of the known text
     stop = want1[cut:cut + 4]
-    r = client.completions.create(model="Gemma 3 270m", prompt=p1, max_tokens=12, temperature=0, stop=[stop])
+    r = client.completions.create(model="Gemma 3 270m", prompt=p1, max_tokens=10, temperature=0, stop=[stop])
     check("a stop string cuts the text before it (finish_reason stop)",
           r.choices[0].text == want1[:want1.find(stop)] and r.choices[0].finish_reason == "stop",
           f"{r.choices[0].text!r}, stop {stop!r}")
@@ -224,7 +233,7 @@ def concurrent_cases(server, client, ids, wants):
 
     def run(job):
         prompt, stream = job
-        n = 12 if prompt != prompts[2] else 10
+        n = {prompts[0]: 10, prompts[1]: 12, prompts[2]: 10}[prompt]
         extra = {"temperature": 0.9, "seed": 5, "extra_body": {"top_k": 40}} if prompt == prompts[1] else {
             "temperature": 0}
         r = client.completions.create(model="Gemma 3 270m", prompt=prompt, max_tokens=n, stream=stream, **extra)
@@ -238,7 +247,7 @@ def concurrent_cases(server, client, ids, wants):
 
     # More requests than places: the excess is told 429 at once, the others are served as before.
     def post(_):
-        return http(server, "POST", "/v1/completions", {"prompt": prompts[0], "max_tokens": 12, "temperature": 0})
+        return http(server, "POST", "/v1/completions", {"prompt": prompts[0], "max_tokens": 10, "temperature": 0})
     with concurrent.futures.ThreadPoolExecutor(MAX_SEQS + MAX_QUEUED + 3) as pool:
         got = list(pool.map(post, range(MAX_SEQS + MAX_QUEUED + 3)))
     full = [g for g in got if g[0] == 429]
@@ -418,6 +427,7 @@ def main():
         try:
             client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
             engine = Engine(a, device)
+            models_case(server, client, model)
             ids, wants = text_cases(server, engine, client)
             concurrent_cases(server, client, ids, wants)
             bad_input_cases(server, client)

@@ -134,7 +134,7 @@ async def _serve(server, worker, a):
         await site.start()
         port = runner.addresses[0][1]
         i = server.info
-        print(f"gpunvme.serve: {i.name} ({i.architecture}, {i.size_bytes} bytes, {i.executor} executor, "
+        print(f"gpunvme.serve: {i.name} ({i.architecture}, {i.size_bytes} bytes; {i.executor}; "
               f"{i.max_seqs} sequences of {i.n_ctx} positions) on http://{a.host}:{port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
