@@ -98,9 +98,10 @@ const cli::Help kHelp = {
     "                      followed the context's last 1-3 tokens where they occurred before) and verify them in\n"
     "                      the same pass; the output is exactly that of plain decoding, in fewer passes\n"
     "  --draft-k K         with --draft lookup: tokens drafted per pass at most (1..31, default 8)\n"
-    "  --prompt-kernels tensor|fp32  GPU path, passes of more than 32 tokens: tensor cores (default; FP16/BF16\n"
-    "                      inputs, FP32 sums: the last bits differ from token by token, as llama.cpp's do) or the\n"
-    "                      FP32 kernels (every logit bit for bit as token by token, several times slower)\n"
+    "  --prompt-kernels fast|exact  GPU path, passes of more than 32 tokens: fast (default: matrices on the\n"
+    "                      tensor cores, FP16/BF16 inputs and FP32 sums, flash attention; the last bits differ from\n"
+    "                      token by token, as llama.cpp's do) or exact (the small passes' FP32 kernels: every logit\n"
+    "                      bit for bit as token by token, several times slower)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
     "  --ignore-eos        keep generating past the model's end-of-generation tokens (its EOS and the others\n"
@@ -420,10 +421,10 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.max_batch = std::max(std::min<uint32_t>(go.batch, uint32_t(prompt.size())), go.draft ? go.draft->k + 1 : 1);
   parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
-  const std::string kernels = args.get("prompt-kernels", "tensor");
-  if (kernels != "tensor" && kernels != "fp32")
-    throw cli::UsageError("--prompt-kernels must be tensor or fp32, not '" + text::printable(kernels) + "'");
-  o.tensor_prompt = kernels == "tensor";
+  const std::string kernels = args.get("prompt-kernels", "fast");
+  if (kernels != "fast" && kernels != "exact")
+    throw cli::UsageError("--prompt-kernels must be fast or exact, not '" + text::printable(kernels) + "'");
+  o.fast_prompt = kernels == "fast";
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   o.verify = !args.has("no-verify");
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());

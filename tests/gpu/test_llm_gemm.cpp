@@ -170,9 +170,9 @@ TEST_CASE("tensor-core product in the engine: a 100-token prompt gives the CPU e
   const Run gpu_streamed = greedy(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, streamed));
   REQUIRE(llm::test::same_bits(gpu.prompt_logits, gpu_streamed.prompt_logits));
   REQUIRE(gpu.tokens == gpu_streamed.tokens);
-  // With the tensor cores off (--prompt-kernels fp32) the prompt pass has token by token's bits.
+  // With the fast kernels off (--prompt-kernels exact) the prompt pass has token by token's bits.
   llm::GpuExecOptions exact = all, one = all;
-  exact.tensor_prompt = false;
+  exact.fast_prompt = false;
   one.max_batch = 1;
   const Run gpu_exact = greedy(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, exact));
   std::vector<float> by_token;

@@ -55,9 +55,9 @@ struct Twins {
   CpuForward cpu;
   GpuForward gpu;
   std::mt19937 rng{7};
-  explicit Twins(llm::test::TinyModel model)
-      : m(std::move(model)), d(m.bytes), whole(PackedRanges::span(0, m.bytes.size())), cpu(m.c, m.w, m.bytes, kCtx),
-        gpu(m.c, m.w, kCtx, GlobalWeights{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)}, nullptr, 8) {
+  explicit Twins(llm::test::TinyModel model, uint32_t ctx = kCtx, uint32_t max_batch = 8)
+      : m(std::move(model)), d(m.bytes), whole(PackedRanges::span(0, m.bytes.size())), cpu(m.c, m.w, m.bytes, ctx),
+        gpu(m.c, m.w, ctx, GlobalWeights{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)}, nullptr, max_batch) {
     gpu.use_layer(WeightView{d.p, &whole});
   }
   const uint8_t* at(const TensorRef& t) const { return d.p + t.file_offset; }
@@ -99,10 +99,11 @@ struct Twins {
 const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                                       GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::MXFP4};
 
-// Layer 1's KV store and attention over three passes on random Q, K and V: the second and third attend
-// to the earlier passes' cached positions and to their own, causally.
-void attend_three_passes(Twins& t, const AttnParams& p) {
-  for (auto [pos0, n] : {std::pair{0u, 8u}, std::pair{8u, 4u}, std::pair{12u, 1u}}) {
+// Layer 1's KV store and attention over passes (pos0, n) on random Q, K and V (by default three: the
+// second and third attend to the earlier passes' cached positions and to their own, causally).
+using Passes = std::initializer_list<std::pair<uint32_t, uint32_t>>;
+void attend_three_passes(Twins& t, const AttnParams& p, Passes passes = {{0u, 8u}, {8u, 4u}, {12u, 1u}}) {
+  for (auto [pos0, n] : passes) {
     CAPTURE(pos0, n);
     t.pass(pos0, n);
     t.random(Act::kK, n);
@@ -192,6 +193,19 @@ TEST_CASE("block ops: KV store and attention, causal in a pass, sliding window, 
   CAPTURE(window);
   Twins t(llm::test::make_tiny(Shape::kGemma3, GgmlType::F16));  // GQA: 4 query heads over 2 KV heads
   attend_three_passes(t, {1, window, {}});
+}
+
+// Passes of more than 32 tokens take the flash kernel (compute/gpu_flash_attention.cuh): GPU = CPU within
+// float rounding (the softmax accumulated in another order), causal across its tiles of 32 positions,
+// windows shorter and longer than a tile, with and without sinks; a pass of 33 after one of 100, then a
+// single token (the small path) over the cache the long passes wrote.
+TEST_CASE("block ops: attention of long passes (flash kernel), sliding window, sinks, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const uint32_t window = GENERATE(0u, 5u, 40u);
+  const bool sinks = GENERATE(false, true);
+  CAPTURE(window, sinks);
+  Twins t(llm::test::make_tiny(sinks ? Shape::kGptOss : Shape::kGemma3, GgmlType::F16), 160, 100);
+  attend_three_passes(t, {1, window, sinks ? t.m.w.layers[1].sinks : TensorRef{}}, {{0u, 100u}, {100u, 33u}, {133u, 1u}});
 }
 
 // gpt-oss's attention sinks: each head's softmax has its sink logit beside the scores (sinks uniform in

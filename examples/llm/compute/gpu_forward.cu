@@ -8,6 +8,7 @@
 #include <string>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_flash_attention.cuh"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_route.h"
@@ -273,9 +274,9 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute, uint32_t max_batch, bool tensor_prompt)
+                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt)
     : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
-      logit_rows_(std::min(max_batch_, kMaxLogitRows)) {
+      logit_rows_(std::min(max_batch_, kMaxLogitRows)), fast_prompt_(fast_prompt) {
   uint64_t& t = device_bytes_;
   const uint64_t B = max_batch_;
   x_ = alloc<float>(B * c.n_embd, t);
@@ -288,7 +289,10 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   v_ = alloc<float>(B * c.kv_dim(), t);
   gate_ = alloc<float>(B * c.n_ff, t);
   up_ = alloc<float>(B * c.n_ff, t);
-  scores_ = alloc<float>(B * c.n_head * n_ctx, t);
+  // Scores for attention_kernel's passes: all of them where heads are too wide for the flash kernel, else
+  // only the small passes' (longer ones take gpu_flash_attention.cuh's, which keeps none).
+  const uint64_t score_rows = flash() ? std::min<uint64_t>(B, kSmallPassTokens) : B;
+  scores_ = alloc<float>(score_rows * c.n_head * n_ctx, t);
   logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
@@ -311,7 +315,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   device::check_cuda(cudaMallocHost(&ids_host_, B * sizeof(uint32_t)), "cudaMallocHost");
   device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
-  if (tensor_prompt && max_batch_ > kSmallPassTokens) {
+  if (fast_prompt_ && max_batch_ > kSmallPassTokens) {
     gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
     t += gemm_->device_bytes();
   }
@@ -372,6 +376,8 @@ void add_expert_bias(cudaStream_t s, const WeightView& v, const TensorRef& b, co
 }
 }  // namespace
 
+bool GpuForward::flash() const { return fast_prompt_ && c_.head_dim <= gpu::kFlashMaxHeadDim; }
+
 float* GpuForward::buf(Act a) const {
   switch (a) {
     case Act::kX: return x_;
@@ -413,6 +419,13 @@ void GpuForward::store_kv(uint32_t layer) {
 void GpuForward::attend(const AttnParams& p) {
   const uint32_t KV = c_.kv_dim();
   const uint64_t layer_off = uint64_t(p.layer) * n_ctx_ * KV;
+  if (n_ > kSmallPassTokens && flash()) {  // a long pass: no scores in memory
+    gpu::flash_attention(stream_, q_, reinterpret_cast<const __half*>(k_cache_) + layer_off,
+                         reinterpret_cast<const __half*>(v_cache_) + layer_off, KV, c_.head_dim, c_.n_head,
+                         c_.n_head / c_.n_head_kv, p.window, pos_, n_, c_.attn_scale, f32(view_, p.sinks), att_);
+    device::check_cuda(cudaGetLastError(), "flash attention kernel");
+    return;
+  }
   attention_kernel<<<dim3(c_.n_head, n_), kThreads, 0, stream_>>>(
       q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off, KV,
       c_.head_dim, c_.n_head / c_.n_head_kv, p.window, pos_, c_.attn_scale, f32(view_, p.sinks), scores_, n_ctx_, att_);

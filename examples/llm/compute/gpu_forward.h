@@ -83,11 +83,12 @@ inline constexpr const char* kOneSequenceOnly =
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
-  // on the current device, and, with `tensor_prompt` and a max_batch above kSmallPassTokens, the
-  // tensor-core product's state (gpu_gemm.h: its scratch counted in device_bytes; without it every pass
-  // takes the FP32 kernels). `globals` must stay valid while tokens run.
+  // on the current device. With `fast_prompt`, passes of more than kSmallPassTokens take the fast
+  // kernels: the tensor-core product (gpu_gemm.h, its state made here when max_batch is above that and
+  // counted in device_bytes) and flash attention (gpu_flash_attention.cuh); without, every pass takes the
+  // small passes' kernels, with their bits. `globals` must stay valid while tokens run.
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
-             uint32_t max_batch = 1, bool tensor_prompt = true);
+             uint32_t max_batch = 1, bool fast_prompt = true);
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
@@ -135,6 +136,8 @@ class GpuForward final : public Backend {
 
  private:
   float* buf(Act a) const;
+  // Whether long passes' attention takes the flash kernel (fast kernels on, heads narrow enough for it).
+  bool flash() const;
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
@@ -148,6 +151,7 @@ class GpuForward final : public Backend {
   WeightView view_;             // the layer being computed
   ExpertSource* src_ = nullptr;  // its experts, when fetched
   uint32_t max_batch_ = 1, logit_rows_ = 1;
+  bool fast_prompt_ = true;  // passes of more than kSmallPassTokens on the fast kernels
   uint64_t device_bytes_ = 0;
   // Device buffers (floats unless said otherwise).
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *tmp_ = nullptr;

@@ -151,9 +151,10 @@ struct GpuExecOptions {
   // MoE: the largest read of an expert fetch (default kExpertReadBytes; the drive's MDTS caps it too).
   std::optional<uint64_t> expert_read_bytes;
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
-  // Passes of more than kSmallPassTokens (32) tokens on the tensor cores (compute/gpu_gemm.h; their last
-  // bits differ from token by token); false: the FP32 kernels, every logit as token by token to the bit.
-  bool tensor_prompt = true;
+  // Passes of more than kSmallPassTokens (32) tokens on the fast kernels: matrices on the tensor cores
+  // (compute/gpu_gemm.h), flash attention (compute/gpu_flash_attention.cuh); their last bits differ from
+  // token by token. false: the small passes' FP32 kernels, every logit as token by token to the bit.
+  bool fast_prompt = true;
   // Sequences held at once (a KV cache each). More than 1 is refused until the GPU forward pass keeps
   // sequence slots (issue 37; the CPU executor does).
   uint32_t max_seqs = 1;

@@ -306,7 +306,7 @@ class GpuExecutor final : public Executor {
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
                                         GlobalWeights{embd_->at(m.weights.token_embd), norm_->at(m.weights.output_norm),
                                                       out_ ? out_->at(m.weights.output) : embd_->at(m.weights.output)},
-                                        reinterpret_cast<gpu_stream_t>(compute_), o.max_batch, o.tensor_prompt);
+                                        reinterpret_cast<gpu_stream_t>(compute_), o.max_batch, o.fast_prompt);
     make_plan(o);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
