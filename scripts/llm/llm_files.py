@@ -24,6 +24,17 @@ def gemma_path():
     return str(d if d.exists() else g.assemble())
 
 
+def deployed_image(gpunvme, path, workdir):
+    """`gpunvme deploy`s the GGUF at `path` onto an emulated namespace (an image file in workdir, 64 MiB to
+    spare) and returns the device string the engine opens it by."""
+    import subprocess
+    image = os.path.join(workdir, os.path.basename(path) + ".img")
+    size = (os.path.getsize(path) + (64 << 20)) >> 20
+    subprocess.run([gpunvme, "deploy", path, "--device", f"emu:{image},size={size}M"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return f"emu:{image}"
+
+
 def use_test_venv(modules):
     """Re-runs the calling script with .venv/bin/python3 (scripts/install_test_inputs.sh makes it) when the
     current Python lacks any of `modules`; returns when they import here or there is no such venv."""

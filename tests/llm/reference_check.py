@@ -53,7 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 REFERENCE = os.path.join(ROOT, "tests", "data", "llm", "reference.json")
 sys.path.insert(0, os.path.join(ROOT, "scripts", "llm"))
-from llm_files import gemma_path, sha256  # noqa: E402
+from llm_files import deployed_image as deploy, gemma_path, sha256  # noqa: E402
 NEAR_TIE = 0.12  # logits; the least tolerance of a near tie, whatever llama.cpp's own spread (see above)
 SPREAD_FACTOR = 2  # a near tie's tolerance is at least this many times llama.cpp's own spread there (see above)
 # Runs whose tokens and logits must equal the batched run's (--variants).
@@ -73,14 +73,6 @@ def model_path(name, entry, models_dir):
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "llm", "make_models.py"), models_dir, "--only", name],
                        check=True, stdout=subprocess.DEVNULL)
     return p
-
-
-def deploy(gpunvme, path, workdir):
-    image = os.path.join(workdir, os.path.basename(path) + ".img")
-    size = (os.path.getsize(path) + (64 << 20)) >> 20
-    subprocess.run([gpunvme, "deploy", path, "--device", f"emu:{image},size={size}M"], check=True,
-                   stdout=subprocess.DEVNULL)
-    return f"emu:{image}"
 
 
 def run_case(a, device, case, steps, workdir, resident=None, extra=(), label=None):

