@@ -23,7 +23,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from reference_check import REFERENCE, compare_case, deploy, files_equal, model_path  # noqa: E402
+from reference_check import EXACT_GPU, REFERENCE, compare_case, deploy, files_equal, model_path  # noqa: E402
 
 # Generated models with every rule the batched pass has: the sliding window (gemma3, window 16), MoE
 # routing per token, QKV bias, a k-quant (every weight type: tests/llm/test_batched.cpp, to the bit).
@@ -47,7 +47,8 @@ def run(a, device, prompt, steps, workdir, label, extra):
     cmd = [a.llm, "--device", device, "-n", str(steps), "--ignore-eos", "--path", a.path, "--trace", trace,
            "--logits-out", logits, "--json-out", out]
     cmd += ["--prompt", prompt["text"]] if "text" in prompt else ["--prompt-ids", ",".join(map(str, prompt["ids"]))]
-    subprocess.run(cmd + extra, check=True, stdout=subprocess.DEVNULL)
+    # Bitwise comparisons: on the GPU, every pass on the FP32 kernels (reference_check.EXACT_GPU).
+    subprocess.run(cmd + (EXACT_GPU if a.path == "gpu" else []) + extra, check=True, stdout=subprocess.DEVNULL)
     with open(trace) as f:
         steps_seen = [json.loads(line) for line in f]
     with open(out) as f:
