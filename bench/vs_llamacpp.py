@@ -43,22 +43,30 @@ def fail(msg):
     sys.exit(1)
 
 
+COPY_PROBE = """
+import json, torch
+n, reps = {n}, {reps}
+a = torch.empty(n, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a); b.copy_(a); torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+s.record()
+for _ in range(reps): b.copy_(a)
+e.record(); torch.cuda.synchronize()
+print(json.dumps([2 * n * reps / (s.elapsed_time(e) / 1e3), torch.cuda.get_device_name(0)]))
+"""
+TORCH_PYTHONS = [sys.executable, "/opt/torch/.venv/bin/python"]  # the GPU machine's PyTorch lives in the second
+
+
 def copy_bandwidth(gib=8, reps=10):
-    """Device-to-device copy on this GPU (PyTorch): bytes moved (read + write) per second, and the card."""
-    import torch
-    n = gib << 30
-    a = torch.empty(n, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    b.copy_(a)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        b.copy_(a)
-    end.record()
-    torch.cuda.synchronize()
-    s = start.elapsed_time(end) / 1e3
-    return 2 * n * reps / s, torch.cuda.get_device_name(0)
+    """Device-to-device copy on this GPU (PyTorch, in a process of its own that frees the GPU memory it
+    took): bytes moved (read + write) per second, and the card."""
+    code = COPY_PROBE.format(n=gib << 30, reps=reps)
+    for py in TORCH_PYTHONS:
+        if os.path.exists(py):
+            p = subprocess.run([py, "-c", code], capture_output=True, text=True)
+            if p.returncode == 0:
+                bps, card = json.loads(p.stdout.strip().splitlines()[-1])
+                return bps, card
+    fail("no Python with PyTorch and a GPU measured the device-to-device copy (tried " + ", ".join(TORCH_PYTHONS) + ")")
 
 
 def weight_bytes_per_token(path):
