@@ -1,8 +1,16 @@
-"""The Backend (backend.py) over gpunvme's engine: gpunvme.Model for the model and its tokenizer, and the
-engine's continuous-batching Scheduler (examples/llm/engine/scheduler.h) for the sequences. Used from the
-worker's one thread only."""
-from .backend import Counters, Event, ModelInfo
+"""The Backend (backend.py) over gpunvme's engine: gpunvme.Model for the model and its tokenizer, and for
+the sequences the engine's continuous-batching Scheduler (examples/llm/engine/scheduler.h) where the
+engine module binds it; until it does, SequentialBackend runs one sequence at a time through the engine's
+generation loop. Used from the worker's one thread only."""
+import collections
+import logging
+import queue
+import threading
 
+from .backend import Counters, Event, ModelInfo
+from .openai_api import ApiError
+
+log = logging.getLogger("gpunvme.serve")
 FINISH = {"stop": "stop", "eog": "stop", "length": "length"}  # the scheduler's finish reasons, as OpenAI's
 
 
@@ -13,19 +21,27 @@ def open_backend(a):
     except ImportError as e:
         raise ImportError(f"the engine module gpunvme._engine is not built ({e}): build the target "
                           "python-package (meson) or `pip install .`") from None
-    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs, verify=not a.no_verify,
-                            vram_budget=a.vram_budget, ram_budget=a.ram_budget)
-    return EngineBackend(m, ", ".join(a.device), a.max_seqs)
+    batched = hasattr(gpunvme_model.Model, "scheduler")
+    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs if batched else 1,
+                            verify=not a.no_verify, vram_budget=a.vram_budget, ram_budget=a.ram_budget)
+    if batched:
+        return EngineBackend(m, ", ".join(a.device), a.max_seqs)
+    log.warning("this engine module has no Scheduler: one sequence at a time (--max-seqs waits for it)")
+    return SequentialBackend(m, ", ".join(a.device))
+
+
+def _info(model, device, max_seqs):
+    return ModelInfo(name=model.name, architecture=model.architecture, size_bytes=model.size, device=device,
+                     n_ctx=model.n_ctx, max_seqs=max_seqs, executor=model.executor, vocab_size=model.n_vocab,
+                     adds_bos=bool(model.tokenize("", True, False)), bos_text=model.bos_token,
+                     eos_text=model.eos_token, chat_template=model.chat_template)
 
 
 class EngineBackend:
     def __init__(self, model, device, max_seqs):
         self.model, self.sched = model, model.scheduler()
         self.eog = set(model.eog_ids)
-        self.info = ModelInfo(name=model.name, architecture=model.architecture, size_bytes=model.size, device=device,
-                              n_ctx=model.n_ctx, max_seqs=max_seqs, executor=model.executor,
-                              vocab_size=model.n_vocab, adds_bos=bool(model.tokenize("", True, False)),
-                              bos_text=model.bos_token, eos_text=model.eos_token, chat_template=model.chat_template)
+        self.info = _info(model, device, max_seqs)
         self._prompt_tokens = 0
 
     def tokenize(self, text, special):
@@ -53,3 +69,96 @@ class EngineBackend:
         c = self.sched.counters()
         return Counters(passes=c.passes, generated_tokens=c.generated, prompt_tokens=self._prompt_tokens,
                         bytes_read=getattr(c, "bytes_read", None))
+
+
+class _Generation:
+    """One sequence in the engine's generation loop, on a thread of its own (the loop releases the GIL);
+    its tokens come through a queue, one per step(); halt() ends it at its next token."""
+
+    def __init__(self, engine, seq, prompt, max_tokens, sampling):
+        self.seq, self.max_tokens, self.generated = seq, max_tokens, 0
+        self._tokens, self._halt = queue.SimpleQueue(), threading.Event()
+        args = (prompt, max_tokens, sampling.temperature, sampling.top_k, sampling.seed, [], False, self._on_token)
+        self._thread = threading.Thread(target=self._run, args=(engine, args), name="gpunvme-generate", daemon=True)
+        self._thread.start()
+
+    def _run(self, engine, args):
+        try:
+            engine.generate(*args)
+            self._tokens.put(None)
+        except Exception as e:  # raised by next() on the worker's thread
+            self._tokens.put(e)
+
+    def _on_token(self, token):
+        self._tokens.put(token)
+        return self._halt.is_set()
+
+    def next(self):
+        """The next token, or None when the loop ended without one."""
+        item = self._tokens.get()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def halt(self):
+        self._halt.set()
+        self._thread.join()
+
+
+class SequentialBackend:
+    """One sequence at a time, the others waiting in order: the engine's own generation loop (the llm tool's),
+    so the same texts, but no shared passes. For engine modules without the Scheduler."""
+
+    def __init__(self, model, device):
+        self.model, self.eog = model, set(model.eog_ids)
+        self.info = _info(model, device, 1)
+        self._waiting, self._run, self._next = collections.deque(), None, 1
+        self._counters = Counters()
+
+    def tokenize(self, text, special):
+        return self.model.tokenize(text, add_special=True, parse_special=special)
+
+    def submit(self, prompt, max_tokens, sampling):
+        if sampling.top_p != 1:
+            raise ApiError(400, "'top_p' below 1 is not supported by this engine yet; leave it out", param="top_p",
+                           code="unsupported_value")
+        seq, self._next = self._next, self._next + 1
+        self._waiting.append((seq, prompt, max_tokens, sampling))
+        self._counters.prompt_tokens += len(prompt)
+        return seq
+
+    def cancel(self, seq):
+        if self._run is not None and self._run.seq == seq:
+            self._run.halt()
+            self._run = None
+        else:
+            self._waiting = collections.deque(w for w in self._waiting if w[0] != seq)
+
+    def step(self):
+        if self._run is None:
+            if not self._waiting:
+                return []
+            self._run = _Generation(self.model._engine, *self._waiting.popleft())
+        run = self._run
+        token = run.next()
+        if token is None:  # ended without a further token (cannot happen before max_tokens or an EOG)
+            self._run = None
+            return []
+        run.generated += 1
+        self._counters.passes += 1
+        self._counters.generated_tokens += 1
+        finish = "stop" if token in self.eog else "length" if run.generated >= run.max_tokens else None
+        if finish:
+            run.halt()
+            self._run = None
+        return [Event(run.seq, token, b"" if token in self.eog else self.model.piece(token), finish)]
+
+    def active(self):
+        return int(self._run is not None)
+
+    def queued(self):
+        return len(self._waiting)
+
+    def counters(self):
+        c = self._counters
+        return Counters(c.passes, c.generated_tokens, c.prompt_tokens)
