@@ -6,7 +6,6 @@ import re
 import signal
 import sys
 
-from .app import Limits, Server
 
 DESCRIPTION = """An OpenAI-compatible HTTP server for the model found on the device: POST /v1/chat/completions
 and /v1/completions (streamed as server-sent events with "stream": true), GET /v1/models, /health and /metrics
@@ -20,6 +19,12 @@ def size_arg(text):
     if not m or (m.group(3) and not m.group(2) and m.group(3) != "B"):
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 4M, 512K, 1048576)")
     return int(m.group(1)) << (10 * " KMGT".index(m.group(2) or " "))
+
+
+def _port(text):
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port (0 to 65535)")
+    return int(text)
 
 
 def _positive(text):
@@ -47,7 +52,7 @@ def parser():
     p.add_argument("--device", action="append", required=True, metavar="DEV",
                    help="the namespace holding the model, as `llm --device` (repeat for a striped set, in order)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
+    p.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
     p.add_argument("--api-key", metavar="KEY", help="refuse requests without 'Authorization: Bearer KEY' (401); "
                                                     "/health stays open")
     p.add_argument("--executor", choices=("auto", "cpu", "gpu"), default="auto",
@@ -82,13 +87,19 @@ def main(argv=None, open_backend=None):
     logging.basicConfig(level=logging.INFO, format="gpunvme.serve: %(message)s")
     try:
         from ..chat_template import ChatTemplateError
+        from .app import Limits, Server
         from .metrics import Metrics
         from .worker import Worker
+    except ImportError as e:
+        print(f"gpunvme.serve: error: {e}: the server needs aiohttp, prometheus_client and jinja2 "
+              "(pip install 'gpunvme[serve]', or pip install aiohttp prometheus_client jinja2)", file=sys.stderr)
+        return 1
+    try:
         if open_backend is None:
             from .engine_backend import open_backend
         backend = open_backend(a)
         template = _chat_template(a, backend.info)
-    except (RuntimeError, ValueError, OSError, ImportError, ChatTemplateError) as e:
+    except (RuntimeError, ValueError, OSError, ImportError, ChatTemplateError) as e:  # named by the engine
         print(f"gpunvme.serve: error: {e}", file=sys.stderr)
         return 1
     worker = Worker(backend, a.max_queued, a.queue_timeout)
