@@ -8,9 +8,8 @@ against a device-to-device copy measured in the same run. Runs on the GPU machin
 llama.cpp: `llama-bench -ngl 99 -p PP -n TG -r REPS -o json` (its own warm-up and repetitions). The engine:
 `llm --path gpu` on the same file through the emulated controller (`emu:FILE`; the file is padded with
 zeros to whole 4 KiB blocks first, which llama.cpp ignores), a prompt of the largest pp's tokens (random
-ids, seeded), then TG + 1 tokens with --ignore-eos: its prompt time gives that pp, its decode passes give
-tg (at context pp..pp+tg, a little more attention than llama-bench's tg from an empty context: noted in
-the JSON); each other pp is a run of its own. Every engine run must have generated the tokens asked
+ids, seeded) and one more token for each pp (its prompt time gives pp), and a one-token prompt then TG + 1
+tokens with --ignore-eos for tg (its decode passes, from an empty context as llama-bench's tg). Every engine run must have generated the tokens asked
 for, else this prints an error, not a number. Host CPU: each process's user + system time
 (getrusage of the children), model loading included, and the engine's decode-thread CPU."""
 import argparse
@@ -91,7 +90,7 @@ def pad_to_blocks(path):
 
 
 def llama_bench(binary, path, pps, tg, reps):
-    cmd = [binary, "-m", path, "-ngl", "99", "-p", ",".join(map(str, pps)), "-n", str(tg), "-r", str(reps), "-o", "json"]
+    cmd = [binary, "-m", path, "-ngl", "99", "-p", ",".join(map(str, pps)) or "0", "-n", str(tg), "-r", str(reps), "-o", "json"]
     rc, out, err, wall, cpu = run(cmd)
     if rc != 0:
         fail(f"llama-bench failed on {path} ({rc}):\n{err[-3000:]}")
@@ -142,10 +141,10 @@ def measure_model(args, label, path):
     print(f"{label}: {arch}, {n_tensors} tensors, {wbytes / 1e9:.2f} GB of weights per token", flush=True)
     ref = llama_bench(args.llama_bench, path, pps, args.tg, args.reps)
     ours = {}
-    first = engine(args.llm, path, pps[-1], args.tg + 1, vocab)
-    ours[f"pp{pps[-1]}"] = {"tokens_per_second": pps[-1] / first["prompt_seconds"], "run": first}
-    ours[f"tg{args.tg}"] = {"tokens_per_second": first["tokens_per_second"], "context_from": pps[-1], "run": first}
-    for pp in pps[:-1]:
+    # tg as llama-bench measures it: from (almost) an empty context, a one-token prompt then tg passes.
+    j = engine(args.llm, path, 1, args.tg + 1, vocab)
+    ours[f"tg{args.tg}"] = {"tokens_per_second": j["tokens_per_second"], "context_from": 1, "run": j}
+    for pp in pps:
         j = engine(args.llm, path, pp, 1, vocab)
         ours[f"pp{pp}"] = {"tokens_per_second": pp / j["prompt_seconds"], "run": j}
     return {"label": label, "path": path, "arch": arch, "padded_bytes": padded, "weight_bytes_per_token": wbytes,
@@ -175,15 +174,15 @@ def main():
     ap.add_argument("--llama-bench", required=True, help="llama.cpp's llama-bench (scripts/llamacpp_build.sh)")
     ap.add_argument("--llm", required=True, help="the engine's binary (build/examples/llm/llm)")
     ap.add_argument("--model", action="append", required=True, metavar="LABEL=GGUF", help="repeat for each model")
-    ap.add_argument("--pp", default="512,2048", help="prompt lengths (default 512,2048)")
+    ap.add_argument("--pp", default="512,2048", help="prompt lengths (default 512,2048; none: decode only)")
     ap.add_argument("--tg", type=int, default=128, help="decoded tokens (default 128)")
     ap.add_argument("--reps", type=int, default=3, help="llama-bench repetitions (default 3)")
     ap.add_argument("--json-out", help="every number, raw")
     args = ap.parse_args()
     try:
-        args.pp = [int(x) for x in args.pp.split(",")]
+        args.pp = [] if args.pp == "none" else [int(x) for x in args.pp.split(",")]
     except ValueError:
-        fail(f"--pp takes comma-separated token counts, not {args.pp!r}")
+        fail(f"--pp takes comma-separated token counts or none, not {args.pp!r}")
     if any(p < 1 for p in args.pp) or args.tg < 1 or args.reps < 1:
         fail("--pp, --tg and --reps must be positive")
     models = []
