@@ -18,10 +18,12 @@ import math
 import queue
 import threading
 import weakref
+from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from . import _engine
 
 EXECUTORS = ("auto", "cpu", "gpu")
+Prompt = Union[str, Sequence[int]]  # text (tokenized with the BOS the model asks for) or token ids
 
 
 def _int(name, value, low, high=None):
@@ -69,7 +71,8 @@ class Model:
     vram_budget, ram_budget: the GPU executor's residency budgets in bytes (`llm --vram-budget/--ram-budget`).
     """
 
-    def __init__(self, device, executor="auto", ctx=None, max_seqs=1, verify=True, vram_budget=None, ram_budget=0):
+    def __init__(self, device: Union[str, Sequence[str]], executor: str = "auto", ctx: Optional[int] = None,
+                 max_seqs: int = 1, verify: bool = True, vram_budget: Optional[int] = None, ram_budget: int = 0) -> None:
         devices = _devices(device)
         if not isinstance(executor, str):
             raise TypeError(f"executor must be a string, not {type(executor).__name__}")
@@ -87,69 +90,69 @@ class Model:
 
     # What the device holds.
     @property
-    def name(self):
+    def name(self) -> str:
         """The model's general.name."""
         return self._engine.name
 
     @property
-    def architecture(self):
+    def architecture(self) -> str:
         """general.architecture: llama, qwen2, gemma3, qwen3, qwen3moe, gpt-oss."""
         return self._engine.architecture
 
     @property
-    def size(self):
+    def size(self) -> int:
         """The model's bytes on the device (the GGUF file's length)."""
         return self._engine.size
 
     @property
-    def n_ctx(self):
+    def n_ctx(self) -> int:
         """Positions of context allocated per sequence."""
         return self._engine.n_ctx
 
     @property
-    def n_ctx_train(self):
+    def n_ctx_train(self) -> int:
         """The model's own context length (<arch>.context_length)."""
         return self._engine.n_ctx_train
 
     @property
-    def n_vocab(self):
+    def n_vocab(self) -> int:
         return self._engine.n_vocab
 
     @property
-    def executor(self):
+    def executor(self) -> str:
         """Which executor runs the model, as the llm tool describes it."""
         return self._engine.executor
 
     @property
-    def bos_id(self):
+    def bos_id(self) -> Optional[int]:
         return self._engine.bos_id
 
     @property
-    def eos_id(self):
+    def eos_id(self) -> Optional[int]:
         return self._engine.eos_id
 
     @property
-    def eog_ids(self):
+    def eog_ids(self) -> List[int]:
         """The tokens that end generation (the EOS and those llama.cpp also stops at, e.g. <end_of_turn>)."""
         return self._engine.eog_ids
 
     @property
-    def bos_token(self):
+    def bos_token(self) -> Optional[str]:
         """The BOS token's text, or None."""
         return None if self.bos_id is None else self._engine.token_text(self.bos_id)
 
     @property
-    def eos_token(self):
+    def eos_token(self) -> Optional[str]:
         """The EOS token's text, or None."""
         return None if self.eos_id is None else self._engine.token_text(self.eos_id)
 
     @property
-    def chat_template(self):
+    def chat_template(self) -> Optional[str]:
         """The GGUF's tokenizer.chat_template (Jinja2 source), or None when it has none."""
         return self._engine.chat_template
 
     # Text and tokens.
-    def tokenize(self, text, add_special=True, parse_special=False):
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> List[int]:
         """Token ids of `text` as llama_tokenize gives them: with add_special, the BOS (and EOS) the model
         asks for; with parse_special, control-token texts (<start_of_turn>, ...) become those tokens."""
         if not isinstance(text, str):
@@ -164,21 +167,22 @@ class Model:
             _int("token id", i, 0, self.n_vocab - 1)
         return ids
 
-    def piece(self, token_id):
+    def piece(self, token_id: int) -> bytes:
         """The bytes token_id prints as (bytes: a byte-fallback token may hold part of a UTF-8 character)."""
         return self._engine.piece(_int("token id", token_id, 0, self.n_vocab - 1))
 
-    def pieces(self, ids):
+    def pieces(self, ids: Iterable[int]) -> List[bytes]:
         """piece() of every id."""
         return [self._engine.piece(i) for i in self._ids(ids)]
 
-    def detokenize(self, ids):
+    def detokenize(self, ids: Iterable[int]) -> str:
         """The text of the ids (control tokens print nothing; invalid UTF-8 replaced by U+FFFD)."""
         return b"".join(self.pieces(ids)).decode("utf-8", errors="replace")
 
     # Generation.
-    def generate(self, prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=1.0, seed=0, stop=None,
-                 ignore_eos=False):
+    def generate(self, prompt: Prompt, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40,
+                 top_p: float = 1.0, seed: int = 0, stop: Union[None, str, Sequence[str]] = None,
+                 ignore_eos: bool = False) -> "TextStream":
         """Generates up to max_tokens after `prompt` (a str, tokenized with the BOS the model asks for, or
         a list of token ids) and returns a TextStream, an iterator of the text as it is generated.
 
@@ -192,11 +196,12 @@ class Model:
                              "and gives token ids")
         return self._stream(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, _stops(stop), True)
 
-    def generate_text(self, prompt, max_tokens=32, **options):
+    def generate_text(self, prompt: Prompt, max_tokens: int = 32, **options: Any) -> str:
         """The whole text generate() yields, as one string."""
         return "".join(self.generate(prompt, max_tokens, **options))
 
-    def generate_ids(self, prompt, max_tokens=32, temperature=0.0, top_k=40, top_p=1.0, seed=0, ignore_eos=False):
+    def generate_ids(self, prompt: Prompt, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40,
+                     top_p: float = 1.0, seed: int = 0, ignore_eos: bool = False) -> List[int]:
         """The token ids generate() would produce (any model, one without a vocabulary too), as a list."""
         stream = self._stream(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, [], False)
         for _ in stream:
@@ -240,7 +245,7 @@ class TextStream:
         self._pending = ""  # text that may be the start of a stop string
         self._done = False
 
-    def __iter__(self):
+    def __iter__(self) -> "TextStream":
         return self
 
     def _run(self):
@@ -264,7 +269,7 @@ class TextStream:
         self._thread = threading.Thread(target=self._run, name="gpunvme-generate", daemon=True)
         self._thread.start()
 
-    def __next__(self):
+    def __next__(self) -> str:
         try:
             while not self._done:
                 if self._thread is None:
@@ -310,7 +315,7 @@ class TextStream:
         self._pending = self._pending[len(self._pending) - keep:]
         return out
 
-    def close(self):
+    def close(self) -> None:
         """Ends the generation (at the engine's next token) and waits for it to stop."""
         self._done = True
         self._halt.set()
