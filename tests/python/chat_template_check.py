@@ -34,37 +34,19 @@ except ImportError as e:
 PYTHON_DIR = os.path.join(ROOT, "runtime", "python")
 sys.path.insert(0, PYTHON_DIR)
 from gpunvme.chat_template import ChatTemplate, ChatTemplateError, from_gguf  # noqa: E402
+sys.path.insert(0, HERE)
+from checks import check, check_raises, summary  # noqa: E402
 
 TEMPLATES = os.path.join(ROOT, "tests", "data", "chat_templates")
 CONVERSATION = [{"role": "system", "content": "You are a terse assistant."},
                 {"role": "user", "content": "Hi!"},
                 {"role": "assistant", "content": "Hello. How can I help?"},
                 {"role": "user", "content": "What is 2+2?"}]
-failures = []
-
-
-def check(name, got, want):
-    if got == want:
-        print(f"ok: {name}")
-    else:
-        failures.append(name)
-        print(f"FAIL: {name}\n  got:  {got!r}\n  want: {want!r}")
 
 
 def check_error(name, call, *fragments):
     """call() must raise ChatTemplateError whose message holds every fragment."""
-    try:
-        got = call()
-    except ChatTemplateError as e:
-        missing = [f for f in fragments if f not in str(e)]
-        if missing:
-            failures.append(name)
-            print(f"FAIL: {name}: the error lacks {missing}: {e}")
-        else:
-            print(f"ok: {name}: {e}")
-        return
-    failures.append(name)
-    print(f"FAIL: {name}: no error; rendered {got!r}")
+    check_raises(name, ChatTemplateError, call, *fragments)
 
 
 def template_text(filename):
@@ -272,11 +254,7 @@ def main():
         hostile(tmp, gemma_gguf)
         cli_checks(tmp, tmp)
         real_gemma(tmp)
-    if failures:
-        print(f"{len(failures)} failed: {', '.join(failures)}")
-        return 1
-    print("all chat-template checks passed")
-    return 0
+    return summary("chat-template")
 
 
 if __name__ == "__main__":

