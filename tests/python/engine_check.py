@@ -80,6 +80,10 @@ def generation_checks(a, m, device, case):
     stream.close()
     check("after close(), the next generation runs", m.generate_ids(case["prompt_ids"], max_tokens=3),
           case["tokens"][:3])
+    for _ in m.generate(prompt, max_tokens=32):
+        break  # the dropped stream closes itself: its thread holds no reference to it
+    check("after a break out of a stream, the next generation runs", m.generate_ids(case["prompt_ids"], max_tokens=2),
+          case["tokens"][:2])
     check("max_tokens 0 gives nothing", m.generate_text(prompt, max_tokens=0), "")
 
 

@@ -248,25 +248,29 @@ class TextStream:
     def __iter__(self) -> "TextStream":
         return self
 
-    def _run(self):
+    @staticmethod
+    def _run(engine, args, out, halt, busy):
+        """The engine's thread. It holds no reference to the stream, so that dropping an unfinished
+        stream (a `break` out of its loop) closes it."""
+        def on_token(token_id):
+            out.put(token_id)
+            return halt.is_set()
         try:
-            self._model._engine.generate(*self._args, self._on_token)
-            self._queue.put(None)
+            engine.generate(*args, on_token)
+            out.put(None)
         except BaseException as e:  # handed to the consumer's thread
-            self._queue.put(e)
+            out.put(e)
         finally:
-            self._model._busy.release()
-
-    def _on_token(self, token_id):
-        self._queue.put(token_id)
-        return self._halt.is_set()
+            busy.release()
 
     def _start(self):
         if not self._model._busy.acquire(blocking=False):
             raise RuntimeError("this Model is generating already: finish or close() the other stream first "
                                "(one generation at a time per Model)")
         _live.add(self)
-        self._thread = threading.Thread(target=self._run, name="gpunvme-generate", daemon=True)
+        self._thread = threading.Thread(target=TextStream._run, name="gpunvme-generate", daemon=True,
+                                        args=(self._model._engine, self._args, self._queue, self._halt,
+                                              self._model._busy))
         self._thread.start()
 
     def __next__(self) -> str:
