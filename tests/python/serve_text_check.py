@@ -7,9 +7,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "runtime", "python"))
+from checks import check, summary  # noqa: E402
 from gpunvme.serve.text import TextCutter  # noqa: E402
-
-failures = []
 
 
 def run(pieces, stops):
@@ -17,12 +16,6 @@ def run(pieces, stops):
     c = TextCutter(stops)
     sent = [c.add(p) for p in pieces]
     return sent, c.finish(), c.stopped
-
-
-def check(name, got, want):
-    print(f"{'ok' if got == want else 'FAIL'}: {name}" + ("" if got == want else f"\n  got  {got!r}\n  want {want!r}"))
-    if got != want:
-        failures.append(name)
 
 
 e_acute = "é".encode()  # two bytes: a byte-fallback tokenizer may give them in two tokens
@@ -37,5 +30,4 @@ check("the earliest of several stops wins", run([b"a.b\nc"], ["\n", "."]), (["a"
 check("nothing after a stop", run([b"x END y", b"more"], ["END"]), (["x ", ""], "", True))
 check("an unfinished character at the end is U+FFFD", run([b"ok", e_acute[:1]], []), (["ok", ""], "\ufffd", False))
 check("empty stop strings are ignored", run([b"abc"], [""]), (["abc"], "", False))
-print(f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+sys.exit(summary("TextCutter"))
