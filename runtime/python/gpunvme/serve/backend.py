@@ -1,6 +1,6 @@
 """What the server needs from an engine, and nothing more: the one interface the batching worker drives
-(worker.py). The engine's adapter (engine_backend.py) implements it over gpunvme.Model and its Scheduler;
-the tests may put a double in its place. Every method is called from the worker's one thread only: the
+(worker.py), shaped after the engine's Scheduler (submit, cancel, step -> events). engine_backend.py
+implements it over gpunvme.Model; a test may put a double in its place. Every method is called from the worker's one thread only: the
 engine is single-threaded, so tokenizing and detokenizing wait for the current pass like any other call."""
 from dataclasses import dataclass, field
 from typing import Protocol

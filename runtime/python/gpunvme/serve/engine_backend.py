@@ -1,7 +1,7 @@
 """The Backend (backend.py) over gpunvme's engine: gpunvme.Model for the model and its tokenizer, and for
-the sequences the engine's continuous-batching Scheduler (examples/llm/engine/scheduler.h) where the
-engine module binds it; until it does, SequentialBackend runs one sequence at a time through the engine's
-generation loop. Used from the worker's one thread only."""
+the sequences the engine's own generation loop, one sequence at a time (SequentialBackend). The engine's
+continuous-batching Scheduler (issue 37) is not bound yet; its adapter goes here, beside this one, once it
+is. Used from the worker's one thread only."""
 import collections
 import logging
 import queue
@@ -11,7 +11,6 @@ from .backend import Counters, Event, ModelInfo
 from .openai_api import ApiError
 
 log = logging.getLogger("gpunvme.serve")
-FINISH = {"stop": "stop", "eog": "stop", "length": "length"}  # the scheduler's finish reasons, as OpenAI's
 
 
 def open_backend(a):
@@ -21,12 +20,11 @@ def open_backend(a):
     except ImportError as e:
         raise ImportError(f"the engine module gpunvme._engine is not built ({e}): build the target "
                           "python-package (meson) or `pip install .`") from None
-    batched = hasattr(gpunvme_model.Model, "scheduler")
-    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs if batched else 1,
-                            verify=not a.no_verify, vram_budget=a.vram_budget, ram_budget=a.ram_budget)
-    if batched:
-        return EngineBackend(m, ", ".join(a.device), a.max_seqs)
-    log.warning("this engine module has no Scheduler: one sequence at a time (--max-seqs waits for it)")
+    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=1, verify=not a.no_verify,
+                            vram_budget=a.vram_budget, ram_budget=a.ram_budget)
+    if a.max_seqs > 1:
+        log.warning("the engine module binds no Scheduler yet: one sequence at a time, not --max-seqs %d",
+                    a.max_seqs)
     return SequentialBackend(m, ", ".join(a.device))
 
 
@@ -35,40 +33,6 @@ def _info(model, device, max_seqs):
                      n_ctx=model.n_ctx, max_seqs=max_seqs, executor=model.executor, vocab_size=model.n_vocab,
                      adds_bos=bool(model.tokenize("", True, False)), bos_text=model.bos_token,
                      eos_text=model.eos_token, chat_template=model.chat_template)
-
-
-class EngineBackend:
-    def __init__(self, model, device, max_seqs):
-        self.model, self.sched = model, model.scheduler()
-        self.eog = set(model.eog_ids)
-        self.info = _info(model, device, max_seqs)
-        self._prompt_tokens = 0
-
-    def tokenize(self, text, special):
-        return self.model.tokenize(text, add_special=True, parse_special=special)
-
-    def submit(self, prompt, max_tokens, sampling):
-        self._prompt_tokens += len(prompt)
-        return self.sched.submit(prompt, max_tokens, temperature=sampling.temperature, top_k=sampling.top_k,
-                                 top_p=sampling.top_p, seed=sampling.seed, stop_tokens=sorted(self.eog))
-
-    def cancel(self, seq):
-        self.sched.cancel(seq)
-
-    def step(self):
-        return [Event(e.id, e.token, b"" if e.token in self.eog else self.model.piece(e.token),
-                      FINISH.get(e.finish) if e.finish else None) for e in self.sched.step()]
-
-    def active(self):
-        return self.sched.active()
-
-    def queued(self):
-        return self.sched.queued()
-
-    def counters(self):
-        c = self.sched.counters()
-        return Counters(passes=c.passes, generated_tokens=c.generated, prompt_tokens=self._prompt_tokens,
-                        bytes_read=getattr(c, "bytes_read", None))
 
 
 class _Generation:
