@@ -142,7 +142,7 @@ async def _serve(server, worker, a):
         port = runner.addresses[0][1]
         i = server.info
         print(f"gpunvme.serve: {i.name} ({i.architecture}, {i.size_bytes} bytes; {i.executor}; "
-              f"{i.max_seqs} sequences of {i.n_ctx} positions) on http://{a.host}:{port}", flush=True)
+              f"sequences of {i.n_ctx} positions, {i.max_seqs} at once) on http://{a.host}:{port}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
