@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""gpunvme.serve's TextCutter (runtime/python/gpunvme/serve/text.py), which the server's texts go through:
+"""TextCutter (runtime/python/gpunvme/text_cutter.py), which gpunvme.Model's streams and the server's texts
+go through:
 pieces joined across a UTF-8 character split over tokens, a stop string spanning pieces cut before it and
 never sent in part, a held-back tail released when it turns out not to be a stop, the earliest of several
 stops winning, an unfinished character at the end as U+FFFD. Needs nothing but Python."""
@@ -8,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "runtime", "python"))
 from checks import check, summary  # noqa: E402
-from gpunvme.serve.text import TextCutter  # noqa: E402
+from gpunvme.text_cutter import TextCutter  # noqa: E402
 
 
 def run(pieces, stops):

@@ -13,7 +13,6 @@ ValueError, and what the engine refuses (no model on the device, a bad device st
 RuntimeError carrying its message.
 """
 import atexit
-import codecs
 import math
 import queue
 import threading
@@ -21,6 +20,7 @@ import weakref
 from typing import Any, Iterable, List, Optional, Sequence, Union
 
 from . import _engine
+from .text_cutter import TextCutter
 
 EXECUTORS = ("auto", "cpu", "gpu")
 Prompt = Union[str, Sequence[int]]  # text (tokenized with the BOS the model asks for) or token ids
@@ -241,8 +241,7 @@ class TextStream:
         self._queue = queue.SimpleQueue()
         self._halt = threading.Event()
         self._thread = None
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pending = ""  # text that may be the start of a stop string
+        self._cutter = TextCutter(stops)  # whole UTF-8, cut at the first stop string
         self._done = False
 
     def __iter__(self) -> "TextStream":
@@ -284,40 +283,23 @@ class TextStream:
                 if item is None:
                     self.finish_reason = self.finish_reason or (
                         "length" if len(self.tokens) >= self._args[1] else "stop")
-                    text = self._pending + self._decoder.decode(b"", final=True)
+                    text = self._cutter.finish()
                     self.close()
                     if text:
                         return text
                     break
                 self.tokens.append(item)
                 if self._text:
-                    text = self._emit(self._decoder.decode(self._model._engine.piece(item)))
+                    text = self._cutter.add(self._model._engine.piece(item))
+                    if self._cutter.stopped:
+                        self.finish_reason = "stop"
+                        self.close()
                     if text:
                         return text
         except BaseException:
             self.close()
             raise
         raise StopIteration
-
-    def _emit(self, text):
-        """The part of the text so far that is final: up to a stop string (ending the stream), else all
-        but a tail that could begin one."""
-        self._pending += text
-        hits = [(self._pending.find(s), s) for s in self._stops if s in self._pending]
-        if hits:
-            out, self._pending = self._pending[:min(hits)[0]], ""
-            self.finish_reason = "stop"
-            self.close()
-            return out
-        keep = 0
-        for s in self._stops:
-            for n in range(min(len(s) - 1, len(self._pending)), keep, -1):
-                if s.startswith(self._pending[-n:]):
-                    keep = n
-                    break
-        out = self._pending[:len(self._pending) - keep]
-        self._pending = self._pending[len(self._pending) - keep:]
-        return out
 
     def close(self) -> None:
         """Ends the generation (at the engine's next token) and waits for it to stop."""

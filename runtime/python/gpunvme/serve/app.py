@@ -9,10 +9,10 @@ import time
 from aiohttp import web
 
 from ..chat_template import ChatTemplateError
+from ..text_cutter import TextCutter
 from . import openai_api
 from .openai_api import ApiError
 from .sse import EventStream
-from .text import TextCutter
 
 log = logging.getLogger("gpunvme.serve")
 RESERVED_TEMPLATE_VARS = {"messages", "tools", "documents", "add_generation_prompt"}

@@ -1,4 +1,4 @@
-"""A sequence's generated text as it grows: token pieces (bytes, a UTF-8 character may span two tokens)
+"""A generation's text as it grows (gpunvme.Model's TextStream and the server's replies): token pieces (bytes, a UTF-8 character may span two tokens)
 joined and decoded, and cut at the first stop string. Text that could still become a stop string is held
 back, so a streamed client never receives the start of a stop it then should not have seen."""
 import codecs
