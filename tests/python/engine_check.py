@@ -89,7 +89,7 @@ def generation_checks(a, m, device, case):
 
 def emu_gen_checks(a):
     import gpunvme
-    device = "emu:gen,shape=tiny,type=q4_k"
+    device = "emu:gen,shape=tiny,type=q4_k,to=60"
     m = gpunvme.Model(device, executor="cpu")
     tool_tokens, _ = llm_tool(a, device, ["--prompt-ids", "1,2,3", "-n", "8"])
     check("emu:gen: generate_ids = the llm tool's --prompt-ids tokens", m.generate_ids([1, 2, 3], max_tokens=8),
@@ -104,7 +104,7 @@ def bad_input_checks(m, image):
     for device, kind, fragment in [("bogus", ValueError, "unknown device string"),
                                    ("emu:gen,shape=nope", ValueError, "unknown shape"),
                                    ("emu:/nonexistent/model.img", FileNotFoundError, "does not exist"),
-                                   ("emu:ram,size=1M", RuntimeError, "no model"),
+                                   ("emu:ram,size=1M,to=60", RuntimeError, "no model"),
                                    (42, TypeError, "device string"), ([], TypeError, "device string")]:
         check_raises(f"Model({device!r})", kind, lambda: gpunvme.Model(device, executor="cpu"), fragment)
     model_calls = [("Model(executor='tpu')", ValueError, dict(executor="tpu"), "auto, cpu, gpu"),
@@ -149,7 +149,7 @@ def main():
         size = (os.path.getsize(gguf) + (64 << 20)) >> 20
         subprocess.run([a.gpunvme, "deploy", gguf, "--device", f"emu:{image},size={size}M"], check=True,
                        stdout=subprocess.DEVNULL)
-        device = f"emu:{image}"
+        device = f"emu:{image},to=60"  # CAP.TO 30 s: the controller's enable in time on a loaded machine too
         m = gpunvme.Model(device, executor="cpu")
         check("properties", (m.name, m.architecture, m.size, m.n_ctx, m.bos_token, m.eos_token, m.chat_template),
               ("Gemma 3 270m", "gemma3", os.path.getsize(gguf), 4096, "<bos>", "<eos>", None))
