@@ -334,7 +334,7 @@ uint32_t parse_ctx(const cli::Args& args, const llm::ModelConfig& c, uint32_t pr
 // --temp, --top-k, --seed. Top-k 0 is llama.cpp's "no top-k": the whole vocabulary. --top-k and --seed
 // with greedy decoding would change nothing: refused rather than silently ignored.
 llm::SamplerOptions parse_sampler(const cli::Args& args) {
-  llm::SamplerOptions o{float(args.get_double("temp", 0)), args.get_u32("top-k", 40), args.get_u64("seed", 0)};
+  llm::SamplerOptions o{.temperature = float(args.get_double("temp", 0)), .top_k = args.get_u32("top-k", 40), .seed = args.get_u64("seed", 0)};
   if (!std::isfinite(o.temperature)) throw cli::UsageError("--temp " + args.get("temp") + " is too large");
   if (o.temperature <= 0 && (args.has("top-k") || args.has("seed")))
     throw cli::UsageError(std::string(args.has("top-k") ? "--top-k" : "--seed") +

@@ -23,12 +23,27 @@ std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k) {
   return idx;
 }
 
+uint32_t top_p_count(std::span<const float> logits, std::span<const uint32_t> sorted, float p) {
+  const uint32_t n = uint32_t(sorted.size());
+  if (p >= 1.0f || n == 0) return n;
+  // llama.cpp's rule: the probabilities are those of the candidates top-k left (its top-p runs after
+  // top-k and before temperature), and the cut is after the first token where the sum reaches p.
+  std::vector<double> e(n);
+  double sum = 0;
+  for (uint32_t i = 0; i < n; ++i) sum += e[i] = std::exp(double(logits[sorted[i]] - logits[sorted[0]]));
+  double cum = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if ((cum += e[i] / sum) >= p) return i + 1;
+  return n;  // rounding left the sum a hair under p: keep all
+}
+
 uint32_t Sampler::pick(std::span<const float> logits) {
   if (o_.temperature <= 0.0f) return argmax(logits);
   // Top-k 0 is no top-k limit, as in llama.cpp (its top-k sampler leaves the candidates alone for k <= 0).
   const uint32_t n = uint32_t(logits.size());
-  const uint32_t k = o_.top_k == 0 ? n : std::min(o_.top_k, n);
+  uint32_t k = o_.top_k == 0 ? n : std::min(o_.top_k, n);
   const std::vector<uint32_t> idx = top_k(logits, k);
+  k = top_p_count(logits, idx, o_.top_p);
   std::vector<double> p(k);
   for (uint32_t i = 0; i < k; ++i) p[i] = std::exp(double(logits[idx[i]] - logits[idx[0]]) / o_.temperature);
   std::discrete_distribution<uint32_t> d(p.begin(), p.end());
