@@ -5,6 +5,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/set.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -19,6 +20,7 @@
 #include "examples/example_model.h"
 #include "examples/llm/engine/generate.h"
 #include "examples/llm/engine/loaded_model.h"
+#include "examples/llm/engine/scheduler.h"
 #include "host/error.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -61,15 +63,15 @@ class Engine {
     return nb::bytes(s.data(), s.size());
   }
 
-  // Greedy (temperature 0) or sampled; stops after max_tokens, at an end-of-generation token (unless
+  // Greedy (temperature 0) or sampled (top-k, then top-p); stops after max_tokens, at an end-of-generation token (unless
   // ignore_eos) or at one of stop_ids, or when on_token returns true. Returns the tokens generated.
   std::vector<uint32_t> generate(const std::vector<uint32_t>& prompt, uint32_t max_tokens, float temperature,
                                  uint32_t top_k, uint64_t seed, const std::vector<uint32_t>& stop_ids, bool ignore_eos,
-                                 const std::function<bool(uint32_t)>& on_token) {
+                                 const std::function<bool(uint32_t)>& on_token, float top_p) {
     for (uint32_t id : prompt) check_id(id);
     std::set<uint32_t> eog(stop_ids.begin(), stop_ids.end());
     if (!ignore_eos) eog.insert(lm_.model.vocab.eog.begin(), lm_.model.vocab.eog.end());
-    llm::Sampler sampler(llm::SamplerOptions{temperature, top_k, seed});
+    llm::Sampler sampler(llm::SamplerOptions{.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed});
     std::vector<uint32_t> out;
     nb::gil_scoped_release unlocked;
     try {
@@ -84,6 +86,7 @@ class Engine {
   }
 
   const llm::ModelOnDevice& model() const { return lm_.model; }
+  llm::Executor& executor_ref() { return *ex_; }
   uint32_t n_ctx() const { return n_ctx_; }
   std::string executor() const { return ex_->describe(); }
   bool has_tokenizer() const { return lm_.has_tokenizer(); }
@@ -109,6 +112,32 @@ class Engine {
   bool gpu_ = false;
   std::unique_ptr<llm::Executor> ex_;
 };
+
+// The engine's continuous batching over an Engine's executor (engine/scheduler.h); step() runs its pass
+// with the GIL released. One thread at a time: gpunvme.Scheduler (model.py) serializes the calls.
+class Batch {
+ public:
+  Batch(Engine& e, uint32_t max_queued) : s_(e.executor_ref(), e.n_ctx(), llm::SchedulerOptions{max_queued}) {}
+  uint64_t submit(std::vector<uint32_t> prompt, uint32_t max_tokens, float temperature, uint32_t top_k, float top_p,
+                  uint64_t seed, std::set<uint32_t> stop_tokens) {
+    return s_.submit(llm::SeqRequest{std::move(prompt), max_tokens,
+                                     {.temperature = temperature, .top_k = top_k, .top_p = top_p, .seed = seed},
+                                     std::move(stop_tokens)});
+  }
+  bool cancel(uint64_t id) { return s_.cancel(id); }
+  std::vector<llm::SeqEvent> step() {
+    nb::gil_scoped_release unlocked;
+    return s_.step();
+  }
+  const llm::Scheduler& get() const { return s_; }
+
+ private:
+  llm::Scheduler s_;
+};
+
+const char* finish_name(llm::Finish f) {
+  return f == llm::Finish::stop ? "stop" : f == llm::Finish::length ? "length" : nullptr;
+}
 
 std::optional<int64_t> id_or_none(int64_t id) { return id < 0 ? std::nullopt : std::optional<int64_t>(id); }
 
@@ -143,7 +172,8 @@ NB_MODULE(_engine, m) {
       .def("tokenize", &Engine::tokenize, nb::arg("text"), nb::arg("add_special"), nb::arg("parse_special"))
       .def("piece", &Engine::piece, nb::arg("id"))
       .def("generate", &Engine::generate, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"),
-           nb::arg("top_k"), nb::arg("seed"), nb::arg("stop_ids"), nb::arg("ignore_eos"), nb::arg("on_token"))
+           nb::arg("top_k"), nb::arg("seed"), nb::arg("stop_ids"), nb::arg("ignore_eos"), nb::arg("on_token"),
+           nb::arg("top_p") = 1.0f)
       .def_prop_ro("n_ctx", &Engine::n_ctx)
       .def_prop_ro("executor", &Engine::executor)
       .def_prop_ro("has_tokenizer", &Engine::has_tokenizer)
@@ -161,4 +191,35 @@ NB_MODULE(_engine, m) {
       })
       .def("token_text", &Engine::token_text, nb::arg("id"))
       .def_prop_ro("device", [](const Engine& e) { return e.model().device_args; });
+  nb::exception<llm::QueueFull>(m, "QueueFull", PyExc_RuntimeError);
+  nb::class_<llm::SeqEvent>(m, "SeqEvent")
+      .def_ro("id", &llm::SeqEvent::id)
+      .def_ro("token", &llm::SeqEvent::token)
+      .def_prop_ro("finish", [](const llm::SeqEvent& e) { return finish_name(e.finish); })
+      .def_ro("prompt_tokens", &llm::SeqEvent::prompt_tokens)
+      .def_ro("generated", &llm::SeqEvent::generated)
+      .def("__repr__", [](const llm::SeqEvent& e) {
+        const char* f = finish_name(e.finish);
+        return "SeqEvent(id=" + std::to_string(e.id) + ", token=" + std::to_string(e.token) + ", finish=" +
+               (f ? "'" + std::string(f) + "'" : std::string("None")) + ", generated=" + std::to_string(e.generated) + ")";
+      });
+  nb::class_<Batch>(m, "Batch")
+      .def(nb::init<Engine&, uint32_t>(), nb::arg("engine"), nb::arg("max_queued"), nb::keep_alive<1, 2>())
+      .def("submit", &Batch::submit, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"), nb::arg("top_k"),
+           nb::arg("top_p"), nb::arg("seed"), nb::arg("stop_tokens"))
+      .def("cancel", &Batch::cancel, nb::arg("id"))
+      .def("step", &Batch::step)
+      .def("active", [](const Batch& b) { return b.get().active(); })
+      .def("queued", [](const Batch& b) { return b.get().queued(); })
+      .def("counters", [](const Batch& b) {
+        const llm::SchedulerCounters& c = b.get().counters();
+        nb::dict d;
+        d["passes"] = c.passes;
+        d["pass_tokens"] = c.pass_tokens;
+        d["prompt_tokens"] = c.prompt_tokens;
+        d["generated_tokens"] = c.generated_tokens;
+        d["finished"] = c.finished;
+        d["cancelled"] = c.cancelled;
+        return d;
+      });
 }

@@ -7,6 +7,8 @@ the build folder (build/runtime/python), against the real Gemma 3 270M deployed 
   llm tool's (build/examples/llm/llm, same prompt and -n); sampled (temperature, top-k, seed) equal the
   tool's; streamed pieces join to generate_text's; stop strings end the text before them; close() mid
   stream frees the Model for the next generation, a second stream while one runs is refused;
+- Scheduler: three requests (greedy and top-p sampled) over two slots, each with its tokens alone; a full
+  queue (QueueFull), cancel(), the Model refused to generate() once a scheduler owns it;
 - emu:gen (a generated model without a vocabulary): generate_ids equals the tool's --prompt-ids tokens,
   and generate() is refused naming generate_ids;
 - bad input (device strings, a missing file, wrong types, negative or too many tokens, ids outside the
@@ -87,6 +89,38 @@ def generation_checks(a, m, device, case):
     check("max_tokens 0 gives nothing", m.generate_text(prompt, max_tokens=0), "")
 
 
+def scheduler_checks(device, case):
+    """Three requests in one Scheduler's passes (greedy, greedy, sampled with top-p): each gets the tokens
+    it gets alone through generate_ids."""
+    import gpunvme
+    m = gpunvme.Model(device, executor="cpu", max_seqs=2, ctx=256)
+    requests = [("The capital of France is", {}), (case["prompt"], {}),
+                ("Once upon a time", dict(temperature=0.8, top_k=40, top_p=0.9, seed=7))]
+    alone = [m.generate_ids(p, max_tokens=8, **o) for p, o in requests]
+    check("top_p 0.9 changes what is sampled", alone[2] != m.generate_ids("Once upon a time", max_tokens=8,
+                                                                            temperature=0.8, top_k=40, seed=7), True)
+    s = m.scheduler(max_queued=3)
+    ids = [s.submit(p, 8, **o) for p, o in requests]  # 3 requests, 2 slots: one waits for a free slot
+    check_raises("a full queue", gpunvme.Scheduler.QueueFull, lambda: s.submit("x", 2), "")
+    got, finish = {i: [] for i in ids}, {}
+    while s.active() or s.queued():
+        for e in s.step():
+            got[e.id].append(e.token)
+            if e.finish:
+                finish[e.id] = e.finish
+    check("scheduled tokens = each request's alone (3 requests, 2 slots)", [got[i] for i in ids], alone)
+    check("finish reasons", [finish[i] for i in ids], ["length"] * 3)
+    check("counters", {k: s.counters()[k] for k in ("generated_tokens", "finished")},
+          {"generated_tokens": 24, "finished": 3})
+    check("the fibonacci request = llama.cpp's first 8 tokens", got[ids[1]], case["tokens"][:8])
+    rid = s.submit("Hello", 8)
+    s.step()
+    check("cancel a running request", (s.cancel(rid), s.cancel(rid), s.active()), (True, False, 0))
+    check_raises("generate() on a Model a scheduler owns", RuntimeError, lambda: next(m.generate("Hi")), "scheduler")
+    check_raises("submit max_tokens 0", ValueError, lambda: s.submit("Hi", 0), "max_tokens")
+    check_raises("submit top_p 2", ValueError, lambda: s.submit("Hi", 2, top_p=2.0), "top_p")
+
+
 def emu_gen_checks(a):
     import gpunvme
     device = "emu:gen,shape=tiny,type=q4_k,to=60"
@@ -123,7 +157,7 @@ def bad_input_checks(m, image):
              ("token id -1", ValueError, lambda: m.detokenize([-1]), "token id"),
              ("tokenize(b'x')", TypeError, lambda: m.tokenize(b"x"), "str"),
              ("stop=[1]", TypeError, lambda: m.generate("Hi", stop=[1]), "stop"),
-             ("top_p 0.5", NotImplementedError, lambda: m.generate("Hi", top_p=0.5), "top_p")]
+             ("top_p 1.5", ValueError, lambda: m.generate("Hi", top_p=1.5), "top_p")]
     for name, kind, call, fragment in calls:
         check_raises(name, kind, call, fragment)
 
@@ -157,6 +191,7 @@ def main():
         tokenizer_checks(m, ref["tokenizer"]["gemma3-270m"])
         generation_checks(a, m, device, case)
         bad_input_checks(m, device)
+        scheduler_checks(device, case)
         emu_gen_checks(a)
     doc = pydoc.render_doc(gpunvme.Model, renderer=pydoc.plaintext)
     check("help(gpunvme.Model) shows the docstrings", all(s in doc for s in ("max_seqs", "TextStream", "stop")), True)

@@ -5,7 +5,7 @@ run by the engine (the C++ module gpunvme._engine, bound with nanobind): generat
 generate_text() returns it whole. help(gpunvme.Model) tells the rest.
 gpunvme.chat_template: a GGUF's own chat template rendered as Hugging Face transformers renders it.
 """
-__all__ = ["Model", "TextStream"]
+__all__ = ["Model", "TextStream", "Scheduler"]
 
 
 def __getattr__(name):

@@ -187,7 +187,8 @@ class Model:
         a list of token ids) and returns a TextStream, an iterator of the text as it is generated.
 
         temperature 0 is greedy decoding (llama.cpp's tokens); > 0 samples among the top_k most likely
-        (0: all) with the given seed (the same seed, the same text). Stops at the model's
+        (0: all), then the fewest of those whose probabilities sum to top_p (1: off), with the given seed
+        (the same seed, the same text). Stops at the model's
         end-of-generation tokens (unless ignore_eos) and before the first of the `stop` strings, which
         the text does not include. One generation at a time per Model.
         """
@@ -208,7 +209,20 @@ class Model:
             pass
         return stream.tokens
 
-    def _stream(self, prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, stops, text):
+    def scheduler(self, max_queued: int = 64) -> "Scheduler":
+        """The engine's continuous batching over this model (Model(max_seqs=N): N sequences per pass).
+        The Model then belongs to it: generate() is refused from here on (both would use the same
+        sequence slots)."""
+        _int("max_queued", max_queued, 0, 2**32 - 1)
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError("this Model is generating: finish or close() its stream before making a scheduler")
+        return Scheduler(self, _engine.Batch(self._engine, max_queued))
+
+    def _sampling(self, temperature, top_k, top_p, seed):
+        return (_float("temperature", temperature, 0.0), _int("top_k", top_k, 0, 2**32 - 1),
+                _float("top_p", top_p, 0.0, 1.0), _int("seed", seed, 0, 2**64 - 1))
+
+    def _prompt_ids(self, prompt, max_tokens):
         ids = self.tokenize(prompt) if isinstance(prompt, str) else self._ids(prompt)
         if not ids:
             raise ValueError("the prompt has no tokens")
@@ -216,14 +230,14 @@ class Model:
         if len(ids) + max_tokens > self.n_ctx:
             raise ValueError(f"the prompt ({len(ids)} tokens) plus max_tokens {max_tokens} is more than the context "
                              f"({self.n_ctx} positions): a shorter prompt, fewer tokens or Model(ctx=...)")
-        temperature = _float("temperature", temperature, 0.0)
-        _int("top_k", top_k, 0, 2**32 - 1)
-        if _float("top_p", top_p, 0.0, 1.0) != 1.0:
-            raise NotImplementedError("top_p below 1 is not supported by the engine's sampler yet")
-        _int("seed", seed, 0, 2**64 - 1)
+        return ids
+
+    def _stream(self, prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos, stops, text):
+        ids = self._prompt_ids(prompt, max_tokens)
+        temperature, top_k, top_p, seed = self._sampling(temperature, top_k, top_p, seed)
         if not isinstance(ignore_eos, bool):
             raise TypeError(f"ignore_eos must be a bool, not {type(ignore_eos).__name__}")
-        return TextStream(self, (ids, max_tokens, temperature, top_k, seed, [], ignore_eos), stops, text)
+        return TextStream(self, (ids, max_tokens, temperature, top_k, seed, [], ignore_eos), top_p, stops, text)
 
 
 class TextStream:
@@ -234,8 +248,8 @@ class TextStream:
 
     The engine runs in a thread of its own with the GIL released; the stream hands over its tokens."""
 
-    def __init__(self, model, args, stops, text=True):
-        self._model, self._args, self._stops, self._text = model, args, stops, text
+    def __init__(self, model, args, top_p, stops, text=True):
+        self._model, self._args, self._top_p, self._stops, self._text = model, args, top_p, stops, text
         self.tokens = []
         self.finish_reason = None
         self._queue = queue.SimpleQueue()
@@ -248,14 +262,14 @@ class TextStream:
         return self
 
     @staticmethod
-    def _run(engine, args, out, halt, busy):
+    def _run(engine, args, top_p, out, halt, busy):
         """The engine's thread. It holds no reference to the stream, so that dropping an unfinished
         stream (a `break` out of its loop) closes it."""
         def on_token(token_id):
             out.put(token_id)
             return halt.is_set()
         try:
-            engine.generate(*args, on_token)
+            engine.generate(*args, on_token, top_p=top_p)
             out.put(None)
         except BaseException as e:  # handed to the consumer's thread
             out.put(e)
@@ -264,11 +278,11 @@ class TextStream:
 
     def _start(self):
         if not self._model._busy.acquire(blocking=False):
-            raise RuntimeError("this Model is generating already: finish or close() the other stream first "
-                               "(one generation at a time per Model)")
+            raise RuntimeError("this Model is generating already, or a scheduler owns it: finish or close() the "
+                               "other stream first (one generation at a time per Model)")
         _live.add(self)
         self._thread = threading.Thread(target=TextStream._run, name="gpunvme-generate", daemon=True,
-                                        args=(self._model._engine, self._args, self._queue, self._halt,
+                                        args=(self._model._engine, self._args, self._top_p, self._queue, self._halt,
                                               self._model._busy))
         self._thread.start()
 
@@ -311,6 +325,54 @@ class TextStream:
 
     def __del__(self):
         self.close()
+
+
+class Scheduler:
+    """Continuous batching (Model.scheduler()): requests join the running passes as slots free and leave
+    at a stop token, at max_tokens or on cancel(); each step() is one pass over the layers carrying the
+    next token of every running sequence and prompt chunks of new ones. A sequence's tokens are those it
+    gets alone. Calls from several threads are serialized (step() holds the engine for one pass, with
+    the GIL released)."""
+
+    QueueFull = _engine.QueueFull  # submit() when max_queued requests already wait
+
+    def __init__(self, model, batch):
+        self._model, self._batch, self._lock = model, batch, threading.Lock()
+
+    def submit(self, prompt: Prompt, max_tokens: int = 32, temperature: float = 0.0, top_k: int = 40,
+               top_p: float = 1.0, seed: int = 0, stop_tokens: Optional[Iterable[int]] = None) -> int:
+        """Queues a request; returns its id. stop_tokens: the ids that end it (default: the model's
+        end-of-generation tokens). Raises Scheduler.QueueFull when max_queued requests wait."""
+        ids = self._model._prompt_ids(prompt, max_tokens)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1 for a scheduled request")
+        sampling = self._model._sampling(temperature, top_k, top_p, seed)
+        stops = self._model.eog_ids if stop_tokens is None else self._model._ids(stop_tokens)
+        with self._lock:
+            return self._batch.submit(ids, max_tokens, *sampling, set(stops))
+
+    def cancel(self, request_id: int) -> bool:
+        """Frees the request's slot at once (or drops it from the queue); False for an unknown or finished id."""
+        with self._lock:
+            return self._batch.cancel(_int("request id", request_id, 0, 2**64 - 1))
+
+    def step(self) -> list:
+        """One pass; a SeqEvent (id, token, finish: None, "stop" or "length", prompt_tokens, generated)
+        per sequence that produced a token. Empty when idle."""
+        with self._lock:
+            return self._batch.step()
+
+    def active(self) -> int:
+        """Sequences holding a slot."""
+        return self._batch.active()
+
+    def queued(self) -> int:
+        """Requests waiting for a slot."""
+        return self._batch.queued()
+
+    def counters(self) -> dict:
+        """passes, pass_tokens, prompt_tokens, generated_tokens, finished, cancelled since it was made."""
+        return self._batch.counters()
 
 
 # Streams whose engine thread may still run: stopped before the interpreter exits, since a thread
