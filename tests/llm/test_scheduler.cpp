@@ -5,40 +5,35 @@
 // are, to the bit, those generate() gives it alone. Refusals leave the scheduler working. And top-p's
 // candidate set on hand-made logits, after top-k as in llama.cpp's chain.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
 #include <map>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "examples/llm/engine/generate.h"
 #include "examples/llm/engine/scheduler.h"
+#include "tests/llm/tiny_model.h"
 
-using namespace gpunvme;
 using namespace gpunvme::llm;
-using Catch::Matchers::ContainsSubstring;
+using gpunvme::llm::test::random_tokens;
 using Catch::Matchers::Equals;
 
 namespace {
 
-const std::string kDevice = "emu:gen,shape=tiny-qwen3moe,type=q4_k";
+// MoE (the pass's tokens route to different experts) and sliding-window attention.
+const std::string kMoe = "emu:gen,shape=tiny-qwen3moe,type=q4_k", kGemma = "emu:gen,shape=tiny-gemma3,type=q6_k";
 constexpr uint32_t kCtx = 40;
 const SamplerOptions kSampled{.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .seed = 0};
 
-std::vector<uint32_t> tokens(uint32_t n, uint32_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<uint32_t> t(n);
-  for (auto& x : t) x = rng() % vocab;
-  return t;
-}
 
 SeqRequest request(uint32_t prompt_len, uint32_t max_tokens, uint32_t vocab, uint32_t seed, bool sampled) {
   SamplerOptions s = sampled ? kSampled : SamplerOptions{};
   s.seed = seed;
-  return {tokens(prompt_len, vocab, seed), max_tokens, s, {}};
+  return {random_tokens(prompt_len, vocab, seed), max_tokens, s, {}};
 }
 
 // The request alone: generate() on an executor of one slot, with its own sampler.
@@ -47,6 +42,34 @@ std::vector<uint32_t> alone(const ModelOnDevice& m, const SeqRequest& r) {
   Sampler s(r.sampling);
   return generate(*ex, r.prompt, r.max_tokens, s, r.stop_tokens, {}, [](uint32_t, std::span<const float>) {}).tokens;
 }
+
+// A stand-in executor of 8-token vocabulary: each row's best token is the fed token + 1 (NaN rows
+// when `nan`); it counts the tokens each slot got in each pass.
+class FakeExecutor : public Executor {
+ public:
+  FakeExecutor(uint32_t seqs, uint32_t batch) : seqs_(seqs), batch_(batch) {}
+  std::span<const float> pass(std::span<const PassToken> tokens) override {
+    rows_.clear();
+    passes.emplace_back(seqs_, 0);
+    for (const PassToken& t : tokens) {
+      ++passes.back()[t.seq];
+      if (!t.logits) continue;
+      rows_.resize(rows_.size() + 8, nan ? NAN : 0.0f);
+      if (!nan) rows_[rows_.size() - 8 + (t.id + 1) % 8] = 1;
+    }
+    return rows_;
+  }
+  uint32_t max_batch() const override { return batch_; }
+  uint32_t max_seqs() const override { return seqs_; }
+  ExecStats stats() const override { return {}; }
+  std::string describe() const override { return "fake"; }
+  bool nan = false;
+  std::vector<std::vector<uint32_t>> passes;  // per pass, tokens per slot
+
+ private:
+  uint32_t seqs_, batch_;
+  std::vector<float> rows_;
+};
 
 // What the shared run saw of a request.
 struct Seen {
@@ -58,7 +81,9 @@ struct Seen {
 }  // namespace
 
 TEST_CASE("requests joining, queued, chunked, cancelled and stopped get the tokens they get alone", "[llm][scheduler]") {
-  DeviceSet set({kDevice});
+  const std::string device = GENERATE(kMoe, kGemma);
+  CAPTURE(device);
+  DeviceSet set({device});
   const ModelOnDevice m = open_model(set.namespaces());
   const uint32_t V = m.config.n_vocab;
   auto ex = make_cpu_executor(m, kCtx, CpuExecOptions{.max_seqs = 3, .max_batch = 6});
@@ -119,7 +144,7 @@ TEST_CASE("requests joining, queued, chunked, cancelled and stopped get the toke
 }
 
 TEST_CASE("bad requests are refused with the reason, a full queue says so, and the scheduler keeps working", "[llm][scheduler]") {
-  DeviceSet set({kDevice});
+  DeviceSet set({kMoe});
   const ModelOnDevice m = open_model(set.namespaces());
   const uint32_t V = m.config.n_vocab;
   auto ex = make_cpu_executor(m, kCtx, CpuExecOptions{.max_seqs = 1});
@@ -127,13 +152,18 @@ TEST_CASE("bad requests are refused with the reason, a full queue says so, and t
   REQUIRE_THROWS_AS(sched.submit({{}, 4, {}, {}}), std::invalid_argument);
   REQUIRE_THROWS_WITH(sched.submit({{}, 4, {}, {}}), Equals("the prompt is empty: a request needs at least one token"));
   REQUIRE_THROWS_WITH(sched.submit({{1, 2}, 0, {}, {}}), Equals("max_tokens is 0: a request generates at least one token"));
-  REQUIRE_THROWS_WITH(sched.submit({tokens(30, V, 1), 11, {}, {}}),
+  REQUIRE_THROWS_WITH(sched.submit({random_tokens(30, V, 1), 11, {}, {}}),
                       Equals("a prompt of 30 tokens and max_tokens 11 need 41 positions, past the context (40 tokens): shorten the "
                              "prompt or lower max_tokens"));
+  SeqRequest hot = request(4, 3, V, 7, true);
+  hot.sampling.temperature = NAN;
+  REQUIRE_THROWS_WITH(sched.submit(hot), Equals("temperature nan, top_p 0.900000: temperature takes 0 (greedy) or more, top_p 0 to 1 (1: off)"));
+  hot.sampling.temperature = 1, hot.sampling.top_p = -1;
+  REQUIRE_THROWS_AS(sched.submit(hot), std::invalid_argument);
   const SeqRequest r = request(4, 3, V, 7, true);
   const uint64_t a = sched.submit(r), b = sched.submit(r);
   REQUIRE_THROWS_AS(sched.submit(r), QueueFull);
-  REQUIRE_THROWS_WITH(sched.submit(r), ContainsSubstring("2 requests already wait for a sequence slot (max queued 2)"));
+  REQUIRE_THROWS_WITH(sched.submit(r), Equals("2 requests already wait for a sequence slot (max queued 2): try again later"));
   REQUIRE_FALSE(sched.cancel(999));
   REQUIRE(sched.cancel(b));  // from the queue
   REQUIRE_FALSE(sched.cancel(b));
@@ -172,4 +202,34 @@ TEST_CASE("top-p keeps the fewest most likely tokens reaching p, counted after t
   CHECK(picks({.temperature = 1.0f, .top_k = 2, .top_p = 0.6f, .seed = 3}) == std::set<uint32_t>{1});
   CHECK(picks({.temperature = 1.0f, .top_k = 0, .top_p = 0.85f, .seed = 3}) == std::set<uint32_t>{1, 3, 2});
   CHECK(picks({.temperature = 1.0f, .top_k = 0, .seed = 3}) == std::set<uint32_t>{0, 1, 2, 3});  // off by default
+}
+
+TEST_CASE("no more sequences at once than a pass holds tokens; NaN logits are refused before anything moves", "[llm][scheduler]") {
+  FakeExecutor ex(3, 2);  // three slots, passes of two tokens: two sequences at once, the third queued
+  Scheduler sched(ex, 64);
+  for (uint32_t i = 0; i < 3; ++i) sched.submit({{i, i}, 4, {}, {}});
+  std::map<uint64_t, std::vector<uint32_t>> got;
+  std::map<uint64_t, int> last_step;
+  for (int step = 0; !sched.idle(); ++step) {
+    REQUIRE(step < 20);
+    REQUIRE(sched.active() <= 2);
+    for (const SeqEvent& e : sched.step()) {
+      if (last_step.count(e.id)) REQUIRE(last_step[e.id] + 1 == step);  // decoding: a token every pass
+      last_step[e.id] = step;
+      got[e.id].push_back(e.token);
+    }
+  }
+  // Passes of 2 tokens at most; each sequence's tokens count up from its prompt's as the fake's rows say.
+  for (const auto& p : ex.passes) REQUIRE(p[0] + p[1] + p[2] <= 2);
+  REQUIRE(got.size() == 3);
+  for (const auto& [id, toks] : got) REQUIRE(toks == std::vector<uint32_t>{uint32_t(id), uint32_t(id + 1), uint32_t(id + 2), uint32_t(id + 3)});
+  sched.submit({{5}, 3, {}, {}});
+  ex.nan = true;
+  const SchedulerCounters before = sched.counters();
+  REQUIRE_THROWS_AS(sched.step(), NonFiniteLogits);
+  REQUIRE(sched.counters().generated_tokens == before.generated_tokens);
+  ex.nan = false;
+  const std::vector<SeqEvent> after = sched.step();  // it carries on where it stood
+  REQUIRE(after.size() == 1);
+  REQUIRE(after[0].token == 6);
 }

@@ -22,12 +22,12 @@ double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+}  // namespace
+
 // Every logit is read anyway to pick a token: checking them costs one pass over a row the host holds.
 bool all_finite(std::span<const float> row) {
   return std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); });
 }
-
-}  // namespace
 
 NonFiniteLogits::NonFiniteLogits(uint32_t pos)
     : std::runtime_error("the logits after position " + std::to_string(pos) +

@@ -1,11 +1,17 @@
 #include "examples/llm/engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
+
+#include "examples/llm/engine/generate.h"
 
 namespace gpunvme::llm {
 
-Scheduler::Scheduler(Executor& ex, uint32_t n_ctx, SchedulerOptions o) : ex_(ex), n_ctx_(n_ctx), o_(o), slots_(ex.max_seqs()) {}
+// No more sequences at once than a pass holds tokens: then every decoding token fits in each pass,
+// with room for at least one prompt token while a sequence is still reading its prompt.
+Scheduler::Scheduler(Executor& ex, uint32_t n_ctx, SchedulerOptions o)
+    : ex_(ex), n_ctx_(n_ctx), o_(o), slots_(std::min(ex.max_seqs(), ex.max_batch())) {}
 
 uint64_t Scheduler::submit(SeqRequest r) {
   if (r.prompt.empty()) throw std::invalid_argument("the prompt is empty: a request needs at least one token");
@@ -14,6 +20,10 @@ uint64_t Scheduler::submit(SeqRequest r) {
     throw std::invalid_argument("a prompt of " + std::to_string(r.prompt.size()) + " tokens and max_tokens " + std::to_string(r.max_tokens) +
                                 " need " + std::to_string(uint64_t(r.prompt.size()) + r.max_tokens) + " positions, past the context (" +
                                 std::to_string(n_ctx_) + " tokens): shorten the prompt or lower max_tokens");
+  const SamplerOptions& so = r.sampling;
+  if (!std::isfinite(so.temperature) || so.temperature < 0 || !(so.top_p >= 0))
+    throw std::invalid_argument("temperature " + std::to_string(so.temperature) + ", top_p " + std::to_string(so.top_p) +
+                                ": temperature takes 0 (greedy) or more, top_p 0 to 1 (1: off)");
   if (queue_.size() >= o_.max_queued)
     throw QueueFull(std::to_string(queue_.size()) + " requests already wait for a sequence slot (max queued " + std::to_string(o_.max_queued) +
                     "): try again later");
@@ -67,13 +77,21 @@ std::vector<PassToken> Scheduler::plan() {
   std::vector<PassToken> pass;
   const uint32_t budget = ex_.max_batch();
   for (uint32_t s : admitted_)
-    if (slots_[s]->decoding() && pass.size() < budget) pass.push_back({slots_[s]->last, s, slots_[s]->fed, true});
+    if (slots_[s]->decoding()) pass.push_back({slots_[s]->last, s, slots_[s]->fed, true});
   for (uint32_t s : admitted_) {
     const Running& r = *slots_[s];
     const uint32_t n = uint32_t(r.req.prompt.size());
     for (uint32_t p = r.fed; p < n && pass.size() < budget; ++p) pass.push_back({r.req.prompt[p], s, p, p + 1 == n});
   }
   return pass;
+}
+
+// Before any sequence moves on: a row of NaN/Inf would make greedy pick token 0 forever. The
+// scheduler then stands as before the pass (the next pass recomputes those positions).
+void Scheduler::check_finite(std::span<const PassToken> pass, std::span<const float> rows, size_t V) {
+  size_t row = 0;
+  for (const PassToken& t : pass)
+    if (t.logits && !all_finite(rows.subspan(row++ * V, V))) throw NonFiniteLogits(t.pos);
 }
 
 // Samples the slot's next token from its own sampler and says whether the sequence ends with it.
@@ -94,6 +112,7 @@ std::vector<SeqEvent> Scheduler::step() {
   ++counters_.passes;
   counters_.pass_tokens += pass.size();
   const size_t V = rows.size() / std::max<size_t>(1, logit_rows(pass));
+  check_finite(pass, rows, V);
   std::vector<SeqEvent> events;
   for (const PassToken& t : pass) {
     Running& r = *slots_[t.seq];

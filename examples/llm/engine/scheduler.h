@@ -7,6 +7,9 @@
 // that token alone, and the scheduler gives each sequence its own positions (from 0 in its slot) and
 // its own Sampler, seeded per request, called once per token in order.
 //
+// It holds min(max_seqs, max_batch) sequences at once, so that every decoding token fits in each
+// pass: decoding tokens go first (never starved by prompts), prompt chunks fill the rest.
+//
 // One thread calls it (the server's engine thread): there is no locking inside.
 #pragma once
 #include <cstdint>
@@ -65,12 +68,15 @@ class Scheduler {
   Scheduler(Executor& ex, uint32_t n_ctx, SchedulerOptions o = {});
 
   // Queues the request; it takes a slot at the next step() that finds one free. Returns its id.
-  // Throws std::invalid_argument for an empty prompt, max_tokens 0 or prompt + max_tokens beyond the
-  // context, QueueFull when max_queued requests wait.
+  // Throws std::invalid_argument for an empty prompt, max_tokens 0, prompt + max_tokens beyond the
+  // context, a NaN/Inf or negative temperature or a NaN/negative top_p; QueueFull when max_queued
+  // requests wait.
   uint64_t submit(SeqRequest r);
   // Frees the request's slot at once, or drops it from the queue; false for an unknown or finished id.
   bool cancel(uint64_t id);
   // One pass (none when idle: returns no events); an event per sequence that produced a token.
+  // Throws what the executor throws, and NonFiniteLogits (generate.h) for a row of NaN/Inf (a broken
+  // model: fatal to the engine, as in generate()).
   std::vector<SeqEvent> step();
 
   uint32_t active() const;                           // sequences holding a slot
@@ -96,6 +102,7 @@ class Scheduler {
   void admit();
   // The pass's tokens: decoding tokens first (never starved), then prompt chunks in admission order.
   std::vector<PassToken> plan();
+  static void check_finite(std::span<const PassToken> pass, std::span<const float> rows, size_t V);
   SeqEvent take(uint32_t slot, std::span<const float> logits);
   void release(uint32_t slot);
   std::optional<uint32_t> slot_of(uint64_t id) const;  // the slot running request `id`
