@@ -5,7 +5,7 @@ in docs/data/ that docs/data/perf_sources.json names for each block (card, commi
 usage: scripts/perf_render.py [--check] [--plots] [--import DIR] [--root DIR]
 
   (no flag)     rewrite every generated block: the text between '<!-- perf:begin NAME -->' and
-                '<!-- perf:end NAME -->' in README.md and docs/performance.md
+                '<!-- perf:end NAME -->' in README.md, docs/performance.md and docs/measurements.md
   --check       change nothing; exit 1 naming each block whose text differs from what the data gives
                 (CI: tests/docs), 2 on a data or marker error
   --plots       also draw the PNGs into docs/img (needs matplotlib: pip install matplotlib)
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import perf_data  # noqa: E402
 import perf_tables as pt  # noqa: E402
 
-DOCS = ("README.md", "docs/performance.md")
+DOCS = ("README.md", "docs/performance.md", "docs/measurements.md")
 DRIVE_NAMES = {"sn530": "SN530", "pcie4": "PCIe 4", "pcie5": "PCIe 5"}
 MARK = re.compile(r"(<!-- perf:begin (\S+) -->\n)(.*?)(<!-- perf:end \2 -->)", re.S)
 

@@ -80,7 +80,7 @@ def reader_cases(tmp):
 
 
 def copy_tree(dst):
-    for rel in ("README.md", "docs/performance.md", "docs/data", "host/emulator/drive_profiles.cpp"):
+    for rel in ("README.md", "docs/performance.md", "docs/measurements.md", "docs/data", "host/emulator/drive_profiles.cpp"):
         src, out = os.path.join(ROOT, rel), os.path.join(dst, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         (shutil.copytree if os.path.isdir(src) else shutil.copyfile)(src, out)
