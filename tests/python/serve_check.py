@@ -44,7 +44,7 @@ except ImportError as e:
     sys.exit(77)
 
 KEY = "test-key-3f9a"
-CTX, MAX_SEQS, MAX_QUEUED, IDLE_S, BODY_S = 256, 3, 2, 3, 3
+CTX, MAX_SEQS, MAX_QUEUED, IDLE_S, BODY_S = 256, 4, 2, 3, 3
 TEMPLATE = os.path.join(ROOT, "tests", "data", "chat_templates", "google-gemma-3-it.jinja")
 failures = []
 
@@ -218,6 +218,10 @@ def text_cases(server, engine, client):
                                                            "stream": True}))
     check("curl completions, streamed = llm, ends with [DONE]", text == want3 and done, repr(text))
 
+    s, body = http(server, "POST", "/v1/completions", {"prompt": p3, "max_tokens": 4, "temperature": 0.9,
+                                                       "top_p": 0.5, "seed": 3})
+    check("top_p below 1 is served", s == 200 and 1 <= body["usage"]["completion_tokens"] <= 4, json.dumps(body)[:300])
+
     cut = want1.find(" ", 3)  # a stop string in the middle of the known text
     stop = want1[cut:cut + 4]
     r = client.completions.create(model="Gemma 3 270m", prompt=p1, max_tokens=10, temperature=0, stop=[stop])
@@ -241,11 +245,21 @@ def concurrent_cases(server, client, wants, places):
         r = client.completions.create(model="Gemma 3 270m", prompt=prompt, max_tokens=n, stream=stream, **extra)
         return "".join(c.choices[0].text for c in r) if stream else r.choices[0].text
 
+    before = metrics(server)
     t0 = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
         got = list(pool.map(run, jobs))
     bad = [(j, g) for j, g in zip(jobs, got) if g != wants[j[0]]]
     check(f"{len(jobs)} clients at once, each text = llm's", not bad, f"{time.monotonic() - t0:.1f} s; {bad}")
+    # Batching: a pass gives each sequence one token at most, so more generated tokens than passes means
+    # some passes carried several sequences' tokens.
+    after = metrics(server)
+    d = {k: after[k] - before[k] for k in ("gpunvme_passes_total", "gpunvme_pass_tokens_total",
+                                            "gpunvme_generated_tokens_total")}
+    check("metrics: the clients' passes carried several sequences (generated tokens > passes, "
+          "pass tokens > passes)", d["gpunvme_generated_tokens_total"] > d["gpunvme_passes_total"] > 0
+          and d["gpunvme_pass_tokens_total"] > d["gpunvme_passes_total"]
+          and after["gpunvme_tokens_per_pass"] > 1, json.dumps(d))
 
     # More requests than places: the excess is told 429 at once, the others are served as before.
     def post(_):

@@ -50,6 +50,7 @@ class Counters:
     generated_tokens: int = 0
     prompt_tokens: int = 0
     bytes_read: int | None = None  # None: this engine does not count its reads
+    pass_tokens: int | None = None  # tokens the passes carried (prompt and generated); None: not counted
     extra: dict = field(default_factory=dict)
 
 

@@ -1,7 +1,7 @@
 """The Backend (backend.py) over gpunvme's engine: gpunvme.Model for the model and its tokenizer, and for
-the sequences the engine's own generation loop, one sequence at a time (SequentialBackend). The engine's
-continuous-batching Scheduler (issue 37) is not bound yet; its adapter goes here, beside this one, once it
-is. Used from the worker's one thread only."""
+the sequences either the engine's continuous-batching Scheduler (SchedulerBackend: --max-seqs > 1, every
+running sequence's next token in one pass) or its own generation loop, one sequence at a time
+(SequentialBackend: --max-seqs 1). Used from the worker's one thread only."""
 import collections
 import logging
 import queue
@@ -20,12 +20,12 @@ def open_backend(a):
     except ImportError as e:
         raise ImportError(f"the engine module gpunvme._engine is not built ({e}): build the target "
                           "python-package (meson) or `pip install .`") from None
-    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=1, verify=not a.no_verify,
+    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs, verify=not a.no_verify,
                             vram_budget=a.vram_budget, ram_budget=a.ram_budget)
+    device = ", ".join(a.device)
     if a.max_seqs > 1:
-        log.warning("the engine module binds no Scheduler yet: one sequence at a time, not --max-seqs %d",
-                    a.max_seqs)
-    return SequentialBackend(m, ", ".join(a.device))
+        return SchedulerBackend(m, device, a.max_seqs, a.max_queued)
+    return SequentialBackend(m, device)
 
 
 def _info(model, device, max_seqs):
@@ -35,6 +35,13 @@ def _info(model, device, max_seqs):
                      eos_text=model.eos_token, chat_template=model.chat_template)
 
 
+class _ModelBackend:
+    """What both backends take from gpunvme.Model alone: the tokenizer."""
+
+    def tokenize(self, text, special):
+        return self.model.tokenize(text, add_special=True, parse_special=special)
+
+
 class _Generation:
     """One sequence in the engine's generation loop, on a thread of its own (the loop releases the GIL);
     its tokens come through a queue, one per step(); halt() ends it at its next token."""
@@ -42,7 +49,8 @@ class _Generation:
     def __init__(self, engine, seq, prompt, max_tokens, sampling):
         self.seq, self.max_tokens, self.generated = seq, max_tokens, 0
         self._tokens, self._halt = queue.SimpleQueue(), threading.Event()
-        args = (prompt, max_tokens, sampling.temperature, sampling.top_k, sampling.seed, [], False, self._on_token)
+        args = (prompt, max_tokens, sampling.temperature, sampling.top_k, sampling.seed, [], False, self._on_token,
+                sampling.top_p)
         self._thread = threading.Thread(target=self._run, args=(engine, args), name="gpunvme-generate", daemon=True)
         self._thread.start()
 
@@ -69,7 +77,7 @@ class _Generation:
         self._thread.join()
 
 
-class SequentialBackend:
+class SequentialBackend(_ModelBackend):
     """One sequence at a time, the others waiting in order: the engine's own generation loop (the llm tool's),
     so the same texts, but no shared passes. For engine modules without the Scheduler."""
 
@@ -79,13 +87,7 @@ class SequentialBackend:
         self._waiting, self._run, self._next = collections.deque(), None, 1
         self._counters = Counters()
 
-    def tokenize(self, text, special):
-        return self.model.tokenize(text, add_special=True, parse_special=special)
-
     def submit(self, prompt, max_tokens, sampling):
-        if sampling.top_p != 1:
-            raise ApiError(400, "'top_p' below 1 is not supported by this engine yet; leave it out", param="top_p",
-                           code="unsupported_value")
         seq, self._next = self._next, self._next + 1
         self._waiting.append((seq, prompt, max_tokens, sampling))
         self._counters.prompt_tokens += len(prompt)
@@ -126,3 +128,42 @@ class SequentialBackend:
     def counters(self):
         c = self._counters
         return Counters(c.passes, c.generated_tokens, c.prompt_tokens)
+
+
+class SchedulerBackend(_ModelBackend):
+    """The engine's Scheduler (gpunvme.Scheduler): each step() is one pass over the layers carrying the next
+    token of every running sequence and prompt chunks of new ones; a sequence's tokens are those it gets
+    alone (so the llm tool's)."""
+
+    def __init__(self, model, device, max_seqs, max_queued):
+        self.model = model
+        self.info = _info(model, device, max_seqs)
+        # The worker admits at most max_seqs + max_queued; the slack covers sequences it has let go of
+        # whose cancel() is still on its way.
+        self.sched = model.scheduler(max_queued + max_seqs)
+
+    def submit(self, prompt, max_tokens, sampling):
+        try:
+            return self.sched.submit(prompt, max_tokens, sampling.temperature, sampling.top_k, sampling.top_p,
+                                     sampling.seed)
+        except self.sched.QueueFull:
+            raise ApiError(429, "the engine's queue is full; retry later", type_="rate_limit_error",
+                           code="server_full") from None
+
+    def cancel(self, seq):
+        self.sched.cancel(seq)
+
+    def step(self):
+        return [Event(e.id, e.token, b"" if e.finish == "stop" else self.model.piece(e.token), e.finish)
+                for e in self.sched.step()]
+
+    def active(self):
+        return self.sched.active()
+
+    def queued(self):
+        return self.sched.queued()
+
+    def counters(self):
+        c = self.sched.counters()
+        return Counters(c["passes"], c["generated_tokens"], c["prompt_tokens"], pass_tokens=c["pass_tokens"],
+                        extra={"finished": c["finished"], "cancelled": c["cancelled"]})

@@ -42,6 +42,10 @@ class _Collector:
         yield _counter("gpunvme_generated_tokens", "tokens generated", c.generated_tokens)
         yield _counter("gpunvme_prompt_tokens", "prompt tokens computed", c.prompt_tokens)
         yield _counter("gpunvme_passes", "passes over the model's layers", c.passes)
+        if c.pass_tokens is not None:  # above 1 token per pass: passes carried several sequences (batching)
+            yield _counter("gpunvme_pass_tokens", "tokens the passes carried (prompt and generated)", c.pass_tokens)
+            yield _gauge("gpunvme_tokens_per_pass", "tokens per pass, since start",
+                         c.pass_tokens / c.passes if c.passes else 0.0)
         yield _counter("gpunvme_requests_rejected", "requests answered 429 (server full)", w.rejected)
         yield _counter("gpunvme_sequences_cancelled", "sequences ended early (client gone, stop string)", w.cancelled)
         if c.bytes_read is not None:
