@@ -41,7 +41,10 @@ struct ControllerConfig {
   uint32_t max_io_queues = 64;    // I/O SQ/CQ pairs the controller can grant (QIDs 1..max)
   uint32_t mqes = 4095;           // CAP.MQES, 0's based: the largest queue has mqes+1 entries
   uint32_t dstrd = 0;             // CAP.DSTRD: doorbell stride 4 << dstrd bytes
-  uint32_t to_500ms = 4;          // CAP.TO in 500 ms units: the host's bound for RDY transitions
+  // CAP.TO in 500 ms units: the host's bound for RDY transitions. 10 s, within what real drives report:
+  // RDY comes from a host thread here, which a loaded 2-core machine left unscheduled past 2 s (the old
+  // default) while test suites and builds shared it.
+  uint32_t to_500ms = 20;
   std::chrono::microseconds ready_delay{1000};  // CC.EN -> CSTS.RDY (both directions), and SHN
   uint32_t io_threads = 1;        // controller threads serving I/O queues (plus one admin thread)
   PollPolicy poll = PollPolicy::kAdaptive;
