@@ -68,17 +68,20 @@ def copy_bandwidth(gib=8, reps=10):
     fail("no Python with PyTorch and a GPU measured the device-to-device copy (tried " + ", ".join(TORCH_PYTHONS) + ")")
 
 
-def weight_bytes_per_token(path):
-    """Bytes of the weights one decoded token reads: every tensor but the token embedding (one row of it
-    is read), unless the embedding is also the output head (no output.weight)."""
+def gguf_facts(path):
+    """One read of the GGUF's header: its architecture, tensor count, vocabulary size (the embedding's
+    rows), and the bytes of the weights one decoded token reads: every tensor but the token embedding
+    (one row of it is read), unless the embedding is also the output head (no output.weight)."""
     from gguf import GGUFReader
     r = GGUFReader(path)
     sizes = {t.name: int(t.n_bytes) for t in r.tensors}
+    embd = next((t for t in r.tensors if t.name == "token_embd.weight"), None)
+    vocab = int(embd.shape[-1]) if embd is not None and len(embd.shape) > 1 else 32000
     arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
     total = sum(sizes.values())
     if "output.weight" in sizes:
         total -= sizes.get("token_embd.weight", 0)
-    return total, arch, len(sizes)
+    return {"weight_bytes": total, "arch": arch, "tensors": len(sizes), "vocab": vocab}
 
 
 def pad_to_blocks(path):
@@ -124,19 +127,10 @@ def engine(binary, path, n_prompt, n_gen, vocab_hint, seed=1):
     return j
 
 
-def vocab_of(path):
-    from gguf import GGUFReader
-    r = GGUFReader(path)
-    for t in r.tensors:
-        if t.name == "token_embd.weight":
-            return int(t.shape[-1]) if len(t.shape) > 1 else 32000
-    return 32000
-
-
 def measure_model(args, label, path):
     padded = pad_to_blocks(path)
-    wbytes, arch, n_tensors = weight_bytes_per_token(path)
-    vocab = min(vocab_of(path), 32000)
+    facts = gguf_facts(path)
+    wbytes, arch, n_tensors, vocab = facts["weight_bytes"], facts["arch"], facts["tensors"], min(facts["vocab"], 32000)
     pps = sorted(args.pp)
     print(f"{label}: {arch}, {n_tensors} tensors, {wbytes / 1e9:.2f} GB of weights per token", flush=True)
     ref = llama_bench(args.llama_bench, path, pps, args.tg, args.reps)
