@@ -9,8 +9,8 @@ import sys
 
 DESCRIPTION = """An OpenAI-compatible HTTP server for the model found on the device: POST /v1/chat/completions
 and /v1/completions (streamed as server-sent events with "stream": true), GET /v1/models, /health and /metrics
-(Prometheus). Requests run one at a time through the engine's generation loop, the others queued, until the
-engine module binds its continuous-batching Scheduler."""
+(Prometheus). Up to --max-seqs requests share each pass over the layers (the engine's continuous-batching
+Scheduler), the others queued."""
 
 
 def size_arg(text):
@@ -59,8 +59,7 @@ def parser():
                    help="the engine's executor (default auto: the GPU where one is present)")
     p.add_argument("--ctx", type=_positive, default=None,
                    help="positions per sequence, prompt and reply together (default: 4096, or the model's own if less)")
-    p.add_argument("--max-seqs", type=_positive, default=4, help="sequences computed together in one pass (default 4; 1 until the engine module binds its "
-                        "Scheduler)")
+    p.add_argument("--max-seqs", type=_positive, default=4, help="sequences computed together in one pass (default 4; 1: one at a time)")
     p.add_argument("--max-queued", type=int, default=16,
                    help="requests waiting for a free sequence beyond --max-seqs (default 16); more are refused (429)")
     p.add_argument("--queue-timeout", type=_seconds, default=0.0,
