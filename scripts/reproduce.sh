@@ -196,7 +196,7 @@ step_passes_70b() {
   local f=$OUT/${TAG}_passes_70b.json
   [ -f "$SHM.img" ] || { echo "no 70B model in $SHM.img: the gen-70b step did not run" >&2; return 1; }
   local c=(python3 scripts/llm/bench_passes.py --llm "$BD/examples/llm/llm" --device "emu:$SHM.img,drive=pcie4,threads=8"
-           --lengths 16,128,512 --baseline-max 0 --batch 2048 --ks 1,4,16 --repeat 2 --skip spec --json-out "$f"
+           --lengths 16,128,512,2048 --baseline-max 0 --batch 2048 --ks 1,4,16 --repeat 2 --skip spec --json-out "$f"
            -- --path gpu --vram-budget 22G --ram-budget 0)
   run "${c[@]}"
   local rc=$?
