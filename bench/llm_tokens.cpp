@@ -1,8 +1,5 @@
 // llm_tokens: tokens per second of the engine (examples/llm) at the I/O bound, per model x budgets x
 // drive x loader, with the real compute. `llm_tokens --help` explains; docs/performance.md has results.
-#include <dirent.h>
-#include <sys/resource.h>
-#include <time.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +15,7 @@
 #include <vector>
 
 #include "bench/baselines/pacing.h"
+#include "bench/llm_modeled_drive.h"
 #include "bench/llm_tokens_mmap.h"
 #include "device/cuda_check.h"
 #include "examples/llm/tools/emu_gen.h"
@@ -159,46 +157,6 @@ std::vector<Budget> parse_budgets(const std::string& s) {
   return out;
 }
 
-std::set<pid_t> thread_ids() {
-  std::set<pid_t> t;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') t.insert(pid_t(std::atoi(e->d_name)));
-    closedir(d);
-  }
-  return t;
-}
-
-double thread_cpu_s(pid_t tid) {
-  const clockid_t c = clockid_t((~unsigned(tid)) << 3) | 6;  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
-  timespec ts{};
-  if (clock_gettime(c, &ts) != 0) return 0;
-  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
-}
-
-double process_cpu_s() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
-  return tv(ru.ru_utime) + tv(ru.ru_stime);
-}
-
-// Host-to-GPU copy bandwidth from pinned memory (bytes/s): the RAM tier's link.
-double measure_h2d() {
-  const uint64_t bytes = 256u << 20;
-  void *h = nullptr, *d = nullptr;
-  device::check_cuda(cudaHostAlloc(&h, bytes, cudaHostAllocDefault), "pinned memory for the H2D probe");
-  device::check_cuda(cudaMalloc(&d, bytes), "GPU memory for the H2D probe");
-  std::memset(h, 1, bytes);
-  device::check_cuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "H2D probe");
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 4; ++i) device::check_cuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "H2D probe");
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  cudaFree(d);
-  cudaFreeHost(h);
-  return 4.0 * bytes / s;
-}
-
 uint64_t fnv1a(std::span<const float> v, uint64_t h) {
   const auto* p = reinterpret_cast<const uint8_t*>(v.data());
   for (size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ p[i]) * 0x100000001B3ull;
@@ -279,22 +237,13 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   c.members = uint32_t(spec.devices.size());
   c.queues = rs.queues;
   c.emu_opts = rs.emu_opts;
-  const std::set<pid_t> before = thread_ids();
-  // The drive's controller: its threads are the emulated drive's work, not the engine's. One controller
+  // The drive's controllers: their threads are the emulated drive's work, not the engine's. One controller
   // thread per queue of the engine (--queues for the streamer, as many again for the expert fetcher), as
   // bench/layer_stream gives: with the emulator's default of one thread the emulator itself, not the
   // modeled drive, capped streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap
   // reached 85 %). A striped set: one controller per member, one thread per streamer queue (MoE experts
   // are not fetched from a set).
-  std::vector<std::unique_ptr<host::Controller>> ctrls;
-  const std::string threads = std::to_string(spec.devices.size() > 1 ? rs.queues : 2 * rs.queues);
-  for (const std::string& device : spec.devices)
-    ctrls.push_back(host::open_controller(device + ",drive=" + drive + ",threads=" + threads + (rs.emu_opts.empty() ? "" : "," + rs.emu_opts), {}, host::Access::kReadOnly));
-  std::vector<host::Controller*> raw;
-  for (auto& x : ctrls) raw.push_back(x.get());
-  std::vector<pid_t> drive_threads;
-  for (pid_t t : thread_ids())
-    if (!before.count(t)) drive_threads.push_back(t);
+  const bench::DriveControllers drive_ctrls(spec.devices, drive, spec.devices.size() > 1 ? rs.queues : 2 * rs.queues, rs.emu_opts);
   llm::GpuExecOptions o;
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;
@@ -319,13 +268,11 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
       return s;
     };
   }
-  auto ex = llm::make_gpu_executor(raw, m, warmup + tokens + 1, o);
+  auto ex = llm::make_gpu_executor(drive_ctrls.controllers(), m, warmup + tokens + 1, o);
   uint32_t pos = 0, tok = 1;
   auto next = [&](std::span<const float> logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
   for (uint32_t i = 0; i < warmup; ++i) tok = next(ex->step(tok, pos++));
-  double drive0 = 0;
-  for (pid_t t : drive_threads) drive0 += thread_cpu_s(t);
-  const double cpu0 = process_cpu_s();
+  const bench::EngineCpuTimer cpu(&drive_ctrls);
   const uint64_t faults0 = source ? source->page_faults() : 0;
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t h = 0xCBF29CE484222325ull;
@@ -335,9 +282,7 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
     tok = next(logits);
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double drive1 = 0;
-  for (pid_t t : drive_threads) drive1 += thread_cpu_s(t);
-  c.host_cpu = process_cpu_s() - cpu0 - (drive1 - drive0);
+  c.host_cpu = cpu.seconds();
   if (source) c.loader_faults = source->page_faults() - faults0;
   ex->finish();
   c.stats = ex->stats();
@@ -437,24 +382,8 @@ ModelSpec image_model(const std::string& list) {
   return spec;
 }
 
-// --device emu:...: one namespace given whole; each cell adds drive= and threads=. A generated striped
-// set, emu:gen,...,members=N without member=, stands for its N members in order (member=1..N).
-ModelSpec device_model(const std::string& device) {
-  if (!device.starts_with("emu:"))
-    throw cli::UsageError("--device '" + device + "': the bench models drives on the emulator: give an emu: device");
-  for (const char* key : {",drive=", ",threads="})
-    if (device.find(key) != std::string::npos)
-      throw cli::UsageError("--device '" + device + "': drive= and threads= are the cell's own (--drives, --queues)");
-  const size_t at = device.find(",members=");
-  if (!device.starts_with("emu:gen,") || at == std::string::npos || device.find(",member=") != std::string::npos)
-    return ModelSpec{{device}, {}};
-  const std::string count = device.substr(at + 9, device.find(',', at + 9) - (at + 9));
-  const uint64_t n = text::parse_u64("--device members", count);
-  if (n < 1 || n > model::kMaxStripeMembers) throw cli::UsageError("--device '" + device + "': members=" + count + " is not 1..16");
-  ModelSpec spec;
-  for (uint64_t i = 1; i <= n; ++i) spec.devices.push_back(device + ",member=" + std::to_string(i));
-  return spec;
-}
+// --device emu:...: one namespace given whole, or a generated striped set's members (llm_modeled_drive.h).
+ModelSpec device_model(const std::string& device) { return ModelSpec{bench::emu_model_devices(device), {}}; }
 
 // The generator's own rate for an emu:gen model (every core, 1 s), printed: the emulator, not the
 // generator, must be the limit of its cells (compare with the drives' rates and the emu column).
@@ -533,7 +462,7 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   if (rs.queues == 0 || rs.queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets up to two threads a queue)");
   std::string why;
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
-  rs.h2d = measure_h2d();
+  rs.h2d = bench::measure_h2d();
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
   int pf_width = 4;
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));

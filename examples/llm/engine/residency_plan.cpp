@@ -172,10 +172,14 @@ double ResidencyPlan::nvme_bytes_per_token() const {
   return dense_in(*this, Tier::kNvme) + (1 - cached_share(*this)) * routed_bytes(*this);
 }
 
-double ResidencyPlan::bound_seconds(double drive_bytes_per_s, double h2d_bytes_per_s) const {
-  const double nvme = drive_bytes_per_s > 0 ? nvme_bytes_per_token() / drive_bytes_per_s : 0;
-  const double link = h2d_bytes_per_s > 0 ? link_bytes_per_token() / h2d_bytes_per_s : 0;
+double io_bound_seconds(double nvme_bytes, double link_bytes, double drive_bytes_per_s, double h2d_bytes_per_s) {
+  const double nvme = drive_bytes_per_s > 0 ? nvme_bytes / drive_bytes_per_s : 0;
+  const double link = h2d_bytes_per_s > 0 ? link_bytes / h2d_bytes_per_s : 0;
   return std::max(nvme, link);
+}
+
+double ResidencyPlan::bound_seconds(double drive_bytes_per_s, double h2d_bytes_per_s) const {
+  return io_bound_seconds(nvme_bytes_per_token(), link_bytes_per_token(), drive_bytes_per_s, h2d_bytes_per_s);
 }
 
 bool ResidencyPlan::any_fetched_experts() const {

@@ -71,6 +71,12 @@ struct ResidencyPlan {
   bool any_fetched_experts() const;      // a MoE layer whose experts the fetcher reads
 };
 
+// The rule's bound for bytes that cross per token or pass, in seconds: max(NVMe bytes / drive B/s, link
+// bytes (RAM + NVMe) / host-to-GPU B/s); a rate of 0 bounds nothing. ResidencyPlan::bound_seconds is it
+// over the plan's expected bytes; a benchmark gives it the bytes it measured (bench/llm_seqs: a pass of
+// N sequences reads the union of their experts).
+double io_bound_seconds(double nvme_bytes, double link_bytes, double drive_bytes_per_s, double h2d_bytes_per_s);
+
 // The plan for the budgets (the rule above). Throws std::invalid_argument for an empty model.
 ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budgets& b);
 // `--resident N`: the first N layers whole in VRAM, the rest on NVMe (the engine's older option).

@@ -1,0 +1,110 @@
+#include "bench/llm_modeled_drive.h"
+
+#include <dirent.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "host/open_device.h"
+#include "host/text/numbers.h"
+#include "runtime/cli/args.h"
+#include "runtime/model/stripe.h"
+#if GPUNVME_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "device/cuda_check.h"
+#endif
+
+namespace gpunvme::bench {
+namespace {
+
+std::set<pid_t> thread_ids() {
+  std::set<pid_t> t;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') t.insert(pid_t(std::atoi(e->d_name)));
+    closedir(d);
+  }
+  return t;
+}
+
+double thread_cpu_s(pid_t tid) {
+  const clockid_t c = clockid_t((~unsigned(tid)) << 3) | 6;  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
+  timespec ts{};
+  if (clock_gettime(c, &ts) != 0) return 0;
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+double process_cpu_s() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
+  return tv(ru.ru_utime) + tv(ru.ru_stime);
+}
+
+}  // namespace
+
+std::vector<std::string> emu_model_devices(const std::string& device) {
+  if (!device.starts_with("emu:"))
+    throw cli::UsageError("--device '" + device + "': the bench models drives on the emulator: give an emu: device");
+  for (const char* key : {",drive=", ",threads="})
+    if (device.find(key) != std::string::npos)
+      throw cli::UsageError("--device '" + device + "': drive= and threads= are the bench's own (its --drive(s) and --queues)");
+  const size_t at = device.find(",members=");
+  if (!device.starts_with("emu:gen,") || at == std::string::npos || device.find(",member=") != std::string::npos) return {device};
+  const std::string count = device.substr(at + 9, device.find(',', at + 9) - (at + 9));
+  const uint64_t n = text::parse_u64("--device members", count);
+  if (n < 1 || n > model::kMaxStripeMembers) throw cli::UsageError("--device '" + device + "': members=" + count + " is not 1..16");
+  std::vector<std::string> members;
+  for (uint64_t i = 1; i <= n; ++i) members.push_back(device + ",member=" + std::to_string(i));
+  return members;
+}
+
+DriveControllers::DriveControllers(const std::vector<std::string>& devices, const std::string& drive, uint32_t threads,
+                                   const std::string& emu_opts) {
+  const std::set<pid_t> before = thread_ids();
+  for (const std::string& device : devices)
+    owned_.push_back(host::open_controller(device + ",drive=" + drive + ",threads=" + std::to_string(threads) + (emu_opts.empty() ? "" : "," + emu_opts),
+                                           {}, host::Access::kReadOnly));
+  for (auto& c : owned_) raw_.push_back(c.get());
+  for (pid_t t : thread_ids())
+    if (!before.count(t)) threads_.push_back(t);
+}
+
+double DriveControllers::thread_cpu_seconds() const {
+  double s = 0;
+  for (pid_t t : threads_) s += thread_cpu_s(t);
+  return s;
+}
+
+EngineCpuTimer::EngineCpuTimer(const DriveControllers* drive)
+    : drive_(drive), process0_(process_cpu_s()), drive0_(drive ? drive->thread_cpu_seconds() : 0) {}
+
+double EngineCpuTimer::seconds() const {
+  return process_cpu_s() - process0_ - (drive_ ? drive_->thread_cpu_seconds() - drive0_ : 0);
+}
+
+double measure_h2d() {
+#if GPUNVME_HAVE_CUDA
+  const uint64_t bytes = 256u << 20;
+  void *h = nullptr, *d = nullptr;
+  device::check_cuda(cudaHostAlloc(&h, bytes, cudaHostAllocDefault), "pinned memory for the H2D probe");
+  device::check_cuda(cudaMalloc(&d, bytes), "GPU memory for the H2D probe");
+  std::memset(h, 1, bytes);
+  device::check_cuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "H2D probe");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 4; ++i) device::check_cuda(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice), "H2D probe");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  cudaFree(d);
+  cudaFreeHost(h);
+  return 4.0 * bytes / s;
+#else
+  return 0;
+#endif
+}
+
+}  // namespace gpunvme::bench
