@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/quant/weight_types.h"
 #include "examples/llm/tools/generated_model.h"
 #include "examples/llm/tools/model_shapes.h"
 #include "host/text/escape.h"
@@ -37,6 +39,7 @@ namespace {
 
 const cli::Help kHelp = {
     "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k|q8_0] [--tokens 1,2,3,...] [--reps N] [--gemm] [--json-out FILE]\n"
+    "       llm_pass_compute --decode [--types LIST] [--matrices LIST] [--reps N] [--json-out FILE]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape (llm_make_model's shapes;\n"
     "default llama3-70b, Q6_K): the seven matrices of a layer at full size in GPU memory, times the layers,\n"
@@ -54,6 +57,15 @@ const cli::Help kHelp = {
     "  --gemm          prompt passes instead (default tokens 512,2048; each above 32): the FP32 batched kernel\n"
     "                  against the tensor-core product (gpu_gemm.h), TFLOP/s of each and the ratio; before\n"
     "                  timing, sampled rows of the first and last token must agree within gemm_error_bound\n"
+    "  --decode        single-token products instead (issue 36): for each weight type and matrix, the GB/s of\n"
+    "                  weight bytes the matrix-vector kernel reads, beside a device-to-device copy timed in the same\n"
+    "                  run (its read and write bytes counted: the card's memory bandwidth in practice) and the\n"
+    "                  percentage of it; each product first checked bit for bit against the warp-per-row kernel.\n"
+    "                  Each launch reads another copy of the matrix (256 MiB of copies at least), so none is served\n"
+    "                  from the L2 cache\n"
+    "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
+    "  --matrices LIST --decode: ROWSxCOLS shapes (default 8192x8192,28672x8192,8192x28672,4096x4096,14336x4096,\n"
+    "                  4096x14336: Llama-3-70B's and -8B's)\n"
     "  --json-out F    also write the rows as one JSON object\n",
     ""};
 
@@ -143,11 +155,36 @@ struct Options {
   std::vector<uint32_t> tokens{1, 2, 3, 5, 9, 17, 32, 128, 512, 2048};
   uint32_t reps = 3;
   bool gemm = false;
+  bool decode = false;
+  std::vector<GgmlType> types{GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
+                              GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::F16};
+  std::vector<std::pair<uint32_t, uint32_t>> matrices{{8192, 8192}, {28672, 8192}, {8192, 28672},
+                                                      {4096, 4096}, {14336, 4096}, {4096, 14336}};
   std::string json_out;
 };
 
+// The comma-separated items of a list option.
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    items.push_back(list.substr(at, end - at));
+    at = end + 1;
+  }
+  return items;
+}
+
+// A weight type the engine computes, by ggml's name in any case ("q6_k", "MXFP4").
+GgmlType computed_type_named(const std::string& name) {
+  std::string upper = name;
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  for (GgmlType t : kComputedTypes)
+    if (gguf::ggml_type_name(uint32_t(t)) == upper) return t;
+  throw cli::UsageError("--types: '" + text::printable(name) + "' is not a type the engine computes (" + computed_type_names() + ")");
+}
+
 Options parse(int argc, char** argv) {
-  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out"}, {"gemm"});
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices"}, {"gemm", "decode"});
   if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
   Options o;
@@ -157,6 +194,24 @@ Options parse(int argc, char** argv) {
     throw cli::UsageError("--type must be q6_k, q4_k or q8_0, not '" + text::printable(type) + "'");
   o.type = uint32_t(type == "q6_k" ? GgmlType::Q6_K : type == "q4_k" ? GgmlType::Q4_K : GgmlType::Q8_0);
   o.gemm = args.has("gemm");
+  o.decode = args.has("decode");
+  if (o.gemm && o.decode) throw cli::UsageError("--gemm and --decode are two modes: give one");
+  if (!o.decode && (args.has("types") || args.has("matrices"))) throw cli::UsageError("--types and --matrices go with --decode");
+  if (args.has("types")) {
+    o.types.clear();
+    for (const std::string& t : split_list(args.get("types"))) o.types.push_back(computed_type_named(t));
+  }
+  if (args.has("matrices")) {
+    o.matrices.clear();
+    for (const std::string& m : split_list(args.get("matrices"))) {
+      const size_t x = m.find('x');
+      if (x == std::string::npos) throw cli::UsageError("--matrices: '" + text::printable(m) + "' is not ROWSxCOLS (e.g. 8192x28672)");
+      const uint64_t rows = text::parse_u64("--matrices rows", m.substr(0, x)), cols = text::parse_u64("--matrices cols", m.substr(x + 1));
+      if (rows == 0 || rows > (1u << 20) || cols == 0 || cols % 256 != 0 || cols > (1u << 18))
+        throw cli::UsageError("--matrices: '" + text::printable(m) + "': rows 1..2^20 and columns a multiple of 256 up to 2^18");
+      o.matrices.emplace_back(uint32_t(rows), uint32_t(cols));
+    }
+  }
   if (o.gemm) o.tokens = {512, 2048};
   if (args.has("tokens")) {
     o.tokens.clear();
@@ -240,6 +295,102 @@ int time_prompt_passes(const Options& o, const gen::Shape& s, const std::vector<
   return 0;
 }
 
+// Weights of any computed type for timing: the generator's blocks where it makes the type, else random
+// bytes with every half a small finite value (scales, F16 weights): the kernels' time does not depend on
+// the values, and the bit check compares two kernels on the same bytes.
+std::vector<uint8_t> timing_rows(GgmlType t, uint32_t cols, uint32_t rows, uint64_t seed) {
+  switch (t) {
+    case GgmlType::Q4_K: case GgmlType::Q6_K: case GgmlType::Q5_0: case GgmlType::Q8_0: case GgmlType::MXFP4:
+    case GgmlType::F32:
+      return make_rows(uint32_t(t), cols, rows, seed);
+    default: break;
+  }
+  const auto info = gguf::ggml_type_info(uint32_t(t));
+  const uint64_t row_bytes = uint64_t(cols) / info->block_size * info->type_size;
+  std::vector<uint8_t> out(row_bytes * rows);
+  std::mt19937_64 rng(seed);
+  for (auto& b : out) b = uint8_t(rng());
+  auto small_half = [&](uint64_t at) {  // |v| < 2: exponent field at most 15, sign and mantissa random
+    const uint16_t h = uint16_t((rng() & 0x83FFu) | ((rng() % 16) << 10));
+    std::memcpy(&out[at], &h, 2);
+  };
+  const uint64_t blocks = out.size() / info->type_size;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t at = b * info->type_size;
+    if (t == GgmlType::F16 || t == GgmlType::Q4_0 || t == GgmlType::Q5_K) small_half(at);  // the weight; d
+    if (t == GgmlType::Q5_K) small_half(at + 2);                                                // dmin
+  }
+  return out;
+}
+
+// --decode: GB/s of weight bytes of the single-token kernel (gpu_matmul, n = 1) per type and matrix, beside
+// a device-to-device copy timed in the same run (read + write bytes). Returns the exit status.
+int time_decode(const Options& o, FILE* json) {
+  // The copy: 1 GiB to another GiB, median of the repetitions.
+  const uint64_t copy_bytes = 1ull << 30;
+  double copy_gbps = 0;
+  {
+    DeviceBuffer a(copy_bytes), b(copy_bytes);
+    device::check_cuda(cudaMemset(a.p, 1, copy_bytes), "cudaMemset");
+    const double t = median_seconds(std::max(o.reps, 5u), [&] {
+      device::check_cuda(cudaMemcpyAsync(b.p, a.p, copy_bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    });
+    copy_gbps = 2.0 * copy_bytes / t / 1e9;
+  }
+  std::printf("device-to-device copy: %.0f GB/s (read + write bytes)\n", copy_gbps);
+  std::printf("%-6s | %13s | %10s | %9s | %8s | %s\n", "type", "rows x cols", "MB", "GB/s", "of copy", "us per product");
+  std::string rows_json;
+  uint32_t widest = 0;
+  for (const auto& [rows, cols] : o.matrices) widest = std::max(widest, cols);
+  std::vector<float> xh(widest);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> d;
+  for (float& v : xh) v = d(rng);
+  DeviceBuffer x(uint64_t(widest) * 4);
+  device::check_cuda(cudaMemcpy(x.p, xh.data(), xh.size() * 4, cudaMemcpyHostToDevice), "inputs");
+  for (GgmlType t : o.types)
+    for (const auto& [rows, cols] : o.matrices) {
+      const auto info = gguf::ggml_type_info(uint32_t(t));
+      if (cols % info->block_size != 0) continue;
+      const auto bytes = timing_rows(t, cols, rows, uint64_t(t) * 7919 + rows + cols);
+      const uint64_t mat = bytes.size();
+      const uint32_t copies = uint32_t(std::clamp<uint64_t>(((256ull << 20) + mat - 1) / mat, 1, 64));
+      DeviceBuffer w(mat * copies), y(uint64_t(rows) * 4), ref(uint64_t(rows) * 4);
+      device::check_cuda(cudaMemcpy(w.p, bytes.data(), mat, cudaMemcpyHostToDevice), "weights");
+      for (uint32_t c = 1; c < copies; ++c)
+        device::check_cuda(cudaMemcpy(w.as<uint8_t>() + c * mat, w.p, mat, cudaMemcpyDeviceToDevice), "weights");
+      Matrix m{"decode", rows, cols, w.as<uint8_t>(), mat / rows};
+      if (!same_bits_unstaged(m, uint32_t(t), x.as<float>(), y.as<float>(), ref.as<float>())) {
+        std::fprintf(stderr, "llm_pass_compute: ERROR: %s %ux%u: the matrix-vector kernel's bits differ from the warp-per-row kernel's: no figure\n",
+                     gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols);
+        return 1;
+      }
+      const double secs = median_seconds(o.reps, [&] {
+        for (uint32_t c = 0; c < copies; ++c) {
+          Matrix mc = m;
+          mc.w = w.as<uint8_t>() + c * mat;
+          gpu_matmul(nullptr, view(mc, uint32_t(t)), x.as<float>(), 1, nullptr, y.as<float>());
+        }
+      }) / copies;
+      const double gbps = mat / secs / 1e9;
+      const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+      std::printf("%-6s | %13s | %10.1f | %9.0f | %7.1f%% | %.1f\n", gguf::ggml_type_name(uint32_t(t)).c_str(), shape.c_str(),
+                  mat / 1e6, gbps, 100 * gbps / copy_gbps, secs * 1e6);
+      char row[256];
+      std::snprintf(row, sizeof row,
+                    "{\"type\":\"%s\",\"rows\":%u,\"cols\":%u,\"bytes\":%llu,\"seconds\":%.9f,\"weight_gb_per_s\":%.1f,"
+                    "\"of_copy\":%.4f,\"bits_checked\":true}",
+                    gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols, static_cast<unsigned long long>(mat), secs, gbps,
+                    gbps / copy_gbps);
+      rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+    }
+  const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode\",\"copy_gb_per_s\":" +
+                           std::to_string(copy_gbps) + ",\"rows\":[" + rows_json + "]}";
+  std::printf("%s\n", line.c_str());
+  if (json) std::fprintf(json, "%s\n", line.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -256,6 +407,11 @@ int main(int argc, char** argv) {
   try {
     // Opened first: a path the rule refuses (runtime/guard/output_file.h) ends the run before it starts.
     guard::OutputFile json = o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, {}, "--json-out");
+    if (o.decode) {
+      const int rc = time_decode(o, json ? json.stream() : nullptr);
+      if (rc == 0 && json) json.commit();
+      return rc;
+    }
     const uint32_t head = s.hidden / s.heads;
     std::vector<Matrix> ms = {{"q", s.heads * head, s.hidden},     {"k", s.kv_heads * head, s.hidden},
                               {"v", s.kv_heads * head, s.hidden},  {"o", s.hidden, s.heads * head},

@@ -75,19 +75,68 @@ TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every toke
     }
 }
 
+// Every pass size of the small-token path (1..32 tokens) through the batched kernel against one
+// matrix-vector product per token, bit for bit, for every type, on rows whose bytes the matrix-vector
+// kernel stages in shared memory where the type allows (2048 columns: a multiple of 16 bytes for every
+// type, Q6_K's 210-byte super-blocks included) and on rows it reads directly (768 columns: Q6_K's and
+// MXFP4's rows are not whole 16-byte units), 45 rows (a block's rows left over) of the second matrix of a
+// stack picked by a device-side id. The unstaged kernel must agree too.
+TEST_CASE("matrix kernels: every pass of 1..32 tokens has the single-token bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  const uint32_t cols = GENERATE(2048u, 768u);
+  const uint32_t rows = 45, mats = 2, n_max = 32;
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), cols);
+  std::mt19937 rng(uint32_t(t) * 13 + cols);
+  const auto w = llm::test::random_rows(t, cols, uint64_t(rows) * mats, rng);
+  std::vector<float> x(size_t(n_max) * cols);
+  std::normal_distribution<float> d;
+  for (float& v : x) v = d(rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dy(std::vector<float>(size_t(n_max) * rows, NAN)), dref(std::vector<float>(size_t(n_max) * rows, NAN)),
+      dun(std::vector<float>(size_t(n_max) * rows, NAN));
+  DeviceArray<uint32_t> dsel(std::vector<uint32_t>{1});
+  const uint64_t row_bytes = w.size() / (uint64_t(rows) * mats);
+  const GpuMatrix m{t, dw.p, row_bytes, rows, cols, dsel.p, row_bytes * rows};
+  GpuMatrix second = m;  // the same matrix by address, for the unstaged kernel (it takes no id)
+  second.sel = nullptr;
+  second.w = dw.p + m.mat_bytes;
+  for (uint32_t k = 0; k < n_max; ++k) {
+    gpu_matmul(nullptr, m, dx.p + size_t(k) * cols, 1, nullptr, dref.p + size_t(k) * rows);
+    gpu_matvec_unstaged(nullptr, second, dx.p + size_t(k) * cols, nullptr, dun.p + size_t(k) * rows);
+  }
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto ref = dref.get(size_t(n_max) * rows), un = dun.get(size_t(n_max) * rows);
+  for (float v : ref) REQUIRE(!std::isnan(v));
+  REQUIRE(std::memcmp(ref.data(), un.data(), ref.size() * sizeof(float)) == 0);
+  for (uint32_t n = 1; n <= n_max; ++n) {
+    CAPTURE(n);
+    gpu_matmul(nullptr, m, dx.p, n, nullptr, dy.p);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const auto y = dy.get(size_t(n) * rows);
+    REQUIRE(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
+  }
+}
+
 // The staged matrix-vector kernel (x in shared memory, one or two rows per warp, blocks striding over
-// rows) against the warp-per-row kernel that reads x from global memory: the same bits for every type,
-// for short matrices (one row per warp), tall ones whose last block is partly idle (two rows per warp),
-// rows too wide to stage (the fallback), and k selected matrices of a stack in one launch.
+// rows, and the rows' bytes staged in shared memory where they are 16-byte aligned) against the
+// warp-per-row kernel that reads x and the weights from global memory: the same bits for every type, for
+// short matrices (one row per warp), tall ones whose last block is partly idle (two rows per warp), rows
+// whose bytes are staged (2048 and 4096 columns: whole 16-byte units for every type; 28672: Llama-3-70B's
+// FFN row) and rows that are not (256 columns: Q6_K's 210 bytes; a matrix 2 bytes off 16-byte alignment),
+// rows too wide to stage x for (the fallback), and k selected matrices of a stack in one launch.
 TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][llm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
-  struct Shape { uint32_t rows, cols, mats, count; };
-  const Shape sh = GENERATE(Shape{37, 512, 1, 1}, Shape{4501, 256, 1, 1}, Shape{700, 1024, 4, 3}, Shape{3, 28672, 1, 1},
-                            Shape{2, 65536, 1, 1});
-  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.mats, sh.count);
+  struct Shape { uint32_t rows, cols, mats, count, offset; };
+  const Shape sh = GENERATE(Shape{37, 512, 1, 1, 0}, Shape{4501, 256, 1, 1, 0}, Shape{700, 1024, 4, 3, 0},
+                            Shape{300, 2048, 1, 1, 0}, Shape{1030, 4096, 3, 2, 0}, Shape{300, 2048, 1, 1, 2},
+                            Shape{90, 4096, 3, 2, 2}, Shape{3, 28672, 1, 1, 0}, Shape{2, 65536, 1, 1, 0});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.mats, sh.count, sh.offset);
   std::mt19937 rng(uint32_t(t) * 11 + sh.rows);
-  const auto w = llm::test::random_rows(t, sh.cols, uint64_t(sh.rows) * sh.mats, rng);
+  auto w = llm::test::random_rows(t, sh.cols, uint64_t(sh.rows) * sh.mats, rng);
+  const uint64_t row_bytes = w.size() / (uint64_t(sh.rows) * sh.mats);
+  w.insert(w.begin(), sh.offset, uint8_t(0x5A));  // the matrix at dw.p + offset
   std::vector<float> x(size_t(sh.count) * sh.cols);
   std::normal_distribution<float> d;
   for (float& v : x) v = d(rng);
@@ -97,14 +146,14 @@ TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][
   DeviceArray<float> dx(x), dy(std::vector<float>(size_t(sh.count) * sh.rows, NAN)),
       dref(std::vector<float>(size_t(sh.count) * sh.rows, NAN));
   DeviceArray<uint32_t> dsel(sel);
-  const uint64_t row_bytes = w.size() / (uint64_t(sh.rows) * sh.mats);
-  GpuMatrix m{t, dw.p, row_bytes, sh.rows, sh.cols, sh.mats > 1 ? dsel.p : nullptr, row_bytes * sh.rows};
+  const uint8_t* w0 = dw.p + sh.offset;
+  GpuMatrix m{t, w0, row_bytes, sh.rows, sh.cols, sh.mats > 1 ? dsel.p : nullptr, row_bytes * sh.rows};
   if (sh.count == 1) gpu_matmul(nullptr, m, dx.p, 1, nullptr, dy.p);
   else gpu_matvec_selected(nullptr, m, sh.count, dx.p, sh.cols, dy.p, sh.rows);
   for (uint32_t j = 0; j < sh.count; ++j) {
     GpuMatrix one = m;
     one.sel = nullptr;
-    one.w = dw.p + uint64_t(sel[j]) * m.mat_bytes;
+    one.w = w0 + uint64_t(sel[j]) * m.mat_bytes;
     gpu_matvec_unstaged(nullptr, one, dx.p + size_t(j) * sh.cols, nullptr, dref.p + size_t(j) * sh.rows);
   }
   REQUIRE(cudaGetLastError() == cudaSuccess);

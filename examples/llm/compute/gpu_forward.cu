@@ -211,7 +211,7 @@ uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_b
 // Rows [row_begin, row_begin + rows) of routing id k's projection `proj` times x into y + row_begin.
 void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
                          const float* x, float* y, uint32_t row_begin, uint32_t rows) {
-  const gpu::StagedLaunch g = gpu::staged_launch(rows, uint32_t(w.cols), 1);
+  const gpu::StagedLaunch g = gpu::staged_launch(rows, uint32_t(w.cols), 1, w.type);
   gpu::with_weight_type(w.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto run = [&]<uint32_t R>(uint32_t blocks, uint32_t shared) {

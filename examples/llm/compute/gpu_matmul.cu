@@ -122,7 +122,7 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count) : gpu::StagedLaunch{};
+  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto staged = [&]<uint32_t R>() {
@@ -169,9 +169,10 @@ uint32_t staged_shared_limit() { return device_limits().shared_per_block; }
 
 // Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
 // beyond that would only stage x again). Two rows per warp when that still leaves two blocks per SM.
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count) {
+// Shared memory: x, then the warps' weight chunks (gpu_rows.cuh's weight_stage_bytes).
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type) {
   StagedLaunch l;
-  const uint64_t bytes = uint64_t(cols / kGroup) * kGroup * sizeof(float);
+  const uint64_t bytes = uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type) : 0);
   const DeviceLimits& d = device_limits();
   if (bytes == 0 || bytes > d.shared_per_block || rows == 0 || count == 0) return l;
   l.staged = true;

@@ -16,6 +16,7 @@
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_warp.cuh"
+#include "runtime/gguf/ggml_types.h"
 
 namespace gpunvme::llm::gpu {
 
@@ -25,6 +26,40 @@ inline constexpr uint32_t kStagedWarps = 8;  // warps per block of the staged ke
 // noise in another; four rows per warp, blocks capped at two per SM and an unrolled group loop measured
 // no better (docs/performance.md, session 8).
 inline constexpr uint32_t kStagedMinBlocks = 3;
+
+// Weight staging (issue 36). Lane i decodes group i of each 32 groups of a row, so the lanes' own loads
+// of the weights were narrow (Q6_K's 210-byte super-blocks are 2-byte aligned: 2-byte loads) and each
+// warp load touched several blocks of the row: the L1 handled a few bytes per cycle and the kernel read
+// Q6_K weights at 0.9 TB/s on an H200 (21 % of a copy's rate). Instead a warp copies the bytes of its
+// rows' next 32 groups (a whole number of blocks) into shared memory with 16-byte cp.async loads, all of
+// a warp's lanes reading consecutive bytes, kWeightStages chunks ahead, and each lane then decodes its
+// own group from shared memory with the same dequant_group: the same values, the same sums in the same
+// order, so the same bits. Rows whose start is not 16-byte aligned (row bytes not a multiple of 16, or a
+// misaligned matrix) and the unquantized types (already read with 16-byte loads) keep the direct loads.
+inline constexpr uint32_t kWeightStages = 3;
+inline constexpr uint32_t kMaxRowsPerWarp = 2;  // the staged kernels' R: 1 or 2 (staged_launch)
+
+// Bytes of 32 consecutive groups of a row of type t (a whole number of its blocks), 0 for the types whose
+// weights are not staged (unquantized: a block is one element).
+constexpr uint32_t weight_chunk_bytes(GgmlType t) {
+  const auto info = gguf::ggml_traits(t);
+  return info.block_size < uint32_t(kGroup) ? 0 : 32 * uint32_t(kGroup) / info.block_size * info.type_size;
+}
+// A chunk's room in shared memory: its bytes plus the 16-byte units its unaligned ends straddle.
+constexpr uint32_t weight_stage_span(GgmlType t) { return (weight_chunk_bytes(t) + 15) / 16 * 16 + 32; }
+// Shared bytes a staged block needs for its warps' weight chunks (after x's), whatever R it runs.
+constexpr uint32_t weight_stage_bytes(GgmlType t) {
+  return weight_chunk_bytes(t) == 0 ? 0 : kStagedWarps * kMaxRowsPerWarp * kWeightStages * weight_stage_span(t);
+}
+
+// 16 bytes global -> shared without passing through registers (sm_80+), and the commit/wait of a lane's groups.
+__device__ inline void cp_async_16(void* shared_dst, const void* global_src) {
+  const uint32_t dst = uint32_t(__cvta_generic_to_shared(shared_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(global_src) : "memory");
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int Pending>
+__device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 
 // x's float4 (group, q) at shared float4 8 * group + (q ^ (group % 8)): eight consecutive lanes read
 // eight consecutive groups' q-th float4s, which land in eight different 16-byte bank groups.
@@ -107,11 +142,70 @@ __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uin
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
+// warp_dot_rows with the rows' bytes staged in shared memory (see kWeightStages): chunk c (groups 32c ..
+// 32c + 31 of every row) is copied kWeightStages - 1 chunks before its use into this warp's buffer `buf`
+// (kWeightStages x R spans), and lane i decodes group 32c + i from there. Every row must start 16-byte
+// aligned and end on a 16-byte boundary (block_rows checks): the copy then reads no byte outside it.
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
+                                            uint32_t lane, uint8_t* buf, float (&out)[R]) {
+  constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T);
+  const uint32_t chunks = (groups + 31) / 32;
+  // Chunk c's first byte in row r, and where it lands: its offset within a 16-byte unit is kept, so the
+  // decode's aligned loads (load_32_bytes) stay as wide as they were from global memory.
+  auto staged = [&](uint32_t c, uint32_t r) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk;
+    return buf + ((c % kWeightStages) * R + r) * kSpan + (at & 15u);
+  };
+  auto issue = [&](uint32_t c) {  // always one commit group, empty past the last chunk
+    if (c < chunks) {
+      const uint32_t bytes = min(32u, groups - 32 * c) * kChunk / 32;  // a partial chunk is whole blocks
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) {
+        const uintptr_t at = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk, first = at & ~uintptr_t(15);
+        const uint32_t units = uint32_t((at + bytes + 15 - first) / 16);
+        uint8_t* dst = buf + ((c % kWeightStages) * R + r) * kSpan;
+        for (uint32_t u = lane; u < units; u += 32) cp_async_16(dst + 16 * u, reinterpret_cast<const void*>(first + 16 * u));
+      }
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (uint32_t c = 0; c + 1 < kWeightStages; ++c) issue(c);
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  for (uint32_t c = 0; c < chunks; ++c) {
+    issue(c + kWeightStages - 1);  // into the buffer chunk c - 1 used (read before the last __syncwarp)
+    cp_async_wait<kWeightStages - 1>();  // this lane's copies of chunk c are done ...
+    __syncwarp();                        // ... and every lane's are visible
+    const uint32_t grp = 32 * c + lane;
+    if (grp < groups) {
+      float4 xv[kGroup / 4];
+      staged_group(xs, grp, xv);
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) {
+        float g[kGroup];
+        dequant_group<T>(staged(c, r), lane, g);  // group `lane` of the chunk: a chunk starts on a block
+        part[r] += group_dot(g, xv);
+      }
+    }
+    __syncwarp();  // chunk c is read: its buffer may be refilled
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
-// lane. The per-row operations are warp_dot_row's (see the file comment).
+// lane. The per-row operations are warp_dot_row's (see the file comment). With `stage`, through `buf`:
+// this warp's weight chunks in shared memory (a pointer the compiler sees derive from the shared array
+// whatever `stage` is, so that its loads are shared-memory loads, not generic ones).
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                     float (&out)[R]) {
+                                     bool stage, uint8_t* buf, float (&out)[R]) {
+  if constexpr (weight_chunk_bytes(T) != 0) {
+    if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, out);
+  }
   if constexpr (T == GgmlType::Q4_K)
     warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
   else
@@ -119,17 +213,22 @@ __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t gr
 }
 
 // y[row] = W[row] . xs (+ bias[row]) for every row of the matrix at w, the block's warps taking R rows each
-// and the blocks striding over the rows (each block stages x once, however many rows it computes).
+// and the blocks striding over the rows (each block stages x once, however many rows it computes). The
+// block's dynamic shared memory holds x's groups, then weight_stage_bytes(T) for the weight chunks
+// (staged_launch sizes it); rows that are all 16-byte aligned are read through them.
 template <GgmlType T, uint32_t R>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float4* xs,
                                   const float* bias, float* y) {
+  static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
+  const bool stage = weight_chunk_bytes(T) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
+  uint8_t* buf = reinterpret_cast<uint8_t*>(const_cast<float4*>(xs) + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
   for (uint32_t first = blockIdx.x * per_block + warp * R; first < rows; first += gridDim.x * per_block) {
     const uint8_t* p[R];
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = w + uint64_t(min(first + r, rows - 1)) * row_bytes;
     float dot[R];
-    warp_dot_rows<T, R>(p, groups, xs, lane, dot);
+    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, dot);
     if (lane != 0) continue;
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r)
@@ -146,7 +245,7 @@ struct StagedLaunch {
   uint32_t blocks = 0;
   uint32_t shared_bytes = 0;
 };
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count);
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type);
 
 // The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
 // once.
