@@ -9,7 +9,9 @@ llama.cpp: `llama-bench -ngl 99 -p PP -n TG -r REPS -o json` (its own warm-up an
 `llm --path gpu` on the same file through the emulated controller (`emu:FILE`; the file is padded with
 zeros to whole 4 KiB blocks first, which llama.cpp ignores), a prompt of the largest pp's tokens (random
 ids, seeded) and one more token for each pp (its prompt time gives pp), and a one-token prompt then TG + 1
-tokens with --ignore-eos for tg (its decode passes, from an empty context as llama-bench's tg). Every engine run must have generated the tokens asked
+tokens with --ignore-eos for tg (its decode passes, from an empty context as llama-bench's tg); each with
+--warmup (one untimed pass of the prompt's shape and one of a single token first, as llama-bench warms
+up). Every engine run must have generated the tokens asked
 for, else this prints an error, not a number. Host CPU: each process's user + system time
 (getrusage of the children), model loading included, and the engine's decode-thread CPU."""
 import argparse
@@ -111,7 +113,7 @@ def engine(binary, path, n_prompt, n_gen, vocab_hint, seed=1):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         jpath = f.name
     cmd = [binary, "--device", f"emu:{path}", "--path", "gpu", "--prompt-ids", ids, "-n", str(n_gen), "--ignore-eos",
-           "--batch", str(n_prompt), "--ctx", str(n_prompt + n_gen + 1), "--json-out", jpath]
+           "--batch", str(n_prompt), "--ctx", str(n_prompt + n_gen + 1), "--warmup", "--json-out", jpath]
     rc, out, err, wall, cpu = run(cmd)
     if rc != 0:
         fail(f"the engine failed on {path} ({rc}):\n{err[-3000:]}")
@@ -121,7 +123,7 @@ def engine(binary, path, n_prompt, n_gen, vocab_hint, seed=1):
     if j.get("prompt_tokens") != n_prompt or j.get("generated_tokens") != n_gen or "GPU" not in j.get("executor", ""):
         fail(f"the engine's run on {path} did not do what was asked (prompt {j.get('prompt_tokens')} of {n_prompt}, "
              f"generated {j.get('generated_tokens')} of {n_gen}, executor {j.get('executor')!r})")
-    j["cmd_shape"] = f"llm --device emu:{path} --path gpu --prompt-ids <{n_prompt} random ids> -n {n_gen} --ignore-eos --batch {n_prompt}"
+    j["cmd_shape"] = f"llm --device emu:{path} --path gpu --prompt-ids <{n_prompt} random ids> -n {n_gen} --ignore-eos --batch {n_prompt} --warmup"
     j["process_wall_seconds"], j["process_cpu_seconds"] = wall, cpu
     j.pop("tokens", None)
     return j

@@ -104,6 +104,9 @@ const cli::Help kHelp = {
     "                      bit for bit as token by token, several times slower)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"
+    "  --warmup            one untimed pass of the prompt's first chunk and one of a single token before the\n"
+    "                      timed run, as llama-bench does (kernels loaded, tensor-core algorithms chosen);\n"
+    "                      with streamed layers it costs two more passes of reads\n"
     "  --ignore-eos        keep generating past the model's end-of-generation tokens (its EOS and the others\n"
     "                      llama.cpp stops at, e.g. gpt-oss's <|return|> and <|call|>)\n"
     "  --no-verify         check only the model's header at open (always done), not the bytes read at start\n"
@@ -354,11 +357,12 @@ void note_gpu_only_options(const cli::Args& args) {
                  given.c_str(), given.find(',') == std::string::npos ? "it is" : "they are");
 }
 
-// --batch, --draft, --draft-k.
+// --batch, --draft, --draft-k, --warmup.
 llm::GenerateOptions parse_generate(const cli::Args& args) {
   llm::GenerateOptions g;
   g.batch = uint32_t(parse_number("--batch", args.get("batch", "512"), UINT32_MAX));
   if (g.batch == 0) throw cli::UsageError("--batch must be at least 1 (1: the prompt token by token)");
+  g.warmup = args.has("warmup");
   const std::string draft = args.get("draft", "none");
   if (draft == "lookup") {
     g.draft = llm::LookupOptions{};
@@ -473,7 +477,7 @@ int main(int argc, char** argv) {
                       : std::vector<std::string>{"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
                           "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget", "prompt-kernels"};
     const std::vector<std::string> flags =
-        tokenize_only ? std::vector<std::string>{} : std::vector<std::string>{"ignore-eos", "no-verify"};
+        tokenize_only ? std::vector<std::string>{} : std::vector<std::string>{"ignore-eos", "no-verify", "warmup"};
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1, options, flags, {"device"});
     if (args.help_asked()) return args.print_help("llm", {kHelp.brief, kHelp.rest + host::device_string_help()});
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");

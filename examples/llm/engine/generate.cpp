@@ -41,8 +41,12 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
   if (o.batch == 0) throw std::runtime_error("generate: a pass needs at least one token (batch 0)");
   GenerateResult r;
   r.prompt_tokens = uint32_t(prompt.size());
-  auto t0 = std::chrono::steady_clock::now();
   const uint32_t chunk = std::min(o.batch, ex.max_batch());
+  if (o.warmup) {  // passes at position 0: the prompt's first pass below overwrites what they cached
+    ex.pass(std::span(prompt).first(std::min<size_t>(chunk, prompt.size())), 0, false);
+    ex.pass(std::span(prompt).first(1), 0, true);
+  }
+  auto t0 = std::chrono::steady_clock::now();
   std::span<const float> logits;
   for (uint32_t p = 0; p < prompt.size(); p += chunk) {
     logits = ex.pass(std::span(prompt).subspan(p, std::min<size_t>(chunk, prompt.size() - p)), p, false);

@@ -21,6 +21,11 @@ namespace gpunvme::llm {
 struct GenerateOptions {
   uint32_t batch = 512;                // prompt tokens per pass at most (--batch)
   std::optional<LookupOptions> draft;  // speculative decoding with prompt-lookup drafts (--draft lookup)
+  // Before the timed work, one untimed pass of the prompt's first chunk and one of a single token, as
+  // llama-bench warms up (--warmup): the first launch of a kernel loads its module and the first
+  // tensor-core product asks cuBLASLt for its algorithm, which would otherwise be counted against the
+  // prompt and the first decode pass. Streamed layers are read for them too (ExecStats counts them).
+  bool warmup = false;
 };
 
 struct GenerateResult {
