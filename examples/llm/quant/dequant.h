@@ -135,39 +135,48 @@ GPUNVME_HD inline void dequant_block(const BF16Value& b, float* y) { y[0] = bf16
 // thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
 inline constexpr int kGroup = 32;
 
-// 32 quant bytes as 8 little-endian words. On the GPU with the widest loads q's alignment allows (Q4_K
-// and Q5_K quants are 16-byte aligned in VRAM: a super-block is 144 or 176 bytes and its quants start at
-// byte 16 or 48; Q6_K's 210-byte super-blocks are only 2-byte aligned): a warp's byte loads touched a
-// sector per lane per byte, and were a tenth of the row kernel's instructions. The same bytes either way.
-GPUNVME_HD inline void load_32_bytes(const uint8_t* q, uint32_t (&w)[8]) {
+// N * 4 quant bytes as N little-endian words (N = 4 or 8). On the GPU with the widest loads q's alignment
+// allows (Q4_K and Q5_K quants are 16-byte aligned in VRAM: a super-block is 144 or 176 bytes and its quants
+// start at byte 16 or 48; Q6_K's 210-byte super-blocks are only 2-byte aligned): a warp's byte loads
+// touched a sector per lane per byte, and were a tenth of the row kernel's instructions. The same bytes
+// either way.
+template <int N>
+GPUNVME_HD inline void load_words(const uint8_t* q, uint32_t (&w)[N]) {
+  static_assert(N % 4 == 0);
 #if defined(__CUDA_ARCH__)
   const uintptr_t at = reinterpret_cast<uintptr_t>(q);
   if ((at & 15u) == 0) {
-    const uint4 a = reinterpret_cast<const uint4*>(q)[0], b = reinterpret_cast<const uint4*>(q)[1];
-    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w, w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
+#pragma unroll
+    for (int k = 0; k < N / 4; ++k) {
+      const uint4 a = reinterpret_cast<const uint4*>(q)[k];
+      w[4 * k] = a.x, w[4 * k + 1] = a.y, w[4 * k + 2] = a.z, w[4 * k + 3] = a.w;
+    }
     return;
   }
   if ((at & 3u) == 0) {
-    for (int j = 0; j < 8; ++j) w[j] = reinterpret_cast<const uint32_t*>(q)[j];
+#pragma unroll
+    for (int j = 0; j < N; ++j) w[j] = reinterpret_cast<const uint32_t*>(q)[j];
     return;
   }
-  // Otherwise the nine aligned words that hold the 32 bytes, shifted into place (a funnel shift a word):
-  // 9 loads instead of 16 two-byte or 32 one-byte ones (Q6_K's, Q8_0's, MXFP4's). The words' extra bytes
-  // lie in the same aligned words as bytes of q, so no load reaches a page that q's bytes do not.
+  // Otherwise the N + 1 aligned words that hold the bytes, shifted into place (a funnel shift a word):
+  // 9 loads instead of 16 two-byte or 32 one-byte ones (Q6_K's, Q8_0's). The words' extra bytes lie in
+  // the same aligned words as bytes of q, so no load reaches a page that q's bytes do not.
   const auto* a = reinterpret_cast<const uint32_t*>(q - (at & 3u));  // not from the integer: keeps q's address space
   const uint32_t shift = 8u * uint32_t(at & 3u);
   uint32_t lo = a[0];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < N; ++j) {
     const uint32_t hi = a[j + 1];
     w[j] = __funnelshift_r(lo, hi, shift);
     lo = hi;
   }
 #else
-  for (int j = 0; j < 8; ++j)
+  for (int j = 0; j < N; ++j)
     w[j] = uint32_t(q[4 * j]) | uint32_t(q[4 * j + 1]) << 8 | uint32_t(q[4 * j + 2]) << 16 | uint32_t(q[4 * j + 3]) << 24;
 #endif
 }
+
+GPUNVME_HD inline void load_32_bytes(const uint8_t* q, uint32_t (&w)[8]) { load_words<8>(q, w); }
 
 // Byte i of v minus Bias, as a float: the exact integer on both sides, so the same bits. On the GPU a
 // byte permute puts the byte under the exponent of 2^23 and one subtraction takes 2^23 + Bias off (a
@@ -307,6 +316,33 @@ GPUNVME_HD inline void dequant_group(const BlockQ6_K* row, uint64_t g, float* y)
   }
 }
 
+// Q8_0's and Q4_0's blocks (one group each) on the GPU: the quants as words (load_words) and each weight
+// through byte_to_float, instead of a byte load and an integer-to-float conversion (quarter rate on sm_90)
+// per weight, which bound the Q8_0 matrix-vector kernel near the copy's rate. The values are
+// dequant_block's: the same exact integers times the same scale (the one-hot test in
+// tests/gpu/test_llm_matmul.cpp holds every weight to the CPU's). dequant_group_of uses them on the GPU only.
+GPUNVME_HD inline void dequant_group_words(const BlockQ8_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  uint32_t w[8];
+  load_words<8>(reinterpret_cast<const uint8_t*>(b.qs), w);
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t v = w[j] ^ 0x80808080u;  // int8 q as the byte q + 128
+    for (int i = 0; i < 4; ++i) y[4 * j + i] = byte_to_float<128>(v, i) * d;
+  }
+}
+GPUNVME_HD inline void dequant_group_words(const BlockQ4_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  uint32_t w[4];
+  load_words<4>(b.qs, w);
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t lo = w[j] & 0x0F0F0F0Fu, hi = (w[j] >> 4) & 0x0F0F0F0Fu;
+    for (int i = 0; i < 4; ++i) {
+      y[4 * j + i] = byte_to_float<8>(lo, i) * d;
+      y[kQK / 2 + 4 * j + i] = byte_to_float<8>(hi, i) * d;
+    }
+  }
+}
+
 // The two dequantisations of a row of table row R (weight_types.h): block i, or 32-element group g. The
 // two routes give the same values (tests/llm's dequant test holds them equal for every row).
 template <class R>
@@ -316,6 +352,9 @@ GPUNVME_HD inline void dequant_block_of(const void* row, uint64_t i, float* y) {
 template <class R>
 GPUNVME_HD inline void dequant_group_of(const void* row, uint64_t g, float* y) {
   const auto* blocks = static_cast<const typename R::Block*>(row);
+#if defined(__CUDA_ARCH__)
+  if constexpr (requires { dequant_group_words(blocks[g], y); }) return dequant_group_words(blocks[g], y);
+#endif
   if constexpr (R::kElems == kGroup)
     dequant_block(blocks[g], y);
   else
