@@ -65,6 +65,9 @@ const cli::Help kHelp = {
     "  --resident all|none|N  instead of the budgets: the first N layers in GPU memory (at most the model's\n"
     "                      layers), the rest read from the namespace for every token (none: every layer streams)\n"
     "  --slots N           streaming slots, 1..64 (default 2: layer i+1 is read while layer i computes)\n"
+    "  --gpus N            split the layers over the first N GPUs in contiguous ranges (default 1), each with its\n"
+    "                      own plan, queues and streaming; embeddings on GPU 0, head on the last, the hidden state\n"
+    "                      passed on by NCCL. --vram-budget is each GPU's, --ram-budget all of theirs together\n"
     "\n"
     "MoE experts (GPU path). The logits are the same whatever these say.\n"
     "  --expert-cache SIZE LRU cache of routed experts in pinned host memory the GPU reads (the drive's reads\n"
@@ -237,6 +240,7 @@ void write_json(guard::OutputFile& out, const llm::GenerateResult& r, const llm:
                 r.tokens_per_pass(), (unsigned long long)r.drafted, (unsigned long long)r.accepted, r.acceptance());
   j += b;
   if (!e.plan.layers.empty()) j += "\"plan\":" + llm::plan_json(e.plan) + ",";
+  if (!e.gpus.empty()) j += "\"gpus\":" + llm::gpus_json(e.gpus) + ",";
   if (e.has_experts) {
     const auto& x = e.experts;
     std::snprintf(b, sizeof b,
@@ -349,7 +353,7 @@ llm::SamplerOptions parse_sampler(const cli::Args& args) {
 // mean nothing to it. Said, not refused: the same command line may run on a machine with a GPU.
 void note_gpu_only_options(const cli::Args& args) {
   std::string given;
-  for (const char* o : {"vram-budget", "ram-budget", "resident", "slots", "expert-cache", "expert-prefetch", "expert-pregate",
+  for (const char* o : {"vram-budget", "ram-budget", "resident", "slots", "gpus", "expert-cache", "expert-prefetch", "expert-pregate",
                         "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "prompt-kernels"})
     if (args.has(o)) given += std::string(given.empty() ? "--" : ", --") + o;
   if (!given.empty())
@@ -430,6 +434,8 @@ int run(const cli::Args& args, bool tokenize_only) {
     throw cli::UsageError("--prompt-kernels must be fast or exact, not '" + text::printable(kernels) + "'");
   o.fast_prompt = kernels == "fast";
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
+  o.gpus = args.get_u32("gpus", 1);
+  if (o.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
   o.verify = !args.has("no-verify");
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
   const std::unique_ptr<llm::Executor> ex = lm.executor(gpu, ctx, o);
@@ -438,7 +444,9 @@ int run(const cli::Args& args, bool tokenize_only) {
               text::printable(m.config.arch_name).c_str(), m.config.n_layer,
               text::printable(m.stripe ? m.io.name : set.controller(0).transport().name()).c_str(),
               text::printable(m.detected.describe()).c_str());
-  if (!ex->stats().plan.layers.empty()) std::printf("%s", llm::plan_table(ex->stats().plan).c_str());
+  const llm::ExecStats start = ex->stats();
+  if (!start.gpus.empty()) std::printf("%s", llm::gpus_table(start.gpus).c_str());
+  else if (!start.plan.layers.empty()) std::printf("%s", llm::plan_table(start.plan).c_str());
   std::fflush(stdout);
   if (tok) std::printf("%s", terminal_piece([&] { std::string s; for (uint32_t id : prompt) s += tok->piece(id); return s; }()).c_str());
   const std::set<uint32_t> eog = args.has("ignore-eos") ? std::set<uint32_t>{} : m.vocab.eog;
@@ -475,7 +483,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> options =
         tokenize_only ? std::vector<std::string>{"device", "prompt", "prompt-ids"}
                       : std::vector<std::string>{"device", "prompt", "prompt-ids", "n", "temp", "top-k", "seed", "resident", "slots", "ctx", "path", "trace",
-                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget", "prompt-kernels"};
+                          "logits-out", "expert-cache", "expert-prefetch", "expert-pregate", "expert-pregate-first", "expert-overlap", "expert-window", "expert-read", "json-out", "batch", "draft", "draft-k", "vram-budget", "ram-budget", "prompt-kernels", "gpus"};
     const std::vector<std::string> flags =
         tokenize_only ? std::vector<std::string>{} : std::vector<std::string>{"ignore-eos", "no-verify", "warmup"};
     const cli::Args args(argc, av.data(), tokenize_only ? 2 : 1, options, flags, {"device"});

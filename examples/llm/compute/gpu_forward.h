@@ -110,6 +110,9 @@ class GpuForward final : public Backend {
   uint32_t max_logit_rows() const { return logit_rows_; }
 
   gpu_stream_t stream() const { return stream_; }
+  // The pass's hidden state (n x n_embd floats, token rows in pass order): what a layer range run on
+  // another GPU hands over (pipeline_stage.h); a pass started by set_pass instead of embed finds it there.
+  float* hidden() const { return x_; }
   // Bytes of GPU memory this object allocated (activations, KV cache, the tensor-core product's scratch).
   uint64_t device_bytes() const { return device_bytes_; }
 

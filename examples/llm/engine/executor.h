@@ -16,6 +16,7 @@
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/load_check.h"
+#include "examples/llm/engine/pipeline_stage.h"
 #include "examples/llm/engine/residency_plan.h"
 #include "host/recovery.h"
 #include "runtime/stream/expert_fetcher.h"
@@ -54,6 +55,8 @@ struct ExecStats {
   stream::PrefetchMetrics prefetch;  // what it did, and the fetches' stall time per layer
   host::RecoveryStats recovery;      // retries, aborts, resets behind the streamed and fetched reads (#15)
   VerifyStats verify;                // the checks of the loaded bytes against the deploy record (load_check.h)
+  uint64_t vram_budget = 0;          // GPU executor: the VRAM budget its plan was made with (0: --resident N)
+  std::vector<GpuShare> gpus;        // --gpus N: each GPU's layers and plan (plan above: the GPUs' joined)
 };
 
 class Executor {
@@ -162,6 +165,11 @@ struct GpuExecOptions {
   // read, against the deploy record's CRCs (load_check.h; false: --no-verify, the open check stays).
   bool verify = true;
   LayerSourceFactory nvme_source;  // set: the NVMe tier's dense bytes come from it (bench/llm_tokens' mmap baseline)
+  // GPUs of this host the layers are split over (multi_gpu_executor.h; above 1 needs a build with NCCL).
+  // vram_budget is each GPU's, ram_budget all of them together (split evenly).
+  uint32_t gpus = 1;
+  // Set by the multi-GPU executor for each GPU's executor: its layer range, queues and link.
+  std::optional<PipelineStage> stage;
 };
 
 // CUDA builds with a GPU; otherwise throws naming why.

@@ -32,6 +32,7 @@
 #include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/gpu_load_check.h"
 #include "examples/llm/engine/host_lead.h"
+#include "examples/llm/engine/multi_gpu_executor.h"
 #include "examples/llm/engine/ram_tier.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
@@ -300,13 +301,13 @@ class GpuExecutor final : public Executor {
       throw std::runtime_error("the GPU executor got " + std::to_string(ctrls_.size()) + " controller(s) for a model on " +
                                std::to_string(want) + " namespace(s)");
     host::Controller& c = *ctrls_[0];
+    if (o.stage) pipe_ = *o.stage, range_ = o.stage->layers, first_qid_ = o.stage->first_qid;
+    else range_ = {0, m.config.n_layer};
     check_ = std::make_unique<LoadCheck>(m, o.verify);
     open_streams();
     load_globals();
-    fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx,
-                                        GlobalWeights{embd_->at(m.weights.token_embd), norm_->at(m.weights.output_norm),
-                                                      out_ ? out_->at(m.weights.output) : embd_->at(m.weights.output)},
-                                        reinterpret_cast<gpu_stream_t>(compute_), o.max_batch, o.fast_prompt);
+    fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx, globals(), reinterpret_cast<gpu_stream_t>(compute_), o.max_batch,
+                                        o.fast_prompt);
     make_plan(o);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
@@ -314,7 +315,7 @@ class GpuExecutor final : public Executor {
       throw std::runtime_error("fetching MoE experts from a striped set is not supported yet: give a VRAM budget that "
                                "holds every expert, or put the model on one namespace");
     if (plan_.any_fetched_experts())
-      experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, 2 + o.queues, o.queues,
+      experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, first_qid_ + o.queues, o.queues,
                                                   o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch,
                                                   o.expert_pregate, o.expert_pregate_first, vram_views(),
                                                   o.expert_overlap, o.expert_window_bytes,
@@ -354,8 +355,14 @@ class GpuExecutor final : public Executor {
     const OneSequence one = as_one_sequence(pass_tokens, "the GPU executor", kOneSequenceOnly);  // issue 37: next step
     const std::span<const uint32_t> tokens = one.ids;
     const bool all_logits = one.all_logits;
-    fwd_->embed(tokens, one.pos0);
+    if (range_.begin == 0) {
+      fwd_->embed(tokens, one.pos0);
+    } else {  // a later GPU of several: the previous one's hidden state (pipeline_stage.h)
+      fwd_->set_pass(pass_tokens);
+      pipe_.link->receive(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
+    }
     for (const LayerWeights& l : m_.weights.layers) {
+      if (!range_.contains(l.index)) continue;  // another GPU's
       lead_.before_layer();
       const LayerPlacement& at = plan_.layers[l.index];
       ExpertSource* experts = at.experts_in_vram ? nullptr : experts_.get();
@@ -387,7 +394,13 @@ class GpuExecutor final : public Executor {
       if (experts && gpu_check_) gpu_check_->experts(compute_);  // its experts' parts not checked before
       lead_.after_layer(compute_);
     }
-    const std::span<const float> logits = fwd_->logits(all_logits);
+    std::span<const float> logits;  // none where the next GPU goes on
+    if (range_.end == m_.config.n_layer) {
+      logits = fwd_->logits(all_logits);
+    } else {
+      pipe_.link->send(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
+      pipe_.link->wait_sent(reinterpret_cast<gpu_stream_t>(compute_));
+    }
     // The logits are on the host, so every layer of this pass was consumed: a load that failed (its
     // retries spent, or the controller lost) ends the generation here, not at finish(), so no text is
     // ever printed from a layer that did not arrive.
@@ -423,12 +436,13 @@ class GpuExecutor final : public Executor {
 
   ExecStats stats() const override {
     ExecStats s;
-    s.plan = plan_;
-    s.resident_layers = plan_.count(Tier::kVram);
-    s.ram_layers = plan_.count(Tier::kRam);
-    s.streamed_layers = plan_.count(Tier::kNvme);
+    s.plan = own_plan();
+    s.resident_layers = s.plan.count(Tier::kVram);
+    s.ram_layers = s.plan.count(Tier::kRam);
+    s.streamed_layers = s.plan.count(Tier::kNvme);
+    s.vram_budget = vram_budget_;
     s.bytes_per_step = streamer_bytes_per_step_;
-    s.resident_bytes = embd_->held.bytes + norm_->held.bytes + (out_ ? out_->held.bytes : 0);
+    for (const auto* g : {&embd_, &norm_, &out_}) s.resident_bytes += *g ? (*g)->held.bytes : 0;
     for (const auto& v : vram_) s.resident_bytes += v ? v->held.bytes : 0;
     if (ram_) {
       s.ram_bytes = ram_->host_bytes();
@@ -468,19 +482,28 @@ class GpuExecutor final : public Executor {
                                   : ", routed experts fetched after routing (no prefetch)";
     char b[640];
     std::snprintf(b, sizeof b,
-                  "GPU executor: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
+                  "GPU executor%s: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
                   "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB",
-                  plan_.count(Tier::kVram), plan_.count(Tier::kRam), plan_.count(Tier::kNvme), streamer_ ? slots_ : 0,
+                  pipe_.link ? (" of layers " + std::to_string(range_.begin) + "-" + std::to_string(range_.end - 1)).c_str() : "",
+                  own_plan().count(Tier::kVram), own_plan().count(Tier::kRam), own_plan().count(Tier::kNvme), streamer_ ? slots_ : 0,
                   queues_ ? queues_->raw.size() : size_t(0), moe.c_str(), fwd_->device_bytes() / 1e6);
     return b;
   }
 
  private:
+  // The plan of the layers this GPU runs (of several GPUs: its range's alone).
+  const ResidencyPlan& own_plan() const { return pipe_.link ? range_plan_ : plan_; }
+
   // The plan: --resident N, or the budgets (VRAM by default: what the GPU has free now, after the
   // globals, KV cache and activations, less the RAM tier's GPU buffers and a reserve for the CUDA
   // context, the queues and the fetcher's tables).
   void make_plan(const GpuExecOptions& o) {
     const std::vector<LayerBytes> bytes = layer_bytes(m_);
+    if (o.resident_layers && pipe_.link) {
+      range_plan_ = plan_range_first(bytes, range_, *o.resident_layers);
+      plan_ = range_in_model(range_plan_, range_, m_.config.n_layer);
+      return;
+    }
     if (o.resident_layers) {
       plan_ = plan_first_layers(bytes, *o.resident_layers);
       return;
@@ -498,6 +521,12 @@ class GpuExecutor final : public Executor {
       const uint64_t reserve = buffers * widest + kVramReserve;
       b.vram = free > reserve ? free - reserve : 0;
     }
+    vram_budget_ = b.vram;
+    if (pipe_.link) {  // this GPU's layers alone, by its own budget
+      range_plan_ = plan_range(bytes, range_, b);
+      plan_ = range_in_model(range_plan_, range_, m_.config.n_layer);
+      return;
+    }
     plan_ = plan_residency(bytes, b);
   }
 
@@ -514,7 +543,7 @@ class GpuExecutor final : public Executor {
     std::vector<PackedRanges> ram;
     for (const LayerWeights& l : m_.weights.layers) {
       const LayerPlacement& at = plan_.layers[l.index];
-      if (at.dense == Tier::kNvme) continue;
+      if (at.dense == Tier::kNvme || !range_.contains(l.index)) continue;
       PackedRanges r = at.experts_in_vram ? PackedRanges::span(l.begin, l.end) : dense_part(m_, l);
       if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(*check_, std::move(r));
       else ram.push_back(std::move(r));
@@ -550,12 +579,19 @@ class GpuExecutor final : public Executor {
     device::check_cuda(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), "compute stream");
   }
 
+  // The embeddings where the pass starts, the output norm and head where it ends (one GPU: both).
   void load_globals() {
     const ModelWeights& w = m_.weights;
-    embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd);
-    norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm);
-    if (w.output.file_offset != w.token_embd.file_offset)
-      out_ = std::make_unique<DeviceCopy>(*check_, w.output);
+    const bool first = range_.begin == 0, last = range_.end == m_.config.n_layer;
+    const bool tied = w.output.file_offset == w.token_embd.file_offset;
+    if (first || (last && tied)) embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd);
+    if (last) norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm);
+    if (last && !tied) out_ = std::make_unique<DeviceCopy>(*check_, w.output);
+  }
+  GlobalWeights globals() const {
+    const ModelWeights& w = m_.weights;
+    return {embd_ ? embd_->at(w.token_embd) : nullptr, norm_ ? norm_->at(w.output_norm) : nullptr,
+            out_ ? out_->at(w.output) : embd_ ? embd_->at(w.output) : nullptr};
   }
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.
@@ -574,7 +610,7 @@ class GpuExecutor final : public Executor {
     if (m_.stripe) {
       open_striped_streamer(o, std::move(streamed));
     } else {
-      queues_ = std::make_unique<stream::GpuQueues>(c, 2, o.queues, 256);
+      queues_ = std::make_unique<stream::GpuQueues>(c, uint16_t(first_qid_), o.queues, 256);
       submitter_ = std::make_unique<stream::GpuSubmitter>(c, queues_->raw, 1);
       streamer_ = std::make_unique<stream::LayerStreamer>(c, *submitter_, std::move(streamed), stream::StreamerOptions{.slots = slots_});
     }
@@ -596,7 +632,7 @@ class GpuExecutor final : public Executor {
     std::vector<stream::StripedMember> sm;
     for (size_t i = 0; i < ctrls_.size(); ++i) {
       auto mem = std::make_unique<StripeMember>();
-      mem->queues = std::make_unique<stream::GpuQueues>(*ctrls_[i], 2, o.queues, 256);
+      mem->queues = std::make_unique<stream::GpuQueues>(*ctrls_[i], uint16_t(first_qid_), o.queues, 256);
       mem->submitter = std::make_unique<stream::GpuSubmitter>(*ctrls_[i], mem->queues->raw, 1);
       if (i > 0) device::check_cuda(cudaStreamCreateWithPriority(&mem->io, cudaStreamNonBlocking, hi), "member I/O stream");
       sm.push_back({ctrls_[i], mem->submitter.get(), reinterpret_cast<stream::cuda_stream_t>(mem->io)});
@@ -655,7 +691,12 @@ class GpuExecutor final : public Executor {
   static constexpr uint32_t kHostLeadLayers = 4;
 
   const ModelOnDevice& m_;
-  ResidencyPlan plan_;
+  ResidencyPlan plan_;        // by model layer (a GPU of several: other GPUs' layers hold nothing here)
+  LayerRange range_;          // the layers this GPU runs (one GPU: all)
+  PipelineStage pipe_;        // a GPU of several: its link (null: one GPU)
+  ResidencyPlan range_plan_;  // a GPU of several: the plan of its range alone
+  uint32_t first_qid_ = 2;    // its NVMe queues from here
+  uint64_t vram_budget_ = 0;
   cudaStream_t io_stream_ = nullptr, compute_ = nullptr;
   HostLead lead_{kHostLeadLayers};
   std::unique_ptr<DeviceCopy> embd_, norm_, out_;
@@ -698,6 +739,9 @@ class GpuExecutor final : public Executor {
 
 std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const> controllers, const ModelOnDevice& m,
                                             uint32_t n_ctx, const GpuExecOptions& o) {
+  if (o.gpus > 1) return make_multi_gpu_executor(controllers, m, n_ctx, o);  // an executor like this one per GPU
+  if (o.stage && !o.stage->link && (o.stage->layers.begin != 0 || o.stage->layers.end != m.config.n_layer))
+    throw std::logic_error("a GPU executor of a layer range needs a HiddenLink");
   if (o.max_seqs != 1)
     throw std::runtime_error("the GPU executor holds one sequence and " + std::to_string(o.max_seqs) + " were asked for: " + kOneSequenceOnly);
   std::string why;

@@ -1,0 +1,53 @@
+// Several GPUs in one host (issue 35): the layers split into contiguous ranges, one per GPU, and each
+// GPU's residency plan over its own range. Pure data, so the tool, the tests and a build without a GPU
+// share it.
+//
+// Why contiguous ranges: the hidden state then crosses between GPUs once per GPU boundary and pass
+// (GPU i's last layer to GPU i + 1's first), whatever the tiers inside each range; each GPU's plan
+// spreads its own VRAM / RAM / NVMe layers over its range by the single-GPU rule (residency_plan.h).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "examples/llm/engine/residency_plan.h"
+
+namespace gpunvme::llm {
+
+// Layers [begin, end) of the model.
+struct LayerRange {
+  uint32_t begin = 0, end = 0;
+  bool contains(uint32_t layer) const { return layer >= begin && layer < end; }
+  uint32_t size() const { return end - begin; }
+};
+
+// `gpus` contiguous ranges covering [0, n_layer) in order, their sizes differing by at most one (the
+// first ones the larger). Equal layer counts, not bytes sized by each GPU's budget: every GPU gets the
+// same budget today. Throws std::invalid_argument for 0 GPUs or more GPUs than layers (a GPU with no
+// layer), naming the fix.
+std::vector<LayerRange> split_layers(uint32_t n_layer, uint32_t gpus);
+
+// The plan of `r`'s layers alone (layer i of the result is layer r.begin + i of the model): by the
+// budgets over those layers, or (`resident` given) the model's first `resident` layers whole in VRAM,
+// those of them in r, the rest streamed: --resident N keeps its one-GPU meaning.
+ResidencyPlan plan_range(const std::vector<LayerBytes>& all, LayerRange r, const Budgets& b);
+ResidencyPlan plan_range_first(const std::vector<LayerBytes>& all, LayerRange r, uint32_t resident);
+// A range's plan as a plan of the whole model (`n_layer` layers): the other GPUs' layers hold no bytes
+// here and nothing of them is placed, read or fetched (VRAM with no bytes; whoever runs the range
+// skips them). What the executor of one range indexes by model layer.
+ResidencyPlan range_in_model(const ResidencyPlan& part, LayerRange r, uint32_t n_layer);
+// The whole model's plan from the GPUs' plans in layer order (the totals of every GPU).
+ResidencyPlan join_plans(const std::vector<ResidencyPlan>& parts);
+
+// What one GPU holds, as the tool prints it and writes it to the JSON.
+struct GpuShare {
+  uint32_t gpu = 0;
+  LayerRange layers;
+  ResidencyPlan plan;         // of its layers alone (plan_range)
+  uint64_t vram_budget = 0;   // the budget its plan was made with (0: --resident N)
+  uint64_t resident_bytes = 0;  // weights it read into GPU memory at start (its layers, embeddings or head)
+};
+std::string gpus_table(const std::vector<GpuShare>& g);
+std::string gpus_json(const std::vector<GpuShare>& g);
+
+}  // namespace gpunvme::llm

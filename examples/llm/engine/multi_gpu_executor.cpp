@@ -1,0 +1,223 @@
+#include "examples/llm/engine/multi_gpu_executor.h"
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <future>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "examples/llm/engine/gpu_worker.h"
+#include "examples/llm/engine/layer_split.h"
+#include "examples/llm/engine/nccl_comm.h"
+
+namespace gpunvme::llm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// The longest a pass (every GPU's share of it) or a GPU's start may take before the communicators are
+// aborted: far above a prompt pass of a 70B-shaped model streamed at pcie4 (a few seconds per pass),
+// and a hang still ends.
+constexpr auto kPassTimeout = std::chrono::seconds(300);
+// After an abort, how long the other GPUs get to return.
+constexpr auto kAbortTimeout = std::chrono::seconds(30);
+// NVMe queues per GPU on a shared controller: the streamer's, the expert fetcher's and pre-gating's.
+constexpr uint32_t kQueueSetsPerGpu = 3;
+
+// GPU `rank`'s ends of the hidden state's way (pipeline_stage.h), over the process's communicators.
+class NcclLink final : public HiddenLink {
+ public:
+  NcclLink(NcclComms& comms, int rank) : comms_(comms), rank_(rank) {}
+  void receive(float* x, size_t n, gpu_stream_t s) override { comms_.recv(rank_, x, n, rank_ - 1, cuda(s)); }
+  void send(const float* x, size_t n, gpu_stream_t s) override { comms_.send(rank_, x, n, rank_ + 1, cuda(s)); }
+  // Polls the stream and the communicator's error until the send ended, at most kPassTimeout.
+  void wait_sent(gpu_stream_t s) override {
+    const auto deadline = Clock::now() + kPassTimeout;
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(cuda(s));
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady)
+        throw std::runtime_error("GPU " + std::to_string(rank_) + ": its pass failed: " + cudaGetErrorString(e));
+      comms_.check(rank_);
+      if (Clock::now() > deadline)
+        throw std::runtime_error("GPU " + std::to_string(rank_) + ": its hidden state did not reach GPU " + std::to_string(rank_ + 1) +
+                                 " within " + std::to_string(kPassTimeout.count()) + " s");
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+ private:
+  static cudaStream_t cuda(gpu_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
+  NcclComms& comms_;
+  int rank_;
+};
+
+class MultiGpuExecutor final : public Executor {
+ public:
+  MultiGpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
+      : ranges_(split_layers(m.config.n_layer, o.gpus)) {
+    int visible = 0;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
+    if (int(o.gpus) > visible)
+      throw std::runtime_error("--gpus " + std::to_string(o.gpus) + ": CUDA sees " + std::to_string(visible) +
+                               " GPU(s) here (CUDA_VISIBLE_DEVICES limits them): use --gpus " + std::to_string(visible) + " or fewer");
+    std::vector<int> devices;
+    for (uint32_t g = 0; g < o.gpus; ++g) devices.push_back(int(g));
+    comms_ = std::make_unique<NcclComms>(devices);
+    for (uint32_t g = 0; g < o.gpus; ++g) {
+      links_.push_back(std::make_unique<NcclLink>(*comms_, int(g)));
+      workers_.push_back(std::make_unique<GpuWorker>(int(g)));
+    }
+    stages_.resize(o.gpus);
+    // One GPU at a time: each reads its share through the shared controller's CPU queue and makes its
+    // NVMe queues on it (admin commands), which are not made for concurrent callers.
+    try {
+      for (uint32_t g = 0; g < o.gpus; ++g) {
+        GpuExecOptions so = o;
+        so.gpus = 1;
+        so.ram_budget = o.ram_budget / o.gpus;
+        so.stage = PipelineStage{ranges_[g], 2 + g * kQueueSetsPerGpu * o.queues, links_[g].get()};
+        on_each({g}, [&](uint32_t) { stages_[g] = make_gpu_executor(ctrls, m, n_ctx, so); }, "start");
+      }
+    } catch (...) {
+      release_stages();
+      throw;
+    }
+  }
+
+  ~MultiGpuExecutor() override {
+    try {
+      finish();
+    } catch (...) {
+    }
+    release_stages();
+  }
+
+  std::span<const float> pass(std::span<const PassToken> tokens) override {
+    std::span<const float> logits;
+    on_all([&](uint32_t g) {
+      const std::span<const float> l = stages_[g]->pass(tokens);
+      if (g + 1 == stages_.size()) logits = l;
+    }, "pass");
+    return logits;
+  }
+  uint32_t max_batch() const override { return stages_.front()->max_batch(); }
+  uint32_t max_logit_rows() const override { return stages_.back()->max_logit_rows(); }
+  uint32_t max_seqs() const override { return stages_.front()->max_seqs(); }
+  void end_sequence(uint32_t seq) override {
+    on_all([&](uint32_t g) { stages_[g]->end_sequence(seq); }, "end of a sequence");
+  }
+  void finish() override {
+    if (finished_ || failed_) return;
+    finished_ = true;
+    on_all([&](uint32_t g) { stages_[g]->finish(); }, "finish");
+  }
+
+  ExecStats stats() const override {
+    std::vector<ExecStats> per(stages_.size());
+    const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { per[g] = stages_[g]->stats(); }, "stats");
+    ExecStats s = per.back();  // the MoE counters of the last GPU, the others' sums below
+    s.gpus.clear();
+    std::vector<ResidencyPlan> plans;
+    for (uint32_t g = 0; g < per.size(); ++g) {
+      const ExecStats& p = per[g];
+      plans.push_back(p.plan);
+      s.gpus.push_back({g, ranges_[g], p.plan, p.vram_budget, p.resident_bytes});
+      if (g + 1 == per.size()) continue;
+      s.streamed_bytes += p.streamed_bytes, s.io_seconds += p.io_seconds, s.stall_seconds += p.stall_seconds;
+      s.resident_bytes += p.resident_bytes, s.bytes_per_step += p.bytes_per_step;
+      s.ram_bytes += p.ram_bytes, s.ram_bytes_per_step += p.ram_bytes_per_step, s.ram_copied_bytes += p.ram_copied_bytes;
+      s.resident_layers += p.resident_layers, s.ram_layers += p.ram_layers, s.streamed_layers += p.streamed_layers;
+      s.recovery += p.recovery;
+      s.has_experts = s.has_experts || p.has_experts;
+    }
+    s.plan = join_plans(plans);
+    return s;
+  }
+
+  std::string describe() const override {
+    std::string d = std::to_string(stages_.size()) + " GPUs, the hidden state passed by NCCL send/recv (one host thread each)";
+    std::vector<std::string> each(stages_.size());
+    const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { each[g] = stages_[g]->describe(); }, "describe");
+    for (uint32_t g = 0; g < each.size(); ++g) d += "; GPU " + std::to_string(g) + ": " + each[g];
+    return d;
+  }
+
+ private:
+  // Each GPU's executor ends on its thread: its CUDA frees with its device current.
+  void release_stages() {
+    for (uint32_t g = 0; g < stages_.size(); ++g)
+      if (stages_[g]) workers_[g]->post([this, g] { stages_[g].reset(); }).wait_for(kPassTimeout);
+  }
+
+  void on_all(const std::function<void(uint32_t)>& job, const char* what) {
+    std::vector<uint32_t> all;
+    for (uint32_t g = 0; g < stages_.size(); ++g) all.push_back(g);
+    on_each(all, job, what);
+  }
+
+  // Runs job(g) on GPU g's thread for each g at once and waits, bounded. The first GPU that fails, or
+  // the deadline, aborts the communicators so that GPUs waiting on a peer stop too; then the error,
+  // naming the GPU, is thrown and the executor refuses everything after (no partial output).
+  void on_each(const std::vector<uint32_t>& gpus, const std::function<void(uint32_t)>& job, const char* what) {
+    if (failed_) throw std::runtime_error(std::string("the multi-GPU executor stopped after an earlier failure: ") + failure_);
+    std::vector<std::future<void>> f;
+    for (uint32_t g : gpus) f.push_back(workers_[g]->post([&job, g] { job(g); }));
+    std::string error;
+    auto deadline = Clock::now() + kPassTimeout;
+    const auto fail = [&](std::string e) {
+      if (!error.empty()) return;
+      error = std::move(e);
+      comms_->abort();
+      deadline = Clock::now() + kAbortTimeout;  // for the others to see the abort
+    };
+    for (size_t left = f.size(); left > 0;) {
+      left = 0;
+      for (size_t i = 0; i < f.size(); ++i) {
+        if (!f[i].valid()) continue;
+        if (f[i].wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
+          ++left;
+          continue;
+        }
+        try {
+          f[i].get();
+        } catch (const std::exception& e) {
+          fail("GPU " + std::to_string(gpus[i]) + " (" + what + "): " + e.what());
+        }
+      }
+      if (!left || Clock::now() <= deadline) continue;
+      if (!error.empty()) break;  // a GPU that ignored the abort: its thread is left behind
+      std::string late;
+      for (size_t i = 0; i < f.size(); ++i)
+        if (f[i].valid()) late += " " + std::to_string(gpus[i]);
+      fail(std::string(what) + " did not end within " + std::to_string(kPassTimeout.count()) + " s on GPU(s)" + late +
+           " (the NCCL communicators are aborted)");
+    }
+    if (error.empty()) return;
+    failed_ = true;
+    failure_ = error;
+    throw std::runtime_error(error);
+  }
+
+  std::vector<LayerRange> ranges_;
+  std::unique_ptr<NcclComms> comms_;
+  std::vector<std::unique_ptr<NcclLink>> links_;
+  std::vector<std::unique_ptr<GpuWorker>> workers_;  // declared after comms_: joined first
+  std::vector<std::unique_ptr<Executor>> stages_;    // each made and destroyed on its GPU's thread
+  bool finished_ = false, failed_ = false;
+  std::string failure_;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_multi_gpu_executor(std::span<host::Controller* const> controllers, const ModelOnDevice& m,
+                                                  uint32_t n_ctx, const GpuExecOptions& o) {
+  if (o.stage) throw std::logic_error("make_multi_gpu_executor: a layer range's executor cannot split again");
+  return std::make_unique<MultiGpuExecutor>(controllers, m, n_ctx, o);
+}
+
+}  // namespace gpunvme::llm

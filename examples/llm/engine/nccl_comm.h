@@ -1,0 +1,39 @@
+// NCCL communicators of one process over several of its GPUs (multi_gpu_executor.h): made together,
+// NVLink multicast off first (nccl_env.h), destroyed (or aborted) together. Point-to-point only: the
+// hidden state from rank r to rank r + 1. Rank r is CUDA device devices[r].
+#pragma once
+#include <nccl.h>
+
+#include <atomic>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+namespace gpunvme::llm {
+
+class NcclComms {
+ public:
+  explicit NcclComms(std::span<const int> devices);
+  ~NcclComms();
+  NcclComms(const NcclComms&) = delete;
+  NcclComms& operator=(const NcclComms&) = delete;
+
+  size_t size() const { return comms_.size(); }
+  // Enqueue on `s` (rank's device current): floats from rank `from` into x on `rank`, or to `to`.
+  void recv(int rank, float* x, size_t n, int from, cudaStream_t s);
+  void send(int rank, const float* x, size_t n, int to, cudaStream_t s);
+  // Throws if rank's communicator reported an asynchronous error (a peer lost, a network failure).
+  void check(int rank);
+  // Ends every communicator's outstanding work (its kernels return) and makes them unusable: what a
+  // bounded wait does when a GPU fails or hangs. Any thread; once.
+  void abort();
+  bool aborted() const { return aborted_; }
+
+ private:
+  std::vector<ncclComm_t> comms_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace gpunvme::llm

@@ -1,0 +1,127 @@
+// Several GPUs (issue 35), the parts that need none: the layers split into contiguous ranges, each
+// range's plan by its own budget, a range's plan as the model-wide plan its executor indexes, the GPUs'
+// plans joined, the per-GPU JSON; and NVLink multicast kept off before any NCCL communicator exists.
+#include <catch2/catch_test_macros.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "examples/llm/engine/layer_split.h"
+#include "examples/llm/engine/nccl_env.h"
+
+using namespace gpunvme::llm;
+
+namespace {
+
+std::vector<uint32_t> in(const ResidencyPlan& p, Tier t) {
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < p.layers.size(); ++i)
+    if (p.layers[i].dense == t) ids.push_back(i);
+  return ids;
+}
+
+}  // namespace
+
+TEST_CASE("split_layers: contiguous ranges in order, sizes differing by one at most, the first the larger") {
+  const std::vector<LayerRange> r = split_layers(10, 3);
+  REQUIRE(r.size() == 3);
+  CHECK((r[0].begin == 0 && r[0].end == 4));
+  CHECK((r[1].begin == 4 && r[1].end == 7));
+  CHECK((r[2].begin == 7 && r[2].end == 10));
+  CHECK(split_layers(80, 2)[1].begin == 40);
+  CHECK(split_layers(3, 1)[0].size() == 3);
+  CHECK(split_layers(3, 3)[2].size() == 1);
+}
+
+TEST_CASE("split_layers: no GPU, or a GPU with no layer, is refused naming the fix") {
+  CHECK_THROWS_AS(split_layers(3, 0), std::invalid_argument);
+  try {
+    split_layers(3, 4);
+    FAIL("4 GPUs for 3 layers accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("--gpus 3 or fewer") != std::string::npos);
+  }
+}
+
+TEST_CASE("plan_range: each GPU's layers by its own budget; range_in_model and join_plans keep the indices") {
+  const std::vector<LayerBytes> all(8, LayerBytes{100, 0, 0, 0});
+  const std::vector<LayerRange> r = split_layers(8, 2);
+  // Each GPU's budget holds 2 of its 4 layers: 2 VRAM layers per range, spread over it (not 4 at the model's start).
+  const ResidencyPlan a = plan_range(all, r[0], {.vram = 250, .ram = 0});
+  const ResidencyPlan b = plan_range(all, r[1], {.vram = 250, .ram = 0});
+  REQUIRE(a.layers.size() == 4);
+  CHECK(in(a, Tier::kVram) == in(plan_residency(std::vector<LayerBytes>(4, LayerBytes{100, 0, 0, 0}), {.vram = 250}), Tier::kVram));
+  CHECK(in(a, Tier::kVram).size() == 2);
+  const ResidencyPlan whole = join_plans({a, b});
+  REQUIRE(whole.layers.size() == 8);
+  CHECK(whole.count(Tier::kVram) == 4);
+  CHECK(whole.count(Tier::kNvme) == 4);
+  CHECK(whole.placed_bytes(Tier::kVram) == 400);
+  // GPU 1's plan as the model-wide plan its executor indexes: its layers at 4..7, the others hold nothing.
+  const ResidencyPlan m1 = range_in_model(b, r[1], 8);
+  REQUIRE(m1.layers.size() == 8);
+  for (uint32_t i = 0; i < 4; ++i) {
+    CHECK(m1.bytes[i].dense == 0);
+    CHECK(m1.layers[i].experts_in_vram);
+  }
+  for (uint32_t i = 0; i < 4; ++i) CHECK(m1.layers[4 + i].dense == b.layers[i].dense);
+  CHECK(m1.placed_bytes(Tier::kVram) == b.placed_bytes(Tier::kVram));
+  CHECK(m1.count(Tier::kNvme) == b.count(Tier::kNvme));
+  CHECK_FALSE(m1.any_fetched_experts());
+  CHECK_THROWS_AS(plan_range(all, {6, 9}, {}), std::invalid_argument);
+}
+
+TEST_CASE("plan_range_first: --resident N keeps its one-GPU meaning, the model's first N layers") {
+  const std::vector<LayerBytes> all(6, LayerBytes{100, 0, 0, 0});
+  const std::vector<LayerRange> r = split_layers(6, 2);
+  const ResidencyPlan a = plan_range_first(all, r[0], 4), b = plan_range_first(all, r[1], 4);
+  CHECK(a.count(Tier::kVram) == 3);
+  CHECK(in(b, Tier::kVram) == std::vector<uint32_t>{0});  // model layer 3
+  CHECK(in(b, Tier::kNvme) == std::vector<uint32_t>{1, 2});
+}
+
+TEST_CASE("MoE: a range with fetched experts keeps its expert cache; the other GPU's layers fetch nothing") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 800, 8, 2});
+  const std::vector<LayerRange> r = split_layers(4, 2);
+  const ResidencyPlan a = plan_range(all, r[0], {.vram = 200, .ram = 1000});
+  CHECK(a.any_fetched_experts());
+  CHECK(a.expert_cache_bytes > 0);
+  const ResidencyPlan m0 = range_in_model(a, r[0], 4);
+  CHECK(m0.any_fetched_experts());
+  CHECK(m0.expert_cache_bytes == a.expert_cache_bytes);
+  CHECK(m0.nvme_bytes_per_token() == a.nvme_bytes_per_token());
+}
+
+TEST_CASE("gpus_json: each GPU's layers, budget, bytes and plan") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 0, 0, 0});
+  const std::vector<LayerRange> r = split_layers(4, 2);
+  const std::vector<GpuShare> g{{0, r[0], plan_range(all, r[0], {.vram = 200}), 200, 1234},
+                                {1, r[1], plan_range(all, r[1], {.vram = 100}), 100, 99}};
+  const std::string j = gpus_json(g);
+  CHECK(j.rfind("[{\"gpu\":0,\"first_layer\":0,\"end_layer\":2,\"vram_budget\":200,\"resident_bytes\":1234,\"plan\":{", 0) == 0);
+  CHECK(j.find("{\"gpu\":1,\"first_layer\":2,\"end_layer\":4,\"vram_budget\":100,\"resident_bytes\":99,") != std::string::npos);
+  CHECK(j.find("\"layer_tiers\":[\"VRAM\",\"VRAM\"]") != std::string::npos);
+  CHECK(j.find("\"layer_tiers\":[\"NVMe\",\"VRAM\"]") != std::string::npos);  // spread: the middle of the range
+  CHECK(gpus_table(g).find("GPU 1: layers 2-3") != std::string::npos);
+}
+
+TEST_CASE("disable_nvls: NCCL_NVLS_ENABLE is 0 before NCCL starts; a user's other value is refused, 0 kept") {
+  unsetenv(kNvlsVariable);
+  disable_nvls();
+  REQUIRE(std::getenv(kNvlsVariable) != nullptr);
+  CHECK(std::string(std::getenv(kNvlsVariable)) == "0");
+  disable_nvls();  // again: still 0, no error
+  CHECK(std::string(std::getenv(kNvlsVariable)) == "0");
+  setenv(kNvlsVariable, "1", 1);
+  try {
+    disable_nvls();
+    FAIL("NCCL_NVLS_ENABLE=1 accepted");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()).find("set it to 0") != std::string::npos);
+  }
+  CHECK(std::string(std::getenv(kNvlsVariable)) == "1");  // the user's setting is not replaced behind their back
+  setenv(kNvlsVariable, "", 1);  // empty is not 0 either
+  CHECK_THROWS_AS(disable_nvls(), std::runtime_error);
+  unsetenv(kNvlsVariable);
+}
