@@ -316,7 +316,7 @@ GPUNVME_HD inline void dequant_group(const BlockQ6_K* row, uint64_t g, float* y)
   }
 }
 
-// Q8_0's and Q4_0's blocks (one group each) on the GPU: the quants as words (load_words) and each weight
+// Q8_0's and Q4_0's blocks (one group each; MXFP4's below) on the GPU: the quants as words (load_words) and each weight
 // through byte_to_float, instead of a byte load and an integer-to-float conversion (quarter rate on sm_90)
 // per weight, which bound the Q8_0 matrix-vector kernel near the copy's rate. The values are
 // dequant_block's: the same exact integers times the same scale (the one-hot test in
@@ -339,6 +339,34 @@ GPUNVME_HD inline void dequant_group_words(const BlockQ4_0& b, float* y) {
     for (int i = 0; i < 4; ++i) {
       y[4 * j + i] = byte_to_float<8>(lo, i) * d;
       y[kQK / 2 + 4 * j + i] = byte_to_float<8>(hi, i) * d;
+    }
+  }
+}
+
+// MXFP4 the same way: four codes' magnitudes by one byte permute of the table's bytes (e2m1_doubled's),
+// each as the byte 12 + value (12 - magnitude where the code's sign bit is set), so byte_to_float<12> gives
+// e2m1_doubled's integer exactly (code 8 too: +0), times the same scale.
+GPUNVME_HD inline uint32_t e2m1_biased_bytes(uint32_t v) {  // v: four codes, one in each byte's low nibble
+#if defined(__CUDA_ARCH__)
+  const uint32_t low = v & 0x07070707u, pairs = low | (low >> 4);  // bytes 0 and 2: two 3-bit indexes each
+  const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, (pairs & 0xFFu) | ((pairs >> 8) & 0xFF00u));
+  const uint32_t neg = ((v >> 3) & 0x01010101u) * 0xFFu;  // 0xFF in the bytes whose code is negative
+  return ((0x0C0C0C0Cu + mag) & ~neg) | ((0x0C0C0C0Cu - mag) & neg);
+#else
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) r |= uint32_t(12 + e2m1_doubled((v >> (8 * i)) & 0xFu)) << (8 * i);
+  return r;
+#endif
+}
+GPUNVME_HD inline void dequant_group_words(const BlockMXFP4& b, float* y) {
+  const float d = e8m0_to_float_half(b.e);
+  uint32_t w[4];
+  load_words<4>(b.qs, w);
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t lo = e2m1_biased_bytes(w[j] & 0x0F0F0F0Fu), hi = e2m1_biased_bytes((w[j] >> 4) & 0x0F0F0F0Fu);
+    for (int i = 0; i < 4; ++i) {
+      y[4 * j + i] = byte_to_float<12>(lo, i) * d;
+      y[16 + 4 * j + i] = byte_to_float<12>(hi, i) * d;
     }
   }
 }
