@@ -41,7 +41,7 @@ const cli::Help kHelp = {
     "                  [--modes gpunvme,mmap,mmap-evict] [--verify on,off] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
     "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
-    "                  [--json-out FILE]\n"
+    "                  [--gpus N] [--json-out FILE]\n"
     "\n"
     "Tokens per second of the engine at the I/O bound: for each model image, budget pair, modeled drive and\n"
     "loader, the GPU executor decodes --warmup, then --tokens timed tokens with the real compute, and prints\n"
@@ -123,6 +123,9 @@ const cli::Help kHelp = {
     "                 thread per queue (2N for one namespace, N per striped member). One thread copies about\n"
     "                 3.4 GB/s on the H100 machine, so with 4 the emulator itself, not the modeled drive, capped\n"
     "                 a pcie5 (14.7 GB/s) cell at 70-97 %; with 8 the 70B pcie5 cell reached 100 %\n"
+    "  --gpus N       the engine's layers split over the first N GPUs of this host (its --gpus; default 1;\n"
+    "                 gpunvme mode only): each budget is each GPU's, the drive(s) shared by them; the bound\n"
+    "                 is still the drive's and one host link's (the per-GPU links are not in it yet)\n"
     "  --emu-opts KEYS  extra keys for every cell's emulated controllers, e.g. poll=spin (the README's\n"
     "                 emulator grammar; drive= and threads= come from --drives and --queues)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
@@ -189,6 +192,7 @@ struct RunSettings {
   llm::ExpertIoFlags expert_io;  // --expert-window, --expert-read
   uint32_t warmup = 1, tokens = 3, slots = 2;
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
+  uint32_t gpus = 1;    // --gpus: the engine's GPUs (each with its own queues on the drive's controller)
   std::string emu_opts;  // extra emulator keys for every cell's controllers ("poll=spin"), as given
   double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
 };
@@ -243,13 +247,15 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   // modeled drive, capped streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap
   // reached 85 %). A striped set: one controller per member, one thread per streamer queue (MoE experts
   // are not fetched from a set).
-  const bench::DriveControllers drive_ctrls(spec.devices, drive, spec.devices.size() > 1 ? rs.queues : 2 * rs.queues, rs.emu_opts);
+  const bench::DriveControllers drive_ctrls(spec.devices, drive, (spec.devices.size() > 1 ? rs.queues : 2 * rs.queues) * rs.gpus,
+                                            rs.emu_opts);
   llm::GpuExecOptions o;
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;
   o.verify = verify;
   o.slots = rs.slots;
   o.queues = rs.queues;
+  o.gpus = rs.gpus;
   if (prefetch == "on" || prefetch == "off") {  // the lag prefetch, or neither; no pre-gating either way
     o.expert_prefetch = prefetch == "on";
     o.expert_pregate = 0;
@@ -341,7 +347,9 @@ std::string cell_json(const Cell& c, double h2d) {
                   c.generator->bytes_per_second(), c.generator->cpu_seconds_per_gb(), c.generator->threads);
   const std::string verify = c.error.empty() ? "\"verify\":" + llm::verify_json(e.verify) + "," : "";
   return b + prefetch + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
-         (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + "}\n";
+         (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + ",\"gpus\":" +
+         std::to_string(std::max<size_t>(1, e.gpus.size())) + ",\"gpu_plans\":" + (e.gpus.empty() ? std::string("null") : llm::gpus_json(e.gpus)) +
+         "}\n";
 }
 
 // pf: the width of the prefetch column (the longest --expert-prefetch entry, at least 4).
@@ -450,6 +458,10 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   rs.warmup = args.get_u32("warmup", 1);
   rs.slots = args.get_u32("slots", 2);
   rs.queues = args.get_u32("queues", 8);
+  rs.gpus = args.get_u32("gpus", 1);
+  if (rs.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
+  if (rs.gpus > 1 && (modes.size() != 1 || modes[0] != "gpunvme"))
+    throw cli::UsageError("--gpus above 1 runs the gpunvme mode only (the mmap loaders feed one GPU): give --modes gpunvme");
   rs.expert_io = llm::parse_expert_io_flags(args);
   if (args.has("emu-opts")) {
     rs.emu_opts = args.get("emu-opts");
@@ -540,7 +552,7 @@ int parse_and_run(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) models.push_back(device_model(argv[++i]));
     else rest.push_back(argv[i]);
   }
-  const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out"}, {});
+  const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out", "gpus"}, {});
   if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
   if (models.empty())

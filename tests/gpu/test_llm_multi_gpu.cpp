@@ -1,0 +1,100 @@
+// Several GPUs of one host (issue 35, examples/llm/engine/multi_gpu_executor.h): the generated 3-layer
+// models (llm_fixtures.h), dense and MoE, split over 2 GPUs (layers 0-1 on GPU 0, layer 2 and the head
+// on GPU 1, the hidden state by NCCL) give the tokens and logits of one GPU to the bit: for one-token
+// steps and for a batched pass of every row, with every layer resident, and with layers streamed and
+// experts fetched on each GPU from its own queues. Skips without 2 GPUs (the lead's 2-GPU machine runs it).
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "examples/llm/engine/executor.h"
+#include "gpu_rig.h"
+#include "llm_fixtures.h"
+
+using namespace gpunvme;
+
+namespace {
+
+#define REQUIRE_TWO_GPUS()                                                        \
+  do {                                                                            \
+    REQUIRE_GPU();                                                                \
+    int n_ = 0;                                                                   \
+    if (cudaGetDeviceCount(&n_) != cudaSuccess || n_ < 2) SKIP("needs 2 GPUs, CUDA sees " << n_); \
+  } while (0)
+
+bool same_bits(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
+}
+
+// A pass of 5 tokens at position 0, every row's logits.
+std::vector<float> batched(host::Controller& c, const llm::ModelOnDevice& m, llm::GpuExecOptions o) {
+  o.max_batch = 5;
+  auto ex = llm::make_gpu_executor(c, m, 8, o);
+  const std::vector<uint32_t> t{3, 17, 5, 200, 9};
+  const std::span<const float> l = ex->pass(t, 0, true);
+  std::vector<float> out(l.begin(), l.end());
+  ex->finish();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("llm --gpus 2: tokens and logits of one GPU to the bit, resident and streamed, dense and MoE") {
+  REQUIRE_TWO_GPUS();
+  for (const uint32_t experts : {0u, 8u}) {
+    test::DeployedModel d(experts, "multi-gpu-test");
+    test::Opened o(d.device);
+    llm::GpuExecOptions one;
+    one.resident_layers = o.m.config.n_layer;
+    llm::ExecStats s1, s2;
+    const auto want = test::run(*o.ctrl, o.m, one, &s1);
+    const std::vector<float> want_batch = batched(*o.ctrl, o.m, one);
+    // All resident; layer 0 resident and 1-2 streamed (one on each GPU; MoE: their experts fetched on each).
+    for (const uint32_t resident : {o.m.config.n_layer, 1u}) {
+      INFO("experts " << experts << ", --resident " << resident);
+      llm::GpuExecOptions two = one;
+      two.gpus = 2;
+      two.resident_layers = resident;
+      const auto got = test::run(*o.ctrl, o.m, two, &s2);
+      REQUIRE(got.size() == want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        INFO("step " << i);
+        CHECK(same_bits(got[i], want[i]));
+      }
+      CHECK(same_bits(batched(*o.ctrl, o.m, two), want_batch));
+      REQUIRE(s2.gpus.size() == 2);
+      CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == 2));
+      CHECK((s2.gpus[1].layers.begin == 2 && s2.gpus[1].layers.end == 3));
+      CHECK(s2.plan.layers.size() == o.m.config.n_layer);
+      CHECK(s2.resident_layers == resident);
+      CHECK(s2.streamed_layers == o.m.config.n_layer - resident);
+      if (resident == 1) {
+        CHECK(s2.gpus[1].plan.count(llm::Tier::kNvme) == 1);  // GPU 1 streamed its layer from its own queues
+        CHECK(s2.streamed_bytes > 0);
+        if (experts) CHECK(s2.has_experts);
+      }
+    }
+    CHECK(std::string(std::getenv("NCCL_NVLS_ENABLE")) == "0");  // set before the communicators
+  }
+}
+
+TEST_CASE("llm --gpus: more GPUs than CUDA sees, or than layers, is refused naming the fix") {
+  REQUIRE_TWO_GPUS();
+  test::DeployedModel d(0, "multi-gpu-test");
+  test::Opened o(d.device);
+  int n = 0;
+  REQUIRE(cudaGetDeviceCount(&n) == cudaSuccess);
+  llm::GpuExecOptions too_many;
+  too_many.resident_layers = o.m.config.n_layer;
+  too_many.gpus = uint32_t(n) + 1;
+  // 3 layers: a fourth GPU would hold none (split_layers); with 2 GPUs visible, a third is not there.
+  REQUIRE_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, too_many),
+                      Catch::Matchers::ContainsSubstring("or fewer"));
+}
