@@ -135,11 +135,35 @@ GPUNVME_HD inline void dequant_block(const BF16Value& b, float* y) { y[0] = bf16
 // thread's registers). A group never straddles a block, and every type's row is a whole number of groups.
 inline constexpr int kGroup = 32;
 
-// N * 4 quant bytes as N little-endian words (N = 4 or 8). On the GPU with the widest loads q's alignment
-// allows (Q4_K and Q5_K quants are 16-byte aligned in VRAM: a super-block is 144 or 176 bytes and its quants
-// start at byte 16 or 48; Q6_K's 210-byte super-blocks are only 2-byte aligned): a warp's byte loads
-// touched a sector per lane per byte, and were a tenth of the row kernel's instructions. The same bytes
-// either way.
+// N * 4 bytes at any address as N little-endian words (N a multiple of 4). On the GPU the N + 1 aligned
+// words that hold them, shifted into place (a funnel shift a word; shift 0 where q is aligned): 9 loads
+// for 32 bytes instead of 16 two-byte or 32 one-byte ones, and the same instructions for every lane. The
+// types whose blocks are not a multiple of 16 bytes (Q6_K's 210, Q8_0's 34, Q4_0's 18, MXFP4's 17) put the
+// lanes of a warp at different alignments: a choice of load by alignment ran each of its branches in turn.
+// The words' extra bytes lie in the same aligned words as bytes of q, so no load reaches a page that q's
+// bytes do not.
+template <int N>
+GPUNVME_HD inline void load_words_any(const uint8_t* q, uint32_t (&w)[N]) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t mis = uint32_t(reinterpret_cast<uintptr_t>(q) & 3u);
+  const auto* a = reinterpret_cast<const uint32_t*>(q - mis);  // not from an integer: keeps q's address space
+  uint32_t lo = a[0];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const uint32_t hi = a[j + 1];
+    w[j] = __funnelshift_r(lo, hi, 8u * mis);
+    lo = hi;
+  }
+#else
+  for (int j = 0; j < N; ++j)
+    w[j] = uint32_t(q[4 * j]) | uint32_t(q[4 * j + 1]) << 8 | uint32_t(q[4 * j + 2]) << 16 | uint32_t(q[4 * j + 3]) << 24;
+#endif
+}
+
+// The same words with the widest loads q's alignment allows, for bytes whose alignment is the same in
+// every lane of a warp (Q4_K's and Q5_K's quants are 16-byte aligned in VRAM: a super-block is 144 or 176
+// bytes and its quants start at byte 16 or 48; the unquantized types' groups): a warp's byte loads touched
+// a sector per lane per byte, and were a tenth of the row kernel's instructions. The same bytes either way.
 template <int N>
 GPUNVME_HD inline void load_words(const uint8_t* q, uint32_t (&w)[N]) {
   static_assert(N % 4 == 0);
@@ -158,22 +182,8 @@ GPUNVME_HD inline void load_words(const uint8_t* q, uint32_t (&w)[N]) {
     for (int j = 0; j < N; ++j) w[j] = reinterpret_cast<const uint32_t*>(q)[j];
     return;
   }
-  // Otherwise the N + 1 aligned words that hold the bytes, shifted into place (a funnel shift a word):
-  // 9 loads instead of 16 two-byte or 32 one-byte ones (Q6_K's, Q8_0's). The words' extra bytes lie in
-  // the same aligned words as bytes of q, so no load reaches a page that q's bytes do not.
-  const auto* a = reinterpret_cast<const uint32_t*>(q - (at & 3u));  // not from the integer: keeps q's address space
-  const uint32_t shift = 8u * uint32_t(at & 3u);
-  uint32_t lo = a[0];
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    const uint32_t hi = a[j + 1];
-    w[j] = __funnelshift_r(lo, hi, shift);
-    lo = hi;
-  }
-#else
-  for (int j = 0; j < N; ++j)
-    w[j] = uint32_t(q[4 * j]) | uint32_t(q[4 * j + 1]) << 8 | uint32_t(q[4 * j + 2]) << 16 | uint32_t(q[4 * j + 3]) << 24;
 #endif
+  load_words_any<N>(q, w);
 }
 
 GPUNVME_HD inline void load_32_bytes(const uint8_t* q, uint32_t (&w)[8]) { load_words<8>(q, w); }
@@ -307,16 +317,16 @@ GPUNVME_HD inline void dequant_group(const BlockQ6_K* row, uint64_t g, float* y)
   const uint8_t* qh = b.qh + 32 * n;
   const int8_t* sc = b.scales + 8 * n + 2 * k;
   const float d0 = d * float(sc[0]), d1 = d * float(sc[1]);  // elements 0..15 and 16..31
-  uint32_t lw[8], hw[8];
-  load_32_bytes(ql, lw);
-  load_32_bytes(qh, hw);
+  uint32_t lw[8], hw[8];  // 210-byte super-blocks: the lanes' alignments differ
+  load_words_any<8>(ql, lw);
+  load_words_any<8>(qh, hw);
   for (int j = 0; j < 8; ++j) {  // four weights a word: low nibble (k < 2) or high, and two high bits
     const uint32_t v = ((lw[j] >> (k < 2 ? 0 : 4)) & 0x0F0F0F0Fu) | (((hw[j] >> (2 * k)) & 0x03030303u) << 4);
     for (int i = 0; i < 4; ++i) y[4 * j + i] = (j < 4 ? d0 : d1) * byte_to_float<32>(v, i);
   }
 }
 
-// Q8_0's and Q4_0's blocks (one group each; MXFP4's below) on the GPU: the quants as words (load_words) and each weight
+// Q8_0's and Q4_0's blocks (one group each; Q5_0's and MXFP4's below) on the GPU: the quants as words (load_words_any) and each weight
 // through byte_to_float, instead of a byte load and an integer-to-float conversion (quarter rate on sm_90)
 // per weight, which bound the Q8_0 matrix-vector kernel near the copy's rate. The values are
 // dequant_block's: the same exact integers times the same scale (the one-hot test in
@@ -324,7 +334,7 @@ GPUNVME_HD inline void dequant_group(const BlockQ6_K* row, uint64_t g, float* y)
 GPUNVME_HD inline void dequant_group_words(const BlockQ8_0& b, float* y) {
   const float d = half_to_float(b.d);
   uint32_t w[8];
-  load_words<8>(reinterpret_cast<const uint8_t*>(b.qs), w);
+  load_words_any<8>(reinterpret_cast<const uint8_t*>(b.qs), w);
   for (int j = 0; j < 8; ++j) {
     const uint32_t v = w[j] ^ 0x80808080u;  // int8 q as the byte q + 128
     for (int i = 0; i < 4; ++i) y[4 * j + i] = byte_to_float<128>(v, i) * d;
@@ -333,12 +343,30 @@ GPUNVME_HD inline void dequant_group_words(const BlockQ8_0& b, float* y) {
 GPUNVME_HD inline void dequant_group_words(const BlockQ4_0& b, float* y) {
   const float d = half_to_float(b.d);
   uint32_t w[4];
-  load_words<4>(b.qs, w);
+  load_words_any<4>(b.qs, w);
   for (int j = 0; j < 4; ++j) {
     const uint32_t lo = w[j] & 0x0F0F0F0Fu, hi = (w[j] >> 4) & 0x0F0F0F0Fu;
     for (int i = 0; i < 4; ++i) {
       y[4 * j + i] = byte_to_float<8>(lo, i) * d;
       y[kQK / 2 + 4 * j + i] = byte_to_float<8>(hi, i) * d;
+    }
+  }
+}
+
+// Q5_0: the fifth bits (qh, the 4 bytes before the quants) and the quants as five words; four elements'
+// fifth bits spread to bit 4 of their bytes by one multiplication (bit k to bit 8k: the shifted copies of
+// a 4-bit value do not overlap, so nothing carries).
+GPUNVME_HD inline void dequant_group_words(const BlockQ5_0& b, float* y) {
+  const float d = half_to_float(b.d);
+  uint32_t w[5];  // w[0]: qh; w[1..4]: qs
+  load_words_any<5>(b.qh, w);
+  auto fifth = [](uint32_t bits4) { return ((bits4 * 0x00204081u) & 0x01010101u) << 4; };
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t lo = (w[1 + j] & 0x0F0F0F0Fu) | fifth((w[0] >> (4 * j)) & 0xFu);
+    const uint32_t hi = ((w[1 + j] >> 4) & 0x0F0F0F0Fu) | fifth((w[0] >> (16 + 4 * j)) & 0xFu);
+    for (int i = 0; i < 4; ++i) {
+      y[4 * j + i] = byte_to_float<16>(lo, i) * d;
+      y[kQK / 2 + 4 * j + i] = byte_to_float<16>(hi, i) * d;
     }
   }
 }
@@ -361,7 +389,7 @@ GPUNVME_HD inline uint32_t e2m1_biased_bytes(uint32_t v) {  // v: four codes, on
 GPUNVME_HD inline void dequant_group_words(const BlockMXFP4& b, float* y) {
   const float d = e8m0_to_float_half(b.e);
   uint32_t w[4];
-  load_words<4>(b.qs, w);
+  load_words_any<4>(b.qs, w);
   for (int j = 0; j < 4; ++j) {
     const uint32_t lo = e2m1_biased_bytes(w[j] & 0x0F0F0F0Fu), hi = e2m1_biased_bytes((w[j] >> 4) & 0x0F0F0F0Fu);
     for (int i = 0; i < 4; ++i) {
