@@ -14,11 +14,11 @@ using namespace gpunvme::llm;
 
 namespace {
 
-std::vector<uint32_t> in(const ResidencyPlan& p, Tier t) {
-  std::vector<uint32_t> ids;
-  for (uint32_t i = 0; i < p.layers.size(); ++i)
-    if (p.layers[i].dense == t) ids.push_back(i);
-  return ids;
+// Each layer's tier, in order.
+std::vector<Tier> tiers(const ResidencyPlan& p) {
+  std::vector<Tier> t;
+  for (const LayerPlacement& l : p.layers) t.push_back(l.dense);
+  return t;
 }
 
 }  // namespace
@@ -51,8 +51,8 @@ TEST_CASE("plan_range: each GPU's layers by its own budget; range_in_model and j
   const ResidencyPlan a = plan_range(all, r[0], {.vram = 250, .ram = 0});
   const ResidencyPlan b = plan_range(all, r[1], {.vram = 250, .ram = 0});
   REQUIRE(a.layers.size() == 4);
-  CHECK(in(a, Tier::kVram) == in(plan_residency(std::vector<LayerBytes>(4, LayerBytes{100, 0, 0, 0}), {.vram = 250}), Tier::kVram));
-  CHECK(in(a, Tier::kVram).size() == 2);
+  CHECK(tiers(a) == tiers(plan_residency(std::vector<LayerBytes>(4, LayerBytes{100, 0, 0, 0}), {.vram = 250})));
+  CHECK(a.count(Tier::kVram) == 2);
   const ResidencyPlan whole = join_plans({a, b});
   REQUIRE(whole.layers.size() == 8);
   CHECK(whole.count(Tier::kVram) == 4);
@@ -77,8 +77,7 @@ TEST_CASE("plan_range_first: --resident N keeps its one-GPU meaning, the model's
   const std::vector<LayerRange> r = split_layers(6, 2);
   const ResidencyPlan a = plan_range_first(all, r[0], 4), b = plan_range_first(all, r[1], 4);
   CHECK(a.count(Tier::kVram) == 3);
-  CHECK(in(b, Tier::kVram) == std::vector<uint32_t>{0});  // model layer 3
-  CHECK(in(b, Tier::kNvme) == std::vector<uint32_t>{1, 2});
+  CHECK(tiers(b) == std::vector<Tier>{Tier::kVram, Tier::kNvme, Tier::kNvme});  // model layers 3 (resident), 4, 5
 }
 
 TEST_CASE("MoE: a range with fetched experts keeps its expert cache; the other GPU's layers fetch nothing") {
