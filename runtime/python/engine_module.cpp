@@ -117,7 +117,7 @@ class Engine {
 // with the GIL released. One thread at a time: gpunvme.Scheduler (model.py) serializes the calls.
 class Batch {
  public:
-  Batch(Engine& e, uint32_t max_queued) : s_(e.executor_ref(), e.n_ctx(), llm::SchedulerOptions{max_queued}) {}
+  Batch(Engine& e, uint32_t max_queued) : ex_(e.executor_ref()), s_(ex_, e.n_ctx(), llm::SchedulerOptions{max_queued}) {}
   uint64_t submit(std::vector<uint32_t> prompt, uint32_t max_tokens, float temperature, uint32_t top_k, float top_p,
                   uint64_t seed, std::set<uint32_t> stop_tokens) {
     return s_.submit(llm::SeqRequest{std::move(prompt), max_tokens,
@@ -130,8 +130,28 @@ class Batch {
     return s_.step();
   }
   const llm::Scheduler& get() const { return s_; }
+  // What the executor counted since start (ExecStats), between passes (step() is the only other caller):
+  // bytes the passes read from the device (streamed layers, fetched experts; the CPU executor reads its
+  // model once at start, so 0), the time compute waited for those reads, and the expert cache's hits
+  // (None where no experts are fetched).
+  nb::dict io_counters() const {
+    const llm::ExecStats st = ex_.stats();
+    double expert_stall = 0;
+    for (double v : st.prefetch.stall_seconds) expert_stall += v;
+    nb::dict d;
+    d["bytes_read"] = st.streamed_bytes + st.experts.bytes_read;
+    d["layer_bytes_per_pass"] = st.bytes_per_step;
+    d["ram_bytes_copied"] = st.ram_copied_bytes;
+    d["layer_stall_seconds"] = st.stall_seconds;
+    d["expert_bytes_read"] = st.has_experts ? nb::cast(st.experts.bytes_read) : nb::none();
+    d["expert_hits"] = st.has_experts ? nb::cast(st.experts.hits) : nb::none();
+    d["experts_routed"] = st.has_experts ? nb::cast(st.experts.requested) : nb::none();
+    d["expert_stall_seconds"] = st.has_experts ? nb::cast(expert_stall) : nb::none();
+    return d;
+  }
 
  private:
+  llm::Executor& ex_;
   llm::Scheduler s_;
 };
 
@@ -209,6 +229,7 @@ NB_MODULE(_engine, m) {
            nb::arg("top_p"), nb::arg("seed"), nb::arg("stop_tokens"))
       .def("cancel", &Batch::cancel, nb::arg("id"))
       .def("step", &Batch::step)
+      .def("io_counters", &Batch::io_counters)
       .def("active", [](const Batch& b) { return b.get().active(); })
       .def("queued", [](const Batch& b) { return b.get().queued(); })
       .def("counters", [](const Batch& b) {

@@ -374,6 +374,16 @@ class Scheduler:
         """passes, pass_tokens, prompt_tokens, generated_tokens, finished, cancelled since it was made."""
         return self._batch.counters()
 
+    def io_counters(self) -> dict:
+        """What the executor counted since the model was opened: bytes_read (from the device by passes:
+        streamed layers and fetched experts; 0 on the CPU executor, which reads the model once at start),
+        layer_bytes_per_pass (the streamed layers' bytes, read once per pass), ram_bytes_copied (the RAM
+        tier's copies to the GPU), layer_stall_seconds (compute waiting for streamed layers), and, where
+        experts are fetched (else None), expert_bytes_read, expert_hits, experts_routed (distinct experts
+        a pass routed to, summed over passes) and expert_stall_seconds. Waits for a running step()."""
+        with self._lock:
+            return self._batch.io_counters()
+
 
 # Streams whose engine thread may still run: stopped before the interpreter exits, since a thread
 # inside the engine cannot take the GIL back once finalization has begun.

@@ -44,13 +44,17 @@ class Event:
 
 @dataclass
 class Counters:
-    """The engine's running totals, read by /metrics. extra: any other number the engine counts (expert
-    cache hits, stalls, ...), exported under its own name."""
+    """The engine's running totals, read by /metrics; None: this engine does not count it (or, for the
+    expert fields, fetches no experts). extra: any other number the engine counts, exported under its own name."""
     passes: int = 0
     generated_tokens: int = 0
     prompt_tokens: int = 0
-    bytes_read: int | None = None  # None: this engine does not count its reads
+    bytes_read: int | None = None  # from the device by passes (streamed layers, fetched experts)
     pass_tokens: int | None = None  # tokens the passes carried (prompt and generated); None: not counted
+    layer_stall_seconds: float | None = None  # compute waited for streamed layers
+    expert_hits: int | None = None  # fetched experts found in the expert cache
+    experts_routed: int | None = None  # experts the passes routed to (distinct per pass and layer)
+    expert_stall_seconds: float | None = None  # compute waited for expert reads
     extra: dict = field(default_factory=dict)
 
 

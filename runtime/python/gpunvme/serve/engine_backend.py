@@ -61,6 +61,9 @@ class SchedulerBackend:
         return self.sched.queued()
 
     def counters(self):
-        c = self.sched.counters()
-        return Counters(c["passes"], c["generated_tokens"], c["prompt_tokens"], pass_tokens=c["pass_tokens"],
+        c, io = self.sched.counters(), self.sched.io_counters()
+        return Counters(c["passes"], c["generated_tokens"], c["prompt_tokens"], bytes_read=io["bytes_read"],
+                        pass_tokens=c["pass_tokens"], layer_stall_seconds=io["layer_stall_seconds"],
+                        expert_hits=io["expert_hits"], experts_routed=io["experts_routed"],
+                        expert_stall_seconds=io["expert_stall_seconds"],
                         extra={"finished": c["finished"], "cancelled": c["cancelled"]})

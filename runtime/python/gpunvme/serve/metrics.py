@@ -49,11 +49,30 @@ class _Collector:
         yield _counter("gpunvme_requests_rejected", "requests answered 429 (server full)", w.rejected)
         yield _counter("gpunvme_sequences_cancelled", "sequences ended early (client gone, stop string)", w.cancelled)
         if c.bytes_read is not None:
-            yield _counter("gpunvme_bytes_read", "model bytes read from the device by passes", c.bytes_read)
-            per_token = c.bytes_read / c.generated_tokens if c.generated_tokens else 0.0
-            yield _gauge("gpunvme_bytes_read_per_token", "bytes read per generated token, since start", per_token)
+            yield _counter("gpunvme_bytes_read", "model bytes read from the device by passes (streamed layers, "
+                           "fetched experts; 0 where the model is read once at start)", c.bytes_read)
+            yield _gauge("gpunvme_bytes_read_per_token", "bytes read per generated token, since start",
+                         _ratio(c.bytes_read, c.generated_tokens))
+            yield _gauge("gpunvme_bytes_read_per_pass", "bytes read per pass, since start: what passes of "
+                         "several sequences share", _ratio(c.bytes_read, c.passes))
+        if c.layer_stall_seconds is not None:
+            yield _counter("gpunvme_layer_stall_seconds", "time the compute waited for streamed layers",
+                           c.layer_stall_seconds)
+        if c.experts_routed is not None:
+            yield _counter("gpunvme_experts_routed", "experts the passes routed to (distinct per pass and layer)",
+                           c.experts_routed)
+            yield _counter("gpunvme_expert_cache_hits", "routed experts found in the expert cache (not read)",
+                           c.expert_hits)
+            yield _gauge("gpunvme_expert_cache_hit_ratio", "expert cache hits / experts routed, since start",
+                         _ratio(c.expert_hits, c.experts_routed))
+            yield _counter("gpunvme_expert_stall_seconds", "time the compute waited for expert reads",
+                           c.expert_stall_seconds)
         for name, value in sorted(c.extra.items()):
             yield _counter("gpunvme_engine_" + re.sub(r"[^a-zA-Z0-9_]", "_", name), f"the engine's {name}", value)
+
+
+def _ratio(a, b):
+    return a / b if b else 0.0
 
 
 def _gauge(name, doc, value):
