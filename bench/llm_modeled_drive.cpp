@@ -107,4 +107,13 @@ double measure_h2d() {
 #endif
 }
 
+std::string gpu_name() {
+#if GPUNVME_HAVE_CUDA
+  int dev = 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) return prop.name;
+#endif
+  return "";
+}
+
 }  // namespace gpunvme::bench

@@ -49,5 +49,7 @@ class EngineCpuTimer {
 // Host-to-GPU copy bandwidth from pinned memory (bytes/s): the RAM tier's link. Needs a GPU (CUDA
 // builds); 0 without CUDA.
 double measure_h2d();
+// The current GPU's name as CUDA reports it ("NVIDIA H200"); "" without CUDA or a GPU.
+std::string gpu_name();
 
 }  // namespace gpunvme::bench

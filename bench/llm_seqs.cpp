@@ -106,6 +106,7 @@ struct Settings {
   std::vector<uint32_t> seqs;
   uint32_t prompt_tokens = 16, tokens = 8, warmup = 1, prompts = 2;
   bool gpu = false;
+  std::string gpu_name;  // the card, as CUDA names it
   std::string drive = "pcie4";
   double drive_bps = 0, h2d_bps = 0;  // the modeled drive's rated read bandwidth; measured host-to-GPU
   uint32_t positions() const { return prompt_tokens + warmup + tokens; }  // each sequence's context
@@ -220,6 +221,7 @@ std::string json_or_null(double v, int digits) {
 
 std::string row_json(const Row& r, const Settings& s, double base_tps, const std::string& model, const std::string& executor) {
   std::string j = "{\"tool\":\"llm_seqs\",\"model\":" + text::json_string(model) + ",\"executor\":" + text::json_string(executor) +
+                  ",\"gpu\":" + (s.gpu ? text::json_string(s.gpu_name) : std::string("null")) +
                   ",\"drive\":" + (s.gpu ? text::json_string(s.drive) : std::string("null")) + ",\"sequences\":" + std::to_string(r.n) +
                   ",\"prompt_tokens\":" + std::to_string(s.prompt_tokens) + ",\"passes\":" + std::to_string(s.tokens) + ",";
   if (!r.error.empty()) return j + "\"error\":" + text::json_string(r.error) + "}\n";
@@ -313,6 +315,7 @@ int run(const cli::Args& args) {
   if (s.gpu) {
     drive = std::make_unique<bench::DriveControllers>(devices, s.drive, devices.size() > 1 ? queues : 2 * queues);
     s.h2d_bps = bench::measure_h2d();
+    s.gpu_name = bench::gpu_name();
   } else {
     s.drive_bps = 0;  // nothing is read per pass: no bound
     for (const char* o : {"vram-budget", "ram-budget", "drive", "queues", "slots", "pass-kernels"})
@@ -323,7 +326,8 @@ int run(const cli::Args& args) {
   std::printf("model: %s (%s, %u layers); %s; drive %s\n", text::printable(model).c_str(), text::printable(m.config.arch_name).c_str(),
               m.config.n_layer, text::printable(executor).c_str(), s.gpu ? s.drive.c_str() : "- (nothing read per pass)");
   if (!ex->stats().plan.layers.empty()) std::printf("%s", llm::plan_table(ex->stats().plan).c_str());
-  if (s.gpu) std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", s.h2d_bps / 1e9);
+  if (s.gpu)
+    std::printf("%s: host-to-GPU copy from pinned memory %.2f GB/s\n", text::printable(s.gpu_name).c_str(), s.h2d_bps / 1e9);
   std::printf("%u-token prompts (%u distinct), %u warm-up + %u timed decode passes per row\n", s.prompt_tokens, std::min(s.prompts, s.seqs.back()),
               s.warmup, s.tokens);
   // Each prompt decoded alone: the tokens every sequence must give (the N = 1 row is prompt 0's).
