@@ -53,6 +53,7 @@ const cli::Help kHelp = {
     "  --vram-budget SIZE  GPU path: GPU memory for layer weights (default: what is free, less 512 MiB)\n"
     "  --ram-budget SIZE   GPU path: pinned host memory for the layers beyond it (default 0); the other layers\n"
     "                      are read from the namespace for every token\n"
+    "  --gpus N            GPU path: the layers split over N GPUs of this host, the hidden state passed by NCCL\n"
     "  --draft lookup      speculative decoding by prompt lookup: the tokens of plain decoding, in fewer passes\n"
     "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n",
     "\n"

@@ -23,6 +23,9 @@ using Clock = std::chrono::steady_clock;
 // aborted: far above a prompt pass of a 70B-shaped model streamed at pcie4 (a few seconds per pass),
 // and a hang still ends.
 constexpr auto kPassTimeout = std::chrono::seconds(300);
+// A GPU's start (its share read and checked through the CPU queue): a 70B-shaped model's 22 GiB read
+// from a generated namespace takes minutes, not hours.
+constexpr auto kStartTimeout = std::chrono::seconds(3600);
 // After an abort, how long the other GPUs get to return.
 constexpr auto kAbortTimeout = std::chrono::seconds(30);
 // NVMe queues per GPU on a shared controller: the streamer's, the expert fetcher's and pre-gating's.
@@ -64,7 +67,8 @@ class MultiGpuExecutor final : public Executor {
     if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
     if (int(o.gpus) > visible)
       throw std::runtime_error("--gpus " + std::to_string(o.gpus) + ": CUDA sees " + std::to_string(visible) +
-                               " GPU(s) here (CUDA_VISIBLE_DEVICES limits them): use --gpus " + std::to_string(visible) + " or fewer");
+                               " GPU(s) here (CUDA_VISIBLE_DEVICES limits them)" +
+                               (visible ? ": use --gpus " + std::to_string(visible) + " or fewer" : std::string(": use --path cpu")));
     std::vector<int> devices;
     for (uint32_t g = 0; g < o.gpus; ++g) devices.push_back(int(g));
     comms_ = std::make_unique<NcclComms>(devices);
@@ -81,7 +85,7 @@ class MultiGpuExecutor final : public Executor {
         so.gpus = 1;
         so.ram_budget = o.ram_budget / o.gpus;
         so.stage = PipelineStage{ranges_[g], 2 + g * kQueueSetsPerGpu * o.queues, links_[g].get()};
-        on_each({g}, [&](uint32_t) { stages_[g] = make_gpu_executor(ctrls, m, n_ctx, so); }, "start");
+        on_each({g}, [&](uint32_t) { stages_[g] = make_gpu_executor(ctrls, m, n_ctx, so); }, "start", kStartTimeout);
       }
     } catch (...) {
       release_stages();
@@ -120,7 +124,8 @@ class MultiGpuExecutor final : public Executor {
   ExecStats stats() const override {
     std::vector<ExecStats> per(stages_.size());
     const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { per[g] = stages_[g]->stats(); }, "stats");
-    ExecStats s = per.back();  // the MoE counters of the last GPU, the others' sums below
+    ExecStats s = per.back();  // the last GPU's, then the others' added: counts and bytes summed; the
+                               // MoE prefetch and lag counters and option echoes stay the last GPU's
     s.gpus.clear();
     std::vector<ResidencyPlan> plans;
     for (uint32_t g = 0; g < per.size(); ++g) {
@@ -134,6 +139,9 @@ class MultiGpuExecutor final : public Executor {
       s.resident_layers += p.resident_layers, s.ram_layers += p.ram_layers, s.streamed_layers += p.streamed_layers;
       s.recovery += p.recovery;
       s.has_experts = s.has_experts || p.has_experts;
+      stream::FetcherMetrics& x = s.experts;
+      x.tokens += p.experts.tokens, x.requested += p.experts.requested, x.faults += p.experts.faults, x.hits += p.experts.hits;
+      x.bytes_read += p.experts.bytes_read, x.steady_tokens += p.experts.steady_tokens, x.steady_faults += p.experts.steady_faults;
     }
     s.plan = join_plans(plans);
     return s;
@@ -163,12 +171,13 @@ class MultiGpuExecutor final : public Executor {
   // Runs job(g) on GPU g's thread for each g at once and waits, bounded. The first GPU that fails, or
   // the deadline, aborts the communicators so that GPUs waiting on a peer stop too; then the error,
   // naming the GPU, is thrown and the executor refuses everything after (no partial output).
-  void on_each(const std::vector<uint32_t>& gpus, const std::function<void(uint32_t)>& job, const char* what) {
+  void on_each(const std::vector<uint32_t>& gpus, const std::function<void(uint32_t)>& job, const char* what,
+               std::chrono::seconds limit = kPassTimeout) {
     if (failed_) throw std::runtime_error(std::string("the multi-GPU executor stopped after an earlier failure: ") + failure_);
     std::vector<std::future<void>> f;
     for (uint32_t g : gpus) f.push_back(workers_[g]->post([&job, g] { job(g); }));
     std::string error;
-    auto deadline = Clock::now() + kPassTimeout;
+    auto deadline = Clock::now() + limit;
     const auto fail = [&](std::string e) {
       if (!error.empty()) return;
       error = std::move(e);
@@ -194,7 +203,7 @@ class MultiGpuExecutor final : public Executor {
       std::string late;
       for (size_t i = 0; i < f.size(); ++i)
         if (f[i].valid()) late += " " + std::to_string(gpus[i]);
-      fail(std::string(what) + " did not end within " + std::to_string(kPassTimeout.count()) + " s on GPU(s)" + late +
+      fail(std::string(what) + " did not end within " + std::to_string(limit.count()) + " s on GPU(s)" + late +
            " (the NCCL communicators are aborted)");
     }
     if (error.empty()) return;
