@@ -70,32 +70,45 @@ __device__ inline void stage_chunk(const float* x, uint32_t cols, uint32_t t0, u
 // once per block, used by every row of it); lane i dequantizes group i of the chunk of its row into
 // registers and sums it against each token exactly as warp_dot_row sums its group, and after the last
 // chunk the warp adds the lanes' sums by the same butterfly: every result has matvec_kernel's bits.
-// A row is dequantized once per tile of tokens; nothing of it is kept in shared memory, so a block needs
-// the same 33.8 KB whatever the row's width, and an SM runs several (a 28672-wide row of Llama-3-70B's
-// FFN once took a 151 KB block: one warp per SM).
+// A row is dequantized once per tile of tokens; nothing of it is kept in shared memory beyond the warp's
+// RowChunks (gpu_rows.cuh: the row's next chunks of 32 groups, copied with 16-byte loads where the rows
+// are 16-byte aligned, as in the matrix-vector kernel), so a block needs the same 33.8 KB (plus 3 chunks
+// a warp) whatever the row's width, and an SM runs several (a 28672-wide row of Llama-3-70B's FFN once
+// took a 151 KB block: one warp per SM).
 template <GgmlType T>
 __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                               uint32_t n, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   __shared__ float xs[kStageFloats];  // [kTile][kChunk groups][kPad]
+  extern __shared__ uint8_t chunk_buf[];  // batched_stage_bytes(T): kWeightStages chunks a warp
   const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t row = blockIdx.x * warps + warp, groups = cols / kGroup;
   const bool active = row < rows;  // an idle warp still takes part in the block's staging and barriers
   if (sel) w += uint64_t(*sel) * mat_bytes;
-  const uint8_t* r = w + uint64_t(active ? row : 0) * row_bytes;
+  const uint8_t* rp[1] = {w + uint64_t(active ? row : 0) * row_bytes};
+  const uint8_t* r = rp[0];
   const float b = active && bias ? bias[row] : 0.0f;
+  const bool stage = active && gpu::weight_rows_stageable<T>(w, row_bytes);  // the same for a whole warp
+  const gpu::RowChunks<T, 1> ch(rp, groups, lane, chunk_buf + warp * gpu::kWeightStages * gpu::weight_stage_span(T));
   for (uint32_t t0 = 0; t0 < n; t0 += kTile) {
     const uint32_t m = min(kTile, n - t0);
     float part[kTile];
 #pragma unroll
     for (uint32_t j = 0; j < kTile; ++j) part[j] = 0.0f;
+    if (stage) ch.start();
     for (uint32_t g0 = 0; g0 < groups; g0 += kChunk) {
       const uint32_t cg = min(kChunk, groups - g0);
       __syncthreads();  // the previous chunk is read
       stage_chunk(x, cols, t0, m, g0, cg, xs);
       __syncthreads();
-      if (!active || lane >= cg) continue;
+      if (!active) continue;
+      if (stage) ch.arrive(g0 / kChunk);  // every lane of the warp: it waits for and copies with all of them
       float g[kGroup];
-      dequant_group<T>(r, g0 + lane, g);
+      if (lane < cg && stage)
+        dequant_group<T>(ch.at(g0 / kChunk, 0), lane, g);  // the same bytes, so the same values
+      else if (lane < cg)
+        dequant_group<T>(r, g0 + lane, g);
+      if (stage) ch.release();  // g is in registers: the chunk's buffer may be refilled
+      if (lane >= cg) continue;
 #pragma unroll
       for (uint32_t j = 0; j < kTile; ++j) {
         if (j >= m) break;
@@ -115,6 +128,11 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 }
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
+
+// matmul_kernel's dynamic shared memory: its warps' RowChunks (one row each), for the types it stages.
+constexpr uint32_t batched_stage_bytes(GgmlType t) {
+  return gpu::weight_chunk_bytes(t) == 0 ? 0 : kRowsPerBlock * gpu::kWeightStages * gpu::weight_stage_span(t);
+}
 
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
@@ -190,9 +208,14 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   with_weight_type(m.type, [&](auto type) {
-    matmul_kernel<decltype(type)::value><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, 0,
-                                           reinterpret_cast<cudaStream_t>(stream)>>>(m.w, m.row_bytes, m.rows, m.cols, x,
-                                                                                     n, bias, m.sel, m.mat_bytes, y);
+    constexpr GgmlType T = decltype(type)::value;
+    constexpr uint32_t kShared = batched_stage_bytes(T);
+    if constexpr (kShared != 0) {  // above the 48 KB a launch may take without it, with the static x tile
+      static const cudaError_t set = cudaFuncSetAttribute(matmul_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
+      device::check_cuda(set, "cudaFuncSetAttribute (the batched matrix kernel's shared memory)");
+    }
+    matmul_kernel<T><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, kShared, reinterpret_cast<cudaStream_t>(stream)>>>(
+        m.w, m.row_bytes, m.rows, m.cols, x, n, bias, m.sel, m.mat_bytes, y);
   });
 }
 

@@ -142,43 +142,72 @@ __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uin
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
-// warp_dot_rows with the rows' bytes staged in shared memory (see kWeightStages): chunk c (groups 32c ..
-// 32c + 31 of every row) is copied kWeightStages - 1 chunks before its use into this warp's buffer `buf`
-// (kWeightStages x R spans), and lane i decodes group 32c + i from there. Every row must start 16-byte
-// aligned and end on a 16-byte boundary (block_rows checks): the copy then reads no byte outside it.
+// A warp's pipeline of its R rows' bytes through shared memory (see kWeightStages), chunk by chunk (chunk
+// c: groups 32c .. 32c + 31 of every row, whole blocks). start() copies the first kWeightStages - 1 chunks;
+// arrive(c), before chunk c is read, starts the copy of chunk c + kWeightStages - 1 (into the buffer
+// chunk c - 1 used) and waits for chunk c's; release(), after chunk c is read, lets its buffer be refilled.
+// Every lane of the warp takes part in each call. `buf`: this warp's kWeightStages x R spans. Every row
+// must start 16-byte aligned and end on a 16-byte boundary (weight_rows_stageable): the copy then reads
+// no byte outside it.
 template <GgmlType T, uint32_t R>
-__device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                            uint32_t lane, uint8_t* buf, float (&out)[R]) {
-  constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T);
-  const uint32_t chunks = (groups + 31) / 32;
-  // Chunk c's first byte in row r, and where it lands: its offset within a 16-byte unit is kept, so the
-  // decode's aligned loads (load_32_bytes) stay as wide as they were from global memory.
-  auto staged = [&](uint32_t c, uint32_t r) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk;
-    return buf + ((c % kWeightStages) * R + r) * kSpan + (at & 15u);
-  };
-  auto issue = [&](uint32_t c) {  // always one commit group, empty past the last chunk
+struct RowChunks {
+  static constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T);
+  const uint8_t* const (&row)[R];
+  uint32_t groups, chunks, lane;
+  uint8_t* buf;
+
+  __device__ RowChunks(const uint8_t* const (&rows)[R], uint32_t groups_, uint32_t lane_, uint8_t* buf_)
+      : row(rows), groups(groups_), chunks((groups_ + 31) / 32), lane(lane_), buf(buf_) {}
+
+  // Chunk c of row r in shared memory: its offset within a 16-byte unit is kept, so the decode's aligned
+  // loads (load_words) stay as wide as from global memory. Group `lane` of it is group 32c + lane of the row.
+  __device__ const uint8_t* at(uint32_t c, uint32_t r) const {
+    const uintptr_t from = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk;
+    return buf + ((c % kWeightStages) * R + r) * kSpan + (from & 15u);
+  }
+  __device__ void issue(uint32_t c) const {  // always one commit group, empty past the last chunk
     if (c < chunks) {
       const uint32_t bytes = min(32u, groups - 32 * c) * kChunk / 32;  // a partial chunk is whole blocks
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) {
-        const uintptr_t at = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk, first = at & ~uintptr_t(15);
-        const uint32_t units = uint32_t((at + bytes + 15 - first) / 16);
+        const uintptr_t from = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk, first = from & ~uintptr_t(15);
+        const uint32_t units = uint32_t((from + bytes + 15 - first) / 16);
         uint8_t* dst = buf + ((c % kWeightStages) * R + r) * kSpan;
         for (uint32_t u = lane; u < units; u += 32) cp_async_16(dst + 16 * u, reinterpret_cast<const void*>(first + 16 * u));
       }
     }
     cp_async_commit();
-  };
+  }
+  __device__ void start() const {
 #pragma unroll
-  for (uint32_t c = 0; c + 1 < kWeightStages; ++c) issue(c);
+    for (uint32_t c = 0; c + 1 < kWeightStages; ++c) issue(c);
+  }
+  __device__ void arrive(uint32_t c) const {
+    issue(c + kWeightStages - 1);
+    cp_async_wait<kWeightStages - 1>();  // this lane's copies of chunk c are done ...
+    __syncwarp();                        // ... and every lane's are visible
+  }
+  __device__ void release() const { __syncwarp(); }
+};
+
+// Whether a matrix's rows can go through RowChunks: a staged type, every row 16-byte aligned at both ends.
+template <GgmlType T>
+__device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_bytes) {
+  return weight_chunk_bytes(T) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
+}
+
+// warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
+// from chunk c, in warp_dot_row's order.
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
+                                            uint32_t lane, uint8_t* buf, float (&out)[R]) {
+  const RowChunks<T, R> ch(row, groups, lane, buf);
+  ch.start();
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
-  for (uint32_t c = 0; c < chunks; ++c) {
-    issue(c + kWeightStages - 1);  // into the buffer chunk c - 1 used (read before the last __syncwarp)
-    cp_async_wait<kWeightStages - 1>();  // this lane's copies of chunk c are done ...
-    __syncwarp();                        // ... and every lane's are visible
+  for (uint32_t c = 0; c < ch.chunks; ++c) {
+    ch.arrive(c);
     const uint32_t grp = 32 * c + lane;
     if (grp < groups) {
       float4 xv[kGroup / 4];
@@ -186,11 +215,11 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) {
         float g[kGroup];
-        dequant_group<T>(staged(c, r), lane, g);  // group `lane` of the chunk: a chunk starts on a block
+        dequant_group<T>(ch.at(c, r), lane, g);
         part[r] += group_dot(g, xv);
       }
     }
-    __syncwarp();  // chunk c is read: its buffer may be refilled
+    ch.release();
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
@@ -221,7 +250,7 @@ __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t
                                   const float* bias, float* y) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
-  const bool stage = weight_chunk_bytes(T) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
+  const bool stage = weight_rows_stageable<T>(w, row_bytes);
   uint8_t* buf = reinterpret_cast<uint8_t*>(const_cast<float4*>(xs) + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
   for (uint32_t first = blockIdx.x * per_block + warp * R; first < rows; first += gridDim.x * per_block) {
     const uint8_t* p[R];
