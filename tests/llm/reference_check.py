@@ -136,9 +136,33 @@ def run_checked(a, device, case, steps, workdir, announce=None):
             failures.append(f"logits with tiers (VRAM/RAM/NVMe layers {counts}) and --resident all differ")
         elif announce:
             print(f"  {announce}: tiers VRAM/RAM/NVMe layers {counts}: logits equal to --resident all to the bit")
+    if a.gpus > 1:
+        failures += check_gpus(a, device, case, steps, workdir, resident, logits, announce)
     if a.variants:
         failures += check_variants(a, device, case, steps, workdir, resident, [t["token"] for t in ours], logits)
     return ours, failures
+
+
+def check_gpus(a, device, case, steps, workdir, resident, base_logits, announce):
+    """Failure texts: the layers split over --gpus N GPUs (hidden state by NCCL) give logits not equal to
+    one GPU's to the bit; with --tiers, so must the tiers' budgets (each GPU's) over N GPUs."""
+    failures, multi = [], ["--gpus", str(a.gpus)]
+    runs = [("resident" if resident else "default plan", resident, multi)]
+    if a.tiers:
+        runs.append(("tiers", None, multi + tier_budgets(os.path.join(workdir, "run.json"))))
+    for what, res, extra in runs:
+        run_json = os.path.join(workdir, "run.json")
+        _, logits = run_case(a, device, case, steps, workdir, res, extra, "gpus-" + what)
+        with open(run_json) as f:
+            gpus = json.load(f).get("gpus") or []
+        if len(gpus) != a.gpus:
+            failures.append(f"--gpus {a.gpus} ({what}): the run's JSON lists {len(gpus)} GPUs")
+        elif not files_equal(logits, base_logits):
+            failures.append(f"--gpus {a.gpus} ({what}): logits differ from one GPU's")
+        elif announce:
+            layers = ", ".join(f"GPU {g['gpu']}: layers {g['first_layer']}-{g['end_layer'] - 1}" for g in gpus)
+            print(f"  {announce}: --gpus {a.gpus} ({what}; {layers}): logits equal to one GPU's to the bit")
+    return failures
 
 
 # On the GPU path a pass of more than 32 tokens takes the tensor cores by default, whose last bits differ
@@ -212,11 +236,15 @@ def main():
     ap.add_argument("--tiers", action="store_true")
     ap.add_argument("--variants", action="store_true",
                     help="also --batch 1 and --draft lookup per case: tokens and logits equal to the batched run's")
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="also each case with the layers split over N GPUs: logits equal to one GPU's to the bit")
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
     if a.tiers and a.path != "gpu":
         ap.error("--tiers compares the GPU executor's tiers: give --path gpu")
+    if a.gpus != 1 and (a.path != "gpu" or a.gpus < 1):
+        ap.error("--gpus N (2 or more) compares the GPU executor over several GPUs: give --path gpu")
     if not os.path.exists(REFERENCE):
         print(f"SKIP: {REFERENCE} missing (scripts/llm/reference.py makes it)")
         return 77
