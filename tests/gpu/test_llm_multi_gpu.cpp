@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <span>
@@ -97,4 +98,29 @@ TEST_CASE("llm --gpus: more GPUs than CUDA sees, or than layers, is refused nami
   // 3 layers: a fourth GPU would hold none (split_layers); with 2 GPUs visible, a third is not there.
   REQUIRE_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, too_many),
                       Catch::Matchers::ContainsSubstring("or fewer"));
+}
+
+TEST_CASE("llm --gpus 2: a refused pass changes nothing, and the GPUs go on to one GPU's logits") {
+  REQUIRE_TWO_GPUS();
+  test::DeployedModel d(0, "multi-gpu-test");
+  test::Opened o(d.device);
+  llm::GpuExecOptions one;
+  one.resident_layers = 1;  // GPU 1's layer streamed: its reads run ahead across the refusals
+  llm::ExecStats s;
+  const auto want = test::run(*o.ctrl, o.m, one, &s);
+  llm::GpuExecOptions two = one;
+  two.gpus = 2;
+  auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, two);
+  // Each of these, refused by GPU 0 alone, would leave GPU 1 waiting for a hidden state.
+  CHECK_THROWS_WITH(ex->step(o.m.config.n_vocab, 0), Catch::Matchers::ContainsSubstring("outside the vocabulary"));
+  CHECK_THROWS_WITH(ex->step(3, 8), Catch::Matchers::ContainsSubstring("past the context"));
+  const std::vector<uint32_t> two_tokens{3, 4};
+  CHECK_THROWS_WITH(ex->pass(two_tokens, 0, true), Catch::Matchers::ContainsSubstring("takes 1..1"));
+  uint32_t tok = 3;
+  for (uint32_t pos = 0; pos < want.size(); ++pos) {
+    INFO("step " << pos);
+    CHECK(same_bits(ex->step(tok, pos), want[pos]));
+    tok = uint32_t(std::max_element(want[pos].begin(), want[pos].end()) - want[pos].begin());
+  }
+  ex->finish();
 }

@@ -62,7 +62,7 @@ class NcclLink final : public HiddenLink {
 class MultiGpuExecutor final : public Executor {
  public:
   MultiGpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
-      : ranges_(split_layers(m.config.n_layer, o.gpus)) {
+      : ranges_(split_layers(m.config.n_layer, o.gpus)), n_ctx_(n_ctx), n_vocab_(m.config.n_vocab) {
     int visible = 0;
     if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
     if (int(o.gpus) > visible)
@@ -102,6 +102,7 @@ class MultiGpuExecutor final : public Executor {
   }
 
   std::span<const float> pass(std::span<const PassToken> tokens) override {
+    refuse_here(tokens);
     std::span<const float> logits;
     on_all([&](uint32_t g) {
       const std::span<const float> l = stages_[g]->pass(tokens);
@@ -156,6 +157,20 @@ class MultiGpuExecutor final : public Executor {
   }
 
  private:
+  // The refusals a GPU's executor makes, made here before any GPU runs: a pass that GPU 0 refused while
+  // GPU 1 already waited for its hidden state would end in the bounded wait's abort, and the executor
+  // with it; refused here, it changes nothing (pass_tokens.h), as on one GPU.
+  void refuse_here(std::span<const PassToken> tokens) const {
+    SeqSlots(max_seqs(), n_ctx_).check_places(tokens, max_batch());
+    for (size_t i = 0; i < tokens.size(); ++i)
+      if (tokens[i].id >= n_vocab_)
+        throw std::runtime_error("token id " + std::to_string(tokens[i].id) + " is outside the vocabulary");
+    if (logit_rows(tokens) > max_logit_rows())
+      throw std::runtime_error("logits of " + std::to_string(logit_rows(tokens)) + " tokens asked; this executor returns at most " +
+                               std::to_string(max_logit_rows()));
+    if (max_seqs() == 1) as_one_sequence(tokens, "the GPU executor", kOneSequenceOnly);
+  }
+
   // Each GPU's executor ends on its thread: its CUDA frees with its device current.
   void release_stages() {
     for (uint32_t g = 0; g < stages_.size(); ++g)
@@ -213,6 +228,7 @@ class MultiGpuExecutor final : public Executor {
   }
 
   std::vector<LayerRange> ranges_;
+  uint32_t n_ctx_, n_vocab_;
   std::unique_ptr<NcclComms> comms_;
   std::vector<std::unique_ptr<NcclLink>> links_;
   std::vector<std::unique_ptr<GpuWorker>> workers_;  // declared after comms_: joined first
