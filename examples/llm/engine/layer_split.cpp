@@ -80,8 +80,8 @@ std::string gpus_table(const std::vector<GpuShare>& g) {
   std::string s = "GPUs (" + std::to_string(g.size()) + ", hidden state passed by NCCL send/recv):\n";
   char b[200];
   for (const GpuShare& x : g) {
-    std::snprintf(b, sizeof b, "GPU %u: layers %u-%u, VRAM budget %s, weights in GPU memory %s\n", x.gpu, x.layers.begin,
-                  x.layers.end - 1, x.vram_budget ? text::human_bytes(double(x.vram_budget)).c_str() : "(--resident)",
+    std::snprintf(b, sizeof b, "GPU %u: layers %u-%u (its plan numbers them from 0), VRAM budget %s, weights in GPU memory %s\n",
+                  x.gpu, x.layers.begin, x.layers.end - 1, x.vram_budget ? text::human_bytes(double(x.vram_budget)).c_str() : "(--resident)",
                   text::human_bytes(double(x.resident_bytes)).c_str());
     s += b + plan_table(x.plan);
   }
