@@ -50,8 +50,7 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     return;  // the whole block returns: every thread reads the same expert
   }
   if constexpr (R > 0) {
-    gpu::stage_vector(x, cols / kGroup, xs);
-    gpu::block_rows<T, R>(scratch + off, row_bytes, rows, cols / kGroup, xs, nullptr, y);
+    gpu::block_rows<T, R>(scratch + off, row_bytes, rows, cols / kGroup, x, xs, nullptr, y);
   } else {
     const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;  // kRowsPerBlock warps
     if (row >= rows) return;

@@ -49,8 +49,7 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::stage_vector(x, cols / kGroup, xs);
-  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, xs, bias, y);
+  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 // Stages tokens t0 .. t0+m of X, columns of groups g0 .. g0+cg, into xs[token][group][kPad] with the

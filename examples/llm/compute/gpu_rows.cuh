@@ -198,11 +198,12 @@ __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_byte
 
 // warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
 // from chunk c, in warp_dot_row's order.
+// `started`: the caller already ran start() for these rows (block_rows, while the block staged x).
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                            uint32_t lane, uint8_t* buf, float (&out)[R]) {
+                                            uint32_t lane, uint8_t* buf, bool started, float (&out)[R]) {
   const RowChunks<T, R> ch(row, groups, lane, buf);
-  ch.start();
+  if (!started) ch.start();
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
@@ -231,9 +232,9 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // whatever `stage` is, so that its loads are shared-memory loads, not generic ones).
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                     bool stage, uint8_t* buf, float (&out)[R]) {
+                                     bool stage, uint8_t* buf, bool started, float (&out)[R]) {
   if constexpr (weight_chunk_bytes(T) != 0) {
-    if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, out);
+    if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (T == GgmlType::Q4_K)
     warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
@@ -241,23 +242,37 @@ __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t gr
     warp_dot_rows_dequant<T, R>(row, groups, xs, lane, out);
 }
 
-// y[row] = W[row] . xs (+ bias[row]) for every row of the matrix at w, the block's warps taking R rows each
-// and the blocks striding over the rows (each block stages x once, however many rows it computes). The
-// block's dynamic shared memory holds x's groups, then weight_stage_bytes(T) for the weight chunks
-// (staged_launch sizes it); rows that are all 16-byte aligned are read through them.
+// y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w: the block stages x into xs
+// (stage_vector), its warps take R rows each and the blocks stride over the rows (each block stages x
+// once, however many rows it computes). The block's dynamic shared memory holds x's groups, then
+// weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte aligned
+// are read through them, the first rows' first chunks copied while the block stages x.
 template <GgmlType T, uint32_t R>
-__device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float4* xs,
-                                  const float* bias, float* y) {
+__device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
+                                  float4* xs, const float* bias, float* y) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const bool stage = weight_rows_stageable<T>(w, row_bytes);
-  uint8_t* buf = reinterpret_cast<uint8_t*>(const_cast<float4*>(xs) + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
-  for (uint32_t first = blockIdx.x * per_block + warp * R; first < rows; first += gridDim.x * per_block) {
-    const uint8_t* p[R];
+  uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
+  auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = w + uint64_t(min(first + r, rows - 1)) * row_bytes;
+  };
+  const uint32_t first0 = blockIdx.x * per_block + warp * R;
+  bool started = false;
+  if (stage && first0 < rows) {
+    const uint8_t* p[R];
+    rows_from(first0, p);
+    RowChunks<T, R>(p, groups, lane, buf).start();
+    started = true;
+  }
+  stage_vector(x, groups, xs);  // the whole block, then a barrier
+  for (uint32_t first = first0; first < rows; first += gridDim.x * per_block) {
+    const uint8_t* p[R];
+    rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, dot);
+    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
+    started = false;
     if (lane != 0) continue;
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r)
