@@ -1,5 +1,7 @@
 // Matrix times vectors on the GPU for the engine: the single-token matrix-vector kernel (the vector
-// staged in shared memory, a warp per one or two rows, weights dequantized in registers) and the batched kernel for a pass of several tokens, in which a
+// staged in shared memory, a warp per one or two rows, the rows' bytes copied to shared memory 32 groups
+// at a time with 16-byte loads where they are 16-byte aligned, weights dequantized in registers by the
+// lane that owns the group) and the batched kernel for a pass of several tokens, in which a
 // warp dequantizes its row in registers once per tile of 8 tokens and multiplies it by each token's
 // vector (the vectors staged in shared memory a chunk at a time, once per block of 8 rows). The batched
 // kernel adds in the matrix-vector kernel's order (each lane its groups, then the same butterfly), so a

@@ -8,7 +8,9 @@
 // groups per quarter-warp (conflict-free), and a warp computes kRowsPerWarp rows against each group of x
 // it reads. Each row's arithmetic is warp_dot_row's, operation for operation (the lane's groups in
 // order, each group's 32 products in order, then the same butterfly): the results have the same bits,
-// so a batched pass (gpu_matmul.cu's matmul_kernel) still gives single-token logits.
+// so a batched pass (gpu_matmul.cu's matmul_kernel) still gives single-token logits. The weights' bytes
+// go through shared memory too (RowChunks, below), where the rows are 16-byte aligned: only the loads
+// change, not the arithmetic.
 #pragma once
 #include <cuda_runtime.h>
 
