@@ -78,7 +78,8 @@ template <GgmlType T>
 __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                               uint32_t n, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   __shared__ float xs[kStageFloats];  // [kTile][kChunk groups][kPad]
-  extern __shared__ uint8_t chunk_buf[];  // batched_stage_bytes(T): kWeightStages chunks a warp
+  extern __shared__ uint4 chunk_units[];  // batched_stage_bytes(T): kWeightStages chunks a warp, 16-byte aligned for cp.async
+  uint8_t* const chunk_buf = reinterpret_cast<uint8_t*>(chunk_units);
   const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t row = blockIdx.x * warps + warp, groups = cols / kGroup;
   const bool active = row < rows;  // an idle warp still takes part in the block's staging and barriers
