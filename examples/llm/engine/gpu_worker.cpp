@@ -19,7 +19,7 @@ GpuWorker::~GpuWorker() {
   thread_.join();
 }
 
-std::future<void> GpuWorker::post(std::function<void()> job) {
+std::future<void> GpuWorker::post(std::function<void()> job, std::function<void()> then) {
   // The device is made current in the job itself: a failure to select it is that job's error.
   std::packaged_task<void()> t([this, job = std::move(job)] {
     const std::string what = "cudaSetDevice(" + std::to_string(device_) + ")";
@@ -29,7 +29,7 @@ std::future<void> GpuWorker::post(std::function<void()> job) {
   std::future<void> f = t.get_future();
   {
     std::lock_guard l(mu_);
-    jobs_.push_back(std::move(t));
+    jobs_.push_back({std::move(t), std::move(then)});
   }
   cv_.notify_one();
   return f;
@@ -37,15 +37,16 @@ std::future<void> GpuWorker::post(std::function<void()> job) {
 
 void GpuWorker::loop() {
   for (;;) {
-    std::packaged_task<void()> t;
+    Job j;
     {
       std::unique_lock l(mu_);
       cv_.wait(l, [this] { return stop_ || !jobs_.empty(); });
       if (jobs_.empty()) return;
-      t = std::move(jobs_.front());
+      j = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    t();
+    j.task();  // its exception, if any, goes to the future
+    if (j.then) j.then();
   }
 }
 

@@ -17,7 +17,8 @@ class GpuWorker {
   GpuWorker(const GpuWorker&) = delete;
   GpuWorker& operator=(const GpuWorker&) = delete;
 
-  std::future<void> post(std::function<void()> job);
+  // `then`, if given, runs on the thread after the job, whether it threw or not (a waiter's wake-up).
+  std::future<void> post(std::function<void()> job, std::function<void()> then = {});
   int device() const { return device_; }
 
  private:
@@ -26,7 +27,11 @@ class GpuWorker {
   int device_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::packaged_task<void()>> jobs_;
+  struct Job {
+    std::packaged_task<void()> task;
+    std::function<void()> then;
+  };
+  std::deque<Job> jobs_;
   bool stop_ = false;
   std::thread thread_;  // last: starts once the rest exists
 };

@@ -3,9 +3,12 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <exception>
 #include <future>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -189,8 +192,20 @@ class MultiGpuExecutor final : public Executor {
   void on_each(const std::vector<uint32_t>& gpus, const std::function<void(uint32_t)>& job, const char* what,
                std::chrono::seconds limit = kPassTimeout) {
     if (failed_) throw std::runtime_error(std::string("the multi-GPU executor stopped after an earlier failure: ") + failure_);
+    // Each job's end wakes this thread (no polling: a resident model's pass takes about a millisecond).
+    struct Ended {
+      std::mutex mu;
+      std::condition_variable cv;
+      size_t count = 0;
+    };
+    const auto ended = std::make_shared<Ended>();  // outlives this call if a GPU is left behind
     std::vector<std::future<void>> f;
-    for (uint32_t g : gpus) f.push_back(workers_[g]->post([&job, g] { job(g); }));
+    for (uint32_t g : gpus)
+      f.push_back(workers_[g]->post([&job, g] { job(g); }, [ended] {
+        std::lock_guard l(ended->mu);
+        ++ended->count;
+        ended->cv.notify_all();
+      }));
     std::string error;
     auto deadline = Clock::now() + limit;
     const auto fail = [&](std::string e) {
@@ -199,21 +214,21 @@ class MultiGpuExecutor final : public Executor {
       comms_->abort();
       deadline = Clock::now() + kAbortTimeout;  // for the others to see the abort
     };
-    for (size_t left = f.size(); left > 0;) {
-      left = 0;
+    for (size_t seen = 0; seen < f.size();) {
+      {
+        std::unique_lock l(ended->mu);
+        ended->cv.wait_until(l, deadline, [&] { return ended->count > seen; });
+      }
       for (size_t i = 0; i < f.size(); ++i) {
-        if (!f[i].valid()) continue;
-        if (f[i].wait_for(std::chrono::milliseconds(1)) != std::future_status::ready) {
-          ++left;
-          continue;
-        }
+        if (!f[i].valid() || f[i].wait_for(std::chrono::seconds(0)) != std::future_status::ready) continue;
+        ++seen;
         try {
           f[i].get();
         } catch (const std::exception& e) {
           fail("GPU " + std::to_string(gpus[i]) + " (" + what + "): " + e.what());
         }
       }
-      if (!left || Clock::now() <= deadline) continue;
+      if (seen == f.size() || Clock::now() <= deadline) continue;
       if (!error.empty()) break;  // a GPU that ignored the abort: its thread is left behind
       std::string late;
       for (size_t i = 0; i < f.size(); ++i)
