@@ -146,9 +146,12 @@ def run_checks(a, d, write_variant, device_with):
     # GPU-path options on the CPU executor: run, with a note naming them (not silently ignored).
     p = os.path.join(d, "plain.gguf"); write_variant(p)
     r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1", "-n", "2", "--path", "cpu", "--slots", "3",
-                        "--vram-budget", "1G"], capture_output=True, text=True, timeout=120)
+                        "--vram-budget", "1G", "--gpus", "2"], capture_output=True, text=True, timeout=120)
     out.append(report("GPU-path options on the CPU executor", r.returncode == 0 and
-                      "ignores --vram-budget, --slots: they are the GPU path's" in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
+                      "ignores --vram-budget, --slots, --gpus: they are the GPU path's" in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
+    r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1", "-n", "2", "--gpus", "0"],
+                       capture_output=True, text=True, timeout=120)
+    out.append(report("--gpus 0", r.returncode == 2 and "--gpus must be 1 or more" in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
     # A name with a terminal escape and a newline: every tool prints it escaped (\e, \n), never raw.
     p = os.path.join(d, "evil.gguf"); write_variant(p, name="evil\x1b[2Jname\nforged line")
     dev = device_with(p)
