@@ -15,7 +15,8 @@ using gpu::warp_dot_row;
 using gpu::warp_sum;
 using gpu::with_weight_type;
 
-constexpr uint32_t kRowsPerBlock = 8;  // one warp per row, 8 warps per block (both kernels)
+constexpr uint32_t kRowsPerBlock = 8;  // warps per block (both kernels); the unstaged kernel: one row a warp
+constexpr uint32_t kBatchRows = 2;     // batched: rows a warp
 constexpr uint32_t kTile = kBatchTileTokens;  // batched: tokens whose sums a lane keeps in registers at once
 constexpr uint32_t kPad = kGroup + 1;  // a group in shared memory, padded: the lanes of a warp read
                                        // groups lane, lane+32, ... at once, one bank each
@@ -64,36 +65,45 @@ __device__ inline void stage_chunk(const float* x, uint32_t cols, uint32_t t0, u
   }
 }
 
-// Y[n x rows] = X[n x cols] W^T (+ bias): one warp per row, kRowsPerBlock rows per block. For kTile tokens
-// at a time the block stages their vectors 32 groups at a time in shared memory (read from global memory
-// once per block, used by every row of it); lane i dequantizes group i of the chunk of its row into
-// registers and sums it against each token exactly as warp_dot_row sums its group, and after the last
-// chunk the warp adds the lanes' sums by the same butterfly: every result has matvec_kernel's bits.
-// A row is dequantized once per tile of tokens; nothing of it is kept in shared memory beyond the warp's
-// RowChunks (gpu_rows.cuh: the row's next chunks of 32 groups, copied with 16-byte loads where the rows
-// are 16-byte aligned, as in the matrix-vector kernel), so a block needs the same 33.8 KB (plus 3 chunks
-// a warp) whatever the row's width, and an SM runs several (a 28672-wide row of Llama-3-70B's FFN once
-// took a 151 KB block: one warp per SM).
+// Y[n x rows] = X[n x cols] W^T (+ bias): kBatchRows rows a warp, kRowsPerBlock warps a block. For kTile
+// tokens at a time the block stages their vectors 32 groups at a time in shared memory (read from global
+// memory once per block, used by every row of it); lane i dequantizes group i of the chunk of each of its
+// rows into registers and sums it against each token exactly as warp_dot_row sums its group, and after the
+// last chunk the warp adds the lanes' sums by the same butterfly: every result has matvec_kernel's bits.
+// Two rows a warp: each x value a lane reads from shared memory serves both rows' products (one row a
+// warp read 4 bytes of shared memory per weight and token, which bound the kernel at several times the
+// weights' read time for 8 tokens). A row is dequantized once per tile of tokens; nothing of it is kept in
+// shared memory beyond the warp's RowChunks (gpu_rows.cuh: the rows' next chunks of 32 groups, copied with
+// 16-byte loads where the rows are 16-byte aligned, as in the matrix-vector kernel), so a block needs the
+// same 33.8 KB (plus 3 chunks a row) whatever the row's width, and an SM runs several (a 28672-wide row of
+// Llama-3-70B's FFN once took a 151 KB block: one warp per SM).
 template <GgmlType T>
 __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                               uint32_t n, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
+  constexpr uint32_t R = kBatchRows;
   __shared__ float xs[kStageFloats];  // [kTile][kChunk groups][kPad]
-  extern __shared__ uint4 chunk_units[];  // batched_stage_bytes(T): kWeightStages chunks a warp, 16-byte aligned for cp.async
+  extern __shared__ uint4 chunk_units[];  // batched_stage_bytes(T): kWeightStages x R chunks a warp, 16-byte aligned for cp.async
   uint8_t* const chunk_buf = reinterpret_cast<uint8_t*>(chunk_units);
   const uint32_t warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const uint32_t row = blockIdx.x * warps + warp, groups = cols / kGroup;
-  const bool active = row < rows;  // an idle warp still takes part in the block's staging and barriers
+  const uint32_t first = (blockIdx.x * warps + warp) * R, groups = cols / kGroup;
+  const bool active = first < rows;  // an idle warp still takes part in the block's staging and barriers
   if (sel) w += uint64_t(*sel) * mat_bytes;
-  const uint8_t* rp[1] = {w + uint64_t(active ? row : 0) * row_bytes};
-  const uint8_t* r = rp[0];
-  const float b = active && bias ? bias[row] : 0.0f;
+  const uint8_t* rp[R];
+  float b[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) {  // a last row past the matrix repeats the last row, and is not written
+    rp[r] = w + uint64_t(min(first + r, rows - 1)) * row_bytes;
+    b[r] = active && first + r < rows && bias ? bias[first + r] : 0.0f;
+  }
   const bool stage = active && gpu::weight_rows_stageable<T>(w, row_bytes);  // the same for a whole warp
-  const gpu::RowChunks<T, 1> ch(rp, groups, lane, chunk_buf + warp * gpu::kWeightStages * gpu::weight_stage_span(T));
+  const gpu::RowChunks<T, R> ch(rp, groups, lane, chunk_buf + warp * gpu::kWeightStages * R * gpu::weight_stage_span(T));
   for (uint32_t t0 = 0; t0 < n; t0 += kTile) {
     const uint32_t m = min(kTile, n - t0);
-    float part[kTile];
+    float part[kTile][R];
 #pragma unroll
-    for (uint32_t j = 0; j < kTile; ++j) part[j] = 0.0f;
+    for (uint32_t j = 0; j < kTile; ++j)
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) part[j][r] = 0.0f;
     if (stage) ch.start();
     for (uint32_t g0 = 0; g0 < groups; g0 += kChunk) {
       const uint32_t cg = min(kChunk, groups - g0);
@@ -102,36 +112,48 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
       __syncthreads();
       if (!active) continue;
       if (stage) ch.arrive(g0 / kChunk);  // every lane of the warp: it waits for and copies with all of them
-      float g[kGroup];
-      if (lane < cg && stage)
-        dequant_group<T>(ch.at(g0 / kChunk, 0), lane, g);  // the same bytes, so the same values
-      else if (lane < cg)
-        dequant_group<T>(r, g0 + lane, g);
+      float g[R][kGroup];
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) {
+        if (lane < cg && stage)
+          dequant_group<T>(ch.at(g0 / kChunk, r), lane, g[r]);  // the same bytes, so the same values
+        else if (lane < cg)
+          dequant_group<T>(rp[r], g0 + lane, g[r]);
+      }
       if (stage) ch.release();  // g is in registers: the chunk's buffer may be refilled
       if (lane >= cg) continue;
 #pragma unroll
       for (uint32_t j = 0; j < kTile; ++j) {
         if (j >= m) break;
         const float* xg = xs + (j * kChunk + lane) * kPad;
-        float s = 0.0f;
+        float s[R];
 #pragma unroll
-        for (int l = 0; l < kGroup; ++l) s += g[l] * xg[l];
-        part[j] += s;
+        for (uint32_t r = 0; r < R; ++r) s[r] = 0.0f;
+#pragma unroll
+        for (int l = 0; l < kGroup; ++l) {  // each row's products in the order l = 0, 1, ..., 31
+          const float xv = xg[l];
+#pragma unroll
+          for (uint32_t r = 0; r < R; ++r) s[r] += g[r][l] * xv;
+        }
+#pragma unroll
+        for (uint32_t r = 0; r < R; ++r) part[j][r] += s[r];
       }
     }
 #pragma unroll
-    for (uint32_t j = 0; j < kTile; ++j) {
-      const float d = warp_sum(part[j]);  // every lane takes part in every shuffle
-      if (active && lane == 0 && j < m) y[uint64_t(t0 + j) * rows + row] = d + b;
-    }
+    for (uint32_t j = 0; j < kTile; ++j)
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) {
+        const float d = warp_sum(part[j][r]);  // every lane takes part in every shuffle
+        if (active && lane == 0 && j < m && first + r < rows) y[uint64_t(t0 + j) * rows + first + r] = d + b[r];
+      }
   }
 }
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
-// matmul_kernel's dynamic shared memory: its warps' RowChunks (one row each), for the types it stages.
+// matmul_kernel's dynamic shared memory: its warps' RowChunks (kBatchRows rows each), for the types it stages.
 constexpr uint32_t batched_stage_bytes(GgmlType t) {
-  return gpu::weight_chunk_bytes(t) == 0 ? 0 : kRowsPerBlock * gpu::kWeightStages * gpu::weight_stage_span(t);
+  return gpu::weight_chunk_bytes(t) == 0 ? 0 : kRowsPerBlock * kBatchRows * gpu::kWeightStages * gpu::weight_stage_span(t);
 }
 
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
@@ -214,7 +236,8 @@ void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x,
       static const cudaError_t set = cudaFuncSetAttribute(matmul_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
       device::check_cuda(set, "cudaFuncSetAttribute (the batched matrix kernel's shared memory)");
     }
-    matmul_kernel<T><<<blocks_for(m.rows, kRowsPerBlock), kRowsPerBlock * 32, kShared, reinterpret_cast<cudaStream_t>(stream)>>>(
+    matmul_kernel<T><<<blocks_for(m.rows, kRowsPerBlock * kBatchRows), kRowsPerBlock * 32, kShared,
+                       reinterpret_cast<cudaStream_t>(stream)>>>(
         m.w, m.row_bytes, m.rows, m.cols, x, n, bias, m.sel, m.mat_bytes, y);
   });
 }
