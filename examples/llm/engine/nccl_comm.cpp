@@ -40,13 +40,18 @@ void NcclComms::send(int rank, const float* x, size_t n, int to, cudaStream_t s)
 }
 
 void NcclComms::check(int rank) {
-  if (aborted_) throw std::runtime_error("GPU " + std::to_string(rank) + ": the NCCL communicators were aborted after an earlier failure");
-  ncclResult_t async = ncclSuccess;
-  check_nccl(ncclCommGetAsyncError(comms_.at(rank), &async), "GPU " + std::to_string(rank) + ": NCCL error query");
+  ncclResult_t async = ncclSuccess, query = ncclSuccess;
+  {
+    std::lock_guard l(mu_);  // not while abort() frees the communicators: a sending GPU polls this
+    if (aborted_) throw std::runtime_error("GPU " + std::to_string(rank) + ": the NCCL communicators were aborted after an earlier failure");
+    query = ncclCommGetAsyncError(comms_.at(rank), &async);
+  }
+  check_nccl(query, "GPU " + std::to_string(rank) + ": NCCL error query");
   check_nccl(async, "GPU " + std::to_string(rank) + ": NCCL communicator");
 }
 
 void NcclComms::abort() {
+  std::lock_guard l(mu_);
   if (aborted_.exchange(true)) return;
   // The handles stay (other threads may read them); check() refuses their use from now on.
   for (ncclComm_t c : comms_)

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -33,6 +34,7 @@ class NcclComms {
 
  private:
   std::vector<ncclComm_t> comms_;
+  std::mutex mu_;  // check() against abort()
   std::atomic<bool> aborted_{false};
 };
 
