@@ -62,7 +62,7 @@ const cli::Help kHelp = {
     "                  run (its read and write bytes counted: the card's memory bandwidth in practice) and the\n"
     "                  percentage of it; each product first checked bit for bit against the warp-per-row kernel.\n"
     "                  Each launch reads another copy of the matrix (256 MiB of copies at least), so none is served\n"
-    "                  from the L2 cache\n"
+    "                  from the L2 cache; the launches go through a CUDA graph (the GPU's time, not the host's)\n"
     "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
     "  --matrices LIST --decode: ROWSxCOLS shapes (default 8192x8192,28672x8192,8192x28672,4096x4096,14336x4096,\n"
     "                  4096x14336: Llama-3-70B's and -8B's)\n"
@@ -323,6 +323,35 @@ std::vector<uint8_t> timing_rows(GgmlType t, uint32_t cols, uint32_t rows, uint6
   return out;
 }
 
+// Kernel launches captured once into a CUDA graph on a stream of their own, so that their time is the
+// GPU's, not the host's cost per launch (a few microseconds, as long as a small matrix's product). The
+// stream is a blocking one: events on the default stream order it.
+class CapturedLaunches {
+ public:
+  template <class Enqueue>
+  explicit CapturedLaunches(Enqueue enqueue) {
+    device::check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    device::check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    enqueue(reinterpret_cast<gpu_stream_t>(stream_));
+    cudaGraph_t g = nullptr;
+    device::check_cuda(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+    const cudaError_t made = cudaGraphInstantiate(&exec_, g, 0);
+    cudaGraphDestroy(g);
+    device::check_cuda(made, "cudaGraphInstantiate");
+  }
+  ~CapturedLaunches() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    cudaStreamDestroy(stream_);
+  }
+  CapturedLaunches(const CapturedLaunches&) = delete;
+  CapturedLaunches& operator=(const CapturedLaunches&) = delete;
+  void launch() const { device::check_cuda(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // --decode: GB/s of weight bytes of the single-token kernel (gpu_matmul, n = 1) per type and matrix, beside
 // a device-to-device copy timed in the same run (read + write bytes). Returns the exit status.
 int time_decode(const Options& o, FILE* json) {
@@ -365,13 +394,14 @@ int time_decode(const Options& o, FILE* json) {
                      gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols);
         return 1;
       }
-      const double secs = median_seconds(o.reps, [&] {
+      const CapturedLaunches graph([&](gpu_stream_t s) {
         for (uint32_t c = 0; c < copies; ++c) {
           Matrix mc = m;
           mc.w = w.as<uint8_t>() + c * mat;
-          gpu_matmul(nullptr, view(mc, uint32_t(t)), x.as<float>(), 1, nullptr, y.as<float>());
+          gpu_matmul(s, view(mc, uint32_t(t)), x.as<float>(), 1, nullptr, y.as<float>());
         }
-      }) / copies;
+      });
+      const double secs = median_seconds(o.reps, [&] { graph.launch(); }) / copies;
       const double gbps = mat / secs / 1e9;
       const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
       std::printf("%-6s | %13s | %10.1f | %9.0f | %7.1f%% | %.1f\n", gguf::ggml_type_name(uint32_t(t)).c_str(), shape.c_str(),
