@@ -260,7 +260,11 @@ __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = w + uint64_t(min(first + r, rows - 1)) * row_bytes;
   };
-  const uint32_t first0 = blockIdx.x * per_block + warp * R;
+  // Row sets warp-major (set i: warp i / gridDim.x of block i % gridDim.x): when the sets do not divide
+  // evenly among the warps (8192 rows in pairs over 3 blocks of 8 warps on 132 SMs: 1.29 sets a warp), the
+  // warps that take one more are spread over every block and SM, not packed into the first blocks (whose
+  // SMs then ran a whole extra round while the others idled).
+  const uint32_t first0 = (warp * gridDim.x + blockIdx.x) * R;
   bool started = false;
   if (stage && first0 < rows) {
     const uint8_t* p[R];
