@@ -72,9 +72,14 @@ __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n
 __device__ inline uint32_t staged_index(uint32_t group, uint32_t q) { return 8 * group + (q ^ (group & 7)); }
 
 // The whole block copies x's `groups` groups into xs (coalesced loads, conflict-free stores), then waits.
+// By cp.async: every thread's loads are in flight at once (as plain loads and stores, a thread's next load
+// waited for its previous one: 8 latencies in a row for an 8192-wide x, before any row could start). The
+// wait takes every copy this thread has in flight, a warp's first weight chunks too (block_rows).
 __device__ inline void stage_vector(const float* x, uint32_t groups, float4* xs) {
   const float4* x4 = reinterpret_cast<const float4*>(x);
-  for (uint32_t f = threadIdx.x; f < groups * 8; f += blockDim.x) xs[staged_index(f / 8, f % 8)] = x4[f];
+  for (uint32_t f = threadIdx.x; f < groups * 8; f += blockDim.x) cp_async_16(&xs[staged_index(f / 8, f % 8)], &x4[f]);
+  cp_async_commit();
+  cp_async_wait<0>();
   __syncthreads();
 }
 
