@@ -590,8 +590,10 @@ class GpuExecutor final : public Executor {
   }
   GlobalWeights globals() const {
     const ModelWeights& w = m_.weights;
+    // The head is the embedding table only when tied; a first GPU that is not the last has no head.
+    const bool tied = w.output.file_offset == w.token_embd.file_offset;
     return {embd_ ? embd_->at(w.token_embd) : nullptr, norm_ ? norm_->at(w.output_norm) : nullptr,
-            out_ ? out_->at(w.output) : embd_ ? embd_->at(w.output) : nullptr};
+            out_ ? out_->at(w.output) : (embd_ && tied) ? embd_->at(w.output) : nullptr};
   }
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.
