@@ -233,8 +233,7 @@ void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x,
     constexpr GgmlType T = decltype(type)::value;
     constexpr uint32_t kShared = batched_stage_bytes(T);
     if constexpr (kShared != 0) {  // above the 48 KB a launch may take without it, with the static x tile
-      static const cudaError_t set = cudaFuncSetAttribute(matmul_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
-      device::check_cuda(set, "cudaFuncSetAttribute (the batched matrix kernel's shared memory)");
+      gpu::opt_in_shared<matmul_kernel<T>>(kShared, "cudaFuncSetAttribute (the batched matrix kernel's shared memory)");
     }
     matmul_kernel<T><<<blocks_for(m.rows, kRowsPerBlock * kBatchRows), kRowsPerBlock * 32, kShared,
                        reinterpret_cast<cudaStream_t>(stream)>>>(

@@ -15,6 +15,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <set>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_warp.cuh"
@@ -310,13 +312,26 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 // once.
 uint32_t staged_shared_limit();
 
-// Lets kernel `K` use up to staged_shared_limit() bytes of dynamic shared memory (above the default
-// 48 KB a launch needs the opt-in), once per kernel.
+// Lets kernel `K` use up to `bytes` of dynamic shared memory on the current device (above the default
+// 48 KB a launch needs the opt-in), once per kernel and device: the attribute is the device's, so with
+// several GPUs (--gpus) a kernel opted in on GPU 0 only fails its launches on GPU 1 ("invalid
+// argument"). The GPUs' threads may launch at once, hence the lock.
+template <auto K>
+void opt_in_shared(uint32_t bytes, const char* what) {
+  static std::mutex lock;
+  static std::set<int> devices;  // where K is opted in
+  int dev = 0;
+  device::check_cuda(cudaGetDevice(&dev), what);
+  const std::lock_guard<std::mutex> held(lock);
+  if (devices.count(dev)) return;
+  device::check_cuda(cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), what);
+  devices.insert(dev);
+}
+
+// Lets kernel `K` use up to staged_shared_limit() bytes of dynamic shared memory.
 template <auto K>
 void allow_staged_shared() {
-  static const cudaError_t set =
-      cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, int(staged_shared_limit()));
-  device::check_cuda(set, "cudaFuncSetAttribute (the staged matrix kernel's shared memory)");
+  opt_in_shared<K>(staged_shared_limit(), "cudaFuncSetAttribute (the staged matrix kernel's shared memory)");
 }
 
 }  // namespace gpunvme::llm::gpu
