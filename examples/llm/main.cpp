@@ -217,19 +217,20 @@ void write_json(guard::OutputFile& out, const llm::GenerateResult& r, const llm:
   if (!out) return;
   const auto& e = r.exec;
   const double tps = r.decode_seconds > 0 ? (r.tokens.size() > 1 ? r.tokens.size() - 1 : 0) / r.decode_seconds : 0;
+  // The strings outside the fixed buffer: a several-GPU executor's description alone passes 1,024 bytes.
+  std::string j = "{\"tool\":\"llm\",\"version\":1,\"model\":" + text::json_string(m.file->model_name()) +
+                  ",\"arch\":" + text::json_string(m.config.arch_name) + ",\"layers\":" + std::to_string(m.config.n_layer) +
+                  ",\"device\":" + text::json_string(device) + ",\"executor\":" + text::json_string(described) + ",";
   char b[1024];
   std::snprintf(b, sizeof b,
-                "{\"tool\":\"llm\",\"version\":1,\"model\":%s,\"arch\":%s,\"layers\":%u,\"device\":%s,\"executor\":%s,"
                 "\"prompt_tokens\":%u,\"prompt_seconds\":%.6f,\"generated_tokens\":%zu,\"decode_steps\":%u,"
                 "\"decode_seconds\":%.6f,\"tokens_per_second\":%.6f,\"engine_cpu_seconds\":%.6f,"
                 "\"resident_layers\":%u,\"streamed_layers\":%u,\"resident_bytes\":%llu,\"bytes_per_token\":%llu,"
                 "\"streamed_bytes\":%llu,\"io_seconds\":%.6f,\"stall_seconds\":%.6f,",
-                text::json_string(m.file->model_name()).c_str(), text::json_string(m.config.arch_name).c_str(),
-                m.config.n_layer, text::json_string(device).c_str(), text::json_string(described).c_str(), r.prompt_tokens,
-                r.prompt_seconds, r.tokens.size(), r.decode_steps, r.decode_seconds, tps, r.engine_cpu_seconds,
+                r.prompt_tokens, r.prompt_seconds, r.tokens.size(), r.decode_steps, r.decode_seconds, tps, r.engine_cpu_seconds,
                 e.resident_layers, e.streamed_layers, (unsigned long long)e.resident_bytes,
                 (unsigned long long)e.bytes_per_step, (unsigned long long)e.streamed_bytes, e.io_seconds, e.stall_seconds);
-  std::string j = b;
+  j += b;
   std::snprintf(b, sizeof b, "\"ram_layers\":%u,\"ram_bytes\":%llu,\"ram_bytes_per_token\":%llu,\"ram_copied_bytes\":%llu,",
                 e.ram_layers, (unsigned long long)e.ram_bytes, (unsigned long long)e.ram_bytes_per_step,
                 (unsigned long long)e.ram_copied_bytes);
