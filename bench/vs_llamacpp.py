@@ -6,9 +6,8 @@ against a device-to-device copy measured in the same run. Runs on the GPU machin
   bench/vs_llamacpp.py --llama-bench B --llm build/examples/llm/llm --model 70b-q6_k=/dev/shm/70b.gguf ...
 
 llama.cpp: `llama-bench -ngl 99 -p PP -n TG -r REPS -o json` (its own warm-up and repetitions). The engine:
-`llm --path gpu` on the same file through the emulated controller (`emu:FILE`; the file is padded with
-zeros to whole 4 KiB blocks first, which llama.cpp ignores), a prompt of the largest pp's tokens (random
-ids, seeded) and one more token for each pp (its prompt time gives pp), and a one-token prompt then TG + 1
+`llm --path gpu` on the same file through the emulated controller (`emu:FILE`, the file unchanged), a
+prompt of the largest pp's tokens (random ids, seeded) and one more token for each pp (its prompt time gives pp), and a one-token prompt then TG + 1
 tokens with --ignore-eos for tg (its decode passes, from an empty context as llama-bench's tg); each with
 --warmup (one untimed pass of the prompt's shape and one of a single token first, as llama-bench warms
 up). Every engine run must have generated the tokens asked
@@ -86,14 +85,6 @@ def gguf_facts(path):
     return {"weight_bytes": total, "arch": arch, "tensors": len(sizes), "vocab": vocab}
 
 
-def pad_to_blocks(path):
-    size = os.path.getsize(path)
-    padded = (size + 4095) // 4096 * 4096
-    if padded != size:
-        os.truncate(path, padded)
-    return padded - size
-
-
 def llama_bench(binary, path, pps, tg, reps):
     cmd = [binary, "-m", path, "-ngl", "99", "-p", ",".join(map(str, pps)) or "0", "-n", str(tg), "-r", str(reps), "-o", "json"]
     rc, out, err, wall, cpu = run(cmd)
@@ -130,7 +121,6 @@ def engine(binary, path, n_prompt, n_gen, vocab_hint, seed=1):
 
 
 def measure_model(args, label, path):
-    padded = pad_to_blocks(path)
     facts = gguf_facts(path)
     wbytes, arch, n_tensors, vocab = facts["weight_bytes"], facts["arch"], facts["tensors"], min(facts["vocab"], 32000)
     pps = sorted(args.pp)
@@ -143,7 +133,7 @@ def measure_model(args, label, path):
     for pp in pps:
         j = engine(args.llm, path, pp, 1, vocab)
         ours[f"pp{pp}"] = {"tokens_per_second": pp / j["prompt_seconds"], "run": j}
-    return {"label": label, "path": path, "arch": arch, "padded_bytes": padded, "weight_bytes_per_token": wbytes,
+    return {"label": label, "path": path, "arch": arch, "weight_bytes_per_token": wbytes,
             "llama_cpp": ref, "engine": ours}
 
 

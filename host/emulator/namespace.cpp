@@ -127,7 +127,9 @@ uint64_t Namespace::open_file(const NamespaceConfig& cfg) {
   file_bytes_ = have;
   uint64_t bytes = cfg.size_bytes;
   if (bytes == 0) {
-    bytes = have - have % lba_bytes_;
+    // Whole blocks covering the file: a GGUF is rarely a multiple of the block size, and its last tensor
+    // ends in the last, partial block. The part of that block past the end of the file reads as zeros.
+    bytes = (have + lba_bytes_ - 1) / lba_bytes_ * lba_bytes_;
     if (bytes == 0) {
       fail(ErrorKind::kInvalidArgument, path_ + " holds less than one " + std::to_string(lba_bytes_) +
                                             "-byte block; pass size=... to extend it");

@@ -54,7 +54,7 @@ class Namespace {
   uint32_t lba_shift_ = 9;
   int fd_ = -1;
   bool read_only_ = false;
-  uint64_t file_bytes_ = 0;  // reads past this (read-only, short file) return zeros
+  uint64_t file_bytes_ = 0;  // reads past this (a file shorter than its namespace) return zeros
   char* ram_ = nullptr;
   uint64_t ram_bytes_ = 0;
   std::atomic<bool> write_through_{false};

@@ -124,6 +124,20 @@ TEST_CASE("file backing is a raw image", "[emulator][io]") {
     Harness h(std::string("emu:") + tmpl);
     CHECK(h.ctrl().namespace_at(1).blocks() == (1u << 20) / 512);
   }
+  // A file that ends inside a block (as a GGUF does): the namespace covers it, the tail reads as zeros.
+  std::vector<uint8_t> tail(300, 0xC3);
+  REQUIRE(pwrite(fd, tail.data(), tail.size(), 1 << 20) == 300);
+  {
+    Harness h(std::string("emu:") + tmpl + ",ready_ms=0");
+    CHECK(h.ctrl().namespace_at(1).blocks() == (1u << 20) / 512 + 1);
+    h.enable();
+    auto& q = h.create_pair(1, 8);
+    auto buf = h.alloc(4096);
+    std::memset(buf->as(), 0xEE, 4096);
+    REQUIRE(status_of(h.run(q, nvme::make_read(1, (1u << 20) / 512, 1, buf->iova(), 0))).ok());
+    CHECK(std::memcmp(buf->as(), tail.data(), 300) == 0);
+    CHECK(std::all_of(buf->as() + 300, buf->as() + 512, [](uint8_t b) { return b == 0; }));
+  }
   close(fd);
   std::remove(tmpl);
 }
