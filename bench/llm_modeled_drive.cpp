@@ -1,14 +1,10 @@
 #include "bench/llm_modeled_drive.h"
 
-#include <dirent.h>
-#include <sys/resource.h>
-#include <time.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <set>
 
+#include "host/cpu_clock.h"
 #include "host/open_device.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -20,33 +16,6 @@
 #endif
 
 namespace gpunvme::bench {
-namespace {
-
-std::set<pid_t> thread_ids() {
-  std::set<pid_t> t;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') t.insert(pid_t(std::atoi(e->d_name)));
-    closedir(d);
-  }
-  return t;
-}
-
-double thread_cpu_s(pid_t tid) {
-  const clockid_t c = clockid_t((~unsigned(tid)) << 3) | 6;  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
-  timespec ts{};
-  if (clock_gettime(c, &ts) != 0) return 0;
-  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
-}
-
-double process_cpu_s() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto tv = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) / 1e6; };
-  return tv(ru.ru_utime) + tv(ru.ru_stime);
-}
-
-}  // namespace
 
 std::vector<std::string> emu_model_devices(const std::string& device) {
   if (!device.starts_with("emu:"))
@@ -66,26 +35,25 @@ std::vector<std::string> emu_model_devices(const std::string& device) {
 
 DriveControllers::DriveControllers(const std::vector<std::string>& devices, const std::string& drive, uint32_t threads,
                                    const std::string& emu_opts) {
-  const std::set<pid_t> before = thread_ids();
-  for (const std::string& device : devices)
-    owned_.push_back(host::open_controller(device + ",drive=" + drive + ",threads=" + std::to_string(threads) + (emu_opts.empty() ? "" : "," + emu_opts),
-                                           {}, host::Access::kReadOnly));
+  threads_ = host::threads_started_by([&] {
+    for (const std::string& device : devices)
+      owned_.push_back(host::open_controller(device + ",drive=" + drive + ",threads=" + std::to_string(threads) + (emu_opts.empty() ? "" : "," + emu_opts),
+                                             {}, host::Access::kReadOnly));
+  });
   for (auto& c : owned_) raw_.push_back(c.get());
-  for (pid_t t : thread_ids())
-    if (!before.count(t)) threads_.push_back(t);
 }
 
 double DriveControllers::thread_cpu_seconds() const {
   double s = 0;
-  for (pid_t t : threads_) s += thread_cpu_s(t);
+  for (pid_t t : threads_) s += std::max(0.0, host::thread_cpu_seconds(t));  // an ended thread counts 0
   return s;
 }
 
 EngineCpuTimer::EngineCpuTimer(const DriveControllers* drive)
-    : drive_(drive), process0_(process_cpu_s()), drive0_(drive ? drive->thread_cpu_seconds() : 0) {}
+    : drive_(drive), process0_(host::process_cpu_seconds()), drive0_(drive ? drive->thread_cpu_seconds() : 0) {}
 
 double EngineCpuTimer::seconds() const {
-  return process_cpu_s() - process0_ - (drive_ ? drive_->thread_cpu_seconds() - drive0_ : 0);
+  return host::process_cpu_seconds() - process0_ - (drive_ ? drive_->thread_cpu_seconds() - drive0_ : 0);
 }
 
 double measure_h2d() {

@@ -3,7 +3,6 @@
 //   --path gpu: one GPU warp per queue pair (device::warp_pump, bench/nvme_perf_gpu.cu).
 // --device may be given up to 4 times: the same workload runs on every device at once, with results
 // per device and in total. Latencies go into the same log-bucketed histogram on both paths.
-#include <dirent.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -21,6 +20,7 @@
 #include <vector>
 
 #include "bench/nvme_perf.h"
+#include "host/cpu_clock.h"
 #include "host/cpu_io.h"
 #include "host/emulator/config.h"
 #include "host/error.h"
@@ -125,25 +125,6 @@ const cli::Help kHelp = {
 
 // ---------- CPU time of the emulator's controller threads ----------
 
-std::vector<pid_t> thread_ids() {
-  std::vector<pid_t> t;
-  if (DIR* d = opendir("/proc/self/task")) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') t.push_back(pid_t(std::atoi(e->d_name)));
-    closedir(d);
-  }
-  std::sort(t.begin(), t.end());
-  return t;
-}
-
-// CPU time of one thread of this process (Linux per-thread CPU clock, as pthread_getcpuclockid makes).
-double thread_cpu_s(pid_t tid) {
-  const clockid_t c = clockid_t((~unsigned(tid)) << 3) | 6;  // MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)
-  timespec ts{};
-  if (clock_gettime(c, &ts) != 0) return -1;
-  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
-}
-
 struct CpuWindow {
   std::vector<std::vector<pid_t>> ctrl_threads;  // per device
   rusage ru0{}, ru1{};
@@ -153,7 +134,7 @@ struct CpuWindow {
     t0.clear();
     for (auto& v : ctrl_threads) {
       std::vector<double> x;
-      for (pid_t t : v) x.push_back(thread_cpu_s(t));
+      for (pid_t t : v) x.push_back(host::thread_cpu_seconds(t));
       t0.push_back(x);
     }
     getrusage(RUSAGE_SELF, &ru0);
@@ -163,7 +144,7 @@ struct CpuWindow {
     ctrl_s.assign(ctrl_threads.size(), 0);
     for (size_t d = 0; d < ctrl_threads.size(); ++d) {
       for (size_t k = 0; k < ctrl_threads[d].size(); ++k) {
-        const double a = t0[d][k], b = thread_cpu_s(ctrl_threads[d][k]);
+        const double a = t0[d][k], b = host::thread_cpu_seconds(ctrl_threads[d][k]);
         if (a < 0) ctrl_s[d] = -1;
         else if (ctrl_s[d] >= 0 && b >= a) ctrl_s[d] += b - a;  // a thread that ended counts as 0
       }
@@ -568,12 +549,7 @@ std::vector<Dev> open_devices(const Options& o, CpuWindow& window) {
     d.name = o.devices[k];
     host::ControllerOptions copts;
     copts.io_queues_wanted = o.nq + extra;
-    const auto before = thread_ids();
-    d.ctrl = host::open_for(o.writes, d.name, copts);
-    const auto after = thread_ids();
-    std::vector<pid_t> fresh;
-    std::set_difference(after.begin(), after.end(), before.begin(), before.end(), std::back_inserter(fresh));
-    window.ctrl_threads.push_back(fresh);
+    window.ctrl_threads.push_back(host::threads_started_by([&] { d.ctrl = host::open_for(o.writes, d.name, copts); }));
     d.ns = d.ctrl->namespaces().at(0);
     if (o.nq + extra > d.ctrl->io_queues_granted())
       throw cli::UsageError(d.name + ": --queues " + std::to_string(o.nq) + (extra ? " (+1 to fill)" : "") +

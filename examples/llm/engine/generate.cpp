@@ -1,22 +1,15 @@
 #include "examples/llm/engine/generate.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
 
 #include "examples/llm/engine/speculative.h"
+#include "host/cpu_clock.h"
 
 namespace gpunvme::llm {
 namespace {
-
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + ts.tv_nsec / 1e9;
-}
 
 double since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -54,7 +47,7 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
   }
   r.prompt_seconds = since(t0);
   t0 = std::chrono::steady_clock::now();
-  const double cpu0 = thread_cpu_seconds();
+  const double cpu0 = host::calling_thread_cpu_seconds();
   std::vector<uint32_t> context = prompt;  // the prompt and every token generated so far
   bool done = n_new == 0;
   auto emit = [&](uint32_t tok, std::span<const float> from) {
@@ -95,7 +88,7 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
   }
   ex.finish();
   r.decode_seconds = since(t0);
-  r.engine_cpu_seconds = thread_cpu_seconds() - cpu0;
+  r.engine_cpu_seconds = host::calling_thread_cpu_seconds() - cpu0;
   r.exec = ex.stats();
   return r;
 }

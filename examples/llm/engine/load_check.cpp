@@ -1,10 +1,9 @@
 #include "examples/llm/engine/load_check.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <cstdio>
 
+#include "host/cpu_clock.h"
 #include "host/text/escape.h"
 #include "runtime/model/crc32c.h"
 
@@ -16,12 +15,6 @@ namespace {
 constexpr uint64_t kPieceBytes = 32ull << 20;
 // Staging buffers of read_staged: the reader fills one while the thread CRCs the others.
 constexpr size_t kStages = 3;
-
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -99,7 +92,7 @@ void LoadCheck::work() {
       for (const Range& r : verifier_->cut(j.offset, j.len))
         if (verifier_->needed(r.offset, r.bytes)) todo.push_back(r);
     }
-    const double cpu0 = thread_cpu_seconds();
+    const double cpu0 = host::calling_thread_cpu_seconds();
     std::vector<uint32_t> crcs;
     crcs.reserve(todo.size());
     uint64_t bytes = 0;
@@ -107,7 +100,7 @@ void LoadCheck::work() {
       crcs.push_back(model::crc32c(j.data + (r.offset - j.offset), r.bytes));
       bytes += r.bytes;
     }
-    const double cpu = thread_cpu_seconds() - cpu0;
+    const double cpu = host::calling_thread_cpu_seconds() - cpu0;
     {
       std::lock_guard lk(mu_);
       try {

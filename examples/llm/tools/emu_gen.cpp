@@ -1,7 +1,6 @@
 #include "examples/llm/tools/emu_gen.h"
 
 #include <pthread.h>
-#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -14,6 +13,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "host/cpu_clock.h"
 #include "host/emulator/config.h"
 #include "host/text/human_bytes.h"
 #include "host/text/numbers.h"
@@ -26,12 +26,6 @@ constexpr uint64_t kPieceBytes = 64u << 20;  // CRC work item; divides every chu
 constexpr size_t kGenBuffer = 1u << 20;
 
 uint32_t thread_count(uint32_t threads) { return threads ? threads : std::max(1u, std::thread::hardware_concurrency()); }
-
-double thread_cpu_seconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return double(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
 
 // Runs fn(t) on `n` threads and rethrows the first exception.
 template <class Fn>
@@ -285,7 +279,7 @@ GenerationRate measure_generation(const GeneratedModel& model, uint32_t threads,
   const auto t0 = std::chrono::steady_clock::now();
   on_threads(r.threads, [&](uint32_t t) {
     std::vector<uint8_t> buf(kGenBuffer);
-    const double c0 = thread_cpu_seconds();
+    const double c0 = host::calling_thread_cpu_seconds();
     uint64_t off = size / r.threads * t, mine = 0;  // each thread walks its own part of the model
     uint32_t sink = 0;
     while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < seconds) {
@@ -295,7 +289,7 @@ GenerationRate measure_generation(const GeneratedModel& model, uint32_t threads,
       mine += n;
       off = off + n < size ? off + n : 0;
     }
-    cpu[t] = thread_cpu_seconds() - c0;
+    cpu[t] = host::calling_thread_cpu_seconds() - c0;
     if (sink == 0x12345678u) std::fputc(0, stderr);  // keeps the CRC from being optimised away
     bytes += mine;
   });
