@@ -277,14 +277,6 @@ double memcpy_gbps(uint32_t threads, uint64_t src_bytes, uint64_t piece, double 
   return total / s / 1e9;
 }
 
-std::vector<uint32_t> parse_list(const std::string& s) {
-  std::vector<uint32_t> v;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ',')) v.push_back(uint32_t(std::min<uint64_t>(text::parse_u64("--queues", x), 1u << 16)));
-  return v;
-}
-
 struct Options {
   uint32_t threads = 8;
   std::vector<uint32_t> queue_counts;
@@ -356,7 +348,7 @@ int ram_table(const Options& o) {
 Options parse(const cli::Args& args) {
   Options o;
   o.threads = uint32_t(args.get_u64("threads", 8));
-  o.queue_counts = parse_list(args.get("queues", "1,4,16,64"));
+  for (uint64_t n : args.get_u64_list("queues", "1,4,16,64", 1, 1u << 16)) o.queue_counts.push_back(uint32_t(n));
   o.count = args.get_u64("count", 64ull << 20);
   o.entries = uint32_t(args.get_u64("entries", 4096));
   o.ram_queues = uint32_t(args.get_u64("ram-queues", 8));

@@ -193,15 +193,6 @@ std::string mode_names() {
   return names;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep))
-    if (!cur.empty()) out.push_back(cur);
-  return out;
-}
-
 using text::json_escape;
 
 std::string fmt(const char* f, double v) {
@@ -267,11 +258,11 @@ Options parse(const cli::Args& args) {
     if (us > 60e6) throw cli::UsageError("--compute-us: '" + cu + "' is more than 60000000 microseconds");
     o.compute_ns = uint64_t(us * 1000.0);
   }
-  o.modes = split(args.get("modes", "gpunvme-gpu,gpunvme-cpu,mmap,odirect,cufile"), ',');
+  o.modes = args.get_list("modes", "gpunvme-gpu,gpunvme-cpu,mmap,odirect,cufile");
   for (const auto& m : o.modes)
     if (!find_mode(m)) throw cli::UsageError("--modes: unknown mode '" + m + "' (" + mode_names() + ")");
   if (o.modes.empty()) throw cli::UsageError("--modes is empty");
-  o.profiles = split(args.get("drive", "none,sn530,pcie4,pcie5"), ',');
+  o.profiles = args.get_list("drive", "none,sn530,pcie4,pcie5");
   if (o.profiles.empty()) throw cli::UsageError("--drive is empty");
   for (const auto& p : o.profiles)
     if (!drive_profile_known(p))

@@ -81,22 +81,10 @@ constexpr uint32_t kMaxSeqs = 64;
 // new requests would, without sizing the GPU's activations for 64 whole prompts.
 constexpr uint32_t kPromptPassTokens = 256;
 
-std::vector<uint32_t> parse_seqs(const std::string& s) {
+// Distinct counts, ascending.
+std::vector<uint32_t> parse_seqs(const cli::Args& args) {
   std::vector<uint32_t> out;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    const std::string item = s.substr(i, j - i);
-    uint64_t n = 0;
-    try {
-      n = text::parse_u64("--seqs", item);
-    } catch (const text::ParseError&) {
-    }
-    if (n < 1 || n > kMaxSeqs) throw cli::UsageError("--seqs: '" + item + "' is not a sequence count 1.." + std::to_string(kMaxSeqs));
-    out.push_back(uint32_t(n));
-    i = j + 1;
-  }
+  for (uint64_t n : args.get_u64_list("seqs", "1,2,4,8,16", 1, kMaxSeqs)) out.push_back(uint32_t(n));
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
@@ -263,7 +251,7 @@ void print_row(const Row& r, const Settings& s, double base_tps) {
 
 Settings parse_settings(const cli::Args& args) {
   Settings s;
-  s.seqs = parse_seqs(args.get("seqs", "1,2,4,8,16"));
+  s.seqs = parse_seqs(args);
   s.prompt_tokens = args.get_u32("prompt-tokens", 16);
   s.tokens = args.get_u32("tokens", 8);
   s.warmup = args.get_u32("warmup", 1);

@@ -26,6 +26,7 @@
 #include "host/open_device.h"
 #include "runtime/model/stripe.h"
 #include "host/text/escape.h"
+#include "host/text/lists.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
 #include "runtime/cli/tool_main.h"
@@ -132,31 +133,18 @@ const cli::Help kHelp = {
     "the mmap loader reads the member images through the set's layout (one memcpy worker, each member paced\n"
     "as its own drive). MoE experts are not fetched from a striped set (give a VRAM budget that holds them).\n"};
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j + 1;
-  }
-  return out;
-}
-
 struct Budget {
   std::string text;
   llm::Budgets b;
 };
 
-std::vector<Budget> parse_budgets(const std::string& s) {
+std::vector<Budget> parse_budgets(const cli::Args& args) {
   std::vector<Budget> out;
-  for (const std::string& item : split(s)) {
+  for (const std::string& item : args.get_list("budgets", "22G:0,22G:32G")) {
     const size_t c = item.find(':');
     if (c == std::string::npos) throw cli::UsageError("--budgets: '" + item + "' is not VRAM:RAM (e.g. 22G:32G)");
     out.push_back({item, {cli::parse_size_arg("budgets VRAM", item.substr(0, c)), cli::parse_size_arg("budgets RAM", item.substr(c + 1))}});
   }
-  if (out.empty()) throw cli::UsageError("--budgets is empty");
   return out;
 }
 
@@ -384,8 +372,11 @@ void print_cell(const Cell& c, int pf) {
 // --image PATH[,PATH...]: one image, or a striped set's member images in order.
 ModelSpec image_model(const std::string& list) {
   ModelSpec spec;
-  spec.images = split(list);
-  if (spec.images.empty()) throw cli::UsageError("--image is empty");
+  try {
+    spec.images = text::split_list("--image", list);
+  } catch (const text::ParseError& e) {
+    throw cli::UsageError(e.what());
+  }
   for (const std::string& p : spec.images) spec.devices.push_back("emu:" + p);
   return spec;
 }
@@ -407,26 +398,20 @@ std::optional<llm::gen::GenerationRate> generator_rate(const ModelSpec& spec) {
 }
 
 int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
-  const std::vector<Budget> budgets = parse_budgets(args.get("budgets", "22G:0,22G:32G"));
-  // A list flag given as "" or "," would run no cell and report nothing: refused.
-  auto list = [&](const char* flag, const char* fallback) {
-    std::vector<std::string> v = split(args.get(flag, fallback));
-    if (v.empty()) throw cli::UsageError(std::string("--") + flag + " is empty (default " + fallback + ")");
-    return v;
-  };
-  const std::vector<std::string> drives = list("drives", "sn530,pcie4,pcie5");
-  const std::vector<std::string> modes = list("modes", "gpunvme,mmap,mmap-evict");
+  const std::vector<Budget> budgets = parse_budgets(args);
+  const std::vector<std::string> drives = args.get_list("drives", "sn530,pcie4,pcie5");
+  const std::vector<std::string> modes = args.get_list("modes", "gpunvme,mmap,mmap-evict");
   for (const std::string& d : drives)
     if (!bench::ls::drive_profile_known(d)) throw cli::UsageError("--drives: unknown drive '" + d + "' (" + bench::ls::drive_profile_names() + ")");
   for (const std::string& md : modes)
     if (md != "gpunvme" && !mmap_residency(md))
       throw cli::UsageError("--modes: '" + md + "' is not gpunvme, mmap or mmap-evict");
   std::vector<bool> verifies;
-  for (const std::string& v : list("verify", "on")) {
+  for (const std::string& v : args.get_list("verify", "on")) {
     if (v != "on" && v != "off") throw cli::UsageError("--verify: '" + v + "' is not on or off (or a list: on,off)");
     verifies.push_back(v == "on");
   }
-  const std::vector<std::string> prefetches = list("expert-prefetch", "auto");
+  const std::vector<std::string> prefetches = args.get_list("expert-prefetch", "auto");
   for (const std::string& p : prefetches) {
     const std::string base = prefetch_base(p);
     uint32_t n = 0;

@@ -128,18 +128,6 @@ uint64_t parse_number(const char* what, const std::string& text, uint64_t max) {
   }
 }
 
-std::vector<uint32_t> parse_ids(const std::string& s) {
-  std::vector<uint32_t> ids;
-  size_t i = 0;
-  while (i <= s.size()) {
-    size_t j = s.find(',', i);
-    if (j == std::string::npos) j = s.size();
-    ids.push_back(uint32_t(parse_number("--prompt-ids", s.substr(i, j - i), UINT32_MAX)));
-    i = j + 1;
-  }
-  return ids;
-}
-
 uint32_t parse_resident(const std::string& s, uint32_t n_layer) {
   if (s == "all") return n_layer;
   if (s == "none") return 0;
@@ -412,7 +400,7 @@ int run(const cli::Args& args, bool tokenize_only) {
     if (!tok) throw std::runtime_error("the model has no vocabulary (tokenizer.ggml.model = none): use --prompt-ids");
     prompt = tok->encode(args.get("prompt"), true);
   } else if (args.has("prompt-ids")) {
-    prompt = parse_ids(args.get("prompt-ids"));
+    for (uint64_t id : args.get_u64_list("prompt-ids", "", 0, UINT32_MAX)) prompt.push_back(uint32_t(id));
   } else {
     throw cli::UsageError("give --prompt TEXT or --prompt-ids LIST");
   }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <limits>
 
+#include "host/text/lists.h"
 #include "host/text/numbers.h"
 
 namespace gpunvme::cli {
@@ -136,6 +137,33 @@ uint32_t Args::get_u32(const std::string& name, uint32_t fallback) const {
 double Args::get_double(const std::string& name, double fallback) const {
   if (!has(name)) return fallback;
   return strict(name, get(name), [](const std::string& w, const std::string& t) { return text::parse_decimal(w, t); });
+}
+
+namespace {
+
+// A list's errors name the default, which is what an empty or mistyped list most often meant.
+template <class F>
+auto list_of(const Args& args, const std::string& name, const std::string& fallback, F parse) {
+  try {
+    return parse("--" + name, args.get(name, fallback));
+  } catch (const text::ParseError& e) {
+    throw UsageError(std::string(e.what()) + (fallback.empty() ? "" : " (default " + fallback + ")"));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> Args::get_list(const std::string& name, const std::string& fallback) const {
+  return list_of(*this, name, fallback, [](const std::string& w, const std::string& t) { return text::split_list(w, t); });
+}
+
+std::vector<uint64_t> Args::get_u64_list(const std::string& name, const std::string& fallback, uint64_t lo, uint64_t hi) const {
+  return list_of(*this, name, fallback,
+                 [&](const std::string& w, const std::string& t) { return text::parse_u64_list(w, t, lo, hi); });
+}
+
+std::vector<uint64_t> Args::get_size_list(const std::string& name, const std::string& fallback) const {
+  return list_of(*this, name, fallback, [](const std::string& w, const std::string& t) { return text::parse_size_list(w, t); });
 }
 
 }  // namespace gpunvme::cli

@@ -53,6 +53,10 @@ class Args {
   uint64_t get_u64(const std::string& name, uint64_t fallback) const;   // decimal digits only
   uint32_t get_u32(const std::string& name, uint32_t fallback) const;  // get_u64, refusing values above 2^32-1
   double get_double(const std::string& name, double fallback) const;   // a non-negative decimal, e.g. 4 or 0.5
+  // Comma-separated lists (host/text/lists.h); `fallback` is parsed the same way when the option is absent.
+  std::vector<std::string> get_list(const std::string& name, const std::string& fallback) const;
+  std::vector<uint64_t> get_u64_list(const std::string& name, const std::string& fallback, uint64_t lo, uint64_t hi) const;
+  std::vector<uint64_t> get_size_list(const std::string& name, const std::string& fallback) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
   // --help or --help-all was given.
