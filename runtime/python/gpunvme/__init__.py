@@ -4,6 +4,7 @@ gpunvme.Model: a model found on a device (a `gpunvme deploy` record, a dd'ed GGU
 run by the engine (the C++ module gpunvme._engine, bound with nanobind): generate() streams the text,
 generate_text() returns it whole. help(gpunvme.Model) tells the rest.
 gpunvme.chat_template: a GGUF's own chat template rendered as Hugging Face transformers renders it.
+gpunvme.runtime: the runtime's layer streamer and expert fetcher, for engine authors who write Python.
 """
 __all__ = ["Model", "TextStream", "Scheduler"]
 

@@ -1,0 +1,138 @@
+// gpunvme._runtime's plumbing over the C API (runtime/capi/gpunvme.h): owners that free each C handle once
+// (children hold their parent, so the C API's order -- streamers and fetchers before the queue, the queue
+// and models before the controller -- is the order of destruction, whatever Python frees first), C API
+// failures as Python exceptions, zero-copy memoryviews that keep their memory's owner alive, and the one
+// bounded polling wait every Python-side wait uses.
+#ifndef GPUNVME_RUNTIME_PYTHON_RUNTIME_HANDLES_H
+#define GPUNVME_RUNTIME_PYTHON_RUNTIME_HANDLES_H
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/capi/gpunvme.h"
+
+namespace gpunvme::python {
+
+namespace nb = nanobind;
+
+// A C API failure as its Python kind: bad arguments ValueError, a missing device FileNotFoundError, access
+// PermissionError, an expired bounded wait TimeoutError, a missing feature NotImplementedError, the rest
+// RuntimeError; the message is the C API's (what failed, and the fix).
+[[noreturn]] inline void raise_error(gpunvme_err_t e, const std::string& msg) {
+  PyObject* kind = e == GPUNVME_ERR_INVALID_ARGUMENT ? PyExc_ValueError
+                   : e == GPUNVME_ERR_NOT_FOUND      ? PyExc_FileNotFoundError
+                   : e == GPUNVME_ERR_PERMISSION     ? PyExc_PermissionError
+                   : e == GPUNVME_ERR_TIMEOUT        ? PyExc_TimeoutError
+                   : e == GPUNVME_ERR_UNSUPPORTED    ? PyExc_NotImplementedError
+                                                     : PyExc_RuntimeError;
+  PyErr_SetString(kind, msg.c_str());
+  throw nb::python_error();
+}
+
+[[noreturn]] inline void raise_kind(PyObject* kind, const std::string& msg) {
+  PyErr_SetString(kind, msg.c_str());
+  throw nb::python_error();
+}
+
+inline void check(gpunvme_err_t e) {
+  if (e != GPUNVME_OK) raise_error(e, gpunvme_last_error_message());
+}
+
+// The controller and its one I/O queue (qid 1): streamers and fetchers share the queue's submitter.
+struct CtrlOwner {
+  gpunvme_ctrl_t* ctrl = nullptr;
+  gpunvme_queue_t* queue = nullptr;
+  std::string spec;
+  CtrlOwner() = default;
+  CtrlOwner(const CtrlOwner&) = delete;
+  CtrlOwner& operator=(const CtrlOwner&) = delete;
+  ~CtrlOwner() {
+    gpunvme_delete_io_queue(queue);
+    gpunvme_ctrl_shutdown(ctrl);
+  }
+};
+
+struct ModelOwner {
+  std::shared_ptr<CtrlOwner> ctrl;
+  gpunvme_model_t* model = nullptr;
+  uint32_t layers = 0, experts = 0;
+  ModelOwner() = default;
+  ModelOwner(const ModelOwner&) = delete;
+  ModelOwner& operator=(const ModelOwner&) = delete;
+  ~ModelOwner() { gpunvme_model_close(model); }
+};
+
+// A streamer's or fetcher's C handle, freed (its reads drained, bounded) when the Python object and every
+// view of its memory are gone. `open` is cleared by close(): later calls are refused while views live on.
+template <class H, gpunvme_err_t (*Destroy)(H*)>
+struct UserOwner {
+  std::shared_ptr<ModelOwner> model;  // before the handle: freed after it
+  H* handle = nullptr;
+  bool open = true;
+  uint64_t generation = 0;  // streamer: unused; fetcher: fetches made, so a Fetch knows it was replaced
+  std::vector<uint64_t> slot_generation;  // streamer: releases per slot, so a Slot knows it was released
+  UserOwner() = default;
+  UserOwner(const UserOwner&) = delete;
+  UserOwner& operator=(const UserOwner&) = delete;
+  ~UserOwner() { Destroy(handle); }
+};
+using StreamerOwner = UserOwner<gpunvme_streamer_t, gpunvme_streamer_destroy>;
+using FetcherOwner = UserOwner<gpunvme_fetcher_t, gpunvme_fetcher_destroy>;
+
+// Read-only bytes [p, p + n) as a memoryview (no copy) that keeps `keep` -- the memory's owner -- alive.
+using ByteView = nb::ndarray<nb::memview, const uint8_t, nb::ndim<1>>;
+template <class T>
+ByteView bytes_view(const void* p, uint64_t n, std::shared_ptr<T> keep) {
+  auto* holder = new std::shared_ptr<T>(std::move(keep));
+  nb::capsule owner(holder, [](void* h) noexcept { delete static_cast<std::shared_ptr<T>*>(h); });
+  const size_t shape[1] = {size_t(n)};
+  return ByteView(p, 1, shape, owner);
+}
+
+// Every wait takes a finite timeout above 0 seconds: a wait that cannot end is refused up front.
+inline void check_timeout(double timeout) {
+  if (!(timeout > 0) || !std::isfinite(timeout))
+    raise_kind(PyExc_ValueError, "timeout must be a finite number of seconds above 0 (got " + std::to_string(timeout) +
+                                     "); every wait is bounded: pass e.g. timeout=10.0");
+}
+
+// Polls ready(int*) (a non-blocking C API call) with the GIL released until it reports 1 or `timeout`
+// seconds passed. Returns false on time-out; a failing poll raises its error.
+template <class Ready>
+bool poll_until(double timeout, Ready ready) {
+  check_timeout(timeout);
+  gpunvme_err_t e = GPUNVME_OK;
+  std::string msg;
+  int done = 0;
+  {
+    nb::gil_scoped_release unlocked;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+    auto nap = std::chrono::microseconds(20);
+    for (;;) {
+      e = ready(&done);
+      if (e != GPUNVME_OK) {
+        msg = gpunvme_last_error_message();
+        break;
+      }
+      if (done || std::chrono::steady_clock::now() >= deadline) break;
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::microseconds(1000));  // short waits stay short, long ones cheap
+    }
+  }
+  if (e != GPUNVME_OK) raise_error(e, msg);
+  return done != 0;
+}
+
+}  // namespace gpunvme::python
+
+#endif  // GPUNVME_RUNTIME_PYTHON_RUNTIME_HANDLES_H

@@ -1,0 +1,403 @@
+// gpunvme._runtime: the runtime's layer streamer and expert fetcher for engine authors who write Python,
+// bound with nanobind over the C API (runtime/capi/gpunvme.h, which wraps runtime/stream): its checks,
+// error messages and thread rules hold here as they do for C users. What this layer adds: Python objects
+// that free their handles in the C API's order whatever Python frees first (runtime_handles.h), zero-copy
+// read-only memoryviews of slot and scratchpad bytes, waits with the caller's timeout, and checks of
+// layer and expert ids that name the model's range. gpunvme/runtime.py is the documented face.
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "runtime/python/runtime_handles.h"
+
+namespace gpunvme::python {
+namespace {
+
+std::string range_text(uint32_t n) { return n ? " (0.." + std::to_string(n - 1) + ")" : std::string(" (none)"); }
+
+template <class P>
+P& live(const std::shared_ptr<P>& p, const char* what, const char* fix) {
+  if (!p || !p->open) raise_kind(PyExc_ValueError, std::string("this ") + what + " is closed; " + fix);
+  return *p;
+}
+
+class Model;
+class Streamer;
+class Fetcher;
+
+class Device {
+ public:
+  Device(const std::string& spec, uint32_t queue_entries) : h_(std::make_shared<CtrlOwner>()) {
+    h_->spec = spec;
+    check(gpunvme_ctrl_init(&h_->ctrl, spec.c_str()));
+    check(gpunvme_create_io_queue(h_->ctrl, 1, queue_entries, &h_->queue));
+  }
+  const std::shared_ptr<CtrlOwner>& get() const {
+    if (!h_) raise_kind(PyExc_ValueError, "this Device is closed; open another: gpunvme.runtime.Device(spec)");
+    return h_;
+  }
+  void close() { h_.reset(); }
+  bool closed() const { return !h_; }
+  std::string spec() const { return get()->spec; }
+  nb::dict info() const {
+    gpunvme_ctrl_info_t i{};
+    check(gpunvme_ctrl_info(get()->ctrl, &i));
+    uint64_t blocks = 0;
+    uint32_t lba = 0;
+    check(gpunvme_ns_info(get()->ctrl, 1, &blocks, &lba));
+    nb::dict d;
+    d["io_queues"] = i.io_queues;
+    d["max_queue_entries"] = i.max_queue_entries;
+    d["max_transfer_bytes"] = i.max_transfer_bytes;
+    d["namespaces"] = i.namespaces;
+    d["blocks"] = blocks;
+    d["block_bytes"] = lba;
+    return d;
+  }
+
+ private:
+  std::shared_ptr<CtrlOwner> h_;
+};
+
+class Model {
+ public:
+  Model(Device& dev, uint32_t nsid, std::optional<int64_t> start_lba) : h_(std::make_shared<ModelOwner>()) {
+    h_->ctrl = dev.get();
+    check(gpunvme_model_open(h_->ctrl->queue, nsid, start_lba.value_or(-1), &h_->model));
+    check(gpunvme_model_layer_count(h_->model, &h_->layers));
+    check(gpunvme_model_expert_count(h_->model, &h_->experts));
+  }
+  const std::shared_ptr<ModelOwner>& get() const {
+    if (!h_) raise_kind(PyExc_ValueError, "this Model is closed; open it again: Device.open_model()");
+    return h_;
+  }
+  void close() { h_.reset(); }
+  uint32_t n_layers() const { return get()->layers; }
+  uint32_t n_experts() const { return get()->experts; }
+  // (absolute file offset, bytes) of a tensor.
+  std::pair<uint64_t, uint64_t> tensor(const std::string& name) const {
+    gpunvme_extent_t x{};
+    uint64_t off = 0;
+    const gpunvme_err_t e = gpunvme_model_tensor(get()->model, name.c_str(), &x, &off);
+    if (e == GPUNVME_ERR_NOT_FOUND) raise_kind(PyExc_KeyError, "the model has no tensor named '" + name + "'");
+    check(e);
+    return {off, x.byte_length};
+  }
+  void check_layer(uint32_t layer) const {
+    if (layer >= n_layers())
+      raise_kind(PyExc_ValueError, "layer " + std::to_string(layer) + " does not exist: the model has " +
+                                       std::to_string(n_layers()) + " layers" + range_text(n_layers()));
+  }
+
+ private:
+  std::shared_ptr<ModelOwner> h_;
+};
+
+// A held slot: the bytes of one layer, until release().
+class Slot {
+ public:
+  Slot(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v)
+      : s_(std::move(s)), slot_(slot), gen_(s_->slot_generation[slot]), v_(v) {}
+  uint32_t slot() const { return slot_; }
+  uint32_t layer() const { return v_.layer; }
+  uint64_t nbytes() const { return v_.bytes; }
+  uint64_t device_ptr() const { return reinterpret_cast<uintptr_t>(held().device); }
+  bool released() const { return !s_->open || s_->slot_generation[slot_] != gen_; }
+  ByteView data() const { return bytes_view(held().host, v_.bytes, s_); }
+  // (slot offset, bytes) of each extent of the layer, in plan order.
+  std::vector<std::pair<uint64_t, uint64_t>> pieces() const {
+    held();
+    std::vector<std::pair<uint64_t, uint64_t>> out(v_.n_pieces);
+    for (uint32_t i = 0; i < v_.n_pieces; ++i) check(gpunvme_streamer_piece(s_->handle, slot_, i, &out[i].first, &out[i].second));
+    return out;
+  }
+  ByteView tensor(const Model& m, const std::string& name) const {
+    held();
+    const auto [file_offset, bytes] = m.tensor(name);
+    uint64_t at = 0;
+    const gpunvme_err_t e = gpunvme_streamer_locate(s_->handle, slot_, file_offset, &at);
+    if (e == GPUNVME_ERR_NOT_FOUND)
+      raise_kind(PyExc_KeyError, "tensor '" + name + "' is not part of layer " + std::to_string(v_.layer) +
+                                     " (held in slot " + std::to_string(slot_) + ")" +
+                                     (m.get()->experts ? "; expert tensors come from Model.fetcher()" : ""));
+    check(e);
+    return bytes_view(static_cast<const uint8_t*>(v_.host) + at, bytes, s_);
+  }
+  void release() {
+    if (released()) return;  // twice, or after the streamer closed: nothing left to hand back
+    check(gpunvme_streamer_release(s_->handle, slot_));
+    ++s_->slot_generation[slot_];
+  }
+
+ private:
+  const gpunvme_slot_view_t& held() const {
+    if (released())
+      raise_kind(PyExc_ValueError, "slot " + std::to_string(slot_) + " (layer " + std::to_string(v_.layer) +
+                                       ") was released or its streamer closed; acquire the layer again");
+    return v_;
+  }
+  std::shared_ptr<StreamerOwner> s_;
+  uint32_t slot_;
+  uint64_t gen_;
+  gpunvme_slot_view_t v_;
+};
+
+class Streamer {
+ public:
+  Streamer(const Model& m, uint32_t slots, bool skip_experts, uint32_t max_command_bytes, bool pump_thread)
+      : h_(std::make_shared<StreamerOwner>()), n_layers_(m.n_layers()), n_slots_(slots ? slots : 2) {
+    h_->model = m.get();
+    gpunvme_streamer_opts_t o{};
+    o.slots = n_slots_;
+    o.max_command_bytes = max_command_bytes;
+    o.pump_thread = pump_thread;
+    check(gpunvme_streamer_create_from_model(h_->model->ctrl->queue, h_->model->model, skip_experts, &o, &h_->handle));
+    h_->slot_generation.assign(n_slots_, 0);
+  }
+  uint32_t n_layers() const { return n_layers_; }
+  uint32_t n_slots() const { return n_slots_; }
+  bool closed() const { return !h_->open; }
+  void close() { h_->open = false; }  // the handle goes with the last view of its slots
+  void begin(uint32_t layer, uint32_t slot) {
+    s();
+    if (layer >= n_layers_)
+      raise_kind(PyExc_ValueError, "layer " + std::to_string(layer) + " does not exist: the streamer's plan has " +
+                                       std::to_string(n_layers_) + " layers" + range_text(n_layers_));
+    check_slot(slot);
+    check(gpunvme_streamer_begin(h_->handle, layer, slot));
+  }
+  bool ready(uint32_t slot) {
+    s();
+    check_slot(slot);
+    int r = 0;
+    check(gpunvme_streamer_ready(h_->handle, slot, &r));
+    return r != 0;
+  }
+  Slot acquire(uint32_t slot, double timeout) {
+    s();
+    check_slot(slot);
+    gpunvme_streamer_t* st = h_->handle;
+    if (!poll_until(timeout, [&](int* r) { return gpunvme_streamer_ready(st, slot, r); }))
+      raise_kind(PyExc_TimeoutError, "slot " + std::to_string(slot) + "'s layer did not arrive within " +
+                                         std::to_string(timeout) + " s; wait again with a longer timeout, or check the "
+                                         "device (gpunvme doctor)");
+    gpunvme_slot_view_t v{};
+    check(gpunvme_streamer_wait(st, slot, &v));  // ready: returns at once
+    return Slot(h_, slot, v);
+  }
+  nb::dict stats() {
+    gpunvme_stream_stats_t st{};
+    check(gpunvme_streamer_stats(s(), &st));
+    nb::dict d;
+    d["layers"] = st.layers;
+    d["bytes"] = st.bytes;
+    d["io_seconds"] = st.io_seconds;
+    d["wait_seconds"] = st.wait_seconds;
+    d["slot_bytes"] = st.slot_bytes;
+    return d;
+  }
+
+ private:
+  gpunvme_streamer_t* s() const { return live(h_, "Streamer", "make another: Model.streamer()").handle; }
+  void check_slot(uint32_t slot) const {
+    if (slot >= n_slots_)
+      raise_kind(PyExc_ValueError, "slot " + std::to_string(slot) + " does not exist: the streamer has " +
+                                       std::to_string(n_slots_) + " slots" + range_text(n_slots_) +
+                                       " (Model.streamer(slots=N) for more)");
+  }
+  std::shared_ptr<StreamerOwner> h_;
+  uint32_t n_layers_, n_slots_;
+};
+
+const char* projection_name(gpunvme_projection_t p) {
+  switch (p) {
+    case GPUNVME_PROJ_GATE: return "gate";
+    case GPUNVME_PROJ_UP: return "up";
+    case GPUNVME_PROJ_DOWN: return "down";
+    case GPUNVME_PROJ_GATE_UP: return "gate_up";
+  }
+  return "unknown";
+}
+
+// One fetch's distinct experts; valid until the fetcher's next fetch.
+class Fetch {
+ public:
+  Fetch(std::shared_ptr<FetcherOwner> f, uint32_t layer, std::vector<uint32_t> experts)
+      : f_(std::move(f)), gen_(f_->generation), layer_(layer), experts_(std::move(experts)) {}
+  uint32_t layer() const { return layer_; }
+  const std::vector<uint32_t>& experts() const { return experts_; }
+  bool waited() const { return waited_; }
+  void wait(double timeout) {
+    current();
+    gpunvme_fetcher_t* h = f_->handle;
+    for (uint32_t i = 0; i < experts_.size(); ++i) {
+      if (!poll_until(timeout, [&](int* r) { return gpunvme_fetcher_ready(h, i, r); }))
+        raise_kind(PyExc_TimeoutError, "expert " + std::to_string(experts_[i]) + " of layer " + std::to_string(layer_) +
+                                           " did not arrive within " + std::to_string(timeout) +
+                                           " s; wait again with a longer timeout, or check the device (gpunvme doctor)");
+      check(gpunvme_fetcher_wait(h, i));  // ready: returns at once, or raises a failed read
+    }
+    waited_ = true;
+  }
+  // (expert id, hit, whole span, [(projection, bytes)...]) of the index-th distinct expert.
+  std::tuple<uint32_t, bool, ByteView, std::vector<std::pair<std::string, ByteView>>> expert(uint32_t index) const {
+    current();
+    if (!waited_) raise_kind(PyExc_ValueError, "the experts are not in yet: call Fetch.wait(timeout=...) first");
+    if (index >= experts_.size())
+      raise_kind(PyExc_IndexError, "index " + std::to_string(index) + " is past the fetch's " +
+                                       std::to_string(experts_.size()) + " distinct experts");
+    gpunvme_fetched_expert_t x{};
+    check(gpunvme_fetcher_expert(f_->handle, index, &x));
+    const uint8_t* pad = scratchpad();
+    std::vector<std::pair<std::string, ByteView>> parts;
+    for (uint32_t k = 0; k < x.n_parts; ++k) {
+      gpunvme_projection_t proj{};
+      uint64_t off = 0, bytes = 0;
+      check(gpunvme_fetcher_part(f_->handle, index, k, &proj, &off, &bytes));
+      parts.emplace_back(projection_name(proj), bytes_view(pad + off, bytes, f_));
+    }
+    return {x.expert, x.hit != 0, bytes_view(pad + x.offset, x.bytes, f_), std::move(parts)};
+  }
+
+ private:
+  void current() const {
+    if (!f_->open) raise_kind(PyExc_ValueError, "the Fetcher of this fetch is closed; make another: Model.fetcher()");
+    if (f_->generation != gen_)
+      raise_kind(PyExc_ValueError, "a later Fetcher.fetch() replaced this fetch (its scratchpad bytes may be reused); "
+                                   "use the latest Fetch");
+  }
+  const uint8_t* scratchpad() const {
+    const void* host = nullptr;
+    check(gpunvme_fetcher_scratchpad(f_->handle, &host, nullptr, nullptr));
+    return static_cast<const uint8_t*>(host);
+  }
+  std::shared_ptr<FetcherOwner> f_;
+  uint64_t gen_;
+  uint32_t layer_;
+  std::vector<uint32_t> experts_;
+  bool waited_ = false;
+};
+
+class Fetcher {
+ public:
+  Fetcher(const Model& m, uint32_t max_experts, uint64_t cache_bytes, bool down_only, bool pump_thread)
+      : h_(std::make_shared<FetcherOwner>()), max_experts_(max_experts ? max_experts : 8) {
+    h_->model = m.get();
+    if (!h_->model->experts)
+      raise_kind(PyExc_ValueError, "the model has no experts (a dense model): stream its layers with Model.streamer()");
+    gpunvme_fetcher_opts_t o{};
+    o.max_experts_per_fetch = max_experts_;
+    o.cache_bytes = cache_bytes;
+    o.pump_thread = pump_thread;
+    check(gpunvme_fetcher_create_from_model(h_->model->ctrl->queue, h_->model->model,
+                                            down_only ? GPUNVME_EXPERTS_DOWN_ONLY : GPUNVME_EXPERTS_ALL, &o, &h_->handle));
+  }
+  bool closed() const { return !h_->open; }
+  void close() { h_->open = false; }
+  uint32_t max_experts() const { return max_experts_; }
+  Fetch fetch(uint32_t layer, const std::vector<uint32_t>& ids) {
+    gpunvme_fetcher_t* f = live(h_, "Fetcher", "make another: Model.fetcher()").handle;
+    const uint32_t layers = h_->model->layers, experts = h_->model->experts;
+    if (layer >= layers)
+      raise_kind(PyExc_ValueError, "layer " + std::to_string(layer) + " does not exist: the model has " +
+                                       std::to_string(layers) + " layers" + range_text(layers));
+    std::vector<uint32_t> distinct;
+    for (uint32_t e : ids) {
+      if (e >= experts)
+        raise_kind(PyExc_ValueError, "expert " + std::to_string(e) + " does not exist: layer " + std::to_string(layer) +
+                                         " has " + std::to_string(experts) + " experts" + range_text(experts));
+      if (std::find(distinct.begin(), distinct.end(), e) == distinct.end()) distinct.push_back(e);
+    }
+    if (distinct.empty()) raise_kind(PyExc_ValueError, "no expert ids given: pass the ids the router chose");
+    if (distinct.size() > max_experts_)
+      raise_kind(PyExc_ValueError, std::to_string(distinct.size()) + " distinct experts asked for, more than the fetcher's " +
+                                       std::to_string(max_experts_) + " (Model.fetcher(max_experts=N) for more)");
+    uint32_t n = 0;
+    ++h_->generation;  // the previous Fetch ends here, whatever this call's outcome
+    check(gpunvme_fetcher_fetch(f, layer, ids.data(), uint32_t(ids.size()), &n));
+    return Fetch(h_, layer, std::move(distinct));
+  }
+  nb::dict metrics() {
+    gpunvme_fetch_metrics_t m{};
+    check(gpunvme_fetcher_metrics(live(h_, "Fetcher", "make another: Model.fetcher()").handle, &m));
+    nb::dict d;
+    d["fetches"] = m.tokens;
+    d["requested"] = m.requested;
+    d["faults"] = m.faults;
+    d["hits"] = m.hits;
+    d["bytes_read"] = m.bytes_read;
+    d["cache_capacity"] = m.cache_capacity;
+    return d;
+  }
+
+ private:
+  std::shared_ptr<FetcherOwner> h_;
+  uint32_t max_experts_;
+};
+
+}  // namespace
+}  // namespace gpunvme::python
+
+using namespace gpunvme::python;
+
+NB_MODULE(_runtime, m) {
+  m.doc() = "gpunvme's runtime (the C API's layer streamer and expert fetcher), bound with nanobind; use gpunvme.runtime";
+  m.def("gpu_available", [] { return gpunvme_gpu_available() == GPUNVME_OK; },
+        "True when this build and process can use the GPU path (CUDA build, a GPU present).");
+  nb::class_<Device>(m, "Device", "A controller (an emulated one: 'emu:FILE', 'emu:ram,size=256M'; or 'vfio:BDF') and its I/O queue.")
+      .def(nb::init<const std::string&, uint32_t>(), nb::arg("spec"), nb::arg("queue_entries") = 256)
+      .def_prop_ro("spec", &Device::spec)
+      .def_prop_ro("closed", &Device::closed)
+      .def("info", &Device::info)
+      .def("close", &Device::close);
+  nb::class_<Model>(m, "Model", "A GGUF model on the device's namespace.")
+      .def(nb::init<Device&, uint32_t, std::optional<int64_t>>(), nb::arg("device"), nb::arg("nsid") = 1,
+           nb::arg("start_lba").none() = nb::none())
+      .def_prop_ro("n_layers", &Model::n_layers)
+      .def_prop_ro("n_experts", &Model::n_experts)
+      .def("tensor", &Model::tensor, nb::arg("name"))
+      .def("close", &Model::close);
+  nb::class_<Slot>(m, "Slot", "A held slot of a Streamer: one layer's bytes.")
+      .def_prop_ro("slot", &Slot::slot)
+      .def_prop_ro("layer", &Slot::layer)
+      .def_prop_ro("nbytes", &Slot::nbytes)
+      .def_prop_ro("device_ptr", &Slot::device_ptr)
+      .def_prop_ro("released", &Slot::released)
+      .def("data", &Slot::data)
+      .def("pieces", &Slot::pieces)
+      .def("tensor", &Slot::tensor, nb::arg("model"), nb::arg("name"))
+      .def("release", &Slot::release);
+  nb::class_<Streamer>(m, "Streamer", "The layer streamer.")
+      .def(nb::init<const Model&, uint32_t, bool, uint32_t, bool>(), nb::arg("model"), nb::arg("slots"),
+           nb::arg("skip_experts"), nb::arg("max_command_bytes"), nb::arg("pump_thread"))
+      .def_prop_ro("n_layers", &Streamer::n_layers)
+      .def_prop_ro("n_slots", &Streamer::n_slots)
+      .def_prop_ro("closed", &Streamer::closed)
+      .def("begin", &Streamer::begin, nb::arg("layer"), nb::arg("slot"))
+      .def("ready", &Streamer::ready, nb::arg("slot"))
+      .def("acquire", &Streamer::acquire, nb::arg("slot"), nb::arg("timeout"))
+      .def("stats", &Streamer::stats)
+      .def("close", &Streamer::close);
+  nb::class_<Fetch>(m, "Fetch", "One fetch's experts.")
+      .def_prop_ro("layer", &Fetch::layer)
+      .def_prop_ro("experts", &Fetch::experts)
+      .def_prop_ro("waited", &Fetch::waited)
+      .def("wait", &Fetch::wait, nb::arg("timeout"))
+      .def("expert", &Fetch::expert, nb::arg("index"));
+  nb::class_<Fetcher>(m, "Fetcher", "The expert fetcher.")
+      .def(nb::init<const Model&, uint32_t, uint64_t, bool, bool>(), nb::arg("model"), nb::arg("max_experts"),
+           nb::arg("cache_bytes"), nb::arg("down_only"), nb::arg("pump_thread"))
+      .def_prop_ro("max_experts", &Fetcher::max_experts)
+      .def_prop_ro("closed", &Fetcher::closed)
+      .def("fetch", &Fetcher::fetch, nb::arg("layer"), nb::arg("experts"))
+      .def("metrics", &Fetcher::metrics)
+      .def("close", &Fetcher::close);
+}
