@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -99,17 +100,24 @@ ByteView bytes_view(const void* p, uint64_t n, std::shared_ptr<T> keep) {
   return ByteView(p, 1, shape, owner);
 }
 
+inline std::string seconds_text(double t) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g s", t);
+  return b;
+}
+
 // Every wait takes a finite timeout above 0 seconds: a wait that cannot end is refused up front.
 inline void check_timeout(double timeout) {
   if (!(timeout > 0) || !std::isfinite(timeout))
-    raise_kind(PyExc_ValueError, "timeout must be a finite number of seconds above 0 (got " + std::to_string(timeout) +
+    raise_kind(PyExc_ValueError, "timeout must be a finite number of seconds above 0 (got " + seconds_text(timeout) +
                                      "); every wait is bounded: pass e.g. timeout=10.0");
 }
 
-// Polls ready(int*) (a non-blocking C API call) with the GIL released until it reports 1 or `timeout`
-// seconds passed. Returns false on time-out; a failing poll raises its error.
+// Polls ready(int*) (a non-blocking C API call) with the GIL released until it reports 1; TimeoutError
+// naming `what` once `timeout` seconds passed (the reads go on: waiting again is allowed). A failing poll
+// raises its error.
 template <class Ready>
-bool poll_until(double timeout, Ready ready) {
+void wait_for(double timeout, const std::string& what, Ready ready) {
   check_timeout(timeout);
   gpunvme_err_t e = GPUNVME_OK;
   std::string msg;
@@ -130,7 +138,9 @@ bool poll_until(double timeout, Ready ready) {
     }
   }
   if (e != GPUNVME_OK) raise_error(e, msg);
-  return done != 0;
+  if (!done)
+    raise_kind(PyExc_TimeoutError, what + " did not arrive within " + seconds_text(timeout) +
+                                       "; wait again with a longer timeout, or check the device (gpunvme doctor)");
 }
 
 }  // namespace gpunvme::python

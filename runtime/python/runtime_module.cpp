@@ -21,7 +21,14 @@
 namespace gpunvme::python {
 namespace {
 
-std::string range_text(uint32_t n) { return n ? " (0.." + std::to_string(n - 1) + ")" : std::string(" (none)"); }
+// ValueError unless 0 <= index < n: "<what> 9 does not exist: <owner> has 2 <what>s (0..1)<hint>". Ids
+// come in as int64 so that a negative one gets this message too, not a binding's type error.
+uint32_t check_index(const char* what, int64_t index, uint32_t n, const std::string& owner, const char* hint = "") {
+  if (index >= 0 && index < int64_t(n)) return uint32_t(index);
+  raise_kind(PyExc_ValueError, std::string(what) + " " + std::to_string(index) + " does not exist: " + owner + " has " +
+                                   std::to_string(n) + " " + what + "s" +
+                                   (n ? " (0.." + std::to_string(n - 1) + ")" : std::string(" (none)")) + hint);
+}
 
 template <class P>
 P& live(const std::shared_ptr<P>& p, const char* what, const char* fix) {
@@ -90,11 +97,6 @@ class Model {
     if (e == GPUNVME_ERR_NOT_FOUND) raise_kind(PyExc_KeyError, "the model has no tensor named '" + name + "'");
     check(e);
     return {off, x.byte_length};
-  }
-  void check_layer(uint32_t layer) const {
-    if (layer >= n_layers())
-      raise_kind(PyExc_ValueError, "layer " + std::to_string(layer) + " does not exist: the model has " +
-                                       std::to_string(n_layers()) + " layers" + range_text(n_layers()));
   }
 
  private:
@@ -166,29 +168,23 @@ class Streamer {
   uint32_t n_slots() const { return n_slots_; }
   bool closed() const { return !h_->open; }
   void close() { h_->open = false; }  // the handle goes with the last view of its slots
-  void begin(uint32_t layer, uint32_t slot) {
+  void begin(int64_t layer, int64_t slot) {
     s();
-    if (layer >= n_layers_)
-      raise_kind(PyExc_ValueError, "layer " + std::to_string(layer) + " does not exist: the streamer's plan has " +
-                                       std::to_string(n_layers_) + " layers" + range_text(n_layers_));
-    check_slot(slot);
-    check(gpunvme_streamer_begin(h_->handle, layer, slot));
+    check(gpunvme_streamer_begin(h_->handle, check_index("layer", layer, n_layers_, "the streamer's plan"),
+                                 check_slot(slot)));
   }
-  bool ready(uint32_t slot) {
+  bool ready(int64_t slot) {
     s();
-    check_slot(slot);
     int r = 0;
-    check(gpunvme_streamer_ready(h_->handle, slot, &r));
+    check(gpunvme_streamer_ready(h_->handle, check_slot(slot), &r));
     return r != 0;
   }
-  Slot acquire(uint32_t slot, double timeout) {
+  Slot acquire(int64_t index, double timeout) {
     s();
-    check_slot(slot);
+    const uint32_t slot = check_slot(index);
     gpunvme_streamer_t* st = h_->handle;
-    if (!poll_until(timeout, [&](int* r) { return gpunvme_streamer_ready(st, slot, r); }))
-      raise_kind(PyExc_TimeoutError, "slot " + std::to_string(slot) + "'s layer did not arrive within " +
-                                         std::to_string(timeout) + " s; wait again with a longer timeout, or check the "
-                                         "device (gpunvme doctor)");
+    wait_for(timeout, "slot " + std::to_string(slot) + "'s layer",
+             [&](int* r) { return gpunvme_streamer_ready(st, slot, r); });
     gpunvme_slot_view_t v{};
     check(gpunvme_streamer_wait(st, slot, &v));  // ready: returns at once
     return Slot(h_, slot, v);
@@ -207,11 +203,8 @@ class Streamer {
 
  private:
   gpunvme_streamer_t* s() const { return live(h_, "Streamer", "make another: Model.streamer()").handle; }
-  void check_slot(uint32_t slot) const {
-    if (slot >= n_slots_)
-      raise_kind(PyExc_ValueError, "slot " + std::to_string(slot) + " does not exist: the streamer has " +
-                                       std::to_string(n_slots_) + " slots" + range_text(n_slots_) +
-                                       " (Model.streamer(slots=N) for more)");
+  uint32_t check_slot(int64_t slot) const {
+    return check_index("slot", slot, n_slots_, "the streamer", " (Model.streamer(slots=N) for more)");
   }
   std::shared_ptr<StreamerOwner> h_;
   uint32_t n_layers_, n_slots_;
@@ -239,10 +232,8 @@ class Fetch {
     current();
     gpunvme_fetcher_t* h = f_->handle;
     for (uint32_t i = 0; i < experts_.size(); ++i) {
-      if (!poll_until(timeout, [&](int* r) { return gpunvme_fetcher_ready(h, i, r); }))
-        raise_kind(PyExc_TimeoutError, "expert " + std::to_string(experts_[i]) + " of layer " + std::to_string(layer_) +
-                                           " did not arrive within " + std::to_string(timeout) +
-                                           " s; wait again with a longer timeout, or check the device (gpunvme doctor)");
+      wait_for(timeout, "expert " + std::to_string(experts_[i]) + " of layer " + std::to_string(layer_),
+               [&](int* r) { return gpunvme_fetcher_ready(h, i, r); });
       check(gpunvme_fetcher_wait(h, i));  // ready: returns at once, or raises a failed read
     }
     waited_ = true;
@@ -303,17 +294,14 @@ class Fetcher {
   bool closed() const { return !h_->open; }
   void close() { h_->open = false; }
   uint32_t max_experts() const { return max_experts_; }
-  Fetch fetch(uint32_t layer, const std::vector<uint32_t>& ids) {
+  Fetch fetch(int64_t layer_id, const std::vector<int64_t>& ids) {
     gpunvme_fetcher_t* f = live(h_, "Fetcher", "make another: Model.fetcher()").handle;
     const uint32_t layers = h_->model->layers, experts = h_->model->experts;
-    if (layer >= layers)
-      raise_kind(PyExc_ValueError, "layer " + std::to_string(layer) + " does not exist: the model has " +
-                                       std::to_string(layers) + " layers" + range_text(layers));
-    std::vector<uint32_t> distinct;
-    for (uint32_t e : ids) {
-      if (e >= experts)
-        raise_kind(PyExc_ValueError, "expert " + std::to_string(e) + " does not exist: layer " + std::to_string(layer) +
-                                         " has " + std::to_string(experts) + " experts" + range_text(experts));
+    const uint32_t layer = check_index("layer", layer_id, layers, "the model");
+    std::vector<uint32_t> distinct, all;
+    for (int64_t id : ids) {
+      const uint32_t e = check_index("expert", id, experts, "layer " + std::to_string(layer));
+      all.push_back(e);
       if (std::find(distinct.begin(), distinct.end(), e) == distinct.end()) distinct.push_back(e);
     }
     if (distinct.empty()) raise_kind(PyExc_ValueError, "no expert ids given: pass the ids the router chose");
@@ -322,7 +310,7 @@ class Fetcher {
                                        std::to_string(max_experts_) + " (Model.fetcher(max_experts=N) for more)");
     uint32_t n = 0;
     ++h_->generation;  // the previous Fetch ends here, whatever this call's outcome
-    check(gpunvme_fetcher_fetch(f, layer, ids.data(), uint32_t(ids.size()), &n));
+    check(gpunvme_fetcher_fetch(f, layer, all.data(), uint32_t(all.size()), &n));
     return Fetch(h_, layer, std::move(distinct));
   }
   nb::dict metrics() {

@@ -12,7 +12,9 @@ API) on generated GGUF models (llm_make_model: tiny-qwen3moe and the dense tiny)
   NaN and infinity, a closed streamer / fetcher / device / model used again, a released slot, a fetch
   replaced by a later one or used before its wait, missing tensors, a dense model's fetcher, bad device
   strings: the Python exception with a message naming the range or the fix, never a crash;
+- timeouts that expire (a modeled drive with 300 ms reads): TimeoutError, then a longer wait gets the bytes;
 - lifetimes: a view outlives its slot, streamer, model and device (the memory stays until the view goes);
+  objects dropped with reads in flight are freed;
 - the stubs (runtime.pyi) name what the module has, and help() shows the docstrings;
 - docs/runtime.md's Python section: its shell and Python blocks run as written.
 Exit 77 (skipped) without the gguf package (scripts/install_test_inputs.sh puts it in .venv/).
@@ -130,7 +132,7 @@ def bad_input_checks(rt, moe, dense):
     s = model.streamer(slots=2)
     check_raises("unknown layer (begin)", ValueError, lambda: s.begin(2, 0), "layer 2 does not exist", "2 layers (0..1)")
     check_raises("unknown layer (load)", ValueError, lambda: s.load(99), "layer 99 does not exist")
-    check_raises("negative layer", TypeError, lambda: s.begin(-1, 0))
+    check_raises("negative layer", ValueError, lambda: s.begin(-1, 0), "layer -1 does not exist")
     check_raises("unknown slot", ValueError, lambda: s.begin(0, 2), "slot 2 does not exist", "slots=N")
     check_raises("acquire of a slot never begun", ValueError, lambda: s.acquire(0, timeout=1.0), "begin it first")
     check_raises("layers() past the plan", ValueError, lambda: list(s.layers(first=1, count=5)), "not all in the plan")
@@ -152,7 +154,7 @@ def bad_input_checks(rt, moe, dense):
 
     f = model.fetcher(max_experts=2)
     check_raises("expert id out of range", ValueError, lambda: f.fetch(0, [1, 8]), "expert 8 does not exist", "8 experts (0..7)")
-    check_raises("negative expert id", TypeError, lambda: f.fetch(0, [-1]))
+    check_raises("negative expert id", ValueError, lambda: f.fetch(0, [-1]), "expert -1 does not exist")
     check_raises("fetch of an unknown layer", ValueError, lambda: f.fetch(2, [1]), "layer 2 does not exist")
     check_raises("more distinct experts than max_experts", ValueError, lambda: f.fetch(0, [1, 2, 3, 1]), "3 distinct", "max_experts=N")
     check_raises("no expert ids", ValueError, lambda: f.fetch(0, []), "no expert ids")
@@ -191,6 +193,30 @@ def lifetime_checks(rt, path, want):
             check("GPU view: __cuda_array_interface__", (cai["shape"], cai["typestr"], cai["data"]), ((slot.nbytes,), "|u1", (slot.device_ptr, True)))
         else:
             check("no GPU view: __cuda_array_interface__ absent", hasattr(slot, "__cuda_array_interface__"), False)
+
+
+def slow_device_checks(rt, path, want):
+    """A modeled drive with 300 ms reads: a short wait times out, a longer one then gets the bytes; objects
+    dropped with reads in flight are freed once those reads end."""
+    with rt.Device(f"emu:{path},lat=300ms,lat99=300ms") as dev, dev.open_model() as model:
+        with model.streamer() as s:
+            s.begin(1, 0)
+            check_raises("a layer slower than the timeout", TimeoutError, lambda: s.acquire(0, timeout=0.02),
+                         "slot 0's layer did not arrive within 0.02 s", "longer timeout")
+            with s.acquire(0, timeout=10.0) as slot:
+                check("waiting again after a timeout: the layer's bytes", slot.tensor("blk.1.attn_q.weight") == want["blk.1.attn_q.weight"], True)
+        with model.fetcher() as f:
+            fetch = f.fetch(0, [6])
+            check_raises("an expert slower than the timeout", TimeoutError, lambda: fetch.wait(timeout=0.02),
+                         "expert 6 of layer 0 did not arrive within 0.02 s")
+            check("waiting again after a timeout: the expert's bytes",
+                  fetch.wait(timeout=10.0)[0].parts["gate"] == expert_slice(want, 0, "gate", 6, model.n_experts), True)
+        s = model.streamer()
+        s.begin(0, 0)
+        f = model.fetcher()
+        f.fetch(1, [1, 2])
+    del s, f, dev, model
+    gc.collect()  # frees them, their reads drained first (a crash or a hang here fails the test)
 
 
 def stub_checks(rt):
@@ -247,6 +273,7 @@ def main():
         fetcher_checks(rt, moe, want)
         bad_input_checks(rt, moe, dense)
         lifetime_checks(rt, moe, want)
+        slow_device_checks(rt, moe, want)
         stub_checks(rt)
         docs_checks(a, tmp)
     return summary("runtime")
