@@ -238,8 +238,10 @@ class Fetch {
     }
     waited_ = true;
   }
-  // (expert id, hit, whole span, [(projection, bytes)...]) of the index-th distinct expert.
-  std::tuple<uint32_t, bool, ByteView, std::vector<std::pair<std::string, ByteView>>> expert(uint32_t index) const {
+  // (expert id, hit, whole span, its GPU address, [(projection, bytes, GPU address)...]) of the index-th
+  // distinct expert; GPU addresses are 0 where the scratchpad has no GPU view.
+  using Part = std::tuple<std::string, ByteView, uint64_t>;
+  std::tuple<uint32_t, bool, ByteView, uint64_t, std::vector<Part>> expert(uint32_t index) const {
     current();
     if (!waited_) raise_kind(PyExc_ValueError, "the experts are not in yet: call Fetch.wait(timeout=...) first");
     if (index >= experts_.size())
@@ -247,15 +249,18 @@ class Fetch {
                                        std::to_string(experts_.size()) + " distinct experts");
     gpunvme_fetched_expert_t x{};
     check(gpunvme_fetcher_expert(f_->handle, index, &x));
-    const uint8_t* pad = scratchpad();
-    std::vector<std::pair<std::string, ByteView>> parts;
+    const void *host = nullptr, *device = nullptr;
+    check(gpunvme_fetcher_scratchpad(f_->handle, &host, &device, nullptr));
+    const auto at = [&](uint64_t off) { return device ? uint64_t(reinterpret_cast<uintptr_t>(device)) + off : 0; };
+    const uint8_t* pad = static_cast<const uint8_t*>(host);
+    std::vector<Part> parts;
     for (uint32_t k = 0; k < x.n_parts; ++k) {
       gpunvme_projection_t proj{};
       uint64_t off = 0, bytes = 0;
       check(gpunvme_fetcher_part(f_->handle, index, k, &proj, &off, &bytes));
-      parts.emplace_back(projection_name(proj), bytes_view(pad + off, bytes, f_));
+      parts.emplace_back(projection_name(proj), bytes_view(pad + off, bytes, f_), at(off));
     }
-    return {x.expert, x.hit != 0, bytes_view(pad + x.offset, x.bytes, f_), std::move(parts)};
+    return {x.expert, x.hit != 0, bytes_view(pad + x.offset, x.bytes, f_), at(x.offset), std::move(parts)};
   }
 
  private:
@@ -264,11 +269,6 @@ class Fetch {
     if (f_->generation != gen_)
       raise_kind(PyExc_ValueError, "a later Fetcher.fetch() replaced this fetch (its scratchpad bytes may be reused); "
                                    "use the latest Fetch");
-  }
-  const uint8_t* scratchpad() const {
-    const void* host = nullptr;
-    check(gpunvme_fetcher_scratchpad(f_->handle, &host, nullptr, nullptr));
-    return static_cast<const uint8_t*>(host);
   }
   std::shared_ptr<FetcherOwner> f_;
   uint64_t gen_;

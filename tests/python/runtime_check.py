@@ -57,6 +57,16 @@ def address(view):
     return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
+def cuda_bytes(ptr, n):
+    """n bytes at GPU address ptr, copied to the host with the libcudart the module loaded (cudaMemcpy,
+    device to host)."""
+    import ctypes
+    lib = next(line.split()[-1] for line in open("/proc/self/maps") if "libcudart" in line)
+    buf = ctypes.create_string_buffer(n)
+    rc = ctypes.CDLL(lib).cudaMemcpy(buf, ctypes.c_void_p(ptr), ctypes.c_size_t(n), 2)
+    return rc, buf.raw
+
+
 def streamer_checks(rt, path, want):
     with rt.Device("emu:" + path) as dev, dev.open_model() as model:
         check("model: layers and experts as generated", (model.n_layers, model.n_experts), (2, 8))
@@ -188,11 +198,23 @@ def lifetime_checks(rt, path, want):
     gc.collect()
     with rt.Device("emu:" + path) as dev, dev.open_model() as m, m.streamer() as s, s.load(0) as slot:
         check("after collection a new device streams again", slot.tensor("blk.0.attn_v.weight") == want["blk.0.attn_v.weight"], True)
-        if rt.gpu_available() and slot.device_ptr:
+        q = want["blk.0.attn_v.weight"]
+        if rt.gpu_available():  # the slots and the scratchpad are mapped into the GPU: the same bytes there
             cai = slot.__cuda_array_interface__
-            check("GPU view: __cuda_array_interface__", (cai["shape"], cai["typestr"], cai["data"]), ((slot.nbytes,), "|u1", (slot.device_ptr, True)))
+            check("GPU: __cuda_array_interface__ of the slot", (cai["shape"], cai["typestr"], cai["data"]),
+                  ((slot.nbytes,), "|u1", (slot.device_ptr, True)))
+            at = slot.device_ptr + (address(slot.tensor("blk.0.attn_v.weight")) - address(slot.data))
+            check("GPU: a tensor's bytes read through the slot's device pointer = GGUFReader's", cuda_bytes(at, len(q)), (0, q))
+            with m.fetcher() as f:
+                e = f.fetch(1, [4]).wait(timeout=10.0)[0]
+                ptr, n = e.device_parts["up"]
+                check("GPU: an expert's bytes read through its device pointer = GGUFReader's", cuda_bytes(ptr, n),
+                      (0, expert_slice(want, 1, "up", 4, m.n_experts)))
         else:
-            check("no GPU view: __cuda_array_interface__ absent", hasattr(slot, "__cuda_array_interface__"), False)
+            check("no GPU: no __cuda_array_interface__, device pointers 0", (hasattr(slot, "__cuda_array_interface__"), slot.device_ptr), (False, 0))
+            with m.fetcher() as f:
+                e = f.fetch(1, [4]).wait(timeout=10.0)[0]
+                check("no GPU: experts without GPU views", (hasattr(e, "__cuda_array_interface__"), e.device_ptr, e.device_parts), (False, 0, {}))
 
 
 def slow_device_checks(rt, path, want):
@@ -225,7 +247,7 @@ def stub_checks(rt):
         return {n.name if isinstance(n, ast.FunctionDef) else n.target.id
                 for n in c.body if isinstance(n, (ast.FunctionDef, ast.AnnAssign))}
     stub = {c.name: names(c) for c in tree.body if isinstance(c, ast.ClassDef)}
-    instance = {"Expert": {"expert", "hit", "data", "parts"}, "Model": {"device"}}  # set in __init__
+    instance = {"Model": {"device"}}  # set in __init__
     missing = [f"{c}.{n}" for c, ns in stub.items() for n in ns
                if not hasattr(getattr(rt, c), n) and n not in instance.get(c, ())]
     check("runtime.pyi: every name it declares exists", missing, [])

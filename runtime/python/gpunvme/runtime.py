@@ -37,6 +37,13 @@ def gpu_available():
     return _runtime.gpu_available()
 
 
+def _cuda_array_interface(ptr, nbytes):
+    """CUDA array libraries' description (CuPy, Numba, PyTorch) of nbytes read-only bytes at GPU address ptr."""
+    if not ptr:
+        raise AttributeError("no GPU view here (no CUDA or no GPU): use the memoryview")
+    return {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3}
+
+
 class _Closing:
     """close() on leaving a `with` block."""
 
@@ -159,10 +166,7 @@ class Slot(_Closing):
     def __cuda_array_interface__(self):
         """The slot's bytes for CUDA array libraries (CuPy, Numba, PyTorch): uint8, nbytes long, read-only.
         AttributeError where the slot has no GPU view (a CPU build, or no GPU)."""
-        ptr = self._s.device_ptr
-        if not ptr:
-            raise AttributeError("this slot has no GPU view (no CUDA or no GPU): use Slot.data")
-        return {"shape": (self._s.nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3}
+        return _cuda_array_interface(self._s.device_ptr, self._s.nbytes)
 
     def release(self):
         """Hands the slot back for the next load; twice is harmless."""
@@ -233,12 +237,21 @@ class Streamer(_Closing):
 class Expert:
     """One fetched expert: its id, whether it was a cache hit (no read), its bytes in the scratchpad
     (data: the whole span, block-aligned as read) and parts: {projection ('gate', 'up', 'down',
-    'gate_up'): memoryview of that projection's bytes of the expert}."""
+    'gate_up'): memoryview of that projection's bytes of the expert}. Where the scratchpad has a GPU
+    view: device_ptr (the span's GPU address, else 0), __cuda_array_interface__ (the span), and
+    device_parts: {projection: (GPU address, nbytes)}."""
 
-    __slots__ = ("expert", "hit", "data", "parts")
+    __slots__ = ("expert", "hit", "data", "parts", "device_ptr", "device_parts")
 
-    def __init__(self, expert, hit, data, parts):
-        self.expert, self.hit, self.data, self.parts = expert, hit, data, dict(parts)
+    def __init__(self, expert, hit, data, device_ptr, parts):
+        self.expert, self.hit, self.data, self.device_ptr = expert, hit, data, device_ptr
+        self.parts = {name: view for name, view, _ in parts}
+        self.device_parts = {name: (ptr, len(view)) for name, view, ptr in parts if ptr}
+
+    @property
+    def __cuda_array_interface__(self):
+        """The span's bytes for CUDA array libraries; AttributeError without a GPU view."""
+        return _cuda_array_interface(self.device_ptr, len(self.data))
 
     def __repr__(self):
         return f"Expert({self.expert}, hit={self.hit}, parts={sorted(self.parts)})"

@@ -81,7 +81,12 @@ class Expert:
     hit: bool
     data: memoryview
     parts: dict[str, memoryview]
-    def __init__(self, expert: int, hit: bool, data: memoryview, parts: Iterable[tuple[str, memoryview]]) -> None: ...
+    device_ptr: int
+    device_parts: dict[str, tuple[int, int]]
+    def __init__(self, expert: int, hit: bool, data: memoryview, device_ptr: int,
+                 parts: Iterable[tuple[str, memoryview, int]]) -> None: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]: ...
 
 class Fetch:
     @property
