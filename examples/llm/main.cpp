@@ -80,7 +80,7 @@ const cli::Help kHelp = {
     "  --expert-pregate N  at each layer whose experts are fetched, run the next such layer's router on this\n"
     "                      layer's state (pre-gating) and read its N most likely experts ahead, while the drive\n"
     "                      would wait for routing (0: off; 1 to k; instead of --expert-prefetch; default k/2, at\n"
-    "                      least 1, where the expert cache is 0, else off). Adds two fetches of expert slots in\n"
+    "                      least 1, unless --expert-prefetch is given). Adds two fetches of expert slots in\n"
     "                      pinned memory if the cache is smaller\n"
     "  --expert-pregate-first N  with pre-gating: at the last fetched layer of a token, read N of the experts\n"
     "                      this token routed to at the first fetched layer, for the next token's (one-token lag),\n"

@@ -80,10 +80,13 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
     all.resident_layers = o.m.config.n_layer;
     mixed.vram_budget = widest;
     mixed.ram_budget = widest;
-    if (experts) mixed.expert_cache_bytes = all_experts / 2;  // MoE: an LRU cache of half the experts
+    if (experts) {
+      mixed.expert_cache_bytes = all_experts / 2;  // MoE: an LRU cache of half the experts
+      mixed.expert_prefetch = true;                // the one-token-lag prefetch (the default is pre-gating)
+    }
     llm::ExecStats sa, sm;
     const auto want = run(*o.ctrl, o.m, all, &sa);
-    const auto got = run(*o.ctrl, o.m, mixed, &sm);  // MoE: the prefetch on (the default: the cache holds 2 fetches)
+    const auto got = run(*o.ctrl, o.m, mixed, &sm);
     INFO("experts " << experts);
     if (experts) {
       // The prefetch ran and is accounted: every expert it read was either found by the next fetch of
@@ -136,10 +139,11 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
       tiny.expert_cache_bytes = 3 * (all_experts / (3 * experts) + 3 * 4096);
       tiny.expert_prefetch = true;
       CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, tiny), Catch::Matchers::ContainsSubstring("--expert-prefetch off"));
-      tiny.expert_prefetch.reset();  // the default: off for this cache, and the logits as before
+      tiny.expert_prefetch.reset();  // the default: pre-gating (with two fetches of slots added), the logits as before
       llm::ExecStats st;
       const auto got_tiny = run(*o.ctrl, o.m, tiny, &st);
       CHECK(!st.expert_prefetch);
+      CHECK(st.expert_pregate == 1);
       for (size_t i = 0; i < got_tiny.size(); ++i)
         CHECK(std::memcmp(got_tiny[i].data(), want[i].data(), got_tiny[i].size() * sizeof(float)) == 0);
     }
@@ -215,6 +219,16 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   CHECK(sd.expert_pregate_first == 1);
   CHECK(sd.prefetch.prefetches == 6 * 3);
   for (size_t i = 0; i < got_dflt.size(); ++i) CHECK(std::memcmp(got_dflt[i].data(), want[i].data(), got_dflt[i].size() * sizeof(float)) == 0);
+  // The default with an expert cache too (there the one-token lag finds the previous token's experts
+  // cached and reads nothing): pre-gating of 1, the same logits.
+  llm::GpuExecOptions cached = dflt;
+  cached.expert_cache_bytes = 64ull << 20;
+  llm::ExecStats sc;
+  const auto got_cached = run(*o.ctrl, o.m, cached, &sc);
+  CHECK(sc.expert_pregate == 1);
+  CHECK(!sc.expert_prefetch);
+  CHECK(sc.prefetch.prefetches == 6 * 3);
+  for (size_t i = 0; i < got_cached.size(); ++i) CHECK(std::memcmp(got_cached[i].data(), want[i].data(), got_cached[i].size() * sizeof(float)) == 0);
   // Without the next pass's layer 0: two predictions per pass, the last one (layer 2's) followed by
   // its fetch, the same logits.
   llm::GpuExecOptions first = pre;

@@ -131,8 +131,8 @@ struct GpuExecOptions {
   // MoE: pre-gating (gpu_forward.h): at each fetched layer, the next fetched layer's router on this
   // layer's state, and its best `expert_pregate` predicted experts read ahead (0: off; at most k). The
   // fetcher's cache gets two fetches of slots if the budget gave it fewer. Default: max(1, k / 2)
-  // where the expert cache is 0 (no one-token-lag prefetch possible), expert_prefetch is not set
-  // (off: no prefetch of either kind) and the controller grants the queues its reads need; else 0. Why k / 2: the predictions queue behind the fetch's
+  // where expert_prefetch is not set (off: no prefetch of either kind) and the controller grants the
+  // queues its reads need, whatever the expert cache; else 0. Why k / 2: the predictions queue behind the fetch's
   // reads, and must keep the drive busy through the next layer's routing and the first reads of its
   // fetch; at the ~91-98 % hit rates measured, k / 2 did that best (Qwen3: 4 of 8 beat 2, 3 and 6;
   // Mixtral: 1 of 2 beat 2; docs/performance.md, session 12).
