@@ -1,6 +1,6 @@
 // gpunvme._runtime's plumbing over the C API (runtime/capi/gpunvme.h): owners that free each C handle once
-// (children hold their parent, so the C API's order -- streamers and fetchers before the queue, the queue
-// and models before the controller -- is the order of destruction, whatever Python frees first), C API
+// (children hold their parent, so the C API's order -- streamers and fetchers before their model's queue,
+// models and queues before the controller -- is the order of destruction, whatever Python frees first), C API
 // failures as Python exceptions, zero-copy memoryviews that keep their memory's owner alive, and the one
 // bounded polling wait every Python-side wait uses.
 #ifndef GPUNVME_RUNTIME_PYTHON_RUNTIME_HANDLES_H
@@ -49,28 +49,34 @@ inline void check(gpunvme_err_t e) {
   if (e != GPUNVME_OK) raise_error(e, gpunvme_last_error_message());
 }
 
-// The controller and its one I/O queue (qid 1): streamers and fetchers share the queue's submitter.
+// The controller, and which of its I/O queue ids the open models hold.
 struct CtrlOwner {
   gpunvme_ctrl_t* ctrl = nullptr;
-  gpunvme_queue_t* queue = nullptr;
   std::string spec;
+  uint32_t queue_entries = 0;
+  std::vector<bool> qid_used;  // by qid (0: the admin queue, never handed out)
   CtrlOwner() = default;
   CtrlOwner(const CtrlOwner&) = delete;
   CtrlOwner& operator=(const CtrlOwner&) = delete;
-  ~CtrlOwner() {
-    gpunvme_delete_io_queue(queue);
-    gpunvme_ctrl_shutdown(ctrl);
-  }
+  ~CtrlOwner() { gpunvme_ctrl_shutdown(ctrl); }
 };
 
+// A model and its own I/O queue: its header is read through it, and its streamers and fetchers share it
+// (and its submitter). A queue per model lets a Device open models while others' streamers drive theirs.
 struct ModelOwner {
   std::shared_ptr<CtrlOwner> ctrl;
+  uint16_t qid = 0;
+  gpunvme_queue_t* queue = nullptr;
   gpunvme_model_t* model = nullptr;
   uint32_t layers = 0, experts = 0;
   ModelOwner() = default;
   ModelOwner(const ModelOwner&) = delete;
   ModelOwner& operator=(const ModelOwner&) = delete;
-  ~ModelOwner() { gpunvme_model_close(model); }
+  ~ModelOwner() {
+    gpunvme_model_close(model);
+    gpunvme_delete_io_queue(queue);
+    if (qid) ctrl->qid_used[qid] = false;
+  }
 };
 
 // A streamer's or fetcher's C handle, freed (its reads drained, bounded) when the Python object and every

@@ -44,8 +44,11 @@ class Device {
  public:
   Device(const std::string& spec, uint32_t queue_entries) : h_(std::make_shared<CtrlOwner>()) {
     h_->spec = spec;
+    h_->queue_entries = queue_entries;
     check(gpunvme_ctrl_init(&h_->ctrl, spec.c_str()));
-    check(gpunvme_create_io_queue(h_->ctrl, 1, queue_entries, &h_->queue));
+    gpunvme_ctrl_info_t i{};
+    check(gpunvme_ctrl_info(h_->ctrl, &i));
+    h_->qid_used.assign(size_t(i.io_queues) + 1, false);
   }
   const std::shared_ptr<CtrlOwner>& get() const {
     if (!h_) raise_kind(PyExc_ValueError, "this Device is closed; open another: gpunvme.runtime.Device(spec)");
@@ -78,7 +81,16 @@ class Model {
  public:
   Model(Device& dev, uint32_t nsid, std::optional<int64_t> start_lba) : h_(std::make_shared<ModelOwner>()) {
     h_->ctrl = dev.get();
-    check(gpunvme_model_open(h_->ctrl->queue, nsid, start_lba.value_or(-1), &h_->model));
+    CtrlOwner& c = *h_->ctrl;
+    const auto free_qid = std::find(c.qid_used.begin() + 1, c.qid_used.end(), false);
+    if (free_qid == c.qid_used.end())
+      raise_kind(PyExc_RuntimeError, "all " + std::to_string(c.qid_used.size() - 1) + " I/O queues of " + c.spec +
+                                         " are held by open models; close one (with its streamers, fetchers and views)");
+    const auto qid = uint16_t(free_qid - c.qid_used.begin());
+    check(gpunvme_create_io_queue(c.ctrl, qid, c.queue_entries, &h_->queue));
+    h_->qid = qid;
+    c.qid_used[qid] = true;
+    check(gpunvme_model_open(h_->queue, nsid, start_lba.value_or(-1), &h_->model));
     check(gpunvme_model_layer_count(h_->model, &h_->layers));
     check(gpunvme_model_expert_count(h_->model, &h_->experts));
   }
@@ -161,7 +173,7 @@ class Streamer {
     o.slots = n_slots_;
     o.max_command_bytes = max_command_bytes;
     o.pump_thread = pump_thread;
-    check(gpunvme_streamer_create_from_model(h_->model->ctrl->queue, h_->model->model, skip_experts, &o, &h_->handle));
+    check(gpunvme_streamer_create_from_model(h_->model->queue, h_->model->model, skip_experts, &o, &h_->handle));
     h_->slot_generation.assign(n_slots_, 0);
   }
   uint32_t n_layers() const { return n_layers_; }
@@ -288,7 +300,7 @@ class Fetcher {
     o.max_experts_per_fetch = max_experts_;
     o.cache_bytes = cache_bytes;
     o.pump_thread = pump_thread;
-    check(gpunvme_fetcher_create_from_model(h_->model->ctrl->queue, h_->model->model,
+    check(gpunvme_fetcher_create_from_model(h_->model->queue, h_->model->model,
                                             down_only ? GPUNVME_EXPERTS_DOWN_ONLY : GPUNVME_EXPERTS_ALL, &o, &h_->handle));
   }
   bool closed() const { return !h_->open; }
@@ -340,13 +352,13 @@ NB_MODULE(_runtime, m) {
   m.doc() = "gpunvme's runtime (the C API's layer streamer and expert fetcher), bound with nanobind; use gpunvme.runtime";
   m.def("gpu_available", [] { return gpunvme_gpu_available() == GPUNVME_OK; },
         "True when this build and process can use the GPU path (CUDA build, a GPU present).");
-  nb::class_<Device>(m, "Device", "A controller (an emulated one: 'emu:FILE', 'emu:ram,size=256M'; or 'vfio:BDF') and its I/O queue.")
+  nb::class_<Device>(m, "Device", "A controller (an emulated one: 'emu:FILE', 'emu:ram,size=256M'; or 'vfio:BDF').")
       .def(nb::init<const std::string&, uint32_t>(), nb::arg("spec"), nb::arg("queue_entries") = 256)
       .def_prop_ro("spec", &Device::spec)
       .def_prop_ro("closed", &Device::closed)
       .def("info", &Device::info)
       .def("close", &Device::close);
-  nb::class_<Model>(m, "Model", "A GGUF model on the device's namespace.")
+  nb::class_<Model>(m, "Model", "A GGUF model on the device's namespace, with an I/O queue of its own.")
       .def(nb::init<Device&, uint32_t, std::optional<int64_t>>(), nb::arg("device"), nb::arg("nsid") = 1,
            nb::arg("start_lba").none() = nb::none())
       .def_prop_ro("n_layers", &Model::n_layers)

@@ -13,6 +13,7 @@ API) on generated GGUF models (llm_make_model: tiny-qwen3moe and the dense tiny)
   replaced by a later one or used before its wait, missing tensors, a dense model's fetcher, bad device
   strings: the Python exception with a message naming the range or the fix, never a crash;
 - timeouts that expire (a modeled drive with 300 ms reads): TimeoutError, then a longer wait gets the bytes;
+- a queue per model: a model opens while another's streamer runs; all queues held: a clear error;
 - lifetimes: a view outlives its slot, streamer, model and device (the memory stays until the view goes);
   objects dropped with reads in flight are freed;
 - the stubs (runtime.pyi) name what the module has, and help() shows the docstrings;
@@ -217,6 +218,24 @@ def lifetime_checks(rt, path, want):
                 check("no GPU: experts without GPU views", (hasattr(e, "__cuda_array_interface__"), e.device_ptr, e.device_parts), (False, 0, {}))
 
 
+def queue_checks(rt, path, want):
+    """A queue per model: a model opens while another's streamer drives its queue; when the controller's
+    queues are all held, the next open says so, and closing a model frees its queue."""
+    with rt.Device(f"emu:{path},queues=2") as dev:
+        first = dev.open_model()
+        with first.streamer() as s, s.load(1) as slot:
+            second = dev.open_model()
+            with second.streamer() as s2, s2.load(1) as slot2:
+                check("two models' streamers on one device, each the GGUF's bytes",
+                      (slot.tensor("blk.1.attn_q.weight") == want["blk.1.attn_q.weight"],
+                       slot2.tensor("blk.1.ffn_norm.weight") == want["blk.1.ffn_norm.weight"]), (True, True))
+            check_raises("every I/O queue held by an open model", RuntimeError, dev.open_model, "all 2 I/O queues", "close one")
+        second.close()
+        del s, s2, slot, slot2
+        gc.collect()
+        check("a closed model's queue serves the next model", dev.open_model().n_layers, 2)
+
+
 def slow_device_checks(rt, path, want):
     """A modeled drive with 300 ms reads: a short wait times out, a longer one then gets the bytes; objects
     dropped with reads in flight are freed once those reads end."""
@@ -296,6 +315,7 @@ def main():
         bad_input_checks(rt, moe, dense)
         lifetime_checks(rt, moe, want)
         slow_device_checks(rt, moe, want)
+        queue_checks(rt, moe, want)
         stub_checks(rt)
         docs_checks(a, tmp)
     return summary("runtime")

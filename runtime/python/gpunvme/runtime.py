@@ -1,8 +1,8 @@
 """gpunvme.runtime: the layer streamer and the expert fetcher, for engine authors who write Python.
 
 The runtime's C API (runtime/capi/gpunvme.h) bound by the C++ module gpunvme._runtime. A Device is a
-controller (emulated, 'emu:FILE' or 'emu:ram,size=256M'; or 'vfio:BDF') with one I/O queue; Device.open_model()
-finds the GGUF model on it. Model.streamer() reads whole layers (blk.N) into slots; Model.fetcher() reads
+controller (emulated, 'emu:FILE' or 'emu:ram,size=256M'; or 'vfio:BDF'); Device.open_model() finds the GGUF
+model on it and gives it an I/O queue of its own, which its streamers and fetchers share. Model.streamer() reads whole layers (blk.N) into slots; Model.fetcher() reads
 the experts a router chose. The bytes come as read-only memoryviews of the slot or scratchpad memory, with
 no copy (numpy.frombuffer(view, dtype) makes an array of them, also without a copy); on the GPU path a
 Slot also has its device pointer and __cuda_array_interface__.
@@ -56,11 +56,12 @@ class _Closing:
 
 
 class Device(_Closing):
-    """A controller and its one I/O queue.
+    """A controller.
 
     Device(spec, queue_entries=256): spec as the CLI's --device: 'emu:FILE' (a GGUF file or a disk image:
     the emulated controller's namespace), 'emu:ram,size=256M', 'vfio:0000:0b:00.0'. Raises ValueError for
     a malformed spec, FileNotFoundError for a missing device, PermissionError without access.
+    queue_entries: the depth of each model's I/O queue (2..info()["max_queue_entries"]).
     The controller shuts down when the Device and everything made from it are closed or collected.
     """
 
@@ -83,8 +84,9 @@ class Device(_Closing):
 
     def open_model(self, nsid=1, start_lba=None):
         """The GGUF model on namespace `nsid` (a `gpunvme deploy` record, or a GGUF at LBA 0 such as
-        'emu:model.gguf'; start_lba: where it starts, when not detected). Open it before making streamers
-        or fetchers: the model's header is read through the queue, which they drive once they exist."""
+        'emu:model.gguf'; start_lba: where it starts, when not detected), on an I/O queue of its own (one
+        of info()["io_queues"]; RuntimeError when open models hold them all). RuntimeError when no model
+        is found."""
         return Model(self, self._d, nsid, start_lba)
 
     def close(self):
@@ -127,7 +129,7 @@ class Model(_Closing):
         return Fetcher(_runtime.Fetcher(self._m, max_experts, cache_bytes, down_only, pump_thread))
 
     def close(self):
-        """No further use; streamers and fetchers made from it keep working."""
+        """No further use; streamers and fetchers made from it keep working (its queue goes with them)."""
         self._m.close()
 
 
