@@ -119,34 +119,27 @@ inline void check_timeout(double timeout) {
                                      "); every wait is bounded: pass e.g. timeout=10.0");
 }
 
-// Polls ready(int*) (a non-blocking C API call) with the GIL released until it reports 1; TimeoutError
-// naming `what` once `timeout` seconds passed (the reads go on: waiting again is allowed). A failing poll
-// raises its error.
+// Polls ready(int*) (a non-blocking C API call) until it reports 1, sleeping between polls with the GIL
+// released; TimeoutError naming `what` once `timeout` seconds passed (the reads go on: waiting again is
+// allowed). The polls themselves run with the GIL held, as every other call on a handle does: the GIL
+// serializes them, so other threads' calls run between the polls instead of being refused by the C API's
+// one-thread-per-handle check. A failing poll raises its error.
 template <class Ready>
 void wait_for(double timeout, const std::string& what, Ready ready) {
   check_timeout(timeout);
-  gpunvme_err_t e = GPUNVME_OK;
-  std::string msg;
-  int done = 0;
-  {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    int done = 0;
+    check(ready(&done));
+    if (done) return;
+    if (std::chrono::steady_clock::now() >= deadline)
+      raise_kind(PyExc_TimeoutError, what + " did not arrive within " + seconds_text(timeout) +
+                                         "; wait again with a longer timeout, or check the device (gpunvme doctor)");
     nb::gil_scoped_release unlocked;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout);
-    auto nap = std::chrono::microseconds(20);
-    for (;;) {
-      e = ready(&done);
-      if (e != GPUNVME_OK) {
-        msg = gpunvme_last_error_message();
-        break;
-      }
-      if (done || std::chrono::steady_clock::now() >= deadline) break;
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::microseconds(1000));  // short waits stay short, long ones cheap
-    }
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(1000));  // short waits stay short, long ones cheap
   }
-  if (e != GPUNVME_OK) raise_error(e, msg);
-  if (!done)
-    raise_kind(PyExc_TimeoutError, what + " did not arrive within " + seconds_text(timeout) +
-                                       "; wait again with a longer timeout, or check the device (gpunvme doctor)");
 }
 
 }  // namespace gpunvme::python

@@ -13,6 +13,7 @@ API) on generated GGUF models (llm_make_model: tiny-qwen3moe and the dense tiny)
   replaced by a later one or used before its wait, missing tensors, a dense model's fetcher, bad device
   strings: the Python exception with a message naming the range or the fix, never a crash;
 - timeouts that expire (a modeled drive with 300 ms reads): TimeoutError, then a longer wait gets the bytes;
+- threads: one waits while another begins and waits for another slot;
 - a queue per model: a model opens while another's streamer runs; all queues held: a clear error;
 - lifetimes: a view outlives its slot, streamer, model and device (the memory stays until the view goes);
   objects dropped with reads in flight are freed;
@@ -31,6 +32,8 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -252,6 +255,18 @@ def slow_device_checks(rt, path, want):
                          "expert 6 of layer 0 did not arrive within 0.02 s")
             check("waiting again after a timeout: the expert's bytes",
                   fetch.wait(timeout=10.0)[0].parts["gate"] == expert_slice(want, 0, "gate", 6, model.n_experts), True)
+        with model.streamer() as s:  # a thread waits for slot 0 while this one begins and waits for slot 1
+            s.begin(0, 0)
+            got = {}
+            waiter = threading.Thread(target=lambda: got.setdefault(0, s.acquire(0, timeout=10.0)))
+            waiter.start()
+            time.sleep(0.05)
+            s.begin(1, 1)
+            with s.acquire(1, timeout=10.0) as other:
+                second = other.tensor("blk.1.attn_v.weight") == want["blk.1.attn_v.weight"]
+            waiter.join(timeout=20.0)
+            check("threads: a call while another thread waits runs (not refused), both layers' bytes",
+                  (second, 0 in got and got[0].tensor("blk.0.attn_v.weight") == want["blk.0.attn_v.weight"]), (True, True))
         s = model.streamer()
         s.begin(0, 0)
         f = model.fetcher()

@@ -22,8 +22,8 @@ allowed); a closed object refuses further use with ValueError; bad ids name the 
 A view stays readable after its slot is released or its streamer/fetcher closed (the memory lives as long
 as a view of it), but a released slot is refilled by later loads and a fetch's scratchpad bytes by later
 fetches: use the bytes before that. Objects are freed by close(), by `with`, or when garbage collected,
-children before their parents, whatever the order of the calls. One thread at a time per streamer or
-fetcher (another thread's call is refused, never interleaved).
+children before their parents, whatever the order of the calls. Threads may share these objects: their
+calls run one at a time (under the GIL), and a thread's wait lets the others' calls run between its polls.
 """
 from . import _runtime
 
