@@ -3,6 +3,8 @@
 // Llama-3-70B's 28672-wide FFN row) and a stacked expert matrix chosen by a device-side id, every (row, token) result must
 // have the bits of the single-token matrix-vector kernel (so a batched pass gives the logits of
 // single-token passes), and be the CPU's dot product up to float rounding.
+// The decode fusions (issue 36: Q, K and V in one launch, gate and up with the GLU in the epilogue, the
+// residual add with the next norm) must keep the bits of the launches they replace.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
@@ -11,9 +13,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/ops.h"
 #include "examples/llm/quant/weight_types.h"
@@ -234,5 +238,171 @@ TEST_CASE("MXFP4: hand-made blocks through the GPU matrix kernels give ggml's va
       REQUIRE(yb[rows + r] == expected(r, cols - 1 - c));
       REQUIRE(dot_row(GgmlType::MXFP4, &w[r * row_bytes], cols, x.data()) == expected(r, c));  // the CPU's
     }
+  }
+}
+
+// The fused products of a decode layer (issue 36): Q, K and V in one launch (gpu_matvecs: their rows
+// together, a warp's two rows possibly of two matrices) must give each output the bits of its own
+// gpu_matmul launch, for every type, with and without biases, for short sets (one row a warp) and tall
+// ones (Llama-3-8B's 4096 + 1024 + 1024 rows), for rows staged in shared memory and rows read directly (V
+// 2 bytes off 16-byte alignment: then no row of the set is staged), for a V of another type (two launches)
+// and for rows too wide to stage x for (one launch each).
+TEST_CASE("fused Q, K and V products: each output has its own launch's bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  struct Shape { uint32_t q_rows, kv_rows, cols, v_offset; bool v_other_type; };
+  const Shape sh = GENERATE(Shape{64, 16, 512, 0, false}, Shape{4096, 1024, 4096, 0, false}, Shape{37, 5, 2048, 0, false},
+                            Shape{300, 100, 2048, 2, false}, Shape{256, 64, 1024, 0, true}, Shape{3, 1, 65536, 0, false});
+  const GgmlType vt = !sh.v_other_type ? t : t == GgmlType::Q6_K ? GgmlType::Q4_K : GgmlType::Q6_K;
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), gguf::ggml_type_name(uint32_t(vt)), sh.q_rows, sh.kv_rows, sh.cols, sh.v_offset);
+  std::mt19937 rng(uint32_t(t) * 17 + sh.cols + sh.q_rows);
+  const auto wq = llm::test::random_rows(t, sh.cols, sh.q_rows, rng), wk = llm::test::random_rows(t, sh.cols, sh.kv_rows, rng),
+             wv = llm::test::random_rows(vt, sh.cols, sh.kv_rows, rng);
+  std::vector<uint8_t> w = wq;
+  w.insert(w.end(), wk.begin(), wk.end());
+  w.insert(w.end(), sh.v_offset, uint8_t(0x5A));
+  w.insert(w.end(), wv.begin(), wv.end());
+  std::vector<float> x(sh.cols), bq(sh.q_rows), bv(sh.kv_rows);
+  std::normal_distribution<float> d;
+  for (auto* v : {&x, &bq, &bv})
+    for (float& e : *v) e = d(rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dbq(bq), dbv(bv);
+  const uint32_t rows[3] = {sh.q_rows, sh.kv_rows, sh.kv_rows};
+  const uint8_t* at[3] = {dw.p, dw.p + wq.size(), dw.p + wq.size() + wk.size() + sh.v_offset};
+  const uint64_t row_bytes[3] = {wq.size() / sh.q_rows, wk.size() / sh.kv_rows, wv.size() / sh.kv_rows};
+  const GgmlType types[3] = {t, t, vt};
+  const float* bias[3] = {dbq.p, nullptr, dbv.p};  // K without one, as in Qwen2 all three have one, Llama none
+  std::vector<std::unique_ptr<DeviceArray<float>>> fused, ref;
+  GpuProduct ps[3];
+  for (int i = 0; i < 3; ++i) {
+    fused.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(rows[i], NAN)));
+    ref.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(rows[i], NAN)));
+    ps[i] = {GpuMatrix{types[i], at[i], row_bytes[i], rows[i], sh.cols, nullptr, 0}, bias[i], fused[i]->p};
+    gpu_matmul(nullptr, ps[i].m, dx.p, 1, bias[i], ref[i]->p);
+  }
+  gpu_matvecs(nullptr, ps, dx.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  for (int i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    const auto y = fused[i]->get(rows[i]), r = ref[i]->get(rows[i]);
+    for (float v : r) REQUIRE(!std::isnan(v));
+    REQUIRE(std::memcmp(y.data(), r.data(), y.size() * sizeof(float)) == 0);
+  }
+}
+
+// A gated FFN's gate and up products with the GLU in the kernel's epilogue (gpu_matvec_glu) against the
+// two products (gpu_matmul) and the element-wise GLU kernel (gpu_glu): the same bits, for every type and
+// activation (gpt-oss's clamped SwiGLU on inputs scaled across its limit), short and tall matrices, rows
+// staged and not (768 columns: Q6_K's rows are not whole 16-byte units). Refused (false, nothing written)
+// for two types, two shapes, or rows too wide to stage x for.
+TEST_CASE("fused gate, up and GLU: the products' and the GLU kernel's bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  const FfnAct act = GENERATE(FfnAct::kSilu, FfnAct::kGelu, FfnAct::kSwigluOai);
+  struct Shape { uint32_t rows, cols; };
+  const Shape sh = GENERATE(Shape{37, 2048}, Shape{2000, 1024}, Shape{5, 768}, Shape{1500, 4096});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), int(act), sh.rows, sh.cols);
+  std::mt19937 rng(uint32_t(t) * 23 + sh.rows + uint32_t(act));
+  const auto wg = llm::test::random_rows(t, sh.cols, sh.rows, rng), wu = llm::test::random_rows(t, sh.cols, sh.rows, rng);
+  std::vector<float> x(sh.cols);
+  std::normal_distribution<float> d(0.0f, act == FfnAct::kSwigluOai ? 6.0f : 1.0f);
+  for (float& e : x) e = d(rng);
+  DeviceArray<uint8_t> dg(wg), du(wu);
+  DeviceArray<float> dx(x), dy(std::vector<float>(sh.rows, NAN)), dref(std::vector<float>(sh.rows, NAN)),
+      dup(std::vector<float>(sh.rows, NAN));
+  const GpuMatrix gate{t, dg.p, wg.size() / sh.rows, sh.rows, sh.cols, nullptr, 0};
+  GpuMatrix up = gate;
+  up.w = du.p;
+  gpu_matmul(nullptr, gate, dx.p, 1, nullptr, dref.p);
+  gpu_matmul(nullptr, up, dx.p, 1, nullptr, dup.p);
+  gpu_glu(nullptr, dref.p, dup.p, sh.rows, act);
+  REQUIRE(gpu_matvec_glu(nullptr, gate, up, dx.p, act, dy.p));
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = dy.get(sh.rows), ref = dref.get(sh.rows);
+  for (float v : ref) REQUIRE(!std::isnan(v));
+  REQUIRE(std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) == 0);
+  GpuMatrix other = up;
+  other.type = t == GgmlType::Q8_0 ? GgmlType::Q4_0 : GgmlType::Q8_0;
+  REQUIRE_FALSE(gpu_matvec_glu(nullptr, gate, other, dx.p, act, dy.p));
+  other = up;
+  other.rows = sh.rows - 1;
+  REQUIRE_FALSE(gpu_matvec_glu(nullptr, gate, other, dx.p, act, dy.p));
+}
+
+TEST_CASE("fused gate, up and GLU: refused for rows too wide to stage x for", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const uint32_t cols = 1u << 17, rows = 2;  // x: 512 KiB, beyond any block's shared memory
+  std::mt19937 rng(5);
+  const auto w = llm::test::random_rows(GgmlType::Q8_0, cols, rows, rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(std::vector<float>(cols, 1.0f)), dy(std::vector<float>(rows, NAN));
+  const GpuMatrix m{GgmlType::Q8_0, dw.p, w.size() / rows, rows, cols, nullptr, 0};
+  REQUIRE_FALSE(gpu_matvec_glu(nullptr, m, m, dx.p, FfnAct::kSilu, dy.p));
+  for (float v : dy.get(rows)) REQUIRE(std::isnan(v));
+}
+
+// The GPU backend's fusions (block.h's matmuls, gated_matmul and add_norm, which run_block calls) against
+// the operations each stands for (Backend's defaults, on the same object and activations), bit for bit,
+// on tiny models with and without Q/K/V biases and with GELU: a block gives the bits it gave before the
+// fusions, and a pass of several tokens (unfused) still gives single-token passes' (fused) bits.
+TEST_CASE("GPU backend fusions: Q/K/V, gate/up/GLU and add+norm have the unfused operations' bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  using llm::test::Shape;
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K);
+  const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2, Shape::kGemma3);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  const llm::test::TinyModel m = llm::test::make_tiny(shape, type);
+  DeviceArray<uint8_t> d(m.bytes);
+  const PackedRanges whole = PackedRanges::span(0, m.bytes.size());
+  auto at = [&](const TensorRef& t) { return d.p + t.file_offset; };
+  GpuForward gpu(m.c, m.w, 32, GlobalWeights{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)}, nullptr, 8);
+  gpu.use_layer(WeightView{d.p, &whole});
+  const LayerWeights& l = m.w.layers[1];
+  std::mt19937 rng(uint32_t(type) + 3 * uint32_t(shape));
+  auto random = [&](Act a, uint32_t n) {
+    std::normal_distribution<float> nd;
+    std::vector<float> v(size_t(n) * act_width(m.c, a));
+    for (float& e : v) e = nd(rng);
+    gpu.write(a, v);
+    return v;
+  };
+  auto poison = [&](Act a, uint32_t n) { gpu.write(a, std::vector<float>(size_t(n) * act_width(m.c, a), NAN)); };
+  auto same = [&](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (float v : b) REQUIRE(!std::isnan(v));
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+  for (uint32_t n : {1u, 5u}) {
+    CAPTURE(n);
+    gpu.set_pass(0, n);
+    random(Act::kXn, n);
+    const Backend::Product qkv[] = {{l.wq, l.bq, Act::kQ}, {l.wk, l.bk, Act::kK}, {l.wv, l.bv, Act::kV}};
+    for (Act a : {Act::kQ, Act::kK, Act::kV}) poison(a, n);
+    gpu.matmuls(qkv, Act::kXn);
+    const auto q = gpu.read(Act::kQ), k = gpu.read(Act::kK), v = gpu.read(Act::kV);
+    for (Act a : {Act::kQ, Act::kK, Act::kV}) poison(a, n);
+    gpu.Backend::matmuls(qkv, Act::kXn);
+    same(q, gpu.read(Act::kQ));
+    same(k, gpu.read(Act::kK));
+    same(v, gpu.read(Act::kV));
+
+    poison(Act::kGate, n);
+    gpu.gated_matmul(l.gate, l.up, Act::kXn, m.c.act);
+    const auto g = gpu.read(Act::kGate);
+    poison(Act::kGate, n);
+    gpu.Backend::gated_matmul(l.gate, l.up, Act::kXn, m.c.act);
+    same(g, gpu.read(Act::kGate));
+
+    const auto x0 = random(Act::kX, n);
+    random(Act::kTmp, n);
+    poison(Act::kXn, n);
+    gpu.add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
+    const auto x = gpu.read(Act::kX), xn = gpu.read(Act::kXn);
+    gpu.write(Act::kX, x0);
+    poison(Act::kXn, n);
+    gpu.Backend::add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
+    same(x, gpu.read(Act::kX));
+    same(xn, gpu.read(Act::kXn));
   }
 }

@@ -3,11 +3,11 @@
 namespace gpunvme::llm {
 namespace {
 
+// tmp = the attention sublayer's output (post-normed where the model says), from x.
 void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   b.norm(Act::kX, l.attn_norm, Act::kXn);
-  b.matmul(l.wq, l.bq, Act::kXn, Act::kQ);
-  b.matmul(l.wk, l.bk, Act::kXn, Act::kK);
-  b.matmul(l.wv, l.bv, Act::kXn, Act::kV);
+  const Backend::Product qkv[] = {{l.wq, l.bq, Act::kQ}, {l.wk, l.bk, Act::kK}, {l.wv, l.bv, Act::kV}};
+  b.matmuls(qkv, Act::kXn);
   const bool swa = c.layer_is_swa(l.index);
   const RopeParams rope = rope_params(c, swa ? c.rope_base_swa : c.rope_base);
   b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, rope);
@@ -18,17 +18,14 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
   b.matmul(l.wo, l.bo, Act::kAtt, Act::kTmp);
   if (c.post_norms) b.norm(Act::kTmp, l.post_attn_norm, Act::kTmp);
-  b.add(Act::kX, Act::kTmp);
 }
 
+// From xn, the normed residual stream after attention.
 void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
-  b.norm(Act::kX, l.ffn_norm, Act::kXn);
   if (c.is_moe()) {
     b.moe(l, Act::kXn, Act::kTmp);
   } else {
-    b.matmul(l.gate, {}, Act::kXn, Act::kGate);
-    b.matmul(l.up, {}, Act::kXn, Act::kUp);
-    b.glu(Act::kGate, Act::kUp, c.act);
+    b.gated_matmul(l.gate, l.up, Act::kXn, c.act);
     b.matmul(l.down, {}, Act::kGate, Act::kTmp);
   }
   if (c.post_norms) b.norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);
@@ -37,8 +34,11 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
 
 }  // namespace
 
+// x = x + attention(norm(x)), then x = x + ffn(norm(x)); the first residual add and the FFN's norm in
+// one operation (one kernel on the GPU).
 void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   attention(c, l, b);
+  b.add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
   ffn(c, l, b);
 }
 

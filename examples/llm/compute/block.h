@@ -56,6 +56,29 @@ class Backend {
   // x += y (the residual).
   virtual void add(Act x, Act y) = 0;
 
+  // Fusions a backend may run as fewer kernels (the GPU's decode: each launch costs a few microseconds,
+  // issue 36), each with the bits of the operations it stands for; by default those operations.
+  // Products of one input: out = in W^T (+ bias) for each (a layer's Q, K and V).
+  struct Product {
+    TensorRef w, bias;
+    Act out;
+  };
+  virtual void matmuls(std::span<const Product> ps, Act in) {
+    for (const Product& p : ps) matmul(p.w, p.bias, in, p.out);
+  }
+  // kGate = glu(act, in W_gate^T, in W_up^T): matmul into kGate and kUp, then glu. kUp's contents after
+  // it are unspecified (a fused kernel does not write it).
+  virtual void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) {
+    matmul(gate, {}, in, Act::kGate);
+    matmul(up, {}, in, Act::kUp);
+    glu(Act::kGate, Act::kUp, act);
+  }
+  // x += y, then out = RMS norm of x times w.
+  virtual void add_norm(Act x, Act y, const TensorRef& w, Act out) {
+    add(x, y);
+    norm(x, w, out);
+  }
+
   // The pass's tokens: where each is (their ids and logit flags are the forward pass's, not the block's).
   // Throws std::runtime_error for none, more than the backend holds, a slot it has not, or a position
   // past the context. Set by the forward pass's embedding step, and by tests that hold one backend's

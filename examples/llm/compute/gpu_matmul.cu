@@ -3,10 +3,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
+#include "examples/llm/compute/ops.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -52,6 +54,81 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
   gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
+
+__global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) gate[i] = glu(a, gate[i], up[i]);
+}
+
+// Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
+template <GgmlType T, uint32_t R, class Rows>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
+    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x) {
+  extern __shared__ float4 xs[];
+  gpu::block_rows<T, R>(rows, groups, x, xs);
+}
+
+// Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
+// matrix's output with its bias: Q, K and V in one launch. Parts past `parts` repeat part 0's matrix and
+// are never picked (end[] of them is count). Fixed-index picks, not an indexed array: a kernel parameter
+// indexed at run time would be copied to local memory.
+constexpr uint32_t kMaxFused = 3;
+struct ConcatRows {
+  static constexpr bool kPairs = false;
+  const uint8_t* w[kMaxFused];
+  uint64_t row_bytes[kMaxFused];
+  uint32_t end[kMaxFused];  // rows of parts 0 .. p, summed
+  const float* bias[kMaxFused];
+  float* y[kMaxFused];
+  uint32_t count;
+  template <class V>
+  __device__ static V pick(uint32_t p, V a, V b, V c) { return p == 0 ? a : p == 1 ? b : c; }
+  __device__ uint32_t part(uint32_t i) const { return i < end[0] ? 0 : i < end[1] ? 1 : 2; }
+  __device__ uint32_t start(uint32_t p) const { return pick(p, 0u, end[0], end[1]); }
+  __device__ const uint8_t* row(uint32_t i) const {
+    const uint32_t p = part(i);
+    return pick(p, w[0], w[1], w[2]) + uint64_t(i - start(p)) * pick(p, row_bytes[0], row_bytes[1], row_bytes[2]);
+  }
+  template <GgmlType T>
+  __device__ bool stageable() const {
+    return gpu::weight_rows_stageable<T>(w[0], row_bytes[0]) && gpu::weight_rows_stageable<T>(w[1], row_bytes[1]) &&
+           gpu::weight_rows_stageable<T>(w[2], row_bytes[2]);
+  }
+  template <uint32_t R>
+  __device__ void store(uint32_t first, const float (&dot)[R]) const {
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) {
+      const uint32_t i = first + r;
+      if (i >= count) continue;
+      const uint32_t p = part(i), at = i - start(p);
+      const float* b = pick(p, bias[0], bias[1], bias[2]);
+      pick(p, y[0], y[1], y[2])[at] = dot[r] + (b ? b[at] : 0.0f);  // MatrixRows's expression: the same bits
+    }
+  }
+};
+
+// A gated FFN's gate and up rows interleaved (row 2r: gate row r, row 2r + 1: up row r), two a warp, so
+// that one warp holds both products of r and its lane 0 writes glu(act, gate, up) (ops.h) for it. The
+// operands are what gpu_matmul would have written for them (dot + 0.0f, no bias), so y has the bits of
+// the products and then the element-wise GLU kernel.
+struct GluRows {
+  static constexpr bool kPairs = true;
+  const uint8_t *gate, *up;
+  uint64_t row_bytes;
+  uint32_t count;  // 2 x the rows of each
+  FfnAct act;
+  float* y;
+  __device__ const uint8_t* row(uint32_t i) const { return ((i & 1) ? up : gate) + uint64_t(i >> 1) * row_bytes; }
+  template <GgmlType T>
+  __device__ bool stageable() const {
+    return gpu::weight_rows_stageable<T>(gate, row_bytes) && gpu::weight_rows_stageable<T>(up, row_bytes);
+  }
+  template <uint32_t R>
+  __device__ void store(uint32_t first, const float (&dot)[R]) const {
+    static_assert(R == 2, "a warp holds a gate row and its up row");
+    y[first / 2] = glu(act, dot[0] + 0.0f, dot[1] + 0.0f);  // first is even and count is: both rows are real
+  }
+};
 
 // Stages tokens t0 .. t0+m of X, columns of groups g0 .. g0+cg, into xs[token][group][kPad] with the
 // whole block: consecutive threads take consecutive floats (coalesced loads, conflict-free stores).
@@ -180,6 +257,46 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
   });
 }
 
+// The rows of `rows` (a row set of `type`, `cols` wide) times x in one launch of the staged kernel: two
+// rows a warp where staged_launch says so or the set is of pairs. False, enqueuing nothing, where x does
+// not fit in a block's shared memory.
+template <class Rows>
+bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x) {
+  gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
+  if (!g.staged) return false;
+  if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
+  with_weight_type(type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    auto launch = [&]<uint32_t R>() {
+      gpu::allow_staged_shared<matvec_rows_kernel<T, R, Rows>>();
+      matvec_rows_kernel<T, R, Rows><<<g.blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x);
+    };
+    if constexpr (Rows::kPairs) {
+      launch.template operator()<2>();
+    } else {
+      if (g.two_rows) launch.template operator()<2>();
+      else launch.template operator()<1>();
+    }
+  });
+  return true;
+}
+
+ConcatRows concat_rows(std::span<const GpuProduct> ps) {
+  ConcatRows c{};
+  uint32_t rows = 0;
+  for (uint32_t p = 0; p < kMaxFused; ++p) {
+    const GpuProduct& q = ps[p < ps.size() ? p : 0];
+    if (p < ps.size()) rows += q.m.rows;
+    c.w[p] = q.m.w;
+    c.row_bytes[p] = q.m.row_bytes;
+    c.end[p] = rows;
+    c.bias[p] = q.bias;
+    c.y[p] = q.y;
+  }
+  c.count = rows;
+  return c;
+}
+
 }  // namespace
 
 namespace gpu {
@@ -244,6 +361,40 @@ void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x,
 void gpu_matvec_selected(gpu_stream_t stream, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride,
                          float* y, uint64_t y_stride) {
   matvec(reinterpret_cast<cudaStream_t>(stream), m, count, x, x_stride, nullptr, y, y_stride);
+}
+
+void gpu_matvecs(gpu_stream_t stream, std::span<const GpuProduct> ps, const float* x) {
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
+  uint64_t total = 0;
+  for (const GpuProduct& p : ps) {
+    if (p.m.sel) throw std::invalid_argument("gpu_matvecs: a stack of matrices (sel) cannot share a launch; use gpu_matvec_selected");
+    total += p.m.rows;
+  }
+  if (total >= (1ull << 31)) throw std::invalid_argument("gpu_matvecs: more than 2^31 rows in one call");
+  for (size_t i = 0; i < ps.size();) {
+    size_t j = i + 1;  // products i .. j - 1 share a launch
+    while (j < ps.size() && j - i < kMaxFused && ps[j].m.type == ps[i].m.type && ps[j].m.cols == ps[i].m.cols) ++j;
+    if (j - i > 1 && launch_rows(s, ps[i].m.type, concat_rows(ps.subspan(i, j - i)), ps[i].m.cols, x)) {
+      i = j;
+      continue;
+    }
+    for (; i < j; ++i) matvec(s, ps[i].m, 1, x, 0, ps[i].bias, ps[i].y, 0);
+  }
+}
+
+void gpu_glu(gpu_stream_t stream, float* gate, const float* up, uint32_t n, FfnAct act) {
+  if (n == 0) return;
+  glu_kernel<<<blocks_for(n, 128), 128, 0, reinterpret_cast<cudaStream_t>(stream)>>>(gate, up, n, act);
+}
+
+bool gpu_matvec_glu(gpu_stream_t stream, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y) {
+  if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols || gate.row_bytes != up.row_bytes || gate.sel || up.sel ||
+      gate.rows >= (1u << 31))
+    return false;
+  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
+  return launch_rows(reinterpret_cast<cudaStream_t>(stream), gate.type,
+                     GluRows{gate.w, up.w, gate.row_bytes, 2 * gate.rows, act, y}, gate.cols, x);
 }
 
 void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* y) {

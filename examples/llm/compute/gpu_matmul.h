@@ -9,7 +9,9 @@
 // single-token passes (tests/gpu/test_llm_matmul.cpp holds them equal).
 #pragma once
 #include <cstdint>
+#include <span>
 
+#include "examples/llm/model/config.h"
 #include "examples/llm/quant/blocks.h"
 
 namespace gpunvme::llm {
@@ -45,6 +47,30 @@ void gpu_matvec_selected(gpu_stream_t s, const GpuMatrix& m, uint32_t count, con
 // too wide for x to fit in a block's shared memory, and the reference the staged kernel (gpu_rows.cuh)
 // is held equal to, bit for bit (tests/gpu/test_llm_matmul.cpp, bench/llm_pass_compute).
 void gpu_matvec_unstaged(gpu_stream_t s, const GpuMatrix& m, const float* x, const float* bias, float* y);
+
+// One token's products of one input with several matrices (a layer's Q, K and V): y = W x (+ bias) for
+// each. Consecutive products whose matrices share a type and a width run in one launch of the staged
+// kernel over their rows together (a decode layer's three launches become one: issue 36); the others,
+// and rows too wide to stage x for, one launch each. Every result has gpu_matmul's bits for n = 1: a
+// row's arithmetic is the same whichever warp computes it (tests/gpu/test_llm_matmul.cpp). No stacks
+// (sel must be null).
+struct GpuProduct {
+  GpuMatrix m;
+  const float* bias = nullptr;
+  float* y = nullptr;
+};
+void gpu_matvecs(gpu_stream_t s, std::span<const GpuProduct> ps, const float* x);
+
+// A gated FFN's input side for one token in one launch: y[r] = glu(act, gate[r] . x, up[r] . x) (ops.h),
+// gate row r and up row r computed by the same warp, the GLU in the kernel's epilogue: the bits of
+// gpu_matmul's two products (no bias) and then the element-wise GLU. Returns false, enqueuing nothing,
+// where the two matrices differ in type or shape, are stacks, or x is too wide to stage (the caller then
+// runs the products and the GLU apart).
+bool gpu_matvec_glu(gpu_stream_t s, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y);
+
+// gate[i] = glu(act, gate[i], up[i]) for i < n (ops.h), element by element: the GLU of every pass but a
+// single token's dense FFN (which gpu_matvec_glu computes in its epilogue, with these bits).
+void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct act);
 
 // The batched kernel for any n (n == 1 included, for the tests) and any row width.
 void gpu_matmul_batched(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);

@@ -255,21 +255,42 @@ __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t gr
     warp_dot_rows_dequant<T, R>(row, groups, xs, lane, out);
 }
 
-// y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w: the block stages x into xs
-// (stage_vector), its warps take R rows each and the blocks stride over the rows (each block stages x
-// once, however many rows it computes). The block's dynamic shared memory holds x's groups, then
-// weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte aligned
-// are read through them, the first rows' first chunks copied while the block stages x.
-template <GgmlType T, uint32_t R>
-__device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
-                                  float4* xs, const float* bias, float* y) {
+// The rows block_rows computes and where their results go. A row set has `count` rows (row(i): the bytes
+// of row i, every row `groups` groups of one type), says whether all of them can go through RowChunks,
+// and stores a warp's R dot products of rows first .. first + R - 1 (lane 0 calls it; rows past count
+// are computed again as the last row and must not be stored). One matrix: y[i] = dot + bias[i].
+struct MatrixRows {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  uint32_t count;
+  const float* bias;
+  float* y;
+  __device__ const uint8_t* row(uint32_t i) const { return w + uint64_t(i) * row_bytes; }
+  template <GgmlType T>
+  __device__ bool stageable() const { return weight_rows_stageable<T>(w, row_bytes); }
+  template <uint32_t R>
+  __device__ void store(uint32_t first, const float (&dot)[R]) const {
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r)
+      if (first + r < count) y[first + r] = dot[r] + (bias ? bias[first + r] : 0.0f);
+  }
+};
+
+// Every row of `rows` times x (each row's arithmetic warp_dot_row's, whatever the set): the block stages
+// x into xs (stage_vector), its warps take R rows each and the blocks stride over the rows (each block
+// stages x once, however many rows it computes). The block's dynamic shared memory holds x's groups,
+// then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
+// aligned are read through them, the first rows' first chunks copied while the block stages x.
+template <GgmlType T, uint32_t R, class Rows>
+__device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
-  const bool stage = weight_rows_stageable<T>(w, row_bytes);
+  const uint32_t n = rows.count;
+  const bool stage = rows.template stageable<T>();
   uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
   auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
 #pragma unroll
-    for (uint32_t r = 0; r < R; ++r) p[r] = w + uint64_t(min(first + r, rows - 1)) * row_bytes;
+    for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));
   };
   // Row sets warp-major (set i: warp i / gridDim.x of block i % gridDim.x): when the sets do not divide
   // evenly among the warps (8192 rows in pairs over 3 blocks of 8 warps on 132 SMs: 1.29 sets a warp), the
@@ -277,24 +298,28 @@ __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t
   // SMs then ran a whole extra round while the others idled).
   const uint32_t first0 = (warp * gridDim.x + blockIdx.x) * R;
   bool started = false;
-  if (stage && first0 < rows) {
+  if (stage && first0 < n) {
     const uint8_t* p[R];
     rows_from(first0, p);
     RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
   }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
-  for (uint32_t first = first0; first < rows; first += gridDim.x * per_block) {
+  for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
     warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
-    if (lane != 0) continue;
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r)
-      if (first + r < rows) y[first + r] = dot[r] + (bias ? bias[first + r] : 0.0f);
+    if (lane == 0) rows.template store<R>(first, dot);
   }
+}
+
+// y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
+template <GgmlType T, uint32_t R>
+__device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
+                                  float4* xs, const float* bias, float* y) {
+  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
