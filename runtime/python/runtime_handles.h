@@ -59,6 +59,23 @@ struct CtrlOwner {
   CtrlOwner(const CtrlOwner&) = delete;
   CtrlOwner& operator=(const CtrlOwner&) = delete;
   ~CtrlOwner() { gpunvme_ctrl_shutdown(ctrl); }
+  // The first of `count` consecutive free qids, marked held; RuntimeError when no such run is free.
+  uint16_t take_qids(uint32_t count) {
+    for (size_t first = 1; first + count <= qid_used.size(); ++first) {
+      if (std::find(qid_used.begin() + long(first), qid_used.begin() + long(first + count), true) !=
+          qid_used.begin() + long(first + count))
+        continue;
+      std::fill_n(qid_used.begin() + long(first), count, true);
+      return uint16_t(first);
+    }
+    raise_kind(PyExc_RuntimeError, "no " + std::to_string(count) + " free I/O queue(s) of the " +
+                                       std::to_string(qid_used.size() - 1) + " of " + spec +
+                                       " (open models and GPU queue sets hold them); close some (with their streamers, "
+                                       "fetchers and views)");
+  }
+  void give_qids(uint16_t first, uint32_t count) {
+    if (first) std::fill_n(qid_used.begin() + first, count, false);
+  }
 };
 
 // A model and its own I/O queue: its header is read through it, and its streamers and fetchers share it
@@ -75,7 +92,22 @@ struct ModelOwner {
   ~ModelOwner() {
     gpunvme_model_close(model);
     gpunvme_delete_io_queue(queue);
-    if (qid) ctrl->qid_used[qid] = false;
+    ctrl->give_qids(qid, 1);
+  }
+};
+
+// A GPU queue set (the GPU path: GPU warps drive its queue pairs, qids first .. first + count - 1).
+struct GpuQueuesOwner {
+  std::shared_ptr<CtrlOwner> ctrl;
+  uint16_t first = 0;
+  uint32_t count = 0;
+  gpunvme_gpu_queues_t* gq = nullptr;
+  GpuQueuesOwner() = default;
+  GpuQueuesOwner(const GpuQueuesOwner&) = delete;
+  GpuQueuesOwner& operator=(const GpuQueuesOwner&) = delete;
+  ~GpuQueuesOwner() {
+    gpunvme_gpu_queues_destroy(gq);
+    ctrl->give_qids(first, count);
   }
 };
 
@@ -83,7 +115,8 @@ struct ModelOwner {
 // view of its memory are gone. `open` is cleared by close(): later calls are refused while views live on.
 template <class H, gpunvme_err_t (*Destroy)(H*)>
 struct UserOwner {
-  std::shared_ptr<ModelOwner> model;  // before the handle: freed after it
+  std::shared_ptr<ModelOwner> model;  // these two before the handle: freed after it
+  std::shared_ptr<GpuQueuesOwner> gpu_queues;  // a GPU streamer's (it frees the streamer's memory)
   H* handle = nullptr;
   bool open = true;
   uint64_t generation = 0;  // streamer: unused; fetcher: fetches made, so a Fetch knows it was replaced

@@ -82,14 +82,8 @@ class Model {
   Model(Device& dev, uint32_t nsid, std::optional<int64_t> start_lba) : h_(std::make_shared<ModelOwner>()) {
     h_->ctrl = dev.get();
     CtrlOwner& c = *h_->ctrl;
-    const auto free_qid = std::find(c.qid_used.begin() + 1, c.qid_used.end(), false);
-    if (free_qid == c.qid_used.end())
-      raise_kind(PyExc_RuntimeError, "all " + std::to_string(c.qid_used.size() - 1) + " I/O queues of " + c.spec +
-                                         " are held by open models; close one (with its streamers, fetchers and views)");
-    const auto qid = uint16_t(free_qid - c.qid_used.begin());
-    check(gpunvme_create_io_queue(c.ctrl, qid, c.queue_entries, &h_->queue));
-    h_->qid = qid;
-    c.qid_used[qid] = true;
+    h_->qid = c.take_qids(1);
+    check(gpunvme_create_io_queue(c.ctrl, h_->qid, c.queue_entries, &h_->queue));
     check(gpunvme_model_open(h_->queue, nsid, start_lba.value_or(-1), &h_->model));
     check(gpunvme_model_layer_count(h_->model, &h_->layers));
     check(gpunvme_model_expert_count(h_->model, &h_->experts));
@@ -113,6 +107,73 @@ class Model {
 
  private:
   std::shared_ptr<ModelOwner> h_;
+};
+
+// A GPU queue set: `count` queue pairs that GPU warps drive (the GPU path's streamers read through them).
+class GpuQueues {
+ public:
+  GpuQueues(Device& dev, uint32_t count, uint32_t entries) : h_(std::make_shared<GpuQueuesOwner>()) {
+    h_->ctrl = dev.get();
+    check(gpunvme_gpu_available());  // before taking qids: the reason (no CUDA, no GPU) is the error
+    if (count == 0) raise_kind(PyExc_ValueError, "count must be at least 1 (GPU queues, one warp each)");
+    h_->first = h_->ctrl->take_qids(count);
+    h_->count = count;
+    check(gpunvme_gpu_queues_create(h_->ctrl->ctrl, h_->first, count, entries, &h_->gq));
+  }
+  const std::shared_ptr<GpuQueuesOwner>& get() const {
+    if (!h_) raise_kind(PyExc_ValueError, "these GpuQueues are closed; make others: Device.gpu_queues()");
+    return h_;
+  }
+  void close() { h_.reset(); }
+  std::pair<uint32_t, uint32_t> qids() const { return {get()->first, get()->first + get()->count - 1}; }
+
+ private:
+  std::shared_ptr<GpuQueuesOwner> h_;
+};
+
+gpunvme_cuda_stream_t cuda_stream(uint64_t address) { return reinterpret_cast<gpunvme_cuda_stream_t>(uintptr_t(address)); }
+
+// A slot of a GPU streamer after wait_on: GPU addresses only (the host view is valid once the compute
+// stream passed the wait, which this layer cannot know), until release_on().
+class GpuSlot {
+ public:
+  GpuSlot(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v, const uint32_t* status)
+      : s_(std::move(s)), slot_(slot), gen_(s_->slot_generation[slot]), v_(v), status_(status) {}
+  uint32_t slot() const { return slot_; }
+  uint32_t layer() const { return v_.layer; }
+  uint64_t nbytes() const { return v_.bytes; }
+  uint64_t device_ptr() const { return reinterpret_cast<uintptr_t>(held().device); }
+  uint64_t status_ptr() const { return held(), reinterpret_cast<uintptr_t>(status_); }
+  bool released() const { return !s_->open || s_->slot_generation[slot_] != gen_; }
+  // (GPU address, bytes) of tensor `name` of this layer.
+  std::pair<uint64_t, uint64_t> tensor(const Model& m, const std::string& name) const {
+    held();
+    const auto [file_offset, bytes] = m.tensor(name);
+    uint64_t at = 0;
+    const gpunvme_err_t e = gpunvme_streamer_locate(s_->handle, slot_, file_offset, &at);
+    if (e == GPUNVME_ERR_NOT_FOUND)
+      raise_kind(PyExc_KeyError, "tensor '" + name + "' is not part of layer " + std::to_string(v_.layer));
+    check(e);
+    return {reinterpret_cast<uintptr_t>(v_.device) + at, bytes};
+  }
+  void release_on(uint64_t stream) {
+    if (released()) return;
+    check(gpunvme_streamer_release_on(s_->handle, slot_, cuda_stream(stream)));
+    ++s_->slot_generation[slot_];
+  }
+
+ private:
+  const gpunvme_slot_view_t& held() const {
+    if (released())
+      raise_kind(PyExc_ValueError, "slot " + std::to_string(slot_) + " (layer " + std::to_string(v_.layer) +
+                                       ") was released or its streamer closed; wait_on the layer again");
+    return v_;
+  }
+  std::shared_ptr<StreamerOwner> s_;
+  uint32_t slot_;
+  uint64_t gen_;
+  gpunvme_slot_view_t v_;
+  const uint32_t* status_;
 };
 
 // A held slot: the bytes of one layer, until release().
@@ -175,6 +236,42 @@ class Streamer {
     o.pump_thread = pump_thread;
     check(gpunvme_streamer_create_from_model(h_->model->queue, h_->model->model, skip_experts, &o, &h_->handle));
     h_->slot_generation.assign(n_slots_, 0);
+  }
+  // The GPU path: reads issued by kernels on the GPU queue set `gq`, ordered on CUDA streams.
+  Streamer(const Model& m, const GpuQueues& gq, uint32_t slots, bool skip_experts, uint32_t max_command_bytes)
+      : h_(std::make_shared<StreamerOwner>()), n_layers_(m.n_layers()), n_slots_(slots ? slots : 2) {
+    h_->model = m.get();
+    h_->gpu_queues = gq.get();
+    gpunvme_streamer_opts_t o{};
+    o.slots = n_slots_;
+    o.max_command_bytes = max_command_bytes;
+    check(gpunvme_streamer_create_gpu_from_model(h_->gpu_queues->gq, h_->model->model, skip_experts, &o, &h_->handle));
+    h_->slot_generation.assign(n_slots_, 0);
+  }
+  void begin_on(int64_t layer, int64_t slot, uint64_t stream) {
+    s();
+    check(gpunvme_streamer_begin_on(h_->handle, check_index("layer", layer, n_layers_, "the streamer's plan"),
+                                    check_slot(slot), cuda_stream(stream)));
+  }
+  GpuSlot wait_on(int64_t index, uint64_t stream) {
+    s();
+    const uint32_t slot = check_slot(index);
+    gpunvme_slot_view_t v{};
+    check(gpunvme_streamer_wait_on(h_->handle, slot, cuda_stream(stream), &v));
+    const uint32_t* status = nullptr;
+    check(gpunvme_streamer_status(h_->handle, slot, &status));
+    return GpuSlot(h_, slot, v, status);
+  }
+  void sync() {
+    gpunvme_streamer_t* st = s();
+    gpunvme_err_t e = GPUNVME_OK;
+    std::string msg;
+    {
+      nb::gil_scoped_release unlocked;  // bounded by the C API; other threads run meanwhile
+      e = gpunvme_streamer_sync(st);
+      if (e != GPUNVME_OK) msg = gpunvme_last_error_message();
+    }
+    if (e != GPUNVME_OK) raise_error(e, msg);
   }
   uint32_t n_layers() const { return n_layers_; }
   uint32_t n_slots() const { return n_slots_; }
@@ -365,6 +462,19 @@ NB_MODULE(_runtime, m) {
       .def_prop_ro("n_experts", &Model::n_experts)
       .def("tensor", &Model::tensor, nb::arg("name"))
       .def("close", &Model::close);
+  nb::class_<GpuQueues>(m, "GpuQueues", "A GPU queue set: queue pairs driven by GPU warps.")
+      .def(nb::init<Device&, uint32_t, uint32_t>(), nb::arg("device"), nb::arg("count"), nb::arg("entries"))
+      .def_prop_ro("qids", &GpuQueues::qids)
+      .def("close", &GpuQueues::close);
+  nb::class_<GpuSlot>(m, "GpuSlot", "A slot of a GPU streamer, waited for on a CUDA stream.")
+      .def_prop_ro("slot", &GpuSlot::slot)
+      .def_prop_ro("layer", &GpuSlot::layer)
+      .def_prop_ro("nbytes", &GpuSlot::nbytes)
+      .def_prop_ro("device_ptr", &GpuSlot::device_ptr)
+      .def_prop_ro("status_ptr", &GpuSlot::status_ptr)
+      .def_prop_ro("released", &GpuSlot::released)
+      .def("tensor", &GpuSlot::tensor, nb::arg("model"), nb::arg("name"))
+      .def("release_on", &GpuSlot::release_on, nb::arg("stream"));
   nb::class_<Slot>(m, "Slot", "A held slot of a Streamer: one layer's bytes.")
       .def_prop_ro("slot", &Slot::slot)
       .def_prop_ro("layer", &Slot::layer)
@@ -381,7 +491,12 @@ NB_MODULE(_runtime, m) {
       .def_prop_ro("n_layers", &Streamer::n_layers)
       .def_prop_ro("n_slots", &Streamer::n_slots)
       .def_prop_ro("closed", &Streamer::closed)
+      .def(nb::init<const Model&, const GpuQueues&, uint32_t, bool, uint32_t>(), nb::arg("model"), nb::arg("gpu_queues"),
+           nb::arg("slots"), nb::arg("skip_experts"), nb::arg("max_command_bytes"))
       .def("begin", &Streamer::begin, nb::arg("layer"), nb::arg("slot"))
+      .def("begin_on", &Streamer::begin_on, nb::arg("layer"), nb::arg("slot"), nb::arg("stream"))
+      .def("wait_on", &Streamer::wait_on, nb::arg("slot"), nb::arg("stream"))
+      .def("sync", &Streamer::sync)
       .def("ready", &Streamer::ready, nb::arg("slot"))
       .def("acquire", &Streamer::acquire, nb::arg("slot"), nb::arg("timeout"))
       .def("stats", &Streamer::stats)

@@ -13,6 +13,8 @@ API) on generated GGUF models (llm_make_model: tiny-qwen3moe and the dense tiny)
   replaced by a later one or used before its wait, missing tensors, a dense model's fetcher, bad device
   strings: the Python exception with a message naming the range or the fix, never a crash;
 - timeouts that expire (a modeled drive with 300 ms reads): TimeoutError, then a longer wait gets the bytes;
+- the GPU path (GpuStreamer): refused with the reason without a GPU; with one, every tensor read back through
+  its GPU address after kernels read it, the reads' state words, a slot released and refilled;
 - threads: one waits while another begins and waits for another slot;
 - a queue per model: a model opens while another's streamer runs; all queues held: a clear error;
 - lifetimes: a view outlives its slot, streamer, model and device (the memory stays until the view goes);
@@ -232,7 +234,7 @@ def queue_checks(rt, path, want):
                 check("two models' streamers on one device, each the GGUF's bytes",
                       (slot.tensor("blk.1.attn_q.weight") == want["blk.1.attn_q.weight"],
                        slot2.tensor("blk.1.ffn_norm.weight") == want["blk.1.ffn_norm.weight"]), (True, True))
-            check_raises("every I/O queue held by an open model", RuntimeError, dev.open_model, "all 2 I/O queues", "close one")
+            check_raises("every I/O queue held by an open model", RuntimeError, dev.open_model, "no 1 free I/O queue(s) of the 2", "close some")
         second.close()
         del s, s2, slot, slot2
         gc.collect()
@@ -273,6 +275,39 @@ def slow_device_checks(rt, path, want):
         f.fetch(1, [1, 2])
     del s, f, dev, model
     gc.collect()  # frees them, their reads drained first (a crash or a hang here fails the test)
+
+
+def gpu_path_checks(rt, path, want):
+    """The GPU path (GpuQueues, GpuStreamer): without a GPU, refused with the reason; with one, kernels on
+    the default stream read both layers into two slots and, the slot released, layer 1 again into slot 0:
+    every non-expert tensor read back through its GPU address = GGUFReader's, the state words 1."""
+    with rt.Device("emu:" + path) as dev, dev.open_model() as model:
+        if not rt.gpu_available():
+            check_raises("GPU path without a GPU: the reason", NotImplementedError, dev.gpu_queues, "GPU path is unavailable")
+            return
+        with dev.gpu_queues(count=1) as gq, model.gpu_streamer(gq, slots=2) as s:
+            s.begin_on(0, 0)
+            s.begin_on(1, 1, stream=0)
+            check_raises("GPU: begin_on into a loading slot", ValueError, lambda: s.begin_on(1, 0))
+            check_raises("GPU: begin_on of an unknown layer", ValueError, lambda: s.begin_on(2, 0), "layer 2 does not exist")
+            check_raises("GPU: a stream of the wrong type", TypeError, lambda: s.wait_on(0, stream="x"), "CUDA stream")
+            slots = [s.wait_on(0), s.wait_on(1)]
+            s.sync()
+            bad = [n for sl in slots for n in want if n.startswith(f"blk.{sl.layer}.") and "_exps." not in n
+                   and cuda_bytes(*sl.tensor(n)) != (0, want[n])]
+            check("GPU: every non-expert tensor of both layers through its GPU address = GGUFReader's", bad, [])
+            check("GPU: the reads' state words say every read succeeded", [cuda_bytes(sl.status_ptr, 4) for sl in slots],
+                  [(0, (1).to_bytes(4, "little"))] * 2)
+            slots[0].release_on(0)
+            check_raises("GPU: a released slot", ValueError, lambda: slots[0].tensor("blk.0.attn_q.weight"), "released")
+            s.begin_on(1, 0)
+            again = s.wait_on(0)
+            s.sync()
+            check("GPU: a released slot refilled with layer 1", cuda_bytes(*again.tensor("blk.1.attn_q.weight")),
+                  (0, want["blk.1.attn_q.weight"]))
+            again.release_on(0)
+            slots[1].release_on(0)
+            s.sync()
 
 
 def stub_checks(rt):
@@ -331,6 +366,7 @@ def main():
         lifetime_checks(rt, moe, want)
         slow_device_checks(rt, moe, want)
         queue_checks(rt, moe, want)
+        gpu_path_checks(rt, moe, want)
         stub_checks(rt)
         docs_checks(a, tmp)
     return summary("runtime")

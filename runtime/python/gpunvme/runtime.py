@@ -27,7 +27,8 @@ calls run one at a time (under the GIL), and a thread's wait lets the others' ca
 """
 from . import _runtime
 
-__all__ = ["Device", "Model", "Streamer", "Slot", "Fetcher", "Fetch", "Expert", "gpu_available"]
+__all__ = ["Device", "Model", "Streamer", "Slot", "Fetcher", "Fetch", "Expert", "GpuQueues", "GpuStreamer", "GpuSlot",
+           "gpu_available"]
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -42,6 +43,17 @@ def _cuda_array_interface(ptr, nbytes):
     if not ptr:
         raise AttributeError("no GPU view here (no CUDA or no GPU): use the memoryview")
     return {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, True), "version": 3}
+
+
+def _stream(stream):
+    """A CUDA stream as the address of its cudaStream_t: an int (0: the legacy default stream), a
+    torch.cuda.Stream (.cuda_stream) or a cupy.cuda.Stream (.ptr)."""
+    for attr in ("cuda_stream", "ptr"):
+        stream = getattr(stream, attr, stream)
+    if not isinstance(stream, int) or stream < 0:
+        raise TypeError(f"a CUDA stream is an int (a cudaStream_t's address; 0: the default stream), a "
+                        f"torch.cuda.Stream or a cupy.cuda.Stream, not {stream!r}")
+    return stream
 
 
 class _Closing:
@@ -89,6 +101,11 @@ class Device(_Closing):
         is found."""
         return Model(self, self._d, nsid, start_lba)
 
+    def gpu_queues(self, count=1, entries=256):
+        """A GpuQueues set for the GPU path: `count` queue pairs driven by GPU warps (one per CUDA stream
+        that issues reads at a time). NotImplementedError without CUDA or a GPU, with the reason."""
+        return GpuQueues(_runtime.GpuQueues(self._d, count, entries))
+
     def close(self):
         """No further use of this object; the controller goes once its models, streamers and fetchers
         (and their views) are gone too."""
@@ -127,6 +144,11 @@ class Model(_Closing):
         """An expert Fetcher: up to `max_experts` distinct experts per fetch; cache_bytes > 0 keeps
         experts resident (LRU) across fetches; down_only fetches only the down projections."""
         return Fetcher(_runtime.Fetcher(self._m, max_experts, cache_bytes, down_only, pump_thread))
+
+    def gpu_streamer(self, gpu_queues, slots=2, skip_experts=True, max_command_bytes=0):
+        """A GpuStreamer over every blk.N layer: GPU kernels on `gpu_queues` (Device.gpu_queues()) read the
+        layers into slots of GPU memory, ordered on CUDA streams. NotImplementedError without a GPU."""
+        return GpuStreamer(self, _runtime.Streamer(self._m, gpu_queues._q, slots, skip_experts, max_command_bytes))
 
     def close(self):
         """No further use; streamers and fetchers made from it keep working (its queue goes with them)."""
@@ -233,6 +255,90 @@ class Streamer(_Closing):
 
     def close(self):
         """No further use; the slots' memory goes with the last view of it."""
+        self._s.close()
+
+
+class GpuQueues(_Closing):
+    """Queue pairs driven by GPU warps (Device.gpu_queues()). The reads of one set must not overlap in time:
+    issue everything that uses it on one CUDA stream, or give each stream its own set."""
+
+    def __init__(self, raw):
+        self._q = raw
+
+    qids = property(lambda self: self._q.qids, doc="(first, last) queue id of the set.")
+
+    def close(self):
+        """No further use; the queues go once their streamers are gone too."""
+        self._q.close()
+
+
+class GpuSlot(_Closing):
+    """A slot of a GpuStreamer after wait_on(): the layer's bytes in GPU memory for work enqueued on that
+    stream afterwards. Kernels should check the word at status_ptr (uint32: 1 every read succeeded, 2 one
+    failed). release_on(stream) hands it back after the work enqueued on `stream` so far."""
+
+    def __init__(self, model, raw):
+        self._model, self._s = model, raw
+
+    slot = property(lambda self: self._s.slot, doc="The slot's index.")
+    layer = property(lambda self: self._s.layer, doc="The layer it holds.")
+    nbytes = property(lambda self: self._s.nbytes, doc="Bytes of the slot this layer uses.")
+    device_ptr = property(lambda self: self._s.device_ptr, doc="The slot's GPU address.")
+    status_ptr = property(lambda self: self._s.status_ptr, doc="GPU address of the reads' state word.")
+    released = property(lambda self: self._s.released, doc="True once released (or its streamer closed).")
+
+    def tensor(self, name):
+        """(GPU address, nbytes) of tensor `name` of this layer; KeyError when it is not part of it."""
+        return self._s.tensor(self._model._m, name)
+
+    @property
+    def __cuda_array_interface__(self):
+        """The slot's bytes for CUDA array libraries: uint8, nbytes long, read-only."""
+        return _cuda_array_interface(self._s.device_ptr, self._s.nbytes)
+
+    def release_on(self, stream=0):
+        """The slot is refilled only after the work enqueued on `stream` so far; twice is harmless."""
+        self._s.release_on(_stream(stream))
+
+    def close(self):
+        """release_on(0): after the work on the default stream."""
+        self.release_on(0)
+
+
+class GpuStreamer(_Closing):
+    """The GPU path's layer streamer: begin_on(layer, slot, io) enqueues a kernel on stream `io` that reads
+    the layer; wait_on(slot, compute) makes work enqueued on `compute` afterwards run after those reads and
+    returns the GpuSlot at once; GpuSlot.release_on(compute) frees the slot after that work. Nothing here
+    blocks the host but sync(), which waits (bounded) for every read and raises the first failure.
+    Streams: an int (a cudaStream_t's address; 0: the default stream), torch.cuda.Stream, cupy.cuda.Stream.
+    Synchronize the compute stream before close()."""
+
+    def __init__(self, model, raw):
+        self._model, self._s = model, raw
+
+    n_layers = property(lambda self: self._s.n_layers, doc="Layers in the streamer's plan.")
+    n_slots = property(lambda self: self._s.n_slots, doc="Slots (layers held or loading at once).")
+    closed = property(lambda self: self._s.closed)
+
+    def begin_on(self, layer, slot, stream=0):
+        """Enqueues the reads of `layer` into free `slot` on `stream`; returns at once."""
+        self._s.begin_on(layer, slot, _stream(stream))
+
+    def wait_on(self, slot, stream=0):
+        """Orders work enqueued on `stream` after the slot's reads; returns the GpuSlot at once."""
+        return GpuSlot(self._model, self._s.wait_on(slot, _stream(stream)))
+
+    def sync(self):
+        """Blocks (bounded by the runtime) until every read ended and the compute streams passed every
+        wait_on; raises the first failure (RuntimeError naming the LBA range, TimeoutError)."""
+        self._s.sync()
+
+    def stats(self):
+        """layers and bytes read, io_seconds, wait_seconds (the compute stream's stalls), slot_bytes."""
+        return self._s.stats()
+
+    def close(self):
+        """No further use; the slots' memory goes with the last GpuSlot and the GpuQueues."""
         self._s.close()
 
 
