@@ -17,19 +17,25 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/block.h"
+#include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/quant/weight_types.h"
+#include "examples/llm/model/config.h"
+#include "examples/llm/model/weights.h"
 #include "examples/llm/tools/generated_model.h"
 #include "examples/llm/tools/model_shapes.h"
 #include "host/text/escape.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
 #include "runtime/gguf/ggml_types.h"
+#include "runtime/gguf/gguf_file.h"
 #include "runtime/guard/output_file.h"
 
 using namespace gpunvme;
@@ -40,6 +46,7 @@ namespace {
 const cli::Help kHelp = {
     "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k|q8_0] [--tokens 1,2,3,...] [--reps N] [--gemm] [--json-out FILE]\n"
     "       llm_pass_compute --decode [--types LIST] [--matrices LIST] [--reps N] [--json-out FILE]\n"
+    "       llm_pass_compute --decode-pass [--shape NAME] [--type T] [--reps N] [--json-out FILE]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape: the seven matrices of a\n"
     "layer at full size in GPU memory, times the layers, for passes of each token count. Every result is\n"
@@ -53,6 +60,7 @@ const cli::Help kHelp = {
     "  --decode        single-token products: GB/s of weights per type and matrix beside a device copy\n"
     "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
     "  --matrices LIST --decode: ROWSxCOLS shapes (default Llama-3-70B's and -8B's)\n"
+    "  --decode-pass   one token's pass over the shape's layers: ms per token, products vs the rest\n"
     "  --json-out F    also write the rows as one JSON object\n",
     "\n"
     "Default mode: seconds per pass, the extra over one token, and TFLOP/s (2 flops per weight and token)\n"
@@ -70,7 +78,14 @@ const cli::Help kHelp = {
     "card's memory bandwidth in practice) and the percentage of it; each product first checked bit for bit\n"
     "against the warp-per-row kernel. Each launch reads another copy of the matrix (256 MiB of copies at\n"
     "least), so none is served from the L2 cache; the launches go through a CUDA graph (the GPU's time, not\n"
-    "the host's). Default matrices: 8192x8192,28672x8192,8192x28672,4096x4096,14336x4096,4096x14336.\n"};
+    "the host's). Default matrices: 8192x8192,28672x8192,8192x28672,4096x4096,14336x4096,4096x14336.\n"
+    "\n"
+    "--decode-pass (issue 36): a generated model of --shape and --type, every weight in GPU memory, one\n"
+    "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
+    "embedding nor the head) launched by the host as the engine does, the same kernels replayed from a CUDA\n"
+    "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
+    "the decode fusions (Q/K/V in one launch, gate/up with the GLU, add+norm) and without them, after\n"
+    "checking that both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"};
 
 struct Matrix {
   std::string name;
@@ -159,6 +174,7 @@ struct Options {
   uint32_t reps = 3;
   bool gemm = false;
   bool decode = false;
+  bool decode_pass = false;
   std::vector<GgmlType> types{GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::F16};
   std::vector<std::pair<uint32_t, uint32_t>> matrices{{8192, 8192}, {28672, 8192}, {8192, 28672},
@@ -187,7 +203,7 @@ GgmlType computed_type_named(const std::string& name) {
 }
 
 Options parse(int argc, char** argv) {
-  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices"}, {"gemm", "decode"});
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices"}, {"gemm", "decode", "decode-pass"});
   if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
   Options o;
@@ -198,7 +214,10 @@ Options parse(int argc, char** argv) {
   o.type = uint32_t(type == "q6_k" ? GgmlType::Q6_K : type == "q4_k" ? GgmlType::Q4_K : GgmlType::Q8_0);
   o.gemm = args.has("gemm");
   o.decode = args.has("decode");
-  if (o.gemm && o.decode) throw cli::UsageError("--gemm and --decode are two modes: give one");
+  o.decode_pass = args.has("decode-pass");
+  if (int(o.gemm) + int(o.decode) + int(o.decode_pass) > 1)
+    throw cli::UsageError("--gemm, --decode and --decode-pass are three modes: give one");
+  if (o.decode_pass && args.has("tokens")) throw cli::UsageError("--decode-pass times one token a pass: no --tokens");
   if (!o.decode && (args.has("types") || args.has("matrices"))) throw cli::UsageError("--types and --matrices go with --decode");
   if (args.has("types")) {
     o.types.clear();
@@ -331,28 +350,34 @@ std::vector<uint8_t> timing_rows(GgmlType t, uint32_t cols, uint32_t rows, uint6
 // stream is a blocking one: events on the default stream order it.
 class CapturedLaunches {
  public:
+  // `on`: capture on (and launch on) that blocking stream, which the caller keeps; else one of its own.
   template <class Enqueue>
-  explicit CapturedLaunches(Enqueue enqueue) {
-    device::check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+  explicit CapturedLaunches(Enqueue enqueue, cudaStream_t on = nullptr) : own_(on == nullptr) {
+    if (own_) device::check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    else stream_ = on;
     device::check_cuda(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     enqueue(reinterpret_cast<gpu_stream_t>(stream_));
     cudaGraph_t g = nullptr;
     device::check_cuda(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+    cudaGraphGetNodes(g, nullptr, &nodes_);
     const cudaError_t made = cudaGraphInstantiate(&exec_, g, 0);
     cudaGraphDestroy(g);
     device::check_cuda(made, "cudaGraphInstantiate");
   }
   ~CapturedLaunches() {
     if (exec_) cudaGraphExecDestroy(exec_);
-    cudaStreamDestroy(stream_);
+    if (own_) cudaStreamDestroy(stream_);
   }
   CapturedLaunches(const CapturedLaunches&) = delete;
   CapturedLaunches& operator=(const CapturedLaunches&) = delete;
   void launch() const { device::check_cuda(cudaGraphLaunch(exec_, stream_), "cudaGraphLaunch"); }
+  size_t nodes() const { return nodes_; }  // kernels and copies captured
 
  private:
+  bool own_ = true;
   cudaStream_t stream_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+  size_t nodes_ = 0;
 };
 
 // --decode: GB/s of weight bytes of the single-token kernel (gpu_matmul, n = 1) per type and matrix, beside
@@ -424,6 +449,140 @@ int time_decode(const Options& o, FILE* json) {
   return 0;
 }
 
+// The block's operations forwarded to the GPU backend, or skipped: a pass of the matrix products alone
+// (`others` off) or of the rest alone (`products` off) is captured to split a token's time; with `fused`
+// off, the decode fusions (block.h's matmuls, gated_matmul, add_norm) run as the operations they stand
+// for. The GLU of the fused gate/up kernel counts as a product (it is the kernel's epilogue).
+class SplitBackend final : public Backend {
+ public:
+  explicit SplitBackend(GpuForward& g) : g_(g) {}
+  bool products = true, others = true, fused = true;
+
+  void norm(Act in, const TensorRef& w, Act out) override { if (others) g_.norm(in, w, out); }
+  void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) override { if (products) g_.matmul(w, bias, in, out); }
+  void head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) override { if (others) g_.head_norm_rope(qk, norm, rope); }
+  void store_kv(uint32_t layer) override { if (others) g_.store_kv(layer); }
+  void attend(const AttnParams& p) override { if (others) g_.attend(p); }
+  void glu(Act gate, Act up, FfnAct act) override { if (others) g_.glu(gate, up, act); }
+  void moe(const LayerWeights& l, Act in, Act out) override { g_.moe(l, in, out); }
+  void add(Act x, Act y) override { if (others) g_.add(x, y); }
+  void set_pass(std::span<const PassToken> tokens) override { g_.set_pass(tokens); }
+  using Backend::set_pass;
+  void write(Act a, std::span<const float> v) override { g_.write(a, v); }
+  std::vector<float> read(Act a) override { return g_.read(a); }
+  void matmuls(std::span<const Product> ps, Act in) override {
+    if (!fused) return Backend::matmuls(ps, in);
+    if (products) g_.matmuls(ps, in);
+  }
+  void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override {
+    if (!fused) return Backend::gated_matmul(gate, up, in, act);
+    if (products) g_.gated_matmul(gate, up, in, act);
+  }
+  void add_norm(Act x, Act y, const TensorRef& w, Act out) override {
+    if (!fused) return Backend::add_norm(x, y, w, out);
+    if (others) g_.add_norm(x, y, w, out);
+  }
+
+ private:
+  GpuForward& g_;
+};
+
+// --decode-pass: see the help. Returns the exit status.
+int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
+  const std::string name = s.name + "-" + gguf::ggml_type_name(o.type);
+  gen::GeneratedModel gm(gen::model_layout(s, o.type, name), 1);
+  const gguf::GgufFile f = gguf::GgufFile::read(gm);
+  const ModelConfig c = read_config(f);
+  const ModelWeights w = map_weights(f, c);
+  DeviceBuffer bytes(gm.size());
+  {
+    std::vector<uint8_t> chunk(64ull << 20);
+    for (uint64_t at = 0; at < gm.size(); at += chunk.size()) {
+      const size_t n = size_t(std::min<uint64_t>(chunk.size(), gm.size() - at));
+      if (gm.read(at, chunk.data(), n) != n) throw std::runtime_error("the generated model returned fewer bytes than asked");
+      device::check_cuda(cudaMemcpy(bytes.as<uint8_t>() + at, chunk.data(), n, cudaMemcpyHostToDevice), "weights");
+    }
+  }
+  const uint8_t* base = bytes.as<uint8_t>();
+  const PackedRanges whole = PackedRanges::span(0, gm.size());
+  const WeightView view{base, &whole};
+  cudaStream_t st = nullptr;  // blocking: median_seconds's events on the default stream order it
+  device::check_cuda(cudaStreamCreate(&st), "cudaStreamCreate");
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } guard{st};
+  constexpr uint32_t kPos = 64, kTokens = 16;  // the position timed; passes per timed repetition
+  GpuForward g(c, w, 2 * kPos, GlobalWeights{view.at(w.token_embd), view.at(w.output_norm), view.at(w.output)},
+               reinterpret_cast<gpu_stream_t>(st), 1, true);
+  SplitBackend b(g);
+  auto pass = [&] {
+    for (const LayerWeights& l : w.layers) {
+      g.use_layer(view);
+      run_block(c, l, b);
+    }
+  };
+  std::vector<float> x0(c.n_embd);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d;
+  for (float& v : x0) v = d(rng);
+  for (uint32_t p = 0; p < kPos; ++p) {  // the cache's first positions (and every kernel's first launch)
+    b.set_pass(p, 1);
+    b.write(Act::kX, x0);
+    pass();
+  }
+  b.set_pass(kPos, 1);
+  std::vector<float> hidden[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    b.fused = fused;
+    b.write(Act::kX, x0);
+    pass();
+    hidden[fused] = b.read(Act::kX);
+  }
+  if (std::memcmp(hidden[0].data(), hidden[1].data(), hidden[0].size() * sizeof(float)) != 0) {
+    std::fprintf(stderr, "llm_pass_compute: ERROR: %s: the fused decode pass's hidden state differs from the unfused one's: no figure\n",
+                 name.c_str());
+    return 1;
+  }
+  std::printf("%s, %u layers, one token at position %u, every weight in GPU memory: ms per token of the layers\n", name.c_str(),
+              c.n_layer, kPos);
+  std::printf("%-8s | %12s | %10s | %12s | %12s | %8s | %s\n", "kernels", "host-launched", "graph", "products only",
+              "others only", "gaps", "kernels per token");
+  std::string rows_json;
+  for (int fused = 1; fused >= 0; --fused) {
+    b.fused = fused;
+    const double host = median_seconds(o.reps, [&] {
+      for (uint32_t t = 0; t < kTokens; ++t) pass();
+    }) / kTokens;
+    auto graph_ms = [&](bool products, bool others, size_t* nodes) {
+      b.products = products, b.others = others;
+      const CapturedLaunches gr([&](gpu_stream_t) { pass(); }, st);
+      b.products = b.others = true;
+      if (nodes) *nodes = gr.nodes();
+      return median_seconds(o.reps, [&] {
+        for (uint32_t t = 0; t < kTokens; ++t) gr.launch();
+      }) / kTokens;
+    };
+    size_t nodes = 0;
+    const double all = graph_ms(true, true, &nodes), prod = graph_ms(true, false, nullptr), rest = graph_ms(false, true, nullptr);
+    const char* label = fused ? "fused" : "unfused";
+    std::printf("%-8s | %10.3f ms | %7.3f ms | %9.3f ms | %9.3f ms | %5.3f ms | %zu (%.1f a layer)\n", label, host * 1e3, all * 1e3,
+                prod * 1e3, rest * 1e3, (host - all) * 1e3, nodes, double(nodes) / c.n_layer);
+    char row[384];
+    std::snprintf(row, sizeof row,
+                  "{\"kernels\":\"%s\",\"host_launched_ms\":%.4f,\"graph_ms\":%.4f,\"products_only_ms\":%.4f,\"others_only_ms\":%.4f,"
+                  "\"kernels_per_token\":%zu}",
+                  label, host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, nodes);
+    rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+  }
+  const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode-pass\",\"model\":" + text::json_string(name) +
+                           ",\"layers\":" + std::to_string(c.n_layer) + ",\"position\":" + std::to_string(kPos) +
+                           ",\"bits_equal\":true,\"rows\":[" + rows_json + "]}";
+  std::printf("%s\n", line.c_str());
+  if (json) std::fprintf(json, "%s\n", line.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -442,6 +601,11 @@ int main(int argc, char** argv) {
     guard::OutputFile json = o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, {}, "--json-out");
     if (o.decode) {
       const int rc = time_decode(o, json ? json.stream() : nullptr);
+      if (rc == 0 && json) json.commit();
+      return rc;
+    }
+    if (o.decode_pass) {
+      const int rc = time_decode_pass(o, s, json ? json.stream() : nullptr);
       if (rc == 0 && json) json.commit();
       return rc;
     }
