@@ -260,6 +260,34 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
   }
 }
 
+// A pass of more than kSmallPassTokens tokens over experts in VRAM takes the grouped path
+// (gpu_moe_grouped.h): one routing for the pass, each expert's tokens in one product, a sum per token in
+// its routing order. Its outputs must be the token path's to the bit (the same 100 tokens in passes of
+// 25, which route token by token) and the CPU's within float rounding.
+TEST_CASE("block ops: a prompt pass's MoE with the experts grouped, the token path's bits, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4);
+  const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  constexpr uint32_t n = 100, part = 25;
+  Twins t(llm::test::make_tiny(shape, type), 128, 128);  // 4 experts, top 2
+  t.pass(0, n);
+  t.random(Act::kXn, n);
+  t.poison(Act::kTmp, n);
+  for (Backend* b : t.both) b->moe(t.m.w.layers[0], Act::kXn, Act::kTmp);
+  t.expect_close(Act::kTmp, 5e-4f);
+  const std::vector<float> x = t.gpu.read(Act::kXn), grouped = t.gpu.read(Act::kTmp);
+  const size_t w = t.width(Act::kXn);
+  for (uint32_t p0 = 0; p0 < n; p0 += part) {
+    CAPTURE(p0);
+    t.gpu.set_pass(p0, part);
+    t.gpu.write(Act::kXn, std::vector<float>(x.begin() + p0 * w, x.begin() + (p0 + part) * w));
+    t.gpu.moe(t.m.w.layers[0], Act::kXn, Act::kTmp);
+    const std::vector<float> tokenwise = t.gpu.read(Act::kTmp);
+    CHECK(std::memcmp(tokenwise.data(), grouped.data() + p0 * w, tokenwise.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("block: whole layers over two passes, every architecture rule, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2, Shape::kGemma3, Shape::kMoe, Shape::kGptOss);

@@ -11,6 +11,7 @@
 #include "examples/llm/compute/gpu_flash_attention.cuh"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/gpu_moe_grouped.h"
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
@@ -318,6 +319,10 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
     gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
     t += gemm_->device_bytes();
   }
+  if (c.is_moe() && max_batch_ > kSmallPassTokens) {  // the token path's bits, so whatever fast_prompt says
+    grouped_ = std::make_unique<GroupedMoe>(c, max_batch_);
+    t += grouped_->device_bytes();
+  }
 }
 
 GpuForward::~GpuForward() {
@@ -437,9 +442,19 @@ void GpuForward::glu(Act gate, Act up, FfnAct a) {
   device::check_cuda(cudaGetLastError(), "GLU kernel");
 }
 
-// Token by token: each token routes to its own experts (fetched for it when they stream).
+// Token by token: each token routes to its own experts (fetched for it when they stream). A prompt pass
+// over experts in VRAM: expert by expert (gpu_moe_grouped.h).
 void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
-  for (uint32_t t = 0; t < n_; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+  if (grouped_ && !src_ && n_ > kSmallPassTokens) {  // same bits as below, fewer launches and weight reads
+    const WeightView& v = view_;
+    const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b),
+                          matrix(l.gate_exps, v.at(l.gate_exps)), matrix(l.up_exps, v.at(l.up_exps)),
+                          matrix(l.down_exps, v.at(l.down_exps)), f32(v, l.gate_exps_b), f32(v, l.up_exps_b),
+                          f32(v, l.down_exps_b)};
+    grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in), n_, moe_acc_);
+  } else {
+    for (uint32_t t = 0; t < n_; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+  }
   device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                      "MoE copy");
   device::check_cuda(cudaGetLastError(), "MoE kernels");

@@ -19,6 +19,7 @@ namespace gpunvme::llm {
 
 using gpu_stream_t = struct CUstream_st*;
 class TensorGemm;  // gpu_gemm.h
+class GroupedMoe;  // gpu_moe_grouped.h
 
 // Where a layer's tensors are on the GPU: a buffer at `base` holding the file bytes `held` names, packed
 // (packed_ranges.h). Whoever hands out the view keeps `held` alive while it is used.
@@ -175,6 +176,8 @@ class GpuForward final : public Backend {
   std::vector<float> logits_;
   // Passes of more than kSmallPassTokens tokens: their layer matrices on the tensor cores (null: none).
   std::unique_ptr<TensorGemm> gemm_;
+  // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
+  std::unique_ptr<GroupedMoe> grouped_;
 };
 
 // Whether a CUDA device can be used; `why` says why not.

@@ -46,11 +46,26 @@ __global__ void route_warp_kernel(const float* logits, uint32_t n_expert, uint32
   route_top_k(WarpLanes{}, logits, n_expert, k, gating, p, ids, weights);
 }
 
+// Token blockIdx.x of a pass: the same warp routine on its own logits and routing slot.
+__global__ void route_tokens_kernel(const float* logits, uint32_t n_expert, uint32_t k, Gating gating, uint32_t* routes) {
+  __shared__ float p[kMaxRoutedExperts];
+  uint32_t* ids = routes + uint64_t(blockIdx.x) * 2 * k;
+  route_top_k(WarpLanes{}, logits + uint64_t(blockIdx.x) * n_expert, n_expert, k, gating, p, ids,
+              reinterpret_cast<float*>(ids + k));
+}
+
 }  // namespace
 
 void gpu_route(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
                Gating gating) {
   route_warp_kernel<<<1, 32, 0, s>>>(logits, n_expert, k, gating, ids, weights);
+  device::check_cuda(cudaGetLastError(), "routing kernel");
+}
+
+void gpu_route_tokens(gpu_stream_t s, const float* logits, uint32_t n, uint32_t n_expert, uint32_t k, uint32_t* routes,
+                      Gating gating) {
+  if (n == 0) return;
+  route_tokens_kernel<<<n, 32, 0, s>>>(logits, n_expert, k, gating, routes);
   device::check_cuda(cudaGetLastError(), "routing kernel");
 }
 

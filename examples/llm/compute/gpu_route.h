@@ -14,6 +14,12 @@ using gpu_stream_t = struct CUstream_st*;
 void gpu_route(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
                Gating gating = Gating::kSoftmax);
 
+// n tokens in one launch, a warp each, each with gpu_route's bits: token t's logits at logits + t *
+// n_expert; its k ids at routes + t * 2k and its k weights (floats) right after them, the layout of one
+// token's routing in GpuForward.
+void gpu_route_tokens(gpu_stream_t s, const float* logits, uint32_t n, uint32_t n_expert, uint32_t k, uint32_t* routes,
+                      Gating gating = Gating::kSoftmax);
+
 // One thread, expert by expert, as the CPU: the definition gpu_route is held to (tests/gpu/test_llm_route.cpp).
 void gpu_route_serial(gpu_stream_t s, const float* logits, uint32_t n_expert, uint32_t k, uint32_t* ids, float* weights,
                       Gating gating = Gating::kSoftmax);

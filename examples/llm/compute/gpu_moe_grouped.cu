@@ -1,0 +1,135 @@
+#include "examples/llm/compute/gpu_moe_grouped.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_route.h"
+
+namespace gpunvme::llm {
+namespace {
+
+template <class T>
+T* device_array(uint64_t count, uint64_t& total) {
+  void* p = nullptr;
+  device::check_cuda(cudaMalloc(&p, count * sizeof(T)), "cudaMalloc for the grouped MoE");
+  total += count * sizeof(T);
+  return static_cast<T*>(p);
+}
+
+// xs[r] = xn[rows[r]]: row r of the grouped inputs is a copy of the token it serves.
+__global__ void gather_rows_kernel(float* xs, const float* xn, const uint32_t* rows, uint32_t width) {
+  const float* src = xn + uint64_t(rows[blockIdx.x]) * width;
+  float* dst = xs + uint64_t(blockIdx.x) * width;
+  for (uint32_t i = threadIdx.x; i < width; i += blockDim.x) dst[i] = src[i];
+}
+
+// acc[t] = sum over j < k, in order, of weight[t][j] * y[pos[t][j]]: token t's experts' outputs weighted
+// in its routing order, the token path's sum (weighted_sum_kernel) over rows found through pos.
+__global__ void combine_kernel(float* acc, const float* y, const uint32_t* routes, const uint32_t* pos, uint32_t k,
+                               uint32_t width) {
+  const uint32_t t = blockIdx.y;
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= width) return;
+  const float* weight = reinterpret_cast<const float*>(routes + uint64_t(t) * 2 * k + k);
+  float a = 0.0f;
+  for (uint32_t j = 0; j < k; ++j) a = a + weight[j] * y[uint64_t(pos[uint64_t(t) * k + j]) * width + i];
+  acc[uint64_t(t) * width + i] = a;
+}
+
+// y[r][i] += bias[i] for r < count: one expert's bias row on each of its rows, after the product, as the
+// token path's expert_bias_kernel adds it.
+__global__ void add_bias_rows_kernel(float* y, const float* bias, uint32_t width) {
+  float* row = y + uint64_t(blockIdx.x) * width;
+  for (uint32_t i = threadIdx.x; i < width; i += blockDim.x) row[i] += bias[i];
+}
+
+// Rows [r0, r0 + count) of y = expert e's matrix of the stack whose expert 0 is `m` times rows of x,
+// then expert e's bias row where the stack has biases: the FP32 batched kernel (see the header).
+void expert_product(cudaStream_t s, const GpuMatrix& m, const float* bias, uint32_t e, const float* x, uint64_t r0,
+                    uint32_t count, float* y) {
+  GpuMatrix me = m;
+  me.w += uint64_t(e) * m.mat_bytes;
+  float* out = y + r0 * m.rows;
+  gpu_matmul(reinterpret_cast<gpu_stream_t>(s), me, x + r0 * m.cols, count, nullptr, out);
+  if (bias) add_bias_rows_kernel<<<count, 256, 0, s>>>(out, bias + uint64_t(e) * m.rows, m.rows);
+}
+
+}  // namespace
+
+GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens)
+    : c_(c), max_tokens_(max_tokens), first_(c.n_expert), count_(c.n_expert) {
+  if (!c.is_moe()) throw std::logic_error("GroupedMoe: not an MoE model");
+  const uint64_t B = max_tokens, K = c.n_expert_used;
+  uint64_t& t = device_bytes_;
+  logits_ = device_array<float>(B * c.n_expert, t);
+  routes_ = device_array<uint32_t>(B * 2 * K, t);
+  rows_ = device_array<uint32_t>(2 * B * K, t);
+  pos_ = rows_ + B * K;
+  xs_ = device_array<float>(B * K * c.n_embd, t);
+  g_ = device_array<float>(B * K * c.n_ff, t);
+  u_ = device_array<float>(B * K * c.n_ff, t);
+  device::check_cuda(cudaMallocHost(&routes_host_, B * 2 * K * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
+  device::check_cuda(cudaMallocHost(&rows_host_, 2 * B * K * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
+}
+
+GroupedMoe::~GroupedMoe() {
+  for (void* p : {(void*)logits_, (void*)routes_, (void*)rows_, (void*)xs_, (void*)g_, (void*)u_}) cudaFree(p);
+  cudaFreeHost(routes_host_);
+  cudaFreeHost(rows_host_);
+}
+
+void GroupedMoe::group(uint32_t n) {
+  const uint32_t K = c_.n_expert_used;
+  std::fill(count_.begin(), count_.end(), 0u);
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t j = 0; j < K; ++j) {
+      const uint32_t e = routes_host_[uint64_t(t) * 2 * K + j];
+      if (e >= c_.n_expert) throw std::runtime_error("grouped MoE: the routing chose expert " + std::to_string(e) + " of " + std::to_string(c_.n_expert));
+      ++count_[e];
+    }
+  uint32_t next = 0;
+  for (uint32_t e = 0; e < c_.n_expert; ++e) first_[e] = next, next += count_[e];
+  uint32_t* rows = rows_host_;
+  uint32_t* pos = rows_host_ + uint64_t(max_tokens_) * K;
+  std::vector<uint32_t> fill(first_);
+  for (uint32_t t = 0; t < n; ++t)
+    for (uint32_t j = 0; j < K; ++j) {
+      const uint32_t r = fill[routes_host_[uint64_t(t) * 2 * K + j]]++;
+      rows[r] = t;
+      pos[uint64_t(t) * K + j] = r;
+    }
+}
+
+void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, uint32_t n, float* acc) {
+  if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
+  const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
+  const uint64_t rows = uint64_t(n) * K;
+  // Routing: the router's product for every token (the matrix-vector kernel's bits, its bias inside as
+  // there), the top k.
+  gpu_matmul(gs, st.router, xn, n, st.router_bias, logits_);
+  gpu_route_tokens(gs, logits_, n, c_.n_expert, K, routes_, c_.gating);
+  device::check_cuda(cudaMemcpyAsync(routes_host_, routes_, rows * 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "grouped MoE routing copy");
+  device::check_cuda(cudaStreamSynchronize(s), "grouped MoE routing");
+  group(n);
+  device::check_cuda(cudaMemcpyAsync(rows_, rows_host_, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s), "grouped MoE rows");
+  device::check_cuda(cudaMemcpyAsync(pos_, rows_host_ + uint64_t(max_tokens_) * K, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s),
+                     "grouped MoE positions");
+  gather_rows_kernel<<<uint32_t(rows), 256, 0, s>>>(xs_, xn, rows_, E);
+  for (uint32_t e = 0; e < c_.n_expert; ++e) {
+    if (!count_[e]) continue;
+    expert_product(s, st.gate, st.gate_bias, e, xs_, first_[e], count_[e], g_);
+    expert_product(s, st.up, st.up_bias, e, xs_, first_[e], count_[e], u_);
+  }
+  gpu_glu(gs, g_, u_, uint32_t(rows * F), c_.act);
+  for (uint32_t e = 0; e < c_.n_expert; ++e)  // the outputs over the inputs, which no product reads any more
+    if (count_[e]) expert_product(s, st.down, st.down_bias, e, g_, first_[e], count_[e], xs_);
+  combine_kernel<<<dim3((E + 127) / 128, n), 128, 0, s>>>(acc, xs_, routes_, pos_, K, E);
+  device::check_cuda(cudaGetLastError(), "grouped MoE kernels");
+}
+
+}  // namespace gpunvme::llm
