@@ -67,21 +67,30 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
 constexpr uint32_t kNormAhead = 8;
 
 // out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
-__global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, float eps, float* out) {
+// With `add`: x += add first (the residual add, add_kernel's sums), in the same kernel.
+__global__ void rms_norm_kernel(float* x, const float* w, uint32_t n, float eps, float* out, const float* add) {
   __shared__ double partial[kThreads / 32];
   x += uint64_t(blockIdx.x) * n;
   out += uint64_t(blockIdx.x) * n;
+  if (add) add += uint64_t(blockIdx.x) * n;
   const uint32_t step = blockDim.x, span = kNormAhead * step;
   double ss = 0.0;
   uint32_t i = threadIdx.x;
   for (; i + span - step < n; i += span) {
     float v[kNormAhead];
 #pragma unroll
-    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = x[i + j * step];
+    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = add ? x[i + j * step] + add[i + j * step] : x[i + j * step];
+    if (add) {
+#pragma unroll
+      for (uint32_t j = 0; j < kNormAhead; ++j) x[i + j * step] = v[j];
+    }
 #pragma unroll
     for (uint32_t j = 0; j < kNormAhead; ++j) ss += double(v[j]) * v[j];
   }
-  for (; i < n; i += step) ss += double(x[i]) * x[i];
+  for (; i < n; i += step) {
+    if (add) x[i] = x[i] + add[i];
+    ss += double(x[i]) * x[i];
+  }
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();
@@ -167,11 +176,6 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
     for (uint32_t p = first; p <= pos; ++p) acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
     out[head * head_dim + i] = acc;
   }
-}
-
-__global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
-  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) gate[i] = glu(a, gate[i], up[i]);
 }
 
 // y[k][i] += bias[ids[k]][i] for the k selected experts' rows of n (an expert's bias row: llama.cpp's
@@ -364,8 +368,9 @@ void enqueue_matmul(cudaStream_t s, const TensorRef& t, const uint8_t* w, const 
   gpu_matmul(reinterpret_cast<gpu_stream_t>(s), matrix(t, w, sel), x, n, bias, y);
 }
 // n consecutive vectors of `dim` (one block each); out may be x.
-void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t dim, uint32_t n, float eps, float* out) {
-  rms_norm_kernel<<<n, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), dim, eps, out);
+// With `add`: x += add first, in the same kernel.
+void rms_norm(cudaStream_t s, float* x, const uint8_t* w, uint32_t dim, uint32_t n, float eps, float* out, const float* add = nullptr) {
+  rms_norm_kernel<<<n, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), dim, eps, out, add);
 }
 const float* f32(const WeightView& v, const TensorRef& t) {
   return t.present ? reinterpret_cast<const float*>(v.at(t)) : nullptr;
@@ -438,7 +443,7 @@ void GpuForward::attend(const AttnParams& p) {
 
 void GpuForward::glu(Act gate, Act up, FfnAct a) {
   const uint64_t n = uint64_t(n_) * c_.n_ff;
-  glu_kernel<<<blocks_for(n, 128), 128, 0, stream_>>>(buf(gate), buf(up), uint32_t(n), a);
+  gpu_glu(stream_, buf(gate), buf(up), uint32_t(n), a);
   device::check_cuda(cudaGetLastError(), "GLU kernel");
 }
 
@@ -460,14 +465,43 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
   device::check_cuda(cudaGetLastError(), "MoE kernels");
 }
 
-void GpuForward::add(Act x, Act y) {
+void GpuForward::before_residual_write(Act x) {
   if (x == Act::kX && pre_pending_) {  // the prediction's norm has read x_ (or its ids were copied)
     device::check_cuda(cudaStreamWaitEvent(stream_, pre_read_, 0), "pre-gating wait");
     pre_pending_ = false;
   }
+}
+
+void GpuForward::add(Act x, Act y) {
+  before_residual_write(x);
   const uint64_t n = uint64_t(n_) * act_width(c_, x);
   add_kernel<<<blocks_for(n, 128), 128, 0, stream_>>>(buf(x), buf(y), uint32_t(n));
   device::check_cuda(cudaGetLastError(), "add kernel");
+}
+
+void GpuForward::add_norm(Act x, Act y, const TensorRef& w, Act out) {
+  if (act_width(c_, x) != c_.n_embd || x == out || y == out) return Backend::add_norm(x, y, w, out);
+  before_residual_write(x);
+  rms_norm(stream_, buf(x), view_.at(w), c_.n_embd, n_, c_.rms_eps, buf(out), buf(y));
+  device::check_cuda(cudaGetLastError(), "residual add and norm kernel");
+}
+
+// One token: the staged kernel over the products' rows together (gpu_matvecs). A pass of several keeps
+// one product each (the batched kernel or the tensor cores, gpu_gemm.h).
+void GpuForward::matmuls(std::span<const Product> ps, Act in) {
+  if (n_ != 1 || ps.size() > 3) return Backend::matmuls(ps, in);
+  GpuProduct g[3];
+  for (size_t i = 0; i < ps.size(); ++i) g[i] = {matrix(ps[i].w, view_.at(ps[i].w)), f32(view_, ps[i].bias), buf(ps[i].out)};
+  gpu_matvecs(stream_, std::span(g, ps.size()), buf(in));
+  device::check_cuda(cudaGetLastError(), "fused matrix-vector kernel");
+}
+
+void GpuForward::gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) {
+  if (n_ == 1 && gpu_matvec_glu(stream_, matrix(gate, view_.at(gate)), matrix(up, view_.at(up)), buf(in), act, buf(Act::kGate))) {
+    device::check_cuda(cudaGetLastError(), "gate, up and GLU kernel");
+    return;
+  }
+  Backend::gated_matmul(gate, up, in, act);
 }
 
 // The kernels take the pass's first position and its count: one sequence's consecutive tokens.
@@ -512,7 +546,7 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
     add_expert_bias(s, v, l.gate_exps_b, experts_, K, moe_gate_);
     gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
     add_expert_bias(s, v, l.up_exps_b, experts_, K, moe_up_);
-    glu_kernel<<<blocks_for(uint64_t(K) * F, 128), 128, 0, s>>>(moe_gate_, moe_up_, K * F, c_.act);
+    gpu_glu(gs, moe_gate_, moe_up_, K * F, c_.act);
     gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
     add_expert_bias(s, v, l.down_exps_b, experts_, K, moe_out_);
   } else {
@@ -524,7 +558,7 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
       add_expert_bias(s, v, l.gate_exps_b, experts_ + k, 1, g);
       launch_fetched(s, l.up_exps, src, k, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F);
       add_expert_bias(s, v, l.up_exps_b, experts_ + k, 1, moe_up_ + uint64_t(k) * F);
-      glu_kernel<<<blocks_for(F, 128), 128, 0, s>>>(g, moe_up_ + uint64_t(k) * F, F, c_.act);
+      gpu_glu(gs, g, moe_up_ + uint64_t(k) * F, F, c_.act);
       launch_fetched(s, l.down_exps, src, k, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E);
       add_expert_bias(s, v, l.down_exps_b, experts_ + k, 1, moe_out_ + uint64_t(k) * E);
     }

@@ -128,6 +128,11 @@ class GpuForward final : public Backend {
   void glu(Act gate, Act up, FfnAct act) override;
   void moe(const LayerWeights& l, Act in, Act out) override;
   void add(Act x, Act y) override;
+  // One token's Q, K and V (of one type) in one launch, its gate and up products with the GLU in one,
+  // and every pass's residual add with the norm after it in one kernel (gpu_matmul.h: the same bits).
+  void matmuls(std::span<const Product> ps, Act in) override;
+  void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override;
+  void add_norm(Act x, Act y, const TensorRef& w, Act out) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx; and for
   // tokens of a slot other than 0 or not at consecutive positions: one sequence per pass (issue 37).
   void set_pass(std::span<const PassToken> tokens) override;
@@ -140,6 +145,8 @@ class GpuForward final : public Backend {
 
  private:
   float* buf(Act a) const;
+  // Before x_ changes: the compute stream waits for the pre-gating's read of it, if one is pending.
+  void before_residual_write(Act x);
   // Whether long passes' attention takes the flash kernel (fast kernels on, heads narrow enough for it).
   bool flash() const;
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
