@@ -133,60 +133,17 @@ class GpuQueues {
 
 gpunvme_cuda_stream_t cuda_stream(uint64_t address) { return reinterpret_cast<gpunvme_cuda_stream_t>(uintptr_t(address)); }
 
-// A slot of a GPU streamer after wait_on: GPU addresses only (the host view is valid once the compute
-// stream passed the wait, which this layer cannot know), until release_on().
-class GpuSlot {
+// A slot as the streamer handed it over (acquire, or wait_on on the GPU path), until it is released:
+// what both kinds share. `again` names how to get the layer again, for the error after a release.
+class SlotBase {
  public:
-  GpuSlot(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v, const uint32_t* status)
-      : s_(std::move(s)), slot_(slot), gen_(s_->slot_generation[slot]), v_(v), status_(status) {}
-  uint32_t slot() const { return slot_; }
-  uint32_t layer() const { return v_.layer; }
-  uint64_t nbytes() const { return v_.bytes; }
-  uint64_t device_ptr() const { return reinterpret_cast<uintptr_t>(held().device); }
-  uint64_t status_ptr() const { return held(), reinterpret_cast<uintptr_t>(status_); }
-  bool released() const { return !s_->open || s_->slot_generation[slot_] != gen_; }
-  // (GPU address, bytes) of tensor `name` of this layer.
-  std::pair<uint64_t, uint64_t> tensor(const Model& m, const std::string& name) const {
-    held();
-    const auto [file_offset, bytes] = m.tensor(name);
-    uint64_t at = 0;
-    const gpunvme_err_t e = gpunvme_streamer_locate(s_->handle, slot_, file_offset, &at);
-    if (e == GPUNVME_ERR_NOT_FOUND)
-      raise_kind(PyExc_KeyError, "tensor '" + name + "' is not part of layer " + std::to_string(v_.layer));
-    check(e);
-    return {reinterpret_cast<uintptr_t>(v_.device) + at, bytes};
-  }
-  void release_on(uint64_t stream) {
-    if (released()) return;
-    check(gpunvme_streamer_release_on(s_->handle, slot_, cuda_stream(stream)));
-    ++s_->slot_generation[slot_];
-  }
-
- private:
-  const gpunvme_slot_view_t& held() const {
-    if (released())
-      raise_kind(PyExc_ValueError, "slot " + std::to_string(slot_) + " (layer " + std::to_string(v_.layer) +
-                                       ") was released or its streamer closed; wait_on the layer again");
-    return v_;
-  }
-  std::shared_ptr<StreamerOwner> s_;
-  uint32_t slot_;
-  uint64_t gen_;
-  gpunvme_slot_view_t v_;
-  const uint32_t* status_;
-};
-
-// A held slot: the bytes of one layer, until release().
-class Slot {
- public:
-  Slot(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v)
-      : s_(std::move(s)), slot_(slot), gen_(s_->slot_generation[slot]), v_(v) {}
+  SlotBase(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v, const char* again)
+      : s_(std::move(s)), slot_(slot), gen_(s_->slot_generation[slot]), v_(v), again_(again) {}
   uint32_t slot() const { return slot_; }
   uint32_t layer() const { return v_.layer; }
   uint64_t nbytes() const { return v_.bytes; }
   uint64_t device_ptr() const { return reinterpret_cast<uintptr_t>(held().device); }
   bool released() const { return !s_->open || s_->slot_generation[slot_] != gen_; }
-  ByteView data() const { return bytes_view(held().host, v_.bytes, s_); }
   // (slot offset, bytes) of each extent of the layer, in plan order.
   std::vector<std::pair<uint64_t, uint64_t>> pieces() const {
     held();
@@ -194,7 +151,10 @@ class Slot {
     for (uint32_t i = 0; i < v_.n_pieces; ++i) check(gpunvme_streamer_piece(s_->handle, slot_, i, &out[i].first, &out[i].second));
     return out;
   }
-  ByteView tensor(const Model& m, const std::string& name) const {
+
+ protected:
+  // (slot offset, bytes) of tensor `name`; KeyError when it is not part of this layer.
+  std::pair<uint64_t, uint64_t> locate(const Model& m, const std::string& name) const {
     held();
     const auto [file_offset, bytes] = m.tensor(name);
     uint64_t at = 0;
@@ -204,25 +164,61 @@ class Slot {
                                      " (held in slot " + std::to_string(slot_) + ")" +
                                      (m.get()->experts ? "; expert tensors come from Model.fetcher()" : ""));
     check(e);
-    return bytes_view(static_cast<const uint8_t*>(v_.host) + at, bytes, s_);
+    return {at, bytes};
   }
-  void release() {
-    if (released()) return;  // twice, or after the streamer closed: nothing left to hand back
-    check(gpunvme_streamer_release(s_->handle, slot_));
+  // Hands the slot back through `release` (a C API call on the streamer's handle); twice, or after the
+  // streamer closed: nothing left to hand back.
+  template <class Release>
+  void release_with(Release release) {
+    if (released()) return;
+    check(release(s_->handle, slot_));
     ++s_->slot_generation[slot_];
   }
-
- private:
   const gpunvme_slot_view_t& held() const {
     if (released())
       raise_kind(PyExc_ValueError, "slot " + std::to_string(slot_) + " (layer " + std::to_string(v_.layer) +
-                                       ") was released or its streamer closed; acquire the layer again");
+                                       ") was released or its streamer closed; " + again_ + " the layer again");
     return v_;
   }
   std::shared_ptr<StreamerOwner> s_;
+
+ private:
   uint32_t slot_;
   uint64_t gen_;
   gpunvme_slot_view_t v_;
+  const char* again_;
+};
+
+// A slot of a GPU streamer after wait_on: GPU addresses only (the host view is valid once the compute
+// stream passed the wait, which this layer cannot know), until release_on().
+class GpuSlot : public SlotBase {
+ public:
+  GpuSlot(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v, const uint32_t* status)
+      : SlotBase(std::move(s), slot, v, "wait_on"), status_(status) {}
+  uint64_t status_ptr() const { return held(), reinterpret_cast<uintptr_t>(status_); }
+  // (GPU address, bytes) of tensor `name` of this layer.
+  std::pair<uint64_t, uint64_t> tensor(const Model& m, const std::string& name) const {
+    const auto [at, bytes] = locate(m, name);
+    return {reinterpret_cast<uintptr_t>(held().device) + at, bytes};
+  }
+  void release_on(uint64_t stream) {
+    release_with([&](gpunvme_streamer_t* h, uint32_t k) { return gpunvme_streamer_release_on(h, k, cuda_stream(stream)); });
+  }
+
+ private:
+  const uint32_t* status_;
+};
+
+// A held slot: the bytes of one layer, until release().
+class Slot : public SlotBase {
+ public:
+  Slot(std::shared_ptr<StreamerOwner> s, uint32_t slot, const gpunvme_slot_view_t& v) : SlotBase(std::move(s), slot, v, "acquire") {}
+  ByteView data() const { return bytes_view(held().host, held().bytes, s_); }
+  ByteView tensor(const Model& m, const std::string& name) const {
+    const auto [at, bytes] = locate(m, name);
+    return bytes_view(static_cast<const uint8_t*>(held().host) + at, bytes, s_);
+  }
+  void release() { release_with(gpunvme_streamer_release); }
 };
 
 class Streamer {
@@ -466,23 +462,19 @@ NB_MODULE(_runtime, m) {
       .def(nb::init<Device&, uint32_t, uint32_t>(), nb::arg("device"), nb::arg("count"), nb::arg("entries"))
       .def_prop_ro("qids", &GpuQueues::qids)
       .def("close", &GpuQueues::close);
-  nb::class_<GpuSlot>(m, "GpuSlot", "A slot of a GPU streamer, waited for on a CUDA stream.")
-      .def_prop_ro("slot", &GpuSlot::slot)
-      .def_prop_ro("layer", &GpuSlot::layer)
-      .def_prop_ro("nbytes", &GpuSlot::nbytes)
-      .def_prop_ro("device_ptr", &GpuSlot::device_ptr)
+  nb::class_<SlotBase>(m, "SlotBase", "What held slots of both paths share.")
+      .def_prop_ro("slot", &SlotBase::slot)
+      .def_prop_ro("layer", &SlotBase::layer)
+      .def_prop_ro("nbytes", &SlotBase::nbytes)
+      .def_prop_ro("device_ptr", &SlotBase::device_ptr)
+      .def_prop_ro("released", &SlotBase::released)
+      .def("pieces", &SlotBase::pieces);
+  nb::class_<GpuSlot, SlotBase>(m, "GpuSlot", "A slot of a GPU streamer, waited for on a CUDA stream.")
       .def_prop_ro("status_ptr", &GpuSlot::status_ptr)
-      .def_prop_ro("released", &GpuSlot::released)
       .def("tensor", &GpuSlot::tensor, nb::arg("model"), nb::arg("name"))
       .def("release_on", &GpuSlot::release_on, nb::arg("stream"));
-  nb::class_<Slot>(m, "Slot", "A held slot of a Streamer: one layer's bytes.")
-      .def_prop_ro("slot", &Slot::slot)
-      .def_prop_ro("layer", &Slot::layer)
-      .def_prop_ro("nbytes", &Slot::nbytes)
-      .def_prop_ro("device_ptr", &Slot::device_ptr)
-      .def_prop_ro("released", &Slot::released)
+  nb::class_<Slot, SlotBase>(m, "Slot", "A held slot of a Streamer: one layer's bytes.")
       .def("data", &Slot::data)
-      .def("pieces", &Slot::pieces)
       .def("tensor", &Slot::tensor, nb::arg("model"), nb::arg("name"))
       .def("release", &Slot::release);
   nb::class_<Streamer>(m, "Streamer", "The layer streamer.")

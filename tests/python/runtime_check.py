@@ -310,20 +310,32 @@ def gpu_path_checks(rt, path, want):
             s.sync()
 
 
-def stub_checks(rt):
-    tree = ast.parse(open(os.path.join(ROOT, "runtime", "python", "gpunvme", "runtime.pyi")).read())
+def stub_names(module_file):
+    """{class: the names its stub declares} of a .pyi of the package."""
+    tree = ast.parse(open(os.path.join(ROOT, "runtime", "python", "gpunvme", module_file)).read())
     def names(c):
         return {n.name if isinstance(n, ast.FunctionDef) else n.target.id
                 for n in c.body if isinstance(n, (ast.FunctionDef, ast.AnnAssign))}
-    stub = {c.name: names(c) for c in tree.body if isinstance(c, ast.ClassDef)}
+    return {c.name: names(c) for c in tree.body if isinstance(c, ast.ClassDef)}
+
+
+def public(cls, module):
+    """The public names that `cls` and its bases of `module` define."""
+    return {n for k in cls.__mro__ if k.__module__ == module for n in vars(k) if not n.startswith("_")}
+
+
+def stub_checks(rt):
+    from gpunvme import _runtime
     instance = {"Model": {"device"}}  # set in __init__
-    missing = [f"{c}.{n}" for c, ns in stub.items() for n in ns
-               if not hasattr(getattr(rt, c), n) and n not in instance.get(c, ())]
-    check("runtime.pyi: every name it declares exists", missing, [])
-    unstubbed = [f"{c}.{n}" for c in rt.__all__ if isinstance(getattr(rt, c), type)
-                 for k in getattr(rt, c).__mro__ if k.__module__ == rt.__name__
-                 for n in vars(k) if not n.startswith("_") and not any(n in stub.get(b.__name__, ()) for b in getattr(rt, c).__mro__)]
-    check("runtime.pyi declares every public member", unstubbed, [])
+    for module, pyi, stub in ((rt, "runtime.pyi", stub_names("runtime.pyi")), (_runtime, "_runtime.pyi", stub_names("_runtime.pyi"))):
+        missing = [f"{c}.{n}" for c, ns in stub.items() for n in ns
+                   if not hasattr(getattr(module, c), n) and n not in instance.get(c, ())]
+        check(f"{pyi}: every name it declares exists", missing, [])
+        classes = [getattr(module, c) for c in dir(module) if isinstance(getattr(module, c), type)
+                   and getattr(module, c).__module__ == module.__name__ and not c.startswith("_")]
+        unstubbed = [f"{k.__name__}.{n}" for k in classes for n in public(k, module.__name__)
+                     if not any(n in stub.get(b.__name__, ()) for b in k.__mro__)]
+        check(f"{pyi} declares every public class and member", ([k.__name__ for k in classes if k.__name__ not in stub], unstubbed), ([], []))
     text = pydoc.render_doc(rt, renderer=pydoc.plaintext)
     check("help(gpunvme.runtime) shows the docstrings", [w for w in ("every wait takes a timeout", "Waits up to `timeout` seconds",
                                                                     "__cuda_array_interface__", "duplicates collapse") if w not in text], [])

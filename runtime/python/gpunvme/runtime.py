@@ -155,9 +155,8 @@ class Model(_Closing):
         self._m.close()
 
 
-class Slot(_Closing):
-    """A slot holding one layer's bytes, from Streamer.acquire() until release() (or the `with` block's
-    end). The views stay readable afterwards but the slot is refilled by the next load into it."""
+class _HeldSlot(_Closing):
+    """What the slots of both paths share: the layer they hold and where it is."""
 
     def __init__(self, model, raw):
         self._model, self._s = model, raw
@@ -167,19 +166,9 @@ class Slot(_Closing):
     nbytes = property(lambda self: self._s.nbytes, doc="Bytes of the slot this layer uses.")
     released = property(lambda self: self._s.released, doc="True once released (or its streamer closed).")
 
-    @property
-    def data(self):
-        """The layer's bytes in the slot (every piece, block-aligned as read) as a read-only memoryview."""
-        return self._s.data()
-
     def pieces(self):
         """[(offset in the slot, nbytes)] of the layer's extents, in plan order."""
         return self._s.pieces()
-
-    def tensor(self, name):
-        """The bytes of tensor `name` of this layer, a read-only memoryview into the slot (no copy).
-        KeyError when the tensor is not part of this layer."""
-        return self._s.tensor(self._model._m, name)
 
     @property
     def device_ptr(self):
@@ -191,6 +180,21 @@ class Slot(_Closing):
         """The slot's bytes for CUDA array libraries (CuPy, Numba, PyTorch): uint8, nbytes long, read-only.
         AttributeError where the slot has no GPU view (a CPU build, or no GPU)."""
         return _cuda_array_interface(self._s.device_ptr, self._s.nbytes)
+
+
+class Slot(_HeldSlot):
+    """A slot holding one layer's bytes, from Streamer.acquire() until release() (or the `with` block's
+    end). The views stay readable afterwards but the slot is refilled by the next load into it."""
+
+    @property
+    def data(self):
+        """The layer's bytes in the slot (every piece, block-aligned as read) as a read-only memoryview."""
+        return self._s.data()
+
+    def tensor(self, name):
+        """The bytes of tensor `name` of this layer, a read-only memoryview into the slot (no copy).
+        KeyError when the tensor is not part of this layer."""
+        return self._s.tensor(self._model._m, name)
 
     def release(self):
         """Hands the slot back for the next load; twice is harmless."""
@@ -272,29 +276,16 @@ class GpuQueues(_Closing):
         self._q.close()
 
 
-class GpuSlot(_Closing):
+class GpuSlot(_HeldSlot):
     """A slot of a GpuStreamer after wait_on(): the layer's bytes in GPU memory for work enqueued on that
     stream afterwards. Kernels should check the word at status_ptr (uint32: 1 every read succeeded, 2 one
     failed). release_on(stream) hands it back after the work enqueued on `stream` so far."""
 
-    def __init__(self, model, raw):
-        self._model, self._s = model, raw
-
-    slot = property(lambda self: self._s.slot, doc="The slot's index.")
-    layer = property(lambda self: self._s.layer, doc="The layer it holds.")
-    nbytes = property(lambda self: self._s.nbytes, doc="Bytes of the slot this layer uses.")
-    device_ptr = property(lambda self: self._s.device_ptr, doc="The slot's GPU address.")
     status_ptr = property(lambda self: self._s.status_ptr, doc="GPU address of the reads' state word.")
-    released = property(lambda self: self._s.released, doc="True once released (or its streamer closed).")
 
     def tensor(self, name):
         """(GPU address, nbytes) of tensor `name` of this layer; KeyError when it is not part of it."""
         return self._s.tensor(self._model._m, name)
-
-    @property
-    def __cuda_array_interface__(self):
-        """The slot's bytes for CUDA array libraries: uint8, nbytes long, read-only."""
-        return _cuda_array_interface(self._s.device_ptr, self._s.nbytes)
 
     def release_on(self, stream=0):
         """The slot is refilled only after the work enqueued on `stream` so far; twice is harmless."""
