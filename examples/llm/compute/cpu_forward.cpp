@@ -8,6 +8,7 @@
 #include "examples/llm/compute/batched_ops.h"
 #include "examples/llm/compute/ops.h"
 #include "examples/llm/compute/route.h"
+#include "examples/llm/quant/llamacpp_rounding.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -26,7 +27,8 @@ void add_into(float* y, const float* x, uint32_t n) {
 
 CpuForward::CpuForward(const ModelConfig& c, const ModelWeights& w, std::span<const uint8_t> file, uint32_t n_ctx, uint32_t n_seqs,
                        uint32_t max_batch)
-    : c_(c), w_(w), file_(file), n_ctx_(n_ctx), slots_(n_seqs, n_ctx), max_batch_(max_batch) {
+    : c_(c), w_(w), file_(file), n_ctx_(n_ctx), slots_(n_seqs, n_ctx), max_batch_(max_batch),
+      rounding_(llamacpp_rounding_from_env()) {
   const size_t kv = size_t(c.n_layer) * n_seqs * n_ctx * c.kv_dim();
   k_cache_.assign(kv, 0.0f);
   v_cache_.assign(kv, 0.0f);
@@ -63,6 +65,14 @@ float* CpuForward::buf(Act a) {
 
 void CpuForward::matmul_rows(const TensorRef& t, uint64_t mat, const float* x, uint32_t n, float* y) {
   const uint8_t* base = at(t) + mat * t.mat_bytes();
+  if (rounding_.q8_0_for(t.type) || rounding_.f16_for(t.type)) {  // the diagnostic of quant/llamacpp_rounding.h
+    rounded_.resize(size_t(n) * t.cols);
+    if (rounding_.f16_for(t.type))
+      round_to_half(x, size_t(n) * t.cols, rounded_.data());
+    else
+      round_to_q8_0(x, size_t(n) * t.cols, rounded_.data());
+    x = rounded_.data();
+  }
   for (uint64_t r = 0; r < t.rows; ++r)
     dot_row_batch(t.type, base + r * t.row_bytes(), t.cols, x, t.cols, n, part_.data(), y + r, t.rows);
 }
@@ -130,8 +140,13 @@ void CpuForward::attend_token(const float* q, uint32_t layer, const PassToken& a
   const float* vc = &v_cache_[kv_row(layer, at.seq, 0)];
   const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
   const uint32_t group = c_.n_head / c_.n_head_kv;
+  std::vector<float> q_half(rounding_.attention ? hd : 0);
   for (uint32_t h = 0; h < c_.n_head; ++h) {
     const float* qh = &q[h * hd];
+    if (rounding_.attention) {  // llama.cpp's Q as halves (quant/llamacpp_rounding.h)
+      round_to_half(qh, hd, q_half.data());
+      qh = q_half.data();
+    }
     const uint32_t kvh = h / group;
     float mx = -INFINITY;
     for (uint32_t p = first; p <= pos; ++p) {
@@ -149,7 +164,7 @@ void CpuForward::attend_token(const float* q, uint32_t layer, const PassToken& a
     float* out = &att[h * hd];
     std::fill(out, out + hd, 0.0f);
     for (uint32_t p = first; p <= pos; ++p) {
-      const float wgt = scores_[p] / sum;
+      const float wgt = rounding_.attention ? round_to_half(scores_[p] / sum) : scores_[p] / sum;
       const float* vp = &vc[size_t(p) * KV + kvh * hd];
       for (uint32_t i = 0; i < hd; ++i) out[i] += wgt * vp[i];
     }

@@ -18,6 +18,7 @@
 
 #include "examples/llm/compute/block.h"
 #include "examples/llm/model/weights.h"
+#include "examples/llm/quant/llamacpp_rounding.h"
 
 namespace gpunvme::llm {
 
@@ -93,6 +94,8 @@ class CpuForward final : public Backend {
   std::vector<float> x_, xn_, q_, k_, v_, att_, tmp_, gate_, up_, gather_;
   std::vector<float> moe_out_;  // [token][k][n_embd]: each token's experts' outputs
   std::vector<float> scores_, part_, logits_;
+  LlamacppRounding rounding_;    // none unless GPUNVME_LLM_LLAMACPP_ROUNDING says (quant/llamacpp_rounding.h)
+  std::vector<float> rounded_;  // a product's activations rounded as llama.cpp's, when it says so
 };
 
 }  // namespace gpunvme::llm
