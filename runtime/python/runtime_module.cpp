@@ -328,13 +328,18 @@ const char* projection_name(gpunvme_projection_t p) {
 // One fetch's distinct experts; valid until the fetcher's next fetch.
 class Fetch {
  public:
-  Fetch(std::shared_ptr<FetcherOwner> f, uint32_t layer, std::vector<uint32_t> experts)
-      : f_(std::move(f)), gen_(f_->generation), layer_(layer), experts_(std::move(experts)) {}
+  // waited: the GPU path's, described after its wait (gpunvme_fetcher_wait_gpu).
+  Fetch(std::shared_ptr<FetcherOwner> f, uint32_t layer, std::vector<uint32_t> experts, bool waited = false)
+      : f_(std::move(f)), gen_(f_->generation), layer_(layer), experts_(std::move(experts)), waited_(waited) {}
   uint32_t layer() const { return layer_; }
   const std::vector<uint32_t>& experts() const { return experts_; }
   bool waited() const { return waited_; }
   void wait(double timeout) {
     current();
+    if (waited_) {  // a GPU fetch (or one waited for already): the timeout still has to be a valid one
+      check_timeout(timeout);
+      return;
+    }
     gpunvme_fetcher_t* h = f_->handle;
     for (uint32_t i = 0; i < experts_.size(); ++i) {
       wait_for(timeout, "expert " + std::to_string(experts_[i]) + " of layer " + std::to_string(layer_),
@@ -386,21 +391,58 @@ class Fetcher {
  public:
   Fetcher(const Model& m, uint32_t max_experts, uint64_t cache_bytes, bool down_only, bool pump_thread)
       : h_(std::make_shared<FetcherOwner>()), max_experts_(max_experts ? max_experts : 8) {
-    h_->model = m.get();
-    if (!h_->model->experts)
-      raise_kind(PyExc_ValueError, "the model has no experts (a dense model): stream its layers with Model.streamer()");
-    gpunvme_fetcher_opts_t o{};
-    o.max_experts_per_fetch = max_experts_;
-    o.cache_bytes = cache_bytes;
-    o.pump_thread = pump_thread;
-    check(gpunvme_fetcher_create_from_model(h_->model->queue, h_->model->model,
-                                            down_only ? GPUNVME_EXPERTS_DOWN_ONLY : GPUNVME_EXPERTS_ALL, &o, &h_->handle));
+    const gpunvme_fetcher_opts_t o = options(m, cache_bytes, pump_thread);
+    check(gpunvme_fetcher_create_from_model(h_->model->queue, h_->model->model, parts(down_only), &o, &h_->handle));
+  }
+  // The GPU path: kernels on `gq` read the experts whose ids a kernel wrote to GPU memory.
+  Fetcher(const Model& m, const GpuQueues& gq, uint32_t max_experts, uint64_t cache_bytes, bool down_only)
+      : h_(std::make_shared<FetcherOwner>()), max_experts_(max_experts ? max_experts : 8) {
+    const gpunvme_fetcher_opts_t o = options(m, cache_bytes, false);
+    h_->gpu_queues = gq.get();
+    check(gpunvme_fetcher_create_gpu_from_model(h_->gpu_queues->gq, h_->model->model, parts(down_only), &o, &h_->handle));
+  }
+  // Enqueues on `stream` the fetch of `layer`'s experts named by the n uint32 ids at GPU address device_ids.
+  void fetch_on(int64_t layer_id, uint64_t device_ids, uint32_t n, uint64_t stream) {
+    gpunvme_fetcher_t* f = handle();
+    const uint32_t layer = check_index("layer", layer_id, h_->model->layers, "the model");
+    ++h_->generation;  // the previous Fetch ends here, whatever this call's outcome
+    check(gpunvme_fetcher_fetch_on(f, layer, reinterpret_cast<const uint32_t*>(uintptr_t(device_ids)), n,
+                                   cuda_stream(stream)));
+    gpu_layer_ = layer;
+  }
+  // Waits (bounded by the C API) for the latest fetch_on; its experts, described as the CPU path's.
+  Fetch wait_gpu() {
+    gpunvme_fetcher_t* f = handle();
+    uint32_t n = 0;
+    gpunvme_err_t e = GPUNVME_OK;
+    std::string msg;
+    {
+      nb::gil_scoped_release unlocked;
+      e = gpunvme_fetcher_wait_gpu(f, &n);
+      if (e != GPUNVME_OK) msg = gpunvme_last_error_message();
+    }
+    if (e != GPUNVME_OK) raise_error(e, msg);
+    std::vector<uint32_t> ids(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      gpunvme_fetched_expert_t x{};
+      check(gpunvme_fetcher_expert(f, i, &x));
+      ids[i] = x.expert;
+    }
+    return Fetch(h_, gpu_layer_, std::move(ids), true);
+  }
+  // GPU addresses of the result struct, experts[] and selection[] (gpunvme_gpu_fetch_result_t etc.).
+  std::tuple<uint64_t, uint64_t, uint64_t> device_result() {
+    const gpunvme_gpu_fetch_result_t* r = nullptr;
+    const gpunvme_gpu_fetched_expert_t* x = nullptr;
+    const uint32_t* sel = nullptr;
+    check(gpunvme_fetcher_device_result(handle(), &r, &x, &sel));
+    return {reinterpret_cast<uintptr_t>(r), reinterpret_cast<uintptr_t>(x), reinterpret_cast<uintptr_t>(sel)};
   }
   bool closed() const { return !h_->open; }
   void close() { h_->open = false; }
   uint32_t max_experts() const { return max_experts_; }
   Fetch fetch(int64_t layer_id, const std::vector<int64_t>& ids) {
-    gpunvme_fetcher_t* f = live(h_, "Fetcher", "make another: Model.fetcher()").handle;
+    gpunvme_fetcher_t* f = handle();
     const uint32_t layers = h_->model->layers, experts = h_->model->experts;
     const uint32_t layer = check_index("layer", layer_id, layers, "the model");
     std::vector<uint32_t> distinct, all;
@@ -420,7 +462,7 @@ class Fetcher {
   }
   nb::dict metrics() {
     gpunvme_fetch_metrics_t m{};
-    check(gpunvme_fetcher_metrics(live(h_, "Fetcher", "make another: Model.fetcher()").handle, &m));
+    check(gpunvme_fetcher_metrics(handle(), &m));
     nb::dict d;
     d["fetches"] = m.tokens;
     d["requested"] = m.requested;
@@ -432,8 +474,21 @@ class Fetcher {
   }
 
  private:
+  gpunvme_fetcher_t* handle() const { return live(h_, "Fetcher", "make another: Model.fetcher()").handle; }
+  gpunvme_fetcher_opts_t options(const Model& m, uint64_t cache_bytes, bool pump_thread) {
+    h_->model = m.get();
+    if (!h_->model->experts)
+      raise_kind(PyExc_ValueError, "the model has no experts (a dense model): stream its layers with Model.streamer()");
+    gpunvme_fetcher_opts_t o{};
+    o.max_experts_per_fetch = max_experts_;
+    o.cache_bytes = cache_bytes;
+    o.pump_thread = pump_thread;
+    return o;
+  }
+  static gpunvme_expert_parts_t parts(bool down_only) { return down_only ? GPUNVME_EXPERTS_DOWN_ONLY : GPUNVME_EXPERTS_ALL; }
   std::shared_ptr<FetcherOwner> h_;
   uint32_t max_experts_;
+  uint32_t gpu_layer_ = 0;
 };
 
 }  // namespace
@@ -504,7 +559,12 @@ NB_MODULE(_runtime, m) {
            nb::arg("cache_bytes"), nb::arg("down_only"), nb::arg("pump_thread"))
       .def_prop_ro("max_experts", &Fetcher::max_experts)
       .def_prop_ro("closed", &Fetcher::closed)
+      .def(nb::init<const Model&, const GpuQueues&, uint32_t, uint64_t, bool>(), nb::arg("model"), nb::arg("gpu_queues"),
+           nb::arg("max_experts"), nb::arg("cache_bytes"), nb::arg("down_only"))
       .def("fetch", &Fetcher::fetch, nb::arg("layer"), nb::arg("experts"))
+      .def("fetch_on", &Fetcher::fetch_on, nb::arg("layer"), nb::arg("device_ids"), nb::arg("n"), nb::arg("stream"))
+      .def("wait_gpu", &Fetcher::wait_gpu)
+      .def("device_result", &Fetcher::device_result)
       .def("metrics", &Fetcher::metrics)
       .def("close", &Fetcher::close);
 }

@@ -31,6 +31,7 @@ import math
 import os
 import pydoc
 import re
+import struct
 import subprocess
 import sys
 import tempfile
@@ -63,14 +64,28 @@ def address(view):
     return np.frombuffer(view, dtype=np.uint8).ctypes.data
 
 
-def cuda_bytes(ptr, n):
-    """n bytes at GPU address ptr, copied to the host with the libcudart the module loaded (cudaMemcpy,
-    device to host)."""
+def cudart():
+    """The libcudart the module loaded."""
     import ctypes
-    lib = next(line.split()[-1] for line in open("/proc/self/maps") if "libcudart" in line)
+    return ctypes.CDLL(next(line.split()[-1] for line in open("/proc/self/maps") if "libcudart" in line))
+
+
+def cuda_bytes(ptr, n):
+    """(cudaMemcpy's status, the n bytes at GPU address ptr) copied device to host."""
+    import ctypes
     buf = ctypes.create_string_buffer(n)
-    rc = ctypes.CDLL(lib).cudaMemcpy(buf, ctypes.c_void_p(ptr), ctypes.c_size_t(n), 2)
+    rc = cudart().cudaMemcpy(buf, ctypes.c_void_p(ptr), ctypes.c_size_t(n), 2)
     return rc, buf.raw
+
+
+def cuda_upload(data):
+    """A GPU allocation holding `data` (bytes); its address."""
+    import ctypes
+    p = ctypes.c_void_p()
+    if cudart().cudaMalloc(ctypes.byref(p), ctypes.c_size_t(len(data))) or \
+            cudart().cudaMemcpy(p, data, ctypes.c_size_t(len(data)), 1):
+        raise RuntimeError("cudaMalloc / cudaMemcpy failed")
+    return p.value
 
 
 def streamer_checks(rt, path, want):
@@ -280,7 +295,8 @@ def slow_device_checks(rt, path, want):
 def gpu_path_checks(rt, path, want):
     """The GPU path (GpuQueues, GpuStreamer): without a GPU, refused with the reason; with one, kernels on
     the default stream read both layers into two slots and, the slot released, layer 1 again into slot 0:
-    every non-expert tensor read back through its GPU address = GGUFReader's, the state words 1."""
+    every non-expert tensor read back through its GPU address = GGUFReader's, the state words 1; the GPU
+    fetcher with ids in GPU memory: each expert's parts in host and GPU views, the device result, a bad id."""
     with rt.Device("emu:" + path) as dev, dev.open_model() as model:
         if not rt.gpu_available():
             check_raises("GPU path without a GPU: the reason", NotImplementedError, dev.gpu_queues, "GPU path is unavailable")
@@ -308,6 +324,21 @@ def gpu_path_checks(rt, path, want):
             again.release_on(0)
             slots[1].release_on(0)
             s.sync()
+        with dev.gpu_queues(count=1) as gq, model.gpu_fetcher(gq, max_experts=4) as f:
+            ids = cuda_upload(struct.pack("<3I", 3, 1, 3))  # as a router kernel would have written them
+            f.fetch_on(1, (ids, 3))
+            fetch = f.wait()
+            check("GPU fetcher: the distinct experts", fetch.experts, [3, 1])
+            bad = [(e.expert, p) for e in fetch for p in ("gate", "up", "down")
+                   if e.parts[p] != expert_slice(want, 1, p, e.expert, model.n_experts)
+                   or cuda_bytes(*e.device_parts[p]) != (0, expert_slice(want, 1, p, e.expert, model.n_experts))]
+            check("GPU fetcher: every part, in host and GPU views, = its slice of GGUFReader's tensor", bad, [])
+            rc, raw = cuda_bytes(f.device_result()[0], 24)
+            check("GPU fetcher: the device result (count, error, layer)", (rc,) + struct.unpack("<6I", raw)[1:3] + struct.unpack("<6I", raw)[5:],
+                  (0, 2, 0, 1))
+            f.fetch_on(0, (cuda_upload(struct.pack("<I", 9)), 1))
+            check_raises("GPU fetcher: an expert id out of range", ValueError, f.wait)
+            check_raises("GPU fetcher: the fetch of a bad layer", ValueError, lambda: f.fetch_on(5, (ids, 3)), "layer 5 does not exist")
 
 
 def stub_names(module_file):

@@ -28,7 +28,7 @@ calls run one at a time (under the GIL), and a thread's wait lets the others' ca
 from . import _runtime
 
 __all__ = ["Device", "Model", "Streamer", "Slot", "Fetcher", "Fetch", "Expert", "GpuQueues", "GpuStreamer", "GpuSlot",
-           "gpu_available"]
+           "GpuFetcher", "gpu_available"]
 
 DEFAULT_TIMEOUT = 10.0
 
@@ -149,6 +149,11 @@ class Model(_Closing):
         """A GpuStreamer over every blk.N layer: GPU kernels on `gpu_queues` (Device.gpu_queues()) read the
         layers into slots of GPU memory, ordered on CUDA streams. NotImplementedError without a GPU."""
         return GpuStreamer(self, _runtime.Streamer(self._m, gpu_queues._q, slots, skip_experts, max_command_bytes))
+
+    def gpu_fetcher(self, gpu_queues, max_experts=8, cache_bytes=0, down_only=False):
+        """A GpuFetcher: GPU kernels on `gpu_queues` read the experts whose ids a kernel (a router) wrote to
+        GPU memory, ordered on CUDA streams; its scratchpad is GPU memory. NotImplementedError without a GPU."""
+        return GpuFetcher(_runtime.Fetcher(self._m, gpu_queues._q, max_experts, cache_bytes, down_only))
 
     def close(self):
         """No further use; streamers and fetchers made from it keep working (its queue goes with them)."""
@@ -413,4 +418,48 @@ class Fetcher(_Closing):
 
     def close(self):
         """No further use; the scratchpad goes with the last view of it."""
+        self._f.close()
+
+
+class GpuFetcher(_Closing):
+    """The GPU path's expert fetcher: fetch_on(layer, ids, stream) enqueues the fetch of the experts whose
+    uint32 ids lie in GPU memory (a router kernel's output; duplicates collapse) and returns at once;
+    consumers enqueued on `stream` afterwards find the result at device_result() and the bytes in the
+    scratchpad. wait() blocks (bounded by the runtime) for the latest fetch_on and returns it as a Fetch
+    (its experts' memoryviews and GPU addresses); bad ids or too many distinct experts raise there."""
+
+    def __init__(self, raw):
+        self._f = raw
+
+    max_experts = property(lambda self: self._f.max_experts, doc="Distinct experts one fetch may ask for.")
+    closed = property(lambda self: self._f.closed)
+
+    def fetch_on(self, layer, ids, stream=0):
+        """ids: a 1-D uint32 GPU array (anything with __cuda_array_interface__: CuPy, PyTorch, Numba) or
+        (GPU address, count). Enqueues the reads on `stream`; returns at once."""
+        cai = getattr(ids, "__cuda_array_interface__", None)
+        if cai is not None:
+            if cai.get("typestr") != "<u4" or len(cai["shape"]) != 1 or cai.get("strides") not in (None, (4,)):
+                raise ValueError(f"expert ids must be a contiguous 1-D uint32 array on the GPU, not {cai.get('typestr')} "
+                                 f"of shape {cai['shape']}")
+            ptr, n = cai["data"][0], cai["shape"][0]
+        else:
+            ptr, n = ids
+        self._f.fetch_on(layer, ptr, n, _stream(stream))
+
+    def wait(self):
+        """The latest fetch_on, once done, as a Fetch; ValueError for a bad id or too many experts."""
+        return Fetch(self._f.wait_gpu())
+
+    def device_result(self):
+        """GPU addresses (result, experts, selection) of what the latest fetch left for consumer kernels
+        (gpunvme_gpu_fetch_result_t, gpunvme_gpu_fetched_expert_t[], uint32 per routing id: see gpunvme.h)."""
+        return self._f.device_result()
+
+    def metrics(self):
+        """fetches, requested, faults, hits, bytes_read, cache_capacity."""
+        return self._f.metrics()
+
+    def close(self):
+        """No further use; the scratchpad goes with the last view of it and the GpuQueues."""
         self._f.close()
