@@ -13,8 +13,8 @@ API) on generated GGUF models (llm_make_model: tiny-qwen3moe and the dense tiny)
   replaced by a later one or used before its wait, missing tensors, a dense model's fetcher, bad device
   strings: the Python exception with a message naming the range or the fix, never a crash;
 - timeouts that expire (a modeled drive with 300 ms reads): TimeoutError, then a longer wait gets the bytes;
-- the GPU path (GpuStreamer): refused with the reason without a GPU; with one, every tensor read back through
-  its GPU address after kernels read it, the reads' state words, a slot released and refilled;
+- the GPU path (GpuStreamer, GpuFetcher): refused with the reason without a GPU; with one, every tensor and
+  expert part read back through its GPU address after kernels read them, state words, device results;
 - threads: one waits while another begins and waits for another slot;
 - a queue per model: a model opens while another's streamer runs; all queues held: a clear error;
 - lifetimes: a view outlives its slot, streamer, model and device (the memory stays until the view goes);

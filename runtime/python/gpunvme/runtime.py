@@ -113,7 +113,7 @@ class Device(_Closing):
 
 
 class Model(_Closing):
-    """A GGUF model on a Device: its layers (blk.0 .. blk.{n_layers-1}) and experts per layer."""
+    """A GGUF model on a Device (made by Device.open_model()): its layers (blk.0 .. blk.{n_layers-1}) and experts per layer."""
 
     def __init__(self, device, raw_device, nsid, start_lba):
         self.device = device
@@ -209,7 +209,7 @@ class Slot(_HeldSlot):
 
 
 class Streamer(_Closing):
-    """The layer streamer: slots that whole layers are read into.
+    """The layer streamer (made by Model.streamer()): slots that whole layers are read into.
 
     A slot's life: begin(layer, slot) issues the reads and returns at once; acquire(slot, timeout) waits
     for them and gives a Slot; Slot.release() frees the slot for the next begin. load() is begin plus
@@ -302,7 +302,7 @@ class GpuSlot(_HeldSlot):
 
 
 class GpuStreamer(_Closing):
-    """The GPU path's layer streamer: begin_on(layer, slot, io) enqueues a kernel on stream `io` that reads
+    """The GPU path's layer streamer (made by Model.gpu_streamer()): begin_on(layer, slot, io) enqueues a kernel on stream `io` that reads
     the layer; wait_on(slot, compute) makes work enqueued on `compute` afterwards run after those reads and
     returns the GpuSlot at once; GpuSlot.release_on(compute) frees the slot after that work. Nothing here
     blocks the host but sync(), which waits (bounded) for every read and raises the first failure.
@@ -398,7 +398,7 @@ class Fetch:
 
 
 class Fetcher(_Closing):
-    """The expert fetcher: fetch(layer, experts) issues the reads of the experts a router chose and
+    """The expert fetcher (made by Model.fetcher()): fetch(layer, experts) issues the reads of the experts a router chose and
     returns a Fetch at once."""
 
     def __init__(self, raw):
@@ -422,7 +422,7 @@ class Fetcher(_Closing):
 
 
 class GpuFetcher(_Closing):
-    """The GPU path's expert fetcher: fetch_on(layer, ids, stream) enqueues the fetch of the experts whose
+    """The GPU path's expert fetcher (made by Model.gpu_fetcher()): fetch_on(layer, ids, stream) enqueues the fetch of the experts whose
     uint32 ids lie in GPU memory (a router kernel's output; duplicates collapse) and returns at once;
     consumers enqueued on `stream` afterwards find the result at device_result() and the bytes in the
     scratchpad. wait() blocks (bounded by the runtime) for the latest fetch_on and returns it as a Fetch
