@@ -175,6 +175,25 @@ void wait_for(double timeout, const std::string& what, Ready ready) {
   }
 }
 
+// A CUDA stream given from Python as its cudaStream_t's address (0: the legacy default stream).
+inline gpunvme_cuda_stream_t cuda_stream(uint64_t address) { return reinterpret_cast<gpunvme_cuda_stream_t>(uintptr_t(address)); }
+
+// ValueError unless 0 <= index < n: "<what> 9 does not exist: <owner> has 2 <what>s (0..1)<hint>". Ids
+// come in as int64 so that a negative one gets this message too, not a binding's type error.
+inline uint32_t check_index(const char* what, int64_t index, uint32_t n, const std::string& owner, const char* hint = "") {
+  if (index >= 0 && index < int64_t(n)) return uint32_t(index);
+  raise_kind(PyExc_ValueError, std::string(what) + " " + std::to_string(index) + " does not exist: " + owner + " has " +
+                                   std::to_string(n) + " " + what + "s" +
+                                   (n ? " (0.." + std::to_string(n - 1) + ")" : std::string(" (none)")) + hint);
+}
+
+// A streamer's or fetcher's owner, refused (ValueError naming `fix`) once its Python object was closed.
+template <class P>
+P& live(const std::shared_ptr<P>& p, const char* what, const char* fix) {
+  if (!p || !p->open) raise_kind(PyExc_ValueError, std::string("this ") + what + " is closed; " + fix);
+  return *p;
+}
+
 }  // namespace gpunvme::python
 
 #endif  // GPUNVME_RUNTIME_PYTHON_RUNTIME_HANDLES_H
