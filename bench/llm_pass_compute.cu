@@ -84,8 +84,8 @@ const cli::Help kHelp = {
     "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
     "embedding nor the head) launched by the host as the engine does, the same kernels replayed from a CUDA\n"
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
-    "the decode fusions (Q/K/V in one launch, gate/up with the GLU, add+norm) and without them, after\n"
-    "checking that both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"};
+    "the decode fusions (Q/K/V in one launch, gate/up with the GLU, add+norm, down+add) and without them,\n"
+    "after checking both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"};
 
 struct Matrix {
   std::string name;
@@ -451,8 +451,9 @@ int time_decode(const Options& o, FILE* json) {
 
 // The block's operations forwarded to the GPU backend, or skipped: a pass of the matrix products alone
 // (`others` off) or of the rest alone (`products` off) is captured to split a token's time; with `fused`
-// off, the decode fusions (block.h's matmuls, gated_matmul, add_norm) run as the operations they stand
-// for. The GLU of the fused gate/up kernel counts as a product (it is the kernel's epilogue).
+// off, the decode fusions (block.h's matmuls, gated_matmul, add_norm, matmul_add) run as the operations
+// they stand for. The GLU of the fused gate/up kernel and the residual add of the fused down projection
+// count as products (they are the kernels' epilogues).
 class SplitBackend final : public Backend {
  public:
   explicit SplitBackend(GpuForward& g) : g_(g) {}
@@ -481,6 +482,10 @@ class SplitBackend final : public Backend {
   void add_norm(Act x, Act y, const TensorRef& w, Act out) override {
     if (!fused) return Backend::add_norm(x, y, w, out);
     if (others) g_.add_norm(x, y, w, out);
+  }
+  void matmul_add(const TensorRef& w, Act in, Act x) override {  // the add is the product's epilogue
+    if (!fused) return Backend::matmul_add(w, in, x);
+    if (products) g_.matmul_add(w, in, x);
   }
 
  private:

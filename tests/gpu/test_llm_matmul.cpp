@@ -4,7 +4,8 @@
 // have the bits of the single-token matrix-vector kernel (so a batched pass gives the logits of
 // single-token passes), and be the CPU's dot product up to float rounding.
 // The decode fusions (issue 36: Q, K and V in one launch, gate and up with the GLU in the epilogue, the
-// residual add with the next norm) must keep the bits of the launches they replace.
+// residual adds with the next norm or in the down projection's epilogue) must keep the bits of the
+// launches they replace.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
@@ -330,6 +331,35 @@ TEST_CASE("fused gate, up and GLU: the products' and the GLU kernel's bits", "[g
   REQUIRE_FALSE(gpu_matvec_glu(nullptr, gate, other, dx.p, act, dy.p));
 }
 
+// The down projection with the residual add in its epilogue (gpu_matvec_add): y + (the product), the
+// float sum the add kernel forms from gpu_matmul's output (IEEE addition: the host's sum is the GPU's),
+// for every type, with and without a bias, staged rows and direct ones.
+TEST_CASE("product with the residual add in its epilogue: the product's and the add's bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  struct Shape { uint32_t rows, cols; bool bias; };
+  const Shape sh = GENERATE(Shape{4096, 1024, false}, Shape{37, 2048, true}, Shape{640, 768, false});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.bias);
+  std::mt19937 rng(uint32_t(t) * 29 + sh.rows);
+  const auto w = llm::test::random_rows(t, sh.cols, sh.rows, rng);
+  std::vector<float> x(sh.cols), y0(sh.rows), bias(sh.rows);
+  std::normal_distribution<float> d;
+  for (auto* v : {&x, &y0, &bias})
+    for (float& e : *v) e = d(rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dy(y0), db(bias), dref(std::vector<float>(sh.rows, NAN));
+  const GpuMatrix m{t, dw.p, w.size() / sh.rows, sh.rows, sh.cols, nullptr, 0};
+  const float* b = sh.bias ? db.p : nullptr;
+  gpu_matmul(nullptr, m, dx.p, 1, b, dref.p);
+  REQUIRE(gpu_matvec_add(nullptr, m, dx.p, b, dy.p));
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = dy.get(sh.rows), ref = dref.get(sh.rows);
+  std::vector<float> expect(sh.rows);
+  for (uint32_t r = 0; r < sh.rows; ++r) expect[r] = y0[r] + ref[r];
+  for (float v : ref) REQUIRE(!std::isnan(v));
+  REQUIRE(std::memcmp(y.data(), expect.data(), y.size() * sizeof(float)) == 0);
+}
+
 TEST_CASE("fused gate, up and GLU: refused for rows too wide to stage x for", "[gpu][llm]") {
   REQUIRE_GPU();
   const uint32_t cols = 1u << 17, rows = 2;  // x: 512 KiB, beyond any block's shared memory
@@ -342,11 +372,11 @@ TEST_CASE("fused gate, up and GLU: refused for rows too wide to stage x for", "[
   for (float v : dy.get(rows)) REQUIRE(std::isnan(v));
 }
 
-// The GPU backend's fusions (block.h's matmuls, gated_matmul and add_norm, which run_block calls) against
-// the operations each stands for (Backend's defaults, on the same object and activations), bit for bit,
-// on tiny models with and without Q/K/V biases and with GELU: a block gives the bits it gave before the
-// fusions, and a pass of several tokens (unfused) still gives single-token passes' (fused) bits.
-TEST_CASE("GPU backend fusions: Q/K/V, gate/up/GLU and add+norm have the unfused operations' bits", "[gpu][llm]") {
+// The GPU backend's fusions (block.h's matmuls, gated_matmul, add_norm and matmul_add, which run_block
+// calls) against the operations each stands for (Backend's defaults, on the same object and activations),
+// bit for bit, on tiny models with and without Q/K/V biases and with GELU: a block gives the bits it gave
+// before the fusions, and a pass of several tokens (unfused) still gives single-token passes' (fused) bits.
+TEST_CASE("GPU backend fusions: Q/K/V, gate/up/GLU, add+norm and down+add have the unfused operations' bits", "[gpu][llm]") {
   REQUIRE_GPU();
   using llm::test::Shape;
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K);
@@ -404,5 +434,13 @@ TEST_CASE("GPU backend fusions: Q/K/V, gate/up/GLU and add+norm have the unfused
     gpu.Backend::add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
     same(x, gpu.read(Act::kX));
     same(xn, gpu.read(Act::kXn));
+
+    random(Act::kGate, n);
+    gpu.write(Act::kX, x0);
+    gpu.matmul_add(l.down, Act::kGate, Act::kX);
+    const auto xd = gpu.read(Act::kX);
+    gpu.write(Act::kX, x0);
+    gpu.Backend::matmul_add(l.down, Act::kGate, Act::kX);
+    same(xd, gpu.read(Act::kX));
   }
 }

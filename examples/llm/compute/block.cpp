@@ -26,6 +26,7 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
     b.moe(l, Act::kXn, Act::kTmp);
   } else {
     b.gated_matmul(l.gate, l.up, Act::kXn, c.act);
+    if (!c.post_norms) return b.matmul_add(l.down, Act::kGate, Act::kX);  // x += down(gate)
     b.matmul(l.down, {}, Act::kGate, Act::kTmp);
   }
   if (c.post_norms) b.norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);

@@ -73,6 +73,11 @@ class Backend {
     matmul(up, {}, in, Act::kUp);
     glu(Act::kGate, Act::kUp, act);
   }
+  // x += in W^T: matmul into kTmp, then add. kTmp's contents after it are unspecified.
+  virtual void matmul_add(const TensorRef& w, Act in, Act x) {
+    matmul(w, {}, in, Act::kTmp);
+    add(x, Act::kTmp);
+  }
   // x += y, then out = RMS norm of x times w.
   virtual void add_norm(Act x, Act y, const TensorRef& w, Act out) {
     add(x, y);

@@ -504,6 +504,15 @@ void GpuForward::gated_matmul(const TensorRef& gate, const TensorRef& up, Act in
   Backend::gated_matmul(gate, up, in, act);
 }
 
+void GpuForward::matmul_add(const TensorRef& w, Act in, Act x) {
+  before_residual_write(x);
+  if (n_ == 1 && act_width(c_, x) == uint32_t(w.rows) && gpu_matvec_add(stream_, matrix(w, view_.at(w)), buf(in), nullptr, buf(x))) {
+    device::check_cuda(cudaGetLastError(), "product and residual add kernel");
+    return;
+  }
+  Backend::matmul_add(w, in, x);
+}
+
 // The kernels take the pass's first position and its count: one sequence's consecutive tokens.
 void GpuForward::set_pass(std::span<const PassToken> tokens) {
   const uint32_t n = uint32_t(tokens.size());

@@ -133,6 +133,8 @@ class GpuForward final : public Backend {
   void matmuls(std::span<const Product> ps, Act in) override;
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override;
   void add_norm(Act x, Act y, const TensorRef& w, Act out) override;
+  // One token: the FFN's down projection adds into the residual stream in its epilogue.
+  void matmul_add(const TensorRef& w, Act in, Act x) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx; and for
   // tokens of a slot other than 0 or not at consecutive positions: one sequence per pass (issue 37).
   void set_pass(std::span<const PassToken> tokens) override;

@@ -257,6 +257,18 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
   });
 }
 
+// One matrix's rows whose results are added to y: y[i] = y[i] + (dot + bias[i]), the sum add_kernel
+// forms from MatrixRows's value, so the same bits as the product and then the residual add.
+struct AddRows : gpu::MatrixRows {
+  static constexpr bool kPairs = false;
+  template <uint32_t R>
+  __device__ void store(uint32_t first, const float (&dot)[R]) const {
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r)
+      if (first + r < count) y[first + r] = y[first + r] + (dot[r] + (bias ? bias[first + r] : 0.0f));
+  }
+};
+
 // The rows of `rows` (a row set of `type`, `cols` wide) times x in one launch of the staged kernel: two
 // rows a warp where staged_launch says so or the set is of pairs. False, enqueuing nothing, where x does
 // not fit in a block's shared memory.
@@ -381,6 +393,12 @@ void gpu_matvecs(gpu_stream_t stream, std::span<const GpuProduct> ps, const floa
     }
     for (; i < j; ++i) matvec(s, ps[i].m, 1, x, 0, ps[i].bias, ps[i].y, 0);
   }
+}
+
+bool gpu_matvec_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* y) {
+  if (m.sel) return false;
+  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
+  return launch_rows(reinterpret_cast<cudaStream_t>(stream), m.type, AddRows{{m.w, m.row_bytes, m.rows, bias, y}}, m.cols, x);
 }
 
 void gpu_glu(gpu_stream_t stream, float* gate, const float* up, uint32_t n, FfnAct act) {

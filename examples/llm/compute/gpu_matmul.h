@@ -68,6 +68,11 @@ void gpu_matvecs(gpu_stream_t s, std::span<const GpuProduct> ps, const float* x)
 // runs the products and the GLU apart).
 bool gpu_matvec_glu(gpu_stream_t s, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y);
 
+// y[r] += W[r] . x (+ bias[r]) for one token: the residual add in the product's epilogue (an FFN's down
+// projection into the residual stream), with the bits of gpu_matmul into a scratch vector and then
+// y += it. Returns false, enqueuing nothing, where x is too wide to stage or m is a stack.
+bool gpu_matvec_add(gpu_stream_t s, const GpuMatrix& m, const float* x, const float* bias, float* y);
+
 // gate[i] = glu(act, gate[i], up[i]) for i < n (ops.h), element by element: the GLU of every pass but a
 // single token's dense FFN (which gpu_matvec_glu computes in its epilogue, with these bits).
 void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct act);
