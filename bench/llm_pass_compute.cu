@@ -84,7 +84,7 @@ const cli::Help kHelp = {
     "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
     "embedding nor the head) launched by the host as the engine does, the same kernels replayed from a CUDA\n"
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
-    "the decode fusions (Q/K/V in one launch, gate/up with the GLU, add+norm, down+add) and without them,\n"
+    "the decode fusions (norm+Q/K/V, gate/up+GLU, add+norm, down+add) and without them,\n"
     "after checking both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"};
 
 struct Matrix {
@@ -451,9 +451,9 @@ int time_decode(const Options& o, FILE* json) {
 
 // The block's operations forwarded to the GPU backend, or skipped: a pass of the matrix products alone
 // (`others` off) or of the rest alone (`products` off) is captured to split a token's time; with `fused`
-// off, the decode fusions (block.h's matmuls, gated_matmul, add_norm, matmul_add) run as the operations
-// they stand for. The GLU of the fused gate/up kernel and the residual add of the fused down projection
-// count as products (they are the kernels' epilogues).
+// off, the decode fusions (block.h's matmuls, norm_matmuls, gated_matmul, add_norm, matmul_add) run as
+// the operations they stand for. The input norm of the fused Q/K/V kernel, the GLU of the fused gate/up
+// kernel and the residual add of the fused down projection count as products (they run in those kernels).
 class SplitBackend final : public Backend {
  public:
   explicit SplitBackend(GpuForward& g) : g_(g) {}
@@ -474,6 +474,10 @@ class SplitBackend final : public Backend {
   void matmuls(std::span<const Product> ps, Act in) override {
     if (!fused) return Backend::matmuls(ps, in);
     if (products) g_.matmuls(ps, in);
+  }
+  void norm_matmuls(const TensorRef& norm_w, Act in, std::span<const Product> ps) override {  // the norm: in the product
+    if (!fused) return Backend::norm_matmuls(norm_w, in, ps);
+    if (products) g_.norm_matmuls(norm_w, in, ps);
   }
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override {
     if (!fused) return Backend::gated_matmul(gate, up, in, act);

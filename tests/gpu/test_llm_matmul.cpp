@@ -331,6 +331,68 @@ TEST_CASE("fused gate, up and GLU: the products' and the GLU kernel's bits", "[g
   REQUIRE_FALSE(gpu_matvec_glu(nullptr, gate, other, dx.p, act, dy.p));
 }
 
+// The GPU's RMS norm (gpu_norm.cuh: 256 threads, each adding its strided elements' squares in double,
+// the warp butterfly, the warps in order; then x * scale * w in float) on the host, operation for
+// operation: IEEE double and float arithmetic, sqrtf and the division correctly rounded on both sides.
+std::vector<float> gpu_rms_norm_on_host(const std::vector<float>& x, const std::vector<float>& w, float eps) {
+  const uint32_t threads = 256, n = uint32_t(x.size());
+  std::vector<double> ss(threads, 0.0);
+  for (uint32_t t = 0; t < threads; ++t)
+    for (uint32_t i = t; i < n; i += threads) ss[t] += double(x[i]) * x[i];
+  double total = 0.0;
+  for (uint32_t warp = 0; warp < threads / 32; ++warp) {
+    std::vector<double> v(ss.begin() + warp * 32, ss.begin() + warp * 32 + 32);
+    for (uint32_t o = 16; o > 0; o >>= 1) {
+      std::vector<double> next(32);
+      for (uint32_t l = 0; l < 32; ++l) next[l] = v[l] + v[l ^ o];
+      v = next;
+    }
+    total += v[0];
+  }
+  const float scale = 1.0f / std::sqrt(float(total / n) + eps);
+  std::vector<float> out(n);
+  for (uint32_t i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
+  return out;
+}
+
+// A layer's input norm and its Q, K and V in one launch (gpu_matvecs_normed: each block normalizes the
+// x it stages) against the products of the normed vector (the norm on the host, as the GPU computes it),
+// bit for bit, at real widths, staged rows and direct ones; refused for two types or rows too wide.
+TEST_CASE("norm in the Q/K/V launch: the products of the normed vector, bit for bit", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  const uint32_t cols = GENERATE(4096u, 2048u, 768u);
+  const uint32_t q_rows = 512, kv_rows = 128;
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), cols);
+  std::mt19937 rng(uint32_t(t) * 31 + cols);
+  std::vector<uint8_t> w = llm::test::random_rows(t, cols, q_rows + 2 * kv_rows, rng);
+  const uint64_t row_bytes = w.size() / (q_rows + 2 * kv_rows);
+  std::vector<float> x(cols), nw(cols);
+  std::normal_distribution<float> d(0.0f, 3.0f);
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (float& e : x) e = d(rng);
+  for (float& e : nw) e = u(rng);
+  const float eps = 1e-5f;
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dnw(nw), dxn(gpu_rms_norm_on_host(x, nw, eps)), dy(std::vector<float>(q_rows + 2 * kv_rows, NAN)),
+      dref(std::vector<float>(q_rows + 2 * kv_rows, NAN));
+  const uint32_t rows[3] = {q_rows, kv_rows, kv_rows}, first[3] = {0, q_rows, q_rows + kv_rows};
+  GpuProduct ps[3], ref[3];
+  for (int i = 0; i < 3; ++i) {
+    const GpuMatrix m{t, dw.p + first[i] * row_bytes, row_bytes, rows[i], cols, nullptr, 0};
+    ps[i] = {m, nullptr, dy.p + first[i]};
+    ref[i] = {m, nullptr, dref.p + first[i]};
+  }
+  REQUIRE(gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, eps));
+  gpu_matvecs(nullptr, ref, dxn.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto y = dy.get(q_rows + 2 * kv_rows), r = dref.get(q_rows + 2 * kv_rows);
+  for (float v : r) REQUIRE(!std::isnan(v));
+  REQUIRE(std::memcmp(y.data(), r.data(), y.size() * sizeof(float)) == 0);
+  ps[2].m.type = t == GgmlType::Q8_0 ? GgmlType::Q4_0 : GgmlType::Q8_0;
+  REQUIRE_FALSE(gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, eps));
+}
+
 // The down projection with the residual add in its epilogue (gpu_matvec_add): y + (the product), the
 // float sum the add kernel forms from gpu_matmul's output (IEEE addition: the host's sum is the GPU's),
 // for every type, with and without a bias, staged rows and direct ones.
@@ -372,11 +434,11 @@ TEST_CASE("fused gate, up and GLU: refused for rows too wide to stage x for", "[
   for (float v : dy.get(rows)) REQUIRE(std::isnan(v));
 }
 
-// The GPU backend's fusions (block.h's matmuls, gated_matmul, add_norm and matmul_add, which run_block
-// calls) against the operations each stands for (Backend's defaults, on the same object and activations),
+// The GPU backend's fusions (block.h's matmuls, norm_matmuls, gated_matmul, add_norm and matmul_add, which
+// run_block calls) against the operations each stands for (Backend's defaults, on the same object and activations),
 // bit for bit, on tiny models with and without Q/K/V biases and with GELU: a block gives the bits it gave
 // before the fusions, and a pass of several tokens (unfused) still gives single-token passes' (fused) bits.
-TEST_CASE("GPU backend fusions: Q/K/V, gate/up/GLU, add+norm and down+add have the unfused operations' bits", "[gpu][llm]") {
+TEST_CASE("GPU backend fusions: (norm+)Q/K/V, gate/up/GLU, add+norm and down+add have the unfused operations' bits", "[gpu][llm]") {
   REQUIRE_GPU();
   using llm::test::Shape;
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K);
@@ -416,6 +478,16 @@ TEST_CASE("GPU backend fusions: Q/K/V, gate/up/GLU, add+norm and down+add have t
     same(q, gpu.read(Act::kQ));
     same(k, gpu.read(Act::kK));
     same(v, gpu.read(Act::kV));
+
+    random(Act::kX, n);  // the layer's input norm in the Q/K/V launch
+    for (Act a : {Act::kQ, Act::kK, Act::kV}) poison(a, n);
+    gpu.norm_matmuls(l.attn_norm, Act::kX, qkv);
+    const auto nq = gpu.read(Act::kQ), nk = gpu.read(Act::kK), nv = gpu.read(Act::kV);
+    for (Act a : {Act::kQ, Act::kK, Act::kV}) poison(a, n);
+    gpu.Backend::norm_matmuls(l.attn_norm, Act::kX, qkv);
+    same(nq, gpu.read(Act::kQ));
+    same(nk, gpu.read(Act::kK));
+    same(nv, gpu.read(Act::kV));
 
     poison(Act::kGate, n);
     gpu.gated_matmul(l.gate, l.up, Act::kXn, m.c.act);

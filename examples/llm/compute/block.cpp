@@ -5,9 +5,8 @@ namespace {
 
 // tmp = the attention sublayer's output (post-normed where the model says), from x.
 void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
-  b.norm(Act::kX, l.attn_norm, Act::kXn);
   const Backend::Product qkv[] = {{l.wq, l.bq, Act::kQ}, {l.wk, l.bk, Act::kK}, {l.wv, l.bv, Act::kV}};
-  b.matmuls(qkv, Act::kXn);
+  b.norm_matmuls(l.attn_norm, Act::kX, qkv);
   const bool swa = c.layer_is_swa(l.index);
   const RopeParams rope = rope_params(c, swa ? c.rope_base_swa : c.rope_base);
   b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, rope);

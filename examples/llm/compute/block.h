@@ -66,6 +66,12 @@ class Backend {
   virtual void matmuls(std::span<const Product> ps, Act in) {
     for (const Product& p : ps) matmul(p.w, p.bias, in, p.out);
   }
+  // The products of in's RMS norm times norm_w (a layer's input norm, then Q, K and V): norm into kXn,
+  // then matmuls from kXn. kXn's contents after it are unspecified.
+  virtual void norm_matmuls(const TensorRef& norm_w, Act in, std::span<const Product> ps) {
+    norm(in, norm_w, Act::kXn);
+    matmuls(ps, Act::kXn);
+  }
   // kGate = glu(act, in W_gate^T, in W_up^T): matmul into kGate and kUp, then glu. kUp's contents after
   // it are unspecified (a fused kernel does not write it).
   virtual void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) {

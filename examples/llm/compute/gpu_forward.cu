@@ -12,6 +12,7 @@
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_moe_grouped.h"
+#include "examples/llm/compute/gpu_norm.cuh"
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
@@ -60,46 +61,22 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   }
 }
 
-// Elements a thread of rms_norm_kernel loads before it uses the first: its loop was one load after
-// another (a dependent sum, and `out` may be `x`, so no load could move above the previous store), 16
-// memory latencies in a row for a 4096-wide vector: 16 us of every Mixtral-8x7B norm alone. The sums
-// and products are the same, in the same order.
-constexpr uint32_t kNormAhead = 8;
+using gpu::kNormAhead;
 
-// out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block each).
-// With `add`: x += add first (the residual add, add_kernel's sums), in the same kernel.
+// out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block of
+// kThreads each). With `add`: x += add first (the residual add, add_kernel's sums), in the same kernel.
 __global__ void rms_norm_kernel(float* x, const float* w, uint32_t n, float eps, float* out, const float* add) {
+  static_assert(kThreads == gpu::kNormThreads);
   __shared__ double partial[kThreads / 32];
   x += uint64_t(blockIdx.x) * n;
   out += uint64_t(blockIdx.x) * n;
   if (add) add += uint64_t(blockIdx.x) * n;
+  const float scale = gpu::rms_scale(x, add, add ? x : nullptr, n, eps, partial);
   const uint32_t step = blockDim.x, span = kNormAhead * step;
-  double ss = 0.0;
-  uint32_t i = threadIdx.x;
-  for (; i + span - step < n; i += span) {
-    float v[kNormAhead];
-#pragma unroll
-    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = add ? x[i + j * step] + add[i + j * step] : x[i + j * step];
-    if (add) {
-#pragma unroll
-      for (uint32_t j = 0; j < kNormAhead; ++j) x[i + j * step] = v[j];
-    }
-#pragma unroll
-    for (uint32_t j = 0; j < kNormAhead; ++j) ss += double(v[j]) * v[j];
-  }
-  for (; i < n; i += step) {
-    if (add) x[i] = x[i] + add[i];
-    ss += double(x[i]) * x[i];
-  }
-  ss = warp_sum(ss);
-  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-  __syncthreads();
-  double total = 0.0;
-  for (uint32_t p = 0; p < blockDim.x / 32; ++p) total += partial[p];
-  const float scale = 1.0f / sqrtf(float(total / n) + eps);
   // Each thread writes only the elements it read itself, so reading ahead of its own stores is safe
   // when out is x.
-  for (i = threadIdx.x; i + span - step < n; i += span) {
+  uint32_t i = threadIdx.x;
+  for (; i + span - step < n; i += span) {
     float v[kNormAhead], g[kNormAhead];
 #pragma unroll
     for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = x[i + j * step], g[j] = w[i + j * step];
@@ -494,6 +471,19 @@ void GpuForward::matmuls(std::span<const Product> ps, Act in) {
   for (size_t i = 0; i < ps.size(); ++i) g[i] = {matrix(ps[i].w, view_.at(ps[i].w)), f32(view_, ps[i].bias), buf(ps[i].out)};
   gpu_matvecs(stream_, std::span(g, ps.size()), buf(in));
   device::check_cuda(cudaGetLastError(), "fused matrix-vector kernel");
+}
+
+// One token whose products share a type and width: the norm computed by each block of their launch.
+void GpuForward::norm_matmuls(const TensorRef& norm_w, Act in, std::span<const Product> ps) {
+  if (n_ == 1 && ps.size() <= 3 && act_width(c_, in) == c_.n_embd) {
+    GpuProduct g[3];
+    for (size_t i = 0; i < ps.size(); ++i) g[i] = {matrix(ps[i].w, view_.at(ps[i].w)), f32(view_, ps[i].bias), buf(ps[i].out)};
+    if (gpu_matvecs_normed(stream_, std::span(g, ps.size()), buf(in), f32(view_, norm_w), c_.rms_eps)) {
+      device::check_cuda(cudaGetLastError(), "norm and fused matrix-vector kernel");
+      return;
+    }
+  }
+  Backend::norm_matmuls(norm_w, in, ps);
 }
 
 void GpuForward::gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) {

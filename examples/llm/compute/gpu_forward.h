@@ -128,9 +128,11 @@ class GpuForward final : public Backend {
   void glu(Act gate, Act up, FfnAct act) override;
   void moe(const LayerWeights& l, Act in, Act out) override;
   void add(Act x, Act y) override;
-  // One token's Q, K and V (of one type) in one launch, its gate and up products with the GLU in one,
-  // and every pass's residual add with the norm after it in one kernel (gpu_matmul.h: the same bits).
+  // One token's input norm, Q, K and V (of one type) in one launch, its gate and up products with the
+  // GLU in one, and every pass's residual add with the norm after it in one kernel (gpu_matmul.h: the
+  // same bits).
   void matmuls(std::span<const Product> ps, Act in) override;
+  void norm_matmuls(const TensorRef& norm_w, Act in, std::span<const Product> ps) override;
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override;
   void add_norm(Act x, Act y, const TensorRef& w, Act out) override;
   // One token: the FFN's down projection adds into the residual stream in its epilogue.

@@ -63,9 +63,9 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
 template <GgmlType T, uint32_t R, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
-    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x) {
+    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R>(rows, groups, x, xs);
+  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -269,11 +269,12 @@ struct AddRows : gpu::MatrixRows {
   }
 };
 
-// The rows of `rows` (a row set of `type`, `cols` wide) times x in one launch of the staged kernel: two
-// rows a warp where staged_launch says so or the set is of pairs. False, enqueuing nothing, where x does
-// not fit in a block's shared memory.
+// The rows of `rows` (a row set of `type`, `cols` wide) times x (or x's RMS norm times norm_w) in one
+// launch of the staged kernel: two rows a warp where staged_launch says so or the set is of pairs. False,
+// enqueuing nothing, where x does not fit in a block's shared memory.
 template <class Rows>
-bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x) {
+bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
+                 float eps = 0.0f) {
   gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
   if (!g.staged) return false;
   if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
@@ -281,7 +282,7 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
       gpu::allow_staged_shared<matvec_rows_kernel<T, R, Rows>>();
-      matvec_rows_kernel<T, R, Rows><<<g.blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x);
+      matvec_rows_kernel<T, R, Rows><<<g.blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -375,8 +376,8 @@ void gpu_matvec_selected(gpu_stream_t stream, const GpuMatrix& m, uint32_t count
   matvec(reinterpret_cast<cudaStream_t>(stream), m, count, x, x_stride, nullptr, y, y_stride);
 }
 
-void gpu_matvecs(gpu_stream_t stream, std::span<const GpuProduct> ps, const float* x) {
-  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+namespace {
+void check_products(std::span<const GpuProduct> ps, const float* x) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   uint64_t total = 0;
   for (const GpuProduct& p : ps) {
@@ -384,6 +385,20 @@ void gpu_matvecs(gpu_stream_t stream, std::span<const GpuProduct> ps, const floa
     total += p.m.rows;
   }
   if (total >= (1ull << 31)) throw std::invalid_argument("gpu_matvecs: more than 2^31 rows in one call");
+}
+}  // namespace
+
+bool gpu_matvecs_normed(gpu_stream_t stream, std::span<const GpuProduct> ps, const float* x, const float* norm_w, float eps) {
+  check_products(ps, x);
+  if (ps.empty() || ps.size() > kMaxFused || !norm_w) return false;
+  for (const GpuProduct& p : ps)
+    if (p.m.type != ps[0].m.type || p.m.cols != ps[0].m.cols) return false;
+  return launch_rows(reinterpret_cast<cudaStream_t>(stream), ps[0].m.type, concat_rows(ps), ps[0].m.cols, x, norm_w, eps);
+}
+
+void gpu_matvecs(gpu_stream_t stream, std::span<const GpuProduct> ps, const float* x) {
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  check_products(ps, x);
   for (size_t i = 0; i < ps.size();) {
     size_t j = i + 1;  // products i .. j - 1 share a launch
     while (j < ps.size() && j - i < kMaxFused && ps[j].m.type == ps[i].m.type && ps[j].m.cols == ps[i].m.cols) ++j;

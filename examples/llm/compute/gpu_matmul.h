@@ -60,6 +60,12 @@ struct GpuProduct {
   float* y = nullptr;
 };
 void gpu_matvecs(gpu_stream_t s, std::span<const GpuProduct> ps, const float* x);
+// gpu_matvecs on x's RMS norm times norm_w (n = the matrices' width) instead of x, the norm computed by
+// every block of the launch while it stages x, with the norm kernel's bits (gpu_norm.cuh): the layer's
+// input norm and its Q, K and V in one launch. Returns false, enqueuing nothing, unless the products
+// (1 to 3) share a type and a width and x fits in shared memory: the caller then runs the norm kernel and
+// gpu_matvecs.
+bool gpu_matvecs_normed(gpu_stream_t s, std::span<const GpuProduct> ps, const float* x, const float* norm_w, float eps);
 
 // A gated FFN's input side for one token in one launch: y[r] = glu(act, gate[r] . x, up[r] . x) (ops.h),
 // gate row r and up row r computed by the same warp, the GLU in the kernel's epilogue: the bits of

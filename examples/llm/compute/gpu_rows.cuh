@@ -19,6 +19,7 @@
 #include <set>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_norm.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "runtime/gguf/ggml_types.h"
 
@@ -276,13 +277,31 @@ struct MatrixRows {
   }
 };
 
+// The staged x (groups x 32 floats, staged_index's layout) times its RMS norm's scale and the norm's
+// weights: rms_norm_kernel's output, element for element (x * scale * w, the scale by rms_scale over the
+// same x with as many threads: kStagedWarps * 32 == kNormThreads), computed by every block that needs it.
+__device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, const float* norm_w, float eps) {
+  static_assert(kStagedWarps * 32 == kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
+  __shared__ double partial[kNormThreads / 32];
+  const uint32_t n = groups * kGroup;
+  const float scale = rms_scale(x, nullptr, nullptr, n, eps, partial);
+  float* xf = reinterpret_cast<float*>(xs);
+  for (uint32_t e = threadIdx.x; e < n; e += blockDim.x) {
+    float& v = xf[4 * staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
+    v = v * scale * norm_w[e];
+  }
+  __syncthreads();
+}
+
 // Every row of `rows` times x (each row's arithmetic warp_dot_row's, whatever the set): the block stages
 // x into xs (stage_vector), its warps take R rows each and the blocks stride over the rows (each block
 // stages x once, however many rows it computes). The block's dynamic shared memory holds x's groups,
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
-// aligned are read through them, the first rows' first chunks copied while the block stages x.
+// aligned are read through them, the first rows' first chunks copied while the block stages x. With
+// `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
 template <GgmlType T, uint32_t R, class Rows>
-__device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs) {
+__device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
+                                  float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
@@ -305,6 +324,7 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     started = true;
   }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
+  if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
   for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
     rows_from(first, p);
