@@ -586,7 +586,7 @@ class GpuExecutor final : public Executor {
   void load_globals() {
     const ModelWeights& w = m_.weights;
     const bool first = range_.begin == 0, last = range_.end == m_.config.n_layer;
-    const bool tied = w.output.file_offset == w.token_embd.file_offset;
+    const bool tied = w.tied();
     if (first || (last && tied)) embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd);
     if (last) norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm);
     if (last && !tied) out_ = std::make_unique<DeviceCopy>(*check_, w.output);
@@ -594,9 +594,8 @@ class GpuExecutor final : public Executor {
   GlobalWeights globals() const {
     const ModelWeights& w = m_.weights;
     // The head is the embedding table only when tied; a first GPU that is not the last has no head.
-    const bool tied = w.output.file_offset == w.token_embd.file_offset;
     return {embd_ ? embd_->at(w.token_embd) : nullptr, norm_ ? norm_->at(w.output_norm) : nullptr,
-            out_ ? out_->at(w.output) : (embd_ && tied) ? embd_->at(w.output) : nullptr};
+            out_ ? out_->at(w.output) : (embd_ && w.tied()) ? embd_->at(w.output) : nullptr};
   }
 
   // The streamed layers' plans, and where each layer's tensors sit in a slot.

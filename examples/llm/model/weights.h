@@ -40,6 +40,8 @@ struct LayerWeights {
 struct ModelWeights {
   TensorRef token_embd, output_norm, output;  // output may be token_embd (tied)
   std::vector<LayerWeights> layers;
+  // The head is the embedding table (the GGUF has no output.weight): one copy serves both.
+  bool tied() const { return output.file_offset == token_embd.file_offset; }
 };
 
 // Finds and checks every tensor. Throws std::runtime_error naming the tensor and what is wrong
