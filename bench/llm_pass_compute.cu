@@ -84,7 +84,7 @@ const cli::Help kHelp = {
     "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
     "embedding nor the head) launched by the host as the engine does, the same kernels replayed from a CUDA\n"
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
-    "the decode fusions (norm+Q/K/V, gate/up+GLU, add+norm, down+add) and without them,\n"
+    "the decode fusions (norm+Q/K/V, O+add, norm+gate/up+GLU, down+add) and without them,\n"
     "after checking both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"};
 
 struct Matrix {
@@ -451,9 +451,9 @@ int time_decode(const Options& o, FILE* json) {
 
 // The block's operations forwarded to the GPU backend, or skipped: a pass of the matrix products alone
 // (`others` off) or of the rest alone (`products` off) is captured to split a token's time; with `fused`
-// off, the decode fusions (block.h's matmuls, norm_matmuls, gated_matmul, add_norm, matmul_add) run as
-// the operations they stand for. The input norm of the fused Q/K/V kernel, the GLU of the fused gate/up
-// kernel and the residual add of the fused down projection count as products (they run in those kernels).
+// off, the decode fusions (block.h's matmuls, norm_matmuls, gated_matmul, norm_gated_matmul, matmul_add)
+// run as the operations they stand for. The norms, the GLU and the residual adds that run inside a fused
+// product's kernel count as products.
 class SplitBackend final : public Backend {
  public:
   explicit SplitBackend(GpuForward& g) : g_(g) {}
@@ -483,13 +483,13 @@ class SplitBackend final : public Backend {
     if (!fused) return Backend::gated_matmul(gate, up, in, act);
     if (products) g_.gated_matmul(gate, up, in, act);
   }
-  void add_norm(Act x, Act y, const TensorRef& w, Act out) override {
-    if (!fused) return Backend::add_norm(x, y, w, out);
-    if (others) g_.add_norm(x, y, w, out);
+  void norm_gated_matmul(const TensorRef& norm_w, Act in, const TensorRef& gate, const TensorRef& up, FfnAct act) override {
+    if (!fused) return Backend::norm_gated_matmul(norm_w, in, gate, up, act);
+    if (products) g_.norm_gated_matmul(norm_w, in, gate, up, act);
   }
-  void matmul_add(const TensorRef& w, Act in, Act x) override {  // the add is the product's epilogue
-    if (!fused) return Backend::matmul_add(w, in, x);
-    if (products) g_.matmul_add(w, in, x);
+  void matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) override {  // the add is the product's epilogue
+    if (!fused) return Backend::matmul_add(w, bias, in, x);
+    if (products) g_.matmul_add(w, bias, in, x);
   }
 
  private:

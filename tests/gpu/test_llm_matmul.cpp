@@ -4,8 +4,8 @@
 // have the bits of the single-token matrix-vector kernel (so a batched pass gives the logits of
 // single-token passes), and be the CPU's dot product up to float rounding.
 // The decode fusions (issue 36: Q, K and V in one launch, gate and up with the GLU in the epilogue, the
-// residual adds with the next norm or in the down projection's epilogue) must keep the bits of the
-// launches they replace.
+// input norms in the products' launches, the residual adds in the O and down projections' epilogues)
+// must keep the bits of the launches they replace.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
@@ -356,9 +356,10 @@ std::vector<float> gpu_rms_norm_on_host(const std::vector<float>& x, const std::
 }
 
 // A layer's input norm and its Q, K and V in one launch (gpu_matvecs_normed: each block normalizes the
-// x it stages) against the products of the normed vector (the norm on the host, as the GPU computes it),
-// bit for bit, at real widths, staged rows and direct ones; refused for two types or rows too wide.
-TEST_CASE("norm in the Q/K/V launch: the products of the normed vector, bit for bit", "[gpu][llm]") {
+// x it stages), and the FFN's norm in the gate/up/GLU launch, against the products of the normed vector
+// (the norm on the host, as the GPU computes it), bit for bit, at real widths, staged rows and direct
+// ones; refused for two types.
+TEST_CASE("norm in the Q/K/V and gate/up launches: the products of the normed vector, bit for bit", "[gpu][llm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
   const uint32_t cols = GENERATE(4096u, 2048u, 768u);
@@ -389,6 +390,15 @@ TEST_CASE("norm in the Q/K/V launch: the products of the normed vector, bit for 
   const auto y = dy.get(q_rows + 2 * kv_rows), r = dref.get(q_rows + 2 * kv_rows);
   for (float v : r) REQUIRE(!std::isnan(v));
   REQUIRE(std::memcmp(y.data(), r.data(), y.size() * sizeof(float)) == 0);
+  // The FFN's norm in the gate/up/GLU launch: rows 0 .. 127 as gate, 128 .. 255 as up.
+  GpuMatrix gate{t, dw.p, row_bytes, 128, cols, nullptr, 0}, up = gate;
+  up.w = dw.p + 128 * row_bytes;
+  DeviceArray<float> dg(std::vector<float>(128, NAN)), dgr(std::vector<float>(128, NAN));
+  REQUIRE(gpu_matvec_glu(nullptr, gate, up, dx.p, FfnAct::kSilu, dg.p, dnw.p, eps));
+  REQUIRE(gpu_matvec_glu(nullptr, gate, up, dxn.p, FfnAct::kSilu, dgr.p));
+  const auto g = dg.get(128), gr = dgr.get(128);
+  for (float v : gr) REQUIRE(!std::isnan(v));
+  REQUIRE(std::memcmp(g.data(), gr.data(), g.size() * sizeof(float)) == 0);
   ps[2].m.type = t == GgmlType::Q8_0 ? GgmlType::Q4_0 : GgmlType::Q8_0;
   REQUIRE_FALSE(gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, eps));
 }
@@ -434,11 +444,11 @@ TEST_CASE("fused gate, up and GLU: refused for rows too wide to stage x for", "[
   for (float v : dy.get(rows)) REQUIRE(std::isnan(v));
 }
 
-// The GPU backend's fusions (block.h's matmuls, norm_matmuls, gated_matmul, add_norm and matmul_add, which
-// run_block calls) against the operations each stands for (Backend's defaults, on the same object and activations),
+// The GPU backend's fusions (block.h's matmuls, norm_matmuls, gated_matmul, norm_gated_matmul and
+// matmul_add, which run_block calls) against the operations each stands for (Backend's defaults, on the same object and activations),
 // bit for bit, on tiny models with and without Q/K/V biases and with GELU: a block gives the bits it gave
 // before the fusions, and a pass of several tokens (unfused) still gives single-token passes' (fused) bits.
-TEST_CASE("GPU backend fusions: (norm+)Q/K/V, gate/up/GLU, add+norm and down+add have the unfused operations' bits", "[gpu][llm]") {
+TEST_CASE("GPU backend fusions: (norm+)Q/K/V, (norm+)gate/up/GLU, O+add and down+add have the unfused operations' bits", "[gpu][llm]") {
   REQUIRE_GPU();
   using llm::test::Shape;
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K);
@@ -496,23 +506,28 @@ TEST_CASE("GPU backend fusions: (norm+)Q/K/V, gate/up/GLU, add+norm and down+add
     gpu.Backend::gated_matmul(l.gate, l.up, Act::kXn, m.c.act);
     same(g, gpu.read(Act::kGate));
 
-    const auto x0 = random(Act::kX, n);
-    random(Act::kTmp, n);
-    poison(Act::kXn, n);
-    gpu.add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
-    const auto x = gpu.read(Act::kX), xn = gpu.read(Act::kXn);
-    gpu.write(Act::kX, x0);
-    poison(Act::kXn, n);
-    gpu.Backend::add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
-    same(x, gpu.read(Act::kX));
-    same(xn, gpu.read(Act::kXn));
+    random(Act::kX, n);  // the FFN's norm in the gate/up/GLU launch
+    poison(Act::kGate, n);
+    gpu.norm_gated_matmul(l.ffn_norm, Act::kX, l.gate, l.up, m.c.act);
+    const auto ng = gpu.read(Act::kGate);
+    poison(Act::kGate, n);
+    gpu.Backend::norm_gated_matmul(l.ffn_norm, Act::kX, l.gate, l.up, m.c.act);
+    same(ng, gpu.read(Act::kGate));
 
-    random(Act::kGate, n);
+    const auto x0 = random(Act::kX, n);  // the residual add in the O projection's epilogue (its bias where present)
+    random(Act::kAtt, n);
+    gpu.matmul_add(l.wo, l.bo, Act::kAtt, Act::kX);
+    const auto xo = gpu.read(Act::kX);
     gpu.write(Act::kX, x0);
-    gpu.matmul_add(l.down, Act::kGate, Act::kX);
+    gpu.Backend::matmul_add(l.wo, l.bo, Act::kAtt, Act::kX);
+    same(xo, gpu.read(Act::kX));
+
+    random(Act::kGate, n);  // and in the down projection's
+    gpu.write(Act::kX, x0);
+    gpu.matmul_add(l.down, {}, Act::kGate, Act::kX);
     const auto xd = gpu.read(Act::kX);
     gpu.write(Act::kX, x0);
-    gpu.Backend::matmul_add(l.down, Act::kGate, Act::kX);
+    gpu.Backend::matmul_add(l.down, {}, Act::kGate, Act::kX);
     same(xd, gpu.read(Act::kX));
   }
 }

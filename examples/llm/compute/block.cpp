@@ -3,7 +3,7 @@
 namespace gpunvme::llm {
 namespace {
 
-// tmp = the attention sublayer's output (post-normed where the model says), from x.
+// x += attention(norm(x)).
 void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   const Backend::Product qkv[] = {{l.wq, l.bq, Act::kQ}, {l.wk, l.bk, Act::kK}, {l.wv, l.bv, Act::kV}};
   b.norm_matmuls(l.attn_norm, Act::kX, qkv);
@@ -15,17 +15,20 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   // positions up to its own only (causal), so it never sees the tokens after it, nor another sequence's.
   b.store_kv(l.index);
   b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
+  if (!c.post_norms) return b.matmul_add(l.wo, l.bo, Act::kAtt, Act::kX);
   b.matmul(l.wo, l.bo, Act::kAtt, Act::kTmp);
-  if (c.post_norms) b.norm(Act::kTmp, l.post_attn_norm, Act::kTmp);
+  b.norm(Act::kTmp, l.post_attn_norm, Act::kTmp);
+  b.add(Act::kX, Act::kTmp);
 }
 
-// From xn, the normed residual stream after attention.
+// x += ffn(norm(x)).
 void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   if (c.is_moe()) {
+    b.norm(Act::kX, l.ffn_norm, Act::kXn);
     b.moe(l, Act::kXn, Act::kTmp);
   } else {
-    b.gated_matmul(l.gate, l.up, Act::kXn, c.act);
-    if (!c.post_norms) return b.matmul_add(l.down, Act::kGate, Act::kX);  // x += down(gate)
+    b.norm_gated_matmul(l.ffn_norm, Act::kX, l.gate, l.up, c.act);
+    if (!c.post_norms) return b.matmul_add(l.down, {}, Act::kGate, Act::kX);
     b.matmul(l.down, {}, Act::kGate, Act::kTmp);
   }
   if (c.post_norms) b.norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);
@@ -34,11 +37,11 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
 
 }  // namespace
 
-// x = x + attention(norm(x)), then x = x + ffn(norm(x)); the first residual add and the FFN's norm in
-// one operation (one kernel on the GPU).
+// The operations whose fused forms (block.h) a one-token pass on the GPU runs as one kernel each: the
+// input norm with Q, K and V; the output projection with the residual add; the FFN's norm with gate, up
+// and the GLU; the down projection with the residual add (8 launches a dense layer without post-norms).
 void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   attention(c, l, b);
-  b.add_norm(Act::kX, Act::kTmp, l.ffn_norm, Act::kXn);
   ffn(c, l, b);
 }
 

@@ -79,15 +79,16 @@ class Backend {
     matmul(up, {}, in, Act::kUp);
     glu(Act::kGate, Act::kUp, act);
   }
-  // x += in W^T: matmul into kTmp, then add. kTmp's contents after it are unspecified.
-  virtual void matmul_add(const TensorRef& w, Act in, Act x) {
-    matmul(w, {}, in, Act::kTmp);
+  // x += in W^T (+ bias): matmul into kTmp, then add. kTmp's contents after it are unspecified.
+  virtual void matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) {
+    matmul(w, bias, in, Act::kTmp);
     add(x, Act::kTmp);
   }
-  // x += y, then out = RMS norm of x times w.
-  virtual void add_norm(Act x, Act y, const TensorRef& w, Act out) {
-    add(x, y);
-    norm(x, w, out);
+  // kGate = glu(act, n W_gate^T, n W_up^T) for n = in's RMS norm times norm_w: norm into kXn, then
+  // gated_matmul from kXn. kXn's and kUp's contents after it are unspecified.
+  virtual void norm_gated_matmul(const TensorRef& norm_w, Act in, const TensorRef& gate, const TensorRef& up, FfnAct act) {
+    norm(in, norm_w, Act::kXn);
+    gated_matmul(gate, up, Act::kXn, act);
   }
 
   // The pass's tokens: where each is (their ids and logit flags are the forward pass's, not the block's).

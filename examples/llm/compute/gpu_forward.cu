@@ -64,14 +64,13 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
 using gpu::kNormAhead;
 
 // out = x * rsqrt(mean(x^2) + eps) * w, over `n` elements, for `count` consecutive vectors (one block of
-// kThreads each). With `add`: x += add first (the residual add, add_kernel's sums), in the same kernel.
-__global__ void rms_norm_kernel(float* x, const float* w, uint32_t n, float eps, float* out, const float* add) {
+// kThreads each).
+__global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, float eps, float* out) {
   static_assert(kThreads == gpu::kNormThreads);
   __shared__ double partial[kThreads / 32];
   x += uint64_t(blockIdx.x) * n;
   out += uint64_t(blockIdx.x) * n;
-  if (add) add += uint64_t(blockIdx.x) * n;
-  const float scale = gpu::rms_scale(x, add, add ? x : nullptr, n, eps, partial);
+  const float scale = gpu::rms_scale(x, n, eps, partial);
   const uint32_t step = blockDim.x, span = kNormAhead * step;
   // Each thread writes only the elements it read itself, so reading ahead of its own stores is safe
   // when out is x.
@@ -345,9 +344,8 @@ void enqueue_matmul(cudaStream_t s, const TensorRef& t, const uint8_t* w, const 
   gpu_matmul(reinterpret_cast<gpu_stream_t>(s), matrix(t, w, sel), x, n, bias, y);
 }
 // n consecutive vectors of `dim` (one block each); out may be x.
-// With `add`: x += add first, in the same kernel.
-void rms_norm(cudaStream_t s, float* x, const uint8_t* w, uint32_t dim, uint32_t n, float eps, float* out, const float* add = nullptr) {
-  rms_norm_kernel<<<n, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), dim, eps, out, add);
+void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t dim, uint32_t n, float eps, float* out) {
+  rms_norm_kernel<<<n, kThreads, 0, s>>>(x, reinterpret_cast<const float*>(w), dim, eps, out);
 }
 const float* f32(const WeightView& v, const TensorRef& t) {
   return t.present ? reinterpret_cast<const float*>(v.at(t)) : nullptr;
@@ -456,13 +454,6 @@ void GpuForward::add(Act x, Act y) {
   device::check_cuda(cudaGetLastError(), "add kernel");
 }
 
-void GpuForward::add_norm(Act x, Act y, const TensorRef& w, Act out) {
-  if (act_width(c_, x) != c_.n_embd || x == out || y == out) return Backend::add_norm(x, y, w, out);
-  before_residual_write(x);
-  rms_norm(stream_, buf(x), view_.at(w), c_.n_embd, n_, c_.rms_eps, buf(out), buf(y));
-  device::check_cuda(cudaGetLastError(), "residual add and norm kernel");
-}
-
 // One token: the staged kernel over the products' rows together (gpu_matvecs). A pass of several keeps
 // one product each (the batched kernel or the tensor cores, gpu_gemm.h).
 void GpuForward::matmuls(std::span<const Product> ps, Act in) {
@@ -494,13 +485,24 @@ void GpuForward::gated_matmul(const TensorRef& gate, const TensorRef& up, Act in
   Backend::gated_matmul(gate, up, in, act);
 }
 
-void GpuForward::matmul_add(const TensorRef& w, Act in, Act x) {
+void GpuForward::norm_gated_matmul(const TensorRef& norm_w, Act in, const TensorRef& gate, const TensorRef& up, FfnAct act) {
+  if (n_ == 1 && act_width(c_, in) == c_.n_embd &&
+      gpu_matvec_glu(stream_, matrix(gate, view_.at(gate)), matrix(up, view_.at(up)), buf(in), act, buf(Act::kGate),
+                     f32(view_, norm_w), c_.rms_eps)) {
+    device::check_cuda(cudaGetLastError(), "norm, gate, up and GLU kernel");
+    return;
+  }
+  Backend::norm_gated_matmul(norm_w, in, gate, up, act);
+}
+
+void GpuForward::matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) {
   before_residual_write(x);
-  if (n_ == 1 && act_width(c_, x) == uint32_t(w.rows) && gpu_matvec_add(stream_, matrix(w, view_.at(w)), buf(in), nullptr, buf(x))) {
+  if (n_ == 1 && act_width(c_, x) == uint32_t(w.rows) &&
+      gpu_matvec_add(stream_, matrix(w, view_.at(w)), buf(in), f32(view_, bias), buf(x))) {
     device::check_cuda(cudaGetLastError(), "product and residual add kernel");
     return;
   }
-  Backend::matmul_add(w, in, x);
+  Backend::matmul_add(w, bias, in, x);
 }
 
 // The kernels take the pass's first position and its count: one sequence's consecutive tokens.

@@ -128,15 +128,13 @@ class GpuForward final : public Backend {
   void glu(Act gate, Act up, FfnAct act) override;
   void moe(const LayerWeights& l, Act in, Act out) override;
   void add(Act x, Act y) override;
-  // One token's input norm, Q, K and V (of one type) in one launch, its gate and up products with the
-  // GLU in one, and every pass's residual add with the norm after it in one kernel (gpu_matmul.h: the
-  // same bits).
+  // One token's fusions (block.h, gpu_matmul.h: the same bits): the input norm with Q, K and V (of one
+  // type), the FFN's norm with gate, up and the GLU, the residual add in the O and down projections.
   void matmuls(std::span<const Product> ps, Act in) override;
   void norm_matmuls(const TensorRef& norm_w, Act in, std::span<const Product> ps) override;
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override;
-  void add_norm(Act x, Act y, const TensorRef& w, Act out) override;
-  // One token: the FFN's down projection adds into the residual stream in its epilogue.
-  void matmul_add(const TensorRef& w, Act in, Act x) override;
+  void norm_gated_matmul(const TensorRef& norm_w, Act in, const TensorRef& gate, const TensorRef& up, FfnAct act) override;
+  void matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx; and for
   // tokens of a slot other than 0 or not at consecutive positions: one sequence per pass (issue 37).
   void set_pass(std::span<const PassToken> tokens) override;

@@ -421,13 +421,14 @@ void gpu_glu(gpu_stream_t stream, float* gate, const float* up, uint32_t n, FfnA
   glu_kernel<<<blocks_for(n, 128), 128, 0, reinterpret_cast<cudaStream_t>(stream)>>>(gate, up, n, act);
 }
 
-bool gpu_matvec_glu(gpu_stream_t stream, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y) {
+bool gpu_matvec_glu(gpu_stream_t stream, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y,
+                    const float* norm_w, float eps) {
   if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols || gate.row_bytes != up.row_bytes || gate.sel || up.sel ||
       gate.rows >= (1u << 31))
     return false;
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   return launch_rows(reinterpret_cast<cudaStream_t>(stream), gate.type,
-                     GluRows{gate.w, up.w, gate.row_bytes, 2 * gate.rows, act, y}, gate.cols, x);
+                     GluRows{gate.w, up.w, gate.row_bytes, 2 * gate.rows, act, y}, gate.cols, x, norm_w, eps);
 }
 
 void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* y) {

@@ -69,10 +69,12 @@ bool gpu_matvecs_normed(gpu_stream_t s, std::span<const GpuProduct> ps, const fl
 
 // A gated FFN's input side for one token in one launch: y[r] = glu(act, gate[r] . x, up[r] . x) (ops.h),
 // gate row r and up row r computed by the same warp, the GLU in the kernel's epilogue: the bits of
-// gpu_matmul's two products (no bias) and then the element-wise GLU. Returns false, enqueuing nothing,
-// where the two matrices differ in type or shape, are stacks, or x is too wide to stage (the caller then
-// runs the products and the GLU apart).
-bool gpu_matvec_glu(gpu_stream_t s, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y);
+// gpu_matmul's two products (no bias) and then the element-wise GLU. With norm_w, of x's RMS norm times
+// norm_w instead of x, as gpu_matvecs_normed. Returns false, enqueuing nothing, where the two matrices
+// differ in type or shape, are stacks, or x is too wide to stage (the caller then runs the norm, the
+// products and the GLU apart).
+bool gpu_matvec_glu(gpu_stream_t s, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y,
+                    const float* norm_w = nullptr, float eps = 0.0f);
 
 // y[r] += W[r] . x (+ bias[r]) for one token: the residual add in the product's epilogue (an FFN's down
 // projection into the residual stream), with the bits of gpu_matmul into a scratch vector and then

@@ -20,29 +20,20 @@ inline constexpr uint32_t kNormThreads = 256;  // threads of every block that co
 // row for a 4096-wide vector: 16 us of every Mixtral-8x7B norm alone. The sums are the same, in the same order.
 inline constexpr uint32_t kNormAhead = 8;
 
-// 1 / sqrt(mean(v^2) + eps) over v = x[0, n) (+ add[0, n) where given, each sum stored back into x_out
-// when given: the residual add, add_kernel's sums), in every thread of a block of kNormThreads threads.
+// 1 / sqrt(mean(x^2) + eps) over x[0, n), in every thread of a block of kNormThreads threads.
 // `partial`: kNormThreads / 32 doubles of shared memory. Ends after a barrier.
-__device__ inline float rms_scale(const float* x, const float* add, float* x_out, uint32_t n, float eps, double* partial) {
+__device__ inline float rms_scale(const float* x, uint32_t n, float eps, double* partial) {
   const uint32_t step = blockDim.x, span = kNormAhead * step;
   double ss = 0.0;
   uint32_t i = threadIdx.x;
   for (; i + span - step < n; i += span) {
     float v[kNormAhead];
 #pragma unroll
-    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = add ? x[i + j * step] + add[i + j * step] : x[i + j * step];
-    if (x_out) {
-#pragma unroll
-      for (uint32_t j = 0; j < kNormAhead; ++j) x_out[i + j * step] = v[j];
-    }
+    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = x[i + j * step];
 #pragma unroll
     for (uint32_t j = 0; j < kNormAhead; ++j) ss += double(v[j]) * v[j];
   }
-  for (; i < n; i += step) {
-    const float v = add ? x[i] + add[i] : x[i];
-    if (x_out) x_out[i] = v;
-    ss += double(v) * v;
-  }
+  for (; i < n; i += step) ss += double(x[i]) * x[i];
   ss = warp_sum(ss);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
   __syncthreads();

@@ -284,7 +284,7 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
   static_assert(kStagedWarps * 32 == kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   __shared__ double partial[kNormThreads / 32];
   const uint32_t n = groups * kGroup;
-  const float scale = rms_scale(x, nullptr, nullptr, n, eps, partial);
+  const float scale = rms_scale(x, n, eps, partial);
   float* xf = reinterpret_cast<float*>(xs);
   for (uint32_t e = threadIdx.x; e < n; e += blockDim.x) {
     float& v = xf[4 * staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
