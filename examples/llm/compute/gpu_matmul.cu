@@ -271,18 +271,21 @@ struct AddRows : gpu::MatrixRows {
 
 // The rows of `rows` (a row set of `type`, `cols` wide) times x (or x's RMS norm times norm_w) in one
 // launch of the staged kernel: two rows a warp where staged_launch says so or the set is of pairs. False,
-// enqueuing nothing, where x does not fit in a block's shared memory.
+// enqueuing nothing, where x does not fit in a block's shared memory beside the kernel's static bytes.
 template <class Rows>
 bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
                  float eps = 0.0f) {
   gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
   if (!g.staged) return false;
   if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
+  bool launched = false;
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
-      gpu::allow_staged_shared<matvec_rows_kernel<T, R, Rows>>();
+      // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
+      if (g.shared_bytes > gpu::allow_staged_shared<matvec_rows_kernel<T, R, Rows>>()) return;
       matvec_rows_kernel<T, R, Rows><<<g.blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+      launched = true;
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -291,7 +294,7 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
       else launch.template operator()<1>();
     }
   });
-  return true;
+  return launched;
 }
 
 ConcatRows concat_rows(std::span<const GpuProduct> ps) {

@@ -373,10 +373,19 @@ void opt_in_shared(uint32_t bytes, const char* what) {
   devices.insert(dev);
 }
 
-// Lets kernel `K` use up to staged_shared_limit() bytes of dynamic shared memory.
+// Lets kernel `K` use as much dynamic shared memory as the device allows a block beside K's static
+// shared memory (staged_shared_limit() less it: the attribute is refused beyond, "invalid argument"), and
+// returns that many bytes. A kernel that normalizes its input (norm_staged) has 64 static bytes.
 template <auto K>
-void allow_staged_shared() {
-  opt_in_shared<K>(staged_shared_limit(), "cudaFuncSetAttribute (the staged matrix kernel's shared memory)");
+uint32_t allow_staged_shared() {
+  static const uint32_t fixed = [] {
+    cudaFuncAttributes a{};
+    device::check_cuda(cudaFuncGetAttributes(&a, K), "cudaFuncGetAttributes (a staged matrix kernel)");
+    return uint32_t(a.sharedSizeBytes);
+  }();
+  const uint32_t bytes = staged_shared_limit() - fixed;
+  opt_in_shared<K>(bytes, "cudaFuncSetAttribute (the staged matrix kernel's shared memory)");
+  return bytes;
 }
 
 }  // namespace gpunvme::llm::gpu
