@@ -12,6 +12,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -358,7 +359,7 @@ std::vector<float> gpu_rms_norm_on_host(const std::vector<float>& x, const std::
 // A layer's input norm and its Q, K and V in one launch (gpu_matvecs_normed: each block normalizes the
 // x it stages), and the FFN's norm in the gate/up/GLU launch, against the products of the normed vector
 // (the norm on the host, as the GPU computes it), bit for bit, at real widths, staged rows and direct
-// ones; refused for two types.
+// ones; refused for two types and for norm weights in host memory.
 TEST_CASE("norm in the Q/K/V and gate/up launches: the products of the normed vector, bit for bit", "[gpu][llm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
@@ -399,6 +400,15 @@ TEST_CASE("norm in the Q/K/V and gate/up launches: the products of the normed ve
   const auto g = dg.get(128), gr = dgr.get(128);
   for (float v : gr) REQUIRE(!std::isnan(v));
   REQUIRE(std::memcmp(g.data(), gr.data(), g.size() * sizeof(float)) == 0);
+  // Norm weights in host memory (a streamed slot's): refused, each block would read them over the link.
+  float* host_nw = nullptr;
+  REQUIRE(cudaHostAlloc(reinterpret_cast<void**>(&host_nw), cols * sizeof(float), cudaHostAllocMapped) == cudaSuccess);
+  std::copy(nw.begin(), nw.end(), host_nw);
+  float* mapped_nw = nullptr;
+  REQUIRE(cudaHostGetDevicePointer(reinterpret_cast<void**>(&mapped_nw), host_nw, 0) == cudaSuccess);
+  CHECK_FALSE(gpu_matvecs_normed(nullptr, ps, dx.p, mapped_nw, eps));
+  CHECK_FALSE(gpu_matvec_glu(nullptr, gate, up, dx.p, FfnAct::kSilu, dg.p, mapped_nw, eps));
+  cudaFreeHost(host_nw);
   ps[2].m.type = t == GgmlType::Q8_0 ? GgmlType::Q4_0 : GgmlType::Q8_0;
   REQUIRE_FALSE(gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, eps));
 }

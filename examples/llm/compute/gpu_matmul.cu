@@ -391,9 +391,23 @@ void check_products(std::span<const GpuProduct> ps, const float* x) {
 }
 }  // namespace
 
+namespace {
+// Whether p is in GPU memory. Every block of a normalizing launch reads the norm's weights whole: from a
+// streamed slot in host memory (read in place over the link) that would be every block's copy over PCIe,
+// so such a layer keeps the norm kernel, which reads them once.
+bool in_device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // not a pointer CUDA knows: not device memory; clear the error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+}  // namespace
+
 bool gpu_matvecs_normed(gpu_stream_t stream, std::span<const GpuProduct> ps, const float* x, const float* norm_w, float eps) {
   check_products(ps, x);
-  if (ps.empty() || ps.size() > kMaxFused || !norm_w) return false;
+  if (ps.empty() || ps.size() > kMaxFused || !norm_w || !in_device_memory(norm_w)) return false;
   for (const GpuProduct& p : ps)
     if (p.m.type != ps[0].m.type || p.m.cols != ps[0].m.cols) return false;
   return launch_rows(reinterpret_cast<cudaStream_t>(stream), ps[0].m.type, concat_rows(ps), ps[0].m.cols, x, norm_w, eps);
@@ -427,7 +441,7 @@ void gpu_glu(gpu_stream_t stream, float* gate, const float* up, uint32_t n, FfnA
 bool gpu_matvec_glu(gpu_stream_t stream, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y,
                     const float* norm_w, float eps) {
   if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols || gate.row_bytes != up.row_bytes || gate.sel || up.sel ||
-      gate.rows >= (1u << 31))
+      gate.rows >= (1u << 31) || (norm_w && !in_device_memory(norm_w)))
     return false;
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   return launch_rows(reinterpret_cast<cudaStream_t>(stream), gate.type,

@@ -63,7 +63,8 @@ void gpu_matvecs(gpu_stream_t s, std::span<const GpuProduct> ps, const float* x)
 // gpu_matvecs on x's RMS norm times norm_w (n = the matrices' width) instead of x, the norm computed by
 // every block of the launch while it stages x, with the norm kernel's bits (gpu_norm.cuh): the layer's
 // input norm and its Q, K and V in one launch. Returns false, enqueuing nothing, unless the products
-// (1 to 3) share a type and a width and x fits in shared memory: the caller then runs the norm kernel and
+// (1 to 3) share a type and a width, x fits in shared memory and norm_w is in GPU memory (each block reads
+// it: a streamed slot in host memory keeps the norm kernel): the caller then runs the norm kernel and
 // gpu_matvecs.
 bool gpu_matvecs_normed(gpu_stream_t s, std::span<const GpuProduct> ps, const float* x, const float* norm_w, float eps);
 
@@ -71,8 +72,8 @@ bool gpu_matvecs_normed(gpu_stream_t s, std::span<const GpuProduct> ps, const fl
 // gate row r and up row r computed by the same warp, the GLU in the kernel's epilogue: the bits of
 // gpu_matmul's two products (no bias) and then the element-wise GLU. With norm_w, of x's RMS norm times
 // norm_w instead of x, as gpu_matvecs_normed. Returns false, enqueuing nothing, where the two matrices
-// differ in type or shape, are stacks, or x is too wide to stage (the caller then runs the norm, the
-// products and the GLU apart).
+// differ in type or shape, are stacks, x is too wide to stage, or norm_w is not in GPU memory (the caller
+// then runs the norm, the products and the GLU apart).
 bool gpu_matvec_glu(gpu_stream_t s, const GpuMatrix& gate, const GpuMatrix& up, const float* x, FfnAct act, float* y,
                     const float* norm_w = nullptr, float eps = 0.0f);
 
