@@ -113,43 +113,64 @@ __global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __ha
 
 // One block per (query head, token): the token at pos = pos0 + token sees positions [first, pos] (the
 // last `window` of them on a sliding-window layer, window 0: all); scores, softmax, weighted sum of V.
-// Causal inside a batch: later tokens' cache rows are written but never read here.
+// Causal inside a batch: later tokens' cache rows are written but never read here. The warps take the
+// positions in turn, for the scores (the lanes split the head's dimensions and the warp adds them) and
+// for the weighted sum of V (each warp over its own positions, lanes over dimensions, then the warps'
+// sums added in warp order): a decode token at a context of a few dozen positions had one thread per
+// position doing a whole dot product, and one thread per dimension walking every position (16-25 µs a
+// layer on an H200, as much as a matrix-vector product). A token's result depends only on its position,
+// never on the pass it is in, so passes of 1..32 tokens keep one another's bits. Dynamic shared memory:
+// attention_shared_bytes(head_dim).
+constexpr uint32_t kAttnWarps = kThreads / 32;
+inline uint32_t attention_shared_bytes(uint32_t head_dim) { return (1 + kAttnWarps) * head_dim * sizeof(float); }
 __global__ void attention_kernel(const float* q, const __half* kc, const __half* vc, uint32_t kv_dim, uint32_t head_dim,
                                  uint32_t group, uint32_t window, uint32_t pos0, float scale, const float* sinks,
                                  float* scores, uint32_t n_ctx, float* out) {
-  __shared__ float red[kThreads / 32];
+  extern __shared__ float attn_shared[];
+  float* qs = attn_shared;                // the query head
+  float* part = attn_shared + head_dim;  // [warp][head_dim]: each warp's share of the weighted sum
+  __shared__ float red[kAttnWarps];
   const uint32_t h = blockIdx.x, kvh = h / group, pos = pos0 + blockIdx.y;
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
   const uint64_t head = uint64_t(blockIdx.y) * gridDim.x + h;
-  const float* qh = q + head * head_dim;
   float* sc = scores + head * n_ctx;
+  for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[head * head_dim + i];
+  __syncthreads();
   float mx = -INFINITY;
-  for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) {
+  for (uint32_t p = first + warp; p <= pos; p += kAttnWarps) {
     const __half* kp = kc + uint64_t(p) * kv_dim + kvh * head_dim;
     float s = 0.0f;
-    for (uint32_t i = 0; i < head_dim; ++i) s += qh[i] * __half2float(kp[i]);
-    sc[p] = s * scale;
-    mx = fmaxf(mx, sc[p]);
+    for (uint32_t i = lane; i < head_dim; i += 32) s += qs[i] * __half2float(kp[i]);
+    s = warp_sum(s) * scale;  // every lane holds the sum
+    if (lane == 0) sc[p] = s;
+    mx = fmaxf(mx, s);
   }
-  mx = warp_max(mx);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = mx;
+  if (lane == 0) red[warp] = mx;
   __syncthreads();
   mx = red[0];
-  for (uint32_t i = 1; i < blockDim.x / 32; ++i) mx = fmaxf(mx, red[i]);
+  for (uint32_t i = 1; i < kAttnWarps; ++i) mx = fmaxf(mx, red[i]);
   const float sink = sinks ? sinks[h] : -INFINITY;  // ops.h: the sink joins max and sum, takes no value
   mx = with_sink_max(mx, sink);
   __syncthreads();
   float sum = 0.0f;
   for (uint32_t p = first + threadIdx.x; p <= pos; p += blockDim.x) sum += (sc[p] = expf(sc[p] - mx));
   sum = warp_sum(sum);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = sum;
+  if (lane == 0) red[warp] = sum;
   __syncthreads();
   sum = 0.0f;
-  for (uint32_t i = 0; i < blockDim.x / 32; ++i) sum += red[i];
+  for (uint32_t i = 0; i < kAttnWarps; ++i) sum += red[i];
   sum = with_sink_sum(sum, sink, mx);
+  for (uint32_t i = lane; i < head_dim; i += 32) {
+    float acc = 0.0f;
+    for (uint32_t p = first + warp; p <= pos; p += kAttnWarps)
+      acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
+    part[warp * head_dim + i] = acc;
+  }
+  __syncthreads();
   for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
     float acc = 0.0f;
-    for (uint32_t p = first; p <= pos; ++p) acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
+    for (uint32_t w = 0; w < kAttnWarps; ++w) acc += part[w * head_dim + i];
     out[head * head_dim + i] = acc;
   }
 }
@@ -410,7 +431,7 @@ void GpuForward::attend(const AttnParams& p) {
     device::check_cuda(cudaGetLastError(), "flash attention kernel");
     return;
   }
-  attention_kernel<<<dim3(c_.n_head, n_), kThreads, 0, stream_>>>(
+  attention_kernel<<<dim3(c_.n_head, n_), kThreads, attention_shared_bytes(c_.head_dim), stream_>>>(
       q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off, KV,
       c_.head_dim, c_.n_head / c_.n_head_kv, p.window, pos_, c_.attn_scale, f32(view_, p.sinks), scores_, n_ctx_, att_);
   device::check_cuda(cudaGetLastError(), "attention kernel");
