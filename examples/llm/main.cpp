@@ -17,6 +17,7 @@
 #include "examples/llm/engine/expert_io_flags.h"
 #include "examples/llm/engine/finite_weights.h"
 #include "examples/llm/engine/generate.h"
+#include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/loaded_model.h"
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
@@ -68,7 +69,9 @@ const cli::Help kHelp = {
     "  --slots N           streaming slots, 1..64 (default 2: layer i+1 is read while layer i computes)\n"
     "  --gpus N            split the layers over the first N GPUs in contiguous ranges (default 1), each with its\n"
     "                      own plan, queues and streaming; embeddings on GPU 0, head on the last, the hidden state\n"
-    "                      passed on by NCCL. --vram-budget is each GPU's, --ram-budget all of theirs together\n"
+    "                      passed on by NCCL. --vram-budget is each GPU's (one value for all, or a list, one per GPU:\n"
+    "                      22G,40G), the layers split so that each GPU moves about the same bytes per token;\n"
+    "                      --ram-budget is all of theirs together\n"
     "\n"
     "MoE experts (GPU path). The logits are the same whatever these say.\n"
     "  --expert-cache SIZE LRU cache of routed experts in pinned host memory the GPU reads (the drive's reads\n"
@@ -156,7 +159,15 @@ void parse_residency(const cli::Args& args, uint32_t n_layer, llm::GpuExecOption
   if (args.has("resident") && budgets)
     throw cli::UsageError("--resident places layers by count, --vram-budget / --ram-budget by bytes: give one or the other");
   if (args.has("resident")) o.resident_layers = parse_resident(args.get("resident"), n_layer);
-  if (args.has("vram-budget")) o.vram_budget = args.get_size("vram-budget", 0);
+  if (args.has("vram-budget")) {  // one value for every GPU, or one per GPU (o.gpus parsed before)
+    try {
+      const std::vector<uint64_t> v = llm::budgets_per_gpu(args.get_size_list("vram-budget", ""), o.gpus);
+      if (o.gpus == 1) o.vram_budget = v[0];
+      else o.vram_budgets = v;
+    } catch (const std::invalid_argument& e) {
+      throw cli::UsageError(e.what());
+    }
+  }
   o.ram_budget = args.get_size("ram-budget", 0);
   if (args.has("expert-cache")) o.expert_cache_bytes = args.get_size("expert-cache", 0);
   o.expert_prefetch = on_off(args, "expert-prefetch");
@@ -417,6 +428,8 @@ int run(const cli::Args& args, bool tokenize_only) {
   llm::GpuExecOptions o;
   // The GPU's activations are sized for the largest pass: a prompt chunk or a speculative pass.
   o.max_batch = std::max(std::min<uint32_t>(go.batch, uint32_t(prompt.size())), go.draft ? go.draft->k + 1 : 1);
+  o.gpus = args.get_u32("gpus", 1);
+  if (o.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
   parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
   const std::string kernels = args.get("prompt-kernels", "fast");
@@ -424,8 +437,6 @@ int run(const cli::Args& args, bool tokenize_only) {
     throw cli::UsageError("--prompt-kernels must be fast or exact, not '" + text::printable(kernels) + "'");
   o.fast_prompt = kernels == "fast";
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
-  o.gpus = args.get_u32("gpus", 1);
-  if (o.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
   o.verify = !args.has("no-verify");
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
   const std::unique_ptr<llm::Executor> ex = lm.executor(gpu, ctx, o);

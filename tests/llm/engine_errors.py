@@ -196,6 +196,8 @@ def main():
         cases.append(("text prompt, no vocabulary", [dev, "--prompt", "hello"], ["--prompt-ids"]))
         cases.append(("bad --resident", [dev, "--prompt-ids", "1", "--resident", "some"], ["--resident"]))
         cases.append(("bad --vram-budget", [dev, "--prompt-ids", "1", "--vram-budget", "12X"], ["--vram-budget", "12X"]))
+        cases.append(("--vram-budget list of another length than --gpus", [dev, "--prompt-ids", "1", "--gpus", "2", "--vram-budget", "1G,2G,3G"],
+                      ["--vram-budget has 3 values for --gpus 2", "one per GPU"]))
         cases.append(("--resident with budgets", [dev, "--prompt-ids", "1", "--resident", "1", "--ram-budget", "1G"],
                       ["--resident", "--ram-budget", "one or the other"]))
         cases.append(("--batch 0", [dev, "--prompt-ids", "1", "--batch", "0"], ["--batch must be at least 1"]))

@@ -44,6 +44,79 @@ TEST_CASE("split_layers: no GPU, or a GPU with no layer, is refused naming the f
   }
 }
 
+TEST_CASE("budgets_per_gpu: one value for every GPU, or one per GPU; another count is refused naming the fix") {
+  CHECK(budgets_per_gpu({5}, 3) == std::vector<uint64_t>{5, 5, 5});
+  CHECK(budgets_per_gpu({22, 40}, 2) == std::vector<uint64_t>{22, 40});
+  try {
+    budgets_per_gpu({1, 2, 3}, 2);
+    FAIL("3 budgets for 2 GPUs accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("has 3 values for --gpus 2: give one (every GPU's) or 2") != std::string::npos);
+  }
+  CHECK_THROWS_AS(budgets_per_gpu({1, 2}, 1), std::invalid_argument);
+  CHECK_THROWS_AS(budgets_per_gpu({}, 2), std::invalid_argument);
+}
+
+namespace {
+std::vector<uint32_t> sizes(const std::vector<LayerRange>& r) {
+  std::vector<uint32_t> s;
+  uint32_t at = 0;
+  for (const LayerRange& x : r) {
+    CHECK(x.begin == at);  // contiguous, in order
+    at = x.end;
+    s.push_back(x.size());
+  }
+  return s;
+}
+}  // namespace
+
+TEST_CASE("split_by_budgets: the GPU with more VRAM takes more layers, each GPU streaming about as many bytes") {
+  const std::vector<LayerBytes> all(8, LayerBytes{100, 0, 0, 0});
+  // Equal budgets: equal halves.
+  CHECK(sizes(split_by_budgets(all, {{.vram = 200}, {.vram = 200}})) == std::vector<uint32_t>{4, 4});
+  // GPU 0 holds nothing, GPU 1 four layers: 2 streamed each (an equal split would stream 4 on GPU 0, 0 on GPU 1).
+  const std::vector<LayerRange> r = split_by_budgets(all, {{.vram = 0}, {.vram = 400}});
+  CHECK(sizes(r) == std::vector<uint32_t>{2, 6});
+  CHECK(plan_range(all, r[0], {.vram = 0}).nvme_bytes_per_token() == 200);
+  CHECK(plan_range(all, r[1], {.vram = 400}).nvme_bytes_per_token() == 200);
+  // 22G,40G-like: 80 layers of 1 unit, 22 and 40 units: 80 - 62 = 18 streamed, 9 each: 31 and 49 layers.
+  const std::vector<LayerBytes> big(80, LayerBytes{1000, 0, 0, 0});
+  CHECK(sizes(split_by_budgets(big, {{.vram = 22000}, {.vram = 40000}})) == std::vector<uint32_t>{31, 49});
+  // The order of the list is the GPUs' order.
+  CHECK(sizes(split_by_budgets(big, {{.vram = 40000}, {.vram = 22000}})) == std::vector<uint32_t>{49, 31});
+}
+
+TEST_CASE("split_by_budgets: bytes, not layer counts; at equal bytes the fewest layers in the largest range") {
+  // A large first layer: ranges {0,1} {1,6} and {0,2} {2,6} both stream 500 at most; the second has 4 layers at most, not 5.
+  const std::vector<LayerBytes> all{{400, 0, 0, 0}, {100, 0, 0, 0}, {100, 0, 0, 0}, {100, 0, 0, 0}, {100, 0, 0, 0}, {100, 0, 0, 0}};
+  CHECK(sizes(split_by_budgets(all, {{}, {}})) == std::vector<uint32_t>{2, 4});
+  // Everything fits everywhere: nothing streams, so layer counts decide (10 over 3: none above 4).
+  const std::vector<LayerBytes> ten(10, LayerBytes{100, 0, 0, 0});
+  CHECK(sizes(split_by_budgets(ten, {{.vram = 5000}, {.vram = 5000}, {.vram = 5000}})) == std::vector<uint32_t>{4, 3, 3});
+  CHECK(sizes(split_by_budgets(ten, {{}, {}, {}})) == std::vector<uint32_t>{4, 3, 3});  // split_layers' split
+  // Each GPU keeps at least one layer even where its budget would rather give it none.
+  CHECK(sizes(split_by_budgets(std::vector<LayerBytes>(3, LayerBytes{100, 0, 0, 0}), {{}, {.vram = 1000}, {}})) ==
+        std::vector<uint32_t>{1, 1, 1});
+}
+
+TEST_CASE("split_by_budgets: more GPUs than layers, or none, is refused as split_layers refuses") {
+  const std::vector<LayerBytes> all(3, LayerBytes{100, 0, 0, 0});
+  try {
+    split_by_budgets(all, std::vector<Budgets>(4, Budgets{.vram = 100}));
+    FAIL("4 GPUs for 3 layers accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("--gpus 3 or fewer") != std::string::npos);
+  }
+  CHECK_THROWS_AS(split_by_budgets(all, {}), std::invalid_argument);
+}
+
+TEST_CASE("split_by_budgets: MoE layers by their per-token bytes (k/n of the experts), not their stored bytes") {
+  // 4 MoE layers: dense 100, experts 800 of which 2/8 read per token (200): 300 per streamed layer.
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 800, 8, 2});
+  const std::vector<LayerRange> r = split_by_budgets(all, {{.vram = 0}, {.vram = 1800}});  // GPU 1 holds 2 layers whole
+  CHECK(sizes(r) == std::vector<uint32_t>{1, 3});
+}
+
 TEST_CASE("plan_range: each GPU's layers by its own budget; range_in_model and join_plans keep the indices") {
   const std::vector<LayerBytes> all(8, LayerBytes{100, 0, 0, 0});
   const std::vector<LayerRange> r = split_layers(8, 2);

@@ -168,6 +168,10 @@ struct GpuExecOptions {
   // GPUs of this host the layers are split over (multi_gpu_executor.h; above 1 needs a build with NCCL).
   // vram_budget is each GPU's, ram_budget all of them together (split evenly).
   uint32_t gpus = 1;
+  // --gpus N with --vram-budget's list: each GPU's budget (N of them; over vram_budget). The layers split
+  // by the budgets (split_by_budgets) whenever budgets are given; by equal counts when each GPU's is
+  // what it has free.
+  std::vector<uint64_t> vram_budgets;
   // Set by the multi-GPU executor for each GPU's executor: its layer range, queues and link.
   std::optional<PipelineStage> stage;
 };

@@ -22,10 +22,23 @@ struct LayerRange {
 };
 
 // `gpus` contiguous ranges covering [0, n_layer) in order, their sizes differing by at most one (the
-// first ones the larger). Equal layer counts, not bytes sized by each GPU's budget: every GPU gets the
-// same budget today. Throws std::invalid_argument for 0 GPUs or more GPUs than layers (a GPU with no
+// first ones the larger): the split where the budgets are not known before the GPUs start (each GPU's
+// default budget is what it has free). Throws std::invalid_argument for 0 GPUs or more GPUs than layers (a GPU with no
 // layer), naming the fix.
 std::vector<LayerRange> split_layers(uint32_t n_layer, uint32_t gpus);
+
+// Each GPU's VRAM budget from --vram-budget's list: one value for every GPU, or one per GPU in order.
+// Throws std::invalid_argument naming the fix for another count.
+std::vector<uint64_t> budgets_per_gpu(const std::vector<uint64_t>& list, uint32_t gpus);
+
+// Contiguous ranges, one per GPU (per_gpu[g] its budgets), sized by the budgets: the GPUs' stages
+// overlap, so a token takes about as long as the stage that moves the most bytes, and the split makes
+// the largest of the GPUs' per-token link bytes (plan_range's plan of the range by that GPU's budgets)
+// as small as whole layers allow; of the splits that do, the one whose largest range has the fewest
+// layers (compute). A GPU with more VRAM gets more layers; equal budgets over equal layers give counts
+// differing by one at most. Throws std::invalid_argument (split_layers' refusals) for no GPU or more GPUs
+// than layers.
+std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, const std::vector<Budgets>& per_gpu);
 
 // The plan of `r`'s layers alone (layer i of the result is layer r.begin + i of the model): by the
 // budgets over those layers, or (`resident` given) the model's first `resident` layers whole in VRAM,

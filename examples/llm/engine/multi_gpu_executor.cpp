@@ -9,6 +9,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 
 #include "examples/llm/engine/gpu_worker.h"
 #include "examples/llm/engine/layer_split.h"
+#include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/nccl_comm.h"
 
 namespace gpunvme::llm {
@@ -64,10 +66,30 @@ class NcclLink final : public HiddenLink {
   int rank_;
 };
 
+// Each GPU's VRAM budget (none: each its free memory, or --resident N).
+std::vector<std::optional<uint64_t>> gpu_budgets(const GpuExecOptions& o) {
+  std::vector<std::optional<uint64_t>> b(o.gpus);
+  if (o.resident_layers) return b;
+  if (!o.vram_budgets.empty() || o.vram_budget) {
+    const std::vector<uint64_t> v = budgets_per_gpu(o.vram_budgets.empty() ? std::vector<uint64_t>{*o.vram_budget} : o.vram_budgets, o.gpus);
+    b.assign(v.begin(), v.end());
+  }
+  return b;
+}
+
+// The layers' split: by the budgets where they are known before the GPUs start, else equal counts.
+std::vector<LayerRange> split_for(const ModelOnDevice& m, const GpuExecOptions& o) {
+  const std::vector<std::optional<uint64_t>> b = gpu_budgets(o);
+  if (b.empty() || !b[0]) return split_layers(m.config.n_layer, o.gpus);
+  std::vector<Budgets> per;
+  for (const std::optional<uint64_t>& v : b) per.push_back({.vram = *v, .ram = o.ram_budget / o.gpus});
+  return split_by_budgets(layer_bytes(m), per);
+}
+
 class MultiGpuExecutor final : public Executor {
  public:
   MultiGpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
-      : ranges_(split_layers(m.config.n_layer, o.gpus)), n_ctx_(n_ctx), n_vocab_(m.config.n_vocab) {
+      : ranges_(split_for(m, o)), n_ctx_(n_ctx), n_vocab_(m.config.n_vocab) {
     int visible = 0;
     if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
     if (int(o.gpus) > visible)
@@ -82,12 +104,15 @@ class MultiGpuExecutor final : public Executor {
       workers_.push_back(std::make_unique<GpuWorker>(int(g)));
     }
     stages_.resize(o.gpus);
+    const std::vector<std::optional<uint64_t>> budgets = gpu_budgets(o);
     // One GPU at a time: each reads its share through the shared controller's CPU queue and makes its
     // NVMe queues on it (admin commands), which are not made for concurrent callers.
     try {
       for (uint32_t g = 0; g < o.gpus; ++g) {
         GpuExecOptions so = o;
         so.gpus = 1;
+        so.vram_budget = budgets[g];
+        so.vram_budgets.clear();
         so.ram_budget = o.ram_budget / o.gpus;
         so.stage = PipelineStage{ranges_[g], 2 + g * kQueueSetsPerGpu * o.queues, links_[g].get()};
         on_each({g}, [&](uint32_t) { stages_[g] = make_gpu_executor(ctrls, m, n_ctx, so); }, "start", kStartTimeout);
