@@ -275,9 +275,13 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt)
+                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, uint32_t kv_first, uint32_t kv_end)
     : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
-      logit_rows_(std::min(max_batch_, kMaxLogitRows)), fast_prompt_(fast_prompt) {
+      logit_rows_(std::min(max_batch_, kMaxLogitRows)), fast_prompt_(fast_prompt), kv_first_(kv_first),
+      kv_end_(kv_end ? kv_end : c.n_layer) {
+  if (kv_first_ >= kv_end_ || kv_end_ > c.n_layer)
+    throw std::invalid_argument("GpuForward: KV layers " + std::to_string(kv_first_) + ".." + std::to_string(kv_end_) +
+                                " of a model of " + std::to_string(c.n_layer));
   uint64_t& t = device_bytes_;
   const uint64_t B = max_batch_;
   x_ = alloc<float>(B * c.n_embd, t);
@@ -309,7 +313,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   moe_up_ = alloc<float>(K * c.n_ff, t);
   moe_out_ = alloc<float>(K * c.n_embd, t);
   ids_ = alloc<uint32_t>(B, t);
-  const uint64_t kv = uint64_t(c.n_layer) * n_ctx * c.kv_dim();
+  const uint64_t kv = uint64_t(kv_end_ - kv_first_) * n_ctx * c.kv_dim();
   k_cache_ = alloc<uint16_t>(kv, t);
   v_cache_ = alloc<uint16_t>(kv, t);
   device::check_cuda(cudaMallocHost(&logits_host_, uint64_t(logit_rows_) * c.n_vocab * sizeof(float)), "cudaMallocHost");
@@ -413,9 +417,16 @@ void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams&
   device::check_cuda(cudaGetLastError(), "Q/K norm and RoPE kernel");
 }
 
+uint64_t GpuForward::kv_layer_offset(uint32_t layer) const {
+  if (layer < kv_first_ || layer >= kv_end_)
+    throw std::logic_error("GpuForward: layer " + std::to_string(layer) + " is outside its KV cache's layers " +
+                           std::to_string(kv_first_) + ".." + std::to_string(kv_end_));
+  return uint64_t(layer - kv_first_) * n_ctx_ * c_.kv_dim();
+}
+
 // The pass's positions are consecutive: its K and V rows are one block of the cache.
 void GpuForward::store_kv(uint32_t layer) {
-  const uint64_t KV = c_.kv_dim(), at = (uint64_t(layer) * n_ctx_ + pos_) * KV;
+  const uint64_t KV = c_.kv_dim(), at = kv_layer_offset(layer) + uint64_t(pos_) * KV;
   store_kv_kernel<<<blocks_for(n_ * KV, 128), 128, 0, stream_>>>(k_, v_, uint32_t(n_ * KV), reinterpret_cast<__half*>(k_cache_) + at,
                                                                 reinterpret_cast<__half*>(v_cache_) + at);
   device::check_cuda(cudaGetLastError(), "KV store kernel");
@@ -423,7 +434,7 @@ void GpuForward::store_kv(uint32_t layer) {
 
 void GpuForward::attend(const AttnParams& p) {
   const uint32_t KV = c_.kv_dim();
-  const uint64_t layer_off = uint64_t(p.layer) * n_ctx_ * KV;
+  const uint64_t layer_off = kv_layer_offset(p.layer);
   if (n_ > kSmallPassTokens && flash()) {  // a long pass: no scores in memory
     gpu::flash_attention(stream_, q_, reinterpret_cast<const __half*>(k_cache_) + layer_off,
                          reinterpret_cast<const __half*>(v_cache_) + layer_off, KV, c_.head_dim, c_.n_head,

@@ -87,9 +87,10 @@ class GpuForward final : public Backend {
   // on the current device. With `fast_prompt`, passes of more than kSmallPassTokens take the fast
   // kernels: the tensor-core product (gpu_gemm.h, its state made here when max_batch is above that and
   // counted in device_bytes) and flash attention (gpu_flash_attention.cuh); without, every pass takes the
-  // small passes' kernels, with their bits. `globals` must stay valid while tokens run.
+  // small passes' kernels, with their bits. `globals` must stay valid while tokens run. The KV cache holds
+  // layers [kv_first, kv_end) only (kv_end 0: to the last): a GPU of several runs its range alone.
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
-             uint32_t max_batch = 1, bool fast_prompt = true);
+             uint32_t max_batch = 1, bool fast_prompt = true, uint32_t kv_first = 0, uint32_t kv_end = 0);
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
@@ -154,6 +155,7 @@ class GpuForward final : public Backend {
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
+  uint64_t kv_layer_offset(uint32_t layer) const;  // halves to the layer's block of the cache; throws outside it
 
   ModelConfig c_;
   ModelWeights w_;
@@ -173,7 +175,8 @@ class GpuForward final : public Backend {
   uint32_t* experts_ = nullptr;  // top-k expert ids and their weights (as floats after the ids)
   uint32_t* ids_ = nullptr;      // the pass's token ids
   uint32_t* ids_host_ = nullptr;  // pinned
-  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer][pos][kv_dim] halves
+  uint32_t kv_first_ = 0, kv_end_ = 0;                // the layers the cache holds
+  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer - kv_first_][pos][kv_dim] halves
   float* logits_host_ = nullptr;                       // pinned
   struct CUevent_st* done_ = nullptr;                  // blocking-sync event: the end of a token
   // Pre-gating: the predicted layer's normed input, router logits and top-k (ids, then weights); events

@@ -310,7 +310,7 @@ class GpuExecutor final : public Executor {
     open_streams();
     load_globals();
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx, globals(), reinterpret_cast<gpu_stream_t>(compute_), o.max_batch,
-                                        o.fast_prompt);
+                                        o.fast_prompt, range_.begin, range_.end);  // KV for its own layers
     make_plan(o);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
