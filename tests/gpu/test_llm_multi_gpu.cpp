@@ -11,13 +11,17 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/engine/executor.h"
+#include "device_array.h"
 #include "gpu_rig.h"
 #include "llm_fixtures.h"
+#include "tests/llm/tiny_model.h"
 
 using namespace gpunvme;
 
@@ -123,4 +127,59 @@ TEST_CASE("llm --gpus 2: a refused pass changes nothing, and the GPUs go on to o
     tok = uint32_t(std::max_element(want[pos].begin(), want[pos].end()) - want[pos].begin());
   }
   ex->finish();
+}
+
+TEST_CASE("llm --gpus 2 --vram-budget 0,1G: the split by the budgets, each GPU's budget, one GPU's logits to the bit") {
+  REQUIRE_TWO_GPUS();
+  for (const uint32_t experts : {0u, 8u}) {
+    INFO("experts " << experts);
+    test::DeployedModel d(experts, "multi-gpu-test");
+    test::Opened o(d.device);
+    llm::GpuExecOptions one;
+    one.resident_layers = o.m.config.n_layer;
+    llm::ExecStats s1, s2;
+    const auto want = test::run(*o.ctrl, o.m, one, &s1);
+    llm::GpuExecOptions two;
+    two.gpus = 2;
+    two.vram_budgets = {0, 1ull << 30};
+    // GPU 0 streams whatever it holds, GPU 1 holds everything: the fewest bytes per token on the
+    // busiest GPU is one layer on GPU 0 (streamed), two on GPU 1 (in VRAM), not the even split's 2 + 1.
+    const auto got = test::run(*o.ctrl, o.m, two, &s2);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("step " << i);
+      CHECK(same_bits(got[i], want[i]));
+    }
+    REQUIRE(s2.gpus.size() == 2);
+    CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == 1));
+    CHECK((s2.gpus[1].layers.begin == 1 && s2.gpus[1].layers.end == 3));
+    CHECK(s2.gpus[0].vram_budget == 0);
+    CHECK(s2.gpus[1].vram_budget == 1ull << 30);
+    CHECK(s2.gpus[0].plan.count(llm::Tier::kNvme) == 1);
+    CHECK(s2.gpus[1].plan.count(llm::Tier::kVram) == 2);
+    CHECK(s2.streamed_bytes > 0);
+    // A list of another length than --gpus is refused before any GPU starts.
+    two.vram_budgets = {1, 2, 3};
+    REQUIRE_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, two), Catch::Matchers::ContainsSubstring("has 3 values for --gpus 2"));
+  }
+}
+
+// One GPU is enough: the KV cache of a range holds that range's layers alone, and a layer outside it is
+// refused instead of written past the cache.
+TEST_CASE("GpuForward: the KV cache of layers [1, 2) is one layer's, and layer 0's store is refused", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const llm::test::TinyModel m = llm::test::make_tiny(llm::test::Shape::kLlama, gguf::GgmlType::Q8_0);
+  REQUIRE(m.c.n_layer == 2);
+  gpunvme::test::DeviceArray<uint8_t> d(m.bytes);
+  auto at = [&](const llm::TensorRef& t) { return d.p + t.file_offset; };
+  const llm::GlobalWeights g{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)};
+  const uint32_t n_ctx = 32;
+  llm::GpuForward all(m.c, m.w, n_ctx, g, nullptr, 1);
+  llm::GpuForward part(m.c, m.w, n_ctx, g, nullptr, 1, true, 1, 2);
+  CHECK(all.device_bytes() - part.device_bytes() == uint64_t(n_ctx) * m.c.kv_dim() * 2 /* K and V */ * 2 /* halves */);
+  part.set_pass(0, 1);
+  part.store_kv(1);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK_THROWS_AS(part.store_kv(0), std::logic_error);
+  CHECK_THROWS_AS(llm::GpuForward(m.c, m.w, n_ctx, g, nullptr, 1, true, 2, 2), std::invalid_argument);
 }
