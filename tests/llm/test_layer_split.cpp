@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/nccl_env.h"
 
@@ -176,6 +177,41 @@ TEST_CASE("gpus_json: each GPU's layers, budget, bytes and plan") {
   CHECK(j.find("\"layer_tiers\":[\"VRAM\",\"VRAM\"]") != std::string::npos);
   CHECK(j.find("\"layer_tiers\":[\"NVMe\",\"VRAM\"]") != std::string::npos);  // spread: the middle of the range
   CHECK(gpus_table(g).find("GPU 1: layers 2-3") != std::string::npos);
+}
+
+TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in gpus, echoes of the GPU that fetched") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 800, 8, 2});
+  const std::vector<LayerRange> r = split_layers(4, 2);
+  ExecStats a, b;
+  a.plan = plan_range(all, r[0], {.vram = 2000}), b.plan = plan_range(all, r[1], {.vram = 0, .ram = 1000});
+  a.streamed_bytes = 10, b.streamed_bytes = 32, a.resident_layers = 2, b.streamed_layers = 2;
+  // GPU 0 holds its experts whole (no fetch, no prefetch); GPU 1 fetches and prefetches.
+  b.has_experts = true, b.expert_prefetch = true, b.expert_pregate = 4;
+  b.experts.requested = 40, b.experts.hits = 30, b.experts.tokens = 20;
+  b.prefetch.reads = 12, b.prefetch.hits = 9, b.prefetch.wasted = 3, b.prefetch.stall_seconds = {0, 0, 1.5, 2.5};
+  b.lag = {.tokens = 9, .routed = 36, .predicted_hits = 20, .wasted = 16, .wasted_bytes = 1600};
+  a.lag = {.tokens = 9, .routed = 0};
+  a.prefetch.stall_seconds = {0.5};
+  const ExecStats s = sum_gpu_stats({a, b}, r);
+  CHECK(s.streamed_bytes == 42);
+  CHECK((s.resident_layers == 2 && s.streamed_layers == 2));
+  CHECK(s.has_experts);
+  CHECK(s.expert_prefetch);  // GPU 1's echo, not GPU 0's (which fetches nothing)
+  CHECK(s.expert_pregate == 4);
+  CHECK((s.experts.requested == 40 && s.experts.hits == 30));
+  CHECK((s.prefetch.reads == 12 && s.prefetch.hits == 9 && s.prefetch.wasted == 3));
+  CHECK(s.prefetch.stall_seconds == std::vector<double>{0.5, 0, 1.5, 2.5});
+  CHECK((s.lag.tokens == 9 && s.lag.routed == 36 && s.lag.predicted_hits == 20));  // the same tokens, not 18
+  CHECK(s.plan.layers.size() == 4);
+  REQUIRE(s.gpus.size() == 2);
+  CHECK((s.gpus[0].experts_requested == 0 && s.gpus[0].prefetch_reads == 0));
+  CHECK((s.gpus[1].experts_requested == 40 && s.gpus[1].expert_hits == 30 && s.gpus[1].prefetch_reads == 12));
+  CHECK((s.gpus[1].prefetch_hits == 9 && s.gpus[1].prefetch_wasted == 3 && s.gpus[1].lag.routed == 36));
+  const std::string j = gpus_json(s.gpus);
+  CHECK(j.find("\"experts_requested\":40,\"expert_hits\":30,\"prefetch_reads\":12,\"prefetch_hits\":9,\"prefetch_wasted\":3,"
+               "\"lag_tokens\":9,\"lag_routed\":36,\"lag_predicted_hits\":20}") != std::string::npos);
+  CHECK(gpus_table(s.gpus).find("its experts: 40 routed, 30 cache hits; prefetched 12 (9 used, 3 wasted)") != std::string::npos);
+  CHECK_THROWS_AS(sum_gpu_stats({a}, r), std::invalid_argument);
 }
 
 TEST_CASE("disable_nvls: NCCL_NVLS_ENABLE is 0 before NCCL starts; a user's other value is refused, 0 kept") {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "examples/llm/engine/executor.h"
 #include "host/text/human_bytes.h"
 
 namespace gpunvme::llm {
@@ -154,6 +155,59 @@ ResidencyPlan join_plans(const std::vector<ResidencyPlan>& parts) {
   return p;
 }
 
+namespace {
+
+void add(std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() < b.size()) a.resize(b.size());
+  for (size_t i = 0; i < b.size(); ++i) a[i] += b[i];
+}
+
+void add(stream::PrefetchMetrics& a, const stream::PrefetchMetrics& b) {
+  a.prefetches += b.prefetches, a.reads += b.reads, a.bytes_read += b.bytes_read, a.hits += b.hits, a.wasted += b.wasted;
+  a.wasted_bytes += b.wasted_bytes, a.cut += b.cut, a.cut_bytes += b.cut_bytes, a.unsettled += b.unsettled;
+  add(a.stall_seconds, b.stall_seconds), add(a.read_seconds, b.read_seconds), add(a.tail_seconds, b.tail_seconds);
+}
+
+void add(stream::FetcherMetrics& a, const stream::FetcherMetrics& b) {
+  a.tokens += b.tokens, a.requested += b.requested, a.faults += b.faults, a.hits += b.hits, a.bytes_read += b.bytes_read;
+  a.last_faults += b.last_faults, a.steady_tokens += b.steady_tokens, a.steady_faults += b.steady_faults;
+}
+
+void add(LagCounts& a, const LagCounts& b) {
+  a.tokens = std::max(a.tokens, b.tokens);
+  a.routed += b.routed, a.predicted_hits += b.predicted_hits, a.wasted += b.wasted, a.wasted_bytes += b.wasted_bytes;
+}
+
+}  // namespace
+
+ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<LayerRange>& ranges) {
+  if (per.empty() || per.size() != ranges.size()) throw std::invalid_argument("sum_gpu_stats: one stats and range per GPU");
+  // The option echoes (and the load checks) of the first GPU that fetched experts, else GPU 0's: a GPU
+  // whose experts are all in VRAM reports no prefetch whatever the options. The sums start from nothing.
+  const auto fetching = std::find_if(per.begin(), per.end(), [](const ExecStats& p) { return p.has_experts; });
+  ExecStats s = fetching != per.end() ? *fetching : per.front();
+  s.streamed_bytes = 0, s.io_seconds = 0, s.stall_seconds = 0, s.resident_bytes = 0, s.bytes_per_step = 0;
+  s.ram_bytes = 0, s.ram_bytes_per_step = 0, s.ram_copied_bytes = 0, s.resident_layers = 0, s.ram_layers = 0, s.streamed_layers = 0;
+  s.recovery = {}, s.experts = {}, s.prefetch = {}, s.lag = {}, s.has_experts = false;
+  s.gpus.clear();
+  std::vector<ResidencyPlan> plans;
+  for (uint32_t g = 0; g < per.size(); ++g) {
+    const ExecStats& p = per[g];
+    plans.push_back(p.plan);
+    s.gpus.push_back({g, ranges[g], p.plan, p.vram_budget, p.resident_bytes, p.experts.requested, p.experts.hits, p.prefetch.reads,
+                      p.prefetch.hits, p.prefetch.wasted, p.lag});
+    s.streamed_bytes += p.streamed_bytes, s.io_seconds += p.io_seconds, s.stall_seconds += p.stall_seconds;
+    s.resident_bytes += p.resident_bytes, s.bytes_per_step += p.bytes_per_step;
+    s.ram_bytes += p.ram_bytes, s.ram_bytes_per_step += p.ram_bytes_per_step, s.ram_copied_bytes += p.ram_copied_bytes;
+    s.resident_layers += p.resident_layers, s.ram_layers += p.ram_layers, s.streamed_layers += p.streamed_layers;
+    s.recovery += p.recovery;
+    s.has_experts = s.has_experts || p.has_experts;
+    add(s.experts, p.experts), add(s.prefetch, p.prefetch), add(s.lag, p.lag);
+  }
+  s.plan = join_plans(plans);
+  return s;
+}
+
 std::string gpus_table(const std::vector<GpuShare>& g) {
   std::string s = "GPUs (" + std::to_string(g.size()) + ", hidden state passed by NCCL send/recv):\n";
   char b[200];
@@ -161,7 +215,14 @@ std::string gpus_table(const std::vector<GpuShare>& g) {
     std::snprintf(b, sizeof b, "GPU %u: layers %u-%u (its plan numbers them from 0), VRAM budget %s, weights in GPU memory %s\n",
                   x.gpu, x.layers.begin, x.layers.end - 1, x.vram_budget ? text::human_bytes(double(x.vram_budget)).c_str() : "(--resident)",
                   text::human_bytes(double(x.resident_bytes)).c_str());
-    s += b + plan_table(x.plan);
+    s += b;
+    if (x.experts_requested) {
+      std::snprintf(b, sizeof b, "  its experts: %llu routed, %llu cache hits; prefetched %llu (%llu used, %llu wasted)\n",
+                    (unsigned long long)x.experts_requested, (unsigned long long)x.expert_hits, (unsigned long long)x.prefetch_reads,
+                    (unsigned long long)x.prefetch_hits, (unsigned long long)x.prefetch_wasted);
+      s += b;
+    }
+    s += plan_table(x.plan);
   }
   return s;
 }
@@ -172,7 +233,11 @@ std::string gpus_json(const std::vector<GpuShare>& g) {
     if (s.size() > 1) s += ",";
     s += "{\"gpu\":" + std::to_string(x.gpu) + ",\"first_layer\":" + std::to_string(x.layers.begin) +
          ",\"end_layer\":" + std::to_string(x.layers.end) + ",\"vram_budget\":" + std::to_string(x.vram_budget) +
-         ",\"resident_bytes\":" + std::to_string(x.resident_bytes) + ",\"plan\":" + plan_json(x.plan) + "}";
+         ",\"resident_bytes\":" + std::to_string(x.resident_bytes) + ",\"plan\":" + plan_json(x.plan) +
+         ",\"experts_requested\":" + std::to_string(x.experts_requested) + ",\"expert_hits\":" + std::to_string(x.expert_hits) +
+         ",\"prefetch_reads\":" + std::to_string(x.prefetch_reads) + ",\"prefetch_hits\":" + std::to_string(x.prefetch_hits) +
+         ",\"prefetch_wasted\":" + std::to_string(x.prefetch_wasted) + ",\"lag_tokens\":" + std::to_string(x.lag.tokens) +
+         ",\"lag_routed\":" + std::to_string(x.lag.routed) + ",\"lag_predicted_hits\":" + std::to_string(x.lag.predicted_hits) + "}";
   }
   return s + "]";
 }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/residency_plan.h"
 
 namespace gpunvme::llm {
@@ -59,7 +60,18 @@ struct GpuShare {
   ResidencyPlan plan;         // of its layers alone (plan_range)
   uint64_t vram_budget = 0;   // the budget its plan was made with (0: --resident N)
   uint64_t resident_bytes = 0;  // weights it read into GPU memory at start (its layers, embeddings or head)
+  // MoE, its own layers' fetches: experts routed and found in the cache; what its prefetches read, and
+  // of that, what the next fetch used or not; the one-token-lag counters (expert_lag.h).
+  uint64_t experts_requested = 0, expert_hits = 0, prefetch_reads = 0, prefetch_hits = 0, prefetch_wasted = 0;
+  LagCounts lag;
 };
+struct ExecStats;
+// The GPUs' stats (per[g]: GPU g's executor, of layers ranges[g]) as one executor's: counts, bytes, times
+// and the MoE fetch, prefetch and lag counters summed (per-layer stalls element by element; the lag's
+// tokens are the most any GPU compared, each GPU comparing the same tokens at its own layers), the plans
+// joined, the option echoes and load checks the first fetching GPU's (else GPU 0's), each GPU's share in gpus.
+ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<LayerRange>& ranges);
+
 std::string gpus_table(const std::vector<GpuShare>& g);
 std::string gpus_json(const std::vector<GpuShare>& g);
 

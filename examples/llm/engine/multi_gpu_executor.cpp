@@ -155,27 +155,7 @@ class MultiGpuExecutor final : public Executor {
   ExecStats stats() const override {
     std::vector<ExecStats> per(stages_.size());
     const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { per[g] = stages_[g]->stats(); }, "stats");
-    ExecStats s = per.back();  // the last GPU's, then the others' added: counts and bytes summed; the
-                               // MoE prefetch and lag counters and option echoes stay the last GPU's
-    s.gpus.clear();
-    std::vector<ResidencyPlan> plans;
-    for (uint32_t g = 0; g < per.size(); ++g) {
-      const ExecStats& p = per[g];
-      plans.push_back(p.plan);
-      s.gpus.push_back({g, ranges_[g], p.plan, p.vram_budget, p.resident_bytes});
-      if (g + 1 == per.size()) continue;
-      s.streamed_bytes += p.streamed_bytes, s.io_seconds += p.io_seconds, s.stall_seconds += p.stall_seconds;
-      s.resident_bytes += p.resident_bytes, s.bytes_per_step += p.bytes_per_step;
-      s.ram_bytes += p.ram_bytes, s.ram_bytes_per_step += p.ram_bytes_per_step, s.ram_copied_bytes += p.ram_copied_bytes;
-      s.resident_layers += p.resident_layers, s.ram_layers += p.ram_layers, s.streamed_layers += p.streamed_layers;
-      s.recovery += p.recovery;
-      s.has_experts = s.has_experts || p.has_experts;
-      stream::FetcherMetrics& x = s.experts;
-      x.tokens += p.experts.tokens, x.requested += p.experts.requested, x.faults += p.experts.faults, x.hits += p.experts.hits;
-      x.bytes_read += p.experts.bytes_read, x.steady_tokens += p.experts.steady_tokens, x.steady_faults += p.experts.steady_faults;
-    }
-    s.plan = join_plans(plans);
-    return s;
+    return sum_gpu_stats(per, ranges_);
   }
 
   std::string describe() const override {
