@@ -183,3 +183,34 @@ TEST_CASE("GpuForward: the KV cache of layers [1, 2) is one layer's, and layer 0
   CHECK_THROWS_AS(part.store_kv(0), std::logic_error);
   CHECK_THROWS_AS(llm::GpuForward(m.c, m.w, n_ctx, g, nullptr, 1, true, 2, 2), std::invalid_argument);
 }
+
+TEST_CASE("llm --gpus 2, a namespace per GPU: each GPU streams from its own copy, one GPU's logits to the bit") {
+  REQUIRE_TWO_GPUS();
+  for (const uint32_t experts : {0u, 8u}) {
+    INFO("experts " << experts);
+    test::DeployedModel a(experts, "multi-gpu-test"), b(experts, "multi-gpu-test");
+    test::Opened oa(a.device), ob(b.device);
+    llm::GpuExecOptions one;
+    one.resident_layers = oa.m.config.n_layer;
+    llm::ExecStats s1, s2;
+    const auto want = test::run(*oa.ctrl, oa.m, one, &s1);
+    llm::GpuExecOptions two;
+    two.gpus = 2;
+    two.resident_layers = 1;  // layer 1 streamed by GPU 0 from a, layer 2 by GPU 1 from b
+    two.gpu_controllers = {{oa.ctrl.get()}, {ob.ctrl.get()}};
+    const auto got = test::run(*oa.ctrl, oa.m, two, &s2);
+    REQUIRE(got.size() == want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("step " << i);
+      CHECK(same_bits(got[i], want[i]));
+    }
+    REQUIRE(s2.gpus.size() == 2);
+    CHECK(s2.gpus[0].device == oa.ctrl->transport().name());
+    CHECK(s2.gpus[1].device == ob.ctrl->transport().name());
+    CHECK(s2.gpus[0].device != s2.gpus[1].device);
+    CHECK((s2.gpus[0].plan.count(llm::Tier::kNvme) == 1 && s2.gpus[1].plan.count(llm::Tier::kNvme) == 1));
+    CHECK(s2.streamed_bytes > 0);
+    two.gpu_controllers = {{oa.ctrl.get()}};
+    REQUIRE_THROWS_WITH(llm::make_gpu_executor(*oa.ctrl, oa.m, 8, two), Catch::Matchers::ContainsSubstring("give one per GPU"));
+  }
+}

@@ -209,7 +209,12 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   CHECK((s.gpus[1].prefetch_hits == 9 && s.gpus[1].prefetch_wasted == 3 && s.gpus[1].lag.routed == 36));
   const std::string j = gpus_json(s.gpus);
   CHECK(j.find("\"experts_requested\":40,\"expert_hits\":30,\"prefetch_reads\":12,\"prefetch_hits\":9,\"prefetch_wasted\":3,"
-               "\"lag_tokens\":9,\"lag_routed\":36,\"lag_predicted_hits\":20}") != std::string::npos);
+               "\"lag_tokens\":9,\"lag_routed\":36,\"lag_predicted_hits\":20,\"device\":\"\"}") != std::string::npos);
+  ExecStats named = s;
+  named.gpus[1].device = "emu:/tmp/b\"\n.img";  // escaped in both
+  CHECK(gpus_json(named.gpus).find("\"device\":\"emu:/tmp/b\\\"\\n.img\"}]") != std::string::npos);
+  CHECK(gpus_table(named.gpus).find("GPU 1: layers 2-3 (its plan numbers them from 0), VRAM budget (--resident), weights in GPU memory 0 B, "
+                                    "streams from emu:/tmp/b\"\\n.img\n") != std::string::npos);
   CHECK(gpus_table(s.gpus).find("its experts: 40 routed, 30 cache hits; prefetched 12 (9 used, 3 wasted)") != std::string::npos);
   CHECK_THROWS_AS(sum_gpu_stats({a}, r), std::invalid_argument);
 }

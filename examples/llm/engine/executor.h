@@ -172,6 +172,11 @@ struct GpuExecOptions {
   // by the budgets (split_by_budgets) whenever budgets are given; by equal counts when each GPU's is
   // what it has free.
   std::vector<uint64_t> vram_budgets;
+  // --gpus N, each GPU reading its layers from a namespace of its own (a copy of the model on each, which
+  // the load checks hold to the deploy record): GPU g streams through gpu_controllers[g] (one, or a
+  // striped copy's members) with its queues from 2. Empty: every GPU streams through the controllers
+  // given, each from its own queue ids. Start-time loads read through the model's own reader.
+  std::vector<std::vector<host::Controller*>> gpu_controllers;
   // Set by the multi-GPU executor for each GPU's executor: its layer range, queues and link.
   std::optional<PipelineStage> stage;
 };

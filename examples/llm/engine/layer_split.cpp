@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "examples/llm/engine/executor.h"
+#include "host/text/escape.h"
 #include "host/text/human_bytes.h"
 
 namespace gpunvme::llm {
@@ -212,10 +213,10 @@ std::string gpus_table(const std::vector<GpuShare>& g) {
   std::string s = "GPUs (" + std::to_string(g.size()) + ", hidden state passed by NCCL send/recv):\n";
   char b[200];
   for (const GpuShare& x : g) {
-    std::snprintf(b, sizeof b, "GPU %u: layers %u-%u (its plan numbers them from 0), VRAM budget %s, weights in GPU memory %s\n",
+    std::snprintf(b, sizeof b, "GPU %u: layers %u-%u (its plan numbers them from 0), VRAM budget %s, weights in GPU memory %s",
                   x.gpu, x.layers.begin, x.layers.end - 1, x.vram_budget ? text::human_bytes(double(x.vram_budget)).c_str() : "(--resident)",
                   text::human_bytes(double(x.resident_bytes)).c_str());
-    s += b;
+    s += b + (x.device.empty() ? std::string() : ", streams from " + text::printable(x.device)) + "\n";
     if (x.experts_requested) {
       std::snprintf(b, sizeof b, "  its experts: %llu routed, %llu cache hits; prefetched %llu (%llu used, %llu wasted)\n",
                     (unsigned long long)x.experts_requested, (unsigned long long)x.expert_hits, (unsigned long long)x.prefetch_reads,
@@ -237,7 +238,8 @@ std::string gpus_json(const std::vector<GpuShare>& g) {
          ",\"experts_requested\":" + std::to_string(x.experts_requested) + ",\"expert_hits\":" + std::to_string(x.expert_hits) +
          ",\"prefetch_reads\":" + std::to_string(x.prefetch_reads) + ",\"prefetch_hits\":" + std::to_string(x.prefetch_hits) +
          ",\"prefetch_wasted\":" + std::to_string(x.prefetch_wasted) + ",\"lag_tokens\":" + std::to_string(x.lag.tokens) +
-         ",\"lag_routed\":" + std::to_string(x.lag.routed) + ",\"lag_predicted_hits\":" + std::to_string(x.lag.predicted_hits) + "}";
+         ",\"lag_routed\":" + std::to_string(x.lag.routed) + ",\"lag_predicted_hits\":" + std::to_string(x.lag.predicted_hits) +
+         ",\"device\":" + text::json_string(x.device) + "}";
   }
   return s + "]";
 }

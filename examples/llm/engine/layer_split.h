@@ -64,6 +64,7 @@ struct GpuShare {
   // of that, what the next fetch used or not; the one-token-lag counters (expert_lag.h).
   uint64_t experts_requested = 0, expert_hits = 0, prefetch_reads = 0, prefetch_hits = 0, prefetch_wasted = 0;
   LagCounts lag;
+  std::string device;  // the namespace it streams from (its controller's name)
 };
 struct ExecStats;
 // The GPUs' stats (per[g]: GPU g's executor, of layers ranges[g]) as one executor's: counts, bytes, times

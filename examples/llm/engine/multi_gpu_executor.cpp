@@ -96,6 +96,9 @@ class MultiGpuExecutor final : public Executor {
       throw std::runtime_error("--gpus " + std::to_string(o.gpus) + ": CUDA sees " + std::to_string(visible) +
                                " GPU(s) here (CUDA_VISIBLE_DEVICES limits them)" +
                                (visible ? ": use --gpus " + std::to_string(visible) + " or fewer" : std::string(": use --path cpu")));
+    if (!o.gpu_controllers.empty() && o.gpu_controllers.size() != o.gpus)
+      throw std::invalid_argument("--gpus " + std::to_string(o.gpus) + " with " + std::to_string(o.gpu_controllers.size()) +
+                                  " namespaces: give one per GPU, or one for all");
     std::vector<int> devices;
     for (uint32_t g = 0; g < o.gpus; ++g) devices.push_back(int(g));
     comms_ = std::make_unique<NcclComms>(devices);
@@ -114,8 +117,13 @@ class MultiGpuExecutor final : public Executor {
         so.vram_budget = budgets[g];
         so.vram_budgets.clear();
         so.ram_budget = o.ram_budget / o.gpus;
-        so.stage = PipelineStage{ranges_[g], 2 + g * kQueueSetsPerGpu * o.queues, links_[g].get()};
-        on_each({g}, [&](uint32_t) { stages_[g] = make_gpu_executor(ctrls, m, n_ctx, so); }, "start", kStartTimeout);
+        so.gpu_controllers.clear();
+        // Its own namespace: its queues from 2; a shared one: each GPU's after the previous GPUs'.
+        const bool own = !o.gpu_controllers.empty();
+        const std::span<host::Controller* const> c = own ? std::span<host::Controller* const>(o.gpu_controllers[g]) : ctrls;
+        so.stage = PipelineStage{ranges_[g], 2 + (own ? 0 : g * kQueueSetsPerGpu * o.queues), links_[g].get()};
+        devices_.push_back(c.empty() ? std::string() : c[0]->transport().name());
+        on_each({g}, [&](uint32_t) { stages_[g] = make_gpu_executor(c, m, n_ctx, so); }, "start", kStartTimeout);
       }
     } catch (...) {
       release_stages();
@@ -155,7 +163,9 @@ class MultiGpuExecutor final : public Executor {
   ExecStats stats() const override {
     std::vector<ExecStats> per(stages_.size());
     const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { per[g] = stages_[g]->stats(); }, "stats");
-    return sum_gpu_stats(per, ranges_);
+    ExecStats s = sum_gpu_stats(per, ranges_);
+    for (uint32_t g = 0; g < s.gpus.size() && g < devices_.size(); ++g) s.gpus[g].device = devices_[g];
+    return s;
   }
 
   std::string describe() const override {
@@ -250,6 +260,7 @@ class MultiGpuExecutor final : public Executor {
   }
 
   std::vector<LayerRange> ranges_;
+  std::vector<std::string> devices_;  // [gpu]: the namespace it streams from
   uint32_t n_ctx_, n_vocab_;
   std::unique_ptr<NcclComms> comms_;
   std::vector<std::unique_ptr<NcclLink>> links_;
