@@ -286,9 +286,22 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
   const uint32_t n = groups * kGroup;
   const float scale = rms_scale(x, n, eps, partial);
   float* xf = reinterpret_cast<float*>(xs);
-  for (uint32_t e = threadIdx.x; e < n; e += blockDim.x) {
-    float& v = xf[4 * staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
-    v = v * scale * norm_w[e];
+  // kNormAhead weights loaded before the first is used (one load after another: 16 latencies in a row
+  // for a 4096-wide x, in every block of the launch).
+  for (uint32_t e0 = threadIdx.x; e0 < n; e0 += kNormAhead * blockDim.x) {
+    float g[kNormAhead];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) {
+      const uint32_t e = e0 + j * blockDim.x;
+      g[j] = e < n ? norm_w[e] : 0.0f;
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) {
+      const uint32_t e = e0 + j * blockDim.x;
+      if (e >= n) break;
+      float& v = xf[4 * staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
+      v = v * scale * g[j];
+    }
   }
   __syncthreads();
 }
