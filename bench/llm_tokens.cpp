@@ -42,7 +42,7 @@ const cli::Help kHelp = {
     "                  [--modes gpunvme,mmap,mmap-evict] [--verify on,off] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
     "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
-    "                  [--gpus N] [--json-out FILE]\n"
+    "                  [--gpus N [--drive-per-gpu]] [--json-out FILE]\n"
     "\n"
     "Tokens per second of the engine at the I/O bound: for each model image, budget pair, modeled drive and\n"
     "loader, the GPU executor decodes --warmup, then --tokens timed tokens with the real compute, and prints\n"
@@ -126,7 +126,9 @@ const cli::Help kHelp = {
     "                 a pcie5 (14.7 GB/s) cell at 70-97 %; with 8 the 70B pcie5 cell reached 100 %\n"
     "  --gpus N       the engine's layers split over the first N GPUs of this host (its --gpus; default 1;\n"
     "                 gpunvme mode only): each budget is each GPU's, the drive(s) shared by them; the bound\n"
-    "                 is still the drive's and one host link's (the per-GPU links are not in it yet)\n"
+    "                 is the drive's for all GPUs' NVMe bytes and each GPU's own host link's\n"
+    "  --drive-per-gpu  with --gpus N: each GPU streams through a modeled drive of its own over the image (N\n"
+    "                 drives holding a copy each); the bound is then the busiest GPU's drive or link\n"
     "  --emu-opts KEYS  extra keys for every cell's emulated controllers, e.g. poll=spin (the README's\n"
     "                 emulator grammar; drive= and threads= come from --drives and --queues)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
@@ -159,6 +161,7 @@ struct Cell {
   Cell(std::string m, std::string b, std::string d, std::string md)
       : model(std::move(m)), budget(std::move(b)), drive(std::move(d)), mode(std::move(md)) {}
   std::string model, budget, drive, mode, prefetch = "-", error;
+  bool drive_per_gpu = false;  // --drive-per-gpu
   bool verify = true;    // the engine's load checks (--verify)
   llm::ExecStats stats;
   uint32_t members = 1;  // drives striped over
@@ -181,6 +184,7 @@ struct RunSettings {
   uint32_t warmup = 1, tokens = 3, slots = 2;
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
   uint32_t gpus = 1;    // --gpus: the engine's GPUs (each with its own queues on the drive's controller)
+  bool drive_per_gpu = false;  // --drive-per-gpu: each GPU its own modeled drive over the image
   std::string emu_opts;  // extra emulator keys for every cell's controllers ("poll=spin"), as given
   double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
 };
@@ -244,6 +248,18 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   o.slots = rs.slots;
   o.queues = rs.queues;
   o.gpus = rs.gpus;
+  // --drive-per-gpu: each GPU streams through a modeled drive of its own (its own controller threads and
+  // pacing) over the same image, as N drives holding a copy each would serve it.
+  std::vector<std::unique_ptr<bench::DriveControllers>> gpu_drives;
+  if (rs.drive_per_gpu) {
+    c.drive_per_gpu = true;
+    for (uint32_t g = 0; g < rs.gpus; ++g) {
+      gpu_drives.push_back(std::make_unique<bench::DriveControllers>(spec.devices, drive, spec.devices.size() > 1 ? rs.queues : 2 * rs.queues,
+                                                                     rs.emu_opts));
+      const std::span<host::Controller* const> gc = gpu_drives.back()->controllers();
+      o.gpu_controllers.emplace_back(gc.begin(), gc.end());
+    }
+  }
   if (prefetch == "on" || prefetch == "off") {  // the lag prefetch, or neither; no pre-gating either way
     o.expert_prefetch = prefetch == "on";
     o.expert_pregate = 0;
@@ -283,7 +299,9 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   c.tokens = tokens;
   c.logits_hash = h;
   c.tps = c.seconds > 0 ? tokens / c.seconds : 0;
-  const double bound_s = c.stats.plan.bound_seconds(bench::ls::drive_read_bandwidth(drive) * double(c.members), rs.h2d);
+  const double drive_bw = bench::ls::drive_read_bandwidth(drive) * double(c.members);
+  const double bound_s = c.stats.gpus.empty() ? c.stats.plan.bound_seconds(drive_bw, rs.h2d)
+                                              : llm::gpus_bound_seconds(c.stats.gpus, drive_bw, rs.h2d, rs.drive_per_gpu);
   c.bound_tps = bound_s > 0 ? 1 / bound_s : 0;
   return c;
 }
@@ -336,7 +354,7 @@ std::string cell_json(const Cell& c, double h2d) {
   const std::string verify = c.error.empty() ? "\"verify\":" + llm::verify_json(e.verify) + "," : "";
   return b + prefetch + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + ",\"gpus\":" +
-         std::to_string(std::max<size_t>(1, e.gpus.size())) + ",\"gpu_plans\":" + (e.gpus.empty() ? std::string("null") : llm::gpus_json(e.gpus)) +
+         std::to_string(std::max<size_t>(1, e.gpus.size())) + ",\"drive_per_gpu\":" + (c.drive_per_gpu ? "true" : "false") + ",\"gpu_plans\":" + (e.gpus.empty() ? std::string("null") : llm::gpus_json(e.gpus)) +
          "}\n";
 }
 
@@ -445,6 +463,8 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   rs.queues = args.get_u32("queues", 8);
   rs.gpus = args.get_u32("gpus", 1);
   if (rs.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
+  rs.drive_per_gpu = args.has("drive-per-gpu");
+  if (rs.drive_per_gpu && rs.gpus < 2) throw cli::UsageError("--drive-per-gpu needs --gpus 2 or more");
   if (rs.gpus > 1 && (modes.size() != 1 || modes[0] != "gpunvme"))
     throw cli::UsageError("--gpus above 1 runs the gpunvme mode only (the mmap loaders feed one GPU): give --modes gpunvme");
   rs.expert_io = llm::parse_expert_io_flags(args);
@@ -537,7 +557,7 @@ int parse_and_run(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--device") == 0 && i + 1 < argc) models.push_back(device_model(argv[++i]));
     else rest.push_back(argv[i]);
   }
-  const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out", "gpus"}, {});
+  const cli::Args args(int(rest.size()), rest.data(), 1, {"budgets", "drives", "modes", "verify", "expert-prefetch", "expert-overlap", "expert-window", "expert-read", "tokens", "warmup", "slots", "queues", "emu-opts", "json-out", "gpus"}, {"drive-per-gpu"});
   if (args.help_asked()) return args.print_help("llm_tokens", kHelp);
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
   if (models.empty())

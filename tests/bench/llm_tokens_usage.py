@@ -23,6 +23,7 @@ CASES = [
     (["--expert-prefetch", "auto+first:"], ["+first:M", "auto or pregate:N"]),
     (["--budgets", "1X:0"], ["--budgets VRAM", "'1X'", "unknown unit"]),
     (["--budgets", "1G"], ["'1G' is not VRAM:RAM"]),
+    (["--drive-per-gpu"], ["--drive-per-gpu needs --gpus 2 or more"]),
     (["--budgets", "1G:-5"], ["--budgets RAM", "negative"]),
     (["--tokens", "0"], ["--tokens must be at least 1"]),
     (["--queues", "17"], ["--queues must be 1 to 16"]),

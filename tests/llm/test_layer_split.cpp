@@ -219,6 +219,18 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   CHECK_THROWS_AS(sum_gpu_stats({a}, r), std::invalid_argument);
 }
 
+TEST_CASE("gpus_bound_seconds: one shared drive sums the GPUs' NVMe bytes, a drive per GPU takes the busiest; links per GPU") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 0, 0, 0});
+  const std::vector<LayerRange> r = split_layers(4, 2);
+  // GPU 0 streams 2 layers (200), GPU 1 one (100, one in VRAM).
+  const std::vector<GpuShare> g{{0, r[0], plan_range(all, r[0], {.vram = 0})}, {1, r[1], plan_range(all, r[1], {.vram = 100})}};
+  CHECK(gpus_bound_seconds(g, 100, 1000, false) == 3.0);  // 300 bytes through one drive at 100 B/s
+  CHECK(gpus_bound_seconds(g, 100, 1000, true) == 2.0);   // GPU 0's 200 on its own drive
+  CHECK(gpus_bound_seconds(g, 1000, 50, true) == 4.0);    // GPU 0's 200 over its own host link at 50 B/s, not 300
+  CHECK(gpus_bound_seconds({g[0]}, 100, 50, false) == g[0].plan.bound_seconds(100, 50));  // one GPU: the plan's
+  CHECK(gpus_bound_seconds({g[0]}, 100, 50, true) == g[0].plan.bound_seconds(100, 50));
+}
+
 TEST_CASE("disable_nvls: NCCL_NVLS_ENABLE is 0 before NCCL starts; a user's other value is refused, 0 kept") {
   unsetenv(kNvlsVariable);
   disable_nvls();

@@ -209,6 +209,16 @@ ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<Lay
   return s;
 }
 
+double gpus_bound_seconds(const std::vector<GpuShare>& g, double drive_bytes_per_s, double h2d_bytes_per_s, bool drive_per_gpu) {
+  double worst = 0, nvme = 0;
+  for (const GpuShare& x : g) {
+    const double n = x.plan.nvme_bytes_per_token();
+    nvme += n;
+    worst = std::max(worst, io_bound_seconds(drive_per_gpu ? n : 0, x.plan.link_bytes_per_token(), drive_bytes_per_s, h2d_bytes_per_s));
+  }
+  return drive_per_gpu ? worst : std::max(worst, io_bound_seconds(nvme, 0, drive_bytes_per_s, h2d_bytes_per_s));
+}
+
 std::string gpus_table(const std::vector<GpuShare>& g) {
   std::string s = "GPUs (" + std::to_string(g.size()) + ", hidden state passed by NCCL send/recv):\n";
   char b[200];

@@ -73,6 +73,12 @@ struct ExecStats;
 // joined, the option echoes and load checks the first fetching GPU's (else GPU 0's), each GPU's share in gpus.
 ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<LayerRange>& ranges);
 
+// The I/O floor of a token over the GPUs' plans, in seconds (residency_plan.h's rule per GPU): each GPU
+// has a host link of its own (link bytes / h2d each); the NVMe bytes of all of them cross one drive
+// (`drive_per_gpu` false: their sum / the drive's rate) or each GPU's its own drive (the most of any GPU).
+// The GPUs' stages overlap their reads, so the slowest bounds the token. Of one GPU: its plan's bound.
+double gpus_bound_seconds(const std::vector<GpuShare>& g, double drive_bytes_per_s, double h2d_bytes_per_s, bool drive_per_gpu);
+
 std::string gpus_table(const std::vector<GpuShare>& g);
 std::string gpus_json(const std::vector<GpuShare>& g);
 
