@@ -38,6 +38,15 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
 }
 
+// Every step's logits with the bits of the same step on one GPU.
+void check_steps(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i);
+    CHECK(same_bits(got[i], want[i]));
+  }
+}
+
 // A pass of 5 tokens at position 0, every row's logits.
 std::vector<float> batched(host::Controller& c, const llm::ModelOnDevice& m, llm::GpuExecOptions o) {
   o.max_batch = 5;
@@ -68,11 +77,7 @@ TEST_CASE("llm --gpus 2: tokens and logits of one GPU to the bit, resident and s
       two.gpus = 2;
       two.resident_layers = resident;
       const auto got = test::run(*o.ctrl, o.m, two, &s2);
-      REQUIRE(got.size() == want.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        INFO("step " << i);
-        CHECK(same_bits(got[i], want[i]));
-      }
+      check_steps(got, want);
       CHECK(same_bits(batched(*o.ctrl, o.m, two), want_batch));
       REQUIRE(s2.gpus.size() == 2);
       CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == 2));
@@ -145,11 +150,7 @@ TEST_CASE("llm --gpus 2 --vram-budget 0,1G: the split by the budgets, each GPU's
     // GPU 0 streams whatever it holds, GPU 1 holds everything: the fewest bytes per token on the
     // busiest GPU is one layer on GPU 0 (streamed), two on GPU 1 (in VRAM), not the even split's 2 + 1.
     const auto got = test::run(*o.ctrl, o.m, two, &s2);
-    REQUIRE(got.size() == want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      INFO("step " << i);
-      CHECK(same_bits(got[i], want[i]));
-    }
+    check_steps(got, want);
     REQUIRE(s2.gpus.size() == 2);
     CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == 1));
     CHECK((s2.gpus[1].layers.begin == 1 && s2.gpus[1].layers.end == 3));
@@ -199,11 +200,7 @@ TEST_CASE("llm --gpus 2, a namespace per GPU: each GPU streams from its own copy
     two.resident_layers = 1;  // layer 1 streamed by GPU 0 from a, layer 2 by GPU 1 from b
     two.gpu_controllers = {{oa.ctrl.get()}, {ob.ctrl.get()}};
     const auto got = test::run(*oa.ctrl, oa.m, two, &s2);
-    REQUIRE(got.size() == want.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      INFO("step " << i);
-      CHECK(same_bits(got[i], want[i]));
-    }
+    check_steps(got, want);
     REQUIRE(s2.gpus.size() == 2);
     CHECK(s2.gpus[0].device == oa.ctrl->transport().name());
     CHECK(s2.gpus[1].device == ob.ctrl->transport().name());
