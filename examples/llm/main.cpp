@@ -42,7 +42,8 @@ const cli::Help kHelp = {
     "Finds the model on the device alone (a `gpunvme deploy` record or a dd'ed GGUF), prints the text as it is\n"
     "generated, then the run's numbers. Architectures llama (dense, Mixtral-style MoE), qwen2, gemma3, qwen3,\n"
     "qwen3moe, gpt-oss; weights F32 F16 BF16 Q8_0 Q4_0 Q5_0 Q4_K Q5_K Q6_K MXFP4.\n"
-    "  --device DEV        the namespace holding the model (repeat it for a striped set: every member, in order)\n"
+    "  --device DEV        the namespace holding the model (repeat it for a striped set: every member, in order;\n"
+    "                      with --gpus N, N devices each holding the model whole: one per GPU, each streaming its own)\n"
     "  --prompt TEXT       tokenized with the model's own vocabulary (BOS added when the model asks for it)\n"
     "  --prompt-ids LIST   token ids, comma-separated, instead of --prompt (any model, also one without a vocabulary)\n"
     "  -n N                tokens to generate (default 32; stops early at the model's end-of-text token)\n"
@@ -151,6 +152,38 @@ std::optional<bool> on_off(const cli::Args& args, const char* name) {
   const std::string v = args.get(name);
   if (v != "on" && v != "off") throw cli::UsageError(std::string("--") + name + " must be on or off, not '" + v + "'");
   return v == "on";
+}
+
+// --gpus N with --device given N times where the first holds the model whole (not a striped set's
+// member): one namespace per GPU, each a copy of the model. Else the devices are one namespace or a set.
+bool device_per_gpu(const std::vector<std::string>& devices, uint32_t gpus) {
+  if (gpus < 2 || devices.size() != gpus) return false;
+  try {
+    llm::DeviceSet first({devices[0]});
+    return !llm::open_model(first.namespaces()).stripe;
+  } catch (const std::exception&) {
+    return false;  // a set's member alone, or nothing there: the set's own open says what is wrong
+  }
+}
+
+// GPU 1.. N-1's namespaces of --device per GPU (GPU 0's is the run's): each must hold the model the run
+// opened, tensor for tensor at the same places (the load checks hold the bytes to its deploy record).
+std::vector<std::unique_ptr<llm::DeviceSet>> open_gpu_copies(const std::vector<std::string>& devices, const llm::ModelOnDevice& m) {
+  std::vector<std::unique_ptr<llm::DeviceSet>> sets;
+  const std::vector<llm::LayerBytes> want = llm::layer_bytes(m);
+  for (size_t g = 1; g < devices.size(); ++g) {
+    sets.push_back(std::make_unique<llm::DeviceSet>(std::vector<std::string>{devices[g]}));
+    const llm::ModelOnDevice copy = llm::open_model(sets.back()->namespaces());
+    const std::vector<llm::LayerBytes> got = llm::layer_bytes(copy);
+    const bool same = !copy.stripe && copy.detected.start_lba == m.detected.start_lba && copy.detected.byte_bound == m.detected.byte_bound && got.size() == want.size() &&
+                      std::equal(got.begin(), got.end(), want.begin(), [](const llm::LayerBytes& a, const llm::LayerBytes& b) {
+                        return a.dense == b.dense && a.experts == b.experts;
+                      });
+    if (!same)
+      throw cli::UsageError("--device " + text::printable(devices[g]) + " (GPU " + std::to_string(g) + ") does not hold the model of --device " +
+                            text::printable(devices[0]) + " at the same places: with --gpus N and N devices, deploy the same model on each");
+  }
+  return sets;
 }
 
 // --resident, or the budgets (not both: they are two ways of saying where layers live).
@@ -401,7 +434,9 @@ int run(const cli::Args& args, bool tokenize_only) {
   guard::OutputFile json_out = output("json-out");
   // Readers' shared locks for the whole run (DeviceSet): a deploy cannot rewrite the model under the
   // engine (and the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
-  llm::LoadedModel lm(devices);
+  const uint32_t gpus = args.get_u32("gpus", 1);
+  const bool per_gpu = gpu && device_per_gpu(devices, gpus);
+  llm::LoadedModel lm(per_gpu ? std::vector<std::string>{devices[0]} : devices);
   const llm::ModelOnDevice& m = lm.model;
   llm::DeviceSet& set = lm.set;
   const std::string device = set.describe();
@@ -438,6 +473,11 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.fast_prompt = kernels == "fast";
   if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   o.verify = !args.has("no-verify");
+  const std::vector<std::unique_ptr<llm::DeviceSet>> copies = per_gpu ? open_gpu_copies(devices, m) : decltype(open_gpu_copies(devices, m)){};
+  if (per_gpu) {
+    o.gpu_controllers.push_back(set.controllers());
+    for (const auto& c : copies) o.gpu_controllers.push_back(c->controllers());
+  }
   if (!m.detected.record) std::fprintf(stderr, "llm: %s\n", llm::no_record_note(m).c_str());
   const std::unique_ptr<llm::Executor> ex = lm.executor(gpu, ctx, o);
   // The name and the rest come from the device: escaped, so a model cannot forge terminal output.
