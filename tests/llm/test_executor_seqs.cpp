@@ -1,8 +1,8 @@
 // The executors' sequence slots (issue 37) through make_cpu_executor / make_gpu_executor, on a model
 // generated on read (emu:gen): the CPU executor with two slots runs a greedy sequence beside another
 // one in shared passes with the bits it has alone, frees a slot, and refuses bad slots and skipped
-// positions; the GPU executor refuses more than one sequence, naming what it lacks, before it looks
-// for a GPU. (The numbers, for every architecture rule: test_multi_seq.cpp.)
+// positions. (The numbers, for every architecture rule: test_multi_seq.cpp; the GPU executor's slots:
+// tests/gpu/test_llm_seqs.cpp.)
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -66,20 +66,4 @@ TEST_CASE("the CPU executor's slots: a sequence beside another has its bits alon
   // The one-sequence form is slot 0's: it continues slot 0 where it is (4 positions).
   REQUIRE(ex->step(b, steps).size() == V);
   REQUIRE_THROWS_WITH(ex->step(b, steps + 2), ContainsSubstring("it would skip 5..5"));
-}
-
-TEST_CASE("the GPU executor refuses more than one sequence, naming what it lacks") {
-  DeviceSet set({kDevice});
-  const ModelOnDevice m = open_model(set.namespaces());
-  GpuExecOptions o;
-  o.max_seqs = 2;
-  std::string error = "made";
-  try {
-    make_gpu_executor(set.controller(0), m, 8, o);
-  } catch (const std::exception& e) {
-    error = e.what();
-  }
-  if (error.find("this build has no CUDA") != std::string::npos) SKIP(error);
-  REQUIRE_THAT(error, ContainsSubstring("the GPU executor holds one sequence and 2 were asked for: several sequences in a pass need "
-                                        "sequence slots in its KV cache"));
 }

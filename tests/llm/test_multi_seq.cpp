@@ -186,23 +186,4 @@ TEST_CASE("the one-sequence form of a pass: sequence 0, consecutive positions, a
     CHECK(last[i].logits == (i == 2));
     CHECK(all[i].seq == 2);
   }
-  const OneSequence one = as_one_sequence(last, "x", "y");
-  CHECK(one.ids == ids);
-  CHECK(one.pos0 == 4);
-  CHECK_FALSE(one.all_logits);
-  CHECK(as_one_sequence(one_sequence(ids, 0, true), "x", "y").all_logits);
-  // What an executor without sequence slots refuses, naming itself and what it lacks.
-  REQUIRE_THROWS_WITH(as_one_sequence(all, "the GPU executor", "not done yet"),
-                      Equals("the GPU executor takes one sequence per pass (slot 0, consecutive positions) and token 0 is in slot 2 at "
-                             "position 4: not done yet"));
-  std::vector<PassToken> gap = last;
-  gap[2].pos = 7;
-  REQUIRE_THROWS_WITH(as_one_sequence(gap, "the GPU executor", "not done yet"),
-                      Equals("the GPU executor takes one sequence per pass (slot 0, consecutive positions) and token 2 is in slot 0 at "
-                             "position 7: not done yet"));
-  std::vector<PassToken> middle = last;
-  middle[1].logits = true;
-  REQUIRE_THROWS_WITH(as_one_sequence(middle, "the GPU executor", "not done yet"),
-                      Equals("the GPU executor returns the logits of every token of a pass or of its last one, and token 1 wants them: not "
-                             "done yet"));
 }

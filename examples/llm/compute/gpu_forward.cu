@@ -85,11 +85,12 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
   for (; i < n; i += step) out[i] = x[i] * scale * w[i];
 }
 
-// One warp per (head, token): optional per-head RMS norm, then RoPE of the first n_rot dimensions at pos0 + token.
-__global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const float* norm_w, float eps, uint32_t pos0,
+// One warp per (head, token): optional per-head RMS norm, then RoPE of the first n_rot dimensions at the
+// token's position (positions[token], in device memory).
+__global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const float* norm_w, float eps, const uint32_t* positions,
                           RopeParams rope, RopeLayout layout) {
   float* h = v + (uint64_t(blockIdx.y) * gridDim.x + blockIdx.x) * head_dim;
-  const uint32_t pos = pos0 + blockIdx.y;
+  const uint32_t pos = positions[blockIdx.y];
   const uint32_t lane = threadIdx.x;
   if (norm_w) {
     float ss = 0.0f;
@@ -103,38 +104,46 @@ __global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const flo
   for (uint32_t i = lane; i < n_rot / 2; i += 32) rope_pair_of(h, i, n_rot, pos, rope, layout);
 }
 
-__global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, __half* kc, __half* vc) {
+// Token t's K and V rows (kv_dim halves each) into its slot's cache at its position: the layer's cache
+// is [slot][n_ctx][kv_dim].
+__global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, uint32_t kv_dim, const uint32_t* positions,
+                                const uint32_t* slots, uint32_t n_ctx, __half* kc, __half* vc) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) {
-    kc[i] = __float2half_rn(k[i]);
-    vc[i] = __float2half_rn(v[i]);
-  }
+  if (i >= n * kv_dim) return;
+  const uint32_t t = i / kv_dim;
+  const uint64_t at = (uint64_t(slots[t]) * n_ctx + positions[t]) * kv_dim + i % kv_dim;
+  kc[at] = __float2half_rn(k[i]);
+  vc[at] = __float2half_rn(v[i]);
 }
 
-// One block per (query head, token): the token at pos = pos0 + token sees positions [first, pos] (the
-// last `window` of them on a sliding-window layer, window 0: all); scores, softmax, weighted sum of V.
+// One block per (query head, token t0 + blockIdx.y): the token at its position pos in its slot (of
+// slot_stride halves in the layer's cache) sees that slot's positions [first, pos] (the last `window` of
+// them on a sliding-window layer, window 0: all); scores, softmax, weighted sum of V.
 // Causal inside a batch: later tokens' cache rows are written but never read here. The warps take the
 // positions in turn, for the scores (the lanes split the head's dimensions and the warp adds them) and
 // for the weighted sum of V (each warp over its own positions, lanes over dimensions, then the warps'
 // sums added in warp order): a decode token at a context of a few dozen positions had one thread per
 // position doing a whole dot product, and one thread per dimension walking every position (16-25 µs a
 // layer on an H200, as much as a matrix-vector product). A token's result depends only on its position,
-// never on the pass it is in, so passes of 1..32 tokens keep one another's bits. Dynamic shared memory:
-// attention_shared_bytes(head_dim).
+// never on the pass it is in or on the other sequences there, so passes of 1..32 tokens keep one
+// another's bits. Dynamic shared memory: attention_shared_bytes(head_dim). Scores: blockIdx.y's row.
 constexpr uint32_t kAttnWarps = kThreads / 32;
 inline uint32_t attention_shared_bytes(uint32_t head_dim) { return (1 + kAttnWarps) * head_dim * sizeof(float); }
 __global__ void attention_kernel(const float* q, const __half* kc, const __half* vc, uint32_t kv_dim, uint32_t head_dim,
-                                 uint32_t group, uint32_t window, uint32_t pos0, float scale, const float* sinks,
-                                 float* scores, uint32_t n_ctx, float* out) {
+                                 uint32_t group, uint32_t window, const uint32_t* positions, const uint32_t* slots,
+                                 uint64_t slot_stride, uint32_t t0, float scale, const float* sinks, float* scores,
+                                 uint32_t n_ctx, float* out) {
   extern __shared__ float attn_shared[];
   float* qs = attn_shared;                // the query head
   float* part = attn_shared + head_dim;  // [warp][head_dim]: each warp's share of the weighted sum
   __shared__ float red[kAttnWarps];
-  const uint32_t h = blockIdx.x, kvh = h / group, pos = pos0 + blockIdx.y;
+  const uint32_t token = t0 + blockIdx.y, h = blockIdx.x, kvh = h / group, pos = positions[token];
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint32_t first = window && pos + 1 > window ? pos + 1 - window : 0;
-  const uint64_t head = uint64_t(blockIdx.y) * gridDim.x + h;
-  float* sc = scores + head * n_ctx;
+  const uint64_t head = uint64_t(token) * gridDim.x + h;
+  float* sc = scores + (uint64_t(blockIdx.y) * gridDim.x + h) * n_ctx;
+  kc += slots[token] * slot_stride;
+  vc += slots[token] * slot_stride;
   for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[head * head_dim + i];
   __syncthreads();
   float mx = -INFINITY;
@@ -207,6 +216,12 @@ __global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_byte
   for (int l = 0; l < kGroup; ++l) x[g * kGroup + l] = buf[l] * scale;
 }
 
+// out[r] = x[rows[r]] for r = blockIdx.y: the rows of n-wide vectors a pass wants logits of.
+__global__ void gather_rows_kernel(const float* x, const uint32_t* rows, uint32_t n, float* out) {
+  const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[uint64_t(blockIdx.y) * n + i] = x[uint64_t(rows[blockIdx.y]) * n + i];
+}
+
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
 // Rows [row_begin, row_begin + rows) of routing id k's projection `proj` times x into y + row_begin.
@@ -275,10 +290,12 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, uint32_t kv_first, uint32_t kv_end)
+                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, uint32_t kv_first, uint32_t kv_end,
+                       uint32_t max_seqs)
     : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
-      logit_rows_(std::min(max_batch_, kMaxLogitRows)), fast_prompt_(fast_prompt), kv_first_(kv_first),
-      kv_end_(kv_end ? kv_end : c.n_layer) {
+      logit_rows_(std::min(max_batch_, std::max(kMaxLogitRows, max_seqs))), max_seqs_(max_seqs), fast_prompt_(fast_prompt),
+      kv_first_(kv_first), kv_end_(kv_end ? kv_end : c.n_layer) {
+  if (max_seqs_ == 0) throw std::invalid_argument("GpuForward: a KV cache needs at least one sequence slot");
   if (kv_first_ >= kv_end_ || kv_end_ > c.n_layer)
     throw std::invalid_argument("GpuForward: KV layers " + std::to_string(kv_first_) + ".." + std::to_string(kv_end_) +
                                 " of a model of " + std::to_string(c.n_layer));
@@ -296,8 +313,9 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   up_ = alloc<float>(B * c.n_ff, t);
   // Scores for attention_kernel's passes: all of them where heads are too wide for the flash kernel, else
   // only the small passes' (longer ones take gpu_flash_attention.cuh's, which keeps none).
-  const uint64_t score_rows = flash() ? std::min<uint64_t>(B, kSmallPassTokens) : B;
-  scores_ = alloc<float>(score_rows * c.n_head * n_ctx, t);
+  // attend_small() launches that many tokens at a time.
+  score_rows_ = flash() ? std::min(max_batch_, kSmallPassTokens) : max_batch_;
+  scores_ = alloc<float>(uint64_t(score_rows_) * c.n_head * n_ctx, t);
   logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
@@ -312,12 +330,15 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   moe_gate_ = alloc<float>(K * c.n_ff, t);
   moe_up_ = alloc<float>(K * c.n_ff, t);
   moe_out_ = alloc<float>(K * c.n_embd, t);
-  ids_ = alloc<uint32_t>(B, t);
-  const uint64_t kv = uint64_t(kv_end_ - kv_first_) * n_ctx * c.kv_dim();
+  pass_dev_ = alloc<uint32_t>(4 * B, t);
+  const uint64_t kv = uint64_t(kv_end_ - kv_first_) * max_seqs_ * n_ctx * c.kv_dim();
   k_cache_ = alloc<uint16_t>(kv, t);
   v_cache_ = alloc<uint16_t>(kv, t);
   device::check_cuda(cudaMallocHost(&logits_host_, uint64_t(logit_rows_) * c.n_vocab * sizeof(float)), "cudaMallocHost");
-  device::check_cuda(cudaMallocHost(&ids_host_, B * sizeof(uint32_t)), "cudaMallocHost");
+  for (uint32_t i = 0; i < 2; ++i) {
+    device::check_cuda(cudaMallocHost(&pass_host_[i], 4 * B * sizeof(uint32_t)), "cudaMallocHost");
+    device::check_cuda(cudaEventCreateWithFlags(&pass_copied_[i], cudaEventDisableTiming), "pass event");
+  }
   device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
   logits_.resize(c.n_vocab);
   if (fast_prompt_ && max_batch_ > kSmallPassTokens) {
@@ -334,29 +355,30 @@ GpuForward::~GpuForward() {
   cudaStreamSynchronize(stream_);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)ids_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
+                  (void*)pass_dev_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
                   (void*)xn_pre_, (void*)router_pre_, (void*)pred_})
     cudaFree(p);
   if (pre_x_) cudaEventDestroy(pre_x_);
   if (pre_read_) cudaEventDestroy(pre_read_);
   cudaFreeHost(logits_host_);
-  cudaFreeHost(ids_host_);
+  for (uint32_t i = 0; i < 2; ++i) {
+    cudaFreeHost(pass_host_[i]);
+    if (pass_copied_[i]) cudaEventDestroy(pass_copied_[i]);
+  }
   cudaEventDestroy(done_);
 }
 
 void GpuForward::embed(uint32_t token, uint32_t pos) { embed(std::span(&token, 1), pos); }
 
-void GpuForward::embed(std::span<const uint32_t> tokens, uint32_t pos0) {
-  const uint32_t n = uint32_t(tokens.size());
-  for (uint32_t id : tokens)
-    if (id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(id) + " is outside the vocabulary");
-  set_pass(pos0, n);
-  // ids_host_ is free: the previous pass's copy finished before its logits() returned.
-  std::copy(tokens.begin(), tokens.end(), ids_host_);
-  device::check_cuda(cudaMemcpyAsync(ids_, ids_host_, n * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_), "token ids");
+void GpuForward::embed(std::span<const uint32_t> tokens, uint32_t pos0) { embed(one_sequence(tokens, pos0, false)); }
+
+void GpuForward::embed(std::span<const PassToken> tokens) {
+  for (const PassToken& t : tokens)
+    if (t.id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(t.id) + " is outside the vocabulary");
+  set_pass(tokens);
   const TensorRef& e = w_.token_embd;
-  embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), n), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(),
-                                                                                  ids_, c_.embd_scale, x_, c_.n_embd);
+  embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), n_), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(),
+                                                                                   ids(), c_.embd_scale, x_, c_.n_embd);
   device::check_cuda(cudaGetLastError(), "embed kernel");
 }
 
@@ -407,13 +429,19 @@ void GpuForward::norm(Act in, const TensorRef& w, Act out) {
   device::check_cuda(cudaGetLastError(), "norm kernel");
 }
 
+// Group by group (a pass of one sequence is one group): the small passes' kernels, or a long segment's
+// fast ones over its own rows.
 void GpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) {
-  gpu_matmul_pass(stream_, gemm_.get(), matrix(w, view_.at(w)), buf(in), n_, f32(view_, bias), buf(out));
+  const GpuMatrix m = matrix(w, view_.at(w));
+  for (const Group& g : groups_)
+    gpu_matmul_pass(stream_, g.fast ? gemm_.get() : nullptr, m, buf(in) + uint64_t(g.first) * m.cols, g.count, f32(view_, bias),
+                    buf(out) + uint64_t(g.first) * m.rows);
 }
 
 void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) {
   const uint32_t heads = act_width(c_, qk) / c_.head_dim;
-  qk_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(buf(qk), c_.head_dim, c_.n_rot, f32(view_, norm), c_.rms_eps, pos_, rope, c_.rope);
+  qk_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(buf(qk), c_.head_dim, c_.n_rot, f32(view_, norm), c_.rms_eps, positions(), rope,
+                                                 c_.rope);
   device::check_cuda(cudaGetLastError(), "Q/K norm and RoPE kernel");
 }
 
@@ -421,31 +449,46 @@ uint64_t GpuForward::kv_layer_offset(uint32_t layer) const {
   if (layer < kv_first_ || layer >= kv_end_)
     throw std::logic_error("GpuForward: layer " + std::to_string(layer) + " is outside its KV cache's layers " +
                            std::to_string(kv_first_) + ".." + std::to_string(kv_end_));
-  return uint64_t(layer - kv_first_) * n_ctx_ * c_.kv_dim();
+  return uint64_t(layer - kv_first_) * max_seqs_ * n_ctx_ * c_.kv_dim();
 }
 
-// The pass's positions are consecutive: its K and V rows are one block of the cache.
+// Each token's K and V rows go to its slot at its position.
 void GpuForward::store_kv(uint32_t layer) {
-  const uint64_t KV = c_.kv_dim(), at = kv_layer_offset(layer) + uint64_t(pos_) * KV;
-  store_kv_kernel<<<blocks_for(n_ * KV, 128), 128, 0, stream_>>>(k_, v_, uint32_t(n_ * KV), reinterpret_cast<__half*>(k_cache_) + at,
-                                                                reinterpret_cast<__half*>(v_cache_) + at);
+  const uint32_t KV = c_.kv_dim();
+  const uint64_t at = kv_layer_offset(layer);
+  store_kv_kernel<<<blocks_for(uint64_t(n_) * KV, 128), 128, 0, stream_>>>(
+      k_, v_, n_, KV, positions(), slots(), n_ctx_, reinterpret_cast<__half*>(k_cache_) + at, reinterpret_cast<__half*>(v_cache_) + at);
   device::check_cuda(cudaGetLastError(), "KV store kernel");
 }
 
+// A long segment on the flash kernel (no scores in memory) over its slot's cache; the rest on
+// attention_kernel, whose token results do not depend on the pass.
 void GpuForward::attend(const AttnParams& p) {
-  const uint32_t KV = c_.kv_dim();
+  const uint32_t KV = c_.kv_dim(), QD = c_.q_dim();
   const uint64_t layer_off = kv_layer_offset(p.layer);
-  if (n_ > kSmallPassTokens && flash()) {  // a long pass: no scores in memory
-    gpu::flash_attention(stream_, q_, reinterpret_cast<const __half*>(k_cache_) + layer_off,
-                         reinterpret_cast<const __half*>(v_cache_) + layer_off, KV, c_.head_dim, c_.n_head,
-                         c_.n_head / c_.n_head_kv, p.window, pos_, n_, c_.attn_scale, f32(view_, p.sinks), att_);
+  for (const Group& g : groups_) {
+    if (!(g.fast && flash())) {
+      attend_small(p, g.first, g.count);
+      continue;
+    }
+    const uint64_t at = layer_off + uint64_t(g.seq) * n_ctx_ * KV;
+    gpu::flash_attention(stream_, q_ + uint64_t(g.first) * QD, reinterpret_cast<const __half*>(k_cache_) + at,
+                         reinterpret_cast<const __half*>(v_cache_) + at, KV, c_.head_dim, c_.n_head, c_.n_head / c_.n_head_kv,
+                         p.window, g.pos0, g.count, c_.attn_scale, f32(view_, p.sinks), att_ + uint64_t(g.first) * QD);
     device::check_cuda(cudaGetLastError(), "flash attention kernel");
-    return;
   }
-  attention_kernel<<<dim3(c_.n_head, n_), kThreads, attention_shared_bytes(c_.head_dim), stream_>>>(
-      q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off, KV,
-      c_.head_dim, c_.n_head / c_.n_head_kv, p.window, pos_, c_.attn_scale, f32(view_, p.sinks), scores_, n_ctx_, att_);
-  device::check_cuda(cudaGetLastError(), "attention kernel");
+}
+
+void GpuForward::attend_small(const AttnParams& p, uint32_t first, uint32_t count) {
+  const uint64_t layer_off = kv_layer_offset(p.layer);
+  for (uint32_t t0 = first; t0 < first + count; t0 += score_rows_) {
+    const uint32_t n = std::min(score_rows_, first + count - t0);
+    attention_kernel<<<dim3(c_.n_head, n), kThreads, attention_shared_bytes(c_.head_dim), stream_>>>(
+        q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off,
+        c_.kv_dim(), c_.head_dim, c_.n_head / c_.n_head_kv, p.window, positions(), slots(), uint64_t(n_ctx_) * c_.kv_dim(), t0,
+        c_.attn_scale, f32(view_, p.sinks), scores_, n_ctx_, att_);
+    device::check_cuda(cudaGetLastError(), "attention kernel");
+  }
 }
 
 void GpuForward::glu(Act gate, Act up, FfnAct a) {
@@ -454,18 +497,21 @@ void GpuForward::glu(Act gate, Act up, FfnAct a) {
   device::check_cuda(cudaGetLastError(), "GLU kernel");
 }
 
-// Token by token: each token routes to its own experts (fetched for it when they stream). A prompt pass
-// over experts in VRAM: expert by expert (gpu_moe_grouped.h).
+// Token by token: each token routes to its own experts (fetched for it when they stream). A prompt
+// segment over experts in VRAM: expert by expert (gpu_moe_grouped.h).
 void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
-  if (grouped_ && !src_ && n_ > kSmallPassTokens) {  // same bits as below, fewer launches and weight reads
-    const WeightView& v = view_;
-    const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b),
-                          matrix(l.gate_exps, v.at(l.gate_exps)), matrix(l.up_exps, v.at(l.up_exps)),
-                          matrix(l.down_exps, v.at(l.down_exps)), f32(v, l.gate_exps_b), f32(v, l.up_exps_b),
-                          f32(v, l.down_exps_b)};
-    grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in), n_, moe_acc_);
-  } else {
-    for (uint32_t t = 0; t < n_; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+  for (const Group& g : groups_) {  // a long segment's rows grouped; a short one's token by token (the header's rule)
+    const uint64_t at = uint64_t(g.first) * c_.n_embd;
+    if (grouped_ && g.fast && !src_) {  // same bits as below, fewer launches and weight reads
+      const WeightView& v = view_;
+      const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b),
+                            matrix(l.gate_exps, v.at(l.gate_exps)), matrix(l.up_exps, v.at(l.up_exps)),
+                            matrix(l.down_exps, v.at(l.down_exps)), f32(v, l.gate_exps_b), f32(v, l.up_exps_b),
+                            f32(v, l.down_exps_b)};
+      grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at);
+    } else {
+      for (uint32_t t = g.first; t < g.first + g.count; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+    }
   }
   device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                      "MoE copy");
@@ -537,16 +583,36 @@ void GpuForward::matmul_add(const TensorRef& w, const TensorRef& bias, Act in, A
   Backend::matmul_add(w, bias, in, x);
 }
 
-// The kernels take the pass's first position and its count: one sequence's consecutive tokens.
 void GpuForward::set_pass(std::span<const PassToken> tokens) {
   const uint32_t n = uint32_t(tokens.size());
-  const uint32_t pos0 = one_sequence_start(tokens, "the GPU forward pass", kOneSequenceOnly);
   if (n == 0 || n > max_batch_)
     throw std::runtime_error("a pass of " + std::to_string(n) + " tokens: this GPU forward pass takes 1.." + std::to_string(max_batch_));
-  if (uint64_t(pos0) + n > n_ctx_)
-    throw std::runtime_error("position " + std::to_string(uint64_t(pos0) + n - 1) + " is past the context (" + std::to_string(n_ctx_) + ")");
-  pos_ = pos0;
+  for (size_t i = 0; i < n; ++i) {
+    check_slot(tokens[i].seq, max_seqs_, ("token " + std::to_string(i) + " of the pass: ").c_str());
+    if (tokens[i].pos >= n_ctx_)
+      throw std::runtime_error("position " + std::to_string(tokens[i].pos) + " is past the context (" + std::to_string(n_ctx_) + ")");
+  }
+  // This turn's pinned buffer is free once its last copy ran (two passes ago: a bounded wait, if any).
+  uint32_t* h = pass_host_[pass_turn_];
+  device::check_cuda(cudaEventSynchronize(pass_copied_[pass_turn_]), "pass copy");
+  const uint32_t B = max_batch_;
+  logit_rows_of_pass_.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    h[i] = tokens[i].id, h[B + i] = tokens[i].pos, h[2 * B + i] = tokens[i].seq;
+    if (tokens[i].logits) h[3 * B + uint32_t(logit_rows_of_pass_.size())] = i, logit_rows_of_pass_.push_back(i);
+  }
+  device::check_cuda(cudaMemcpyAsync(pass_dev_, h, 4 * uint64_t(B) * sizeof(uint32_t), cudaMemcpyHostToDevice, stream_), "pass copy");
+  device::check_cuda(cudaEventRecord(pass_copied_[pass_turn_], stream_), "pass copy");
+  pass_turn_ ^= 1;
   n_ = n;
+  // The kernel groups: each segment's kind by its own length only (the header says why).
+  groups_.clear();
+  for (uint32_t i = 0, j; i < n; i = j) {
+    for (j = i + 1; j < n && tokens[j].seq == tokens[i].seq && tokens[j].pos == tokens[j - 1].pos + 1;) ++j;
+    const bool fast = fast_prompt_ && j - i > kSmallPassTokens;
+    if (!fast && !groups_.empty() && !groups_.back().fast) groups_.back().count += j - i;
+    else groups_.push_back({i, j - i, fast, tokens[i].seq, tokens[i].pos});
+  }
 }
 
 void GpuForward::write(Act a, std::span<const float> v) {
@@ -641,13 +707,32 @@ void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* expert
 }
 
 const std::vector<float>& GpuForward::logits(bool all_rows) {
-  const uint32_t first = all_rows ? 0 : n_ - 1, rows = n_ - first;
+  const uint32_t first = all_rows ? 0 : n_ - 1;
+  return logits_of(first, n_ - first, false);
+}
+
+const std::vector<float>& GpuForward::pass_logits() {
+  const std::vector<uint32_t>& r = logit_rows_of_pass_;
+  const bool runs = r.empty() || r.back() - r.front() + 1 == r.size();  // increasing: a run when it spans its count
+  return logits_of(r.empty() ? 0 : r.front(), uint32_t(r.size()), !runs);
+}
+
+// Rows [first, first + rows) of the pass, or (gather) the pass's logit rows, gathered first; the output
+// head multiplies them with the FP32 kernels, whose rows do not depend on how many there are.
+const std::vector<float>& GpuForward::logits_of(uint32_t first, uint32_t rows, bool gather) {
   if (rows > logit_rows_)
     throw std::runtime_error("logits of " + std::to_string(rows) + " tokens asked; this GPU forward pass returns at most " + std::to_string(logit_rows_));
-  const uint64_t V = c_.n_vocab;
-  rms_norm(stream_, x_ + uint64_t(first) * c_.n_embd, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
-  enqueue_matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
-  device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
+  const uint64_t V = c_.n_vocab, E = c_.n_embd;
+  const float* from = x_ + first * E;
+  if (gather && rows > 0) {
+    gather_rows_kernel<<<dim3(blocks_for(E, 128), rows), 128, 0, stream_>>>(x_, logit_rows_dev(), uint32_t(E), tmp_);
+    from = tmp_;
+  }
+  if (rows > 0) {
+    rms_norm(stream_, from, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
+    enqueue_matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
+    device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
+  }
   // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
   // (CUDA's default stream synchronisation spins).
   device::check_cuda(cudaEventRecord(done_, stream_), "token event");

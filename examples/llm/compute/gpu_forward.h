@@ -76,11 +76,6 @@ struct GlobalWeights {
   const uint8_t* output = nullptr;
 };
 
-// What the GPU forward pass lacks to run several sequences in a pass (said where one is refused).
-inline constexpr const char* kOneSequenceOnly =
-    "several sequences in a pass need sequence slots in its KV cache and per-token positions and slots in its RoPE, KV store and "
-    "attention kernels (issue 37, not done yet; the CPU executor has them)";
-
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
@@ -88,28 +83,37 @@ class GpuForward final : public Backend {
   // kernels: the tensor-core product (gpu_gemm.h, its state made here when max_batch is above that and
   // counted in device_bytes) and flash attention (gpu_flash_attention.cuh); without, every pass takes the
   // small passes' kernels, with their bits. `globals` must stay valid while tokens run. The KV cache holds
-  // layers [kv_first, kv_end) only (kv_end 0: to the last): a GPU of several runs its range alone.
+  // layers [kv_first, kv_end) only (kv_end 0: to the last): a GPU of several runs its range alone. It has
+  // `max_seqs` sequence slots of n_ctx positions each (pass_tokens.h), laid out [layer][slot][position].
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
-             uint32_t max_batch = 1, bool fast_prompt = true, uint32_t kv_first = 0, uint32_t kv_end = 0);
+             uint32_t max_batch = 1, bool fast_prompt = true, uint32_t kv_first = 0, uint32_t kv_end = 0, uint32_t max_seqs = 1);
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
 
-  // One pass, in three steps, all enqueued on the compute stream. A pass carries one token or a batch of
-  // consecutive ones (tokens[i] at pos0 + i): each layer's weights are read once for all of them, the KV
-  // cache is filled for all of them, attention is causal inside the batch, and every token's numbers
-  // have the bits a pass of that token alone gives (gpu_matmul.h). A pass at pos0 overwrites the cache
-  // from pos0 on (how a speculative pass is rolled back).
-  void embed(uint32_t token, uint32_t pos);                   // x = scaled embedding of `token`
-  void embed(std::span<const uint32_t> tokens, uint32_t pos0);  // the same for 1..max_batch tokens
+  // One pass, in three steps, all enqueued on the compute stream. A pass carries 1..max_batch tokens, each
+  // in its sequence's slot at its position (pass_tokens.h: the caller keeps SeqSlots' rules): each
+  // layer's weights are read once for all of them, the KV cache is filled for all of them, and a token
+  // attends causally to its own sequence's positions only. Which kernels a token takes depends on its
+  // segment (its sequence's consecutive tokens in the pass), never on the others': a segment of up to
+  // kSmallPassTokens tokens takes the small passes' kernels, whose bits are a pass of that token alone's
+  // (gpu_matmul.h), a longer one the fast prompt kernels, over its own rows. So a sequence's numbers are
+  // the same beside any other sequences. A pass at a position overwrites that slot's cache from there on
+  // (a speculative rollback, or a new sequence in a freed slot).
+  void embed(std::span<const PassToken> tokens);                // x = scaled embeddings of the pass's tokens
+  void embed(uint32_t token, uint32_t pos);                     // slot 0's `token` at pos
+  void embed(std::span<const uint32_t> tokens, uint32_t pos0);  // slot 0's tokens at pos0, pos0 + 1, ...
   // x = layer(x) at the pass's positions; a MoE layer's experts come from `experts` when given, else
   // from the view (a batch's MoE layers run their experts token by token).
   void layer(const LayerWeights& l, WeightView v, ExpertSource* experts = nullptr);
   // Final norm and output head; waits for the stream. The last token's logits (n_vocab floats), or with
   // `all_rows` every token's (n x n_vocab; n at most max_logit_rows()).
   const std::vector<float>& logits(bool all_rows = false);
+  // The logits of the pass's tokens whose PassToken::logits is set, in pass order (rows x n_vocab).
+  const std::vector<float>& pass_logits();
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
+  uint32_t max_seqs() const { return max_seqs_; }
 
   gpu_stream_t stream() const { return stream_; }
   // The pass's hidden state (n x n_embd floats, token rows in pass order): what a layer range run on
@@ -136,8 +140,8 @@ class GpuForward final : public Backend {
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override;
   void norm_gated_matmul(const TensorRef& norm_w, Act in, const TensorRef& gate, const TensorRef& up, FfnAct act) override;
   void matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) override;
-  // Throws std::runtime_error for 0 or more than max_batch() tokens, or a position past n_ctx; and for
-  // tokens of a slot other than 0 or not at consecutive positions: one sequence per pass (issue 37).
+  // Throws std::runtime_error for 0 or more than max_batch() tokens, a slot it has not, or a position
+  // past n_ctx. Copies the tokens' ids, positions and slots to the GPU (the kernels read them there).
   void set_pass(std::span<const PassToken> tokens) override;
   using Backend::set_pass;
   // Copies through the compute stream and waits for it.
@@ -153,6 +157,9 @@ class GpuForward final : public Backend {
   // Whether long passes' attention takes the flash kernel (fast kernels on, heads narrow enough for it).
   bool flash() const;
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
+  // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
+  void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
+  const std::vector<float>& logits_of(uint32_t first, uint32_t rows, bool gather);
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
   uint64_t kv_layer_offset(uint32_t layer) const;  // halves to the layer's block of the cache; throws outside it
@@ -162,10 +169,20 @@ class GpuForward final : public Backend {
   uint32_t n_ctx_;
   GlobalWeights globals_;
   gpu_stream_t stream_;
-  uint32_t pos_ = 0, n_ = 1;  // the pass: tokens at pos_ .. pos_ + n_ - 1
+  uint32_t n_ = 1;  // the pass's tokens
+  // The pass's rows in kernel groups: a segment (one sequence's consecutive tokens) of more than
+  // kSmallPassTokens on the fast kernels alone (`fast`, at `pos0` of slot `seq`), or a run of smaller
+  // segments together on the small passes' kernels (whose rows do not depend on one another).
+  struct Group {
+    uint32_t first = 0, count = 0;
+    bool fast = false;
+    uint32_t seq = 0, pos0 = 0;
+  };
+  std::vector<Group> groups_;
+  std::vector<uint32_t> logit_rows_of_pass_;  // the rows PassToken::logits asks for
   WeightView view_;             // the layer being computed
   ExpertSource* src_ = nullptr;  // its experts, when fetched
-  uint32_t max_batch_ = 1, logit_rows_ = 1;
+  uint32_t max_batch_ = 1, logit_rows_ = 1, max_seqs_ = 1, score_rows_ = 1;
   bool fast_prompt_ = true;  // passes of more than kSmallPassTokens on the fast kernels
   uint64_t device_bytes_ = 0;
   // Device buffers (floats unless said otherwise).
@@ -173,10 +190,18 @@ class GpuForward final : public Backend {
   float *gate_ = nullptr, *up_ = nullptr, *scores_ = nullptr, *logits_d_ = nullptr, *router_ = nullptr, *moe_acc_ = nullptr;
   float *moe_gate_ = nullptr, *moe_up_ = nullptr, *moe_out_ = nullptr;  // MoE: [k][n_ff], [k][n_ff], [k][n_embd]
   uint32_t* experts_ = nullptr;  // top-k expert ids and their weights (as floats after the ids)
-  uint32_t* ids_ = nullptr;      // the pass's token ids
-  uint32_t* ids_host_ = nullptr;  // pinned
+  // The pass on the GPU: [ids | positions | slots | logit rows], max_batch each (pass_dev_); the host's
+  // pinned copies in turn (pass_host_[2]), each reused after its copy's event (pass_copied_).
+  uint32_t* pass_dev_ = nullptr;
+  uint32_t* pass_host_[2] = {nullptr, nullptr};
+  struct CUevent_st* pass_copied_[2] = {nullptr, nullptr};
+  uint32_t pass_turn_ = 0;
+  const uint32_t* ids() const { return pass_dev_; }
+  const uint32_t* positions() const { return pass_dev_ + max_batch_; }
+  const uint32_t* slots() const { return pass_dev_ + 2 * max_batch_; }
+  const uint32_t* logit_rows_dev() const { return pass_dev_ + 3 * max_batch_; }
   uint32_t kv_first_ = 0, kv_end_ = 0;                // the layers the cache holds
-  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer - kv_first_][pos][kv_dim] halves
+  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer - kv_first_][slot][pos][kv_dim] halves
   float* logits_host_ = nullptr;                       // pinned
   struct CUevent_st* done_ = nullptr;                  // blocking-sync event: the end of a token
   // Pre-gating: the predicted layer's normed input, router logits and top-k (ids, then weights); events

@@ -31,37 +31,6 @@ inline std::vector<PassToken> one_sequence(std::span<const uint32_t> tokens, uin
   return p;
 }
 
-// For the executors without sequence slots (the GPU's, until it keeps them): a pass of slot 0 at
-// consecutive positions is what they take; anything else is refused with `who` named and `missing`,
-// what it lacks to take it, said. Returns the first position (0 for an empty pass).
-inline uint32_t one_sequence_start(std::span<const PassToken> pass, const std::string& who, const std::string& missing) {
-  const uint32_t pos0 = pass.empty() ? 0 : pass[0].pos;
-  for (size_t i = 0; i < pass.size(); ++i)
-    if (pass[i].seq != 0 || pass[i].pos != pos0 + i)
-      throw std::runtime_error(who + " takes one sequence per pass (slot 0, consecutive positions) and token " + std::to_string(i) +
-                               " is in slot " + std::to_string(pass[i].seq) + " at position " + std::to_string(pass[i].pos) + ": " + missing);
-  return pos0;
-}
-
-// The same pass as such an executor runs it: the ids, the first position, and whether it wants the
-// logits of every token (else of the last only: other flags are refused).
-struct OneSequence {
-  std::vector<uint32_t> ids;
-  uint32_t pos0 = 0;
-  bool all_logits = false;
-};
-inline OneSequence as_one_sequence(std::span<const PassToken> pass, const std::string& who, const std::string& missing) {
-  OneSequence one{{}, one_sequence_start(pass, who, missing), !pass.empty() && pass[0].logits};
-  for (size_t i = 0; i < pass.size(); ++i) {
-    const bool last = i + 1 == pass.size();
-    if (last ? !pass[i].logits : pass[i].logits != one.all_logits)
-      throw std::runtime_error(who + " returns the logits of every token of a pass or of its last one, and token " + std::to_string(i) +
-                               (pass[i].logits ? " wants them" : " does not") + ": " + missing);
-    one.ids.push_back(pass[i].id);
-  }
-  return one;
-}
-
 // How many rows of logits a pass returns.
 inline uint32_t logit_rows(std::span<const PassToken> pass) {
   uint32_t n = 0;

@@ -158,8 +158,8 @@ struct GpuExecOptions {
   // (compute/gpu_gemm.h), flash attention (compute/gpu_flash_attention.cuh); their last bits differ from
   // token by token. false: the small passes' FP32 kernels, every logit as token by token to the bit.
   bool fast_prompt = true;
-  // Sequences held at once (a KV cache each). More than 1 is refused until the GPU forward pass keeps
-  // sequence slots (issue 37; the CPU executor does).
+  // Sequences held at once: a slot of n_ctx positions each in the KV cache, in GPU memory beside the
+  // activations (allocated before the residency plan's VRAM budget is taken).
   uint32_t max_seqs = 1;
   // The VRAM and RAM tiers' bytes checked at start, streamed layers and fetched experts on their first
   // read, against the deploy record's CRCs (load_check.h; false: --no-verify, the open check stays).

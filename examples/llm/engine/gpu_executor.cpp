@@ -298,7 +298,7 @@ class FetchedExperts final : public ExpertSource {
 class GpuExecutor final : public Executor {
  public:
   GpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
-      : m_(m), ctrls_(ctrls.begin(), ctrls.end()) {
+      : m_(m), ctrls_(ctrls.begin(), ctrls.end()), seqs_(o.max_seqs, n_ctx) {
     const size_t want = m.stripe ? m.stripe->members : 1;
     if (ctrls_.size() != want)
       throw std::runtime_error("the GPU executor got " + std::to_string(ctrls_.size()) + " controller(s) for a model on " +
@@ -310,7 +310,7 @@ class GpuExecutor final : public Executor {
     open_streams();
     load_globals();
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx, globals(), reinterpret_cast<gpu_stream_t>(compute_), o.max_batch,
-                                        o.fast_prompt, range_.begin, range_.end);  // KV for its own layers
+                                        o.fast_prompt, range_.begin, range_.end, o.max_seqs);  // KV for its own layers
     make_plan(o);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
@@ -354,16 +354,18 @@ class GpuExecutor final : public Executor {
     if (compute_) cudaStreamDestroy(compute_);
   }
 
-  std::span<const float> pass(std::span<const PassToken> pass_tokens) override {
-    const OneSequence one = as_one_sequence(pass_tokens, "the GPU executor", kOneSequenceOnly);  // issue 37: next step
-    const std::span<const uint32_t> tokens = one.ids;
-    const bool all_logits = one.all_logits;
+  std::span<const float> pass(std::span<const PassToken> tokens) override {
+    seqs_.check(tokens, fwd_->max_batch());  // a refused pass changes nothing
+    if (logit_rows(tokens) > fwd_->max_logit_rows())
+      throw std::runtime_error("logits of " + std::to_string(logit_rows(tokens)) + " tokens asked; this executor returns at most " +
+                               std::to_string(fwd_->max_logit_rows()));
     if (range_.begin == 0) {
-      fwd_->embed(tokens, one.pos0);
+      fwd_->embed(tokens);
     } else {  // a later GPU of several: the previous one's hidden state (pipeline_stage.h)
-      fwd_->set_pass(pass_tokens);
+      fwd_->set_pass(tokens);
       pipe_.link->receive(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
     }
+    seqs_.commit(tokens);  // the cache rows are (being) overwritten from here on
     for (const LayerWeights& l : m_.weights.layers) {
       if (!range_.contains(l.index)) continue;  // another GPU's
       lead_.before_layer();
@@ -399,7 +401,7 @@ class GpuExecutor final : public Executor {
     }
     std::span<const float> logits;  // none where the next GPU goes on
     if (range_.end == m_.config.n_layer) {
-      logits = fwd_->logits(all_logits);
+      logits = fwd_->pass_logits();
     } else {
       pipe_.link->send(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
       pipe_.link->wait_sent(reinterpret_cast<gpu_stream_t>(compute_));
@@ -417,6 +419,8 @@ class GpuExecutor final : public Executor {
   }
   uint32_t max_batch() const override { return fwd_->max_batch(); }
   uint32_t max_logit_rows() const override { return fwd_->max_logit_rows(); }
+  uint32_t max_seqs() const override { return seqs_.count(); }
+  void end_sequence(uint32_t seq) override { seqs_.free(seq); }
 
   void finish() override {
     if (finished_) return;
@@ -733,6 +737,7 @@ class GpuExecutor final : public Executor {
   uint32_t slots_ = 2, n_streamed_ = 0;
   uint64_t begun_ = 0, consumed_ = 0;
   bool finished_ = false;
+  SeqSlots seqs_;  // each sequence slot's length in the KV cache
   // Declared last, destroyed first: its thread may still be reading bytes the tiers above own
   // (a constructor that threw part way).
   std::unique_ptr<LoadCheck> check_;
@@ -746,8 +751,6 @@ std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const> c
   if (o.gpus > 1) return make_multi_gpu_executor(controllers, m, n_ctx, o);  // an executor like this one per GPU
   if (o.stage && !o.stage->link && (o.stage->layers.begin != 0 || o.stage->layers.end != m.config.n_layer))
     throw std::logic_error("a GPU executor of a layer range needs a HiddenLink");
-  if (o.max_seqs != 1)
-    throw std::runtime_error("the GPU executor holds one sequence and " + std::to_string(o.max_seqs) + " were asked for: " + kOneSequenceOnly);
   std::string why;
   if (!gpu_available(&why)) throw std::runtime_error("no GPU for the GPU executor: " + why);
   return std::make_unique<GpuExecutor>(controllers, m, n_ctx, o);

@@ -188,7 +188,6 @@ class MultiGpuExecutor final : public Executor {
     if (logit_rows(tokens) > max_logit_rows())
       throw std::runtime_error("logits of " + std::to_string(logit_rows(tokens)) + " tokens asked; this executor returns at most " +
                                std::to_string(max_logit_rows()));
-    if (max_seqs() == 1) as_one_sequence(tokens, "the GPU executor", kOneSequenceOnly);
   }
 
   // Each GPU's executor ends on its thread: its CUDA frees with its device current.
