@@ -136,14 +136,14 @@ void check_model(const std::string& device) {
 
 }  // namespace
 
-TEST_CASE("llm seqs: sequences joining and leaving shared GPU passes get their logits alone, to the bit") {
+TEST_CASE("llm seqs: sequences joining and leaving shared GPU passes get their logits alone, to the bit", "[gpu][llm][seqs]") {
   REQUIRE_GPU();
   for (const char* d : {"emu:gen,shape=tiny,type=q4_k", "emu:gen,shape=tiny-qwen3moe,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k",
                         "emu:gen,shape=tiny-gpt-oss,type=mxfp4"})
     check_model(d);
 }
 
-TEST_CASE("llm seqs: the GPU executor refuses bad slots and skips, and a refused pass changes nothing") {
+TEST_CASE("llm seqs: the GPU executor refuses bad slots and skips, and a refused pass changes nothing", "[gpu][llm][seqs]") {
   REQUIRE_GPU();
   llm::DeviceSet set({"emu:gen,shape=tiny,type=q4_k"});
   const llm::ModelOnDevice m = llm::open_model(set.namespaces());
