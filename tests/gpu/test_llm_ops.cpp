@@ -14,14 +14,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "examples/llm/compute/block.h"
 #include "examples/llm/compute/cpu_forward.h"
 #include "examples/llm/compute/gpu_forward.h"
+#include "examples/llm/compute/gpu_gemm.h"
 #include "gpu_rig.h"
 #include "runtime/gguf/ggml_types.h"
 #include "tests/llm/tiny_model.h"
@@ -262,14 +265,19 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
 
 // A pass of more than kSmallPassTokens tokens over experts in VRAM takes the grouped path
 // (gpu_moe_grouped.h): one routing for the pass, each expert's tokens in one product, a sum per token in
-// its routing order. Its outputs must be the token path's to the bit (the same 100 tokens in passes of
-// 25, which route token by token) and the CPU's within float rounding.
+// its routing order. With the tensor cores switched off (GPUNVME_MOE_MMA=0, the A/B switch) its outputs
+// must be the token path's to the bit (the same 100 tokens in passes of 25, which route token by token)
+// and the CPU's within float rounding.
 TEST_CASE("block ops: a prompt pass's MoE with the experts grouped, the token path's bits, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
   CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
   constexpr uint32_t n = 100, part = 25;
+  struct Unset {
+    ~Unset() { ::unsetenv("GPUNVME_MOE_MMA"); }
+  } unset;
+  ::setenv("GPUNVME_MOE_MMA", "0", 1);  // read when the GPU forward pass is made
   Twins t(llm::test::make_tiny(shape, type), 128, 128);  // 4 experts, top 2
   t.pass(0, n);
   t.random(Act::kXn, n);
@@ -286,6 +294,115 @@ TEST_CASE("block ops: a prompt pass's MoE with the experts grouped, the token pa
     const std::vector<float> tokenwise = t.gpu.read(Act::kTmp);
     CHECK(std::memcmp(tokenwise.data(), grouped.data() + p0 * w, tokenwise.size() * sizeof(float)) == 0);
   }
+}
+
+// Layer 0's experts as the GPU expert fetcher hands them over, without a drive: a copy of them in a
+// scratchpad of its own, laid out otherwise (the experts in reverse order, each one's down, up, gate),
+// and a fetch's table naming each routing id's expert in reverse order too. fetch() reads the ids back
+// and waits (a test's fake may), then writes the table.
+class CopiedExperts final : public ExpertSource {
+ public:
+  explicit CopiedExperts(const llm::test::TinyModel& m) : l_(m.w.layers[0]), k_(m.c.n_expert_used) {
+    const TensorRef* parts[3] = {&l_.down_exps, &l_.up_exps, &l_.gate_exps};
+    std::vector<uint8_t> bytes;
+    for (uint32_t e = m.c.n_expert; e-- > 0;)
+      for (const TensorRef* t : parts) {
+        offsets_.push_back(bytes.size());
+        const uint8_t* at = m.bytes.data() + t->file_offset + e * t->mat_bytes();
+        bytes.insert(bytes.end(), at, at + t->mat_bytes());
+      }
+    scratch_ = std::make_unique<DeviceBytes>(bytes);
+    REQUIRE(cudaMalloc(&experts_, k_ * sizeof(stream::GpuFetchedExpert)) == cudaSuccess);
+    REQUIRE(cudaMalloc(&selection_, k_ * sizeof(uint32_t)) == cudaSuccess);
+    n_expert_ = m.c.n_expert;
+  }
+  ~CopiedExperts() override {
+    cudaFree(experts_);
+    cudaFree(selection_);
+  }
+  void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
+    REQUIRE(layer == 0);
+    REQUIRE(k <= k_);
+    std::vector<uint32_t> id(k), sel(k);
+    REQUIRE(cudaMemcpyAsync(id.data(), ids, k * sizeof(uint32_t), cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    std::vector<stream::GpuFetchedExpert> ex(k);
+    const model::Projection projs[3] = {model::Projection::kDown, model::Projection::kUp, model::Projection::kGate};
+    const TensorRef* parts[3] = {&l_.down_exps, &l_.up_exps, &l_.gate_exps};
+    for (uint32_t j = 0; j < k; ++j) {
+      REQUIRE(id[j] < n_expert_);
+      sel[j] = k - 1 - j;
+      stream::GpuFetchedExpert& e = ex[sel[j]];
+      e.expert = id[j];
+      e.part_count = 3;
+      for (uint32_t p = 0; p < 3; ++p) {
+        e.part_proj[p] = uint32_t(projs[p]);
+        e.part_offset[p] = offsets_[(n_expert_ - 1 - id[j]) * 3 + p];
+        e.part_bytes[p] = parts[p]->mat_bytes();
+      }
+    }
+    REQUIRE(cudaMemcpyAsync(experts_, ex.data(), k * sizeof(ex[0]), cudaMemcpyHostToDevice, s) == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(selection_, sel.data(), k * sizeof(uint32_t), cudaMemcpyHostToDevice, s) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+    ++fetches;
+  }
+  const uint8_t* scratch() const override { return scratch_->p; }
+  const stream::GpuFetchedExpert* experts() const override { return experts_; }
+  const uint32_t* selection() const override { return selection_; }
+  uint32_t fetches = 0;
+
+ private:
+  const LayerWeights& l_;
+  uint32_t k_, n_expert_ = 0;
+  std::vector<uint64_t> offsets_;  // [slot][down, up, gate]
+  std::unique_ptr<DeviceBytes> scratch_;
+  stream::GpuFetchedExpert* experts_ = nullptr;
+  uint32_t* selection_ = nullptr;
+};
+
+// With the fast kernels, a prompt pass's experts take the tensor cores (gpu_expert_mma.h): the CPU's
+// outputs within what rounding the inputs to 16 bits explains (8 unit roundoffs of the output's largest
+// magnitude; a wrong tile, row, scale or expert misses by the values themselves), and the same bits
+// whether the experts were in VRAM or fetched (a fetch of K experts at a time, through CopiedExperts):
+// the engine's resident = streamed. Passes of up to kSmallPassTokens keep the token path's bits, fetched
+// or not.
+TEST_CASE("block ops: a prompt pass's MoE on the tensor cores, GPU = CPU, fetched = resident to the bit", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
+  const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  constexpr uint32_t n = 100, part = 25;
+  Twins t(llm::test::make_tiny(shape, type), 128, 128);  // 4 experts, top 2: 2 fetches of 2 per layer
+  const LayerWeights& l = t.m.w.layers[0];
+  t.pass(0, n);
+  t.random(Act::kXn, n);
+  t.poison(Act::kTmp, n);
+  for (Backend* b : t.both) b->moe(l, Act::kXn, Act::kTmp);
+  t.expect_close(Act::kTmp, 8 * float(gemm_unit_roundoff(gemm_elem_for(type))));
+  const std::vector<float> x = t.gpu.read(Act::kXn), resident = t.gpu.read(Act::kTmp);
+  CopiedExperts src(t.m);
+  t.gpu.use_layer(WeightView{t.d.p, &t.whole}, &src);
+  t.poison(Act::kTmp, n);
+  t.gpu.moe(l, Act::kXn, Act::kTmp);
+  CHECK(src.fetches == 2);
+  CHECK(std::memcmp(t.gpu.read(Act::kTmp).data(), resident.data(), resident.size() * sizeof(float)) == 0);
+  // Passes of 25: the token path, fetched (a fetch per token) and resident alike; not the prompt pass's bits.
+  const size_t w = t.width(Act::kXn);
+  bool differs = false;
+  for (uint32_t p0 = 0; p0 < n; p0 += part) {
+    CAPTURE(p0);
+    t.gpu.set_pass(p0, part);
+    t.gpu.write(Act::kXn, std::vector<float>(x.begin() + p0 * w, x.begin() + (p0 + part) * w));
+    t.gpu.use_layer(WeightView{t.d.p, &t.whole}, &src);
+    t.gpu.moe(l, Act::kXn, Act::kTmp);
+    const std::vector<float> fetched = t.gpu.read(Act::kTmp);
+    t.gpu.use_layer(WeightView{t.d.p, &t.whole});
+    t.gpu.moe(l, Act::kXn, Act::kTmp);
+    const std::vector<float> tokenwise = t.gpu.read(Act::kTmp);
+    CHECK(std::memcmp(fetched.data(), tokenwise.data(), tokenwise.size() * sizeof(float)) == 0);
+    differs = differs || std::memcmp(tokenwise.data(), resident.data() + p0 * w, tokenwise.size() * sizeof(float)) != 0;
+  }
+  CHECK(differs);  // the prompt pass did run on the tensor cores: 16-bit inputs leave some result's last bits
 }
 
 TEST_CASE("block: whole layers over two passes, every architecture rule, GPU = CPU", "[gpu][llm][ops]") {

@@ -107,10 +107,6 @@ uint32_t alignment_of(const void* p) {
 
 }  // namespace
 
-GemmElem gemm_elem_for(GgmlType t) {
-  return t == GgmlType::BF16 || t == GgmlType::MXFP4 ? GemmElem::kBF16 : GemmElem::kF16;
-}
-
 // cuBLASLt's handle, the operation (A^T B, FP32 accumulation and output), the preference (workspace),
 // and the algorithm chosen per problem (asked once per shape: the heuristic costs tens of microseconds,
 // and a prompt pass over a 70B model multiplies several hundred matrices). The dequantization runs on a
@@ -244,6 +240,14 @@ void TensorGemm::matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x,
   const uint64_t total = uint64_t(n) * m.rows;
   finish_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(y, m.rows, total, lt_->scale, bias);
   device::check_cuda(cudaGetLastError(), "tensor-core product kernels");
+}
+
+void gpu_gemm_inputs(gpu_stream_t stream, GemmElem e, const float* x, uint32_t n, uint32_t cols, void* xh, float* scale) {
+  if (n == 0) return;
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  uint32_t* h = static_cast<uint32_t*>(xh);
+  if (e == GemmElem::kF16) convert_tokens_kernel<GemmElem::kF16><<<n, kThreads, 0, s>>>(x, cols, h, scale);
+  else convert_tokens_kernel<GemmElem::kBF16><<<n, kThreads, 0, s>>>(x, cols, h, scale);
 }
 
 void gpu_matmul_pass(gpu_stream_t s, TensorGemm* gemm, const GpuMatrix& m, const float* x, uint32_t n, const float* bias,

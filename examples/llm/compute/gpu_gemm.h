@@ -37,7 +37,9 @@ inline constexpr uint32_t kSmallPassTokens = 32;
 inline constexpr uint64_t kGemmWeightScratchBytes = 128ull << 20;
 
 enum class GemmElem { kF16, kBF16 };
-GemmElem gemm_elem_for(GgmlType t);
+constexpr GemmElem gemm_elem_for(GgmlType t) {
+  return t == GgmlType::BF16 || t == GgmlType::MXFP4 ? GemmElem::kBF16 : GemmElem::kF16;
+}
 
 // Unit roundoff of a 16-bit type (half its epsilon): what rounding one input to it may change, relative.
 inline constexpr double gemm_unit_roundoff(GemmElem e) { return e == GemmElem::kF16 ? 0x1p-11 : 0x1p-8; }
@@ -96,6 +98,12 @@ class TensorGemm {
   uint64_t scratch_bytes_;
   std::unique_ptr<Lt> lt_;
 };
+
+// The tensor-core products' inputs: n vectors of `cols` floats (a multiple of 32) at x into the 16-bit
+// type e at xh (n x cols elements), each divided by the power of two scale[t] that puts its largest
+// magnitude in [2^14, 2^15) (see the header's comment); a vector's result depends on it alone. The
+// grouped MoE's expert products (gpu_expert_mma.h) take their inputs from here too.
+void gpu_gemm_inputs(gpu_stream_t s, GemmElem e, const float* x, uint32_t n, uint32_t cols, void* xh, float* scale);
 
 // A pass's matrix product: the FP32 kernels (gpu_matmul) for n <= kSmallPassTokens, without `gemm`, or
 // for a stack picked by a device-side id; the tensor cores otherwise.

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -58,10 +60,30 @@ void expert_product(cudaStream_t s, const GpuMatrix& m, const float* bias, uint3
   if (bias) add_bias_rows_kernel<<<count, 256, 0, s>>>(out, bias + uint64_t(e) * m.rows, m.rows);
 }
 
+// GPUNVME_MOE_MMA=0 keeps prompt passes' experts on the FP32 kernels (the A/B switch, until measured).
+bool mma_enabled() {
+  const char* v = std::getenv("GPUNVME_MOE_MMA");
+  return !v || std::strcmp(v, "0") != 0;
+}
+
+// Expert e's projection of the layer (its stack in st, or its part in src's scratchpad).
+ExpertWeights expert_weights(const GpuMatrix& m, ExpertSource* src, model::Projection proj) {
+  ExpertWeights w{m.type, m.row_bytes, m.rows, m.cols, m.w, m.mat_bytes};
+  if (src) w.w = nullptr, w.scratch = src->scratch(), w.ex = src->experts(), w.selection = src->selection(), w.proj = uint32_t(proj);
+  return w;
+}
+
+// Before the products read projection `proj` of the last fetch's experts 0..count: its waits, slice by slice.
+void wait_fetched(ExpertSource& src, uint32_t count, model::Projection proj, gpu_stream_t s) {
+  const uint32_t slices = src.part_slices(proj);
+  for (uint32_t k = 0; k < count; ++k)
+    for (uint32_t i = 0; i < slices; ++i) src.wait_slice(k, proj, i, s);
+}
+
 }  // namespace
 
-GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens)
-    : c_(c), max_tokens_(max_tokens), first_(c.n_expert), count_(c.n_expert) {
+GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prompt)
+    : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), first_(c.n_expert), count_(c.n_expert) {
   if (!c.is_moe()) throw std::logic_error("GroupedMoe: not an MoE model");
   const uint64_t B = max_tokens, K = c.n_expert_used;
   uint64_t& t = device_bytes_;
@@ -74,12 +96,24 @@ GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens)
   u_ = device_array<float>(B * K * c.n_ff, t);
   device::check_cuda(cudaMallocHost(&routes_host_, B * 2 * K * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
   device::check_cuda(cudaMallocHost(&rows_host_, 2 * B * K * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
+  if (!tensor_) return;
+  // Each used expert's tokens in tiles: at most one partial tile per expert beside the full ones.
+  max_tiles_ = uint32_t(B * K / kExpertTileTokens + std::min<uint64_t>(c.n_expert, B * K));
+  xh_in_ = device_array<uint16_t>(B * K * c.n_embd, t);
+  xh_mid_ = device_array<uint16_t>(B * K * c.n_ff, t);
+  scale_in_ = device_array<float>(B * K, t);
+  scale_mid_ = device_array<float>(B * K, t);
+  tiles_ = device_array<ExpertTile>(max_tiles_, t);
+  used_ = device_array<uint32_t>(c.n_expert, t);
+  device::check_cuda(cudaMallocHost(&tiles_host_, max_tiles_ * sizeof(ExpertTile)), "cudaMallocHost for the grouped MoE");
+  device::check_cuda(cudaMallocHost(&used_host_, c.n_expert * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
 }
 
 GroupedMoe::~GroupedMoe() {
-  for (void* p : {(void*)logits_, (void*)routes_, (void*)rows_, (void*)xs_, (void*)g_, (void*)u_}) cudaFree(p);
-  cudaFreeHost(routes_host_);
-  cudaFreeHost(rows_host_);
+  for (void* p : {(void*)logits_, (void*)routes_, (void*)rows_, (void*)xs_, (void*)g_, (void*)u_, xh_in_, xh_mid_,
+                  (void*)scale_in_, (void*)scale_mid_, (void*)tiles_, (void*)used_})
+    cudaFree(p);
+  for (void* p : {(void*)routes_host_, (void*)rows_host_, (void*)tiles_host_, (void*)used_host_}) cudaFreeHost(p);
 }
 
 void GroupedMoe::group(uint32_t n) {
@@ -102,10 +136,54 @@ void GroupedMoe::group(uint32_t n) {
       rows[r] = t;
       pos[uint64_t(t) * K + j] = r;
     }
+  if (!tensor_) return;
+  // The used experts in order of id, each one's tiles after the previous one's; a fetched group of K
+  // used experts finds its expert i at routing index i % K (slot).
+  used_n_ = 0;
+  tiles_of_.clear();
+  uint32_t tiles = 0;
+  for (uint32_t e = 0; e < c_.n_expert; ++e) {
+    if (!count_[e]) continue;
+    tiles_of_.push_back(tiles);
+    for (uint32_t r = 0; r < count_[e]; r += kExpertTileTokens)
+      tiles_host_[tiles++] = {e, used_n_ % K, first_[e] + r, std::min(kExpertTileTokens, count_[e] - r)};
+    used_host_[used_n_++] = e;
+  }
+  tiles_of_.push_back(tiles);
 }
 
-void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, uint32_t n, float* acc) {
+// Used experts [i0, i1) at a time: the whole pass's at once when resident; K at a time when fetched, each
+// group read into the scratchpad before its products and the next group's fetch after them.
+void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer) {
+  using model::Projection;
+  const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
+  gpu_gemm_inputs(gs, gemm_elem_for(st.gate.type), xs_, rows, E, xh_in_, scale_in_);
+  uint16_t* mid = static_cast<uint16_t*>(xh_mid_);
+  for (uint32_t i0 = 0; i0 < used_n_; i0 += src ? K : used_n_) {
+    const uint32_t i1 = src ? std::min(used_n_, i0 + K) : used_n_;
+    const ExpertTile* tiles = tiles_ + tiles_of_[i0];
+    const uint32_t n_tiles = tiles_of_[i1] - tiles_of_[i0];
+    const uint32_t r0 = first_[used_host_[i0]], r1 = first_[used_host_[i1 - 1]] + count_[used_host_[i1 - 1]];
+    if (src) {
+      src->fetch(layer, used_ + i0, i1 - i0, gs);
+      wait_fetched(*src, i1 - i0, Projection::kGate, gs);
+      wait_fetched(*src, i1 - i0, Projection::kUp, gs);
+    }
+    gpu_expert_products(gs, expert_weights(st.gate, src, Projection::kGate), tiles, n_tiles, xh_in_, scale_in_, st.gate_bias, g_);
+    gpu_expert_products(gs, expert_weights(st.up, src, Projection::kUp), tiles, n_tiles, xh_in_, scale_in_, st.up_bias, u_);
+    gpu_glu(gs, g_ + uint64_t(r0) * F, u_ + uint64_t(r0) * F, uint32_t(uint64_t(r1 - r0) * F), c_.act);
+    gpu_gemm_inputs(gs, gemm_elem_for(st.down.type), g_ + uint64_t(r0) * F, r1 - r0, F, mid + uint64_t(r0) * F, scale_mid_ + r0);
+    if (src) wait_fetched(*src, i1 - i0, Projection::kDown, gs);
+    gpu_expert_products(gs, expert_weights(st.down, src, Projection::kDown), tiles, n_tiles, mid, scale_mid_, st.down_bias, xs_);
+    if (src) src->consumed(layer, gs);
+  }
+}
+
+void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, uint32_t n, float* acc, ExpertSource* src,
+                     uint32_t layer) {
   if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
+  if (src && !tensor_cores(st.gate.type, st.up.type))
+    throw std::logic_error("GroupedMoe::run: fetched experts go grouped only on the tensor cores (the token path keeps the FP32 bits)");
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const uint64_t rows = uint64_t(n) * K;
@@ -120,6 +198,15 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   device::check_cuda(cudaMemcpyAsync(pos_, rows_host_ + uint64_t(max_tokens_) * K, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s),
                      "grouped MoE positions");
   gather_rows_kernel<<<uint32_t(rows), 256, 0, s>>>(xs_, xn, rows_, E);
+  if (tensor_cores(st.gate.type, st.up.type)) {
+    device::check_cuda(cudaMemcpyAsync(tiles_, tiles_host_, tiles_of_.back() * sizeof(ExpertTile), cudaMemcpyHostToDevice, s),
+                       "grouped MoE tiles");
+    device::check_cuda(cudaMemcpyAsync(used_, used_host_, used_n_ * sizeof(uint32_t), cudaMemcpyHostToDevice, s), "grouped MoE experts");
+    run_tensor(gs, st, uint32_t(rows), src, layer);
+    combine_kernel<<<dim3((E + 127) / 128, n), 128, 0, s>>>(acc, xs_, routes_, pos_, K, E);
+    device::check_cuda(cudaGetLastError(), "grouped MoE kernels");
+    return;
+  }
   for (uint32_t e = 0; e < c_.n_expert; ++e) {
     if (!count_[e]) continue;
     expert_product(s, st.gate, st.gate_bias, e, xs_, first_[e], count_[e], g_);

@@ -16,12 +16,25 @@
 // row, and the token path's one launch per projection for all k experts is fewer launches. Why not for
 // fetched experts: the fetcher reads at most k experts per fetch, and a prompt pass routes to nearly all.
 //
+// On the tensor cores (issue 36; tensor_cores() says when): in a prompt pass of the fast kernels the
+// experts' products take gpu_expert_mma.h's kernel instead, 16-bit inputs and FP32 sums as the dense
+// layers' prompt products (gpu_gemm.h). Their bits are then a prompt pass's, no longer the token path's,
+// so fetched experts take the same kernel in such a pass: the pass's experts are fetched K at a time
+// (the fetcher's most per fetch), each group's products run on the fetcher's scratchpad, and a product
+// has the same bits as the resident expert's (the kernel's tile depends only on its expert's bytes and
+// tokens). The rule, resident or streamed alike: a pass of more than kSmallPassTokens tokens with the fast
+// kernels on and GPUNVME_MOE_MMA not 0 multiplies every expert on the tensor cores, where the layer's
+// gate and up share a 16-bit type (gemm_elem_for); every other pass keeps the FP32 kernels' bits (decode
+// and speculative passes among them). GPUNVME_MOE_MMA=0 is the A/B switch until it is measured.
+//
 // The grouping is made on the host from the routing copied back (one stream wait per MoE layer of a
 // prompt pass): the experts' products are launched by the host, which must know each one's row count.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "examples/llm/compute/gpu_expert_mma.h"
+#include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/model/config.h"
 
@@ -38,14 +51,21 @@ struct ExpertStacks {
 
 class GroupedMoe {
  public:
-  // Buffers for passes of up to max_tokens tokens of config c (an MoE model), on the current device.
-  GroupedMoe(const ModelConfig& c, uint32_t max_tokens);
+  // Buffers for passes of up to max_tokens tokens of config c (an MoE model), on the current device;
+  // with fast_prompt (GpuForward's) and GPUNVME_MOE_MMA not 0, those of the tensor cores too.
+  GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prompt);
   ~GroupedMoe();
   GroupedMoe(const GroupedMoe&) = delete;
   GroupedMoe& operator=(const GroupedMoe&) = delete;
 
-  // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing).
-  void run(gpu_stream_t s, const ExpertStacks& st, const float* xn, uint32_t n, float* acc);
+  // Whether a layer whose gate and up are of these types multiplies its experts on the tensor cores.
+  bool tensor_cores(GgmlType gate, GgmlType up) const { return tensor_ && gemm_elem_for(gate) == gemm_elem_for(up); }
+
+  // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing). With
+  // `src`, layer `layer`'s experts are fetched through it (st's gate, up and down give only their types
+  // and shapes): only where tensor_cores(), else the token path keeps their bits.
+  void run(gpu_stream_t s, const ExpertStacks& st, const float* xn, uint32_t n, float* acc, ExpertSource* src = nullptr,
+           uint32_t layer = 0);
 
   uint64_t device_bytes() const { return device_bytes_; }
 
@@ -53,9 +73,13 @@ class GroupedMoe {
   // Host side of the grouping: rows_ (sorted row -> token) and pos_ (token t's j-th expert -> its row),
   // and each expert's first row and row count.
   void group(uint32_t n);
+  // The tensor cores' products of the gathered rows xs_ (rows of them), outputs into xs_: the used
+  // experts all at once, or through src K at a time.
+  void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer);
 
   ModelConfig c_;
   uint32_t max_tokens_;
+  bool tensor_ = false;
   uint64_t device_bytes_ = 0;
   float* logits_ = nullptr;                            // [n][n_expert]
   uint32_t *routes_ = nullptr, *routes_host_ = nullptr;  // [n][2k]: k ids, then k weights (floats)
@@ -64,6 +88,15 @@ class GroupedMoe {
   float* xs_ = nullptr;    // [n * k][n_embd]: the gathered inputs, then the experts' outputs
   float *g_ = nullptr, *u_ = nullptr;  // [n * k][n_ff]
   std::vector<uint32_t> first_, count_;  // per expert
+  // Tensor cores: the inputs in 16-bit and their scales (the gathered tokens, then the GLU's outputs),
+  // the tiles (expert by expert, tiles_of_[i]: the first of used expert i's; pinned host, then device)
+  // and the experts used in routing order of id (used_: pinned host and device; used_n_ of them).
+  void *xh_in_ = nullptr, *xh_mid_ = nullptr;
+  float *scale_in_ = nullptr, *scale_mid_ = nullptr;
+  ExpertTile *tiles_ = nullptr, *tiles_host_ = nullptr;
+  uint32_t *used_ = nullptr, *used_host_ = nullptr;
+  uint32_t used_n_ = 0, max_tiles_ = 0;
+  std::vector<uint32_t> tiles_of_;
 };
 
 }  // namespace gpunvme::llm

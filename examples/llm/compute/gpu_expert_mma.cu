@@ -1,0 +1,149 @@
+#include "examples/llm/compute/gpu_expert_mma.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <mma.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "device/cuda_check.h"
+#include "examples/llm/quant/dequant.h"
+#include "examples/llm/quant/weight_types.h"
+
+namespace gpunvme::llm {
+namespace {
+
+namespace wmma = nvcuda::wmma;
+
+constexpr uint32_t kM = kExpertTileRows, kN = kExpertTileTokens;
+constexpr uint32_t kK = 2 * kGroup;     // columns per step: two groups, one per thread of a 128-thread block
+constexpr uint32_t kWarps = kM / 16;    // a warp per 16 weight rows, over all of the tile's tokens
+constexpr uint32_t kThreads = kWarps * 32;
+constexpr uint32_t kLd = kK + 8;        // 16-bit elements per staged row: the padding spreads the banks
+constexpr uint32_t kLdC = kM + 4;       // floats per token of the staged outputs
+static_assert(kThreads == kM * kK / kGroup, "each thread dequantizes one group of a step");
+
+template <GemmElem E>
+struct Elem;
+template <>
+struct Elem<GemmElem::kF16> {
+  using T = __half;
+  __device__ static uint32_t pack(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+template <>
+struct Elem<GemmElem::kBF16> {
+  using T = __nv_bfloat16;
+  __device__ static uint32_t pack(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+  }
+};
+
+// The tile's expert's matrix: in its stack, or its part in the fetcher's scratchpad (null: none usable).
+__device__ const uint8_t* expert_matrix(const ExpertWeights& m, const ExpertTile& t) {
+  if (!m.ex) return m.w + uint64_t(t.expert) * m.mat_bytes;
+  const stream::GpuFetchedExpert& e = m.ex[m.selection[t.slot]];
+  if (e.failed != 0 || e.expert != t.expert) return nullptr;
+  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
+    if (e.part_proj[p] == m.proj && e.part_bytes[p] == uint64_t(m.rows) * m.row_bytes) return m.scratch + e.part_offset[p];
+  return nullptr;
+}
+
+// Block (blockIdx.x, blockIdx.y): weight rows [64 x, 64 x + 64) of tile y's expert times its tokens.
+// Each step stages 64 columns: thread i dequantizes group i % 2 of row i / 2 into as (rows beyond the
+// matrix as zeros), the threads copy the tokens' 16-bit columns into bs (tokens beyond the tile as
+// zeros); warp w multiplies rows [16 w, 16 w + 16) by the 64 tokens, 16 columns at a time.
+template <GgmlType T, GemmElem E>
+__global__ void __launch_bounds__(kThreads) expert_mma_kernel(ExpertWeights m, const ExpertTile* tiles,
+                                                              const typename Elem<E>::T* xh, const float* scale,
+                                                              const float* bias, float* y) {
+  using H = typename Elem<E>::T;
+  __shared__ __align__(128) H as[kM * kLd];
+  __shared__ __align__(128) H bs[kN * kLd];
+  __shared__ __align__(128) float cs[kN * kLdC];
+  const ExpertTile tile = tiles[blockIdx.y];
+  const uint32_t r0 = blockIdx.x * kM, warp = threadIdx.x / 32;
+  const uint8_t* w = expert_matrix(m, tile);
+  if (!w) {  // the whole block: every thread found the same
+    for (uint32_t i = threadIdx.x; i < kN * kM; i += kThreads) {
+      const uint32_t t = i / kM, r = r0 + i % kM;
+      if (t < tile.count && r < m.rows) y[uint64_t(tile.row0 + t) * m.rows + r] = NAN;
+    }
+    return;
+  }
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kN / 16];
+#pragma unroll
+  for (uint32_t j = 0; j < kN / 16; ++j) wmma::fill_fragment(acc[j], 0.0f);
+  const uint32_t groups = m.cols / kGroup, ar = threadIdx.x / 2, ag = threadIdx.x % 2;
+  for (uint32_t k0 = 0; k0 < m.cols; k0 += kK) {
+    {
+      float v[kGroup];
+      const uint32_t g = k0 / kGroup + ag;
+      if (r0 + ar < m.rows && g < groups) {
+        dequant_group<T>(w + uint64_t(r0 + ar) * m.row_bytes, g, v);
+      } else {
+#pragma unroll
+        for (uint32_t i = 0; i < kGroup; ++i) v[i] = 0.0f;
+      }
+      uint4* dst = reinterpret_cast<uint4*>(as + ar * kLd + ag * kGroup);
+#pragma unroll
+      for (uint32_t q = 0; q < kGroup / 8; ++q)
+        dst[q] = make_uint4(Elem<E>::pack(v[8 * q], v[8 * q + 1]), Elem<E>::pack(v[8 * q + 2], v[8 * q + 3]),
+                            Elem<E>::pack(v[8 * q + 4], v[8 * q + 5]), Elem<E>::pack(v[8 * q + 6], v[8 * q + 7]));
+    }
+    for (uint32_t i = threadIdx.x; i < kN * kK / 8; i += kThreads) {
+      const uint32_t t = i / (kK / 8), c = i % (kK / 8) * 8;
+      uint4 val = make_uint4(0, 0, 0, 0);
+      if (t < tile.count && k0 + c < m.cols) val = *reinterpret_cast<const uint4*>(xh + uint64_t(tile.row0 + t) * m.cols + k0 + c);
+      *reinterpret_cast<uint4*>(bs + t * kLd + c) = val;
+    }
+    __syncthreads();
+#pragma unroll
+    for (uint32_t kk = 0; kk < kK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, H, wmma::row_major> a;
+      wmma::load_matrix_sync(a, as + warp * 16 * kLd + kk, kLd);
+#pragma unroll
+      for (uint32_t j = 0; j < kN / 16; ++j) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::col_major> b;
+        wmma::load_matrix_sync(b, bs + j * 16 * kLd + kk, kLd);
+        wmma::mma_sync(acc[j], a, b, acc[j]);
+      }
+    }
+    __syncthreads();
+  }
+  // cs[t * kLdC + r]: token t's output for row r0 + r, so that the stores below run along the rows.
+#pragma unroll
+  for (uint32_t j = 0; j < kN / 16; ++j) wmma::store_matrix_sync(cs + j * 16 * kLdC + warp * 16, acc[j], kLdC, wmma::mem_col_major);
+  __syncthreads();
+  const float* b = bias ? bias + uint64_t(tile.expert) * m.rows : nullptr;
+  for (uint32_t i = threadIdx.x; i < kN * kM; i += kThreads) {
+    const uint32_t t = i / kM, r = i % kM;
+    if (t < tile.count && r0 + r < m.rows)
+      y[uint64_t(tile.row0 + t) * m.rows + r0 + r] = cs[t * kLdC + r] * scale[tile.row0 + t] + (b ? b[r0 + r] : 0.0f);
+  }
+}
+
+}  // namespace
+
+void gpu_expert_products(gpu_stream_t stream, const ExpertWeights& m, const ExpertTile* tiles, uint32_t n_tiles, const void* xh,
+                         const float* scale, const float* bias, float* y) {
+  if (n_tiles == 0) return;
+  if (m.cols == 0 || m.cols % kGroup != 0 || n_tiles > 65535)
+    throw std::logic_error("gpu_expert_products: " + std::to_string(n_tiles) + " tiles of rows " + std::to_string(m.cols) +
+                           " wide (1..65535 tiles, a whole number of 32-element groups)");
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const dim3 grid((m.rows + kM - 1) / kM, n_tiles);
+  with_weight_type(m.type, [&](auto type) {
+    constexpr GgmlType T = decltype(type)::value;
+    constexpr GemmElem E = gemm_elem_for(T);
+    expert_mma_kernel<T, E><<<grid, kThreads, 0, s>>>(m, tiles, static_cast<const typename Elem<E>::T*>(xh), scale, bias, y);
+  });
+  device::check_cuda(cudaGetLastError(), "grouped expert tensor-core kernel");
+}
+
+}  // namespace gpunvme::llm

@@ -1,0 +1,134 @@
+// The grouped MoE's expert products on the tensor cores (examples/llm/compute/gpu_expert_mma.h), for
+// every weight type: a stack of 5 experts whose tokens make full, partial, single and no tiles, over
+// rows that end in a partial tile; each output within gemm_error_bound (the dense prompt product's
+// bound, gpu_gemm.h) of the exact product plus the expert's bias; the same experts found through a
+// fetch's table in a scratchpad laid out otherwise give the same bits; an expert whose read failed, or a
+// table naming another expert, gives NaN for its tile and leaves the others alone.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/generators/catch_generators_range.hpp>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "device_array.h"
+#include "examples/llm/compute/gpu_expert_mma.h"
+#include "examples/llm/quant/weight_types.h"
+#include "gpu_rig.h"
+#include "runtime/gguf/ggml_types.h"
+#include "runtime/model/tensor_names.h"
+#include "tests/llm/tiny_model.h"
+
+using namespace gpunvme;
+using namespace gpunvme::llm;
+using Catch::Generators::from_range;
+using gpunvme::test::DeviceArray;
+
+namespace {
+
+constexpr uint32_t kExperts = 5;
+const std::vector<GgmlType> kTypes(kComputedTypes.begin(), kComputedTypes.end());
+
+// The exact product of a row (dequantized on the host) with x, in double.
+double exact_dot(GgmlType t, const uint8_t* row, uint32_t cols, const float* x) {
+  double s = 0;
+  float g[kGroup];
+  for (uint32_t grp = 0; grp < cols / kGroup; ++grp) {
+    dequant_group(t, row, grp, g);
+    for (int l = 0; l < kGroup; ++l) s += double(g[l]) * x[grp * kGroup + l];
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("grouped expert products on the tensor cores: within gemm_error_bound, fetched = resident to the bit",
+          "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  const uint32_t rows = 300, cols = GENERATE(512u, 768u);
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), cols);
+  std::mt19937 rng(uint32_t(t) * 31 + cols);
+  const std::vector<uint8_t> w = llm::test::random_rows(t, cols, uint64_t(rows) * kExperts, rng);
+  const uint64_t row_bytes = w.size() / (uint64_t(rows) * kExperts), mat = row_bytes * rows;
+  // Tokens per expert: two tiles (64 + 6), none, one, one full tile, a partial one.
+  const uint32_t counts[kExperts] = {70, 0, 1, 64, 33};
+  std::vector<ExpertTile> tiles;
+  uint32_t total = 0, used = 0;
+  for (uint32_t e = 0; e < kExperts; ++e) {
+    for (uint32_t r = 0; r < counts[e]; r += kExpertTileTokens)
+      tiles.push_back({e, used, total + r, std::min(kExpertTileTokens, counts[e] - r)});
+    total += counts[e];
+    used += counts[e] ? 1 : 0;
+  }
+  std::vector<float> x(size_t(total) * cols), bias(size_t(kExperts) * rows);
+  std::normal_distribution<float> d;
+  for (float& v : x) v = d(rng);
+  for (float& v : bias) v = d(rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dbias(bias), dscale(std::vector<float>(total, NAN));
+  DeviceArray<uint16_t> dxh(std::vector<uint16_t>(size_t(total) * cols, 0));
+  DeviceArray<ExpertTile> dtiles(tiles);
+  gpu_gemm_inputs(nullptr, gemm_elem_for(t), dx.p, total, cols, dxh.p, dscale.p);
+  const std::vector<float> poison(size_t(total) * rows, NAN);
+  DeviceArray<float> dy(poison), dfetched(poison), dfailed(poison);
+  const ExpertWeights resident{t, row_bytes, rows, cols, dw.p, mat};
+  gpu_expert_products(nullptr, resident, dtiles.p, uint32_t(tiles.size()), dxh.p, dscale.p, dbias.p, dy.p);
+
+  // The used experts in a scratchpad in reverse order, each behind a part of another projection; the
+  // fetch's table in reverse order of routing index too.
+  const uint32_t ids[] = {0, 2, 3, 4};
+  std::vector<uint8_t> scratch;
+  std::vector<stream::GpuFetchedExpert> table(used);
+  std::vector<uint32_t> selection(used);
+  for (uint32_t j = used; j-- > 0;) {
+    selection[j] = used - 1 - j;
+    stream::GpuFetchedExpert& e = table[selection[j]];
+    e.expert = ids[j];
+    e.part_count = 2;
+    e.part_proj[0] = uint32_t(model::Projection::kUp), e.part_offset[0] = scratch.size(), e.part_bytes[0] = mat;
+    scratch.insert(scratch.end(), mat, uint8_t(0x55));  // another projection's bytes: not to be read
+    e.part_proj[1] = uint32_t(model::Projection::kGate), e.part_offset[1] = scratch.size(), e.part_bytes[1] = mat;
+    scratch.insert(scratch.end(), w.begin() + ids[j] * mat, w.begin() + (ids[j] + 1) * mat);
+  }
+  DeviceArray<uint8_t> dscratch(scratch);
+  DeviceArray<stream::GpuFetchedExpert> dtable(table);
+  DeviceArray<uint32_t> dsel(selection);
+  ExpertWeights fetched{t, row_bytes, rows, cols, nullptr, 0, dscratch.p, dtable.p, dsel.p, uint32_t(model::Projection::kGate)};
+  gpu_expert_products(nullptr, fetched, dtiles.p, uint32_t(tiles.size()), dxh.p, dscale.p, dbias.p, dfetched.p);
+  // Expert 2's read failed and expert 3's entry names expert 1: their tiles NaN, the others as before.
+  table[selection[1]].failed = 1;
+  table[selection[2]].expert = 1;
+  DeviceArray<stream::GpuFetchedExpert> dbad(table);
+  fetched.ex = dbad.p;
+  gpu_expert_products(nullptr, fetched, dtiles.p, uint32_t(tiles.size()), dxh.p, dscale.p, dbias.p, dfailed.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+
+  const auto y = dy.get(poison.size()), yf = dfetched.get(poison.size()), ybad = dfailed.get(poison.size());
+  double worst = 0;  // the largest error as a fraction of its bound
+  uint32_t row0 = 0;
+  for (uint32_t e = 0; e < kExperts; ++e) {
+    for (uint32_t k = row0; k < row0 + counts[e]; ++k)
+      for (uint32_t r = 0; r < rows; ++r) {
+        const uint8_t* row = w.data() + e * mat + r * row_bytes;
+        const double want = exact_dot(t, row, cols, &x[size_t(k) * cols]) + bias[size_t(e) * rows + r];
+        const double bound = gemm_error_bound(t, row, cols, &x[size_t(k) * cols]);
+        const float got = y[size_t(k) * rows + r];
+        CAPTURE(e, k, r, got, want, bound);
+        REQUIRE(std::isfinite(got));
+        REQUIRE(std::fabs(got - want) <= bound);
+        worst = std::max(worst, std::fabs(got - want) / bound);
+        const bool bad = e == 2 || e == 3;
+        REQUIRE((bad ? std::isnan(ybad[size_t(k) * rows + r]) : ybad[size_t(k) * rows + r] == got));
+      }
+    row0 += counts[e];
+  }
+  INFO("largest error: " << worst << " of the bound");
+  CHECK(worst > 0);
+  CHECK(std::memcmp(y.data(), yf.data(), y.size() * sizeof(float)) == 0);
+}
