@@ -541,3 +541,134 @@ TEST_CASE("GPU backend fusions: (norm+)Q/K/V, (norm+)gate/up/GLU, O+add and down
     same(xd, gpu.read(Act::kX));
   }
 }
+
+namespace {
+// Sets the matrix-vector path for a scope and restores the one before (set_matvec_path is process-wide).
+struct PathScope {
+  MatvecPath before = matvec_path();
+  explicit PathScope(MatvecPath p) { set_matvec_path(p); }
+  ~PathScope() { set_matvec_path(before); }
+};
+
+// Runs f once with each path and returns the two results (old first).
+template <class F>
+auto old_and_lean(F f) {
+  std::vector<float> old, lean;
+  {
+    PathScope s(MatvecPath::kOld);
+    old = f();
+  }
+  {
+    PathScope s(MatvecPath::kLean);
+    lean = f();
+  }
+  return std::make_pair(old, lean);
+}
+
+void put(DeviceArray<float>& d, const std::vector<float>& v) {
+  REQUIRE(cudaMemcpy(d.p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+}
+
+void require_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  for (float v : a) REQUIRE(!std::isnan(v));
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+}  // namespace
+
+// The lean row loops and launch geometry (issue 36, the default) against the old ones (GPUNVME_LLM_MATVEC=old),
+// bit for bit, through every single-token entry: one matrix, k matrices of a stack, Q/K/V together, normed,
+// gate/up/GLU (normed), and the residual add; for every type, at row counts that leave a block's warps
+// partly idle or one row over (1, 37, 4097: two rows a warp and an odd last row), widths whose groups do not
+// fill the lanes' last pass (256: 8 groups, lanes 8..31 idle; 1056: 33 groups, lane 0 takes two; 14336:
+// Llama-3-8B's down row) and rows that are not 16-byte aligned (2 bytes off: the lean loops' fallback).
+TEST_CASE("lean matrix-vector loops: the old loops' bits through every single-token entry", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  struct Shape { uint32_t rows, cols, offset; };
+  const Shape sh = GENERATE(Shape{1, 256, 0}, Shape{37, 1056, 0}, Shape{4097, 256, 0}, Shape{300, 4096, 0},
+                            Shape{33, 14336, 0}, Shape{37, 1056, 2}, Shape{130, 4096, 2});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.offset);
+  std::mt19937 rng(uint32_t(t) * 37 + sh.rows + sh.cols);
+  const uint32_t mats = 3;  // matrix 0: the single product; all three: a stack, Q/K/V, gate/up
+  auto w = llm::test::random_rows(t, sh.cols, uint64_t(sh.rows) * mats, rng);
+  const uint64_t row_bytes = w.size() / (uint64_t(sh.rows) * mats), mat = row_bytes * sh.rows;
+  w.insert(w.begin(), sh.offset, uint8_t(0x5A));
+  std::vector<float> x(2 * size_t(sh.cols)), nw(sh.cols), bias(sh.rows), y0(sh.rows);
+  std::normal_distribution<float> d;
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (auto* v : {&x, &bias, &y0})
+    for (float& e : *v) e = d(rng);
+  for (float& e : nw) e = u(rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dnw(nw), db(bias), dy(std::vector<float>(3 * size_t(sh.rows), NAN));
+  DeviceArray<uint32_t> dsel(std::vector<uint32_t>{2, 0});
+  const uint8_t* w0 = dw.p + sh.offset;
+  const GpuMatrix m{t, w0, row_bytes, sh.rows, sh.cols, nullptr, 0};
+  auto at = [&](uint32_t i) { GpuMatrix r = m; r.w = w0 + i * mat; return r; };
+  auto run = [&](auto enqueue, size_t n) {
+    return [&, enqueue, n] {
+      put(dy, std::vector<float>(3 * size_t(sh.rows), NAN));
+      enqueue();
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+      return dy.get(n);
+    };
+  };
+  SECTION("one matrix, with a bias") {
+    const auto [o, l] = old_and_lean(run([&] { gpu_matmul(nullptr, m, dx.p, 1, db.p, dy.p); }, sh.rows));
+    require_same_bits(o, l);
+  }
+  SECTION("two matrices of a stack") {
+    GpuMatrix s = m;
+    s.sel = dsel.p;
+    s.mat_bytes = mat;
+    const auto [o, l] = old_and_lean(run([&] { gpu_matvec_selected(nullptr, s, 2, dx.p, sh.cols, dy.p, sh.rows); }, 2 * sh.rows));
+    require_same_bits(o, l);
+  }
+  SECTION("Q, K and V in one launch, plain and normed") {
+    const GpuProduct ps[3] = {{at(0), db.p, dy.p}, {at(1), nullptr, dy.p + sh.rows}, {at(2), db.p, dy.p + 2 * sh.rows}};
+    const auto [o, l] = old_and_lean(run([&] { gpu_matvecs(nullptr, ps, dx.p); }, 3 * sh.rows));
+    require_same_bits(o, l);
+    bool normed[2] = {};
+    const auto [on, ln] = old_and_lean(run([&] { normed[matvec_path() == MatvecPath::kLean] = gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, 1e-5f); }, 3 * sh.rows));
+    REQUIRE(normed[0] == normed[1]);
+    if (normed[0]) require_same_bits(on, ln);
+  }
+  SECTION("gate, up and the GLU, plain and normed") {
+    bool fused[2] = {};
+    const auto [o, l] = old_and_lean(run([&] { fused[matvec_path() == MatvecPath::kLean] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p); }, sh.rows));
+    REQUIRE(fused[0] == fused[1]);
+    if (fused[0]) require_same_bits(o, l);
+    const auto [on, ln] = old_and_lean(run([&] { fused[matvec_path() == MatvecPath::kLean] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p, dnw.p, 1e-5f); }, sh.rows));
+    REQUIRE(fused[0] == fused[1]);
+    if (fused[0]) require_same_bits(on, ln);
+  }
+  SECTION("the residual add in the epilogue") {
+    bool fused[2] = {};
+    const auto [o, l] = old_and_lean(run([&] {
+      put(dy, y0);
+      fused[matvec_path() == MatvecPath::kLean] = gpu_matvec_add(nullptr, m, dx.p, db.p, dy.p);
+    }, sh.rows));
+    REQUIRE(fused[0] == fused[1]);
+    if (fused[0]) require_same_bits(o, l);
+  }
+}
+
+TEST_CASE("GPUNVME_LLM_MATVEC: lean or old, anything else refused naming both", "[gpu][llm]") {
+  REQUIRE(parse_matvec_path(nullptr) == MatvecPath::kLean);
+  REQUIRE(parse_matvec_path("") == MatvecPath::kLean);
+  REQUIRE(parse_matvec_path("lean") == MatvecPath::kLean);
+  REQUIRE(parse_matvec_path("old") == MatvecPath::kOld);
+  for (const char* bad : {"OLD", "new", "old ", "\x1b[2Jold"}) {
+    CAPTURE(bad);
+    try {
+      parse_matvec_path(bad);
+      FAIL("accepted");
+    } catch (const std::invalid_argument& e) {
+      const std::string what = e.what();
+      REQUIRE(what.find("'lean'") != std::string::npos);
+      REQUIRE(what.find("'old'") != std::string::npos);
+      REQUIRE(what.find('\x1b') == std::string::npos);
+    }
+  }
+}

@@ -3,7 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_rows.cuh"
@@ -43,7 +49,7 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 }
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-template <GgmlType T, uint32_t R>
+template <GgmlType T, uint32_t R, bool Lean>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
@@ -52,7 +58,7 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
+  gpu::block_rows<T, R, Lean>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
@@ -61,11 +67,11 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, class Rows>
+template <GgmlType T, uint32_t R, bool Lean, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps);
+  gpu::block_rows<T, R, Lean>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -233,6 +239,35 @@ constexpr uint32_t batched_stage_bytes(GgmlType t) {
   return gpu::weight_chunk_bytes(t) == 0 ? 0 : kRowsPerBlock * kBatchRows * gpu::kWeightStages * gpu::weight_stage_span(t);
 }
 
+// The lean path's cap on a staged launch's blocks along x (count of them along y): no more than the
+// device holds at once by kernel K's registers as well as its shared memory. staged_launch counts shared
+// memory only (8 blocks an SM for a 4096-wide x, where K's 85 registers a thread allow 3), so blocks queued
+// behind the resident ones each staged x again (and, normalizing, recomputed the norm) for their 16 rows:
+// Llama-3-8B's gate/up launch had 1,056 blocks, each reading 16 KB of x and 32 KB for the norm beside its
+// 37 KB of weights. Capped, each block strides over more rows (block_rows) after staging x once. Asked of
+// CUDA once per kernel, device and shared size (a launch's host time must not grow).
+template <auto K>
+uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
+  static std::mutex lock;
+  static std::map<std::pair<int, uint32_t>, uint32_t> per_sm;  // (device, shared bytes) -> blocks an SM
+  int dev = 0;
+  device::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  uint32_t n = 0;
+  {
+    const std::lock_guard<std::mutex> held(lock);
+    auto it = per_sm.find({dev, shared_bytes});
+    if (it == per_sm.end()) {
+      int b = 0;
+      device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, gpu::kStagedWarps * 32, shared_bytes),
+                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor (a staged matrix kernel)");
+      it = per_sm.emplace(std::make_pair(dev, shared_bytes), uint32_t(std::max(b, 1))).first;
+    }
+    n = it->second;
+  }
+  const uint64_t resident = uint64_t(gpu::device_sms()) * n;
+  return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
+}
+
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
 void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
@@ -240,12 +275,19 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
   const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
+  const bool lean = matvec_path() == MatvecPath::kLean;
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto staged = [&]<uint32_t R>() {
-      gpu::allow_staged_shared<matvec_staged_kernel<T, R>>();
-      matvec_staged_kernel<T, R><<<dim3(g.blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(
-          m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y, x_stride, y_stride);
+      auto launch = [&]<bool Lean>() {
+        constexpr auto K = matvec_staged_kernel<T, R, Lean>;
+        gpu::allow_staged_shared<K>();
+        const uint32_t blocks = Lean ? resident_cap<K>(g.blocks, count, g.shared_bytes) : g.blocks;
+        K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias,
+                                                                             m.sel, m.mat_bytes, y, x_stride, y_stride);
+      };
+      if (lean) launch.template operator()<true>();
+      else launch.template operator()<false>();
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
@@ -279,13 +321,20 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
   if (!g.staged) return false;
   if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
   bool launched = false;
+  const bool lean = matvec_path() == MatvecPath::kLean;
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    auto launch = [&]<uint32_t R>() {
+    auto launch_as = [&]<uint32_t R, bool Lean>() {
+      constexpr auto K = matvec_rows_kernel<T, R, Lean, Rows>;
       // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
-      if (g.shared_bytes > gpu::allow_staged_shared<matvec_rows_kernel<T, R, Rows>>()) return;
-      matvec_rows_kernel<T, R, Rows><<<g.blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
+      const uint32_t blocks = Lean ? resident_cap<K>(g.blocks, 1, g.shared_bytes) : g.blocks;
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
       launched = true;
+    };
+    auto launch = [&]<uint32_t R>() {
+      if (lean) launch_as.template operator()<R, true>();
+      else launch_as.template operator()<R, false>();
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -339,6 +388,7 @@ const DeviceLimits& device_limits() {
 }  // namespace
 
 uint32_t staged_shared_limit() { return device_limits().shared_per_block; }
+uint32_t device_sms() { return device_limits().sms; }
 
 // Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
 // beyond that would only stage x again). Two rows per warp when that still leaves two blocks per SM.
@@ -360,6 +410,29 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 }
 
 }  // namespace gpu
+
+namespace {
+std::atomic<int> g_matvec_path{-1};  // a MatvecPath, or -1 before the environment is read
+}  // namespace
+
+MatvecPath parse_matvec_path(const char* v) {
+  if (!v || !*v || std::strcmp(v, "lean") == 0) return MatvecPath::kLean;
+  if (std::strcmp(v, "old") == 0) return MatvecPath::kOld;
+  std::string shown;
+  for (const char* c = v; *c && shown.size() < 40; ++c) shown += (*c >= 0x20 && *c < 0x7F) ? *c : '?';
+  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default) or 'old', or unset it");
+}
+
+MatvecPath matvec_path() {
+  int p = g_matvec_path.load(std::memory_order_relaxed);
+  if (p < 0) {
+    p = int(parse_matvec_path(std::getenv("GPUNVME_LLM_MATVEC")));
+    g_matvec_path.store(p, std::memory_order_relaxed);
+  }
+  return MatvecPath(p);
+}
+
+void set_matvec_path(MatvecPath p) { g_matvec_path.store(int(p), std::memory_order_relaxed); }
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   with_weight_type(m.type, [&](auto type) {

@@ -20,6 +20,7 @@
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_norm.cuh"
+#include "examples/llm/compute/gpu_rows_lean.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "runtime/gguf/ggml_types.h"
 
@@ -70,10 +71,6 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 template <int Pending>
 __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 
-// x's float4 (group, q) at shared float4 8 * group + (q ^ (group % 8)): eight consecutive lanes read
-// eight consecutive groups' q-th float4s, which land in eight different 16-byte bank groups.
-__device__ inline uint32_t staged_index(uint32_t group, uint32_t q) { return 8 * group + (q ^ (group & 7)); }
-
 // The whole block copies x's `groups` groups into xs (coalesced loads, conflict-free stores), then waits.
 // By cp.async: every thread's loads are in flight at once (as plain loads and stores, a thread's next load
 // waited for its previous one: 8 latencies in a row for an 8192-wide x, before any row could start). The
@@ -84,25 +81,6 @@ __device__ inline void stage_vector(const float* x, uint32_t groups, float4* xs)
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
-}
-
-// Group `grp` of the staged x into registers.
-__device__ inline void staged_group(const float4* xs, uint32_t grp, float4 (&xv)[kGroup / 4]) {
-#pragma unroll
-  for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
-}
-
-// One group's 32 products, added in the order l = 0, 1, ..., 31 (warp_dot_row's order).
-__device__ inline float group_dot(const float (&g)[kGroup], const float4 (&xv)[kGroup / 4]) {
-  float s = 0.0f;
-#pragma unroll
-  for (int q = 0; q < kGroup / 4; ++q) {
-    s += g[4 * q] * xv[q].x;
-    s += g[4 * q + 1] * xv[q].y;
-    s += g[4 * q + 2] * xv[q].z;
-    s += g[4 * q + 3] * xv[q].w;
-  }
-  return s;
 }
 
 // warp_dot_rows for Q4_K: the same sums, with the bytes of the lane's next (row, group) loaded before
@@ -243,12 +221,20 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
 // lane. The per-row operations are warp_dot_row's (see the file comment). With `stage`, through `buf`:
 // this warp's weight chunks in shared memory (a pointer the compiler sees derive from the shared array
-// whatever `stage` is, so that its loads are shared-memory loads, not generic ones).
-template <GgmlType T, uint32_t R>
+// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). `Lean`: Q4_K and
+// the unquantized types through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned (the same
+// bits); false keeps this file's loops (GPUNVME_LLM_MATVEC=old).
+template <GgmlType T, uint32_t R, bool Lean = true>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
   if constexpr (weight_chunk_bytes(T) != 0) {
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
+  }
+  if constexpr (Lean && T == GgmlType::Q4_K) {
+    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
+  }
+  if constexpr (Lean && kPlainLean<T>) {
+    if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
   }
   if constexpr (T == GgmlType::Q4_K)
     warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
@@ -312,7 +298,7 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
 // `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
-template <GgmlType T, uint32_t R, class Rows>
+template <GgmlType T, uint32_t R, bool Lean = true, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
                                   float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
@@ -342,17 +328,17 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
+    warp_dot_rows<T, R, Lean>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
 
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
-template <GgmlType T, uint32_t R>
+template <GgmlType T, uint32_t R, bool Lean = true>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
                                   float4* xs, const float* bias, float* y) {
-  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
+  block_rows<T, R, Lean>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
@@ -369,6 +355,8 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 // The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
 // once.
 uint32_t staged_shared_limit();
+// The device's SMs, asked once (the same device as staged_launch's).
+uint32_t device_sms();
 
 // Lets kernel `K` use up to `bytes` of dynamic shared memory on the current device (above the default
 // 48 KB a launch needs the opt-in), once per kernel and device: the attribute is the device's, so with

@@ -57,6 +57,30 @@ __device__ inline float warp_dot_row(const uint8_t* row, uint32_t cols, const fl
   return warp_sum(part);
 }
 
+// The staged kernels' x in shared memory (gpu_rows.cuh) and a group's sums against it.
+// x's float4 (group, q) at shared float4 8 * group + (q ^ (group % 8)): eight consecutive lanes read
+// eight consecutive groups' q-th float4s, which land in eight different 16-byte bank groups.
+__device__ inline uint32_t staged_index(uint32_t group, uint32_t q) { return 8 * group + (q ^ (group & 7)); }
+
+// Group `grp` of the staged x into registers.
+__device__ inline void staged_group(const float4* xs, uint32_t grp, float4 (&xv)[kGroup / 4]) {
+#pragma unroll
+  for (int q = 0; q < kGroup / 4; ++q) xv[q] = xs[staged_index(grp, q)];
+}
+
+// One group's 32 products, added in the order l = 0, 1, ..., 31 (warp_dot_row's order).
+__device__ inline float group_dot(const float (&g)[kGroup], const float4 (&xv)[kGroup / 4]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kGroup / 4; ++q) {
+    s += g[4 * q] * xv[q].x;
+    s += g[4 * q + 1] * xv[q].y;
+    s += g[4 * q + 2] * xv[q].z;
+    s += g[4 * q + 3] * xv[q].w;
+  }
+  return s;
+}
+
 // The float4 loads of warp_dot_row need it; a host-side check with an error that names the caller.
 inline void check_vector_alignment(const void* x, const char* who) {
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0)
