@@ -3,7 +3,8 @@
 // rows that end in a partial tile; each output within gemm_error_bound (the dense prompt product's
 // bound, gpu_gemm.h) of the exact product plus the expert's bias; the same experts found through a
 // fetch's table in a scratchpad laid out otherwise give the same bits; an expert whose read failed, or a
-// table naming another expert, gives NaN for its tile and leaves the others alone.
+// table naming another expert, gives NaN for its tile and leaves the others alone. Then in the engine: a
+// MoE prompt whose experts are fetched from the emulated drive gives the all-in-VRAM logits to the bit.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/generators/catch_generators_range.hpp>
@@ -12,14 +13,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "device_array.h"
 #include "examples/llm/compute/gpu_expert_mma.h"
+#include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/quant/weight_types.h"
 #include "gpu_rig.h"
+#include "llm_fixtures.h"
 #include "runtime/gguf/ggml_types.h"
 #include "runtime/model/tensor_names.h"
 #include "tests/llm/tiny_model.h"
@@ -131,4 +137,69 @@ TEST_CASE("grouped expert products on the tensor cores: within gemm_error_bound,
   INFO("largest error: " << worst << " of the bound");
   CHECK(worst > 0);
   CHECK(std::memcmp(y.data(), yf.data(), y.size() * sizeof(float)) == 0);
+}
+
+// The generated MoE model (3 layers, 8 experts, top 2) with a 100-token prompt, its experts all in VRAM
+// or fetched from the emulated drive (VRAM + RAM + NVMe layers, an expert cache of half the experts):
+// the prompt's logits to the bit and the greedy steps after them; the fetched prompt read its experts
+// in groups of K (a few fetches per layer, where token by token made one per token); the tensor cores
+// ran (GPUNVME_MOE_MMA=0 gives other bits); the CPU executor's logits within 1 % of their largest
+// magnitude (test_llm_gemm.cpp's allowance for the dense prompt product).
+TEST_CASE("grouped expert products in the engine: a 100-token MoE prompt, fetched = resident to the bit", "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  gpunvme::test::DeployedModel d(8, "moe-mma-test");
+  gpunvme::test::Opened o(d.device);
+  const uint32_t n_prompt = 100, n_ctx = 128, steps = 4;
+  const std::vector<uint32_t> prompt = llm::test::random_tokens(n_prompt, o.m.config.n_vocab, 9);
+  uint64_t widest = 0, all_experts = 0;
+  for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) widest = std::max(widest, b.dense), all_experts += b.experts;
+  llm::GpuExecOptions all, fetched;
+  all.resident_layers = o.m.config.n_layer;
+  fetched.vram_budget = fetched.ram_budget = widest;
+  fetched.expert_cache_bytes = all_experts / 2;
+  all.max_batch = fetched.max_batch = n_prompt;
+  struct Run {
+    std::vector<float> logits;  // the prompt's last token's
+    std::vector<uint32_t> tokens;
+    llm::ExecStats after_prompt;
+  };
+  auto run = [&](llm::Executor& ex) {
+    Run r;
+    const std::span<const float> l = ex.pass(prompt, 0, false);
+    r.logits.assign(l.begin(), l.end());
+    r.after_prompt = ex.stats();
+    uint32_t tok = uint32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    for (uint32_t i = 0; i < steps; ++i) {
+      r.tokens.push_back(tok);
+      const std::span<const float> s = ex.step(tok, n_prompt + i);
+      tok = uint32_t(std::max_element(s.begin(), s.end()) - s.begin());
+    }
+    ex.finish();
+    return r;
+  };
+  const Run resident = run(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, all));
+  const Run streamed = run(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, fetched));
+  REQUIRE(streamed.after_prompt.has_experts);
+  const uint64_t fetches = streamed.after_prompt.experts.tokens;
+  CAPTURE(fetches);
+  CHECK(fetches > 0);
+  CHECK(fetches <= uint64_t(o.m.config.n_layer) * 4);  // at most 8 experts / 2 per fetch at each layer
+  REQUIRE(llm::test::same_bits(resident.logits, streamed.logits));
+  CHECK(resident.tokens == streamed.tokens);
+  {
+    struct Unset {
+      ~Unset() { ::unsetenv("GPUNVME_MOE_MMA"); }
+    } unset;
+    ::setenv("GPUNVME_MOE_MMA", "0", 1);  // read when the executor's forward pass is made
+    const Run fp32 = run(*llm::make_gpu_executor(*o.ctrl, o.m, n_ctx, all));
+    CHECK(!llm::test::same_bits(resident.logits, fp32.logits));
+  }
+  const Run cpu = run(*llm::make_cpu_executor(o.m, n_ctx));
+  float diff = 0, mag = 0;
+  for (size_t j = 0; j < cpu.logits.size(); ++j) {
+    diff = std::max(diff, std::fabs(resident.logits[j] - cpu.logits[j]));
+    mag = std::max(mag, std::fabs(cpu.logits[j]));
+  }
+  CAPTURE(diff, mag);
+  CHECK(diff <= 0.01f * mag);
 }
