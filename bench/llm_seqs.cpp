@@ -72,6 +72,8 @@ const cli::Help kHelp = {
     "  --queues N       the GPU executor's NVMe queues (default 8; the emulated controller gets 2N threads)\n"
     "  --slots N        the GPU executor's streaming slots (default 2)\n"
     "  --no-verify      skip the engine's checks of loaded bytes against the deploy record\n"
+    "  --kv-host        the KV cache in pinned host memory, read by attention over the host link (sequences\n"
+    "                   beyond what VRAM holds caches for: FlexGen's trade)\n"
     "Example (the GPU machine): llm_seqs --device emu:gen,shape=llama3-70b,type=q6_k --vram-budget 22G\n"
     "  --drive pcie4 --seqs 1,2,4,8,16 --json-out seqs.json\n"
     "A GPU executor without sequence slots refuses max(--seqs) > 1: its error is this tool's.\n"};
@@ -282,6 +284,7 @@ std::unique_ptr<llm::Executor> make_executor(const cli::Args& args, const llm::M
   o.queues = args.get_u32("queues", 8);
   o.max_batch = max_batch;
   o.max_seqs = max_seqs;
+  o.kv_in_host = args.has("kv-host");
   o.verify = verify;
   const std::string kernels = args.get("pass-kernels", "exact");
   if (kernels != "exact" && kernels != "fast") throw cli::UsageError("--pass-kernels must be exact or fast, not '" + text::printable(kernels) + "'");
@@ -306,7 +309,7 @@ int run(const cli::Args& args) {
     s.gpu_name = bench::gpu_name();
   } else {
     s.drive_bps = 0;  // nothing is read per pass: no bound
-    for (const char* o : {"vram-budget", "ram-budget", "drive", "queues", "slots", "pass-kernels"})
+    for (const char* o : {"vram-budget", "ram-budget", "drive", "queues", "slots", "pass-kernels", "kv-host"})
       if (args.has(o)) std::fprintf(stderr, "llm_seqs: note: the CPU executor (--path cpu, or no GPU) ignores --%s (the GPU path's)\n", o);
   }
   const std::unique_ptr<llm::Executor> ex = make_executor(args, m, s, drive.get());
@@ -347,7 +350,7 @@ int parse_and_run(int argc, char** argv) {
   const cli::Args args(argc, argv, 1,
                        {"device", "seqs", "prompt-tokens", "tokens", "warmup", "prompts", "path", "vram-budget", "ram-budget", "drive", "queues",
                         "slots", "pass-kernels", "json-out"},
-                       {"no-verify"});
+                       {"no-verify", "kv-host"});
   if (args.help_asked()) return args.print_help("llm_seqs", kHelp);
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");
   if (!args.has("device")) throw cli::UsageError("give --device emu:PATH or emu:gen,shape=NAME,type=T");

@@ -37,7 +37,7 @@ class Engine {
  public:
   // n_ctx 0: min(4096, the model's context length).
   Engine(const std::vector<std::string>& devices, const std::string& executor, uint32_t n_ctx, uint32_t max_seqs,
-         bool verify, std::optional<uint64_t> vram_budget, uint64_t ram_budget)
+         bool verify, std::optional<uint64_t> vram_budget, uint64_t ram_budget, bool kv_host)
       : lm_(devices) {
     const uint32_t train = lm_.model.config.n_ctx_train;
     if (n_ctx > train)
@@ -49,6 +49,7 @@ class Engine {
     o.verify = verify;
     o.vram_budget = vram_budget;
     o.ram_budget = ram_budget;
+    o.kv_in_host = kv_host;
     o.max_batch = 512;  // the llm tool's default --batch: a prompt chunk per pass
     gpu_ = example::use_gpu_path(executor);
     ex_ = lm_.executor(gpu_, n_ctx_, o);
@@ -186,9 +187,9 @@ NB_MODULE(_engine, m) {
   });
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<const std::vector<std::string>&, const std::string&, uint32_t, uint32_t, bool, std::optional<uint64_t>,
-                    uint64_t>(),
+                    uint64_t, bool>(),
            nb::arg("devices"), nb::arg("executor"), nb::arg("n_ctx"), nb::arg("max_seqs"), nb::arg("verify"),
-           nb::arg("vram_budget").none(), nb::arg("ram_budget"))
+           nb::arg("vram_budget").none(), nb::arg("ram_budget"), nb::arg("kv_host") = false)
       .def("tokenize", &Engine::tokenize, nb::arg("text"), nb::arg("add_special"), nb::arg("parse_special"))
       .def("piece", &Engine::piece, nb::arg("id"))
       .def("generate", &Engine::generate, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"),

@@ -176,13 +176,13 @@ TEST_CASE("GpuForward: the KV cache of layers [1, 2) is one layer's, and layer 0
   const llm::GlobalWeights g{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)};
   const uint32_t n_ctx = 32;
   llm::GpuForward all(m.c, m.w, n_ctx, g, nullptr, 1);
-  llm::GpuForward part(m.c, m.w, n_ctx, g, nullptr, 1, true, 1, 2);
+  llm::GpuForward part(m.c, m.w, n_ctx, g, nullptr, 1, true, llm::KvCacheShape{1, 2});
   CHECK(all.device_bytes() - part.device_bytes() == uint64_t(n_ctx) * m.c.kv_dim() * 2 /* K and V */ * 2 /* halves */);
   part.set_pass(0, 1);
   part.store_kv(1);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   CHECK_THROWS_AS(part.store_kv(0), std::logic_error);
-  CHECK_THROWS_AS(llm::GpuForward(m.c, m.w, n_ctx, g, nullptr, 1, true, 2, 2), std::invalid_argument);
+  CHECK_THROWS_AS(llm::GpuForward(m.c, m.w, n_ctx, g, nullptr, 1, true, llm::KvCacheShape{2, 2}), std::invalid_argument);
 }
 
 TEST_CASE("llm --gpus 2, a namespace per GPU: each GPU streams from its own copy, one GPU's logits to the bit") {

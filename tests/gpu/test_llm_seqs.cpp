@@ -1,7 +1,8 @@
 // The GPU executor's sequence slots (issue 37): sequences that join and leave a run of shared passes,
 // each with a prompt (one of more than kSmallPassTokens tokens, on the fast prompt kernels) and then
 // greedy tokens, get the logits they get alone, to the bit: dense and MoE, a sliding-window model and
-// gpt-oss's sinks and MXFP4, every layer in VRAM and every layer streamed (fetched experts). The
+// gpt-oss's sinks and MXFP4, every layer in VRAM and every layer streamed (fetched experts), the KV
+// cache in GPU memory and in pinned host memory (a sequence alone keeps its cache in VRAM). The
 // neighbours' rows differ (a mixed-up cache would show), and refused passes change nothing.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -114,12 +115,14 @@ void check_model(const std::string& device) {
   // A joins first; B (5-token prompt) and C (40 tokens: the fast kernels) while A decodes; D takes A's
   // slot after A leaves, with A's own prompt (so its rows are A's, though slot 0 held A's cache).
   const std::vector<Seq> script = {{{3}, 0, 6}, {prompt_of(5, 1), 1, 4}, {prompt_of(40, 2), 2, 3}, {{3}, 8, 5}};
-  llm::GpuExecOptions vram, streamed;
+  llm::GpuExecOptions vram, streamed, kv_host;
   vram.resident_layers = m.config.n_layer;
   streamed.resident_layers = 0;  // every layer (and every expert) read from the namespace per pass
-  for (llm::GpuExecOptions o : {vram, streamed}) {
+  kv_host = streamed;
+  kv_host.kv_in_host = true;  // the cache in pinned host memory, read over the link
+  for (llm::GpuExecOptions o : {vram, streamed, kv_host}) {
     o.max_batch = 64;
-    INFO(device << ", " << (o.resident_layers == 0u ? "streamed" : "in VRAM"));
+    INFO(device << ", " << (o.resident_layers == 0u ? "streamed" : "in VRAM") << (o.kv_in_host ? ", KV in host memory" : ""));
     const std::vector<Rows> got = together(set, m, o, script, 3);
     for (size_t i = 0; i < script.size(); ++i) {
       INFO("sequence " << i);

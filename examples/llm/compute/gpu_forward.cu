@@ -290,14 +290,13 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, uint32_t kv_first, uint32_t kv_end,
-                       uint32_t max_seqs)
+                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, KvCacheShape kv)
     : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
-      logit_rows_(std::min(max_batch_, std::max(kMaxLogitRows, max_seqs))), max_seqs_(max_seqs), fast_prompt_(fast_prompt),
-      kv_first_(kv_first), kv_end_(kv_end ? kv_end : c.n_layer) {
-  if (max_seqs_ == 0) throw std::invalid_argument("GpuForward: a KV cache needs at least one sequence slot");
-  if (kv_first_ >= kv_end_ || kv_end_ > c.n_layer)
-    throw std::invalid_argument("GpuForward: KV layers " + std::to_string(kv_first_) + ".." + std::to_string(kv_end_) +
+      logit_rows_(std::min(max_batch_, std::max(kMaxLogitRows, kv.seqs))), fast_prompt_(fast_prompt), kv_(kv) {
+  if (kv_.end == 0) kv_.end = c.n_layer;
+  if (kv_.seqs == 0) throw std::invalid_argument("GpuForward: a KV cache needs at least one sequence slot");
+  if (kv_.first >= kv_.end || kv_.end > c.n_layer)
+    throw std::invalid_argument("GpuForward: KV layers " + std::to_string(kv_.first) + ".." + std::to_string(kv_.end) +
                                 " of a model of " + std::to_string(c.n_layer));
   uint64_t& t = device_bytes_;
   const uint64_t B = max_batch_;
@@ -331,9 +330,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   moe_up_ = alloc<float>(K * c.n_ff, t);
   moe_out_ = alloc<float>(K * c.n_embd, t);
   pass_dev_ = alloc<uint32_t>(4 * B, t);
-  const uint64_t kv = uint64_t(kv_end_ - kv_first_) * max_seqs_ * n_ctx * c.kv_dim();
-  k_cache_ = alloc<uint16_t>(kv, t);
-  v_cache_ = alloc<uint16_t>(kv, t);
+  alloc_kv_cache();
   device::check_cuda(cudaMallocHost(&logits_host_, uint64_t(logit_rows_) * c.n_vocab * sizeof(float)), "cudaMallocHost");
   for (uint32_t i = 0; i < 2; ++i) {
     device::check_cuda(cudaMallocHost(&pass_host_[i], 4 * B * sizeof(uint32_t)), "cudaMallocHost");
@@ -353,9 +350,10 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
 
 GpuForward::~GpuForward() {
   cudaStreamSynchronize(stream_);
+  for (void* p : {(void*)k_cache_, (void*)v_cache_}) kv_.host ? cudaFreeHost(p) : cudaFree(p);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)pass_dev_, (void*)k_cache_, (void*)v_cache_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
+                  (void*)pass_dev_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
                   (void*)xn_pre_, (void*)router_pre_, (void*)pred_})
     cudaFree(p);
   if (pre_x_) cudaEventDestroy(pre_x_);
@@ -366,6 +364,26 @@ GpuForward::~GpuForward() {
     if (pass_copied_[i]) cudaEventDestroy(pass_copied_[i]);
   }
   cudaEventDestroy(done_);
+}
+
+// K and V, each [layer][slot][pos][kv_dim] halves: in GPU memory, or pinned host memory the kernels
+// read through its mapping (UVA: the host pointer is the device's). Out of memory names the fixes.
+void GpuForward::alloc_kv_cache() {
+  kv_bytes_ = 2 * uint64_t(kv_.end - kv_.first) * kv_.seqs * n_ctx_ * c_.kv_dim() * sizeof(uint16_t);
+  for (uint16_t** p : {&k_cache_, &v_cache_}) {
+    void* q = nullptr;
+    const cudaError_t e = kv_.host ? cudaHostAlloc(&q, kv_bytes_ / 2, cudaHostAllocMapped) : cudaMalloc(&q, kv_bytes_ / 2);
+    if (e != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      throw std::runtime_error("the KV cache (" + std::to_string(kv_.seqs) + " sequence(s) of " + std::to_string(n_ctx_) + " positions, " +
+                               std::to_string(kv_bytes_ >> 20) + " MiB) does not fit in " + (kv_.host ? "pinned host memory" : "GPU memory") +
+                               ": " + cudaGetErrorString(e) + (kv_.host ? "; fewer sequences or a shorter context" :
+                                                                         "; fewer sequences, a shorter context, or the cache in host memory "
+                                                                         "(--kv-host: gpunvme.serve, llm_seqs)"));
+    }
+    *p = static_cast<uint16_t*>(q);
+  }
+  if (!kv_.host) device_bytes_ += kv_bytes_;
 }
 
 void GpuForward::embed(uint32_t token, uint32_t pos) { embed(std::span(&token, 1), pos); }
@@ -446,10 +464,10 @@ void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams&
 }
 
 uint64_t GpuForward::kv_layer_offset(uint32_t layer) const {
-  if (layer < kv_first_ || layer >= kv_end_)
+  if (layer < kv_.first || layer >= kv_.end)
     throw std::logic_error("GpuForward: layer " + std::to_string(layer) + " is outside its KV cache's layers " +
-                           std::to_string(kv_first_) + ".." + std::to_string(kv_end_));
-  return uint64_t(layer - kv_first_) * max_seqs_ * n_ctx_ * c_.kv_dim();
+                           std::to_string(kv_.first) + ".." + std::to_string(kv_.end));
+  return uint64_t(layer - kv_.first) * kv_.seqs * n_ctx_ * c_.kv_dim();
 }
 
 // Each token's K and V rows go to its slot at its position.
@@ -588,7 +606,7 @@ void GpuForward::set_pass(std::span<const PassToken> tokens) {
   if (n == 0 || n > max_batch_)
     throw std::runtime_error("a pass of " + std::to_string(n) + " tokens: this GPU forward pass takes 1.." + std::to_string(max_batch_));
   for (size_t i = 0; i < n; ++i) {
-    check_slot(tokens[i].seq, max_seqs_, ("token " + std::to_string(i) + " of the pass: ").c_str());
+    check_slot(tokens[i].seq, kv_.seqs, ("token " + std::to_string(i) + " of the pass: ").c_str());
     if (tokens[i].pos >= n_ctx_)
       throw std::runtime_error("position " + std::to_string(tokens[i].pos) + " is past the context (" + std::to_string(n_ctx_) + ")");
   }

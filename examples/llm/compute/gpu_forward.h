@@ -76,17 +76,26 @@ struct GlobalWeights {
   const uint8_t* output = nullptr;
 };
 
+// The KV cache a GpuForward keeps: layers [first, end) only (end 0: to the last; a GPU of several runs
+// its range alone), `seqs` sequence slots of n_ctx positions each (pass_tokens.h), laid out
+// [layer][slot][position][kv_dim] in f16. In GPU memory, or with `host` in pinned host memory mapped
+// into the GPU (FlexGen's trade: more sequences than VRAM holds caches for, each attention reading its
+// slot's rows over the host link: a decode token's reads are its context's K and V once per layer).
+struct KvCacheShape {
+  uint32_t first = 0, end = 0;
+  uint32_t seqs = 1;
+  bool host = false;
+};
+
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
-  // on the current device. With `fast_prompt`, passes of more than kSmallPassTokens take the fast
+  // on the current device, and the KV cache `kv` describes. With `fast_prompt`, passes of more than kSmallPassTokens take the fast
   // kernels: the tensor-core product (gpu_gemm.h, its state made here when max_batch is above that and
   // counted in device_bytes) and flash attention (gpu_flash_attention.cuh); without, every pass takes the
-  // small passes' kernels, with their bits. `globals` must stay valid while tokens run. The KV cache holds
-  // layers [kv_first, kv_end) only (kv_end 0: to the last): a GPU of several runs its range alone. It has
-  // `max_seqs` sequence slots of n_ctx positions each (pass_tokens.h), laid out [layer][slot][position].
+  // small passes' kernels, with their bits. `globals` must stay valid while tokens run.
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
-             uint32_t max_batch = 1, bool fast_prompt = true, uint32_t kv_first = 0, uint32_t kv_end = 0, uint32_t max_seqs = 1);
+             uint32_t max_batch = 1, bool fast_prompt = true, KvCacheShape kv = {});
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
@@ -113,14 +122,17 @@ class GpuForward final : public Backend {
   const std::vector<float>& pass_logits();
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
-  uint32_t max_seqs() const { return max_seqs_; }
+  uint32_t max_seqs() const { return kv_.seqs; }
 
   gpu_stream_t stream() const { return stream_; }
   // The pass's hidden state (n x n_embd floats, token rows in pass order): what a layer range run on
   // another GPU hands over (pipeline_stage.h); a pass started by set_pass instead of embed finds it there.
   float* hidden() const { return x_; }
-  // Bytes of GPU memory this object allocated (activations, KV cache, the tensor-core product's scratch).
+  // Bytes of GPU memory this object allocated (activations, the KV cache unless in host memory, the
+  // tensor-core product's scratch); the KV cache's bytes and where it is.
   uint64_t device_bytes() const { return device_bytes_; }
+  uint64_t kv_bytes() const { return kv_bytes_; }
+  bool kv_in_host() const { return kv_.host; }
 
   // Backend (block.h): kernels enqueued on the compute stream, weights read through the current
   // layer's view. moe() keeps the GPU's expert machinery to itself: experts fetched after routing
@@ -162,7 +174,8 @@ class GpuForward final : public Backend {
   const std::vector<float>& logits_of(uint32_t first, uint32_t rows, bool gather);
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
-  uint64_t kv_layer_offset(uint32_t layer) const;  // halves to the layer's block of the cache; throws outside it
+  uint64_t kv_layer_offset(uint32_t layer) const;
+  void alloc_kv_cache();  // halves to the layer's block of the cache; throws outside it
 
   ModelConfig c_;
   ModelWeights w_;
@@ -182,9 +195,9 @@ class GpuForward final : public Backend {
   std::vector<uint32_t> logit_rows_of_pass_;  // the rows PassToken::logits asks for
   WeightView view_;             // the layer being computed
   ExpertSource* src_ = nullptr;  // its experts, when fetched
-  uint32_t max_batch_ = 1, logit_rows_ = 1, max_seqs_ = 1, score_rows_ = 1;
+  uint32_t max_batch_ = 1, logit_rows_ = 1, score_rows_ = 1;
   bool fast_prompt_ = true;  // passes of more than kSmallPassTokens on the fast kernels
-  uint64_t device_bytes_ = 0;
+  uint64_t device_bytes_ = 0, kv_bytes_ = 0;
   // Device buffers (floats unless said otherwise).
   float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *att_ = nullptr, *tmp_ = nullptr;
   float *gate_ = nullptr, *up_ = nullptr, *scores_ = nullptr, *logits_d_ = nullptr, *router_ = nullptr, *moe_acc_ = nullptr;
@@ -200,8 +213,8 @@ class GpuForward final : public Backend {
   const uint32_t* positions() const { return pass_dev_ + max_batch_; }
   const uint32_t* slots() const { return pass_dev_ + 2 * max_batch_; }
   const uint32_t* logit_rows_dev() const { return pass_dev_ + 3 * max_batch_; }
-  uint32_t kv_first_ = 0, kv_end_ = 0;                // the layers the cache holds
-  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer - kv_first_][slot][pos][kv_dim] halves
+  KvCacheShape kv_;                                   // end set: the layers the cache holds
+  uint16_t *k_cache_ = nullptr, *v_cache_ = nullptr;  // [layer - kv_.first][slot][pos][kv_dim] halves
   float* logits_host_ = nullptr;                       // pinned
   struct CUevent_st* done_ = nullptr;                  // blocking-sync event: the end of a token
   // Pre-gating: the predicted layer's normed input, router logits and top-k (ids, then weights); events

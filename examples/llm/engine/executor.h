@@ -159,8 +159,10 @@ struct GpuExecOptions {
   // token by token. false: the small passes' FP32 kernels, every logit as token by token to the bit.
   bool fast_prompt = true;
   // Sequences held at once: a slot of n_ctx positions each in the KV cache, in GPU memory beside the
-  // activations (allocated before the residency plan's VRAM budget is taken).
+  // activations (allocated before the residency plan's VRAM budget is taken), or with kv_in_host in
+  // pinned host memory that attention reads over the host link (more sequences than VRAM holds).
   uint32_t max_seqs = 1;
+  bool kv_in_host = false;
   // The VRAM and RAM tiers' bytes checked at start, streamed layers and fetched experts on their first
   // read, against the deploy record's CRCs (load_check.h; false: --no-verify, the open check stays).
   bool verify = true;

@@ -310,7 +310,7 @@ class GpuExecutor final : public Executor {
     open_streams();
     load_globals();
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx, globals(), reinterpret_cast<gpu_stream_t>(compute_), o.max_batch,
-                                        o.fast_prompt, range_.begin, range_.end, o.max_seqs);  // KV for its own layers
+                                        o.fast_prompt, KvCacheShape{range_.begin, range_.end, o.max_seqs, o.kv_in_host});  // its own layers
     make_plan(o);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
@@ -490,10 +490,10 @@ class GpuExecutor final : public Executor {
     char b[640];
     std::snprintf(b, sizeof b,
                   "GPU executor%s: %u layers in GPU memory, %u in pinned RAM (copied per token), %u streamed per token through "
-                  "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB",
+                  "%u slots by GPU-issued NVMe reads (%zu queues)%s; KV cache and activations %.1f MB%s",
                   pipe_.link ? (" of layers " + std::to_string(range_.begin) + "-" + std::to_string(range_.end - 1)).c_str() : "",
                   own_plan().count(Tier::kVram), own_plan().count(Tier::kRam), own_plan().count(Tier::kNvme), streamer_ ? slots_ : 0,
-                  queues_ ? queues_->raw.size() : size_t(0), moe.c_str(), fwd_->device_bytes() / 1e6);
+                  queues_ ? queues_->raw.size() : size_t(0), moe.c_str(), fwd_->device_bytes() / 1e6, kv_where().c_str());
     return b;
   }
 
@@ -504,6 +504,14 @@ class GpuExecutor final : public Executor {
   // The plan: --resident N, or the budgets (VRAM by default: what the GPU has free now, after the
   // globals, KV cache and activations, less the RAM tier's GPU buffers and a reserve for the CUDA
   // context, the queues and the fetcher's tables).
+  // Where the KV cache is when not in GPU memory (said after the GPU's bytes).
+  std::string kv_where() const {
+    if (!fwd_->kv_in_host()) return "";
+    char b[96];
+    std::snprintf(b, sizeof b, " (the KV cache, %.1f MB, in pinned host memory)", fwd_->kv_bytes() / 1e6);
+    return b;
+  }
+
   void make_plan(const GpuExecOptions& o) {
     const std::vector<LayerBytes> bytes = layer_bytes(m_);
     if (o.resident_layers && pipe_.link) {

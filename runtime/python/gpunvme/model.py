@@ -69,10 +69,13 @@ class Model:
     max_seqs: sequences the executor holds at once (the scheduler's; 1 for generate()).
     verify: check the bytes read against the deploy record's CRC-32Cs (False: `llm --no-verify`).
     vram_budget, ram_budget: the GPU executor's residency budgets in bytes (`llm --vram-budget/--ram-budget`).
+    kv_host: the GPU executor's KV cache in pinned host memory, read over the host link by attention
+        (more sequences than GPU memory holds caches for).
     """
 
     def __init__(self, device: Union[str, Sequence[str]], executor: str = "auto", ctx: Optional[int] = None,
-                 max_seqs: int = 1, verify: bool = True, vram_budget: Optional[int] = None, ram_budget: int = 0) -> None:
+                 max_seqs: int = 1, verify: bool = True, vram_budget: Optional[int] = None, ram_budget: int = 0,
+                 kv_host: bool = False) -> None:
         devices = _devices(device)
         if not isinstance(executor, str):
             raise TypeError(f"executor must be a string, not {type(executor).__name__}")
@@ -80,12 +83,13 @@ class Model:
             raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
         ctx = 0 if ctx is None else _int("ctx", ctx, 1, 2**32 - 1)
         _int("max_seqs", max_seqs, 1, 2**32 - 1)
-        if not isinstance(verify, bool):
-            raise TypeError(f"verify must be a bool, not {type(verify).__name__}")
+        for name, flag in (("verify", verify), ("kv_host", kv_host)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
         if vram_budget is not None:
             _int("vram_budget", vram_budget, 0, 2**64 - 1)
         _int("ram_budget", ram_budget, 0, 2**64 - 1)
-        self._engine = _engine.Engine(devices, executor, ctx, max_seqs, verify, vram_budget, ram_budget)
+        self._engine = _engine.Engine(devices, executor, ctx, max_seqs, verify, vram_budget, ram_budget, kv_host)
         self._busy = threading.Lock()
 
     # What the device holds.

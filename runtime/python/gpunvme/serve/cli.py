@@ -76,6 +76,8 @@ def parser():
     p.add_argument("--no-verify", action="store_true", help="check only the model's header at open (as `llm --no-verify`)")
     p.add_argument("--vram-budget", type=size_arg, help="GPU executor: GPU memory for layer weights (as `llm`)")
     p.add_argument("--ram-budget", type=size_arg, default=0, help="GPU executor: pinned host memory for layers (as `llm`)")
+    p.add_argument("--kv-host", action="store_true",
+                   help="GPU executor: the KV cache in pinned host memory (more --max-seqs than GPU memory holds)")
     return p
 
 
