@@ -18,12 +18,14 @@ namespace {
 namespace wmma = nvcuda::wmma;
 
 constexpr uint32_t kM = kExpertTileRows, kN = kExpertTileTokens;
-constexpr uint32_t kK = 2 * kGroup;     // columns per step: two groups, one per thread of a 128-thread block
 constexpr uint32_t kWarps = kM / 16;    // a warp per 16 weight rows, over all of the tile's tokens
 constexpr uint32_t kThreads = kWarps * 32;
+constexpr uint32_t kGroupsPerThread = 2;  // independent dequantizations in flight per thread and step
+constexpr uint32_t kK = kThreads * kGroupsPerThread / kM * kGroup;  // columns per step (128)
 constexpr uint32_t kLd = kK + 8;        // 16-bit elements per staged row: the padding spreads the banks
 constexpr uint32_t kLdC = kM + 4;       // floats per token of the staged outputs
-static_assert(kThreads == kM * kK / kGroup, "each thread dequantizes one group of a step");
+static_assert(kK % 16 == 0 && kThreads * kGroupsPerThread == kM * kK / kGroup, "each thread dequantizes its groups of a step");
+static_assert(kN * kLdC * sizeof(float) <= 2 * kM * kLd * 2, "the staged outputs fit over the staged inputs");
 
 template <GemmElem E>
 struct Elem;
@@ -54,18 +56,38 @@ __device__ const uint8_t* expert_matrix(const ExpertWeights& m, const ExpertTile
   return nullptr;
 }
 
+// One group of row `row` (zeros beyond the matrix) into 32 16-bit elements at dst.
+template <GgmlType T, GemmElem E>
+__device__ inline void stage_group(const ExpertWeights& m, const uint8_t* w, uint32_t row, uint32_t g, typename Elem<E>::T* dst) {
+  float v[kGroup];
+  if (row < m.rows && g < m.cols / kGroup) {
+    dequant_group<T>(w + uint64_t(row) * m.row_bytes, g, v);
+  } else {
+#pragma unroll
+    for (uint32_t i = 0; i < kGroup; ++i) v[i] = 0.0f;
+  }
+  uint4* d = reinterpret_cast<uint4*>(dst);
+#pragma unroll
+  for (uint32_t q = 0; q < kGroup / 8; ++q)
+    d[q] = make_uint4(Elem<E>::pack(v[8 * q], v[8 * q + 1]), Elem<E>::pack(v[8 * q + 2], v[8 * q + 3]),
+                      Elem<E>::pack(v[8 * q + 4], v[8 * q + 5]), Elem<E>::pack(v[8 * q + 6], v[8 * q + 7]));
+}
+
 // Block (blockIdx.x, blockIdx.y): weight rows [64 x, 64 x + 64) of tile y's expert times its tokens.
-// Each step stages 64 columns: thread i dequantizes group i % 2 of row i / 2 into as (rows beyond the
-// matrix as zeros), the threads copy the tokens' 16-bit columns into bs (tokens beyond the tile as
-// zeros); warp w multiplies rows [16 w, 16 w + 16) by the 64 tokens, 16 columns at a time.
+// Each step stages kK columns: thread i dequantizes groups 2 (i % 2) and 2 (i % 2) + 1 of the step in
+// row i / 2 into as (rows beyond the matrix, columns beyond the row as zeros), the threads copy the
+// tokens' 16-bit columns into bs (tokens beyond the tile as zeros); warp w multiplies rows
+// [16 w, 16 w + 16) by the 64 tokens, 16 columns at a time, in column order whatever kK is (so the sums,
+// and the bits, do not depend on it). The outputs are staged over the inputs at the end.
 template <GgmlType T, GemmElem E>
 __global__ void __launch_bounds__(kThreads) expert_mma_kernel(ExpertWeights m, const ExpertTile* tiles,
                                                               const typename Elem<E>::T* xh, const float* scale,
                                                               const float* bias, float* y) {
   using H = typename Elem<E>::T;
-  __shared__ __align__(128) H as[kM * kLd];
-  __shared__ __align__(128) H bs[kN * kLd];
-  __shared__ __align__(128) float cs[kN * kLdC];
+  __shared__ __align__(128) H staged[2 * kM * kLd];
+  H* as = staged;
+  H* bs = staged + kM * kLd;
+  float* cs = reinterpret_cast<float*>(staged);
   const ExpertTile tile = tiles[blockIdx.y];
   const uint32_t r0 = blockIdx.x * kM, warp = threadIdx.x / 32;
   const uint8_t* w = expert_matrix(m, tile);
@@ -79,23 +101,12 @@ __global__ void __launch_bounds__(kThreads) expert_mma_kernel(ExpertWeights m, c
   wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kN / 16];
 #pragma unroll
   for (uint32_t j = 0; j < kN / 16; ++j) wmma::fill_fragment(acc[j], 0.0f);
-  const uint32_t groups = m.cols / kGroup, ar = threadIdx.x / 2, ag = threadIdx.x % 2;
+  constexpr uint32_t kRowThreads = kThreads / kM;  // threads per staged row
+  const uint32_t ar = threadIdx.x / kRowThreads, ag = threadIdx.x % kRowThreads * kGroupsPerThread;
   for (uint32_t k0 = 0; k0 < m.cols; k0 += kK) {
-    {
-      float v[kGroup];
-      const uint32_t g = k0 / kGroup + ag;
-      if (r0 + ar < m.rows && g < groups) {
-        dequant_group<T>(w + uint64_t(r0 + ar) * m.row_bytes, g, v);
-      } else {
 #pragma unroll
-        for (uint32_t i = 0; i < kGroup; ++i) v[i] = 0.0f;
-      }
-      uint4* dst = reinterpret_cast<uint4*>(as + ar * kLd + ag * kGroup);
-#pragma unroll
-      for (uint32_t q = 0; q < kGroup / 8; ++q)
-        dst[q] = make_uint4(Elem<E>::pack(v[8 * q], v[8 * q + 1]), Elem<E>::pack(v[8 * q + 2], v[8 * q + 3]),
-                            Elem<E>::pack(v[8 * q + 4], v[8 * q + 5]), Elem<E>::pack(v[8 * q + 6], v[8 * q + 7]));
-    }
+    for (uint32_t q = 0; q < kGroupsPerThread; ++q)
+      stage_group<T, E>(m, w, r0 + ar, k0 / kGroup + ag + q, as + ar * kLd + (ag + q) * kGroup);
     for (uint32_t i = threadIdx.x; i < kN * kK / 8; i += kThreads) {
       const uint32_t t = i / (kK / 8), c = i % (kK / 8) * 8;
       uint4 val = make_uint4(0, 0, 0, 0);
@@ -116,7 +127,8 @@ __global__ void __launch_bounds__(kThreads) expert_mma_kernel(ExpertWeights m, c
     }
     __syncthreads();
   }
-  // cs[t * kLdC + r]: token t's output for row r0 + r, so that the stores below run along the rows.
+  // cs[t * kLdC + r]: token t's output for row r0 + r, so that the stores below run along the rows
+  // (over the staged inputs, which every warp has finished reading at the loop's last barrier).
 #pragma unroll
   for (uint32_t j = 0; j < kN / 16; ++j) wmma::store_matrix_sync(cs + j * 16 * kLdC + warp * 16, acc[j], kLdC, wmma::mem_col_major);
   __syncthreads();
