@@ -550,44 +550,53 @@ struct PathScope {
   ~PathScope() { set_matvec_path(before); }
 };
 
-// Runs f once with each path and returns the two results (old first).
+// Runs f once with each path (MatvecPath's order: lean, old, lean-staged) and returns the results.
+constexpr MatvecPath kAllPaths[] = {MatvecPath::kLean, MatvecPath::kOld, MatvecPath::kLeanStaged};
 template <class F>
-auto old_and_lean(F f) {
-  std::vector<float> old, lean;
-  {
-    PathScope s(MatvecPath::kOld);
-    old = f();
+std::vector<std::vector<float>> each_path(F f) {
+  std::vector<std::vector<float>> out;
+  for (const MatvecPath p : kAllPaths) {
+    PathScope s(p);
+    REQUIRE(matvec_path() == p);
+    out.push_back(f());
   }
-  {
-    PathScope s(MatvecPath::kLean);
-    lean = f();
-  }
-  return std::make_pair(old, lean);
+  return out;
 }
 
 void put(DeviceArray<float>& d, const std::vector<float>& v) {
   REQUIRE(cudaMemcpy(d.p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
 }
 
-void require_same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  for (float v : a) REQUIRE(!std::isnan(v));
-  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+// Every path's result has the old path's bits (and no NaN: every row was written).
+void require_same_bits(const std::vector<std::vector<float>>& r) {
+  const std::vector<float>& old = r[size_t(MatvecPath::kOld)];
+  for (float v : old) REQUIRE(!std::isnan(v));
+  for (size_t p = 0; p < r.size(); ++p) {
+    CAPTURE(p);
+    REQUIRE(r[p].size() == old.size());
+    REQUIRE(std::memcmp(r[p].data(), old.data(), old.size() * sizeof(float)) == 0);
+  }
+}
+
+// Whether f returned the same for every path (a fused entry's refusal must not depend on it).
+void require_same_answer(const bool (&ok)[std::size(kAllPaths)]) {
+  for (bool v : ok) REQUIRE(v == ok[0]);
 }
 }  // namespace
 
-// The lean row loops and launch geometry (issue 36, the default) against the old ones (GPUNVME_LLM_MATVEC=old),
-// bit for bit, through every single-token entry: one matrix, k matrices of a stack, Q/K/V together, normed,
-// gate/up/GLU (normed), and the residual add; for every type, at row counts that leave a block's warps
-// partly idle or one row over (1, 37, 4097: two rows a warp and an odd last row), widths whose groups do not
-// fill the lanes' last pass (256: 8 groups, lanes 8..31 idle; 1056: 33 groups, lane 0 takes two; 14336:
-// Llama-3-8B's down row) and rows that are not 16-byte aligned (2 bytes off: the lean loops' fallback).
+// The lean row loops and launch geometry (issue 36, the default) and the lean loops with Q4_K's rows staged
+// against the old ones (GPUNVME_LLM_MATVEC=old), bit for bit, through every single-token entry: one
+// matrix, two of a stack, Q/K/V together (plain and normed), gate/up/GLU (plain and normed), and the
+// residual add; for every type, at row counts that leave a block's warps partly idle or one row over (1,
+// 37, 4097: two rows a warp and an odd last row), widths whose groups do not fill the lanes' last pass
+// (256: 8 groups, lanes 8..31 idle; 1280: 40 groups, lanes 0..7 take two; 14336: Llama-3-8B's down row)
+// and rows that are not 16-byte aligned (2 bytes off: the lean loops' fallback).
 TEST_CASE("lean matrix-vector loops: the old loops' bits through every single-token entry", "[gpu][llm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, offset; };
-  const Shape sh = GENERATE(Shape{1, 256, 0}, Shape{37, 1056, 0}, Shape{4097, 256, 0}, Shape{300, 4096, 0},
-                            Shape{33, 14336, 0}, Shape{37, 1056, 2}, Shape{130, 4096, 2});
+  const Shape sh = GENERATE(Shape{1, 256, 0}, Shape{37, 1280, 0}, Shape{4097, 256, 0}, Shape{300, 4096, 0},
+                            Shape{33, 14336, 0}, Shape{37, 1280, 2}, Shape{130, 4096, 2});
   CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.offset);
   std::mt19937 rng(uint32_t(t) * 37 + sh.rows + sh.cols);
   const uint32_t mats = 3;  // matrix 0: the single product; all three: a stack, Q/K/V, gate/up
@@ -615,50 +624,50 @@ TEST_CASE("lean matrix-vector loops: the old loops' bits through every single-to
     };
   };
   SECTION("one matrix, with a bias") {
-    const auto [o, l] = old_and_lean(run([&] { gpu_matmul(nullptr, m, dx.p, 1, db.p, dy.p); }, sh.rows));
-    require_same_bits(o, l);
+    require_same_bits(each_path(run([&] { gpu_matmul(nullptr, m, dx.p, 1, db.p, dy.p); }, sh.rows)));
   }
   SECTION("two matrices of a stack") {
     GpuMatrix s = m;
     s.sel = dsel.p;
     s.mat_bytes = mat;
-    const auto [o, l] = old_and_lean(run([&] { gpu_matvec_selected(nullptr, s, 2, dx.p, sh.cols, dy.p, sh.rows); }, 2 * sh.rows));
-    require_same_bits(o, l);
+    require_same_bits(each_path(run([&] { gpu_matvec_selected(nullptr, s, 2, dx.p, sh.cols, dy.p, sh.rows); }, 2 * sh.rows)));
   }
   SECTION("Q, K and V in one launch, plain and normed") {
     const GpuProduct ps[3] = {{at(0), db.p, dy.p}, {at(1), nullptr, dy.p + sh.rows}, {at(2), db.p, dy.p + 2 * sh.rows}};
-    const auto [o, l] = old_and_lean(run([&] { gpu_matvecs(nullptr, ps, dx.p); }, 3 * sh.rows));
-    require_same_bits(o, l);
-    bool normed[2] = {};
-    const auto [on, ln] = old_and_lean(run([&] { normed[matvec_path() == MatvecPath::kLean] = gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, 1e-5f); }, 3 * sh.rows));
-    REQUIRE(normed[0] == normed[1]);
-    if (normed[0]) require_same_bits(on, ln);
+    require_same_bits(each_path(run([&] { gpu_matvecs(nullptr, ps, dx.p); }, 3 * sh.rows)));
+    bool normed[std::size(kAllPaths)] = {};
+    const auto r = each_path(run([&] { normed[size_t(matvec_path())] = gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, 1e-5f); }, 3 * sh.rows));
+    require_same_answer(normed);
+    if (normed[0]) require_same_bits(r);
   }
   SECTION("gate, up and the GLU, plain and normed") {
-    bool fused[2] = {};
-    const auto [o, l] = old_and_lean(run([&] { fused[matvec_path() == MatvecPath::kLean] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p); }, sh.rows));
-    REQUIRE(fused[0] == fused[1]);
-    if (fused[0]) require_same_bits(o, l);
-    const auto [on, ln] = old_and_lean(run([&] { fused[matvec_path() == MatvecPath::kLean] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p, dnw.p, 1e-5f); }, sh.rows));
-    REQUIRE(fused[0] == fused[1]);
-    if (fused[0]) require_same_bits(on, ln);
+    bool fused[std::size(kAllPaths)] = {};
+    const auto r = each_path(run([&] { fused[size_t(matvec_path())] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p); }, sh.rows));
+    require_same_answer(fused);
+    if (fused[0]) require_same_bits(r);
+    const auto rn = each_path(run([&] {
+      fused[size_t(matvec_path())] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p, dnw.p, 1e-5f);
+    }, sh.rows));
+    require_same_answer(fused);
+    if (fused[0]) require_same_bits(rn);
   }
   SECTION("the residual add in the epilogue") {
-    bool fused[2] = {};
-    const auto [o, l] = old_and_lean(run([&] {
+    bool fused[std::size(kAllPaths)] = {};
+    const auto r = each_path(run([&] {
       put(dy, y0);
-      fused[matvec_path() == MatvecPath::kLean] = gpu_matvec_add(nullptr, m, dx.p, db.p, dy.p);
+      fused[size_t(matvec_path())] = gpu_matvec_add(nullptr, m, dx.p, db.p, dy.p);
     }, sh.rows));
-    REQUIRE(fused[0] == fused[1]);
-    if (fused[0]) require_same_bits(o, l);
+    require_same_answer(fused);
+    if (fused[0]) require_same_bits(r);
   }
 }
 
-TEST_CASE("GPUNVME_LLM_MATVEC: lean or old, anything else refused naming both", "[gpu][llm]") {
+TEST_CASE("GPUNVME_LLM_MATVEC: lean, old or lean-staged, anything else refused naming them", "[gpu][llm]") {
   REQUIRE(parse_matvec_path(nullptr) == MatvecPath::kLean);
   REQUIRE(parse_matvec_path("") == MatvecPath::kLean);
   REQUIRE(parse_matvec_path("lean") == MatvecPath::kLean);
   REQUIRE(parse_matvec_path("old") == MatvecPath::kOld);
+  REQUIRE(parse_matvec_path("lean-staged") == MatvecPath::kLeanStaged);
   for (const char* bad : {"OLD", "new", "old ", "\x1b[2Jold"}) {
     CAPTURE(bad);
     try {
@@ -668,6 +677,7 @@ TEST_CASE("GPUNVME_LLM_MATVEC: lean or old, anything else refused naming both", 
       const std::string what = e.what();
       REQUIRE(what.find("'lean'") != std::string::npos);
       REQUIRE(what.find("'old'") != std::string::npos);
+      REQUIRE(what.find("'lean-staged'") != std::string::npos);
       REQUIRE(what.find('\x1b') == std::string::npos);
     }
   }

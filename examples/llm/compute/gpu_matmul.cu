@@ -49,7 +49,7 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 }
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-template <GgmlType T, uint32_t R, bool Lean>
+template <GgmlType T, uint32_t R, MatvecPath P>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R, Lean>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
+  gpu::block_rows<T, R, P>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
@@ -67,11 +67,11 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, bool Lean, class Rows>
+template <GgmlType T, uint32_t R, MatvecPath P, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R, Lean>(rows, groups, x, xs, norm_w, eps);
+  gpu::block_rows<T, R, P>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -95,10 +95,10 @@ struct ConcatRows {
     const uint32_t p = part(i);
     return pick(p, w[0], w[1], w[2]) + uint64_t(i - start(p)) * pick(p, row_bytes[0], row_bytes[1], row_bytes[2]);
   }
-  template <GgmlType T>
+  template <GgmlType T, bool StageQ4k = false>
   __device__ bool stageable() const {
-    return gpu::weight_rows_stageable<T>(w[0], row_bytes[0]) && gpu::weight_rows_stageable<T>(w[1], row_bytes[1]) &&
-           gpu::weight_rows_stageable<T>(w[2], row_bytes[2]);
+    return gpu::weight_rows_stageable<T, StageQ4k>(w[0], row_bytes[0]) &&
+           gpu::weight_rows_stageable<T, StageQ4k>(w[1], row_bytes[1]) && gpu::weight_rows_stageable<T, StageQ4k>(w[2], row_bytes[2]);
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -125,9 +125,9 @@ struct GluRows {
   FfnAct act;
   float* y;
   __device__ const uint8_t* row(uint32_t i) const { return ((i & 1) ? up : gate) + uint64_t(i >> 1) * row_bytes; }
-  template <GgmlType T>
+  template <GgmlType T, bool StageQ4k = false>
   __device__ bool stageable() const {
-    return gpu::weight_rows_stageable<T>(gate, row_bytes) && gpu::weight_rows_stageable<T>(up, row_bytes);
+    return gpu::weight_rows_stageable<T, StageQ4k>(gate, row_bytes) && gpu::weight_rows_stageable<T, StageQ4k>(up, row_bytes);
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -268,26 +268,35 @@ uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
   return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
 }
 
+// f.template operator()<P>() with the path as a constant (the kernels take it as a template argument).
+template <class F>
+void with_matvec_path(MatvecPath p, F&& f) {
+  switch (p) {
+    case MatvecPath::kLean: return f.template operator()<MatvecPath::kLean>();
+    case MatvecPath::kOld: return f.template operator()<MatvecPath::kOld>();
+    case MatvecPath::kLeanStaged: return f.template operator()<MatvecPath::kLeanStaged>();
+  }
+  throw std::logic_error("with_matvec_path: not a MatvecPath");
+}
+
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
 void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
-  const bool lean = matvec_path() == MatvecPath::kLean;
+  const MatvecPath path = matvec_path();
+  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type, path) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto staged = [&]<uint32_t R>() {
-      auto launch = [&]<bool Lean>() {
-        constexpr auto K = matvec_staged_kernel<T, R, Lean>;
+      with_matvec_path(path, [&]<MatvecPath P>() {
+        constexpr auto K = matvec_staged_kernel<T, R, P>;
         gpu::allow_staged_shared<K>();
-        const uint32_t blocks = Lean ? resident_cap<K>(g.blocks, count, g.shared_bytes) : g.blocks;
+        const uint32_t blocks = P != MatvecPath::kOld ? resident_cap<K>(g.blocks, count, g.shared_bytes) : g.blocks;
         K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias,
                                                                              m.sel, m.mat_bytes, y, x_stride, y_stride);
-      };
-      if (lean) launch.template operator()<true>();
-      else launch.template operator()<false>();
+      });
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
@@ -317,24 +326,22 @@ struct AddRows : gpu::MatrixRows {
 template <class Rows>
 bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
                  float eps = 0.0f) {
-  gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
+  const MatvecPath path = matvec_path();
+  gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type, path);
   if (!g.staged) return false;
   if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
   bool launched = false;
-  const bool lean = matvec_path() == MatvecPath::kLean;
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    auto launch_as = [&]<uint32_t R, bool Lean>() {
-      constexpr auto K = matvec_rows_kernel<T, R, Lean, Rows>;
-      // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
-      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
-      const uint32_t blocks = Lean ? resident_cap<K>(g.blocks, 1, g.shared_bytes) : g.blocks;
-      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
-      launched = true;
-    };
     auto launch = [&]<uint32_t R>() {
-      if (lean) launch_as.template operator()<R, true>();
-      else launch_as.template operator()<R, false>();
+      with_matvec_path(path, [&]<MatvecPath P>() {
+        constexpr auto K = matvec_rows_kernel<T, R, P, Rows>;
+        // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
+        if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
+        const uint32_t blocks = P != MatvecPath::kOld ? resident_cap<K>(g.blocks, 1, g.shared_bytes) : g.blocks;
+        K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+        launched = true;
+      });
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -393,9 +400,10 @@ uint32_t device_sms() { return device_limits().sms; }
 // Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
 // beyond that would only stage x again). Two rows per warp when that still leaves two blocks per SM.
 // Shared memory: x, then the warps' weight chunks (gpu_rows.cuh's weight_stage_bytes).
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type) {
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, MatvecPath path) {
   StagedLaunch l;
-  const uint64_t bytes = uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type) : 0);
+  const uint64_t bytes =
+      uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type, stages_q4k(path)) : 0);
   const DeviceLimits& d = device_limits();
   if (bytes == 0 || bytes > d.shared_per_block || rows == 0 || count == 0) return l;
   l.staged = true;
@@ -418,9 +426,10 @@ std::atomic<int> g_matvec_path{-1};  // a MatvecPath, or -1 before the environme
 MatvecPath parse_matvec_path(const char* v) {
   if (!v || !*v || std::strcmp(v, "lean") == 0) return MatvecPath::kLean;
   if (std::strcmp(v, "old") == 0) return MatvecPath::kOld;
+  if (std::strcmp(v, "lean-staged") == 0) return MatvecPath::kLeanStaged;
   std::string shown;
   for (const char* c = v; *c && shown.size() < 40; ++c) shown += (*c >= 0x20 && *c < 0x7F) ? *c : '?';
-  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default) or 'old', or unset it");
+  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default), 'old' or 'lean-staged', or unset it");
 }
 
 MatvecPath matvec_path() {

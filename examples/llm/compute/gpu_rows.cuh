@@ -19,6 +19,7 @@
 #include <set>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_norm.cuh"
 #include "examples/llm/compute/gpu_rows_lean.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
@@ -50,17 +51,26 @@ inline constexpr uint32_t kMaxRowsPerWarp = 2;  // the staged kernels' R: 1 or 2
 
 // Bytes of 32 consecutive groups of a row of type t (a whole number of its blocks), 0 for the types whose
 // weights are not staged (unquantized: a block is one element; blocks of whole 16-byte units).
-constexpr uint32_t weight_chunk_bytes(GgmlType t) {
+// `stage_q4k` (MatvecPath::kLeanStaged): Q4_K's rows are staged too (four 144-byte blocks a chunk), an
+// A/B of whether its direct loads (one (row, group) ahead a lane) or the chunks (kWeightStages - 1 chunks
+// ahead a warp) keep more bytes in flight.
+constexpr uint32_t weight_chunk_bytes(GgmlType t, bool stage_q4k = false) {
   const auto info = gguf::ggml_traits(t);
+  if (stage_q4k && t == GgmlType::Q4_K) return 32 * uint32_t(kGroup) / info.block_size * info.type_size;
   if (info.block_size < uint32_t(kGroup) || info.type_size % 16 == 0) return 0;
   return 32 * uint32_t(kGroup) / info.block_size * info.type_size;
 }
 // A chunk's room in shared memory: its bytes plus the 16-byte units its unaligned ends straddle.
-constexpr uint32_t weight_stage_span(GgmlType t) { return (weight_chunk_bytes(t) + 15) / 16 * 16 + 32; }
-// Shared bytes a staged block needs for its warps' weight chunks (after x's), whatever R it runs.
-constexpr uint32_t weight_stage_bytes(GgmlType t) {
-  return weight_chunk_bytes(t) == 0 ? 0 : kStagedWarps * kMaxRowsPerWarp * kWeightStages * weight_stage_span(t);
+constexpr uint32_t weight_stage_span(GgmlType t, bool stage_q4k = false) {
+  return (weight_chunk_bytes(t, stage_q4k) + 15) / 16 * 16 + 32;
 }
+// Shared bytes a staged block needs for its warps' weight chunks (after x's), whatever R it runs.
+constexpr uint32_t weight_stage_bytes(GgmlType t, bool stage_q4k = false) {
+  return weight_chunk_bytes(t, stage_q4k) == 0 ? 0
+                                                : kStagedWarps * kMaxRowsPerWarp * kWeightStages * weight_stage_span(t, stage_q4k);
+}
+// Whether a path stages Q4_K's rows (above).
+constexpr bool stages_q4k(MatvecPath p) { return p == MatvecPath::kLeanStaged; }
 
 // 16 bytes global -> shared without passing through registers (sm_80+), and the commit/wait of a lane's groups.
 __device__ inline void cp_async_16(void* shared_dst, const void* global_src) {
@@ -141,9 +151,9 @@ __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uin
 // Every lane of the warp takes part in each call. `buf`: this warp's kWeightStages x R spans. Every row
 // must start 16-byte aligned and end on a 16-byte boundary (weight_rows_stageable): the copy then reads
 // no byte outside it.
-template <GgmlType T, uint32_t R>
+template <GgmlType T, uint32_t R, bool StageQ4k = false>
 struct RowChunks {
-  static constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T);
+  static constexpr uint32_t kChunk = weight_chunk_bytes(T, StageQ4k), kSpan = weight_stage_span(T, StageQ4k);
   const uint8_t* const (&row)[R];
   uint32_t groups, chunks, lane;
   uint8_t* buf;
@@ -183,9 +193,9 @@ struct RowChunks {
 };
 
 // Whether a matrix's rows can go through RowChunks: a staged type, every row 16-byte aligned at both ends.
-template <GgmlType T>
+template <GgmlType T, bool StageQ4k = false>
 __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_bytes) {
-  return weight_chunk_bytes(T) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
+  return weight_chunk_bytes(T, StageQ4k) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
 }
 
 // warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
@@ -218,22 +228,50 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
+// warp_dot_rows_q4k_lean's sums with the rows' bytes staged in shared memory (RowChunks, Q4_K's chunks of
+// four blocks): lane i reads group 32c + i's 48 bytes from chunk c as three 16-byte shared loads (the
+// chunks keep the rows' 16-byte alignment) and sums it as q4k_raw_dot does.
+template <uint32_t R>
+__device__ inline void warp_dot_rows_q4k_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
+                                                uint32_t lane, uint8_t* buf, bool started, float (&out)[R]) {
+  const RowChunks<GgmlType::Q4_K, R, true> ch(row, groups, lane, buf);
+  if (!started) ch.start();
+  const Q4kLane c(lane);
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  for (uint32_t k = 0; k < ch.chunks; ++k) {
+    ch.arrive(k);
+    const uint32_t grp = 32 * k + lane;
+    if (grp < groups) {
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_raw_dot(load_q4k_raw(ch.at(k, r), lane), c, xs, grp);
+    }
+    ch.release();
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
 // lane. The per-row operations are warp_dot_row's (see the file comment). With `stage`, through `buf`:
 // this warp's weight chunks in shared memory (a pointer the compiler sees derive from the shared array
 // whatever `stage` is, so that its loads are shared-memory loads, not generic ones). `Lean`: Q4_K and
 // the unquantized types through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned (the same
-// bits); false keeps this file's loops (GPUNVME_LLM_MATVEC=old).
-template <GgmlType T, uint32_t R, bool Lean = true>
+// bits); kOld keeps this file's loops (GPUNVME_LLM_MATVEC=old); kLeanStaged stages Q4_K's rows as well.
+template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
-  if constexpr (weight_chunk_bytes(T) != 0) {
+  constexpr bool kLean = P != MatvecPath::kOld;
+  if constexpr (stages_q4k(P) && T == GgmlType::Q4_K) {
+    if (stage) return warp_dot_rows_q4k_staged<R>(row, groups, xs, lane, buf, started, out);
+  } else if constexpr (weight_chunk_bytes(T) != 0) {
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
-  if constexpr (Lean && T == GgmlType::Q4_K) {
+  if constexpr (kLean && T == GgmlType::Q4_K) {
     if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
   }
-  if constexpr (Lean && kPlainLean<T>) {
+  if constexpr (kLean && kPlainLean<T>) {
     if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
   }
   if constexpr (T == GgmlType::Q4_K)
@@ -253,8 +291,8 @@ struct MatrixRows {
   const float* bias;
   float* y;
   __device__ const uint8_t* row(uint32_t i) const { return w + uint64_t(i) * row_bytes; }
-  template <GgmlType T>
-  __device__ bool stageable() const { return weight_rows_stageable<T>(w, row_bytes); }
+  template <GgmlType T, bool StageQ4k = false>
+  __device__ bool stageable() const { return weight_rows_stageable<T, StageQ4k>(w, row_bytes); }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
 #pragma unroll
@@ -298,14 +336,15 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
 // `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
-template <GgmlType T, uint32_t R, bool Lean = true, class Rows>
+template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
                                   float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
-  const bool stage = rows.template stageable<T>();
-  uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
+  constexpr bool kStageQ4k = stages_q4k(P);
+  const bool stage = rows.template stageable<T, kStageQ4k>();
+  uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T, kStageQ4k) / kStagedWarps);
   auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));
@@ -319,7 +358,7 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
   if (stage && first0 < n) {
     const uint8_t* p[R];
     rows_from(first0, p);
-    RowChunks<T, R>(p, groups, lane, buf).start();
+    RowChunks<T, R, kStageQ4k>(p, groups, lane, buf).start();
     started = true;
   }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
@@ -328,17 +367,17 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R, Lean>(p, groups, xs, lane, stage, buf, started, dot);
+    warp_dot_rows<T, R, P>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
 
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
-template <GgmlType T, uint32_t R, bool Lean = true>
+template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
                                   float4* xs, const float* bias, float* y) {
-  block_rows<T, R, Lean>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
+  block_rows<T, R, P>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
@@ -350,7 +389,8 @@ struct StagedLaunch {
   uint32_t blocks = 0;
   uint32_t shared_bytes = 0;
 };
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type);
+// `path`: its weight chunks' room (stages_q4k).
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, MatvecPath path = MatvecPath::kLean);
 
 // The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
 // once.
