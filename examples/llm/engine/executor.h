@@ -56,6 +56,7 @@ struct ExecStats {
   host::RecoveryStats recovery;      // retries, aborts, resets behind the streamed and fetched reads (#15)
   VerifyStats verify;                // the checks of the loaded bytes against the deploy record (load_check.h)
   uint64_t vram_budget = 0;          // GPU executor: the VRAM budget its plan was made with (0: --resident N)
+  uint64_t graph_replays = 0;        // GPU executor: one-token passes whose layers were a graph's replay (decode_graph)
   std::vector<GpuShare> gpus;        // --gpus N: each GPU's layers and plan (plan above: the GPUs' joined)
 };
 
@@ -158,6 +159,9 @@ struct GpuExecOptions {
   // (compute/gpu_gemm.h), flash attention (compute/gpu_flash_attention.cuh); their last bits differ from
   // token by token. false: the small passes' FP32 kernels, every logit as token by token to the bit.
   bool fast_prompt = true;
+  // One-token passes over a model all in GPU memory (one GPU) replay a CUDA graph of their layers
+  // (compute/gpu_graph.h: the same kernels, the same bits, one launch; GPUNVME_LLM_DECODE_GRAPH=0: off).
+  bool decode_graph = true;
   // Sequences held at once: a slot of n_ctx positions each in the KV cache, in GPU memory beside the
   // activations (allocated before the residency plan's VRAM budget is taken), or with kv_in_host in
   // pinned host memory that attention reads over the host link (more sequences than VRAM holds).

@@ -20,12 +20,14 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "examples/llm/compute/gpu_forward.h"
+#include "examples/llm/compute/gpu_graph.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "device/cuda_check.h"
 #include "examples/llm/engine/executor.h"
@@ -336,6 +338,8 @@ class GpuExecutor final : public Executor {
       gpu_check_ = std::make_unique<GpuLoadCheck>(*check_, m_, streamer_.get(), experts_ ? &experts_->fetcher() : nullptr,
                                                   m_.config.n_expert_used);
     if (experts_ && gpu_check_) experts_->wait_before_writes(gpu_check_->expert_check_done());
+    const char* graph_env = std::getenv("GPUNVME_LLM_DECODE_GRAPH");  // "0": the A/B switch, off
+    graph_on_ = graph_possible(o) && !(graph_env && std::string(graph_env) == "0");
   }
   ~GpuExecutor() override {
     try {
@@ -366,6 +370,43 @@ class GpuExecutor final : public Executor {
       pipe_.link->receive(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
     }
     seqs_.commit(tokens);  // the cache rows are (being) overwritten from here on
+    if (tokens.size() == 1 && graph_on_) {
+      resident_graphed();
+    } else {
+      layers(tokens.size());
+    }
+    return finish_pass(tokens.size());
+  }
+
+  // One token over layers all in GPU memory: a replay of the captured layers (compute/gpu_graph.h). The
+  // first such pass runs them the ordinary way (each kernel's one-time host setup happens outside any
+  // capture), the second captures them; where a capture fails, every pass runs them the ordinary way.
+  void resident_graphed() {
+    auto enqueue = [&] {
+      for (const LayerWeights& l : m_.weights.layers) fwd_->layer(l, vram_[l.index]->view(), nullptr);
+    };
+    if (graph_.ready() || (graph_warm_ && graph_.capture(reinterpret_cast<gpu_stream_t>(compute_), enqueue))) {
+      graph_.launch(reinterpret_cast<gpu_stream_t>(compute_));
+      ++graph_replays_;
+      return;
+    }
+    graph_on_ = !graph_warm_;  // a failed capture: no more attempts
+    graph_warm_ = true;
+    enqueue();
+  }
+
+  // Whether one-token passes replay a graph: asked for, and every layer (its experts too) in GPU memory
+  // of this one GPU, no per-pass host work between the layers (the first-read checks concern streamed
+  // and fetched bytes only, none here).
+  bool graph_possible(const GpuExecOptions& o) const {
+    if (!o.decode_graph || pipe_.link || range_.begin != 0 || range_.end != m_.config.n_layer || nvme_source_ || ram_ || streamer_ || experts_)
+      return false;
+    for (const LayerWeights& l : m_.weights.layers)
+      if (plan_.layers[l.index].dense != Tier::kVram || !plan_.layers[l.index].experts_in_vram || !vram_[l.index]) return false;
+    return true;
+  }
+
+  void layers(size_t n_tokens) {
     for (const LayerWeights& l : m_.weights.layers) {
       if (!range_.contains(l.index)) continue;  // another GPU's
       lead_.before_layer();
@@ -385,7 +426,7 @@ class GpuExecutor final : public Executor {
         const stream::SlotView v = streamer_->wait(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
         if (gpu_check_) gpu_check_->streamed(stream_index_[l.index], v, compute_);  // the first read of it only
         const PackedRanges& held = slot_held_[stream_index_[l.index]];
-        if (tokens.size() > kBatchTileTokens) {  // copied once; the slot is free before the compute
+        if (n_tokens > kBatchTileTokens) {  // copied once; the slot is free before the compute
           const uint8_t* weights = stage_streamed(v);
           streamer_->release(slot, reinterpret_cast<stream::cuda_stream_t>(compute_));
           fwd_->layer(l, {weights, &held}, experts);
@@ -399,11 +440,14 @@ class GpuExecutor final : public Executor {
       if (experts && gpu_check_) gpu_check_->experts(compute_);  // its experts' parts not checked before
       lead_.after_layer(compute_);
     }
+  }
+
+  std::span<const float> finish_pass(size_t n_tokens) {
     std::span<const float> logits;  // none where the next GPU goes on
     if (range_.end == m_.config.n_layer) {
       logits = fwd_->pass_logits();
     } else {
-      pipe_.link->send(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
+      pipe_.link->send(fwd_->hidden(), n_tokens * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
       pipe_.link->wait_sent(reinterpret_cast<gpu_stream_t>(compute_));
     }
     // The logits are on the host, so every layer of this pass was consumed: a load that failed (its
@@ -414,7 +458,7 @@ class GpuExecutor final : public Executor {
     if (gpu_check_) gpu_check_->end_pass();
     // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
     // only its last token's ids, and a speculative pass's last token may be a rejected draft).
-    if (experts_ && tokens.size() == 1) experts_->end_token(compute_);
+    if (experts_ && n_tokens == 1) experts_->end_token(compute_);
     return logits;
   }
   uint32_t max_batch() const override { return fwd_->max_batch(); }
@@ -448,6 +492,7 @@ class GpuExecutor final : public Executor {
     s.ram_layers = s.plan.count(Tier::kRam);
     s.streamed_layers = s.plan.count(Tier::kNvme);
     s.vram_budget = vram_budget_;
+    s.graph_replays = graph_replays_;
     s.bytes_per_step = streamer_bytes_per_step_;
     for (const auto* g : {&embd_, &norm_, &out_}) s.resident_bytes += *g ? (*g)->held.bytes : 0;
     for (const auto& v : vram_) s.resident_bytes += v ? v->held.bytes : 0;
@@ -745,6 +790,9 @@ class GpuExecutor final : public Executor {
   uint32_t slots_ = 2, n_streamed_ = 0;
   uint64_t begun_ = 0, consumed_ = 0;
   bool finished_ = false;
+  CapturedWork graph_;  // one-token passes over resident layers (resident_graphed)
+  bool graph_on_ = false, graph_warm_ = false;
+  uint64_t graph_replays_ = 0;
   SeqSlots seqs_;  // each sequence slot's length in the KV cache
   // Declared last, destroyed first: its thread may still be reading bytes the tiers above own
   // (a constructor that threw part way).
