@@ -106,24 +106,32 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 
 // warp_dot_rows_q4k's sums for 16-byte aligned rows, with its order of loads: the next (row, group)'s
 // bytes loaded before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
-// a warp, spilled 388 bytes a thread under the kernels' 85-register bound.)
+// a warp, spilled 388 bytes a thread under the kernels' 85-register bound.) Two buffers written in turn,
+// not a current and a next copied into it: the copy was 12 moves a group and row (a 16th of the loop).
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
                                               uint32_t lane, float (&out)[R]) {
+  static_assert(R == 1 || R == 2);
   const Q4kLane c(lane);
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
-  Q4kRaw cur{};
-  if (lane < groups) cur = load_q4k_raw(row[0], lane);
-  for (uint32_t grp = lane; grp < groups; grp += 32) {
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r) {
-      Q4kRaw next = cur;  // rows in order within a group, then the lane's next group
-      if (r + 1 < R) next = load_q4k_raw(row[r + 1], grp);
-      else if (grp + 32 < groups) next = load_q4k_raw(row[0], grp + 32);
-      part[r] += q4k_raw_dot(cur, c, xs, grp);
-      cur = next;
+  Q4kRaw a{}, b{};
+  if (lane < groups) a = load_q4k_raw(row[0], lane);
+  if constexpr (R == 2) {
+    for (uint32_t grp = lane; grp < groups; grp += 32) {  // a: row 0's group, b: row 1's
+      b = load_q4k_raw(row[1], grp);
+      part[0] += q4k_raw_dot(a, c, xs, grp);
+      if (grp + 32 < groups) a = load_q4k_raw(row[0], grp + 32);
+      part[1] += q4k_raw_dot(b, c, xs, grp);
+    }
+  } else {
+    for (uint32_t grp = lane; grp < groups; grp += 64) {  // a: group grp, b: group grp + 32
+      if (grp + 32 < groups) b = load_q4k_raw(row[0], grp + 32);
+      part[0] += q4k_raw_dot(a, c, xs, grp);
+      if (grp + 32 >= groups) break;
+      if (grp + 64 < groups) a = load_q4k_raw(row[0], grp + 64);
+      part[0] += q4k_raw_dot(b, c, xs, grp + 32);
     }
   }
 #pragma unroll
