@@ -275,6 +275,7 @@ void with_matvec_path(MatvecPath p, F&& f) {
     case MatvecPath::kLean: return f.template operator()<MatvecPath::kLean>();
     case MatvecPath::kOld: return f.template operator()<MatvecPath::kOld>();
     case MatvecPath::kLeanStaged: return f.template operator()<MatvecPath::kLeanStaged>();
+    case MatvecPath::kLeanPrefetch: return f.template operator()<MatvecPath::kLeanPrefetch>();
   }
   throw std::logic_error("with_matvec_path: not a MatvecPath");
 }
@@ -433,9 +434,10 @@ MatvecPath parse_matvec_path(const char* v) {
   if (!v || !*v || std::strcmp(v, "lean") == 0) return MatvecPath::kLean;
   if (std::strcmp(v, "old") == 0) return MatvecPath::kOld;
   if (std::strcmp(v, "lean-staged") == 0) return MatvecPath::kLeanStaged;
+  if (std::strcmp(v, "lean-prefetch") == 0) return MatvecPath::kLeanPrefetch;
   std::string shown;
   for (const char* c = v; *c && shown.size() < 40; ++c) shown += (*c >= 0x20 && *c < 0x7F) ? *c : '?';
-  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default), 'old' or 'lean-staged', or unset it");
+  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default), 'old', 'lean-staged' or 'lean-prefetch', or unset it");
 }
 
 MatvecPath matvec_path() {

@@ -71,6 +71,8 @@ constexpr uint32_t weight_stage_bytes(GgmlType t, bool stage_q4k = false) {
 }
 // Whether a path stages Q4_K's rows (above).
 constexpr bool stages_q4k(MatvecPath p) { return p == MatvecPath::kLeanStaged; }
+// Whether a path asks the L2 cache for a warp's next row set ahead (prefetch_rows_l2).
+constexpr bool prefetches_l2(MatvecPath p) { return p == MatvecPath::kLeanPrefetch; }
 
 // 16 bytes global -> shared without passing through registers (sm_80+), and the commit/wait of a lane's groups.
 __device__ inline void cp_async_16(void* shared_dst, const void* global_src) {
@@ -262,7 +264,7 @@ __device__ inline void warp_dot_rows_q4k_staged(const uint8_t* const (&row)[R], 
 template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
-  constexpr bool kLean = P != MatvecPath::kOld;
+  constexpr bool kLean = P != MatvecPath::kOld;  // kLeanStaged and kLeanPrefetch too
   if constexpr (stages_q4k(P) && T == GgmlType::Q4_K) {
     if (stage) return warp_dot_rows_q4k_staged<R>(row, groups, xs, lane, buf, started, out);
   } else if constexpr (weight_chunk_bytes(T) != 0) {
@@ -330,6 +332,28 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
   __syncthreads();
 }
 
+// Bytes of a row of `groups` groups of type T.
+template <GgmlType T>
+__device__ inline uint64_t row_bytes_of(uint32_t groups) {
+  constexpr auto info = gguf::ggml_traits(T);
+  return uint64_t(groups) * kGroup / info.block_size * info.type_size;
+}
+
+// Asks the L2 cache for R rows' bytes (at most kPrefetchRowBytes of each), the lanes taking their
+// 128-byte lines in turn: hints only (no registers, nothing waited for), so a warp has its next rows'
+// bytes in flight however few of its own loads it has outstanding (MatvecPath::kLeanPrefetch).
+inline constexpr uint64_t kPrefetchRowBytes = 16 * 1024;
+template <GgmlType T, uint32_t R>
+__device__ inline void prefetch_rows_l2(const uint8_t* const (&row)[R], uint32_t groups, uint32_t lane) {
+  const uint64_t bytes = min(row_bytes_of<T>(groups), kPrefetchRowBytes);
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(row[r]), end = at + bytes;
+    for (uintptr_t line = (at & ~uintptr_t(127)) + 128 * lane; line < end; line += 32 * 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+}
+
 // Every row of `rows` times x (each row's arithmetic warp_dot_row's, whatever the set): the block stages
 // x into xs (stage_vector), its warps take R rows each and the blocks stride over the rows (each block
 // stages x once, however many rows it computes). The block's dynamic shared memory holds x's groups,
@@ -361,10 +385,19 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     RowChunks<T, R, kStageQ4k>(p, groups, lane, buf).start();
     started = true;
   }
+  if (prefetches_l2(P) && first0 < n) {  // the first set's bytes on their way while the block stages x
+    const uint8_t* p[R];
+    rows_from(first0, p);
+    prefetch_rows_l2<T>(p, groups, lane);
+  }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
   for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
+    if (prefetches_l2(P) && first + gridDim.x * per_block < n) {  // the next set's, while this one is summed
+      rows_from(first + gridDim.x * per_block, p);
+      prefetch_rows_l2<T>(p, groups, lane);
+    }
     rows_from(first, p);
     float dot[R];
     warp_dot_rows<T, R, P>(p, groups, xs, lane, stage, buf, started, dot);
