@@ -3,8 +3,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 #include "host/cpu_clock.h"
+#include "host/emulator/controller.h"
 #include "host/open_device.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -47,6 +49,28 @@ double DriveControllers::thread_cpu_seconds() const {
   double s = 0;
   for (pid_t t : threads_) s += std::max(0.0, host::thread_cpu_seconds(t));  // an ended thread counts 0
   return s;
+}
+
+namespace {
+
+// emu_model_devices and llm_tokens' --image give emu: devices only; a real drive has neither count nor model.
+const emu::EmulatedController& emulated(host::Controller& c) {
+  const auto* e = dynamic_cast<const emu::EmulatedController*>(&c.transport());
+  if (!e) throw std::logic_error("DriveControllers: " + c.transport().name() + " is not an emulated controller");
+  return *e;
+}
+
+}  // namespace
+
+std::vector<uint64_t> DriveControllers::served_bytes() const {
+  std::vector<uint64_t> out;
+  for (const auto& c : owned_) out.push_back(emulated(*c).stats().bytes_read);
+  return out;
+}
+
+double DriveControllers::read_bandwidth() const {
+  const emu::DriveModel* m = owned_.empty() ? nullptr : emulated(*owned_.front()).drive_model();
+  return m ? m->params().read_bytes_per_s : 0;  // every controller models the same drive
 }
 
 EngineCpuTimer::EngineCpuTimer(const DriveControllers* drive)

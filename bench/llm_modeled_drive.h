@@ -27,6 +27,13 @@ class DriveControllers {
   DriveControllers(const std::vector<std::string>& devices, const std::string& drive, uint32_t threads, const std::string& emu_opts = "");
   std::span<host::Controller* const> controllers() const { return raw_; }
   double thread_cpu_seconds() const;  // the drive threads' CPU time so far
+  // Bytes each controller's drive has served (its reads' data: the emulator's Stats::bytes_read) since it
+  // was opened, in the order of `devices`: read before and after the timed tokens, the difference is
+  // what each modeled drive had to move for them (bench/served_bound.h).
+  std::vector<uint64_t> served_bytes() const;
+  // The rated read bandwidth (bytes/s) each controller's drive model paces reads at, --emu-opts
+  // overrides (bw=) included: the rate a served byte costs at best. 0: drive none (unthrottled).
+  double read_bandwidth() const;
 
  private:
   std::vector<std::unique_ptr<host::Controller>> owned_;

@@ -17,6 +17,7 @@
 #include "bench/baselines/pacing.h"
 #include "bench/llm_modeled_drive.h"
 #include "bench/llm_tokens_mmap.h"
+#include "bench/served_bound.h"
 #include "device/cuda_check.h"
 #include "examples/llm/tools/emu_gen.h"
 #include "examples/llm/compute/gpu_route.h"
@@ -26,6 +27,7 @@
 #include "host/open_device.h"
 #include "runtime/model/stripe.h"
 #include "host/text/escape.h"
+#include "host/text/human_bytes.h"
 #include "host/text/lists.h"
 #include "host/text/numbers.h"
 #include "runtime/cli/args.h"
@@ -69,9 +71,18 @@ const cli::Help kHelp = {
     "  tok/s        timed tokens / their wall time\n"
     "  drive        the modeled drive; Nx before it: a striped set of N members, each its own emulated\n"
     "               controller modeling that drive (4 controller threads each)\n"
-    "  bound        the plan's floor (residency_plan.h): max(NVMe bytes per token / (N x the drive's rated read\n"
-    "               bandwidth), bytes entering the GPU per token / the measured host-to-GPU bandwidth), as tok/s\n"
+    "  bound        the cell's floor, as tok/s: max(the bytes the busiest modeled drive served over the timed\n"
+    "               tokens, per token / its rated read bandwidth, bytes entering the GPU per token (the plan's,\n"
+    "               residency_plan.h) / the measured host-to-GPU bandwidth). The drives' bytes are counted, not\n"
+    "               planned (bench/served_bound.h): a RAM expert cache that hits more than a uniform router's\n"
+    "               share lowers them, so eff stays at most 100 % (up to the timing window's edges). Every byte\n"
+    "               served counts, wasted prefetch reads too (an mmap cell's loader paces on a drive model of its\n"
+    "               own beside the controller's that fetches experts: counted as one drive, the two may beat it).\n"
+    "               The JSON keeps the plan's expectation beside it\n"
+    "               (plan_bound_tokens_per_second, plan_efficiency, plan_nvme_bytes_per_token)\n"
     "  eff          tok/s / bound\n"
+    "  NVMe/tok     bytes the drives served per timed token, all drives (JSON: nvme_bytes_per_token; each\n"
+    "               drive's total over the timed tokens: drive_bytes_served)\n"
     "  emu          tok/s of the same model, budget and loader with drive `none` (the emulator unthrottled: what\n"
     "               the emulator itself can feed, about one pcie5 on 16 cores), when --drives lists none first\n"
     "  eff<         tok/s / min(bound, emu): efficiency against the lower of the drives and the emulator\n"
@@ -169,6 +180,11 @@ struct Cell {
   std::string emu_opts;  // --emu-opts, as given
   double seconds = 0, tps = 0, bound_tps = 0, host_cpu = 0;
   double emu_tps = 0;  // the same cell with drive none (0: not measured)
+  // The bound's inputs: each modeled drive's bytes served over the timed tokens (bench/served_bound.h),
+  // and the plan's expectation kept for comparison (its bound is no floor with a RAM expert cache).
+  std::vector<uint64_t> served;
+  double drive_bw = 0;  // one drive's rated read bytes/s, as its controllers model it (0: none)
+  double nvme_bytes_per_token = 0, plan_nvme_bytes_per_token = 0, plan_bound_tps = 0;
   std::optional<uint64_t> loader_faults;  // mmap loaders: the worker's page faults over the timed tokens
   std::optional<llm::gen::GenerationRate> generator;  // emu:gen: the generator's own rate, measured at start
   double lower_tps() const { return emu_tps > 0 && emu_tps < bound_tps ? emu_tps : bound_tps; }
@@ -270,8 +286,9 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   o.expert_window_bytes = rs.expert_io.window_bytes;
   o.expert_read_bytes = rs.expert_io.read_bytes;
   const bench::MmapLayerSource* source = nullptr;  // owned by the executor
+  std::shared_ptr<bench::ls::Pacer> pacer;         // the mmap loaders' modeled drive(s); none: unpaced
   if (const std::optional<bench::MmapResidency> residency = mmap_residency(mode)) {
-    auto pacer = drive == "none" ? nullptr : std::make_shared<bench::ls::Pacer>(drive, uint32_t(spec.devices.size()));
+    if (drive != "none") pacer = std::make_shared<bench::ls::Pacer>(drive, uint32_t(spec.devices.size()));
     o.nvme_source = [&, pacer, residency](std::vector<llm::PackedRanges> r) {
       auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, *residency);
       source = s.get();
@@ -282,6 +299,19 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   uint32_t pos = 0, tok = 1;
   auto next = [&](std::span<const float> logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
   for (uint32_t i = 0; i < warmup; ++i) tok = next(ex->step(tok, pos++));
+  // What each modeled drive has served so far: the controllers' (a striped set's members in order, then
+  // each GPU's own drive with --drive-per-gpu); an mmap loader's paced reads count as their member's (its
+  // pacer stands for the same drive, which also serves the expert fetcher's reads).
+  const auto served_now = [&] {
+    std::vector<uint64_t> v = drive_ctrls.served_bytes();
+    for (uint32_t i = 0; pacer && i < pacer->drives(); ++i) v.at(i) += pacer->admitted_bytes(i);
+    for (const auto& g : gpu_drives) {
+      const std::vector<uint64_t> b = g->served_bytes();
+      v.insert(v.end(), b.begin(), b.end());
+    }
+    return v;
+  };
+  const std::vector<uint64_t> served0 = served_now();
   const bench::EngineCpuTimer cpu(&drive_ctrls);
   const uint64_t faults0 = source ? source->page_faults() : 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -293,16 +323,24 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   c.host_cpu = cpu.seconds();
+  c.served = bench::served_between(served0, served_now());
   if (source) c.loader_faults = source->page_faults() - faults0;
   ex->finish();
   c.stats = ex->stats();
   c.tokens = tokens;
   c.logits_hash = h;
   c.tps = c.seconds > 0 ? tokens / c.seconds : 0;
-  const double drive_bw = bench::ls::drive_read_bandwidth(drive) * double(c.members);
-  const double bound_s = c.stats.gpus.empty() ? c.stats.plan.bound_seconds(drive_bw, rs.h2d)
-                                              : llm::gpus_bound_seconds(c.stats.gpus, drive_bw, rs.h2d, rs.drive_per_gpu);
+  // The host link's floor is the plan's (a drive's rate of 0 bounds nothing there): every routed expert not
+  // in VRAM crosses the link, cache hit or not. The drives' floor is what they served.
+  const double drive_bw = c.drive_bw = drive_ctrls.read_bandwidth();  // the profile's, or --emu-opts' bw=
+  const double link_s = c.stats.gpus.empty() ? c.stats.plan.bound_seconds(0, rs.h2d) : llm::gpus_bound_seconds(c.stats.gpus, 0, rs.h2d, true);
+  const double bound_s = bench::served_bound_seconds(c.served, tokens, drive_bw, link_s);
   c.bound_tps = bound_s > 0 ? 1 / bound_s : 0;
+  c.nvme_bytes_per_token = bench::served_bytes_per_token(c.served, tokens);
+  const double plan_s = c.stats.gpus.empty() ? c.stats.plan.bound_seconds(drive_bw * c.members, rs.h2d)
+                                             : llm::gpus_bound_seconds(c.stats.gpus, drive_bw * c.members, rs.h2d, rs.drive_per_gpu);
+  c.plan_bound_tps = plan_s > 0 ? 1 / plan_s : 0;
+  c.plan_nvme_bytes_per_token = c.stats.plan.nvme_bytes_per_token();
   return c;
 }
 
@@ -328,7 +366,7 @@ std::string cell_json(const Cell& c, double h2d) {
                 text::json_string(c.model).c_str(), text::json_string(c.budget).c_str(), text::json_string(c.drive).c_str(),
                 c.members, c.queues, text::json_string(c.mode).c_str(), c.verify ? "on" : "off", text::json_string(c.prefetch).c_str(), c.tokens,
                 c.seconds, c.tps, json_number(c.bound_tps, 6).c_str(), json_number(c.bound_tps > 0 ? c.tps / c.bound_tps : 0, 4).c_str(), c.host_cpu, h2d,
-                bench::ls::drive_read_bandwidth(c.drive) * c.members, e.resident_layers, e.ram_layers, e.streamed_layers,
+                c.drive_bw * c.members, e.resident_layers, e.ram_layers, e.streamed_layers,
                 (unsigned long long)e.experts.hits, (unsigned long long)e.experts.requested, (unsigned long long)e.experts.faults,
                 (unsigned long long)e.experts.bytes_read, (unsigned long long)e.lag.routed,
                 (unsigned long long)e.lag.predicted_hits, (unsigned long long)e.lag.wasted_bytes,
@@ -352,7 +390,14 @@ std::string cell_json(const Cell& c, double h2d) {
     std::snprintf(gen, sizeof gen, "\"generator_bytes_per_second\":%.0f,\"generator_cpu_seconds_per_gb\":%.4f,\"generator_threads\":%u,",
                   c.generator->bytes_per_second(), c.generator->cpu_seconds_per_gb(), c.generator->threads);
   const std::string verify = c.error.empty() ? "\"verify\":" + llm::verify_json(e.verify) + "," : "";
-  return b + prefetch + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  std::string served = "\"drive_bytes_served\":[";
+  for (size_t i = 0; i < c.served.size(); ++i) served += (i ? "," : "") + std::to_string(c.served[i]);
+  // Bytes are 0 where nothing was read (all in VRAM or RAM), null where the cell did not run.
+  const auto bytes = [&](double v) { return c.served.empty() ? std::string("null") : std::to_string(uint64_t(v + 0.5)); };
+  served += "],\"nvme_bytes_per_token\":" + bytes(c.nvme_bytes_per_token) + ",\"plan_nvme_bytes_per_token\":" +
+            bytes(c.plan_nvme_bytes_per_token) + ",\"plan_bound_tokens_per_second\":" + json_number(c.plan_bound_tps, 6) +
+            ",\"plan_efficiency\":" + json_number(c.plan_bound_tps > 0 ? c.tps / c.plan_bound_tps : 0, 4) + ",";
+  return b + served + prefetch + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + ",\"gpus\":" +
          std::to_string(std::max<size_t>(1, e.gpus.size())) + ",\"drive_per_gpu\":" + (c.drive_per_gpu ? "true" : "false") + ",\"gpu_plans\":" + (e.gpus.empty() ? std::string("null") : llm::gpus_json(e.gpus)) +
          "}\n";
@@ -380,9 +425,9 @@ void print_cell(const Cell& c, int pf) {
     if (c.emu_tps > 0) std::snprintf(emu, sizeof emu, "%9.3f %5.0f%%", c.emu_tps, 100 * c.tps / c.lower_tps());
     char bound[32] = "        -      -";  // all in VRAM: no I/O floor
     if (c.bound_tps > 0) std::snprintf(bound, sizeof bound, "%9.3f %5.0f%%", c.bound_tps, 100 * c.tps / c.bound_tps);
-    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %s %s %8.3f s %s\n", text::printable(c.model).c_str(), c.budget.c_str(),
+    std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %3u/%3u/%3u %9.3f %s %10s %s %8.3f s %s\n", text::printable(c.model).c_str(), c.budget.c_str(),
                 c.drive_label().c_str(), c.mode.c_str(), c.verify ? "on" : "off", pf, c.prefetch.c_str(), c.stats.resident_layers, c.stats.ram_layers,
-                c.stats.streamed_layers, c.tps, bound, emu, c.host_cpu, experts);
+                c.stats.streamed_layers, c.tps, bound, text::human_bytes(c.nvme_bytes_per_token).c_str(), emu, c.host_cpu, experts);
   }
   std::fflush(stdout);
 }
@@ -483,8 +528,8 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
   int pf_width = 4;
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
-  std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %11s %9s %9s %6s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "vfy", pf_width, "pf",
-              "V/R/N lay", "tok/s", "bound", "eff", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
+  std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %11s %9s %9s %6s %10s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "vfy", pf_width, "pf",
+              "V/R/N lay", "tok/s", "bound", "eff", "NVMe/tok", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
   std::vector<std::string> run_devices;  // every device: --json-out may be none of them (runtime/guard/output_file.h)
   for (const ModelSpec& spec : models) run_devices.insert(run_devices.end(), spec.devices.begin(), spec.devices.end());
   guard::OutputFile json = args.has("json-out") ? guard::OutputFile::open(args.get("json-out"), run_devices, "--json-out") : guard::OutputFile();
@@ -529,6 +574,7 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
                 c.prefetch = pf;
                 c.verify = vf;
                 c.members = uint32_t(spec.devices.size());
+                c.drive_bw = bench::ls::drive_read_bandwidth(d);  // the profile's: no controller to ask
                 c.error = e.what();
               }
               c.generator = generator;

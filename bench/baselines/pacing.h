@@ -6,9 +6,11 @@
 // model's bandwidth, IOPS, latency and parallelism clocks, exactly as the emulator's controller
 // threads do per command), moves the bytes, then wait_until(due).
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,7 +92,8 @@ class Pacer {
  public:
   // One model per drive, like one per emulated controller. Throws std::runtime_error for an unknown
   // profile or a tree without the drive model.
-  Pacer(const std::string& profile, uint32_t drives) : profile_(profile) {
+  Pacer(const std::string& profile, uint32_t drives)
+      : profile_(profile), admitted_(std::make_unique<std::atomic<uint64_t>[]>(drives)), drives_(drives) {
 #if GPUNVME_LS_HAVE_DRIVE_MODEL
     auto p = emu::drive_profile(profile);
     if (!p) throw std::runtime_error("unknown drive profile '" + profile + "' (" + drive_profile_names() + ")");
@@ -110,6 +113,7 @@ class Pacer {
   int64_t admit(uint32_t drive, uint64_t bytes) {
 #if GPUNVME_LS_HAVE_DRIVE_MODEL
     const int64_t now = now_ns();
+    admitted(drive).fetch_add(bytes, std::memory_order_relaxed);
     return models_.at(drive)->admit_one(now, emu::DriveRequest{emu::DriveOp::kRead, bytes}).due_ns;
 #else
     (void)drive;
@@ -117,9 +121,19 @@ class Pacer {
     return 0;
 #endif
   }
+  // Bytes drive d was asked to move so far (every admit()): what it served, as an emulated controller's
+  // Stats::bytes_read counts (bench/llm_tokens' bound for its mmap cells). Any thread.
+  uint64_t admitted_bytes(uint32_t drive) const { return admitted(drive).load(std::memory_order_relaxed); }
+  uint32_t drives() const { return drives_; }
 
  private:
+  std::atomic<uint64_t>& admitted(uint32_t drive) const {
+    if (drive >= drives_) throw std::out_of_range("Pacer: drive " + std::to_string(drive) + " of " + std::to_string(drives_));
+    return admitted_[drive];
+  }
   std::string profile_;
+  std::unique_ptr<std::atomic<uint64_t>[]> admitted_;  // per drive
+  uint32_t drives_;
 #if GPUNVME_LS_HAVE_DRIVE_MODEL
   std::vector<std::unique_ptr<emu::DriveModel>> models_;
 #endif
