@@ -44,8 +44,8 @@ def markdown(cells):
     lines = []
     for model, cs in by_model(cells).items():
         lines += [f"**{model}**", "",
-                  "| VRAM:RAM | drive | loader | layers V/R/N | tok/s | bound tok/s | efficiency | host CPU (s) | expert cache hits | lag prediction | prefetch hits / read | expert stall (s) |",
-                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| VRAM:RAM | drive | loader | layers V/R/N | tok/s | bound tok/s | efficiency | NVMe MB/token | host CPU (s) | expert cache hits | lag prediction | prefetch hits / read | expert stall (s) |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for c in cs:
             mode = c["mode"] + prefetch_label(c)
             drive = (f"{c['drives']}x" if c.get("drives", 1) > 1 else "") + c["drive"]
@@ -53,7 +53,7 @@ def markdown(cells):
                 drive += f" (emu {c['emulator_tokens_per_second']:.3f} tok/s; {100 * c['efficiency_vs_lower']:.0f} % of the lower)"
             head = f"| {c['budget']} | {drive} | {mode} | {c['vram_layers']}/{c['ram_layers']}/{c['nvme_layers']} |"
             if c.get("error"):
-                lines.append(head + f" error: {c['error']} | | | | | | | |")
+                lines.append(head + f" error: {c['error']} | | | | | | | | |")
                 continue
             routed = c.get("experts_routed", 0)
             hits = f"{100 * c['expert_hits'] / routed:.0f} %" if routed else "—"
@@ -63,8 +63,10 @@ def markdown(cells):
             # no bound: every byte in VRAM (nothing crosses a drive or the host link)
             bound = f"{c['bound_tokens_per_second']:.3f}" if c.get("bound_tokens_per_second") else "— (all in VRAM)"
             eff = f"{100 * c['efficiency']:.0f} %" if c.get("efficiency") is not None else "—"
+            # what the drives served per timed token (files before b922806 lack it)
+            nvme = f"{c['nvme_bytes_per_token'] / 1e6:.0f}" if c.get("nvme_bytes_per_token") is not None else "—"
             lines.append(head + f" {c['tokens_per_second']:.3f} | {bound} | "
-                                f"{eff} | {c['host_cpu_seconds']:.3f} | {hits} | {lag} | {pf} | {stall} |")
+                                f"{eff} | {nvme} | {c['host_cpu_seconds']:.3f} | {hits} | {lag} | {pf} | {stall} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -87,8 +89,11 @@ def plot(cells, out_dir, prefix, card=None):
             x = c["drive_bytes_per_second"] / 1e9
             mode = c["mode"] + prefetch_label(c)
             series.setdefault((c["budget"], mode), {}).setdefault(x, []).append(c["tokens_per_second"])
-            if c.get("bound_tokens_per_second"):
-                bounds.setdefault(c["budget"], {})[x] = c["bound_tokens_per_second"]
+            # The plan's bound: one per budget (each cell's own bound comes from the bytes its drive served,
+            # so it differs by loader and prefetch); older files have only that one, which was the plan's.
+            plan_bound = c.get("plan_bound_tokens_per_second", c.get("bound_tokens_per_second"))
+            if plan_bound:
+                bounds.setdefault(c["budget"], {})[x] = plan_bound
         for (budget, mode), pts in sorted(series.items()):
             xs = sorted(pts)
             mid = [statistics.median(pts[x]) for x in xs]

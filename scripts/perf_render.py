@@ -118,9 +118,16 @@ def readme(blocks, data_dir):
     d_ratio = lambda drive: [pt._ratio(g["gpunvme"], g.get(m)) for g in dense if g["gpunvme"]["drive"] == drive
                              for m in ("mmap", "mmap-evict") if g.get(m)]
     moe = pt.moe_groups(blocks["tokens_moe"], data_dir)
-    # Cells with a RAM expert cache are left out: their bound is no floor (docs/performance.md, section 3).
-    m_eff = lambda model, drive=None: [c["efficiency"] for _, k, v in moe if k[0].startswith(model)
-                                       and drive in (None, k[2]) and k[1].endswith(":0") for c in v["default"]]
+    # A cell with a RAM expert cache counts only where its bound came from the bytes the drive served
+    # (llm_tokens since b922806: the JSON has plan_bound_tokens_per_second beside it); the plan's bound of
+    # older cells expected a uniform router's hits and is no floor (docs/performance.md, section 3).
+    served = lambda c: "plan_bound_tokens_per_second" in c
+    m_cells = lambda model, drive=None: [c for _, k, v in moe if k[0].startswith(model) and drive in (None, k[2])
+                                         for c in v["default"] if k[1].endswith(":0") or served(c)]
+    m_eff = lambda model, drive=None: [c["efficiency"] for c in m_cells(model, drive)]
+    big_cached = [c for c in m_cells("qwen3-235b") if not c["budget"].endswith(":0")]
+    big_tiers = ("VRAM and NVMe, and with a RAM expert cache: of the bytes the drive served" if big_cached
+                 else "VRAM and NVMe; with a RAM expert cache the bound is no floor yet")
     p0 = lambda x: pt.pct(x, 0).replace(" %", "")
     p1 = lambda x: pt.pct(x, 1).replace(" %", "")
     x1 = lambda x: f"{x:.1f}"
@@ -143,7 +150,7 @@ def readme(blocks, data_dir):
         f"- MoE with the default prefetch, of the NVMe bound: Mixtral-8x7B {pt.span(m_eff('mixtral'), p1)} %, Qwen3-30B-A3B"
         f" {pt.span(m_eff('qwen3-30b', 'pcie4'), p1)} % (PCIe 4) and {pt.span(m_eff('qwen3-30b', 'pcie5'), p1)} % (PCIe 5),"
         f" gpt-oss-120b {pt.span(m_eff('gpt-oss-120b'), p1)} %, Qwen3-235B-A22B (132 GB, more than the machine's RAM)"
-        f" {pt.span(m_eff('qwen3-235b'), p1)} % (VRAM and NVMe; with a RAM expert cache the bound is no floor yet).",
+        f" {pt.span(m_eff('qwen3-235b'), p1)} % ({big_tiers}).",
     ]
     return "\n".join(lines) + "\n"
 

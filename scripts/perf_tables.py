@@ -452,8 +452,12 @@ def host_cpu(srcs, data_dir):
             if c.get("error") or c["drive"] == "none" or (c.get("experts_routed") and _prefetch(c) == "off"):
                 continue  # MoE: the default prefetch only
             per_tok = c["host_cpu_seconds"] / c["tokens"]
-            nvme = c.get("plan", {}).get("nvme_bytes_per_token") or 0
-            per_gb = per_tok / (nvme / 1e9) if nvme and not c.get("experts_routed") else None
+            # The bytes the drives served (llm_tokens since b922806), else the plan's, which only a dense
+            # model's cells match (a MoE cell's depend on its cache and prefetch)
+            nvme = c.get("nvme_bytes_per_token")
+            if nvme is None and not c.get("experts_routed"):
+                nvme = c.get("plan", {}).get("nvme_bytes_per_token")
+            per_gb = per_tok / (nvme / 1e9) if nvme else None
             by.setdefault((c["model"], c["budget"], c["drive"], c["mode"]), []).append((i, per_tok, per_gb))
     for _, g in dense_groups(srcs, data_dir):
         for m in ("mmap", "mmap-evict"):

@@ -5,6 +5,7 @@ documents' tables and the README's numbers) on known bytes, and the renderer's r
   - gpu_cmd_rate's text tables and the probe's lines; a fault-matrix row cut short;
   - --check on a copy of the tree passes, then fails naming the block once a README number is edited,
     once a raw file's value changes, and (exit 2) once a source names another card than its file;
+  - the README's MoE line takes a RAM expert cache's cells only with llm_tokens' served-bytes bound;
   - --import of a reproduce.sh folder replaces only the slots it brings, keeping the block's others.
 usage: test_perf_render.py SOURCE_ROOT
 """
@@ -121,6 +122,33 @@ def renderer_cases(tmp):
     check(rc == 2 and "names the card" in out, "a source whose file names another card is refused")
 
 
+def served_bound_cases(tmp):
+    """The README's MoE line counts a RAM expert cache's cells only where their bound came from the bytes
+    the drive served (llm_tokens' plan_bound_tokens_per_second beside it): the plan's is no floor there."""
+    root = os.path.join(tmp, "tree3")
+    copy_tree(root)
+    readme = os.path.join(root, "README.md")
+    check("the bound is no floor yet" in open(readme).read(), "the README leaves the RAM expert cache's cells out")
+    files = [f for s in json.load(open(os.path.join(root, "docs", "data", "perf_sources.json")))["blocks"]["tokens_moe"]
+             for f in s["files"]]
+    marked = 0
+    for f in files:
+        p = os.path.join(root, "docs", "data", f)
+        cells = perf_data.records(p)
+        for c in cells:
+            if c.get("tool") == "llm_tokens" and c["model"].startswith("qwen3-235b") and not c["budget"].endswith(":0"):
+                c["plan_bound_tokens_per_second"], c["efficiency"] = c["bound_tokens_per_second"], 0.123
+                marked += 1
+        if marked:
+            write(p, "".join(json.dumps(c) + "\n" for c in cells))
+            break
+    check(marked > 0, f"a Qwen3-235B cell with a RAM expert cache in the MoE block's sources ({marked})")
+    rc, _ = render(root)
+    text = open(readme).read()
+    check(rc == 0 and "of the bytes the drive served" in text and "12.3" in text,
+          "with a served-bytes bound, the cell's efficiency is in the README's Qwen3-235B range")
+
+
 def import_cases(tmp):
     root = os.path.join(tmp, "tree2")
     copy_tree(root)
@@ -146,6 +174,7 @@ def import_cases(tmp):
 with tempfile.TemporaryDirectory() as tmp:
     reader_cases(tmp)
     renderer_cases(tmp)
+    served_bound_cases(tmp)
     import_cases(tmp)
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
