@@ -337,7 +337,6 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
     device::check_cuda(cudaEventCreateWithFlags(&pass_copied_[i], cudaEventDisableTiming), "pass event");
   }
   device::check_cuda(cudaEventCreateWithFlags(&done_, cudaEventBlockingSync | cudaEventDisableTiming), "token event");
-  logits_.resize(c.n_vocab);
   if (fast_prompt_ && max_batch_ > kSmallPassTokens) {
     gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
     t += gemm_->device_bytes();
@@ -724,12 +723,7 @@ void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* expert
   run_block(c_, l, *this);
 }
 
-const std::vector<float>& GpuForward::logits(bool all_rows) {
-  const uint32_t first = all_rows ? 0 : n_ - 1;
-  return logits_of(first, n_ - first, false);
-}
-
-const std::vector<float>& GpuForward::pass_logits() {
+std::span<const float> GpuForward::pass_logits() {
   const std::vector<uint32_t>& r = logit_rows_of_pass_;
   const bool runs = r.empty() || r.back() - r.front() + 1 == r.size();  // increasing: a run when it spans its count
   return logits_of(r.empty() ? 0 : r.front(), uint32_t(r.size()), !runs);
@@ -737,7 +731,7 @@ const std::vector<float>& GpuForward::pass_logits() {
 
 // Rows [first, first + rows) of the pass, or (gather) the pass's logit rows, gathered first; the output
 // head multiplies them with the FP32 kernels, whose rows do not depend on how many there are.
-const std::vector<float>& GpuForward::logits_of(uint32_t first, uint32_t rows, bool gather) {
+std::span<const float> GpuForward::logits_of(uint32_t first, uint32_t rows, bool gather) {
   if (rows > logit_rows_)
     throw std::runtime_error("logits of " + std::to_string(rows) + " tokens asked; this GPU forward pass returns at most " + std::to_string(logit_rows_));
   const uint64_t V = c_.n_vocab, E = c_.n_embd;
@@ -755,8 +749,7 @@ const std::vector<float>& GpuForward::logits_of(uint32_t first, uint32_t rows, b
   // (CUDA's default stream synchronisation spins).
   device::check_cuda(cudaEventRecord(done_, stream_), "token event");
   device::check_cuda(cudaEventSynchronize(done_), "token");
-  logits_.assign(logits_host_, logits_host_ + rows * V);
-  return logits_;
+  return {logits_host_, rows * V};
 }
 
 }  // namespace gpunvme::llm

@@ -115,11 +115,10 @@ class GpuForward final : public Backend {
   // x = layer(x) at the pass's positions; a MoE layer's experts come from `experts` when given, else
   // from the view (a batch's MoE layers run their experts token by token).
   void layer(const LayerWeights& l, WeightView v, ExpertSource* experts = nullptr);
-  // Final norm and output head; waits for the stream. The last token's logits (n_vocab floats), or with
-  // `all_rows` every token's (n x n_vocab; n at most max_logit_rows()).
-  const std::vector<float>& logits(bool all_rows = false);
-  // The logits of the pass's tokens whose PassToken::logits is set, in pass order (rows x n_vocab).
-  const std::vector<float>& pass_logits();
+  // Final norm and output head; waits for the stream. The logits of the pass's tokens whose
+  // PassToken::logits is set, in pass order (rows x n_vocab floats, at most max_logit_rows() rows), in
+  // pinned host memory the next pass's logits overwrite (no copy on the host).
+  std::span<const float> pass_logits();
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
   uint32_t max_seqs() const { return kv_.seqs; }
@@ -171,7 +170,7 @@ class GpuForward final : public Backend {
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
   // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
   void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
-  const std::vector<float>& logits_of(uint32_t first, uint32_t rows, bool gather);
+  std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather);
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
   uint64_t kv_layer_offset(uint32_t layer) const;
@@ -223,7 +222,6 @@ class GpuForward final : public Backend {
   uint32_t* pred_ = nullptr;
   struct CUevent_st *pre_x_ = nullptr, *pre_read_ = nullptr;
   bool pre_pending_ = false;  // the compute stream must wait for pre_read_ before x_ changes
-  std::vector<float> logits_;
   // Passes of more than kSmallPassTokens tokens: their layer matrices on the tensor cores (null: none).
   std::unique_ptr<TensorGemm> gemm_;
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
