@@ -7,7 +7,11 @@ generates with --trace.
 Every model of the reference is checked: the random-weight models are rewritten with
 scripts/llm/make_models.py (their SHA-256 must equal the reference's, so the bytes are the ones
 llama.cpp computed), the real Gemma 3 270M comes from its PyPI package. The models in LLAMACPP_ROUNDING
-(below) run on the CPU with llama.cpp's activation roundings and are not checked on the GPU.
+(below) run on the CPU with llama.cpp's activation roundings and are skipped, named, on the GPU, unless
+--rounded-models float: then the GPU runs them with float activations (it has no rounding switch) and
+is held, by the same near-tie rule, to the engine's CPU path with float activations run in the same call
+(its llama.cpp comparison printed beside, not counted: in float the CPU fails one case against llama.cpp);
+--resident-pair, --tiers and --variants apply to them as to every model.
 
 Token-exact means: at every step the engine's greedy token is llama.cpp's. Where llama.cpp's own logits
 for its top token and the engine's are close, the two engines may order them differently: the engine
@@ -26,7 +30,7 @@ comparison stops there, counted as "near tie": never silently passed. Prints the
 per model. Exit 77 (skipped) without the reference file, or when no model could be had (gguf-py writes
 the generated ones; --models DIR may hold them already, e.g. on a machine without PyPI).
   reference_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme [--path cpu|gpu]
-                     [--resident-pair] [--tiers] [--variants] [--models DIR] [--only NAME...]
+                     [--resident-pair] [--tiers] [--variants] [--rounded-models skip|float] [--models DIR] [--only NAME...]
 The prompts run in the engine's default batched passes (--batch 512): the long cases (a few hundred tokens;
 scripts/llm/reference.py) go through one or two passes of many tokens, the short ones through one.
 With --variants every case also runs token by token (--batch 1) and with speculative decoding (--draft
@@ -83,6 +87,12 @@ def model_path(name, entry, models_dir):
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "llm", "make_models.py"), models_dir, "--only", name],
                        check=True, stdout=subprocess.DEVNULL)
     return p
+
+
+def as_reference(trace):
+    """The engine's own trace as a reference for compare_case: its tokens and top-5 logits, no spread (so a
+    divergence is a near tie only within NEAR_TIE in its logits)."""
+    return {"tokens": [t["token"] for t in trace], "top5": [t["top"] for t in trace]}
 
 
 def run_case(a, device, case, steps, workdir, resident=None, extra=(), label=None):
@@ -247,6 +257,9 @@ def main():
                     help="also --batch 1 and --draft lookup per case: tokens and logits equal to the batched run's")
     ap.add_argument("--gpus", type=int, default=1,
                     help="also each case with the layers split over N GPUs: logits equal to one GPU's to the bit")
+    ap.add_argument("--rounded-models", default="skip", choices=["skip", "float"],
+                    help="the GPU path and the models the CPU checks with llama.cpp's roundings (LLAMACPP_ROUNDING): "
+                         "skip them (default), or run them in float, held to the engine's CPU path in float")
     ap.add_argument("--models", help="directory of the generated models (default: a temporary one)")
     ap.add_argument("--only", nargs="*")
     a = ap.parse_args()
@@ -254,6 +267,8 @@ def main():
         ap.error("--tiers compares the GPU executor's tiers: give --path gpu")
     if a.gpus != 1 and (a.path != "gpu" or a.gpus < 1):
         ap.error("--gpus N (2 or more) compares the GPU executor over several GPUs: give --path gpu")
+    if a.rounded_models != "skip" and a.path != "gpu":
+        ap.error("--rounded-models float is for the GPU path (the CPU checks these models with the roundings): give --path gpu")
     if not os.path.exists(REFERENCE):
         print(f"SKIP: {REFERENCE} missing (scripts/llm/reference.py makes it)")
         return 77
@@ -266,10 +281,15 @@ def main():
         if a.only and name not in a.only:
             continue
         rounding = LLAMACPP_ROUNDING.get(name)
-        if rounding and a.path != "cpu":
-            print(f"{name}: not checked on the {a.path} path (its check takes {ROUNDING_ENV}={rounding}, a CPU diagnostic)")
+        if rounding and a.path != "cpu" and a.rounded_models == "skip":
+            print(f"{name}: not checked on the {a.path} path (its check takes {ROUNDING_ENV}={rounding}, a CPU diagnostic; "
+                  "--rounded-models float holds it to the CPU path in float)")
             skipped += 1
             continue
+        # On the GPU in float: the engine's CPU path in float is its reference, llama.cpp's shown beside.
+        cpu_float = argparse.Namespace(**{**vars(a), "path": "cpu"}) if rounding and a.path != "cpu" else None
+        if cpu_float:
+            rounding = None  # no roundings on either path
         path = model_path(name, entry, models_dir)
         if path is None:
             print(f"{name}: not checked (no gguf-py to write it, or the model package is not installed)")
@@ -289,6 +309,11 @@ def main():
             label = f"{name} case {k} ({n_ids}-token prompt)"
             ours, failures = run_checked(a, device, case, ref["steps"], models_dir, label if k == 0 else None)
             status, detail, diff = compare_case(ours, case)
+            if cpu_float:
+                print(f"  {label}: against llama.cpp (not counted): {status}" + (f": {detail}" if detail else "") +
+                      f"; largest logit difference {diff:.4f}")
+                cpu_trace, _ = run_case(cpu_float, device, case, ref["steps"], models_dir, label="cpu-float")
+                status, detail, diff = compare_case(ours, as_reference(cpu_trace))
             failures = [f"{label}: {f}" for f in failures]
             worst = max(worst, diff)
             statuses.append(status)
@@ -301,7 +326,8 @@ def main():
             extra_failed += len(failures)
         os.remove(device[len("emu:"):])
         os.environ.pop(ROUNDING_ENV, None)
-        print(f"{name} ({a.path}{', ' + ROUNDING_ENV + '=' + rounding if rounding else ''}): {statuses.count('ok')}/{len(statuses)} cases token-exact for {ref['steps']} steps, "
+        held = ", float, held to the CPU path in float" if cpu_float else ""
+        print(f"{name} ({a.path}{', ' + ROUNDING_ENV + '=' + rounding if rounding else ''}{held}): {statuses.count('ok')}/{len(statuses)} cases token-exact for {ref['steps']} steps, "
               f"{statuses.count('near-tie')} stopped at a near tie, {statuses.count('FAIL')} failed; "
               f"largest logit difference {worst:.4f}; prompts of {min(lengths, default=0)}-{max(lengths, default=0)} tokens"
               + (f"; {extra_failed} other check(s) failed" if extra_failed else
