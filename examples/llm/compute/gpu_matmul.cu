@@ -95,10 +95,10 @@ struct ConcatRows {
     const uint32_t p = part(i);
     return pick(p, w[0], w[1], w[2]) + uint64_t(i - start(p)) * pick(p, row_bytes[0], row_bytes[1], row_bytes[2]);
   }
-  template <GgmlType T, bool StageQ4k = false>
+  template <GgmlType T>
   __device__ bool stageable() const {
-    return gpu::weight_rows_stageable<T, StageQ4k>(w[0], row_bytes[0]) &&
-           gpu::weight_rows_stageable<T, StageQ4k>(w[1], row_bytes[1]) && gpu::weight_rows_stageable<T, StageQ4k>(w[2], row_bytes[2]);
+    return gpu::weight_rows_stageable<T>(w[0], row_bytes[0]) && gpu::weight_rows_stageable<T>(w[1], row_bytes[1]) &&
+           gpu::weight_rows_stageable<T>(w[2], row_bytes[2]);
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -125,9 +125,9 @@ struct GluRows {
   FfnAct act;
   float* y;
   __device__ const uint8_t* row(uint32_t i) const { return ((i & 1) ? up : gate) + uint64_t(i >> 1) * row_bytes; }
-  template <GgmlType T, bool StageQ4k = false>
+  template <GgmlType T>
   __device__ bool stageable() const {
-    return gpu::weight_rows_stageable<T, StageQ4k>(gate, row_bytes) && gpu::weight_rows_stageable<T, StageQ4k>(up, row_bytes);
+    return gpu::weight_rows_stageable<T>(gate, row_bytes) && gpu::weight_rows_stageable<T>(up, row_bytes);
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -274,7 +274,6 @@ void with_matvec_path(MatvecPath p, F&& f) {
   switch (p) {
     case MatvecPath::kLean: return f.template operator()<MatvecPath::kLean>();
     case MatvecPath::kOld: return f.template operator()<MatvecPath::kOld>();
-    case MatvecPath::kLeanStaged: return f.template operator()<MatvecPath::kLeanStaged>();
     case MatvecPath::kLeanPrefetch: return f.template operator()<MatvecPath::kLeanPrefetch>();
   }
   throw std::logic_error("with_matvec_path: not a MatvecPath");
@@ -408,7 +407,7 @@ uint32_t device_sms() { return device_limits().sms; }
 StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, MatvecPath path) {
   StagedLaunch l;
   const uint64_t bytes =
-      uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type, stages_q4k(path)) : 0);
+      uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type) : 0);
   const DeviceLimits& d = device_limits();
   if (bytes == 0 || bytes > d.shared_per_block || rows == 0 || count == 0) return l;
   l.staged = true;
@@ -433,11 +432,10 @@ std::atomic<int> g_matvec_path{-1};  // a MatvecPath, or -1 before the environme
 MatvecPath parse_matvec_path(const char* v) {
   if (!v || !*v || std::strcmp(v, "lean") == 0) return MatvecPath::kLean;
   if (std::strcmp(v, "old") == 0) return MatvecPath::kOld;
-  if (std::strcmp(v, "lean-staged") == 0) return MatvecPath::kLeanStaged;
   if (std::strcmp(v, "lean-prefetch") == 0) return MatvecPath::kLeanPrefetch;
   std::string shown;
   for (const char* c = v; *c && shown.size() < 40; ++c) shown += (*c >= 0x20 && *c < 0x7F) ? *c : '?';
-  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default), 'old', 'lean-staged' or 'lean-prefetch', or unset it");
+  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default), 'old' or 'lean-prefetch', or unset it");
 }
 
 MatvecPath matvec_path() {

@@ -26,11 +26,12 @@ inline constexpr uint32_t kBatchTileTokens = 8;
 // The single-token staged kernels' row loops and launch geometry (issue 36), all with the same bits:
 // kLean (the default) takes gpu_rows_lean.cuh's loops where the rows allow and caps a launch's blocks at
 // what the device holds at once; kOld is the code before them, kept for an A/B until measured;
-// kLeanStaged is kLean with Q4_K's rows copied through shared memory ahead of use, as Q6_K's are;
 // kLeanPrefetch is kLean with each warp asking the L2 cache for its next rows' bytes ahead of them.
-// GPUNVME_LLM_MATVEC=lean|old|lean-staged|lean-prefetch sets it for a process (any other value is refused
-// when the first product is enqueued); set_matvec_path overrides it (tests and benches run each in one process).
-enum class MatvecPath { kLean, kOld, kLeanStaged, kLeanPrefetch };
+// (kLean with Q4_K's rows copied through shared memory as Q6_K's are, 'lean-staged', was measured slower
+// than kLean on an H200 and removed: 8B Q4_K products 3.44 against 2.96 ms a token.)
+// GPUNVME_LLM_MATVEC=lean|old|lean-prefetch sets it for a process (any other value is refused when the
+// first product is enqueued); set_matvec_path overrides it (tests and benches run each in one process).
+enum class MatvecPath { kLean, kOld, kLeanPrefetch };
 MatvecPath matvec_path();
 void set_matvec_path(MatvecPath p);
 // GPUNVME_LLM_MATVEC's value (null: unset) as a path; std::invalid_argument naming them all for any other.

@@ -51,26 +51,17 @@ inline constexpr uint32_t kMaxRowsPerWarp = 2;  // the staged kernels' R: 1 or 2
 
 // Bytes of 32 consecutive groups of a row of type t (a whole number of its blocks), 0 for the types whose
 // weights are not staged (unquantized: a block is one element; blocks of whole 16-byte units).
-// `stage_q4k` (MatvecPath::kLeanStaged): Q4_K's rows are staged too (four 144-byte blocks a chunk), an
-// A/B of whether its direct loads (one (row, group) ahead a lane) or the chunks (kWeightStages - 1 chunks
-// ahead a warp) keep more bytes in flight.
-constexpr uint32_t weight_chunk_bytes(GgmlType t, bool stage_q4k = false) {
+constexpr uint32_t weight_chunk_bytes(GgmlType t) {
   const auto info = gguf::ggml_traits(t);
-  if (stage_q4k && t == GgmlType::Q4_K) return 32 * uint32_t(kGroup) / info.block_size * info.type_size;
   if (info.block_size < uint32_t(kGroup) || info.type_size % 16 == 0) return 0;
   return 32 * uint32_t(kGroup) / info.block_size * info.type_size;
 }
 // A chunk's room in shared memory: its bytes plus the 16-byte units its unaligned ends straddle.
-constexpr uint32_t weight_stage_span(GgmlType t, bool stage_q4k = false) {
-  return (weight_chunk_bytes(t, stage_q4k) + 15) / 16 * 16 + 32;
-}
+constexpr uint32_t weight_stage_span(GgmlType t) { return (weight_chunk_bytes(t) + 15) / 16 * 16 + 32; }
 // Shared bytes a staged block needs for its warps' weight chunks (after x's), whatever R it runs.
-constexpr uint32_t weight_stage_bytes(GgmlType t, bool stage_q4k = false) {
-  return weight_chunk_bytes(t, stage_q4k) == 0 ? 0
-                                                : kStagedWarps * kMaxRowsPerWarp * kWeightStages * weight_stage_span(t, stage_q4k);
+constexpr uint32_t weight_stage_bytes(GgmlType t) {
+  return weight_chunk_bytes(t) == 0 ? 0 : kStagedWarps * kMaxRowsPerWarp * kWeightStages * weight_stage_span(t);
 }
-// Whether a path stages Q4_K's rows (above).
-constexpr bool stages_q4k(MatvecPath p) { return p == MatvecPath::kLeanStaged; }
 // Whether a path asks the L2 cache for a warp's next row set ahead (prefetch_rows_l2).
 constexpr bool prefetches_l2(MatvecPath p) { return p == MatvecPath::kLeanPrefetch; }
 
@@ -153,9 +144,9 @@ __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uin
 // Every lane of the warp takes part in each call. `buf`: this warp's kWeightStages x R spans. Every row
 // must start 16-byte aligned and end on a 16-byte boundary (weight_rows_stageable): the copy then reads
 // no byte outside it.
-template <GgmlType T, uint32_t R, bool StageQ4k = false>
+template <GgmlType T, uint32_t R>
 struct RowChunks {
-  static constexpr uint32_t kChunk = weight_chunk_bytes(T, StageQ4k), kSpan = weight_stage_span(T, StageQ4k);
+  static constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T);
   const uint8_t* const (&row)[R];
   uint32_t groups, chunks, lane;
   uint8_t* buf;
@@ -195,9 +186,9 @@ struct RowChunks {
 };
 
 // Whether a matrix's rows can go through RowChunks: a staged type, every row 16-byte aligned at both ends.
-template <GgmlType T, bool StageQ4k = false>
+template <GgmlType T>
 __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_bytes) {
-  return weight_chunk_bytes(T, StageQ4k) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
+  return weight_chunk_bytes(T) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
 }
 
 // warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
@@ -230,44 +221,17 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
-// warp_dot_rows_q4k_lean's sums with the rows' bytes staged in shared memory (RowChunks, Q4_K's chunks of
-// four blocks): lane i reads group 32c + i's 48 bytes from chunk c as three 16-byte shared loads (the
-// chunks keep the rows' 16-byte alignment) and sums it as q4k_raw_dot does.
-template <uint32_t R>
-__device__ inline void warp_dot_rows_q4k_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                                uint32_t lane, uint8_t* buf, bool started, float (&out)[R]) {
-  const RowChunks<GgmlType::Q4_K, R, true> ch(row, groups, lane, buf);
-  if (!started) ch.start();
-  const Q4kLane c(lane);
-  float part[R];
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
-  for (uint32_t k = 0; k < ch.chunks; ++k) {
-    ch.arrive(k);
-    const uint32_t grp = 32 * k + lane;
-    if (grp < groups) {
-#pragma unroll
-      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_raw_dot(load_q4k_raw(ch.at(k, r), lane), c, xs, grp);
-    }
-    ch.release();
-  }
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
-}
-
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
 // lane. The per-row operations are warp_dot_row's (see the file comment). With `stage`, through `buf`:
 // this warp's weight chunks in shared memory (a pointer the compiler sees derive from the shared array
-// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). `Lean`: Q4_K and
-// the unquantized types through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned (the same
-// bits); kOld keeps this file's loops (GPUNVME_LLM_MATVEC=old); kLeanStaged stages Q4_K's rows as well.
+// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). On the lean paths
+// (P other than kOld) Q4_K and the unquantized types go through gpu_rows_lean.cuh's loops where the rows
+// are 16-byte aligned (the same bits); kOld keeps this file's loops (GPUNVME_LLM_MATVEC=old).
 template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
-  constexpr bool kLean = P != MatvecPath::kOld;  // kLeanStaged and kLeanPrefetch too
-  if constexpr (stages_q4k(P) && T == GgmlType::Q4_K) {
-    if (stage) return warp_dot_rows_q4k_staged<R>(row, groups, xs, lane, buf, started, out);
-  } else if constexpr (weight_chunk_bytes(T) != 0) {
+  constexpr bool kLean = P != MatvecPath::kOld;  // kLeanPrefetch too
+  if constexpr (weight_chunk_bytes(T) != 0) {
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (kLean && T == GgmlType::Q4_K) {
@@ -293,8 +257,8 @@ struct MatrixRows {
   const float* bias;
   float* y;
   __device__ const uint8_t* row(uint32_t i) const { return w + uint64_t(i) * row_bytes; }
-  template <GgmlType T, bool StageQ4k = false>
-  __device__ bool stageable() const { return weight_rows_stageable<T, StageQ4k>(w, row_bytes); }
+  template <GgmlType T>
+  __device__ bool stageable() const { return weight_rows_stageable<T>(w, row_bytes); }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
 #pragma unroll
@@ -366,9 +330,8 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
-  constexpr bool kStageQ4k = stages_q4k(P);
-  const bool stage = rows.template stageable<T, kStageQ4k>();
-  uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T, kStageQ4k) / kStagedWarps);
+  const bool stage = rows.template stageable<T>();
+  uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
   auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));
@@ -382,7 +345,7 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
   if (stage && first0 < n) {
     const uint8_t* p[R];
     rows_from(first0, p);
-    RowChunks<T, R, kStageQ4k>(p, groups, lane, buf).start();
+    RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
   }
   if (prefetches_l2(P) && first0 < n) {  // the first set's bytes on their way while the block stages x
@@ -422,7 +385,7 @@ struct StagedLaunch {
   uint32_t blocks = 0;
   uint32_t shared_bytes = 0;
 };
-// `path`: its weight chunks' room (stages_q4k).
+// `path`: the rule for two rows a warp (the lean paths' or the old one's).
 StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, MatvecPath path = MatvecPath::kLean);
 
 // The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
