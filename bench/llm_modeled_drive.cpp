@@ -68,9 +68,13 @@ std::vector<uint64_t> DriveControllers::served_bytes() const {
   return out;
 }
 
+const emu::DriveModel* DriveControllers::drive_model() const {
+  return owned_.empty() ? nullptr : emulated(*owned_.front()).drive_model();  // every controller models the same drive
+}
+
 double DriveControllers::read_bandwidth() const {
-  const emu::DriveModel* m = owned_.empty() ? nullptr : emulated(*owned_.front()).drive_model();
-  return m ? m->params().read_bytes_per_s : 0;  // every controller models the same drive
+  const emu::DriveModel* m = drive_model();
+  return m ? m->params().read_bytes_per_s : 0;
 }
 
 EngineCpuTimer::EngineCpuTimer(const DriveControllers* drive)

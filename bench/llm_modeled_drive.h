@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "host/controller.h"
+#include "host/emulator/drive_model.h"
 
 namespace gpunvme::bench {
 
@@ -31,8 +32,10 @@ class DriveControllers {
   // was opened, in the order of `devices`: read before and after the timed tokens, the difference is
   // what each modeled drive had to move for them (bench/served_bound.h).
   std::vector<uint64_t> served_bytes() const;
-  // The rated read bandwidth (bytes/s) each controller's drive model paces reads at, --emu-opts
-  // overrides (bw=) included: the rate a served byte costs at best. 0: drive none (unthrottled).
+  // The drive model pacing each controller (they all model the same drive), --emu-opts overrides (bw=,
+  // lat=, ...) applied; nullptr for drive none (unthrottled).
+  const emu::DriveModel* drive_model() const;
+  // Its rated read bandwidth (bytes/s): the rate a served byte costs at best. 0: drive none.
   double read_bandwidth() const;
 
  private:

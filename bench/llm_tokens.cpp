@@ -288,7 +288,8 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   const bench::MmapLayerSource* source = nullptr;  // owned by the executor
   std::shared_ptr<bench::ls::Pacer> pacer;         // the mmap loaders' modeled drive(s); none: unpaced
   if (const std::optional<bench::MmapResidency> residency = mmap_residency(mode)) {
-    if (drive != "none") pacer = std::make_shared<bench::ls::Pacer>(drive, uint32_t(spec.devices.size()));
+    // The drive the controllers model, --emu-opts overrides included, so both loaders meet the same drive.
+    if (const emu::DriveModel* dm = drive_ctrls.drive_model()) pacer = std::make_shared<bench::ls::Pacer>(dm->params(), c.members);
     o.nvme_source = [&, pacer, residency](std::vector<llm::PackedRanges> r) {
       auto s = std::make_unique<bench::MmapLayerSource>(images, m, std::move(r), pacer, *residency);
       source = s.get();

@@ -97,17 +97,22 @@ class Pacer {
 #if GPUNVME_LS_HAVE_DRIVE_MODEL
     auto p = emu::drive_profile(profile);
     if (!p) throw std::runtime_error("unknown drive profile '" + profile + "' (" + drive_profile_names() + ")");
-    for (uint32_t d = 0; d < drives; ++d) {
-      emu::DriveParams q = *p;
-      q.seed = p->seed + d;
-      models_.push_back(std::make_unique<emu::DriveModel>(q, now_ns()));
-    }
+    add_models(*p);
 #else
     (void)drives;
     throw std::runtime_error("cannot pace reads like drive '" + profile +
                              "': this tree has no host/emulator/drive_model.h");
 #endif
   }
+#if GPUNVME_LS_HAVE_DRIVE_MODEL
+  // The same for a drive given by its parameters: a profile with the emulator's overrides (bw=, lat=,
+  // ...) applied, e.g. an emulated controller's own (EmulatedController::drive_model()->params()), so that
+  // a baseline paces exactly the drive the controller models.
+  Pacer(const emu::DriveParams& params, uint32_t drives)
+      : profile_(params.name), admitted_(std::make_unique<std::atomic<uint64_t>[]>(drives)), drives_(drives) {
+    add_models(params);
+  }
+#endif
   const std::string& profile() const { return profile_; }
   // Due time (steady_clock ns) of a read of `bytes` of drive d starting now.
   int64_t admit(uint32_t drive, uint64_t bytes) {
@@ -127,6 +132,16 @@ class Pacer {
   uint32_t drives() const { return drives_; }
 
  private:
+#if GPUNVME_LS_HAVE_DRIVE_MODEL
+  // One model per drive, each seeded apart (their latencies independent, as separate drives').
+  void add_models(const emu::DriveParams& p) {
+    for (uint32_t d = 0; d < drives_; ++d) {
+      emu::DriveParams q = p;
+      q.seed = p.seed + d;
+      models_.push_back(std::make_unique<emu::DriveModel>(q, now_ns()));
+    }
+  }
+#endif
   std::atomic<uint64_t>& admitted(uint32_t drive) const {
     if (drive >= drives_) throw std::out_of_range("Pacer: drive " + std::to_string(drive) + " of " + std::to_string(drives_));
     return admitted_[drive];

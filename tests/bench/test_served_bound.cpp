@@ -114,3 +114,14 @@ TEST_CASE("the mmap loaders' Pacer counts what each drive was asked to move", "[
   CHECK_THROWS_WITH(p.admit(2, 1), Catch::Matchers::ContainsSubstring("drive 2 of 2"));
   CHECK_THROWS_WITH(p.admitted_bytes(5), Catch::Matchers::ContainsSubstring("drive 5 of 2"));
 }
+
+TEST_CASE("a Pacer made from a controller's drive model paces at its overrides, as llm_tokens' mmap cells do", "[bench]") {
+  const bench::DriveControllers drives({"emu:ram,size=1M"}, "pcie4", 1, "bw=300M");
+  REQUIRE(drives.drive_model() != nullptr);
+  bench::ls::Pacer p(drives.drive_model()->params(), 1);
+  const int64_t t0 = bench::ls::now_ns();
+  const int64_t due = p.admit(0, 30'000'000);  // 0.1 s at 300 MB/s; 4 ms at the profile's 7.3 GB/s
+  CHECK(due - t0 >= 99'000'000);
+  CHECK(p.admitted_bytes(0) == 30'000'000);
+  CHECK(bench::DriveControllers({"emu:ram,size=1M"}, "none", 1).drive_model() == nullptr);
+}
