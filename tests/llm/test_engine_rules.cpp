@@ -254,3 +254,32 @@ TEST_CASE("generation stops at any end-of-generation token, not only EOS (gpt-os
   CHECK(on.tokens.size() == 6);
   CHECK(!on.stopped_at_eos);
 }
+
+TEST_CASE("argmax: the first index of the largest logit, NaN skipped, at every length", "[llm][sampler]") {
+  // The obvious loop is the reference the two-pass argmax must match.
+  auto first_max = [](const std::vector<float>& v) {
+    uint32_t best = 0;
+    for (uint32_t i = 1; i < v.size(); ++i)
+      if (v[i] > v[best]) best = i;
+    return best;
+  };
+  uint64_t state = 12345;
+  auto next = [&] { return float(int64_t((state = state * 6364136223846793005ull + 1442695040888963407ull) >> 40) % 2001 - 1000) / 8; };
+  for (uint32_t n : {1u, 2u, 7u, 8u, 9u, 16u, 17u, 63u, 1000u, 262144u}) {
+    std::vector<float> v(n);
+    for (float& x : v) x = next();  // coarse values: ties are common
+    INFO("n = " << n);
+    CHECK(llm::argmax(v) == first_max(v));
+    v.back() = 1e6f;  // the largest in the tail the lanes do not cover
+    CHECK(llm::argmax(v) == n - 1);
+    if (n > 3) {
+      v[1] = v[2] = 2e6f;  // a tie: the first
+      CHECK(llm::argmax(v) == 1);
+      v[1] = std::numeric_limits<float>::quiet_NaN();  // skipped, as the obvious loop does
+      CHECK(llm::argmax(v) == first_max(v));
+      v[0] = std::numeric_limits<float>::quiet_NaN();  // a NaN first: 0, as the obvious loop gives
+      CHECK(llm::argmax(v) == first_max(v));
+    }
+  }
+  CHECK(llm::argmax(std::vector<float>{-3.0f, -1.0f, -1.0f, -2.0f}) == 1);
+}
