@@ -405,6 +405,39 @@ TEST_CASE("block ops: a prompt pass's MoE on the tensor cores, GPU = CPU, fetche
   CHECK(differs);  // the prompt pass did run on the tensor cores: 16-bit inputs leave some result's last bits
 }
 
+// GPUNVME_MOE_GROUP_FETCHED=1: a pass of 2..32 tokens (several sequences' decode) whose experts are
+// fetched goes grouped on the FP32 kernels, each used expert fetched once for the pass (K at a time) and
+// copied to a stage the batched kernel reads: the resident token path's bits, in 2 fetches where the
+// token path made one per token.
+TEST_CASE("block ops: a small pass's fetched experts grouped on the FP32 kernels, the token path's bits", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q4_K, GgmlType::MXFP4);
+  const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  struct Unset {
+    ~Unset() { ::unsetenv("GPUNVME_MOE_GROUP_FETCHED"); }
+  } unset;
+  ::setenv("GPUNVME_MOE_GROUP_FETCHED", "1", 1);  // read when the GPU forward pass is made
+  constexpr uint32_t n = 25;
+  Twins t(llm::test::make_tiny(shape, type), 64, 32);  // 4 experts, top 2
+  const LayerWeights& l = t.m.w.layers[0];
+  t.pass(0, n);
+  t.random(Act::kXn, n);
+  t.poison(Act::kTmp, n);
+  t.gpu.moe(l, Act::kXn, Act::kTmp);  // resident: token by token
+  const std::vector<float> tokenwise = t.gpu.read(Act::kTmp);
+  CopiedExperts src(t.m);
+  t.gpu.use_layer(WeightView{t.d.p, &t.whole}, &src);
+  t.poison(Act::kTmp, n);
+  t.gpu.moe(l, Act::kXn, Act::kTmp);
+  CHECK(src.fetches == 2);
+  CHECK(std::memcmp(t.gpu.read(Act::kTmp).data(), tokenwise.data(), tokenwise.size() * sizeof(float)) == 0);
+  t.gpu.set_pass(0, 1);  // one token: the token path, one fetch
+  t.gpu.moe(l, Act::kXn, Act::kTmp);
+  CHECK(src.fetches == 3);
+  CHECK(std::memcmp(t.gpu.read(Act::kTmp).data(), tokenwise.data(), t.width(Act::kTmp) * sizeof(float)) == 0);
+}
+
 TEST_CASE("block: whole layers over two passes, every architecture rule, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const Shape shape = GENERATE(Shape::kLlama, Shape::kQwen2, Shape::kGemma3, Shape::kMoe, Shape::kGptOss);

@@ -341,7 +341,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
     gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
     t += gemm_->device_bytes();
   }
-  if (c.is_moe() && max_batch_ > kSmallPassTokens) {  // the token path's bits, or with fast_prompt the tensor cores'
+  if (c.is_moe() && max_batch_ > 1) {  // the token path's bits, or with fast_prompt the tensor cores'
     grouped_ = std::make_unique<GroupedMoe>(c, max_batch_, fast_prompt_);
     t += grouped_->device_bytes();
   }
@@ -520,12 +520,13 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
   const bool tensor = grouped_ && grouped_->tensor_cores(l.gate_exps.type, l.up_exps.type);
   for (const Group& g : groups_) {  // a long segment's rows grouped; a short one's token by token (the header's rule)
     const uint64_t at = uint64_t(g.first) * c_.n_embd;
-    if (grouped_ && g.fast && (!src_ || tensor)) {
+    const bool small_fetched = src_ && !g.fast && g.count > 1 && grouped_ && grouped_->groups_fetched_small();
+    if (grouped_ && ((g.fast && (!src_ || tensor)) || small_fetched)) {
       const WeightView& v = view_;
       const auto stack = [&](const TensorRef& t) { return matrix(t, src_ ? nullptr : v.at(t)); };  // fetched: the shape
       const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b), stack(l.gate_exps), stack(l.up_exps),
                             stack(l.down_exps), f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
-      grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at, src_, l.index);
+      grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at, src_, l.index, g.fast);
     } else {
       for (uint32_t t = g.first; t < g.first + g.count; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
     }

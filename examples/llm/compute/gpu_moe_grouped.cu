@@ -49,15 +49,61 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, uint32_t width
   for (uint32_t i = threadIdx.x; i < width; i += blockDim.x) row[i] += bias[i];
 }
 
-// Rows [r0, r0 + count) of y = expert e's matrix of the stack whose expert 0 is `m` times rows of x,
-// then expert e's bias row where the stack has biases: the FP32 batched kernel (see the header).
-void expert_product(cudaStream_t s, const GpuMatrix& m, const float* bias, uint32_t e, const float* x, uint64_t r0,
-                    uint32_t count, float* y) {
+// Rows [r0, r0 + count) of y = expert e's matrix (at w: of m's type and shape) times rows of x, then
+// expert e's bias row where the stack has biases: the FP32 batched kernel (see the header).
+void expert_product(cudaStream_t s, const GpuMatrix& m, const uint8_t* w, const float* bias, uint32_t e, const float* x,
+                    uint64_t r0, uint32_t count, float* y) {
   GpuMatrix me = m;
-  me.w += uint64_t(e) * m.mat_bytes;
+  me.w = w;
   float* out = y + r0 * m.rows;
   gpu_matmul(reinterpret_cast<gpu_stream_t>(s), me, x + r0 * m.cols, count, nullptr, out);
   if (bias) add_bias_rows_kernel<<<count, 256, 0, s>>>(out, bias + uint64_t(e) * m.rows, m.rows);
+}
+
+// The fetched experts' parts, each copied from the scratchpad to stage + j * per + at[p] (p: gate, up,
+// down; bytes[p] long), block (j, p); failed[j] = 1 where the expert's read failed or a part is missing
+// (the products then read whatever the stage holds, and poison_rows_kernel makes its rows NaN, as the
+// token path's fetched kernel does).
+struct StageParts {
+  uint64_t at[3], bytes[3];
+};
+__global__ void stage_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex, const uint32_t* selection,
+                                     StageParts parts, uint64_t per, uint8_t* stage, uint32_t* failed) {
+  const uint32_t j = blockIdx.x, p = blockIdx.y;
+  const stream::GpuFetchedExpert& e = ex[selection[j]];
+  const uint32_t proj = uint32_t(p == 0 ? model::Projection::kGate : p == 1 ? model::Projection::kUp : model::Projection::kDown);
+  const uint64_t n = parts.bytes[p];
+  uint64_t off = ~0ull;
+  for (uint32_t q = 0; q < e.part_count && q < stream::kMaxExpertParts; ++q)
+    if (e.part_proj[q] == proj && e.part_bytes[q] == n) off = e.part_offset[q];
+  if (off == ~0ull || e.failed != 0) {
+    if (threadIdx.x == 0) failed[j] = 1;
+    return;
+  }
+  const uint8_t* src = scratch + off;
+  uint8_t* dst = stage + j * per + parts.at[p];
+  if ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | n) % 16 == 0) {
+    for (uint64_t i = threadIdx.x; i < n / 16; i += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else {
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+// Rows [0, gridDim.x) of y (width floats each) = NaN where *failed.
+__global__ void poison_rows_kernel(float* y, uint32_t width, const uint32_t* failed) {
+  if (*failed == 0) return;
+  float* row = y + uint64_t(blockIdx.x) * width;
+  for (uint32_t i = threadIdx.x; i < width; i += blockDim.x) row[i] = NAN;
+}
+
+uint64_t align_up(uint64_t n) { return (n + 255) / 256 * 256; }
+
+// GPUNVME_MOE_GROUP_FETCHED=1: passes of 2..32 tokens (several sequences' decode) whose experts are
+// fetched go grouped too, on the FP32 kernels (an A/B switch until measured; off by default).
+bool group_fetched_small() {
+  const char* v = std::getenv("GPUNVME_MOE_GROUP_FETCHED");
+  return v && std::strcmp(v, "1") == 0;
 }
 
 // GPUNVME_MOE_MMA=0 keeps prompt passes' experts on the FP32 kernels (the A/B switch, until measured).
@@ -83,7 +129,8 @@ void wait_fetched(ExpertSource& src, uint32_t count, model::Projection proj, gpu
 }  // namespace
 
 GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prompt)
-    : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), first_(c.n_expert), count_(c.n_expert) {
+    : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), fetched_small_(group_fetched_small()),
+      first_(c.n_expert), count_(c.n_expert) {
   if (!c.is_moe()) throw std::logic_error("GroupedMoe: not an MoE model");
   const uint64_t B = max_tokens, K = c.n_expert_used;
   uint64_t& t = device_bytes_;
@@ -96,6 +143,9 @@ GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prom
   u_ = device_array<float>(B * K * c.n_ff, t);
   device::check_cuda(cudaMallocHost(&routes_host_, B * 2 * K * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
   device::check_cuda(cudaMallocHost(&rows_host_, 2 * B * K * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
+  used_ = device_array<uint32_t>(c.n_expert, t);
+  failed_ = device_array<uint32_t>(K, t);
+  device::check_cuda(cudaMallocHost(&used_host_, c.n_expert * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
   if (!tensor_) return;
   // Each used expert's tokens in tiles: at most one partial tile per expert beside the full ones.
   max_tiles_ = uint32_t(B * K / kExpertTileTokens + std::min<uint64_t>(c.n_expert, B * K));
@@ -104,14 +154,12 @@ GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prom
   scale_in_ = device_array<float>(B * K, t);
   scale_mid_ = device_array<float>(B * K, t);
   tiles_ = device_array<ExpertTile>(max_tiles_, t);
-  used_ = device_array<uint32_t>(c.n_expert, t);
   device::check_cuda(cudaMallocHost(&tiles_host_, max_tiles_ * sizeof(ExpertTile)), "cudaMallocHost for the grouped MoE");
-  device::check_cuda(cudaMallocHost(&used_host_, c.n_expert * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
 }
 
 GroupedMoe::~GroupedMoe() {
   for (void* p : {(void*)logits_, (void*)routes_, (void*)rows_, (void*)xs_, (void*)g_, (void*)u_, xh_in_, xh_mid_,
-                  (void*)scale_in_, (void*)scale_mid_, (void*)tiles_, (void*)used_})
+                  (void*)scale_in_, (void*)scale_mid_, (void*)tiles_, (void*)used_, (void*)failed_, (void*)stage_})
     cudaFree(p);
   for (void* p : {(void*)routes_host_, (void*)rows_host_, (void*)tiles_host_, (void*)used_host_}) cudaFreeHost(p);
 }
@@ -136,7 +184,6 @@ void GroupedMoe::group(uint32_t n) {
       rows[r] = t;
       pos[uint64_t(t) * K + j] = r;
     }
-  if (!tensor_) return;
   // The used experts in order of id, each one's tiles after the previous one's; a fetched group of K
   // used experts finds its expert i at routing index i % K (slot).
   used_n_ = 0;
@@ -145,7 +192,7 @@ void GroupedMoe::group(uint32_t n) {
   for (uint32_t e = 0; e < c_.n_expert; ++e) {
     if (!count_[e]) continue;
     tiles_of_.push_back(tiles);
-    for (uint32_t r = 0; r < count_[e]; r += kExpertTileTokens)
+    for (uint32_t r = 0; r < count_[e] && tensor_; r += kExpertTileTokens)
       tiles_host_[tiles++] = {e, used_n_ % K, first_[e] + r, std::min(kExpertTileTokens, count_[e] - r)};
     used_host_[used_n_++] = e;
   }
@@ -179,11 +226,56 @@ void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t ro
   }
 }
 
+// The FP32 kernels over fetched experts, K at a time: each group's parts copied from the scratchpad to
+// the stage (a few MB, microseconds), where the batched kernel reads them as it reads a resident stack:
+// the same bytes through the same kernel, so the resident grouped path's bits, which are the token
+// path's.
+void GroupedMoe::run_fetched_fp32(gpu_stream_t gs, const ExpertStacks& st, ExpertSource& src, uint32_t layer) {
+  using model::Projection;
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
+  const uint32_t F = c_.n_ff, K = c_.n_expert_used;
+  StageParts parts{{0, align_up(st.gate.mat_bytes), align_up(st.gate.mat_bytes) + align_up(st.up.mat_bytes)},
+                   {st.gate.mat_bytes, st.up.mat_bytes, st.down.mat_bytes}};
+  const uint64_t per = parts.at[2] + align_up(st.down.mat_bytes);
+  if (stage_bytes_ < per * K) {  // once per model: the first pass that needs it
+    device::check_cuda(cudaStreamSynchronize(s), "grouped MoE stage");
+    cudaFree(stage_);
+    stage_ = nullptr;
+    stage_bytes_ = 0;
+    uint64_t t = 0;
+    stage_ = device_array<uint8_t>(per * K, t);
+    stage_bytes_ = per * K;
+    device_bytes_ += t;
+  }
+  for (uint32_t i0 = 0; i0 < used_n_; i0 += K) {
+    const uint32_t i1 = std::min(used_n_, i0 + K), cnt = i1 - i0;
+    const uint32_t r0 = first_[used_host_[i0]], r1 = first_[used_host_[i1 - 1]] + count_[used_host_[i1 - 1]];
+    src.fetch(layer, used_ + i0, cnt, gs);
+    for (Projection p : {Projection::kGate, Projection::kUp, Projection::kDown}) wait_fetched(src, cnt, p, gs);
+    device::check_cuda(cudaMemsetAsync(failed_, 0, cnt * sizeof(uint32_t), s), "grouped MoE stage");
+    stage_fetched_kernel<<<dim3(cnt, 3), 256, 0, s>>>(src.scratch(), src.experts(), src.selection(), parts, per, stage_, failed_);
+    for (uint32_t j = 0; j < cnt; ++j) {
+      const uint32_t e = used_host_[i0 + j];
+      const uint8_t* w = stage_ + uint64_t(j) * per;
+      expert_product(s, st.gate, w + parts.at[0], st.gate_bias, e, xs_, first_[e], count_[e], g_);
+      expert_product(s, st.up, w + parts.at[1], st.up_bias, e, xs_, first_[e], count_[e], u_);
+    }
+    gpu_glu(gs, g_ + uint64_t(r0) * F, u_ + uint64_t(r0) * F, uint32_t(uint64_t(r1 - r0) * F), c_.act);
+    for (uint32_t j = 0; j < cnt; ++j) {  // the outputs over this group's inputs, which no product reads any more
+      const uint32_t e = used_host_[i0 + j];
+      expert_product(s, st.down, stage_ + uint64_t(j) * per + parts.at[2], st.down_bias, e, g_, first_[e], count_[e], xs_);
+      poison_rows_kernel<<<count_[e], 256, 0, s>>>(xs_ + uint64_t(first_[e]) * c_.n_embd, c_.n_embd, failed_ + j);
+    }
+    src.consumed(layer, gs);
+  }
+}
+
 void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, uint32_t n, float* acc, ExpertSource* src,
-                     uint32_t layer) {
+                     uint32_t layer, bool fast) {
   if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
-  if (src && !tensor_cores(st.gate.type, st.up.type))
-    throw std::logic_error("GroupedMoe::run: fetched experts go grouped only on the tensor cores (the token path keeps the FP32 bits)");
+  const bool tensor = fast && tensor_cores(st.gate.type, st.up.type);
+  if (src && !tensor && !fetched_small_)
+    throw std::logic_error("GroupedMoe::run: fetched experts go grouped on the tensor cores, or with GPUNVME_MOE_GROUP_FETCHED=1");
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const uint64_t rows = uint64_t(n) * K;
@@ -197,24 +289,24 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   device::check_cuda(cudaMemcpyAsync(rows_, rows_host_, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s), "grouped MoE rows");
   device::check_cuda(cudaMemcpyAsync(pos_, rows_host_ + uint64_t(max_tokens_) * K, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s),
                      "grouped MoE positions");
+  device::check_cuda(cudaMemcpyAsync(used_, used_host_, used_n_ * sizeof(uint32_t), cudaMemcpyHostToDevice, s), "grouped MoE experts");
   gather_rows_kernel<<<uint32_t(rows), 256, 0, s>>>(xs_, xn, rows_, E);
-  if (tensor_cores(st.gate.type, st.up.type)) {
+  if (tensor) {
     device::check_cuda(cudaMemcpyAsync(tiles_, tiles_host_, tiles_of_.back() * sizeof(ExpertTile), cudaMemcpyHostToDevice, s),
                        "grouped MoE tiles");
-    device::check_cuda(cudaMemcpyAsync(used_, used_host_, used_n_ * sizeof(uint32_t), cudaMemcpyHostToDevice, s), "grouped MoE experts");
     run_tensor(gs, st, uint32_t(rows), src, layer);
-    combine_kernel<<<dim3((E + 127) / 128, n), 128, 0, s>>>(acc, xs_, routes_, pos_, K, E);
-    device::check_cuda(cudaGetLastError(), "grouped MoE kernels");
-    return;
+  } else if (src) {
+    run_fetched_fp32(gs, st, *src, layer);
+  } else {
+    for (uint32_t e = 0; e < c_.n_expert; ++e) {
+      if (!count_[e]) continue;
+      expert_product(s, st.gate, st.gate.w + e * st.gate.mat_bytes, st.gate_bias, e, xs_, first_[e], count_[e], g_);
+      expert_product(s, st.up, st.up.w + e * st.up.mat_bytes, st.up_bias, e, xs_, first_[e], count_[e], u_);
+    }
+    gpu_glu(gs, g_, u_, uint32_t(rows * F), c_.act);
+    for (uint32_t e = 0; e < c_.n_expert; ++e)  // the outputs over the inputs, which no product reads any more
+      if (count_[e]) expert_product(s, st.down, st.down.w + e * st.down.mat_bytes, st.down_bias, e, g_, first_[e], count_[e], xs_);
   }
-  for (uint32_t e = 0; e < c_.n_expert; ++e) {
-    if (!count_[e]) continue;
-    expert_product(s, st.gate, st.gate_bias, e, xs_, first_[e], count_[e], g_);
-    expert_product(s, st.up, st.up_bias, e, xs_, first_[e], count_[e], u_);
-  }
-  gpu_glu(gs, g_, u_, uint32_t(rows * F), c_.act);
-  for (uint32_t e = 0; e < c_.n_expert; ++e)  // the outputs over the inputs, which no product reads any more
-    if (count_[e]) expert_product(s, st.down, st.down_bias, e, g_, first_[e], count_[e], xs_);
   combine_kernel<<<dim3((E + 127) / 128, n), 128, 0, s>>>(acc, xs_, routes_, pos_, K, E);
   device::check_cuda(cudaGetLastError(), "grouped MoE kernels");
 }

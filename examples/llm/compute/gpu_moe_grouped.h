@@ -13,8 +13,10 @@
 // would make a resident layer's prompt pass differ from a streamed one's.
 //
 // Why only passes of more than kSmallPassTokens tokens: below that an expert rarely gets more than one
-// row, and the token path's one launch per projection for all k experts is fewer launches. Why not for
-// fetched experts: the fetcher reads at most k experts per fetch, and a prompt pass routes to nearly all.
+// row, and the token path's one launch per projection for all k experts is fewer launches; except for
+// fetched experts with GPUNVME_MOE_GROUP_FETCHED=1 (several sequences' decode: each expert fetched once
+// for the pass, K at a time, instead of once per token; its parts copied to a stage the FP32 batched
+// kernel reads as a resident stack, so the token path's bits).
 //
 // On the tensor cores (issue 36; tensor_cores() says when): in a prompt pass of the fast kernels the
 // experts' products take gpu_expert_mma.h's kernel instead, 16-bit inputs and FP32 sums as the dense
@@ -60,12 +62,17 @@ class GroupedMoe {
 
   // Whether a layer whose gate and up are of these types multiplies its experts on the tensor cores.
   bool tensor_cores(GgmlType gate, GgmlType up) const { return tensor_ && gemm_elem_for(gate) == gemm_elem_for(up); }
+  // Whether passes of 2..kSmallPassTokens tokens with fetched experts go grouped, on the FP32 kernels
+  // (GPUNVME_MOE_GROUP_FETCHED=1: several sequences' decode fetches each expert once per pass, not once
+  // per token, with the token path's bits).
+  bool groups_fetched_small() const { return fetched_small_; }
 
-  // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing). With
-  // `src`, layer `layer`'s experts are fetched through it (st's gate, up and down give only their types
-  // and shapes): only where tensor_cores(), else the token path keeps their bits.
+  // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing); on
+  // the tensor cores where `fast` (a pass of the fast kernels) and tensor_cores(), else the FP32 kernels.
+  // With `src`, layer `layer`'s experts are fetched through it (st's gate, up and down give only their
+  // types and shapes): on the tensor cores, or with groups_fetched_small().
   void run(gpu_stream_t s, const ExpertStacks& st, const float* xn, uint32_t n, float* acc, ExpertSource* src = nullptr,
-           uint32_t layer = 0);
+           uint32_t layer = 0, bool fast = true);
 
   uint64_t device_bytes() const { return device_bytes_; }
 
@@ -76,10 +83,12 @@ class GroupedMoe {
   // The tensor cores' products of the gathered rows xs_ (rows of them), outputs into xs_: the used
   // experts all at once, or through src K at a time.
   void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer);
+  // The FP32 kernels' products of fetched experts, K at a time through a copy of their parts (stage_).
+  void run_fetched_fp32(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer);
 
   ModelConfig c_;
   uint32_t max_tokens_;
-  bool tensor_ = false;
+  bool tensor_ = false, fetched_small_ = false;
   uint64_t device_bytes_ = 0;
   float* logits_ = nullptr;                            // [n][n_expert]
   uint32_t *routes_ = nullptr, *routes_host_ = nullptr;  // [n][2k]: k ids, then k weights (floats)
@@ -96,6 +105,11 @@ class GroupedMoe {
   ExpertTile *tiles_ = nullptr, *tiles_host_ = nullptr;
   uint32_t *used_ = nullptr, *used_host_ = nullptr;
   uint32_t used_n_ = 0, max_tiles_ = 0;
+  // Fetched experts on the FP32 kernels: a group's parts copied here (allocated at first use), and
+  // failed[j]: routing index j's read failed or lacks a part.
+  uint8_t* stage_ = nullptr;
+  uint64_t stage_bytes_ = 0;
+  uint32_t* failed_ = nullptr;
   std::vector<uint32_t> tiles_of_;
 };
 
