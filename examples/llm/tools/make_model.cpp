@@ -5,6 +5,8 @@
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/m.img,size=60G
 //   llm_make_model --shape tiny --type q4_k --out /tmp/tiny.gguf
 //   llm_make_model --shape gemma3-270m --type q8_0 --out /tmp/gemma3.gguf
+//   llm_make_model --vocab-only-from gemma-3-270m-it-Q4_K_M.gguf --out /tmp/gemma3-vocab.gguf
+//   llm_make_model --shape gemma3-270m --type q4_k --vocab-from /tmp/gemma3-vocab.gguf --out /dev/shm/g.gguf
 //   llm_make_model --shape gpt-oss-120b --type mxfp4 --device emu:/dev/shm/g.img,size=64G
 //   llm_make_model --shape llama3-70b --type q6_k --device emu:/dev/shm/s0.img,size=30G --device emu:/dev/shm/s1.img,size=30G
 #include <unistd.h>
@@ -19,6 +21,7 @@
 
 #include "examples/llm/tools/emu_gen.h"
 #include "examples/llm/tools/generated_model.h"
+#include "examples/llm/tools/vocab_copy.h"
 #include "host/open_device.h"
 #include "host/text/human_bytes.h"
 #include "runtime/cli/args.h"
@@ -36,7 +39,8 @@ namespace {
 
 const cli::Help kHelp = {
     "usage: llm_make_model --shape NAME --type T (--device DEV [--device DEV ...] | --out FILE | --rate) [--seed S]\n"
-    "                      [--threads N] [--stripe-unit SIZE] [--allow-write] [--force] [--progress]\n"
+    "                      [--threads N] [--stripe-unit SIZE] [--vocab-from FILE] [--allow-write] [--force] [--progress]\n"
+    "       llm_make_model --vocab-only-from FILE --out FILE [--force]\n"
     "\n"
     "Writes a full-size model of random, valid weights, each byte range the same every time (so verify holds):\n"
     "  --shape NAME   llama: llama3-70b (Q6_K: 57 GB), llama3-8b (Q4_K: 4.5 GB), mixtral-8x7b (Q4_K: 26 GB),\n"
@@ -56,6 +60,11 @@ const cli::Help kHelp = {
     "  --out FILE     write a GGUF file instead (a file holding a deployed model, a filesystem or other data\n"
     "                 that is not a GGUF is refused unless --force)\n"
     "  --seed S       the weights' seed (default 1)\n"
+    "  --vocab-from FILE  the vocabulary of another GGUF: every tokenizer.* key (tokens, scores, merges, special\n"
+    "                 ids, chat template) copied, so text goes in and out as with that model (default: none,\n"
+    "                 prompts are token ids). Its token count must equal the shape's vocabulary\n"
+    "  --vocab-only-from FILE  write (--out) a GGUF of FILE's tokenizer.* keys alone, for --vocab-from: a few\n"
+    "                 MB where the model is hundreds (Gemma 3 270M's: 6.2 MiB)\n"
     "  --threads N    generator threads (default: every core)\n"
     "  --progress     a progress line even when stderr is not a terminal\n",
     "\n  --rate         write nothing: measure the generator on this machine (GB/s and CPU s per GB on 1 and\n"
@@ -114,7 +123,26 @@ int measure(const llm::gen::GeneratedModel& model, const std::string& name, uint
   return 0;
 }
 
+// --vocab-only-from: the vocabulary alone, under the same output rule as a model.
+int write_vocab_only(const cli::Args& args) {
+  if (!args.has("out") || args.has("device") || args.has("shape") || args.has("type") || args.has("vocab-from") || args.has("rate"))
+    throw cli::UsageError("--vocab-only-from writes a vocabulary: give --out FILE and no --shape, --type, --device, --vocab-from or --rate");
+  try {
+    const gguf::builder::Built vocab = llm::gen::vocab_only(args.get("vocab-only-from"));
+    check_out_target(args.get("out"), args.has("force"));
+    guard::OutputFile out = guard::OutputFile::open(args.get("out"), {}, "--out");
+    out.write(vocab.bytes.data(), vocab.bytes.size());
+    out.commit();
+    std::printf("wrote the vocabulary of %s to %s (%s)\n", args.get("vocab-only-from").c_str(), args.get("out").c_str(),
+                text::human_bytes(double(vocab.bytes.size())).c_str());
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(e.what());
+  }
+  return 0;
+}
+
 int run(const cli::Args& args) {
+  if (args.has("vocab-only-from")) return write_vocab_only(args);
   if (!args.has("shape") || !args.has("type")) throw cli::UsageError("give --shape and --type");
   if (args.has("rate") && (args.has("device") || args.has("out"))) throw cli::UsageError("--rate writes nothing: give no --device or --out");
   if (!args.has("rate") && args.has("device") == args.has("out")) throw cli::UsageError("give one of --device DEV and --out FILE");
@@ -132,9 +160,17 @@ int run(const cli::Args& args) {
   const std::string type_text = args.get("type");
   const uint32_t type = parse_type(type_text);
   const std::string name = llm::gen::model_name(shape, type);
+  std::vector<llm::gen::KvWriter> vocab;
+  if (args.has("vocab-from")) {
+    try {
+      vocab = llm::gen::vocab_from(args.get("vocab-from"), shape.vocab, shape.name);
+    } catch (const std::invalid_argument& e) {
+      throw cli::UsageError(e.what());
+    }
+  }
   llm::gen::ModelLayout layout;
   try {
-    layout = llm::gen::model_layout(shape, type, name);
+    layout = llm::gen::model_layout(shape, type, name, vocab);
   } catch (const std::invalid_argument& e) {  // a shape and type that do not go together
     throw cli::UsageError(std::string("--type ") + type_text + ": " + e.what());
   }
@@ -178,7 +214,7 @@ int run(const cli::Args& args) {
 
 int main(int argc, char** argv) {
   try {
-    const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads", "stripe-unit"},
+    const cli::Args args(argc, argv, 1, {"shape", "type", "device", "out", "seed", "threads", "stripe-unit", "vocab-from", "vocab-only-from"},
                          {"allow-write", "force", "progress", "rate"}, {"device"});
     if (args.help_asked()) return args.print_help("llm_make_model", kHelp);
     if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");

@@ -123,7 +123,8 @@ const char* arch_key(Arch a) {
 
 // The metadata of `s` under its architecture's keys (llama: in the order its shapes were always written,
 // so that their bytes stay what they were).
-std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::string& name) {
+std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::string& name,
+                                                     const std::vector<std::function<void(b::Bytes&)>>& vocab) {
   const bool llama = s.arch == Arch::kLlama, gpt_oss = s.arch == Arch::kGptOss, moe_arch = !llama && s.experts;
   const std::string arch = arch_key(s.arch), a = arch + ".";
   std::vector<std::function<void(b::Bytes&)>> kvs = {
@@ -140,11 +141,12 @@ std::vector<std::function<void(b::Bytes&)>> metadata(const Shape& s, const std::
   }
   add(kv_f32(a + "rope.freq_base", s.rope_base));
   add(kv_f32(a + "attention.layer_norm_rms_epsilon", s.rms_eps));
-  // No vocabulary: prompts are token ids (--prompt-ids), as for the tests' generated models. llama.cpp
-  // makes that many placeholder tokens of a file without one (llama-vocab.cpp, "none"): without the key
-  // it has none and refuses token_embd's rows.
+  // Without a vocabulary (--vocab-from) prompts are token ids (--prompt-ids), as for the tests' generated
+  // models. llama.cpp makes that many placeholder tokens of a file without one (llama-vocab.cpp, "none"):
+  // without the key it has none and refuses token_embd's rows.
   add(b::kv_u32(a + "vocab_size", s.vocab));
-  add(b::kv_str("tokenizer.ggml.model", "none"));
+  if (vocab.empty()) add(b::kv_str("tokenizer.ggml.model", "none"));
+  for (const auto& kv : vocab) add(kv);
   if (s.experts) {
     add(b::kv_u32(a + "expert_count", s.experts));
     add(b::kv_u32(a + "expert_used_count", s.experts_used));
@@ -174,11 +176,12 @@ void check_type(const Shape& s, uint32_t type) {
 
 }  // namespace
 
-ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name) {
+ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name,
+                         const std::vector<std::function<void(b::Bytes&)>>& vocab) {
   check_type(s, type);
   ModelLayout m;
   m.spec.data = false;
-  m.spec.kvs = metadata(s, name);
+  m.spec.kvs = metadata(s, name, vocab);
   const bool qwen3moe = s.arch == Arch::kQwen3Moe, gpt_oss = s.arch == Arch::kGptOss, gemma3 = s.arch == Arch::kGemma3;
   const uint64_t head = s.head_size(), q = uint64_t(s.heads) * head, kv = uint64_t(s.kv_heads) * head;
   auto add = [&](std::string n, std::vector<uint64_t> ne, uint32_t t, Fill f) {

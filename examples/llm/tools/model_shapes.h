@@ -4,6 +4,7 @@
 // GGUF layout (metadata and tensors).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,8 @@ struct ModelLayout {
 // Q6_K to Q8_0), as in a Q4_K_M file of Gemma 3, whose rows of 640 are not whole 256-element blocks.
 // Throws std::invalid_argument for a type the shape cannot take, naming the fix: mxfp4 without experts;
 // gpt-oss in anything but mxfp4 (as it is published).
-ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name);
+// `vocab`: tokenizer.* entries (vocab_copy.h) written in place of tokenizer.ggml.model = none (no vocabulary).
+ModelLayout model_layout(const Shape& s, uint32_t type, const std::string& name,
+                         const std::vector<std::function<void(gguf::builder::Bytes&)>>& vocab = {});
 
 }  // namespace gpunvme::llm::gen
