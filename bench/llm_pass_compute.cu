@@ -80,7 +80,7 @@ const cli::Help kHelp = {
     "least), so none is served from the L2 cache; the launches go through a CUDA graph (the GPU's time, not\n"
     "the host's). Default matrices: 8192x8192,28672x8192,8192x28672,4096x4096,14336x4096,4096x14336.\n"
     "Each figure for every matrix-vector path (gpu_matmul.h's MatvecPath, GPUNVME_LLM_MATVEC): lean (the\n"
-    "default), old and lean-prefetch.\n"
+    "default) and old.\n"
     "\n"
     "--decode-pass (issue 36): a generated model of --shape and --type, every weight in GPU memory, one\n"
     "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
@@ -88,7 +88,7 @@ const cli::Help kHelp = {
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
     "the decode fusions (norm+Q/K/V, O+add, norm+gate/up+GLU, down+add) and without them,\n"
     "after checking both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"
-    "Each row for every matrix-vector path (lean, the default; old; lean-prefetch), all hidden states equal.\n"};
+    "Each row for both matrix-vector paths (lean, the default, and old), all hidden states equal.\n"};
 
 struct Matrix {
   std::string name;
@@ -385,15 +385,8 @@ class CapturedLaunches {
 
 // The matrix-vector paths each figure is taken with (gpu_matmul.h's MatvecPath: issue 36's A/B), the
 // default first; PathScope sets one for a scope and puts back the one before.
-constexpr MatvecPath kPaths[] = {MatvecPath::kLean, MatvecPath::kOld, MatvecPath::kLeanPrefetch};
-const char* path_name(MatvecPath p) {
-  switch (p) {
-    case MatvecPath::kLean: return "lean";
-    case MatvecPath::kOld: return "old";
-    case MatvecPath::kLeanPrefetch: return "lean-prefetch";
-  }
-  return "?";
-}
+constexpr MatvecPath kPaths[] = {MatvecPath::kLean, MatvecPath::kOld};
+const char* path_name(MatvecPath p) { return p == MatvecPath::kLean ? "lean" : "old"; }
 struct PathScope {
   MatvecPath before = matvec_path();
   explicit PathScope(MatvecPath p) { set_matvec_path(p); }

@@ -550,8 +550,8 @@ struct PathScope {
   ~PathScope() { set_matvec_path(before); }
 };
 
-// Runs f once with each path (MatvecPath's order: lean, old, lean-prefetch) and returns the results.
-constexpr MatvecPath kAllPaths[] = {MatvecPath::kLean, MatvecPath::kOld, MatvecPath::kLeanPrefetch};
+// Runs f once with each path (MatvecPath's order: lean, old) and returns the results.
+constexpr MatvecPath kAllPaths[] = {MatvecPath::kLean, MatvecPath::kOld};
 template <class F>
 std::vector<std::vector<float>> each_path(F f) {
   std::vector<std::vector<float>> out;
@@ -584,8 +584,7 @@ void require_same_answer(const bool (&ok)[std::size(kAllPaths)]) {
 }
 }  // namespace
 
-// The lean row loops and launch geometry (issue 36, the default) and the lean loops with the next rows
-// asked of the L2 cache ahead, against the old ones (GPUNVME_LLM_MATVEC=old), bit for bit, through every single-token entry: one
+// The lean row loops and launch geometry (issue 36, the default) against the old ones (GPUNVME_LLM_MATVEC=old), bit for bit, through every single-token entry: one
 // matrix, two of a stack, Q/K/V together (plain and normed), gate/up/GLU (plain and normed), and the
 // residual add; for every type, at row counts that leave a block's warps partly idle or one row over (1,
 // 37, 4097: two rows a warp and an odd last row), widths whose groups do not fill the lanes' last pass
@@ -662,13 +661,12 @@ TEST_CASE("lean matrix-vector loops: the old loops' bits through every single-to
   }
 }
 
-TEST_CASE("GPUNVME_LLM_MATVEC: lean, old or lean-prefetch, anything else refused naming them", "[gpu][llm]") {
+TEST_CASE("GPUNVME_LLM_MATVEC: lean or old, anything else refused naming both", "[gpu][llm]") {
   REQUIRE(parse_matvec_path(nullptr) == MatvecPath::kLean);
   REQUIRE(parse_matvec_path("") == MatvecPath::kLean);
   REQUIRE(parse_matvec_path("lean") == MatvecPath::kLean);
   REQUIRE(parse_matvec_path("old") == MatvecPath::kOld);
-  REQUIRE(parse_matvec_path("lean-prefetch") == MatvecPath::kLeanPrefetch);
-  for (const char* bad : {"OLD", "new", "old ", "lean-staged", "\x1b[2Jold"}) {
+  for (const char* bad : {"OLD", "new", "old ", "lean-staged", "lean-prefetch", "\x1b[2Jold"}) {
     CAPTURE(bad);
     try {
       parse_matvec_path(bad);
@@ -677,7 +675,6 @@ TEST_CASE("GPUNVME_LLM_MATVEC: lean, old or lean-prefetch, anything else refused
       const std::string what = e.what();
       REQUIRE(what.find("'lean'") != std::string::npos);
       REQUIRE(what.find("'old'") != std::string::npos);
-      REQUIRE(what.find("'lean-prefetch'") != std::string::npos);
       REQUIRE(what.find('\x1b') == std::string::npos);
     }
   }

@@ -274,7 +274,6 @@ void with_matvec_path(MatvecPath p, F&& f) {
   switch (p) {
     case MatvecPath::kLean: return f.template operator()<MatvecPath::kLean>();
     case MatvecPath::kOld: return f.template operator()<MatvecPath::kOld>();
-    case MatvecPath::kLeanPrefetch: return f.template operator()<MatvecPath::kLeanPrefetch>();
   }
   throw std::logic_error("with_matvec_path: not a MatvecPath");
 }
@@ -432,10 +431,9 @@ std::atomic<int> g_matvec_path{-1};  // a MatvecPath, or -1 before the environme
 MatvecPath parse_matvec_path(const char* v) {
   if (!v || !*v || std::strcmp(v, "lean") == 0) return MatvecPath::kLean;
   if (std::strcmp(v, "old") == 0) return MatvecPath::kOld;
-  if (std::strcmp(v, "lean-prefetch") == 0) return MatvecPath::kLeanPrefetch;
   std::string shown;
   for (const char* c = v; *c && shown.size() < 40; ++c) shown += (*c >= 0x20 && *c < 0x7F) ? *c : '?';
-  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default), 'old' or 'lean-prefetch', or unset it");
+  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default) or 'old', or unset it");
 }
 
 MatvecPath matvec_path() {

@@ -62,8 +62,6 @@ constexpr uint32_t weight_stage_span(GgmlType t) { return (weight_chunk_bytes(t)
 constexpr uint32_t weight_stage_bytes(GgmlType t) {
   return weight_chunk_bytes(t) == 0 ? 0 : kStagedWarps * kMaxRowsPerWarp * kWeightStages * weight_stage_span(t);
 }
-// Whether a path asks the L2 cache for a warp's next row set ahead (prefetch_rows_l2).
-constexpr bool prefetches_l2(MatvecPath p) { return p == MatvecPath::kLeanPrefetch; }
 
 // 16 bytes global -> shared without passing through registers (sm_80+), and the commit/wait of a lane's groups.
 __device__ inline void cp_async_16(void* shared_dst, const void* global_src) {
@@ -194,7 +192,8 @@ __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_byte
 // warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
 // from chunk c, in warp_dot_row's order.
 // `started`: the caller already ran start() for these rows (block_rows, while the block staged x).
-template <GgmlType T, uint32_t R>
+// `Lean`: Q6_K through gpu_rows_lean.cuh's q6k_chunk_dot (the same bits).
+template <GgmlType T, uint32_t R, bool Lean = false>
 __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
                                             uint32_t lane, uint8_t* buf, bool started, float (&out)[R]) {
   const RowChunks<T, R> ch(row, groups, lane, buf);
@@ -202,6 +201,7 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  [[maybe_unused]] const Q6kLane q6(lane);
   for (uint32_t c = 0; c < ch.chunks; ++c) {
     ch.arrive(c);
     const uint32_t grp = 32 * c + lane;
@@ -210,9 +210,13 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
       staged_group(xs, grp, xv);
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) {
-        float g[kGroup];
-        dequant_group<T>(ch.at(c, r), lane, g);
-        part[r] += group_dot(g, xv);
+        if constexpr (Lean && T == GgmlType::Q6_K) {  // gpu_rows_lean.cuh: the same sums, fewer shifts
+          part[r] += q6k_chunk_dot(ch.at(c, r), q6, xv);
+        } else {
+          float g[kGroup];
+          dequant_group<T>(ch.at(c, r), lane, g);
+          part[r] += group_dot(g, xv);
+        }
       }
     }
     ch.release();
@@ -224,15 +228,16 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
 // lane. The per-row operations are warp_dot_row's (see the file comment). With `stage`, through `buf`:
 // this warp's weight chunks in shared memory (a pointer the compiler sees derive from the shared array
-// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). On the lean paths
-// (P other than kOld) Q4_K and the unquantized types go through gpu_rows_lean.cuh's loops where the rows
-// are 16-byte aligned (the same bits); kOld keeps this file's loops (GPUNVME_LLM_MATVEC=old).
+// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). On the lean path
+// Q4_K and the unquantized types go through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned,
+// and Q6_K's staged chunks through its q6k_chunk_dot (the same bits); kOld keeps this file's loops
+// (GPUNVME_LLM_MATVEC=old).
 template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
-  constexpr bool kLean = P != MatvecPath::kOld;  // kLeanPrefetch too
+  constexpr bool kLean = P != MatvecPath::kOld;
   if constexpr (weight_chunk_bytes(T) != 0) {
-    if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
+    if (stage) return warp_dot_rows_staged<T, R, kLean>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (kLean && T == GgmlType::Q4_K) {
     if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
@@ -296,28 +301,6 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
   __syncthreads();
 }
 
-// Bytes of a row of `groups` groups of type T.
-template <GgmlType T>
-__device__ inline uint64_t row_bytes_of(uint32_t groups) {
-  constexpr auto info = gguf::ggml_traits(T);
-  return uint64_t(groups) * kGroup / info.block_size * info.type_size;
-}
-
-// Asks the L2 cache for R rows' bytes (at most kPrefetchRowBytes of each), the lanes taking their
-// 128-byte lines in turn: hints only (no registers, nothing waited for), so a warp has its next rows'
-// bytes in flight however few of its own loads it has outstanding (MatvecPath::kLeanPrefetch).
-inline constexpr uint64_t kPrefetchRowBytes = 16 * 1024;
-template <GgmlType T, uint32_t R>
-__device__ inline void prefetch_rows_l2(const uint8_t* const (&row)[R], uint32_t groups, uint32_t lane) {
-  const uint64_t bytes = min(row_bytes_of<T>(groups), kPrefetchRowBytes);
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) {
-    const uintptr_t at = reinterpret_cast<uintptr_t>(row[r]), end = at + bytes;
-    for (uintptr_t line = (at & ~uintptr_t(127)) + 128 * lane; line < end; line += 32 * 128)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-  }
-}
-
 // Every row of `rows` times x (each row's arithmetic warp_dot_row's, whatever the set): the block stages
 // x into xs (stage_vector), its warps take R rows each and the blocks stride over the rows (each block
 // stages x once, however many rows it computes). The block's dynamic shared memory holds x's groups,
@@ -348,19 +331,10 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
   }
-  if (prefetches_l2(P) && first0 < n) {  // the first set's bytes on their way while the block stages x
-    const uint8_t* p[R];
-    rows_from(first0, p);
-    prefetch_rows_l2<T>(p, groups, lane);
-  }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
   for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
-    if (prefetches_l2(P) && first + gridDim.x * per_block < n) {  // the next set's, while this one is summed
-      rows_from(first + gridDim.x * per_block, p);
-      prefetch_rows_l2<T>(p, groups, lane);
-    }
     rows_from(first, p);
     float dot[R];
     warp_dot_rows<T, R, P>(p, groups, xs, lane, stage, buf, started, dot);

@@ -13,10 +13,13 @@
 // (its super-block's 16 header bytes and its 32 quant bytes), the lane's sub-block constants are computed
 // once (lane i takes groups i, i + 32, ...: all of sub-block i % 8), and one test covers both halves' NaN
 // cases. The unquantized types load their groups as 16-byte units and F16 tests its 32 halves for NaN at
-// once instead of branching per weight (3,000 instructions in its loop's SASS for 64 weights).
+// once instead of branching per weight (3,000 instructions in its loop's SASS for 64 weights). Q6_K,
+// read from its staged chunks, takes its nibble's and 2-bit field's shifts inside the funnel shifts that
+// align its words (two shifts a word fewer, about 16 instructions a group and row of 224).
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "examples/llm/compute/gpu_warp.cuh"
@@ -136,6 +139,67 @@ __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], ui
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+// ---- Q6_K (from a staged chunk: RowChunks)
+
+// The constants of a lane's Q6_K group in a chunk (four 210-byte blocks; lane i takes group i, sub-block
+// i % 8 of block i / 8, in every chunk): dequant_group's offsets and shifts for it.
+struct Q6kLane {
+  uint32_t ql, qh, sc, d;       // byte offsets in the chunk: the group's low bits, high bits, two scales, d
+  uint32_t ql_shift, qh_shift;  // its nibble (0 or 4) and its 2-bit field (2k) in the high bits
+  __device__ explicit Q6kLane(uint32_t lane) {
+    const uint32_t b = uint32_t(sizeof(BlockQ6_K)) * (lane / 8), sub = lane % 8, n = sub / 4, k = sub % 4;
+    ql = b + 64 * n + 32 * (k & 1);
+    qh = b + uint32_t(offsetof(BlockQ6_K, qh)) + 32 * n;
+    sc = b + uint32_t(offsetof(BlockQ6_K, scales)) + 8 * n + 2 * k;
+    d = b + uint32_t(offsetof(BlockQ6_K, d));
+    ql_shift = k < 2 ? 0 : 4;
+    qh_shift = 2 * k;
+  }
+};
+
+// 32 bytes at q (any alignment: 2 bytes in a Q6_K chunk) as eight words shifted right by `extra` bits
+// more: load_words_any's funnel shifts by 8 x misalignment + extra, so a word's nibble or 2-bit field
+// needs no shift of its own (its top `extra` bits are the next word's instead of zeros; the masks that
+// follow drop them).
+__device__ inline void words_shifted(const uint8_t* q, uint32_t extra, uint32_t (&w)[8]) {
+  const uint32_t mis = uint32_t(reinterpret_cast<uintptr_t>(q) & 3u);
+  const auto* a = reinterpret_cast<const uint32_t*>(q - mis);
+  const uint32_t shift = 8 * mis + extra;  // at most 24 + 6
+  uint32_t lo = a[0];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t hi = a[j + 1];
+    w[j] = __funnelshift_r(lo, hi, shift);
+    lo = hi;
+  }
+}
+
+// A Q6_K group's sum against xv (the group's x, staged_group) with dequant_group's values and group_dot's
+// order: each weight (j < 4 ? d * sc[0] : d * sc[1]) * (q - 32), q's low nibble and high 2 bits
+// combined as dequant_group combines them (the same byte, so the same exact integer), the products added
+// for l = 0, 1, ..., 31. `chunk`: the chunk's first block (RowChunks::at).
+__device__ inline float q6k_chunk_dot(const uint8_t* chunk, const Q6kLane& c, const float4 (&xv)[kGroup / 4]) {
+  const uint32_t dh = *reinterpret_cast<const uint16_t*>(chunk + c.d);
+  const float d = half2_nan_mask(dh) == 0 ? finite_half_to_float(dh) : half_to_float(uint16_t(dh));
+  const auto* sc = reinterpret_cast<const int8_t*>(chunk + c.sc);
+  const float d0 = d * float(sc[0]), d1 = d * float(sc[1]);  // elements 0..15 and 16..31
+  uint32_t lw[8], hw[8];
+  words_shifted(chunk + c.ql, c.ql_shift, lw);
+  words_shifted(chunk + c.qh, c.qh_shift, hw);
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t v = (lw[j] & 0x0F0F0F0Fu) | ((hw[j] << 4) & 0x30303030u);
+    const float x4[4] = {xv[j].x, xv[j].y, xv[j].z, xv[j].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float g = (j < 4 ? d0 : d1) * byte_to_float<32>(v, i);
+      s += g * x4[i];
+    }
+  }
+  return s;
 }
 
 // ---- F32, F16, BF16
