@@ -107,10 +107,12 @@ __global__ void __launch_bounds__(kThreads) expert_mma_kernel(ExpertWeights m, c
 #pragma unroll
     for (uint32_t q = 0; q < kGroupsPerThread; ++q)
       stage_group<T, E>(m, w, r0 + ar, k0 / kGroup + ag + q, as + ar * kLd + (ag + q) * kGroup);
-    for (uint32_t i = threadIdx.x; i < kN * kK / 8; i += kThreads) {
+    // Only the tile's tokens: an output column depends on its own token's column alone, so the columns
+    // past them (never stored) may hold anything.
+    for (uint32_t i = threadIdx.x; i < tile.count * (kK / 8); i += kThreads) {
       const uint32_t t = i / (kK / 8), c = i % (kK / 8) * 8;
       uint4 val = make_uint4(0, 0, 0, 0);
-      if (t < tile.count && k0 + c < m.cols) val = *reinterpret_cast<const uint4*>(xh + uint64_t(tile.row0 + t) * m.cols + k0 + c);
+      if (k0 + c < m.cols) val = *reinterpret_cast<const uint4*>(xh + uint64_t(tile.row0 + t) * m.cols + k0 + c);
       *reinterpret_cast<uint4*>(bs + t * kLd + c) = val;
     }
     __syncthreads();
@@ -120,6 +122,7 @@ __global__ void __launch_bounds__(kThreads) expert_mma_kernel(ExpertWeights m, c
       wmma::load_matrix_sync(a, as + warp * 16 * kLd + kk, kLd);
 #pragma unroll
       for (uint32_t j = 0; j < kN / 16; ++j) {
+        if (j * 16 >= tile.count) break;  // the same for the whole block: no token in these 16 columns
         wmma::fragment<wmma::matrix_b, 16, 16, 16, H, wmma::col_major> b;
         wmma::load_matrix_sync(b, bs + j * 16 * kLd + kk, kLd);
         wmma::mma_sync(acc[j], a, b, acc[j]);
