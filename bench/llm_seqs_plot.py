@@ -59,11 +59,11 @@ def main():
         bound = [r["bound_tokens_per_second"] for r in rows if r.get("bound_tokens_per_second")]
         if len(bound) == len(rows):
             ax.plot(n, bound, "--", color=colour, alpha=0.6, label=f"{label}: I/O bound")
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     for axis in (ax.xaxis, ax.yaxis):
-        axis.set_major_formatter(ScalarFormatter())
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("sequences sharing each pass")
     ax.set_ylabel("aggregate tokens/s")
     ax.set_title((a.title + "\n" if a.title else "") + next(iter(cards)), fontsize=10)
