@@ -63,7 +63,8 @@ class Server:
     """The server as a user starts it; its first stdout line names the port it took (--port 0)."""
 
     def __init__(self, a, device):
-        env = dict(os.environ, PYTHONPATH=a.package)
+        # The package first; then the caller's path (the GPU machine's carried pylib312 holds aiohttp).
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [a.package, os.environ.get("PYTHONPATH")])))
         cmd = [sys.executable, "-m", "gpunvme.serve", "--device", device, "--executor", a.executor, "--port", "0",
                "--ctx", str(CTX), "--max-seqs", str(MAX_SEQS), "--max-queued", str(MAX_QUEUED), "--api-key", KEY,
                "--chat-template-file", TEMPLATE, "--idle-timeout", str(IDLE_S), "--body-timeout", str(BODY_S),
