@@ -143,9 +143,14 @@ class Engine:
         out = subprocess.run([self.a.llm, "--device", self.device, "--prompt-ids", ",".join(map(str, ids)),
                               "-n", str(n), "--path", self.a.executor] + sampling, check=True, capture_output=True,
                              text=True).stdout
-        # "model: ...\n", the prompt's text (`echo`: control tokens print nothing), the generated text,
-        # "\ntokens: ...": only the generated text stays.
+        # "model: ...\n", on the GPU path the residency plan's table (a title, a column header, the three
+        # tiers and, for MoE, an experts line), the prompt's text (`echo`: control tokens print nothing),
+        # the generated text, "\ntokens: ...": only the generated text stays.
         body = out.split("\n", 1)[1].rsplit("\ntokens:", 1)[0]
+        if body.startswith("residency plan ("):
+            lines = body.split("\n")
+            skip = 5 + (len(lines) > 5 and lines[5].startswith("  MoE experts:"))
+            body = "\n".join(lines[skip:])
         assert body.startswith(echo), (body[:200], echo)
         return body[len(echo):]
 

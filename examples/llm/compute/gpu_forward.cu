@@ -520,7 +520,7 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
   const bool tensor = grouped_ && grouped_->tensor_cores(l.gate_exps.type, l.up_exps.type);
   for (const Group& g : groups_) {  // a long segment's rows grouped; a short one's token by token (the header's rule)
     const uint64_t at = uint64_t(g.first) * c_.n_embd;
-    const bool small_fetched = src_ && !g.fast && g.count > 1 && grouped_ && grouped_->groups_fetched_small();
+    const bool small_fetched = src_ && !g.fast && grouped_ && grouped_->groups_fetched(g.count);
     if (grouped_ && ((g.fast && (!src_ || tensor)) || small_fetched)) {
       const WeightView& v = view_;
       const auto stack = [&](const TensorRef& t) { return matrix(t, src_ ? nullptr : v.at(t)); };  // fetched: the shape

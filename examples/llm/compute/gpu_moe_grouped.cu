@@ -99,11 +99,15 @@ __global__ void poison_rows_kernel(float* y, uint32_t width, const uint32_t* fai
 
 uint64_t align_up(uint64_t n) { return (n + 255) / 256 * 256; }
 
-// GPUNVME_MOE_GROUP_FETCHED=1: passes of 2..32 tokens (several sequences' decode) whose experts are
-// fetched go grouped too, on the FP32 kernels (an A/B switch until measured; off by default).
-bool group_fetched_small() {
+// The fewest tokens of a small group (several sequences' decode) whose fetched experts go grouped, on
+// the FP32 kernels; 0: never. Measured (llm_seqs, Qwen3-30B-A3B at 8 GiB, pcie4, H200): grouped, 2
+// sequences made 5.3 passes/s against the token path's 6.3 (whose expert cache still hit), 4 made 5.1
+// against 4.8, 16 made 4.3 against 2.0. So from 4 tokens by default; GPUNVME_MOE_GROUP_FETCHED=1: from
+// 2, =0: never (the A/B switch).
+uint32_t group_fetched_min_tokens() {
   const char* v = std::getenv("GPUNVME_MOE_GROUP_FETCHED");
-  return v && std::strcmp(v, "1") == 0;
+  if (v && std::strcmp(v, "0") == 0) return 0;
+  return v && std::strcmp(v, "1") == 0 ? 2 : 4;
 }
 
 // GPUNVME_MOE_MMA=0 keeps prompt passes' experts on the FP32 kernels (the A/B switch, until measured).
@@ -129,7 +133,7 @@ void wait_fetched(ExpertSource& src, uint32_t count, model::Projection proj, gpu
 }  // namespace
 
 GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prompt)
-    : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), fetched_small_(group_fetched_small()),
+    : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), fetched_small_min_(group_fetched_min_tokens()),
       first_(c.n_expert), count_(c.n_expert) {
   if (!c.is_moe()) throw std::logic_error("GroupedMoe: not an MoE model");
   const uint64_t B = max_tokens, K = c.n_expert_used;
@@ -274,7 +278,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
                      uint32_t layer, bool fast) {
   if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
   const bool tensor = fast && tensor_cores(st.gate.type, st.up.type);
-  if (src && !tensor && !fetched_small_)
+  if (src && !tensor && fetched_small_min_ == 0)
     throw std::logic_error("GroupedMoe::run: fetched experts go grouped on the tensor cores, or with GPUNVME_MOE_GROUP_FETCHED=1");
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;

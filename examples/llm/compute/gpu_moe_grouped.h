@@ -62,10 +62,10 @@ class GroupedMoe {
 
   // Whether a layer whose gate and up are of these types multiplies its experts on the tensor cores.
   bool tensor_cores(GgmlType gate, GgmlType up) const { return tensor_ && gemm_elem_for(gate) == gemm_elem_for(up); }
-  // Whether passes of 2..kSmallPassTokens tokens with fetched experts go grouped, on the FP32 kernels
-  // (GPUNVME_MOE_GROUP_FETCHED=1: several sequences' decode fetches each expert once per pass, not once
-  // per token, with the token path's bits).
-  bool groups_fetched_small() const { return fetched_small_; }
+  // Whether a small group of `n` tokens (several sequences' decode) with fetched experts goes grouped, on
+  // the FP32 kernels: each expert fetched once per pass, not once per token, with the token path's bits.
+  // From 4 tokens (GPUNVME_MOE_GROUP_FETCHED=1: from 2; =0: never; gpu_moe_grouped.cu says why).
+  bool groups_fetched(uint32_t n) const { return fetched_small_min_ && n >= fetched_small_min_; }
 
   // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing); on
   // the tensor cores where `fast` (a pass of the fast kernels) and tensor_cores(), else the FP32 kernels.
@@ -88,7 +88,8 @@ class GroupedMoe {
 
   ModelConfig c_;
   uint32_t max_tokens_;
-  bool tensor_ = false, fetched_small_ = false;
+  bool tensor_ = false;
+  uint32_t fetched_small_min_ = 0;  // groups_fetched(): the fewest tokens, 0: never
   uint64_t device_bytes_ = 0;
   float* logits_ = nullptr;                            // [n][n_expert]
   uint32_t *routes_ = nullptr, *routes_host_ = nullptr;  // [n][2k]: k ids, then k weights (floats)
