@@ -51,23 +51,25 @@ const cli::Help kHelp = {
     "  --type T       q4_k, q6_k, q8_0: every matrix (rows not whole 256-blocks: Q5_0, Q8_0, as llama.cpp does);\n"
     "                 mxfp4: MXFP4 experts, Q8_0 elsewhere, as gpt-oss is published (gpt-oss takes only it). Norms: F32\n"
     "  --device DEV   write onto a namespace with a deploy record (as `gpunvme deploy`): `llm --device DEV`\n"
-    "                 finds it. An emu: image must be large enough: size=60G for llama3-70b Q6_K\n"
-    "  --device ...   repeated: a striped set (RAID-0) over those namespaces, in that order: each gets a stripe\n"
+    "                 finds it (an emu: image needs size=60G for llama3-70b Q6_K); repeated: a striped set\n"
+    "  --out FILE     write a GGUF file instead (a file holding a deployed model, a filesystem or other data\n"
+    "                 that is not a GGUF is refused unless --force)\n"
+    "  --seed S       the weights' seed (default 1)\n"
+    "  --vocab-from FILE  every tokenizer.* key of another GGUF (its token count the shape's): text in and out\n"
+    "  --vocab-only-from FILE  a GGUF (--out) of FILE's tokenizer.* keys alone, for --vocab-from elsewhere\n"
+    "  --threads N    generator threads (default: every core)\n"
+    "  --progress     a progress line even when stderr is not a terminal\n",
+    "\n  --device ...   repeated: a striped set (RAID-0) over those namespaces, in that order: each gets a stripe\n"
     "                 record at LBA 0 naming the set and its place, the model is laid unit by unit over their\n"
     "                 data (1 MiB in); `llm --device M1 --device M2 ...` streams from all at once. Each member\n"
     "                 needs 1/N of the model plus 1 MiB (size=30G each for llama3-70b Q6_K over 2)\n"
     "  --stripe-unit SIZE  bytes per member before the next one (default 1M; a multiple of the LBA size)\n"
-    "  --out FILE     write a GGUF file instead (a file holding a deployed model, a filesystem or other data\n"
-    "                 that is not a GGUF is refused unless --force)\n"
-    "  --seed S       the weights' seed (default 1)\n"
     "  --vocab-from FILE  the vocabulary of another GGUF: every tokenizer.* key (tokens, scores, merges, special\n"
     "                 ids, chat template) copied, so text goes in and out as with that model (default: none,\n"
     "                 prompts are token ids). Its token count must equal the shape's vocabulary\n"
     "  --vocab-only-from FILE  write (--out) a GGUF of FILE's tokenizer.* keys alone, for --vocab-from: a few\n"
     "                 MB where the model is hundreds (Gemma 3 270M's: 6.2 MiB)\n"
-    "  --threads N    generator threads (default: every core)\n"
-    "  --progress     a progress line even when stderr is not a terminal\n",
-    "\n  --rate         write nothing: measure the generator on this machine (GB/s and CPU s per GB on 1 and\n"
+    "  --rate         write nothing: measure the generator on this machine (GB/s and CPU s per GB on 1 and\n"
     "                 on --threads threads; with the CRC-32C, the rate of emu:gen's checksum pass at open)\n" +
         std::string("\n") + guard::kWriteFlagsHelp + "\n" + host::device_string_help()};
 
