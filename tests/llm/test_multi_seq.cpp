@@ -179,6 +179,8 @@ TEST_CASE("the one-sequence form of a pass: sequence 0, consecutive positions, a
   const std::vector<PassToken> last = one_sequence(ids, 4, false), all = one_sequence(ids, 4, true, 2);
   REQUIRE(logit_rows(last) == 1);
   REQUIRE(logit_rows(all) == 3);
+  REQUIRE_NOTHROW(check_logit_rows(all, 3));
+  REQUIRE_THROWS_WITH(check_logit_rows(all, 2), Equals("logits of 3 tokens asked; this executor returns at most 2"));
   for (uint32_t i = 0; i < 3; ++i) {
     CHECK(last[i].id == ids[i]);
     CHECK(last[i].pos == 4 + i);

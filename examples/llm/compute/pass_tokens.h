@@ -38,6 +38,13 @@ inline uint32_t logit_rows(std::span<const PassToken> pass) {
   return n;
 }
 
+// Throws, naming both counts, when the pass asks for more rows of logits than an executor returns.
+inline void check_logit_rows(std::span<const PassToken> pass, uint32_t max_rows) {
+  if (logit_rows(pass) > max_rows)
+    throw std::runtime_error("logits of " + std::to_string(logit_rows(pass)) + " tokens asked; this executor returns at most " +
+                             std::to_string(max_rows));
+}
+
 // Throws, naming the slots there are (after `where`), unless slot `seq` is one of `count`.
 inline void check_slot(uint32_t seq, uint32_t count, const char* where = "") {
   if (seq >= count)

@@ -360,9 +360,7 @@ class GpuExecutor final : public Executor {
 
   std::span<const float> pass(std::span<const PassToken> tokens) override {
     seqs_.check(tokens, fwd_->max_batch());  // a refused pass changes nothing
-    if (logit_rows(tokens) > fwd_->max_logit_rows())
-      throw std::runtime_error("logits of " + std::to_string(logit_rows(tokens)) + " tokens asked; this executor returns at most " +
-                               std::to_string(fwd_->max_logit_rows()));
+    check_logit_rows(tokens, fwd_->max_logit_rows());
     if (range_.begin == 0) {
       fwd_->embed(tokens);
     } else {  // a later GPU of several: the previous one's hidden state (pipeline_stage.h)

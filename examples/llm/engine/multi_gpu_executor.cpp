@@ -185,9 +185,7 @@ class MultiGpuExecutor final : public Executor {
     for (size_t i = 0; i < tokens.size(); ++i)
       if (tokens[i].id >= n_vocab_)
         throw std::runtime_error("token id " + std::to_string(tokens[i].id) + " is outside the vocabulary");
-    if (logit_rows(tokens) > max_logit_rows())
-      throw std::runtime_error("logits of " + std::to_string(logit_rows(tokens)) + " tokens asked; this executor returns at most " +
-                               std::to_string(max_logit_rows()));
+    check_logit_rows(tokens, max_logit_rows());
   }
 
   // Each GPU's executor ends on its thread: its CUDA frees with its device current.
