@@ -79,16 +79,13 @@ const cli::Help kHelp = {
     "against the warp-per-row kernel. Each launch reads another copy of the matrix (256 MiB of copies at\n"
     "least), so none is served from the L2 cache; the launches go through a CUDA graph (the GPU's time, not\n"
     "the host's). Default matrices: 8192x8192,28672x8192,8192x28672,4096x4096,14336x4096,4096x14336.\n"
-    "Each figure for every matrix-vector path (gpu_matmul.h's MatvecPath, GPUNVME_LLM_MATVEC): lean (the\n"
-    "default) and old.\n"
     "\n"
     "--decode-pass (issue 36): a generated model of --shape and --type, every weight in GPU memory, one\n"
     "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
     "embedding nor the head) launched by the host as the engine does, the same kernels replayed from a CUDA\n"
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
     "the decode fusions (norm+Q/K/V, O+add, norm+gate/up+GLU, down+add) and without them,\n"
-    "after checking both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"
-    "Each row for both matrix-vector paths (lean, the default, and old), all hidden states equal.\n"};
+    "after checking both give the same hidden state, bit for bit. Kernels: the graph's nodes per token.\n"};
 
 struct Matrix {
   std::string name;
@@ -383,18 +380,6 @@ class CapturedLaunches {
   size_t nodes_ = 0;
 };
 
-// The matrix-vector paths each figure is taken with (gpu_matmul.h's MatvecPath: issue 36's A/B), the
-// default first; PathScope sets one for a scope and puts back the one before.
-constexpr MatvecPath kPaths[] = {MatvecPath::kLean, MatvecPath::kOld};
-const char* path_name(MatvecPath p) { return p == MatvecPath::kLean ? "lean" : "old"; }
-struct PathScope {
-  MatvecPath before = matvec_path();
-  explicit PathScope(MatvecPath p) { set_matvec_path(p); }
-  ~PathScope() { set_matvec_path(before); }
-  PathScope(const PathScope&) = delete;
-  PathScope& operator=(const PathScope&) = delete;
-};
-
 // --decode: GB/s of weight bytes of the single-token kernel (gpu_matmul, n = 1) per type and matrix, beside
 // a device-to-device copy timed in the same run (read + write bytes). Returns the exit status.
 int time_decode(const Options& o, FILE* json) {
@@ -410,7 +395,7 @@ int time_decode(const Options& o, FILE* json) {
     copy_gbps = 2.0 * copy_bytes / t / 1e9;
   }
   std::printf("device-to-device copy: %.0f GB/s (read + write bytes)\n", copy_gbps);
-  std::printf("%-6s | %13s | %10s | %-4s | %9s | %8s | %s\n", "type", "rows x cols", "MB", "path", "GB/s", "of copy", "us per product");
+  std::printf("%-6s | %13s | %10s | %9s | %8s | %s\n", "type", "rows x cols", "MB", "GB/s", "of copy", "us per product");
   std::string rows_json;
   uint32_t widest = 0;
   for (const auto& [rows, cols] : o.matrices) widest = std::max(widest, cols);
@@ -432,33 +417,30 @@ int time_decode(const Options& o, FILE* json) {
       for (uint32_t c = 1; c < copies; ++c)
         device::check_cuda(cudaMemcpy(w.as<uint8_t>() + c * mat, w.p, mat, cudaMemcpyDeviceToDevice), "weights");
       Matrix m{"decode", rows, cols, w.as<uint8_t>(), mat / rows};
-      for (const MatvecPath path : kPaths) {  // each path's figure (issue 36's A/B), each checked first
-        const PathScope scope(path);
-        if (!same_bits_unstaged(m, uint32_t(t), x.as<float>(), y.as<float>(), ref.as<float>())) {
-          std::fprintf(stderr, "llm_pass_compute: ERROR: %s %ux%u: the matrix-vector kernel's bits (%s path) differ from the warp-per-row kernel's: no figure\n",
-                       gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols, path_name(path));
-          return 1;
-        }
-        const CapturedLaunches graph([&](gpu_stream_t s) {
-          for (uint32_t c = 0; c < copies; ++c) {
-            Matrix mc = m;
-            mc.w = w.as<uint8_t>() + c * mat;
-            gpu_matmul(s, view(mc, uint32_t(t)), x.as<float>(), 1, nullptr, y.as<float>());
-          }
-        });
-        const double secs = median_seconds(o.reps, [&] { graph.launch(); }) / copies;
-        const double gbps = mat / secs / 1e9;
-        const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
-        std::printf("%-6s | %13s | %10.1f | %-4s | %9.0f | %7.1f%% | %.1f\n", gguf::ggml_type_name(uint32_t(t)).c_str(), shape.c_str(),
-                    mat / 1e6, path_name(path), gbps, 100 * gbps / copy_gbps, secs * 1e6);
-        char row[288];
-        std::snprintf(row, sizeof row,
-                      "{\"type\":\"%s\",\"rows\":%u,\"cols\":%u,\"path\":\"%s\",\"bytes\":%llu,\"seconds\":%.9f,\"weight_gb_per_s\":%.1f,"
-                      "\"of_copy\":%.4f,\"bits_checked\":true}",
-                      gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols, path_name(path), static_cast<unsigned long long>(mat), secs,
-                      gbps, gbps / copy_gbps);
-        rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+      if (!same_bits_unstaged(m, uint32_t(t), x.as<float>(), y.as<float>(), ref.as<float>())) {
+        std::fprintf(stderr, "llm_pass_compute: ERROR: %s %ux%u: the matrix-vector kernel's bits differ from the warp-per-row kernel's: no figure\n",
+                     gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols);
+        return 1;
       }
+      const CapturedLaunches graph([&](gpu_stream_t s) {
+        for (uint32_t c = 0; c < copies; ++c) {
+          Matrix mc = m;
+          mc.w = w.as<uint8_t>() + c * mat;
+          gpu_matmul(s, view(mc, uint32_t(t)), x.as<float>(), 1, nullptr, y.as<float>());
+        }
+      });
+      const double secs = median_seconds(o.reps, [&] { graph.launch(); }) / copies;
+      const double gbps = mat / secs / 1e9;
+      const std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+      std::printf("%-6s | %13s | %10.1f | %9.0f | %7.1f%% | %.1f\n", gguf::ggml_type_name(uint32_t(t)).c_str(), shape.c_str(),
+                  mat / 1e6, gbps, 100 * gbps / copy_gbps, secs * 1e6);
+      char row[288];
+      std::snprintf(row, sizeof row,
+                    "{\"type\":\"%s\",\"rows\":%u,\"cols\":%u,\"bytes\":%llu,\"seconds\":%.9f,\"weight_gb_per_s\":%.1f,"
+                    "\"of_copy\":%.4f,\"bits_checked\":true}",
+                    gguf::ggml_type_name(uint32_t(t)).c_str(), rows, cols, static_cast<unsigned long long>(mat), secs, gbps,
+                    gbps / copy_gbps);
+      rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
     }
   const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode\",\"copy_gb_per_s\":" +
                            std::to_string(copy_gbps) + ",\"rows\":[" + rows_json + "]}";
@@ -559,58 +541,48 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
     pass();
   }
   b.set_pass(kPos, 1);
-  std::vector<float> hidden[std::size(kPaths)][2];  // [path][fused]
-  for (const MatvecPath path : kPaths) {
-    const PathScope scope(path);
-    for (int fused = 0; fused < 2; ++fused) {
-      b.fused = fused;
-      b.write(Act::kX, x0);
-      pass();
-      hidden[int(path)][fused] = b.read(Act::kX);
-    }
+  std::vector<float> hidden[2];  // [fused]
+  for (int fused = 0; fused < 2; ++fused) {
+    b.fused = fused;
+    b.write(Act::kX, x0);
+    pass();
+    hidden[fused] = b.read(Act::kX);
   }
-  for (const MatvecPath path : kPaths)
-    for (int fused = 0; fused < 2; ++fused)
-      if (std::memcmp(hidden[int(path)][fused].data(), hidden[0][0].data(), hidden[0][0].size() * sizeof(float)) != 0) {
-        std::fprintf(stderr,
-                     "llm_pass_compute: ERROR: %s: the %s decode pass's hidden state (%s matrix-vector path) differs from the "
-                     "unfused lean one's: no figure\n",
-                     name.c_str(), fused ? "fused" : "unfused", path_name(path));
-        return 1;
-      }
+  if (std::memcmp(hidden[1].data(), hidden[0].data(), hidden[0].size() * sizeof(float)) != 0) {
+    std::fprintf(stderr, "llm_pass_compute: ERROR: %s: the fused decode pass's hidden state differs from the unfused one's: no figure\n",
+                 name.c_str());
+    return 1;
+  }
   std::printf("%s, %u layers, one token at position %u, every weight in GPU memory: ms per token of the layers\n", name.c_str(),
               c.n_layer, kPos);
-  std::printf("%-8s | %-4s | %12s | %10s | %12s | %12s | %8s | %s\n", "kernels", "path", "host-launched", "graph", "products only",
-              "others only", "gaps", "kernels per token");
+  std::printf("%-8s | %12s | %10s | %12s | %12s | %8s | %s\n", "kernels", "host-launched", "graph", "products only", "others only",
+              "gaps", "kernels per token");
   std::string rows_json;
   for (int fused = 1; fused >= 0; --fused) {
-    for (const MatvecPath path : kPaths) {
-      const PathScope scope(path);
-      b.fused = fused;
-      const double host = median_seconds(o.reps, [&] {
-        for (uint32_t t = 0; t < kTokens; ++t) pass();
+    b.fused = fused;
+    const double host = median_seconds(o.reps, [&] {
+      for (uint32_t t = 0; t < kTokens; ++t) pass();
+    }) / kTokens;
+    auto graph_ms = [&](bool products, bool others, size_t* nodes) {
+      b.products = products, b.others = others;
+      const CapturedLaunches gr([&](gpu_stream_t) { pass(); }, st);
+      b.products = b.others = true;
+      if (nodes) *nodes = gr.nodes();
+      return median_seconds(o.reps, [&] {
+        for (uint32_t t = 0; t < kTokens; ++t) gr.launch();
       }) / kTokens;
-      auto graph_ms = [&](bool products, bool others, size_t* nodes) {
-        b.products = products, b.others = others;
-        const CapturedLaunches gr([&](gpu_stream_t) { pass(); }, st);
-        b.products = b.others = true;
-        if (nodes) *nodes = gr.nodes();
-        return median_seconds(o.reps, [&] {
-          for (uint32_t t = 0; t < kTokens; ++t) gr.launch();
-        }) / kTokens;
-      };
-      size_t nodes = 0;
-      const double all = graph_ms(true, true, &nodes), prod = graph_ms(true, false, nullptr), rest = graph_ms(false, true, nullptr);
-      const char* label = fused ? "fused" : "unfused";
-      std::printf("%-8s | %-4s | %10.3f ms | %7.3f ms | %9.3f ms | %9.3f ms | %5.3f ms | %zu (%.1f a layer)\n", label, path_name(path),
-                  host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, (host - all) * 1e3, nodes, double(nodes) / c.n_layer);
-      char row[400];
-      std::snprintf(row, sizeof row,
-                    "{\"kernels\":\"%s\",\"path\":\"%s\",\"host_launched_ms\":%.4f,\"graph_ms\":%.4f,\"products_only_ms\":%.4f,"
-                    "\"others_only_ms\":%.4f,\"kernels_per_token\":%zu}",
-                    label, path_name(path), host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, nodes);
-      rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
-    }
+    };
+    size_t nodes = 0;
+    const double all = graph_ms(true, true, &nodes), prod = graph_ms(true, false, nullptr), rest = graph_ms(false, true, nullptr);
+    const char* label = fused ? "fused" : "unfused";
+    std::printf("%-8s | %10.3f ms | %7.3f ms | %9.3f ms | %9.3f ms | %5.3f ms | %zu (%.1f a layer)\n", label, host * 1e3, all * 1e3,
+                prod * 1e3, rest * 1e3, (host - all) * 1e3, nodes, double(nodes) / c.n_layer);
+    char row[400];
+    std::snprintf(row, sizeof row,
+                  "{\"kernels\":\"%s\",\"host_launched_ms\":%.4f,\"graph_ms\":%.4f,\"products_only_ms\":%.4f,"
+                  "\"others_only_ms\":%.4f,\"kernels_per_token\":%zu}",
+                  label, host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, nodes);
+    rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
   }
   const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode-pass\",\"model\":" + text::json_string(name) +
                            ",\"layers\":" + std::to_string(c.n_layer) + ",\"position\":" + std::to_string(kPos) +

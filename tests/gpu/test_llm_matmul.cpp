@@ -543,54 +543,27 @@ TEST_CASE("GPU backend fusions: (norm+)Q/K/V, (norm+)gate/up/GLU, O+add and down
 }
 
 namespace {
-// Sets the matrix-vector path for a scope and restores the one before (set_matvec_path is process-wide).
-struct PathScope {
-  MatvecPath before = matvec_path();
-  explicit PathScope(MatvecPath p) { set_matvec_path(p); }
-  ~PathScope() { set_matvec_path(before); }
-};
-
-// Runs f once with each path (MatvecPath's order: lean, old) and returns the results.
-constexpr MatvecPath kAllPaths[] = {MatvecPath::kLean, MatvecPath::kOld};
-template <class F>
-std::vector<std::vector<float>> each_path(F f) {
-  std::vector<std::vector<float>> out;
-  for (const MatvecPath p : kAllPaths) {
-    PathScope s(p);
-    REQUIRE(matvec_path() == p);
-    out.push_back(f());
-  }
-  return out;
-}
-
 void put(DeviceArray<float>& d, const std::vector<float>& v) {
   REQUIRE(cudaMemcpy(d.p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
 }
 
-// Every path's result has the old path's bits (and no NaN: every row was written).
-void require_same_bits(const std::vector<std::vector<float>>& r) {
-  const std::vector<float>& old = r[size_t(MatvecPath::kOld)];
-  for (float v : old) REQUIRE(!std::isnan(v));
-  for (size_t p = 0; p < r.size(); ++p) {
-    CAPTURE(p);
-    REQUIRE(r[p].size() == old.size());
-    REQUIRE(std::memcmp(r[p].data(), old.data(), old.size() * sizeof(float)) == 0);
-  }
-}
-
-// Whether f returned the same for every path (a fused entry's refusal must not depend on it).
-void require_same_answer(const bool (&ok)[std::size(kAllPaths)]) {
-  for (bool v : ok) REQUIRE(v == ok[0]);
+// The fused entry's result has the reference's bits (and no NaN: every row was written).
+void require_same_bits(const std::vector<float>& got, const std::vector<float>& ref) {
+  for (float v : ref) REQUIRE(!std::isnan(v));
+  REQUIRE(got.size() == ref.size());
+  REQUIRE(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)) == 0);
 }
 }  // namespace
 
-// The lean row loops and launch geometry (issue 36, the default) against the old ones (GPUNVME_LLM_MATVEC=old), bit for bit, through every single-token entry: one
-// matrix, two of a stack, Q/K/V together (plain and normed), gate/up/GLU (plain and normed), and the
-// residual add; for every type, at row counts that leave a block's warps partly idle or one row over (1,
-// 37, 4097: two rows a warp and an odd last row), widths whose groups do not fill the lanes' last pass
-// (256: 8 groups, lanes 8..31 idle; 1280: 40 groups, lanes 0..7 take two; 14336: Llama-3-8B's down row)
-// and rows that are not 16-byte aligned (2 bytes off: the lean loops' fallback).
-TEST_CASE("lean matrix-vector loops: the old loops' bits through every single-token entry", "[gpu][llm]") {
+// Every single-token entry (gpu_rows_lean.cuh's loops and the launch geometry, issue 36) against the
+// warp-per-row kernel (gpu_matvec_unstaged: x from global memory, warp_dot_row's order) and the element
+// kernels it replaces, bit for bit: one matrix, two of a stack, Q/K/V together (plain and normed: the norm
+// on the host as the GPU computes it), gate/up/GLU (plain and normed: the GLU kernel), and the residual add
+// (the float sum on the host); for every type, at row counts that leave a block's warps partly idle or one
+// row over (1, 37, 4097: two rows a warp and an odd last row), widths whose groups do not fill the lanes'
+// last pass (256: 8 groups, lanes 8..31 idle; 1280: 40 groups, lanes 0..7 take two; 14336: Llama-3-8B's
+// down row) and rows that are not 16-byte aligned (2 bytes off: gpu_rows.cuh's loops instead of the lean ones).
+TEST_CASE("single-token entries at odd shapes and alignments: the warp-per-row kernel's bits", "[gpu][llm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, offset; };
@@ -608,74 +581,83 @@ TEST_CASE("lean matrix-vector loops: the old loops' bits through every single-to
   for (auto* v : {&x, &bias, &y0})
     for (float& e : *v) e = d(rng);
   for (float& e : nw) e = u(rng);
+  const float eps = 1e-5f;
+  const std::vector<float> xn = gpu_rms_norm_on_host(std::vector<float>(x.begin(), x.begin() + sh.cols), nw, eps);
   DeviceArray<uint8_t> dw(w);
-  DeviceArray<float> dx(x), dnw(nw), db(bias), dy(std::vector<float>(3 * size_t(sh.rows), NAN));
+  DeviceArray<float> dx(x), dxn(xn), dnw(nw), db(bias), dy(std::vector<float>(3 * size_t(sh.rows), NAN)),
+      dr(std::vector<float>(3 * size_t(sh.rows), NAN));
   DeviceArray<uint32_t> dsel(std::vector<uint32_t>{2, 0});
   const uint8_t* w0 = dw.p + sh.offset;
   const GpuMatrix m{t, w0, row_bytes, sh.rows, sh.cols, nullptr, 0};
   auto at = [&](uint32_t i) { GpuMatrix r = m; r.w = w0 + i * mat; return r; };
-  auto run = [&](auto enqueue, size_t n) {
-    return [&, enqueue, n] {
-      put(dy, std::vector<float>(3 * size_t(sh.rows), NAN));
-      enqueue();
-      REQUIRE(cudaGetLastError() == cudaSuccess);
-      return dy.get(n);
-    };
+  const size_t R = sh.rows;
+  auto fresh = [&] {
+    put(dy, std::vector<float>(3 * R, NAN));
+    put(dr, std::vector<float>(3 * R, NAN));
+  };
+  auto check = [&](size_t n) {
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    require_same_bits(dy.get(n), dr.get(n));
   };
   SECTION("one matrix, with a bias") {
-    require_same_bits(each_path(run([&] { gpu_matmul(nullptr, m, dx.p, 1, db.p, dy.p); }, sh.rows)));
+    fresh();
+    gpu_matmul(nullptr, m, dx.p, 1, db.p, dy.p);
+    gpu_matvec_unstaged(nullptr, m, dx.p, db.p, dr.p);
+    check(R);
   }
   SECTION("two matrices of a stack") {
+    fresh();
     GpuMatrix s = m;
     s.sel = dsel.p;
     s.mat_bytes = mat;
-    require_same_bits(each_path(run([&] { gpu_matvec_selected(nullptr, s, 2, dx.p, sh.cols, dy.p, sh.rows); }, 2 * sh.rows)));
+    gpu_matvec_selected(nullptr, s, 2, dx.p, sh.cols, dy.p, R);
+    gpu_matvec_unstaged(nullptr, at(2), dx.p, nullptr, dr.p);
+    gpu_matvec_unstaged(nullptr, at(0), dx.p + sh.cols, nullptr, dr.p + R);
+    check(2 * R);
   }
   SECTION("Q, K and V in one launch, plain and normed") {
-    const GpuProduct ps[3] = {{at(0), db.p, dy.p}, {at(1), nullptr, dy.p + sh.rows}, {at(2), db.p, dy.p + 2 * sh.rows}};
-    require_same_bits(each_path(run([&] { gpu_matvecs(nullptr, ps, dx.p); }, 3 * sh.rows)));
-    bool normed[std::size(kAllPaths)] = {};
-    const auto r = each_path(run([&] { normed[size_t(matvec_path())] = gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, 1e-5f); }, 3 * sh.rows));
-    require_same_answer(normed);
-    if (normed[0]) require_same_bits(r);
+    const GpuProduct ps[3] = {{at(0), db.p, dy.p}, {at(1), nullptr, dy.p + R}, {at(2), db.p, dy.p + 2 * R}};
+    auto ref = [&](const float* in) {
+      gpu_matvec_unstaged(nullptr, at(0), in, db.p, dr.p);
+      gpu_matvec_unstaged(nullptr, at(1), in, nullptr, dr.p + R);
+      gpu_matvec_unstaged(nullptr, at(2), in, db.p, dr.p + 2 * R);
+    };
+    fresh();
+    gpu_matvecs(nullptr, ps, dx.p);
+    ref(dx.p);
+    check(3 * R);
+    fresh();
+    if (gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, eps)) {
+      ref(dxn.p);
+      check(3 * R);
+    }
   }
   SECTION("gate, up and the GLU, plain and normed") {
-    bool fused[std::size(kAllPaths)] = {};
-    const auto r = each_path(run([&] { fused[size_t(matvec_path())] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p); }, sh.rows));
-    require_same_answer(fused);
-    if (fused[0]) require_same_bits(r);
-    const auto rn = each_path(run([&] {
-      fused[size_t(matvec_path())] = gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p, dnw.p, 1e-5f);
-    }, sh.rows));
-    require_same_answer(fused);
-    if (fused[0]) require_same_bits(rn);
+    auto ref = [&](const float* in) {  // gate into dr, up beside it, then the GLU kernel
+      gpu_matvec_unstaged(nullptr, at(0), in, nullptr, dr.p);
+      gpu_matvec_unstaged(nullptr, at(1), in, nullptr, dr.p + R);
+      gpu_glu(nullptr, dr.p, dr.p + R, sh.rows, FfnAct::kSilu);
+    };
+    fresh();
+    if (gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p)) {
+      ref(dx.p);
+      check(R);
+    }
+    fresh();
+    if (gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, dy.p, dnw.p, eps)) {
+      ref(dxn.p);
+      check(R);
+    }
   }
   SECTION("the residual add in the epilogue") {
-    bool fused[std::size(kAllPaths)] = {};
-    const auto r = each_path(run([&] {
-      put(dy, y0);
-      fused[size_t(matvec_path())] = gpu_matvec_add(nullptr, m, dx.p, db.p, dy.p);
-    }, sh.rows));
-    require_same_answer(fused);
-    if (fused[0]) require_same_bits(r);
-  }
-}
-
-TEST_CASE("GPUNVME_LLM_MATVEC: lean or old, anything else refused naming both", "[gpu][llm]") {
-  REQUIRE(parse_matvec_path(nullptr) == MatvecPath::kLean);
-  REQUIRE(parse_matvec_path("") == MatvecPath::kLean);
-  REQUIRE(parse_matvec_path("lean") == MatvecPath::kLean);
-  REQUIRE(parse_matvec_path("old") == MatvecPath::kOld);
-  for (const char* bad : {"OLD", "new", "old ", "lean-staged", "lean-prefetch", "\x1b[2Jold"}) {
-    CAPTURE(bad);
-    try {
-      parse_matvec_path(bad);
-      FAIL("accepted");
-    } catch (const std::invalid_argument& e) {
-      const std::string what = e.what();
-      REQUIRE(what.find("'lean'") != std::string::npos);
-      REQUIRE(what.find("'old'") != std::string::npos);
-      REQUIRE(what.find('\x1b') == std::string::npos);
+    fresh();
+    put(dy, y0);
+    if (gpu_matvec_add(nullptr, m, dx.p, db.p, dy.p)) {
+      gpu_matvec_unstaged(nullptr, m, dx.p, db.p, dr.p);
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+      std::vector<float> r = dr.get(R);
+      for (size_t i = 0; i < R; ++i) r[i] = y0[i] + r[i];  // the add kernel's float sum
+      require_same_bits(dy.get(R), r);
     }
   }
 }

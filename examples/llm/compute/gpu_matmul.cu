@@ -3,13 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <stdexcept>
-#include <string>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_rows.cuh"
@@ -49,7 +45,7 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 }
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-template <GgmlType T, uint32_t R, MatvecPath P>
+template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
@@ -58,7 +54,7 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R, P>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
+  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
@@ -67,11 +63,11 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, MatvecPath P, class Rows>
+template <GgmlType T, uint32_t R, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R, P>(rows, groups, x, xs, norm_w, eps);
+  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -239,7 +235,7 @@ constexpr uint32_t batched_stage_bytes(GgmlType t) {
   return gpu::weight_chunk_bytes(t) == 0 ? 0 : kRowsPerBlock * kBatchRows * gpu::kWeightStages * gpu::weight_stage_span(t);
 }
 
-// The lean path's cap on a staged launch's blocks along x (count of them along y): no more than the
+// The cap on a staged launch's blocks along x (count of them along y): no more than the
 // device holds at once by kernel K's registers as well as its shared memory. staged_launch counts shared
 // memory only (8 blocks an SM for a 4096-wide x, where K's 85 registers a thread allow 3), so blocks queued
 // behind the resident ones each staged x again (and, normalizing, recomputed the norm) for their 16 rows:
@@ -268,34 +264,21 @@ uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
   return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
 }
 
-// f.template operator()<P>() with the path as a constant (the kernels take it as a template argument).
-template <class F>
-void with_matvec_path(MatvecPath p, F&& f) {
-  switch (p) {
-    case MatvecPath::kLean: return f.template operator()<MatvecPath::kLean>();
-    case MatvecPath::kOld: return f.template operator()<MatvecPath::kOld>();
-  }
-  throw std::logic_error("with_matvec_path: not a MatvecPath");
-}
-
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
 void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  const MatvecPath path = matvec_path();
-  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type, path) : gpu::StagedLaunch{};
+  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto staged = [&]<uint32_t R>() {
-      with_matvec_path(path, [&]<MatvecPath P>() {
-        constexpr auto K = matvec_staged_kernel<T, R, P>;
-        gpu::allow_staged_shared<K>();
-        const uint32_t blocks = P != MatvecPath::kOld ? resident_cap<K>(g.blocks, count, g.shared_bytes) : g.blocks;
-        K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias,
-                                                                             m.sel, m.mat_bytes, y, x_stride, y_stride);
-      });
+      constexpr auto K = matvec_staged_kernel<T, R>;
+      gpu::allow_staged_shared<K>();
+      const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
+      K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
+                                                                           m.mat_bytes, y, x_stride, y_stride);
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
@@ -325,22 +308,19 @@ struct AddRows : gpu::MatrixRows {
 template <class Rows>
 bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
                  float eps = 0.0f) {
-  const MatvecPath path = matvec_path();
-  gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type, path);
+  gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
   if (!g.staged) return false;
   if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
   bool launched = false;
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
-      with_matvec_path(path, [&]<MatvecPath P>() {
-        constexpr auto K = matvec_rows_kernel<T, R, P, Rows>;
-        // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
-        if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
-        const uint32_t blocks = P != MatvecPath::kOld ? resident_cap<K>(g.blocks, 1, g.shared_bytes) : g.blocks;
-        K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
-        launched = true;
-      });
+      constexpr auto K = matvec_rows_kernel<T, R, Rows>;
+      // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
+      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
+      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+      launched = true;
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -397,13 +377,12 @@ uint32_t staged_shared_limit() { return device_limits().shared_per_block; }
 uint32_t device_sms() { return device_limits().sms; }
 
 // Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
-// beyond that would only stage x again). Two rows per warp when that still leaves two blocks per SM; on
-// the lean paths, when there are more rows than warps resident at once (kStagedMinBlocks blocks an SM):
-// then some warps take two rows either way, one after the other at one row a warp, side by side (sharing
+// beyond that would only stage x again). Two rows per warp when there are more rows than warps resident
+// at once (kStagedMinBlocks blocks an SM): then some warps take two rows either way, one after the other at one row a warp, side by side (sharing
 // x's loads and each other's load latency) at two. Llama-3-8B's 4096-row O and down projections on 132
 // SMs: 3,168 warps, 928 of them taking a second row after the first, where 2,048 pairs need no second round.
 // Shared memory: x, then the warps' weight chunks (gpu_rows.cuh's weight_stage_bytes).
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, MatvecPath path) {
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type) {
   StagedLaunch l;
   const uint64_t bytes =
       uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type) : 0);
@@ -413,9 +392,7 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
   l.shared_bytes = uint32_t(bytes);
   const uint64_t per_sm = std::clamp<uint64_t>(d.shared_per_sm / (bytes + 1024), 1, 2048 / (kStagedWarps * 32));
   const uint64_t resident = d.sms * per_sm;
-  l.two_rows = path == MatvecPath::kOld
-                   ? (uint64_t(rows) + 2 * kStagedWarps - 1) / (2 * kStagedWarps) * count >= 2 * d.sms
-                   : uint64_t(rows) * count > uint64_t(d.sms) * kStagedMinBlocks * kStagedWarps;
+  l.two_rows = uint64_t(rows) * count > uint64_t(d.sms) * kStagedMinBlocks * kStagedWarps;
   const uint64_t per_block = (l.two_rows ? 2 : 1) * kStagedWarps;
   const uint64_t needed = (rows + per_block - 1) / per_block;
   l.blocks = uint32_t(std::max<uint64_t>(1, std::min(needed, (resident + count - 1) / count)));
@@ -423,29 +400,6 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 }
 
 }  // namespace gpu
-
-namespace {
-std::atomic<int> g_matvec_path{-1};  // a MatvecPath, or -1 before the environment is read
-}  // namespace
-
-MatvecPath parse_matvec_path(const char* v) {
-  if (!v || !*v || std::strcmp(v, "lean") == 0) return MatvecPath::kLean;
-  if (std::strcmp(v, "old") == 0) return MatvecPath::kOld;
-  std::string shown;
-  for (const char* c = v; *c && shown.size() < 40; ++c) shown += (*c >= 0x20 && *c < 0x7F) ? *c : '?';
-  throw std::invalid_argument("GPUNVME_LLM_MATVEC='" + shown + "': give 'lean' (the default) or 'old', or unset it");
-}
-
-MatvecPath matvec_path() {
-  int p = g_matvec_path.load(std::memory_order_relaxed);
-  if (p < 0) {
-    p = int(parse_matvec_path(std::getenv("GPUNVME_LLM_MATVEC")));
-    g_matvec_path.store(p, std::memory_order_relaxed);
-  }
-  return MatvecPath(p);
-}
-
-void set_matvec_path(MatvecPath p) { g_matvec_path.store(int(p), std::memory_order_relaxed); }
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   with_weight_type(m.type, [&](auto type) {

@@ -23,19 +23,11 @@ using gpu_stream_t = struct CUstream_st*;
 // therefore copied to GPU memory once when a pass has more tokens than this (gpu_executor.cpp).
 inline constexpr uint32_t kBatchTileTokens = 8;
 
-// The single-token staged kernels' row loops and launch geometry (issue 36), all with the same bits:
-// kLean (the default) takes gpu_rows_lean.cuh's loops where the rows allow and caps a launch's blocks at
-// what the device holds at once; kOld is the code before them, kept for an A/B. Measured on an H200
-// (llm_pass_compute --decode-pass, Llama-3-8B Q4_K, products of one token's layers as a graph): old 4.30
-// ms, lean 2.96. Tried and removed, both slower than lean: Q4_K's rows copied through shared memory as
-// Q6_K's are (3.44 ms), and each warp asking the L2 cache for its next rows ahead (prefetch.global.L2, 3.15).
-// GPUNVME_LLM_MATVEC=lean|old sets it for a process (any other value is refused when the first product is
-// enqueued); set_matvec_path overrides it (tests and benches run both in one process).
-enum class MatvecPath { kLean, kOld };
-MatvecPath matvec_path();
-void set_matvec_path(MatvecPath p);
-// GPUNVME_LLM_MATVEC's value (null: unset) as a path; std::invalid_argument naming both for any other.
-MatvecPath parse_matvec_path(const char* value);
+// The single-token staged kernels take gpu_rows_lean.cuh's row loops where the rows allow and cap a
+// launch's blocks at what the device holds at once (issue 36). Measured on an H200 (llm_pass_compute
+// --decode-pass, Llama-3-8B Q4_K, products of one token's layers as a graph): the loops before them 4.30
+// ms, these 2.96, the same bits. Tried and removed, both slower: Q4_K's rows copied through shared memory
+// as Q6_K's are (3.44 ms), and each warp asking the L2 cache for its next rows ahead (prefetch.global.L2, 3.15).
 
 // Matrix `*sel` (when given, in device memory) of a stack of mat_bytes each, else the matrix at w.
 struct GpuMatrix {

@@ -191,9 +191,9 @@ __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_byte
 
 // warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
 // from chunk c, in warp_dot_row's order.
-// `started`: the caller already ran start() for these rows (block_rows, while the block staged x).
-// `Lean`: Q6_K through gpu_rows_lean.cuh's q6k_chunk_dot (the same bits).
-template <GgmlType T, uint32_t R, bool Lean = false>
+// `started`: the caller already ran start() for these rows (block_rows, while the block staged x). Q6_K
+// through gpu_rows_lean.cuh's q6k_chunk_dot (the same bits, fewer shifts).
+template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
                                             uint32_t lane, uint8_t* buf, bool started, float (&out)[R]) {
   const RowChunks<T, R> ch(row, groups, lane, buf);
@@ -210,7 +210,7 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
       staged_group(xs, grp, xv);
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) {
-        if constexpr (Lean && T == GgmlType::Q6_K) {  // gpu_rows_lean.cuh: the same sums, fewer shifts
+        if constexpr (T == GgmlType::Q6_K) {  // gpu_rows_lean.cuh: the same sums, fewer shifts
           part[r] += q6k_chunk_dot(ch.at(c, r), q6, xv);
         } else {
           float g[kGroup];
@@ -228,21 +228,20 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
 // lane. The per-row operations are warp_dot_row's (see the file comment). With `stage`, through `buf`:
 // this warp's weight chunks in shared memory (a pointer the compiler sees derive from the shared array
-// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). On the lean path
-// Q4_K and the unquantized types go through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned,
-// and Q6_K's staged chunks through its q6k_chunk_dot (the same bits); kOld keeps this file's loops
-// (GPUNVME_LLM_MATVEC=old).
-template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
+// whatever `stage` is, so that its loads are shared-memory loads, not generic ones). Q4_K and the
+// unquantized types go through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned, and Q6_K's
+// staged chunks through its q6k_chunk_dot (the same bits); rows that are not aligned take this file's
+// loops.
+template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
-  constexpr bool kLean = P != MatvecPath::kOld;
   if constexpr (weight_chunk_bytes(T) != 0) {
-    if (stage) return warp_dot_rows_staged<T, R, kLean>(row, groups, xs, lane, buf, started, out);
+    if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
-  if constexpr (kLean && T == GgmlType::Q4_K) {
+  if constexpr (T == GgmlType::Q4_K) {
     if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
   }
-  if constexpr (kLean && kPlainLean<T>) {
+  if constexpr (kPlainLean<T>) {
     if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
   }
   if constexpr (T == GgmlType::Q4_K)
@@ -307,7 +306,7 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
 // `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
-template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean, class Rows>
+template <GgmlType T, uint32_t R, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
                                   float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
@@ -337,17 +336,17 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R, P>(p, groups, xs, lane, stage, buf, started, dot);
+    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
 
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
-template <GgmlType T, uint32_t R, MatvecPath P = MatvecPath::kLean>
+template <GgmlType T, uint32_t R>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
                                   float4* xs, const float* bias, float* y) {
-  block_rows<T, R, P>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
+  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
@@ -359,8 +358,7 @@ struct StagedLaunch {
   uint32_t blocks = 0;
   uint32_t shared_bytes = 0;
 };
-// `path`: the rule for two rows a warp (the lean paths' or the old one's).
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, MatvecPath path = MatvecPath::kLean);
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type);
 
 // The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
 // once.

@@ -1,6 +1,6 @@
-// The staged matrix-vector kernels' lean row loops (issue 36; GPUNVME_LLM_MATVEC=old takes the loops of
-// gpu_rows.cuh instead, for an A/B): the same arithmetic as warp_dot_rows_q4k and warp_dot_rows_dequant
-// (each lane's groups in order, each group's 32 products in order, then the same butterfly; every weight
+// The staged matrix-vector kernels' lean row loops (issue 36; rows that are not 16-byte aligned take
+// gpu_rows.cuh's): the same arithmetic as warp_dot_rows_q4k and warp_dot_rows_dequant (each lane's
+// groups in order, each group's 32 products in order, then the same butterfly; every weight
 // decoded to dequant.h's value), so the same bits, with fewer instructions around it.
 //
 // Why: the Q4_K loop of matvec_staged_kernel<Q4_K, 2> is 785 instructions for a group of two rows (64
