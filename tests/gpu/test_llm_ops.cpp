@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -138,6 +139,70 @@ TEST_CASE("block ops: RMS norm (in place too) and the residual add, GPU = CPU", 
     for (Backend* b : t.both) b->norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);
     t.expect_close(Act::kTmp, 1e-5f);
     for (Backend* b : t.both) b->add(Act::kX, Act::kTmp);
+    t.expect_close(Act::kX, 1e-5f);
+  }
+}
+
+// The fused operations of block.h that are not products (issue 36): rope_store_kv (Q/K norms, RoPE and the
+// KV store: one kernel on the GPU) and norm_add (a post-norm and its residual add: one kernel). Each GPU
+// fused op against its CPU twin (the composition of the operations, within float rounding), and against
+// the GPU's own operations one by one (Backend's defaults on the same object), bit for bit: Q and K, and
+// the attention over what the store wrote (the cache rows are first overwritten with other values, so a
+// store that wrote nothing fails), for passes of 5, 1 and 3 tokens; norm_add for 1 and 5 tokens.
+TEST_CASE("block ops: Q/K norm + RoPE + KV store and post-norm + add fused, GPU = CPU, fused = unfused to the bit", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const Shape shape = GENERATE(Shape::kLlama, Shape::kGemma3, Shape::kGptOss);  // kNorm pairs; Q/K norms; YaRN
+  CAPTURE(int(shape));
+  Twins t(llm::test::make_tiny(shape, GgmlType::F16));
+  const LayerWeights& l = t.m.w.layers[1];
+  const TensorRef none, &qn = t.m.c.qk_norm ? l.q_norm : none, &kn = t.m.c.qk_norm ? l.k_norm : none;
+  const RopeParams rope = rope_params(t.m.c, t.m.c.rope_base);
+  const AttnParams attn{1, 0, {}};
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (float v : b) REQUIRE(!std::isnan(v));
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+  for (auto [pos0, n] : {std::pair{0u, 5u}, std::pair{5u, 1u}, std::pair{6u, 3u}}) {
+    CAPTURE(pos0, n);
+    t.pass(pos0, n);
+    t.random(Act::kQ, n);
+    t.random(Act::kK, n);
+    t.random(Act::kV, n);
+    const std::vector<float> q0 = t.cpu.read(Act::kQ), k0 = t.cpu.read(Act::kK), v0 = t.cpu.read(Act::kV);
+    // The GPU's result one way: other rows into the cache at the pass's places first, then the inputs back.
+    auto gpu_run = [&](bool fused) {
+      t.random(Act::kK, n);
+      t.random(Act::kV, n);
+      t.gpu.store_kv(1);
+      t.gpu.write(Act::kQ, q0), t.gpu.write(Act::kK, k0), t.gpu.write(Act::kV, v0);
+      if (fused) t.gpu.rope_store_kv(qn, kn, rope, 1);
+      else t.gpu.Backend::rope_store_kv(qn, kn, rope, 1);
+      t.gpu.write(Act::kAtt, std::vector<float>(n * t.width(Act::kAtt), NAN));
+      t.gpu.attend(attn);
+      return std::array{t.gpu.read(Act::kQ), t.gpu.read(Act::kK), t.gpu.read(Act::kAtt)};
+    };
+    const auto unfused = gpu_run(false), fused = gpu_run(true);
+    for (size_t i = 0; i < 3; ++i) same(fused[i], unfused[i]);
+    t.cpu.write(Act::kQ, q0), t.cpu.write(Act::kK, k0), t.cpu.write(Act::kV, v0);
+    t.cpu.rope_store_kv(qn, kn, rope, 1);
+    t.cpu.attend(attn);
+    t.expect_close(Act::kQ, 1e-4f);
+    t.expect_close(Act::kK, 1e-4f);
+    t.expect_close(Act::kAtt, 1e-4f);
+  }
+  for (uint32_t n : {1u, 5u}) {
+    CAPTURE(n);
+    t.pass(0, n);
+    t.random(Act::kX, n);
+    t.random(Act::kTmp, n);
+    const std::vector<float> x0 = t.gpu.read(Act::kX), y0 = t.gpu.read(Act::kTmp);
+    t.gpu.Backend::norm_add(Act::kTmp, l.ffn_norm, Act::kX);
+    const std::vector<float> unfused = t.gpu.read(Act::kX);
+    t.gpu.write(Act::kX, x0), t.gpu.write(Act::kTmp, y0);
+    t.gpu.norm_add(Act::kTmp, l.ffn_norm, Act::kX);
+    same(t.gpu.read(Act::kX), unfused);
+    t.cpu.norm_add(Act::kTmp, l.ffn_norm, Act::kX);
     t.expect_close(Act::kX, 1e-5f);
   }
 }

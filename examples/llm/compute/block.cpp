@@ -9,16 +9,14 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   b.norm_matmuls(l.attn_norm, Act::kX, qkv);
   const bool swa = c.layer_is_swa(l.index);
   const RopeParams rope = rope_params(c, swa ? c.rope_base_swa : c.rope_base);
-  b.head_norm_rope(Act::kQ, c.qk_norm ? l.q_norm : TensorRef{}, rope);
-  b.head_norm_rope(Act::kK, c.qk_norm ? l.k_norm : TensorRef{}, rope);
-  // The whole pass's keys and values go into the cache first; a token then attends to its sequence's
-  // positions up to its own only (causal), so it never sees the tokens after it, nor another sequence's.
-  b.store_kv(l.index);
+  // Q and K normed per head and rotated; the whole pass's keys and values then go into the cache first:
+  // a token attends to its sequence's positions up to its own only (causal), so it never sees the tokens
+  // after it, nor another sequence's.
+  b.rope_store_kv(c.qk_norm ? l.q_norm : TensorRef{}, c.qk_norm ? l.k_norm : TensorRef{}, rope, l.index);
   b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
   if (!c.post_norms) return b.matmul_add(l.wo, l.bo, Act::kAtt, Act::kX);
   b.matmul(l.wo, l.bo, Act::kAtt, Act::kTmp);
-  b.norm(Act::kTmp, l.post_attn_norm, Act::kTmp);
-  b.add(Act::kX, Act::kTmp);
+  b.norm_add(Act::kTmp, l.post_attn_norm, Act::kX);
 }
 
 // x += ffn(norm(x)).
@@ -31,15 +29,17 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
     if (!c.post_norms) return b.matmul_add(l.down, {}, Act::kGate, Act::kX);
     b.matmul(l.down, {}, Act::kGate, Act::kTmp);
   }
-  if (c.post_norms) b.norm(Act::kTmp, l.post_ffw_norm, Act::kTmp);
+  if (c.post_norms) return b.norm_add(Act::kTmp, l.post_ffw_norm, Act::kX);
   b.add(Act::kX, Act::kTmp);
 }
 
 }  // namespace
 
 // The operations whose fused forms (block.h) a one-token pass on the GPU runs as one kernel each: the
-// input norm with Q, K and V; the output projection with the residual add; the FFN's norm with gate, up
-// and the GLU; the down projection with the residual add (8 launches a dense layer without post-norms).
+// input norm with Q, K and V; Q/K norms, RoPE and the KV store; the output projection with the residual
+// add; the FFN's norm with gate, up and the GLU; the down projection with the residual add (6 launches a
+// dense layer without post-norms); with post-norms, each post-norm with its residual add (8). The Q/K
+// step and the post-norms' adds are fused for passes of any size.
 void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   attention(c, l, b);
   ffn(c, l, b);

@@ -90,6 +90,21 @@ class Backend {
     norm(in, norm_w, Act::kXn);
     gated_matmul(gate, up, Act::kXn, act);
   }
+  // The attention's inputs: Q's heads and then K's normed and rotated (head_norm_rope with q_norm, then
+  // k_norm), then store_kv(layer). Each head's values depend on that head alone, and the store reads K
+  // after its RoPE, so a backend that does all three in one kernel (a warp a head, K's warp storing its
+  // head and V's after rotating it) computes the same operations in the same order.
+  virtual void rope_store_kv(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, uint32_t layer) {
+    head_norm_rope(Act::kQ, q_norm, rope);
+    head_norm_rope(Act::kK, k_norm, rope);
+    store_kv(layer);
+  }
+  // x += y's RMS norm times w (a post-norm, then the residual add): norm y in place, then add. y's
+  // contents after it are unspecified (a fused kernel adds the normed values without storing them).
+  virtual void norm_add(Act y, const TensorRef& w, Act x) {
+    norm(y, w, y);
+    add(x, y);
+  }
 
   // The pass's tokens: where each is (their ids and logit flags are the forward pass's, not the block's).
   // Throws std::runtime_error for none, more than the backend holds, a slot it has not, or a position

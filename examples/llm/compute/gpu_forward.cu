@@ -85,13 +85,24 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
   for (; i < n; i += step) out[i] = x[i] * scale * w[i];
 }
 
-// One warp per (head, token): optional per-head RMS norm, then RoPE of the first n_rot dimensions at the
-// token's position (positions[token], in device memory).
-__global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const float* norm_w, float eps, const uint32_t* positions,
-                          RopeParams rope, RopeLayout layout) {
-  float* h = v + (uint64_t(blockIdx.y) * gridDim.x + blockIdx.x) * head_dim;
-  const uint32_t pos = positions[blockIdx.y];
-  const uint32_t lane = threadIdx.x;
+// The attention's inputs of a pass (Backend::head_norm_rope of Q and of K, then store_kv), one warp per
+// (head, token = blockIdx.y): blocks x < q_heads take Q's head x, the others K's head j = x - q_heads.
+// A head is optionally RMS-normed (per head), then RoPE'd over its first n_rot dimensions at the token's
+// position (positions[token], in device memory). With a cache (kc non-null), K's warp then writes its
+// rotated head and V's head j as halves into the token's slot at its position (the layer's cache is
+// [slot][n_ctx][kv_dim]). One launch for Q, K and the store (rope_store_kv, issue 36), or one per
+// operation (q_heads 0, or kv_heads 0, or no cache): the same code, one call of the head's arithmetic,
+// so every head has the same bits whichever way it is launched. The order is the operations': a head's
+// norm, then its RoPE, and the store reads K after its own head's RoPE (__syncwarp: the warp's writes
+// are visible to its lanes) and V as the matrix wrote it; nothing else reads or writes these heads.
+__global__ void rope_store_kernel(float* q, float* k, const float* v, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
+                                  uint32_t n_rot, const float* q_norm, const float* k_norm, float eps, const uint32_t* positions,
+                                  RopeParams rope, RopeLayout layout, const uint32_t* slots, uint32_t n_ctx, __half* kc, __half* vc) {
+  const uint32_t t = blockIdx.y, lane = threadIdx.x, pos = positions[t];
+  const bool is_q = blockIdx.x < q_heads;
+  const uint32_t j = is_q ? blockIdx.x : blockIdx.x - q_heads, heads = is_q ? q_heads : kv_heads;
+  float* h = (is_q ? q : k) + (uint64_t(t) * heads + j) * head_dim;
+  const float* norm_w = is_q ? q_norm : k_norm;
   if (norm_w) {
     float ss = 0.0f;
     for (uint32_t i = lane; i < head_dim; i += 32) ss += h[i] * h[i];
@@ -102,6 +113,14 @@ __global__ void qk_kernel(float* v, uint32_t head_dim, uint32_t n_rot, const flo
     __syncwarp();
   }
   for (uint32_t i = lane; i < n_rot / 2; i += 32) rope_pair_of(h, i, n_rot, pos, rope, layout);
+  if (is_q || !kc) return;
+  __syncwarp();
+  const uint64_t kv_dim = uint64_t(kv_heads) * head_dim, at = (uint64_t(slots[t]) * n_ctx + pos) * kv_dim + uint64_t(j) * head_dim;
+  const float* vh = v + uint64_t(t) * kv_dim + uint64_t(j) * head_dim;
+  for (uint32_t i = lane; i < head_dim; i += 32) {
+    kc[at + i] = __float2half_rn(h[i]);
+    vc[at + i] = __float2half_rn(vh[i]);
+  }
 }
 
 // Token t's K and V rows (kv_dim halves each) into its slot's cache at its position: the layer's cache
@@ -194,6 +213,29 @@ __global__ void expert_bias_kernel(float* y, const float* bias, const uint32_t* 
 __global__ void add_kernel(float* x, const float* y, uint32_t n) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] += y[i];
+}
+
+// x += RMS norm of y times w, `n` elements, one block of kThreads per token (Backend::norm_add: a
+// post-norm and the residual add, issue 36): rms_norm_kernel's scale (gpu::rms_scale, the same threads)
+// and its element y * scale * w, then add_kernel's x + that. The product is rounded before the sum
+// (__fmul_rn, __fadd_rn: never contracted into an FMA), as when the norm kernel stored it to memory and
+// the add kernel read it back, so every element has the bits of the two kernels. y is only read.
+__global__ void norm_add_kernel(float* x, const float* y, const float* w, uint32_t n, float eps) {
+  static_assert(kThreads == gpu::kNormThreads);
+  __shared__ double partial[kThreads / 32];
+  x += uint64_t(blockIdx.x) * n;
+  y += uint64_t(blockIdx.x) * n;
+  const float scale = gpu::rms_scale(y, n, eps, partial);
+  const uint32_t step = blockDim.x, span = kNormAhead * step;
+  uint32_t i = threadIdx.x;
+  for (; i + span - step < n; i += span) {  // kNormAhead elements' loads before their arithmetic (rms_norm_kernel's why)
+    float v[kNormAhead], g[kNormAhead], a[kNormAhead];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = y[i + j * step], g[j] = w[i + j * step], a[j] = x[i + j * step];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) x[i + j * step] = __fadd_rn(a[j], __fmul_rn(__fmul_rn(v[j], scale), g[j]));
+  }
+  for (; i < n; i += step) x[i] = __fadd_rn(x[i], __fmul_rn(__fmul_rn(y[i], scale), w[i]));
 }
 
 // acc = sum over j < k, in order, of weight[j] * y[j * n ..]: the routed experts' outputs, weighted.
@@ -455,11 +497,24 @@ void GpuForward::matmul(const TensorRef& w, const TensorRef& bias, Act in, Act o
                     buf(out) + uint64_t(g.first) * m.rows);
 }
 
+// Q's or K's heads alone, by the fused kernel without the cache (the same code for each head).
 void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) {
+  if (qk != Act::kQ && qk != Act::kK) throw std::logic_error("head_norm_rope: Q or K");
   const uint32_t heads = act_width(c_, qk) / c_.head_dim;
-  qk_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(buf(qk), c_.head_dim, c_.n_rot, f32(view_, norm), c_.rms_eps, positions(), rope,
-                                                 c_.rope);
+  const bool q = qk == Act::kQ;
+  const float* nw = f32(view_, norm);
+  rope_store_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(q_, k_, v_, q ? heads : 0, q ? 0 : heads, c_.head_dim, c_.n_rot,
+                                                         q ? nw : nullptr, q ? nullptr : nw, c_.rms_eps, positions(), rope, c_.rope,
+                                                         slots(), n_ctx_, nullptr, nullptr);
   device::check_cuda(cudaGetLastError(), "Q/K norm and RoPE kernel");
+}
+
+void GpuForward::rope_store_kv(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, uint32_t layer) {
+  const uint64_t at = kv_layer_offset(layer);
+  rope_store_kernel<<<dim3(c_.n_head + c_.n_head_kv, n_), 32, 0, stream_>>>(
+      q_, k_, v_, c_.n_head, c_.n_head_kv, c_.head_dim, c_.n_rot, f32(view_, q_norm), f32(view_, k_norm), c_.rms_eps, positions(),
+      rope, c_.rope, slots(), n_ctx_, reinterpret_cast<__half*>(k_cache_) + at, reinterpret_cast<__half*>(v_cache_) + at);
+  device::check_cuda(cudaGetLastError(), "Q/K norm, RoPE and KV store kernel");
 }
 
 uint64_t GpuForward::kv_layer_offset(uint32_t layer) const {
@@ -548,6 +603,13 @@ void GpuForward::add(Act x, Act y) {
   const uint64_t n = uint64_t(n_) * act_width(c_, x);
   add_kernel<<<blocks_for(n, 128), 128, 0, stream_>>>(buf(x), buf(y), uint32_t(n));
   device::check_cuda(cudaGetLastError(), "add kernel");
+}
+
+void GpuForward::norm_add(Act y, const TensorRef& w, Act x) {
+  if (x == y || act_width(c_, x) != c_.n_embd) return Backend::norm_add(y, w, x);  // the kernel reads y whole, then writes x
+  before_residual_write(x);
+  norm_add_kernel<<<n_, kThreads, 0, stream_>>>(buf(x), buf(y), f32(view_, w), c_.n_embd, c_.rms_eps);
+  device::check_cuda(cudaGetLastError(), "norm and add kernel");
 }
 
 // One token: the staged kernel over the products' rows together (gpu_matvecs). A pass of several keeps

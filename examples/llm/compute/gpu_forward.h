@@ -151,6 +151,10 @@ class GpuForward final : public Backend {
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override;
   void norm_gated_matmul(const TensorRef& norm_w, Act in, const TensorRef& gate, const TensorRef& up, FfnAct act) override;
   void matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) override;
+  // Any pass's fusions (the same bits as the operations): Q/K norms, RoPE and the KV store in one kernel;
+  // a post-norm and its residual add in one.
+  void rope_store_kv(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, uint32_t layer) override;
+  void norm_add(Act y, const TensorRef& w, Act x) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, a slot it has not, or a position
   // past n_ctx. Copies the tokens' ids, positions and slots to the GPU (the kernels read them there).
   void set_pass(std::span<const PassToken> tokens) override;
