@@ -144,7 +144,7 @@ const cli::Help kHelp = {
     "                 emulator grammar; drive= and threads= come from --drives and --queues)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
     "the mmap loader reads the member images through the set's layout (one memcpy worker, each member paced\n"
-    "as its own drive). MoE experts are not fetched from a striped set (give a VRAM budget that holds them).\n"};
+    "as its own drive). MoE experts are fetched from every member at once (each its expert queues).\n"};
 
 struct Budget {
   std::string text;
@@ -253,10 +253,9 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   // thread per queue of the engine (--queues for the streamer, as many again for the expert fetcher), as
   // bench/layer_stream gives: with the emulator's default of one thread the emulator itself, not the
   // modeled drive, capped streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap
-  // reached 85 %). A striped set: one controller per member, one thread per streamer queue (MoE experts
-  // are not fetched from a set).
-  const bench::DriveControllers drive_ctrls(spec.devices, drive, (spec.devices.size() > 1 ? rs.queues : 2 * rs.queues) * rs.gpus,
-                                            rs.emu_opts);
+  // reached 85 %). A striped set: one controller per member, each with as many threads (every member
+  // serves its share of the streamed layers and of the fetched experts).
+  const bench::DriveControllers drive_ctrls(spec.devices, drive, 2 * rs.queues * rs.gpus, rs.emu_opts);
   llm::GpuExecOptions o;
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;

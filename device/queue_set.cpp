@@ -293,17 +293,21 @@ std::vector<DeviceQueue> DeviceQueueSet::snapshot() const {
   return out;
 }
 
-DeviceBufferMap::DeviceBufferMap(const host::DmaBuffer& buffer, uint64_t page_bytes) {
+DeviceBufferMap::DeviceBufferMap(const host::DmaBuffer& buffer, uint64_t page_bytes)
+    : DeviceBufferMap(buffer, buffer.translation(), page_bytes) {}
+
+DeviceBufferMap::DeviceBufferMap(const host::DmaBuffer& buffer, const host::DmaTranslation& translation,
+                                 uint64_t page_bytes) {
   if (buffer.device() == nullptr)
     throw Error(ErrorKind::kUnsupported, "destination buffer is not mapped into the GPU (DmaOptions::gpu_mapped)");
   desc_.gpu = static_cast<uint8_t*>(buffer.device());
   desc_.bytes = buffer.size();
   desc_.page_shift = log2_exact(page_bytes);
-  desc_.bus_base = buffer.bus(0);
-  if (!buffer.translation().is_contiguous()) {
+  desc_.bus_base = translation.bus(0);
+  if (!translation.is_contiguous()) {
     const uint64_t pages = (buffer.size() + page_bytes - 1) / page_bytes;
     std::vector<uint64_t> table(pages);
-    for (uint64_t k = 0; k < pages; ++k) table[k] = buffer.bus(k * page_bytes);
+    for (uint64_t k = 0; k < pages; ++k) table[k] = translation.bus(k * page_bytes);
     check_cuda(cudaMalloc(reinterpret_cast<void**>(&table_), pages * 8), "cudaMalloc(page table)");
     check_cuda(cudaMemcpy(table_, table.data(), pages * 8, cudaMemcpyHostToDevice), "cudaMemcpy(page table)");
     desc_.page_bus = table_;

@@ -119,6 +119,8 @@ class DeviceQueueSet {
 class DeviceBufferMap {
  public:
   DeviceBufferMap(const host::DmaBuffer& buffer, uint64_t page_bytes);
+  // The same buffer as another controller reaches it (host::DmaMapping's translation: a striped set).
+  DeviceBufferMap(const host::DmaBuffer& buffer, const host::DmaTranslation& translation, uint64_t page_bytes);
   ~DeviceBufferMap();
   DeviceBufferMap(const DeviceBufferMap&) = delete;
   DeviceBufferMap& operator=(const DeviceBufferMap&) = delete;

@@ -19,16 +19,53 @@ namespace gpunvme::stream {
 
 using device::check_cuda;
 
+std::vector<GpuExpertFetcher::Member> GpuExpertFetcher::one_member(host::Controller& c, GpuSubmitter& s, GpuSubmitter* pf) {
+  std::vector<Member> m(1);
+  m[0].controller = &c;
+  m[0].submitter = &s;
+  m[0].prefetch = pf;
+  return m;
+}
+
 GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
                                    const FetcherOptions& options, GpuSubmitter* prefetch_submitter)
-    : controller_(controller), submitter_(submitter), pf_submitter_(prefetch_submitter), catalog_(std::move(catalog)),
-      options_(options) {
+    : GpuExpertFetcher(one_member(controller, submitter, prefetch_submitter), nullptr, std::move(catalog), options) {}
+
+GpuExpertFetcher::GpuExpertFetcher(const std::vector<GpuFetcherMember>& members, const model::StripeGeometry* stripe,
+                                   ExpertCatalog catalog, const FetcherOptions& options)
+    : GpuExpertFetcher(striped_members(members), stripe, std::move(catalog), options) {}
+
+std::vector<GpuExpertFetcher::Member> GpuExpertFetcher::striped_members(const std::vector<GpuFetcherMember>& in) {
+  if (in.empty()) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: no members");
+  std::vector<GpuExpertFetcher::Member> out(in.size());
+  for (size_t m = 0; m < in.size(); ++m) {
+    if (!in[m].controller || !in[m].submitter)
+      throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: member " + std::to_string(m) + " has no controller or submitter");
+    if ((in[m].prefetch_submitter != nullptr) != (in[0].prefetch_submitter != nullptr))
+      throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: prefetch queues on some members of the striped set "
+                                               "only; give every member its prefetch submitter, or none");
+    out[m].controller = in[m].controller;
+    out[m].submitter = in[m].submitter;
+    out[m].prefetch = in[m].prefetch_submitter;
+  }
+  return out;
+}
+
+GpuExpertFetcher::GpuExpertFetcher(std::vector<Member> members, const model::StripeGeometry* stripe, ExpertCatalog catalog,
+                                   const FetcherOptions& options)
+    : members_(std::move(members)), catalog_(std::move(catalog)), options_(options) {
+  host::Controller& controller = *members_[0].controller;
+  concurrent_ = members_[0].prefetch != nullptr;
   const auto& ns = controller.namespace_info(options_.nsid);
   lba_bytes_ = ns.lba_bytes;
   page_ = controller.page_bytes();
+  for (const Member& m : members_)
+    if (m.controller->namespace_info(options_.nsid).lba_bytes != lba_bytes_ || m.controller->page_bytes() != page_)
+      throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: the members of the striped set differ in LBA size or "
+                                               "controller page size");
   ExpertLayoutSpec spec;
   spec.lba_bytes = lba_bytes_;
-  spec.namespace_blocks = ns.blocks;
+  spec.namespace_blocks = fetcher_volume_blocks(stripe, members_.size(), lba_bytes_, ns.blocks);  // a set: its logical volume
   spec.page = page_;
   spec.max_experts_per_fetch = options_.max_experts_per_fetch;
   spec.cache_bytes = options_.cache_bytes;
@@ -39,27 +76,43 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   const ExpertLayout layout(catalog_, spec, "GPU expert fetcher");
   expert_bytes_ = layout.slot_bytes();
   capacity_ = layout.capacity();
-  uint32_t max_blocks = std::min(command_block_limit(controller, options_.nsid, options_.max_command_bytes),
-                                 submitter.queues().max_blocks_per_command());
-  if (pf_submitter_) max_blocks = std::min(max_blocks, pf_submitter_->queues().max_blocks_per_command());
-  const FetcherPartTables tables = build_part_tables(catalog_, layout, max_blocks);
+  uint32_t max_blocks = UINT32_MAX;
+  for (const Member& m : members_) {
+    max_blocks = std::min({max_blocks, command_block_limit(*m.controller, options_.nsid, options_.max_command_bytes),
+                           m.submitter->queues().max_blocks_per_command()});
+    if (m.prefetch) max_blocks = std::min(max_blocks, m.prefetch->queues().max_blocks_per_command());
+  }
+  const FetcherPartTables tables = build_part_tables(catalog_, layout, max_blocks, stripe);
   slices_ = tables.slices;
   const uint64_t max_cmds = tables.max_cmds_per_expert * options_.max_experts_per_fetch;
   if (max_cmds > 0xFFFFFFFFull) throw Error(ErrorKind::kInvalidArgument, "GPU expert fetcher: too many reads per fetch");
   max_commands_ = uint32_t(max_cmds);
   max_blocks_ = max_blocks;
-  if (options_.read_window_bytes != 0) {
-    auto depth = [&](const GpuSubmitter& sub) {
-      const uint64_t per_round = uint64_t(sub.queue_count()) * max_blocks * lba_bytes_;  // one read per queue
-      return uint32_t(std::clamp<uint64_t>((options_.read_window_bytes + per_round - 1) / per_round, 1, 1u << 16));
-    };
-    read_depth_ = depth(submitter);
-    pf_read_depth_ = pf_submitter_ ? depth(*pf_submitter_) : read_depth_;
+  auto depth = [&](const GpuSubmitter& sub) -> uint32_t {
+    if (options_.read_window_bytes == 0) return 0;
+    const uint64_t per_round = uint64_t(sub.queue_count()) * max_blocks * lba_bytes_;  // one read per queue
+    return uint32_t(std::clamp<uint64_t>((options_.read_window_bytes + per_round - 1) / per_round, 1, 1u << 16));
+  };
+  uint32_t demand_queues = 0;
+  for (Member& m : members_) {  // every drive of a set gets the window: each needs its reads in flight
+    m.read_depth = depth(*m.submitter);
+    m.pf_read_depth = m.prefetch ? depth(*m.prefetch) : m.read_depth;
+    demand_queues += m.submitter->queue_count();
   }
   host::DmaOptions mem{host::HugePages::kAuto};
   mem.gpu_mapped = true;
   scratch_ = host::DmaBuffer(controller.transport(), layout.scratch_bytes(), mem);
-  scratch_map_ = std::make_unique<device::DeviceBufferMap>(scratch_, page_);
+  for (size_t i = 0; i < members_.size(); ++i) {
+    Member& m = members_[i];
+    if (i == 0) {
+      m.dst = std::make_unique<device::DeviceBufferMap>(scratch_, page_);
+      continue;
+    }
+    m.mapping.emplace(m.controller->transport(), scratch_);
+    m.dst = std::make_unique<device::DeviceBufferMap>(scratch_, m.mapping->translation(), page_);
+    m.io = make_priority_stream("GPU expert fetcher: a member's stream");
+    if (m.prefetch) m.pf_io = make_priority_stream("GPU expert fetcher: a member's prefetch stream");
+  }
 
   GpuFetcherState st;
   st.n_layers = catalog_.n_layers;
@@ -67,19 +120,20 @@ GpuExpertFetcher::GpuExpertFetcher(host::Controller& controller, GpuSubmitter& s
   st.max_experts = options_.max_experts_per_fetch;
   st.capacity = capacity_;
   st.max_commands = max_commands_;
+  st.members = uint32_t(members_.size());
   st.lba_shift = uint32_t(__builtin_ctz(lba_bytes_));
   st.max_blocks = max_blocks;
   st.warmup_tokens = options_.warmup_tokens;
   st.expert_stride = expert_bytes_;
-  st.concurrent_prefetch = pf_submitter_ ? 1 : 0;
-  st.cut_wrong = pf_submitter_ && options_.cut_wrong_prefetches ? 1 : 0;
-  st.gate_reads = read_depth_ ? submitter.queue_count() : ~0u;  // queue_behind_demand
+  st.concurrent_prefetch = concurrent_ ? 1 : 0;
+  st.cut_wrong = concurrent_ && options_.cut_wrong_prefetches ? 1 : 0;
+  st.gate_reads = members_[0].read_depth ? demand_queues : ~0u;  // queue_behind_demand: one read per queue
   state_ = upload_fetcher_state(st, tables, max_ids_, memory_);
   part_ready_ = st.table[kDemand].part_ready;
   result_ = st.table[kDemand].result;
   experts_ = st.table[kDemand].experts;
   selection_ = st.table[kDemand].selection;
-  for (CudaEvent* e : {&chain_, &placed_, &pf_done_}) *e = make_event("cudaEventCreate(expert fetcher)");
+  for (CudaEvent* e : {&chain_, &placed_, &pf_done_, &forked_, &joined_}) *e = make_event("cudaEventCreate(expert fetcher)");
   open_overlap();
 }
 
@@ -134,9 +188,8 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
   // The submitters hold a bounded number of tickets (a batched pass enqueues a fetch per token and
   // layer): past half of them the host waits for the oldest.
   retire_done(true, kMaxOutstanding - 1);
-  const bool concurrent = pf_submitter_ != nullptr;
+  const bool concurrent = concurrent_;
   const bool own_queues = concurrent && which != kDemand;
-  GpuSubmitter& sub = own_queues ? *pf_submitter_ : submitter_;
   auto wait_for = [&](const CudaEvent& e, const char* what) { check_cuda(cudaStreamWaitEvent(stream, e.get(), 0), what); };
   if (own_queues) {  // after the demand's placement (its reads first: queue_behind_demand) and the last prefetch's reads
     wait_for(placed_, "GPU expert fetcher: ordering after the fetch's placement");
@@ -148,29 +201,44 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
   launch_place_experts(state_, which, layer, device_ids, n_ids, stream);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the place kernel");
   if (concurrent) check_cuda(cudaEventRecord(placed_.get(), stream), "GPU expert fetcher: placement event");
-  GpuFetcherState* state = state_;
-  const device::DeviceBuffer dst = scratch_map_->get();
-  const uint32_t depth = own_queues ? pf_read_depth_ : read_depth_;
-  const uint32_t extra = concurrent && which == kDemand ? 1 : 0;  // publish_pending_hits
-  const uint64_t t = sub.issue_kernel(
-      stream,
-      [&](const TicketLaunch& l) { launch_pump_fetch(l, l.queue_count + extra, state, which, dst, depth, stream); },
-      [state, layer, which](uint64_t g) {
-        GpuFetcherState st;
-        FetchCmd c;
-        if (cudaMemcpy(&st, state, sizeof(st), cudaMemcpyDeviceToHost) != cudaSuccess ||
-            cudaMemcpy(&c, st.table[which].cmds + g, sizeof(c), cudaMemcpyDeviceToHost) != cudaSuccess)
-          return std::string("expert read #") + std::to_string(g);
-        return std::string(which != kDemand ? "expert prefetch read #" : "expert read #") + std::to_string(g) +
-               " of layer " + std::to_string(layer) + ", LBA " + std::to_string(c.lba) + ".." +
-               std::to_string(c.lba + c.blocks - 1);
-      });
-  tickets_.emplace_back(&sub, t);
+  // A striped set: members 1..N-1 read on streams of their own, after the placement (fork) ...
+  if (members_.size() > 1) check_cuda(cudaEventRecord(forked_.get(), stream), "GPU expert fetcher: fork event");
+  for (uint32_t m = 0; m < members_.size(); ++m) launch_member_pump(m, own_queues, which, layer, stream);
   check_cuda(cudaEventRecord((own_queues ? pf_done_ : chain_).get(), stream), "GPU expert fetcher: chain event");
   if (which == kDemand) {
     ++demand_token_;
     last_ids_ = n_ids;
     last_layer_ = layer;
+  }
+}
+
+void GpuExpertFetcher::launch_member_pump(uint32_t m, bool own_queues, uint32_t which, uint32_t layer,
+                                          cuda_stream_t stream) {
+  Member& mb = members_[m];
+  GpuSubmitter& sub = own_queues ? *mb.prefetch : *mb.submitter;
+  cuda_stream_t s = m == 0 ? stream : (own_queues ? mb.pf_io : mb.io).get();
+  if (m > 0) check_cuda(cudaStreamWaitEvent(s, forked_.get(), 0), "GPU expert fetcher: a member waits for the placement");
+  GpuFetcherState* state = state_;
+  const device::DeviceBuffer dst = mb.dst->get();
+  const uint32_t depth = own_queues ? mb.pf_read_depth : mb.read_depth;
+  const uint32_t extra = concurrent_ && which == kDemand && m == 0 ? 1 : 0;  // publish_pending_hits
+  const uint64_t t = sub.issue_kernel(
+      s, [&](const TicketLaunch& l) { launch_pump_fetch(l, l.queue_count + extra, state, which, m, dst, depth, s); },
+      [state, layer, which, m, members = members_.size()](uint64_t g) {
+        GpuFetcherState st;
+        FetchCmd c;
+        if (cudaMemcpy(&st, state, sizeof(st), cudaMemcpyDeviceToHost) != cudaSuccess ||
+            cudaMemcpy(&c, st.table[which].cmds + size_t(m) * st.max_commands + g, sizeof(c), cudaMemcpyDeviceToHost) != cudaSuccess)
+          return std::string("expert read #") + std::to_string(g);
+        return std::string(which != kDemand ? "expert prefetch read #" : "expert read #") + std::to_string(g) +
+               " of layer " + std::to_string(layer) + (members > 1 ? ", member " + std::to_string(m) : std::string()) +
+               ", LBA " + std::to_string(c.lba) + ".." + std::to_string(c.lba + c.blocks - 1);
+      });
+  tickets_.emplace_back(&sub, t);
+  // ... and the fetch's stream waits for every member's reads (join) before its chain event.
+  if (m > 0) {
+    check_cuda(cudaEventRecord(joined_.get(), s), "GPU expert fetcher: join event");
+    check_cuda(cudaStreamWaitEvent(stream, joined_.get(), 0), "GPU expert fetcher: waiting for a member's reads");
   }
 }
 
@@ -202,7 +270,7 @@ void GpuExpertFetcher::prefetch(uint32_t layer, const uint32_t* device_ids, uint
   check_request(layer, n_ids);
   // Concurrent prefetches alternate between two tables (the previous one may still be read by the
   // pump of the fetch it served).
-  if (pf_submitter_) pf_table_ = pf_table_ == kPrefetch ? kPrefetch + 1 : kPrefetch;
+  if (concurrent_) pf_table_ = pf_table_ == kPrefetch ? kPrefetch + 1 : kPrefetch;
   launch(pf_table_, layer, device_ids, n_ids, stream);
 }
 

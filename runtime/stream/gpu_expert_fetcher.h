@@ -37,12 +37,22 @@
 //   f.fetch_overlapped(layer, ids, k, s);
 //   for (k...) { f.wait_part(k, Projection::kGate, s); gate<<<..., s>>>(...); ... }
 //
+// A striped set (model/stripe.h; the second constructor): the catalog's extents are the set's logical
+// volume, each part's reads are cut at stripe-unit boundaries into member reads (gpu_fetcher_parts.h),
+// and each member's reads are issued by a pump on its own controller's queues (its GpuSubmitter) on a
+// stream of its own that forks from the fetch's stream after the place kernel and joins it again
+// before the fetch's chain event (as StripedSubmitter does for the streamer): the members read at once,
+// all counting down the same readiness words. Concurrent prefetches take a prefetch submitter per
+// member (all members or none).
+//
 // The next fetch on the stream reuses the result memory and (without a cache) the scratchpad, so a
 // token's consumers must be enqueued on that stream before the next fetch. A failed read marks its
 // expert failed (never ready) and the expert leaves the cache; wait() on the host throws it.
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "host/controller.h"
@@ -57,6 +67,9 @@
 namespace gpunvme::device {
 class DeviceBufferMap;
 }
+namespace gpunvme::model {
+struct StripeGeometry;  // model/stripe.h (C++20: not included by this header, which .cu files include)
+}
 
 namespace gpunvme::stream {
 
@@ -64,6 +77,13 @@ namespace gpunvme::stream {
 // The place kernel is in gpu_expert_place.cu, the pump in gpu_expert_pump.cu, the tables are built in
 // gpu_fetcher_tables.cu; this class (gpu_expert_fetcher*.cu) orders them and reads the results.
 struct GpuFetcherState;
+
+// One member of a striped set, as the fetcher reads from it.
+struct GpuFetcherMember {
+  host::Controller* controller = nullptr;
+  GpuSubmitter* submitter = nullptr;           // its queues for fetches (and prefetches without their own)
+  GpuSubmitter* prefetch_submitter = nullptr;  // concurrent prefetches' queues: every member's, or none
+};
 
 class GpuExpertFetcher {
  public:
@@ -74,6 +94,12 @@ class GpuExpertFetcher {
   // drive moves from a prefetch's reads to the fetch's without the gap of a round trip.
   GpuExpertFetcher(host::Controller& controller, GpuSubmitter& submitter, ExpertCatalog catalog,
                    const FetcherOptions& options = {}, GpuSubmitter* prefetch_submitter = nullptr);
+  // The same over a striped set: members[m] is member m of `stripe` (its geometry; the catalog's
+  // extents are the logical volume's), or without `stripe` one member, one namespace (as above).
+  // Throws kInvalidArgument for a member count that is not the set's, members that differ in LBA or
+  // page size, or prefetch submitters on some members only.
+  GpuExpertFetcher(const std::vector<GpuFetcherMember>& members, const model::StripeGeometry* stripe,
+                   ExpertCatalog catalog, const FetcherOptions& options = {});
   ~GpuExpertFetcher();
   GpuExpertFetcher(const GpuExpertFetcher&) = delete;
   GpuExpertFetcher& operator=(const GpuExpertFetcher&) = delete;
@@ -122,11 +148,15 @@ class GpuExpertFetcher {
   FetcherMetrics metrics() const;
   PrefetchMetrics prefetch_metrics() const;
   // Retries, resets behind the fetches (the submitter's count, issue #15).
-  host::RecoveryStats recovery() const {
-    host::RecoveryStats r = submitter_.recovery();
-    if (pf_submitter_) r += pf_submitter_->recovery();
+  host::RecoveryStats recovery() const {  // every member's, summed
+    host::RecoveryStats r;
+    for (const Member& m : members_) {
+      r += m.submitter->recovery();
+      if (m.prefetch) r += m.prefetch->recovery();
+    }
     return r;
   }
+  uint32_t members() const { return uint32_t(members_.size()); }
   std::vector<uint32_t> resident_per_layer() const;
   const ExpertCatalog& catalog() const { return catalog_; }
 
@@ -143,9 +173,26 @@ class GpuExpertFetcher {
   void launch_demand(uint32_t layer, const uint32_t* device_ids, uint32_t n_ids, cuda_stream_t stream);
   void open_overlap();
 
-  host::Controller& controller_;
-  GpuSubmitter& submitter_;
-  GpuSubmitter* pf_submitter_ = nullptr;  // concurrent prefetches' queues, or null
+  // One per member of a striped set (one namespace: one). Member 0's pumps run on the fetch's stream;
+  // member m >= 1's on io (fetches, prefetches on the same queues) or pf_io (concurrent prefetches).
+  struct Member {
+    host::Controller* controller = nullptr;
+    GpuSubmitter* submitter = nullptr;
+    GpuSubmitter* prefetch = nullptr;            // concurrent prefetches' queues, or null
+    std::optional<host::DmaMapping> mapping;     // m >= 1: the scratchpad in its controller's DMA space
+    std::unique_ptr<device::DeviceBufferMap> dst;  // the scratchpad's pages as its controller reaches them
+    CudaStream io, pf_io;
+    uint32_t read_depth = 0, pf_read_depth = 0;  // reads in flight per queue (options.read_window_bytes); 0: the queues'
+  };
+  GpuExpertFetcher(std::vector<Member> members, const model::StripeGeometry* stripe, ExpertCatalog catalog,
+                   const FetcherOptions& options);
+  static std::vector<Member> one_member(host::Controller& c, GpuSubmitter& s, GpuSubmitter* pf);
+  static std::vector<Member> striped_members(const std::vector<GpuFetcherMember>& in);
+  // Member m's pump of fetch table `which` (its submitter's kernel), forked from and joined to `stream`.
+  void launch_member_pump(uint32_t m, bool own_queues, uint32_t which, uint32_t layer, cuda_stream_t stream);
+
+  std::vector<Member> members_;
+  bool concurrent_ = false;               // concurrent prefetches (every member has prefetch queues)
   ExpertCatalog catalog_;
   FetcherOptions options_;
   uint64_t page_ = 4096;
@@ -155,10 +202,7 @@ class GpuExpertFetcher {
   uint32_t max_ids_ = 1024;
   uint32_t max_commands_ = 0;
   uint32_t max_blocks_ = 0;          // blocks of its largest read (MDTS, the queues, options.max_command_bytes)
-  uint32_t read_depth_ = 0;           // reads in flight per queue (options.read_window_bytes); 0: the queues'
-  uint32_t pf_read_depth_ = 0;        // the same on the prefetch submitter's queues
   host::DmaBuffer scratch_;
-  std::unique_ptr<device::DeviceBufferMap> scratch_map_;
   DeviceArena memory_;                // the device state and every table it points to
   GpuFetcherState* state_ = nullptr;  // in memory_
   GpuFetchResult* result_ = nullptr;  // in memory_: the demand table's
@@ -167,6 +211,7 @@ class GpuExpertFetcher {
   CudaEvent chain_;                   // after every demand fetch's reads (and prefetch's, with one submitter)
   CudaEvent placed_;                  // after the latest place kernel (concurrent prefetches)
   CudaEvent pf_done_;                 // after the latest concurrent prefetch's reads
+  CudaEvent forked_, joined_;         // a striped set: the members' streams after the placement, and back
   CudaStream stream_;                 // the overlapped fetches' stream
   CudaEvent routed_;                  // the consumer's work before an overlapped fetch
   void* wait_value_ = nullptr;        // the driver's cuStreamWaitValue32, or nullptr

@@ -237,7 +237,42 @@ struct FetchCounts {
   uint32_t commands = 0;
   uint32_t faults = 0;
   uint64_t bytes_read = 0;
+  uint32_t member_cmds[kMaxFetchMembers] = {};  // each member's reads so far (its list in cmds)
 };
+
+// The reads of blocks [off, off + blocks) of part `part` of distinct expert `d` (at scratchpad offset
+// `base`), which lie at `lba` of `member`, `max_blocks` a read, spread over the lanes, appended to
+// the member's list (warp-uniform arguments). One namespace: the whole part, member 0.
+__device__ uint32_t write_piece_reads(const GpuFetcherState& s, FetchTable& t, const GpuPart& part, uint64_t lba,
+                                      uint64_t off, uint32_t blocks, uint32_t member, uint32_t d, uint64_t base,
+                                      uint32_t at) {
+  const uint32_t lane = threadIdx.x & 31u;
+  const uint32_t chunks = (blocks + s.max_blocks - 1) / s.max_blocks;
+  const uint64_t slice = part_slice_bytes(part.bytes);
+  FetchCmd* list = t.cmds + size_t(member) * s.max_commands;
+  for (uint32_t c = lane; c < chunks; c += 32) {
+    const uint64_t in_piece = uint64_t(c) * s.max_blocks;
+    const uint64_t b0 = off + in_piece;  // blocks into the part
+    FetchCmd cmd;
+    cmd.lba = lba + in_piece;
+    cmd.blocks = uint32_t(min(uint64_t(s.max_blocks), uint64_t(blocks) - in_piece));
+    cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
+    cmd.sel = d;
+    cmd.proj = part.proj;
+    // The part's bytes this read carries: [lo, hi) from the part's first byte (byte_in_first in).
+    const uint64_t lo = (b0 << s.lba_shift) > part.byte_in_first ? (b0 << s.lba_shift) - part.byte_in_first : 0;
+    const uint64_t end = ((b0 + cmd.blocks) << s.lba_shift) - part.byte_in_first;
+    const uint64_t hi = end < part.bytes ? end : part.bytes;
+    cmd.slice_first = uint16_t(lo / slice);
+    cmd.slice_last = uint16_t(hi > lo ? (hi - 1) / slice : lo / slice);
+    if (cmd.slice_last >= kMaxPartSlices) cmd.slice_last = kMaxPartSlices - 1;  // only a read past the part's end
+    if (cmd.slice_first > cmd.slice_last) cmd.slice_first = cmd.slice_last;
+    for (uint32_t x = cmd.slice_first; x <= cmd.slice_last; ++x)
+      atomicAdd(&t.part_remaining[d * kReadyWordsPerId + ready_word(0, part.proj, x)], 1u);
+    list[at + c] = cmd;
+  }
+  return chunks;
+}
 
 // Phase 5 (warp): every expert's parts (lane 0) and the faults' reads (spread over the lanes).
 __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count,
@@ -279,27 +314,20 @@ __device__ FetchCounts write_reads(const GpuFetcherState& s, FetchTable& t, uint
         ex[d].part_bytes[k] = part.bytes;
       }
       if (!fault) continue;
-      const uint32_t chunks = (part.blocks + s.max_blocks - 1) / s.max_blocks;
-      const uint64_t slice = part_slice_bytes(part.bytes);
-      for (uint32_t c = lane; c < chunks; c += 32) {
-        const uint64_t b0 = uint64_t(c) * s.max_blocks;
-        FetchCmd cmd;
-        cmd.lba = part.lba + b0;
-        cmd.blocks = uint32_t(min(uint64_t(s.max_blocks), uint64_t(part.blocks) - b0));
-        cmd.dst = base + part.dest_rel + (b0 << s.lba_shift);
-        cmd.sel = d;
-        cmd.proj = part.proj;
-        // The part's bytes this read carries: [lo, hi) from the part's first byte (byte_in_first in).
-        const uint64_t lo = (b0 << s.lba_shift) > part.byte_in_first ? (b0 << s.lba_shift) - part.byte_in_first : 0;
-        const uint64_t end = ((b0 + cmd.blocks) << s.lba_shift) - part.byte_in_first;
-        const uint64_t hi = end < part.bytes ? end : part.bytes;
-        cmd.slice_first = uint16_t(lo / slice);
-        cmd.slice_last = uint16_t(hi > lo ? (hi - 1) / slice : lo / slice);
-        if (cmd.slice_last >= kMaxPartSlices) cmd.slice_last = kMaxPartSlices - 1;  // only a read past the part's end
-        if (cmd.slice_first > cmd.slice_last) cmd.slice_first = cmd.slice_last;
-        for (uint32_t x = cmd.slice_first; x <= cmd.slice_last; ++x)
-          atomicAdd(&t.part_remaining[d * kReadyWordsPerId + ready_word(0, part.proj, x)], 1u);
-        t.cmds[n.commands + c] = cmd;
+      // Each member's reads in the consumers' order (expert by expert, part by part), so that its
+      // pump warps end them in about that order too.
+      uint32_t chunks = 0;
+      if (s.members <= 1) {
+        chunks = write_piece_reads(s, t, part, part.lba, 0, part.blocks, 0, d, base, n.member_cmds[0]);
+        n.member_cmds[0] += chunks;
+      } else {
+        for (uint32_t q = s.piece_first[p]; q < s.piece_first[p + 1]; ++q) {
+          const GpuPiece piece = s.pieces[q];
+          const uint32_t c = write_piece_reads(s, t, part, piece.lba, piece.block_offset, piece.blocks, piece.member, d,
+                                               base, n.member_cmds[piece.member]);
+          n.member_cmds[piece.member] += c;
+          chunks += c;
+        }
       }
       n.commands += chunks;
       mine += chunks;
@@ -366,6 +394,7 @@ __device__ void finish_fetch(GpuFetcherState& s, FetchTable& t, uint32_t which, 
   r->count = count;
   r->commands = n.commands;
   t.ncmds = n.commands;
+  for (uint32_t m = 0; m < s.members; ++m) t.member_cmds[m] = n.member_cmds[m];
   if (which != kDemand) {
     s.metrics.prefetches += 1;
     s.metrics.prefetch_reads += n.faults;
@@ -437,6 +466,7 @@ __global__ void place_experts(GpuFetcherState* S, uint32_t which, uint32_t layer
       r->count = 0;
       r->commands = 0;
       t.ncmds = 0;
+      for (uint32_t m = 0; m < s.members; ++m) t.member_cmds[m] = 0;
     }
     publish_ready_parts(t, n_ids, token, true);
     return;

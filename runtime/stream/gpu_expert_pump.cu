@@ -81,9 +81,11 @@ __device__ void queue_behind_demand(const GpuFetcherState& s, uint32_t demand) {
 
 // One warp per queue: the reads placed above, each ending in read_ended(); at most `depth` in flight
 // per queue (0: the launch's depth). Queue w takes reads w, w + queues, ...: with a small depth the
-// queues move through the list side by side, so the reads end roughly in the list's order.
-__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t which, device::DeviceBuffer dst,
-                           uint32_t depth) {
+// queues move through the list side by side, so the reads end roughly in the list's order. On a
+// striped set each member's pump (its controller's queues, its own stream) takes its member's list
+// only; all of them count down the same per-expert and per-part words (read_ended's atomics).
+__global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t which, uint32_t member,
+                           device::DeviceBuffer dst, uint32_t depth) {
   if (depth != 0 && (launch.depth == 0 || depth < launch.depth)) launch.depth = depth;  // launch: 0 = the ring's
   const uint32_t w = blockIdx.x;
   if (w >= launch.queue_count) {  // the extra warp of a demand fetch beside a concurrent prefetch
@@ -93,9 +95,9 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
   }
   const FetchTable* t = &S->table[which];
   if (which != kDemand && t->behind_token != 0) queue_behind_demand(*S, t->behind_token);
-  const uint32_t count = *const_cast<volatile uint32_t*>(&t->ncmds);
+  const uint32_t count = *const_cast<volatile uint32_t*>(&t->member_cmds[member]);
   const uint32_t token = t->result->token;
-  const FetchCmd* cmds = t->cmds;
+  FetchCmd* cmds = t->cmds + size_t(member) * S->max_commands;
   const device::DeviceQueue qc = launch.queues[w];
   pump_ticket(
       launch, w, count,
@@ -106,7 +108,7 @@ __global__ void pump_fetch(TicketLaunch launch, GpuFetcherState* S, uint32_t whi
         // so a re-issue (retry, reset) neither reads the rest nor counts the bytes spared twice.
         const bool cut = which != kDemand && (*const_cast<const volatile uint32_t*>(&t->experts[c.sel].failed) & kCutRead);
         if (cut && c.blocks > 1) {
-          t->cmds[g].blocks = 1;
+          cmds[g].blocks = 1;
           atomicAdd(&S->metrics.prefetch_cut_bytes, static_cast<unsigned long long>(c.blocks - 1) << qc.lba_shift);
         }
         const uint32_t blocks = cut ? 1u : c.blocks;
@@ -139,8 +141,8 @@ __global__ void consumed_clock(GpuFetcherState* S, uint32_t layer, uint32_t toke
 }  // namespace
 
 void launch_pump_fetch(const TicketLaunch& launch, uint32_t warps, GpuFetcherState* state, uint32_t which,
-                       const device::DeviceBuffer& dst, uint32_t depth, cuda_stream_t stream) {
-  pump_fetch<<<warps, 32, 0, stream>>>(launch, state, which, dst, depth);
+                       uint32_t member, const device::DeviceBuffer& dst, uint32_t depth, cuda_stream_t stream) {
+  pump_fetch<<<warps, 32, 0, stream>>>(launch, state, which, member, dst, depth);
 }
 
 void launch_stall_begin(GpuFetcherState* state, cuda_stream_t stream) { stall_begin<<<1, 1, 0, stream>>>(state); }

@@ -8,7 +8,11 @@
 
 namespace gpunvme::stream {
 
-// One slice of an expert, as the place kernel needs it.
+// Members of a striped set the fetcher reads from (model::kMaxStripeMembers; one: a namespace).
+inline constexpr uint32_t kMaxFetchMembers = 16;
+
+// One slice of an expert, as the place kernel needs it. On a striped set `lba` and `blocks` are the
+// logical volume's; the reads come from the part's pieces (GpuPiece) instead.
 struct GpuPart {
   uint64_t lba = 0;
   uint64_t dest_rel = 0;      // its first block, relative to the expert's start in the scratchpad
@@ -17,6 +21,16 @@ struct GpuPart {
   uint32_t byte_in_first = 0;
   uint32_t pad = 0;
   uint64_t bytes = 0;
+};
+
+// A striped set's run of a part's blocks on one member (model::split_blocks): member blocks
+// [lba, lba + blocks), which are the part's blocks from `block_offset` on. The part's reads are cut
+// per piece, so no read crosses a stripe unit.
+struct GpuPiece {
+  uint64_t lba = 0;
+  uint64_t block_offset = 0;
+  uint32_t blocks = 0;
+  uint32_t member = 0;
 };
 
 // One read the pump issues: `blocks` from `lba` into scratchpad offset `dst`, for distinct expert `sel`.
@@ -49,12 +63,13 @@ struct FetchTable {
   GpuFetchResult* result = nullptr;
   GpuFetchedExpert* experts = nullptr;  // [max_experts]
   uint32_t* selection = nullptr;        // [max_ids]
-  FetchCmd* cmds = nullptr;             // [max_commands]
+  FetchCmd* cmds = nullptr;             // [members * max_commands]: member m's reads from m * max_commands, in list order
   uint32_t* remaining = nullptr;        // [max_experts] reads not yet completed
   uint32_t* part_remaining = nullptr;   // [max_experts * kReadyWordsPerId] the same per projection and slice
   uint32_t* part_ready = nullptr;       // [max_ids * kReadyWordsPerId] per routing id (gpu_fetch_types.h ready_word)
   uint32_t n_ids = 0;                   // routing ids of the fetch (selection's entries)
-  uint32_t ncmds = 0;
+  uint32_t ncmds = 0;                   // reads of all members
+  uint32_t member_cmds[kMaxFetchMembers] = {};  // member m's reads (cmds + m * max_commands)
   uint32_t failures_checked = 1;        // its failed reads were forgotten (once: a later fetch may refill the key)
   uint32_t unsettled = 0;               // prefetch: its reads not yet counted as hits or waste
   uint32_t pending_from = kNoTable;      // demand: the prefetch table its pending hits come from
@@ -70,6 +85,10 @@ struct GpuFetcherState {
   const uint32_t* part_first = nullptr;  // [L*E + 1]
   const GpuPart* parts = nullptr;
   const uint64_t* packed = nullptr;      // [L*E] scratchpad bytes of each expert, page rounded
+  // A striped set (members > 1): part p's pieces are pieces[piece_first[p] .. piece_first[p + 1]).
+  uint32_t members = 1;
+  const uint32_t* piece_first = nullptr;  // [parts + 1]
+  const GpuPiece* pieces = nullptr;
   // Cache (LRU by a touch clock; slot_used of untouched slots stays below the clock).
   int32_t* where = nullptr;        // [L*E] slot or -1
   long long* slot_key = nullptr;   // [capacity] key or -1

@@ -72,19 +72,17 @@ struct DeviceCopy {
 // the previous pass chose there) into the cache on a stream of its own before layer L is computed.
 class FetchedExperts final : public ExpertSource {
  public:
-  FetchedExperts(host::Controller& c, const ModelOnDevice& m, const ResidencyPlan& plan, uint32_t first_qid, uint32_t queues,
+  // ctrls: the namespace's controller, or a striped set's members in order (m.stripe): each member
+  // gets the fetcher's queues (and pre-gating's) from first_qid on, after the streamer's.
+  FetchedExperts(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, const ResidencyPlan& plan,
+                 uint32_t first_qid, uint32_t queues,
                  uint64_t cache_bytes, std::optional<bool> prefetch, std::optional<uint32_t> pregate_opt,
                  std::optional<uint32_t> pregate_first, const std::vector<std::optional<WeightView>>& dense,
                  std::optional<bool> overlap, std::optional<uint64_t> window, uint64_t read_bytes)
-      : pregate_(pregate_count(c, m, first_qid + queues, prefetch, pregate_opt)),
-        queues_(c, uint16_t(first_qid), queues, 256),
-        submitter_(c, queues_.raw, 1),
-        // Pre-gating reads on queues of their own, after the fetcher's: the next fetch starts its reads
-        // while the prediction's last ones still run (GpuExpertFetcher's concurrent prefetches).
-        pf_queues_(pregate_ ? std::make_unique<stream::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256) : nullptr),
-        pf_submitter_(pf_queues_ ? std::make_unique<stream::GpuSubmitter>(c, pf_queues_->raw, 1) : nullptr),
-        fetcher_(c, submitter_, stream::ExpertCatalog::from_map(*m.map),
-                 fetcher_options(m, cache_bytes, pregate_, window, read_bytes), pf_submitter_.get()),
+      : pregate_(pregate_count(ctrls, m, first_qid + queues, prefetch, pregate_opt)),
+        member_(open_queues(ctrls, first_qid, queues, pregate_ > 0)),
+        fetcher_(fetcher_members(ctrls), m.stripe ? &*m.stripe : nullptr, stream::ExpertCatalog::from_map(*m.map),
+                 fetcher_options(m, cache_bytes, pregate_, window, read_bytes)),
         k_(m.config.n_expert_used),
         lag_(k_, fetched_expert_bytes(plan)),
         ids_(size_t(m.config.n_layer) * k_),
@@ -220,12 +218,14 @@ class FetchedExperts final : public ExpertSource {
   // (Qwen3-235B-A22B 22G:32G pcie5: 75 % of the bound without, 94 % with 4 of 8; H200, session 21).
   // Its reads need queues of their own from `first_qid` on: a controller that grants too few turns
   // the default off and refuses an explicit count.
-  static uint32_t pregate_count(const host::Controller& c, const ModelOnDevice& m, uint32_t first_qid,
+  static uint32_t pregate_count(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t first_qid,
                                 std::optional<bool> prefetch, std::optional<uint32_t> asked) {
-    const bool room = first_qid <= c.io_queues_granted();
+    uint32_t granted = UINT32_MAX;  // a striped set: every member needs the queues
+    for (const host::Controller* c : ctrls) granted = std::min<uint32_t>(granted, c->io_queues_granted());
+    const bool room = first_qid <= granted;
     if (asked && *asked > 0 && !room)
       throw std::runtime_error("--expert-pregate reads on I/O queues of its own, from queue " + std::to_string(first_qid) +
-                               ", and the controller granted " + std::to_string(c.io_queues_granted()) +
+                               ", and the controller granted " + std::to_string(granted) +
                                ": use fewer queues, or --expert-pregate 0");
     if (asked) return *asked;
     return !prefetch && room ? std::max(1u, m.config.n_expert_used / 2) : 0;
@@ -273,11 +273,35 @@ class FetchedExperts final : public ExpertSource {
     std::optional<WeightView> view;  // none: no later fetched layer in the pass, or its router is not resident
   };
 
+  // One per member of a striped set (one namespace: one): the fetcher's queues and, with pre-gating,
+  // queues of their own after them: the next fetch starts its reads while the prediction's last ones
+  // still run (GpuExpertFetcher's concurrent prefetches).
+  struct MemberQueues {
+    std::unique_ptr<stream::GpuQueues> queues, pf_queues;
+    std::unique_ptr<stream::GpuSubmitter> submitter, pf_submitter;  // pre-gating's: null without it
+  };
+  static std::vector<MemberQueues> open_queues(std::span<host::Controller* const> ctrls, uint32_t first_qid,
+                                               uint32_t queues, bool pregate) {
+    std::vector<MemberQueues> out(ctrls.size());
+    for (size_t i = 0; i < ctrls.size(); ++i) {
+      host::Controller& c = *ctrls[i];
+      out[i].queues = std::make_unique<stream::GpuQueues>(c, uint16_t(first_qid), queues, 256);
+      out[i].submitter = std::make_unique<stream::GpuSubmitter>(c, out[i].queues->raw, 1);
+      if (!pregate) continue;
+      out[i].pf_queues = std::make_unique<stream::GpuQueues>(c, uint16_t(first_qid + queues), queues, 256);
+      out[i].pf_submitter = std::make_unique<stream::GpuSubmitter>(c, out[i].pf_queues->raw, 1);
+    }
+    return out;
+  }
+  std::vector<stream::GpuFetcherMember> fetcher_members(std::span<host::Controller* const> ctrls) const {
+    std::vector<stream::GpuFetcherMember> out;
+    for (size_t i = 0; i < ctrls.size(); ++i)
+      out.push_back({ctrls[i], member_[i].submitter.get(), member_[i].pf_submitter.get()});
+    return out;
+  }
+
   uint32_t pregate_ = 0;  // predicted experts read ahead per fetched layer (0: off); first: the queues depend on it
-  stream::GpuQueues queues_;
-  stream::GpuSubmitter submitter_;
-  std::unique_ptr<stream::GpuQueues> pf_queues_;         // pre-gating's queues, or null
-  std::unique_ptr<stream::GpuSubmitter> pf_submitter_;
+  std::vector<MemberQueues> member_;
   stream::GpuExpertFetcher fetcher_;
   uint32_t k_;
   ExpertLag lag_;
@@ -316,11 +340,9 @@ class GpuExecutor final : public Executor {
     make_plan(o);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
-    if (plan_.any_fetched_experts() && m.stripe)
-      throw std::runtime_error("fetching MoE experts from a striped set is not supported yet: give a VRAM budget that "
-                               "holds every expert, or put the model on one namespace");
+    // Experts fetched from a striped set: every member's controller reads its pieces (gpu_expert_fetcher.h).
     if (plan_.any_fetched_experts())
-      experts_ = std::make_unique<FetchedExperts>(c, m_, plan_, first_qid_ + o.queues, o.queues,
+      experts_ = std::make_unique<FetchedExperts>(ctrls_, m_, plan_, first_qid_ + o.queues, o.queues,
                                                   o.expert_cache_bytes.value_or(plan_.expert_cache_bytes), o.expert_prefetch,
                                                   o.expert_pregate, o.expert_pregate_first, vram_views(),
                                                   o.expert_overlap, o.expert_window_bytes,
