@@ -143,13 +143,14 @@ TEST_CASE("block ops: RMS norm (in place too) and the residual add, GPU = CPU", 
   }
 }
 
-// The fused operations of block.h that are not products (issue 36): rope_store_kv (Q/K norms, RoPE and the
-// KV store: one kernel on the GPU) and norm_add (a post-norm and its residual add: one kernel). Each GPU
-// fused op against its CPU twin (the composition of the operations, within float rounding), and against
-// the GPU's own operations one by one (Backend's defaults on the same object), bit for bit: Q and K, and
-// the attention over what the store wrote (the cache rows are first overwritten with other values, so a
-// store that wrote nothing fails), for passes of 5, 1 and 3 tokens; norm_add for 1 and 5 tokens.
-TEST_CASE("block ops: Q/K norm + RoPE + KV store and post-norm + add fused, GPU = CPU, fused = unfused to the bit", "[gpu][llm][ops]") {
+// The fused operations of block.h around the products (issue 36): rope_store_kv (Q/K norms, RoPE and the
+// KV store: one kernel on the GPU), norm_add (a post-norm and its residual add: one kernel) and
+// matmul_norm_add (a product with both: one launch for one token). Each GPU fused op against its CPU twin
+// (the composition of the operations, within float rounding), and against the GPU's own operations one by
+// one (Backend's defaults on the same object), bit for bit: Q and K, and the attention over what the
+// store wrote (the cache rows are first overwritten with other values, so a store that wrote nothing
+// fails), for passes of 5, 1 and 3 tokens; norm_add and matmul_norm_add for 1 and 5 tokens.
+TEST_CASE("block ops: Q/K norm + RoPE + KV store, post-norm + add, product + post-norm + add fused: GPU = CPU, fused = unfused to the bit", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const Shape shape = GENERATE(Shape::kLlama, Shape::kGemma3, Shape::kGptOss);  // kNorm pairs; Q/K norms; YaRN
   CAPTURE(int(shape));
@@ -205,6 +206,27 @@ TEST_CASE("block ops: Q/K norm + RoPE + KV store and post-norm + add fused, GPU 
     t.cpu.norm_add(Act::kTmp, l.ffn_norm, Act::kX);
     t.expect_close(Act::kX, 1e-5f);
   }
+  // A product, its post-norm and the add (one token: one launch whose last block adds; several: apart),
+  // for O (with its bias where present) and down; one token twice in a row (the launch's counter of
+  // finished blocks must be back at 0 for the second).
+  const TensorRef& post = t.m.c.post_norms ? l.post_attn_norm : l.ffn_norm;
+  struct Prod { const TensorRef& w; const TensorRef& bias; Act in; };
+  for (const Prod& p : {Prod{l.wo, l.bo, Act::kAtt}, Prod{l.down, none, Act::kGate}})
+    for (uint32_t n : {1u, 1u, 5u}) {
+      CAPTURE(n, int(p.in));
+      t.pass(0, n);
+      t.random(Act::kX, n);
+      t.random(p.in, n);
+      const std::vector<float> x0 = t.gpu.read(Act::kX);
+      t.gpu.Backend::matmul_norm_add(p.w, p.bias, p.in, post, Act::kX);
+      const std::vector<float> unfused = t.gpu.read(Act::kX);
+      t.gpu.write(Act::kX, x0);
+      t.gpu.write(Act::kTmp, std::vector<float>(n * t.width(Act::kTmp), NAN));
+      t.gpu.matmul_norm_add(p.w, p.bias, p.in, post, Act::kX);
+      same(t.gpu.read(Act::kX), unfused);
+      t.cpu.matmul_norm_add(p.w, p.bias, p.in, post, Act::kX);
+      t.expect_close(Act::kX, 1e-4f);
+    }
 }
 
 TEST_CASE("block ops: every matrix of a layer (matrix-vector, batched, with and without bias), GPU = CPU", "[gpu][llm][ops]") {

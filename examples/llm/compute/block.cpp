@@ -15,8 +15,7 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   b.rope_store_kv(c.qk_norm ? l.q_norm : TensorRef{}, c.qk_norm ? l.k_norm : TensorRef{}, rope, l.index);
   b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
   if (!c.post_norms) return b.matmul_add(l.wo, l.bo, Act::kAtt, Act::kX);
-  b.matmul(l.wo, l.bo, Act::kAtt, Act::kTmp);
-  b.norm_add(Act::kTmp, l.post_attn_norm, Act::kX);
+  b.matmul_norm_add(l.wo, l.bo, Act::kAtt, l.post_attn_norm, Act::kX);
 }
 
 // x += ffn(norm(x)).
@@ -27,7 +26,7 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   } else {
     b.norm_gated_matmul(l.ffn_norm, Act::kX, l.gate, l.up, c.act);
     if (!c.post_norms) return b.matmul_add(l.down, {}, Act::kGate, Act::kX);
-    b.matmul(l.down, {}, Act::kGate, Act::kTmp);
+    return b.matmul_norm_add(l.down, {}, Act::kGate, l.post_ffw_norm, Act::kX);
   }
   if (c.post_norms) return b.norm_add(Act::kTmp, l.post_ffw_norm, Act::kX);
   b.add(Act::kX, Act::kTmp);
@@ -38,8 +37,9 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
 // The operations whose fused forms (block.h) a one-token pass on the GPU runs as one kernel each: the
 // input norm with Q, K and V; Q/K norms, RoPE and the KV store; the output projection with the residual
 // add; the FFN's norm with gate, up and the GLU; the down projection with the residual add (6 launches a
-// dense layer without post-norms); with post-norms, each post-norm with its residual add (8). The Q/K
-// step and the post-norms' adds are fused for passes of any size.
+// dense layer without post-norms); with post-norms, the O and down projections each with their post-norm
+// and residual add (6 as well). The Q/K step and a post-norm with its add (a pass of several tokens, and
+// MoE's output) are fused for passes of any size.
 void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   attention(c, l, b);
   ffn(c, l, b);

@@ -105,6 +105,12 @@ class Backend {
     norm(y, w, y);
     add(x, y);
   }
+  // x += (in W^T + bias)'s RMS norm times norm_w (a product, its post-norm and the residual add): matmul
+  // into kTmp, then norm_add from it. kTmp's contents after it are unspecified.
+  virtual void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) {
+    matmul(w, bias, in, Act::kTmp);
+    norm_add(Act::kTmp, norm_w, x);
+  }
 
   // The pass's tokens: where each is (their ids and logit flags are the forward pass's, not the block's).
   // Throws std::runtime_error for none, more than the backend holds, a slot it has not, or a position

@@ -216,26 +216,11 @@ __global__ void add_kernel(float* x, const float* y, uint32_t n) {
 }
 
 // x += RMS norm of y times w, `n` elements, one block of kThreads per token (Backend::norm_add: a
-// post-norm and the residual add, issue 36): rms_norm_kernel's scale (gpu::rms_scale, the same threads)
-// and its element y * scale * w, then add_kernel's x + that. The product is rounded before the sum
-// (__fmul_rn, __fadd_rn: never contracted into an FMA), as when the norm kernel stored it to memory and
-// the add kernel read it back, so every element has the bits of the two kernels. y is only read.
+// post-norm and the residual add, issue 36), with the bits of rms_norm_kernel and then add_kernel
+// (gpu_norm.cuh's norm_add_block says why).
 __global__ void norm_add_kernel(float* x, const float* y, const float* w, uint32_t n, float eps) {
   static_assert(kThreads == gpu::kNormThreads);
-  __shared__ double partial[kThreads / 32];
-  x += uint64_t(blockIdx.x) * n;
-  y += uint64_t(blockIdx.x) * n;
-  const float scale = gpu::rms_scale(y, n, eps, partial);
-  const uint32_t step = blockDim.x, span = kNormAhead * step;
-  uint32_t i = threadIdx.x;
-  for (; i + span - step < n; i += span) {  // kNormAhead elements' loads before their arithmetic (rms_norm_kernel's why)
-    float v[kNormAhead], g[kNormAhead], a[kNormAhead];
-#pragma unroll
-    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = y[i + j * step], g[j] = w[i + j * step], a[j] = x[i + j * step];
-#pragma unroll
-    for (uint32_t j = 0; j < kNormAhead; ++j) x[i + j * step] = __fadd_rn(a[j], __fmul_rn(__fmul_rn(v[j], scale), g[j]));
-  }
-  for (; i < n; i += step) x[i] = __fadd_rn(x[i], __fmul_rn(__fmul_rn(y[i], scale), w[i]));
+  gpu::norm_add_block(x + uint64_t(blockIdx.x) * n, y + uint64_t(blockIdx.x) * n, w, n, eps);
 }
 
 // acc = sum over j < k, in order, of weight[j] * y[j * n ..]: the routed experts' outputs, weighted.
@@ -372,6 +357,8 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   moe_up_ = alloc<float>(K * c.n_ff, t);
   moe_out_ = alloc<float>(K * c.n_embd, t);
   pass_dev_ = alloc<uint32_t>(4 * B, t);
+  norm_done_ = alloc<uint32_t>(1, t);
+  device::check_cuda(cudaMemset(norm_done_, 0, sizeof(uint32_t)), "cudaMemset");
   alloc_kv_cache();
   device::check_cuda(cudaMallocHost(&logits_host_, uint64_t(logit_rows_) * c.n_vocab * sizeof(float)), "cudaMallocHost");
   for (uint32_t i = 0; i < 2; ++i) {
@@ -394,7 +381,7 @@ GpuForward::~GpuForward() {
   for (void* p : {(void*)k_cache_, (void*)v_cache_}) kv_.host ? cudaFreeHost(p) : cudaFree(p);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)pass_dev_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
+                  (void*)pass_dev_, (void*)norm_done_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
                   (void*)xn_pre_, (void*)router_pre_, (void*)pred_})
     cudaFree(p);
   if (pre_x_) cudaEventDestroy(pre_x_);
@@ -603,6 +590,19 @@ void GpuForward::add(Act x, Act y) {
   const uint64_t n = uint64_t(n_) * act_width(c_, x);
   add_kernel<<<blocks_for(n, 128), 128, 0, stream_>>>(buf(x), buf(y), uint32_t(n));
   device::check_cuda(cudaGetLastError(), "add kernel");
+}
+
+// One token: the product, its post-norm and the add in one launch (gpu_matvec_norm_add).
+void GpuForward::matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) {
+  if (n_ == 1 && act_width(c_, x) == c_.n_embd && uint32_t(w.rows) == c_.n_embd) {
+    before_residual_write(x);
+    if (gpu_matvec_norm_add(stream_, matrix(w, view_.at(w)), buf(in), f32(view_, bias), tmp_, f32(view_, norm_w), c_.rms_eps, buf(x),
+                            norm_done_)) {
+      device::check_cuda(cudaGetLastError(), "product, norm and residual add kernel");
+      return;
+    }
+  }
+  Backend::matmul_norm_add(w, bias, in, norm_w, x);
 }
 
 void GpuForward::norm_add(Act y, const TensorRef& w, Act x) {

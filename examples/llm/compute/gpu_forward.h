@@ -155,6 +155,8 @@ class GpuForward final : public Backend {
   // a post-norm and its residual add in one.
   void rope_store_kv(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, uint32_t layer) override;
   void norm_add(Act y, const TensorRef& w, Act x) override;
+  // One token's product with its post-norm and residual add in one launch (gpu_matvec_norm_add).
+  void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, a slot it has not, or a position
   // past n_ctx. Copies the tokens' ids, positions and slots to the GPU (the kernels read them there).
   void set_pass(std::span<const PassToken> tokens) override;
@@ -209,6 +211,7 @@ class GpuForward final : public Backend {
   // The pass on the GPU: [ids | positions | slots | logit rows], max_batch each (pass_dev_); the host's
   // pinned copies in turn (pass_host_[2]), each reused after its copy's event (pass_copied_).
   uint32_t* pass_dev_ = nullptr;
+  uint32_t* norm_done_ = nullptr;  // gpu_matvec_norm_add's counter of finished blocks (0 between launches)
   uint32_t* pass_host_[2] = {nullptr, nullptr};
   struct CUevent_st* pass_copied_[2] = {nullptr, nullptr};
   uint32_t pass_turn_ = 0;

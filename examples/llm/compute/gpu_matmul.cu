@@ -57,6 +57,28 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
+// The staged kernel's products (MatrixRows: into rows.y), then y += RMS norm of rows.y times norm_w by
+// the launch's last block to finish (gpu_matvec_norm_add): each block's stores of its rows are made
+// visible device-wide (__threadfence) before it counts itself done, so the last one reads every row; it
+// then resets the counter for the next launch.
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
+    matvec_norm_add_kernel(gpu::MatrixRows rows, uint32_t groups, const float* x, const float* norm_w, float eps, float* y,
+                           uint32_t* done) {
+  static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
+  extern __shared__ float4 xs[];
+  __shared__ bool last;
+  gpu::block_rows<T, R>(rows, groups, x, xs);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  gpu::norm_add_block(y, rows.y, norm_w, rows.count, eps);
+  if (threadIdx.x == 0) *done = 0;
+}
+
 __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) gate[i] = glu(a, gate[i], up[i]);
@@ -471,6 +493,30 @@ bool gpu_matvec_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, con
   if (m.sel) return false;
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   return launch_rows(reinterpret_cast<cudaStream_t>(stream), m.type, AddRows{{m.w, m.row_bytes, m.rows, bias, y}}, m.cols, x);
+}
+
+bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* tmp, const float* norm_w,
+                         float eps, float* y, uint32_t* done) {
+  if (m.sel || !norm_w || !done) return false;
+  gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
+  const gpu::StagedLaunch g = gpu::staged_launch(m.rows, m.cols, 1, m.type);
+  if (!g.staged) return false;
+  const gpu::MatrixRows rows{m.w, m.row_bytes, m.rows, bias, tmp};
+  bool launched = false;
+  with_weight_type(m.type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    auto launch = [&]<uint32_t R>() {
+      constexpr auto K = matvec_norm_add_kernel<T, R>;
+      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
+      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
+                                                                                                   eps, y, done);
+      launched = true;
+    };
+    if (g.two_rows) launch.template operator()<2>();
+    else launch.template operator()<1>();
+  });
+  return launched;
 }
 
 void gpu_glu(gpu_stream_t stream, float* gate, const float* up, uint32_t n, FfnAct act) {

@@ -88,6 +88,16 @@ bool gpu_matvec_glu(gpu_stream_t s, const GpuMatrix& gate, const GpuMatrix& up, 
 // y += it. Returns false, enqueuing nothing, where x is too wide to stage or m is a stack.
 bool gpu_matvec_add(gpu_stream_t s, const GpuMatrix& m, const float* x, const float* bias, float* y);
 
+// y += RMS norm of (W x + bias) times norm_w for one token, in one launch (a product, its post-norm and
+// the residual add: Gemma 3's O and down projections): the product into tmp (m.rows floats) with
+// gpu_matmul's bits, then the launch's last block to finish (counted in *done) adds the norm as
+// Backend::norm_add's kernel does (gpu_norm.cuh's norm_add_block): the bits of the three operations. `done`
+// is the caller's counter in GPU memory, 0 before the first launch; the last block sets it back to 0, so
+// launches using one counter must run one after another (one stream). Returns false, enqueuing nothing,
+// where x is too wide to stage or m is a stack.
+bool gpu_matvec_norm_add(gpu_stream_t s, const GpuMatrix& m, const float* x, const float* bias, float* tmp, const float* norm_w,
+                         float eps, float* y, uint32_t* done);
+
 // gate[i] = glu(act, gate[i], up[i]) for i < n (ops.h), element by element: the GLU of every pass but a
 // single token's dense FFN (which gpu_matvec_glu computes in its epilogue, with these bits).
 void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct act);

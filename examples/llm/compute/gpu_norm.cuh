@@ -42,4 +42,25 @@ __device__ inline float rms_scale(const float* x, uint32_t n, float eps, double*
   return 1.0f / sqrtf(float(total / n) + eps);
 }
 
+// x += y's RMS norm times w over [0, n) by a whole block of kNormThreads threads (a post-norm and the
+// residual add: gpu_forward.cu's norm_add_kernel, and the last block of gpu_matmul.cu's product that ends
+// in them). The scale is rms_scale's, each element y * scale * w as the norm kernel computes it, and
+// x + that as the add kernel does: the product is rounded before the sum (__fmul_rn, __fadd_rn are never
+// contracted into an FMA), as when the norm kernel stored it and the add kernel read it back, so the
+// bits are those two kernels'. y is only read (x and y must not overlap).
+__device__ inline void norm_add_block(float* x, const float* y, const float* w, uint32_t n, float eps) {
+  __shared__ double partial[kNormThreads / 32];
+  const float scale = rms_scale(y, n, eps, partial);
+  const uint32_t step = blockDim.x, span = kNormAhead * step;
+  uint32_t i = threadIdx.x;
+  for (; i + span - step < n; i += span) {  // kNormAhead elements' loads before their arithmetic (kNormAhead's why)
+    float v[kNormAhead], g[kNormAhead], a[kNormAhead];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) v[j] = y[i + j * step], g[j] = w[i + j * step], a[j] = x[i + j * step];
+#pragma unroll
+    for (uint32_t j = 0; j < kNormAhead; ++j) x[i + j * step] = __fadd_rn(a[j], __fmul_rn(__fmul_rn(v[j], scale), g[j]));
+  }
+  for (; i < n; i += step) x[i] = __fadd_rn(x[i], __fmul_rn(__fmul_rn(y[i], scale), w[i]));
+}
+
 }  // namespace gpunvme::llm::gpu
