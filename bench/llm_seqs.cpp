@@ -45,6 +45,7 @@ const cli::Help kHelp = {
     "  --path auto|gpu|cpu  gpu (streams from the modeled drive), cpu (the whole model in host memory: no\n"
     "                   reads per pass, no bound), auto (gpu where a GPU is present; default)\n"
     "  --vram-budget, --ram-budget  the GPU executor's residency budgets (the engine's; default its own)\n"
+    "  --max-seqs N|auto  the executor's sequence slots (default max(--seqs)); auto: what the VRAM budget gives\n"
     "  --drive NAME     the modeled drive the GPU executor streams from (default pcie4; none: unthrottled)\n"
     "  --json-out FILE  one JSON object per N, per line; FILE is replaced when the run ends\n",
     "\n"
@@ -57,7 +58,8 @@ const cli::Help kHelp = {
     "time in the timed passes, less the emulated drive's threads, per token; KV: the cache the N\n"
     "sequences hold at the end (K and V, f32 on the CPU, f16 on the GPU); MoE: expert cache hits / routed\n"
     "and the time the passes waited for expert reads in the timed passes.\n"
-    "How a row runs: one executor holds max(--seqs) sequence slots for the whole run. Sequence i reads\n"
+    "How a row runs: one executor holds max(--seqs) sequence slots (or --max-seqs) for the whole run; a row\n"
+    "of more sequences than it holds is an error row. Sequence i reads\n"
     "prompt i mod --prompts (distinct token ids per prompt), whole prompts batched into passes; then\n"
     "--warmup untimed and --tokens timed decode passes of N tokens; then the slots are freed. Before the\n"
     "rows, each prompt is decoded alone in slot 0 (the N = 1 row is prompt 0's): the references that every\n"
@@ -270,10 +272,21 @@ Settings parse_settings(const cli::Args& args) {
   return s;
 }
 
-// The executor of the run: max(--seqs) slots; the GPU's streams through the modeled drive's controllers.
+// --max-seqs: a count of 1..kMaxSeqs, or 0 for auto (the GPU executor's, from the VRAM budget); default max(--seqs).
+uint32_t requested_slots(const cli::Args& args, const Settings& s) {
+  if (!args.has("max-seqs")) return s.seqs.back();
+  if (args.get("max-seqs") == "auto") return 0;
+  const uint32_t n = args.get_u32("max-seqs", 0);
+  if (n == 0 || n > kMaxSeqs) throw cli::UsageError("--max-seqs must be 1.." + std::to_string(kMaxSeqs) + " or auto");
+  return n;
+}
+
+// The executor of the run: its slots (requested_slots); the GPU's streams through the modeled drive's controllers.
 std::unique_ptr<llm::Executor> make_executor(const cli::Args& args, const llm::ModelOnDevice& m, const Settings& s,
                                              const bench::DriveControllers* drive) {
-  const uint32_t max_seqs = s.seqs.back();
+  const uint32_t requested = requested_slots(args, s);
+  if (!drive && requested == 0) throw cli::UsageError("--max-seqs auto sizes the GPU executor's KV cache from its VRAM budget: the CPU executor needs a count");
+  const uint32_t max_seqs = requested ? requested : kMaxSeqs;  // auto: activations for the most it may give
   const uint32_t max_batch = std::max(max_seqs, std::min(kPromptPassTokens, max_seqs * s.prompt_tokens));
   const bool verify = !args.has("no-verify");
   if (!drive) return llm::make_cpu_executor(m, s.positions(), llm::CpuExecOptions{.verify = verify, .max_seqs = max_seqs, .max_batch = max_batch});
@@ -283,7 +296,7 @@ std::unique_ptr<llm::Executor> make_executor(const cli::Args& args, const llm::M
   o.slots = args.get_u32("slots", 2);
   o.queues = args.get_u32("queues", 8);
   o.max_batch = max_batch;
-  o.max_seqs = max_seqs;
+  o.max_seqs = requested;
   o.kv_in_host = args.has("kv-host");
   o.verify = verify;
   const std::string kernels = args.get("pass-kernels", "exact");
@@ -295,13 +308,18 @@ std::unique_ptr<llm::Executor> make_executor(const cli::Args& args, const llm::M
 int run(const cli::Args& args) {
   Settings s = parse_settings(args);
   const std::vector<std::string> devices = bench::emu_model_devices(args.get("device"));
-  s.gpu = example::use_gpu_path(args.get("path", "auto"));
+
   const uint32_t queues = args.get_u32("queues", 8);
   if (queues == 0 || queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets up to two threads a queue)");
   guard::OutputFile json = args.has("json-out") ? guard::OutputFile::open(args.get("json-out"), devices, "--json-out") : guard::OutputFile();
   // Unthrottled, with readers' locks: the loads at start are not what the rows measure.
   llm::DeviceSet set(devices);
   const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+  // The GPU executor's check of the KV cache against the budget, before a GPU is opened: its refusal on any machine.
+  if (args.get("path", "auto") == "gpu" && args.has("vram-budget"))
+    llm::plan_kv(m.config, llm::layer_bytes(m), s.positions(), requested_slots(args, s), args.has("kv-host"),
+                 args.get_size("vram-budget", 0), kMaxSeqs);
+  s.gpu = example::use_gpu_path(args.get("path", "auto"));
   std::unique_ptr<bench::DriveControllers> drive;
   if (s.gpu) {
     drive = std::make_unique<bench::DriveControllers>(devices, s.drive, devices.size() > 1 ? queues : 2 * queues);
@@ -330,6 +348,18 @@ int run(const cli::Args& args) {
   double base_tps = 0;
   int errors = 0;
   for (const uint32_t n : s.seqs) {
+    if (n > ex->max_seqs()) {  // --max-seqs (auto: the budget's) holds fewer
+      Row r;
+      r.n = n;
+      r.error = std::to_string(n) + " sequences: the executor holds " + std::to_string(ex->max_seqs()) + " (--max-seqs)";
+      errors += 1;
+      print_row(r, s, base_tps);
+      if (json) {
+        json.write(row_json(r, s, base_tps, model, executor));
+        json.flush();
+      }
+      continue;
+    }
     Row r = run_sequences(*ex, m, s, n, 0, drive.get());
     if (n == 1) alone[0] = r.tokens[0];
     r.error = check_tokens(r, alone, s);
@@ -349,7 +379,7 @@ int run(const cli::Args& args) {
 int parse_and_run(int argc, char** argv) {
   const cli::Args args(argc, argv, 1,
                        {"device", "seqs", "prompt-tokens", "tokens", "warmup", "prompts", "path", "vram-budget", "ram-budget", "drive", "queues",
-                        "slots", "pass-kernels", "json-out"},
+                        "slots", "pass-kernels", "json-out", "max-seqs"},
                        {"no-verify", "kv-host"});
   if (args.help_asked()) return args.print_help("llm_seqs", kHelp);
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional().front() + "'");

@@ -306,6 +306,12 @@ uint32_t widest_layer_matrix(const ModelWeights& w) {
 
 }  // namespace
 
+bool grouped_moe_used(const ModelConfig& c, uint32_t max_batch, bool fast_prompt, bool experts_fetched) {
+  if (!c.is_moe()) return false;
+  const uint32_t fetched_min = GroupedMoe::fetched_min_tokens();
+  return (fast_prompt && max_batch > kSmallPassTokens) || (experts_fetched && fetched_min && max_batch >= fetched_min);
+}
+
 bool gpu_available(std::string* why) {
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
@@ -317,7 +323,7 @@ bool gpu_available(std::string* why) {
 }
 
 GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals,
-                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, KvCacheShape kv)
+                       gpu_stream_t compute, uint32_t max_batch, bool fast_prompt, KvCacheShape kv, bool experts_fetched)
     : c_(c), w_(w), n_ctx_(n_ctx), globals_(globals), stream_(compute), max_batch_(std::max(1u, max_batch)),
       logit_rows_(std::min(max_batch_, std::max(kMaxLogitRows, kv.seqs))), fast_prompt_(fast_prompt), kv_(kv) {
   if (kv_.end == 0) kv_.end = c.n_layer;
@@ -370,7 +376,7 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
     gemm_ = std::make_unique<TensorGemm>(max_batch_, widest_layer_matrix(w));
     t += gemm_->device_bytes();
   }
-  if (c.is_moe() && max_batch_ > 1) {  // the token path's bits, or with fast_prompt the tensor cores'
+  if (grouped_moe_used(c, max_batch_, fast_prompt_, experts_fetched)) {  // the token path's bits, or with fast_prompt the tensor cores'
     grouped_ = std::make_unique<GroupedMoe>(c, max_batch_, fast_prompt_);
     t += grouped_->device_bytes();
   }
@@ -397,17 +403,13 @@ GpuForward::~GpuForward() {
 // K and V, each [layer][slot][pos][kv_dim] halves: in GPU memory, or pinned host memory the kernels
 // read through its mapping (UVA: the host pointer is the device's). Out of memory names the fixes.
 void GpuForward::alloc_kv_cache() {
-  kv_bytes_ = 2 * uint64_t(kv_.end - kv_.first) * kv_.seqs * n_ctx_ * c_.kv_dim() * sizeof(uint16_t);
+  kv_bytes_ = kv_cache_bytes(c_, kv_, n_ctx_);
   for (uint16_t** p : {&k_cache_, &v_cache_}) {
     void* q = nullptr;
     const cudaError_t e = kv_.host ? cudaHostAlloc(&q, kv_bytes_ / 2, cudaHostAllocMapped) : cudaMalloc(&q, kv_bytes_ / 2);
     if (e != cudaSuccess) {
       cudaGetLastError();  // not sticky: clear it
-      throw std::runtime_error("the KV cache (" + std::to_string(kv_.seqs) + " sequence(s) of " + std::to_string(n_ctx_) + " positions, " +
-                               std::to_string(kv_bytes_ >> 20) + " MiB) does not fit in " + (kv_.host ? "pinned host memory" : "GPU memory") +
-                               ": " + cudaGetErrorString(e) + (kv_.host ? "; fewer sequences or a shorter context" :
-                                                                         "; fewer sequences, a shorter context, or the cache in host memory "
-                                                                         "(--kv-host: gpunvme.serve, llm_seqs)"));
+      throw std::runtime_error(kv_does_not_fit(kv_.seqs, n_ctx_, kv_bytes_, kv_.host, cudaGetErrorString(e)));
     }
     *p = static_cast<uint16_t*>(q);
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "examples/llm/compute/block.h"
+#include "examples/llm/compute/kv_cache_shape.h"
 #include "examples/llm/model/packed_ranges.h"
 #include "examples/llm/model/weights.h"
 #include "runtime/model/tensor_names.h"
@@ -76,26 +77,17 @@ struct GlobalWeights {
   const uint8_t* output = nullptr;
 };
 
-// The KV cache a GpuForward keeps: layers [first, end) only (end 0: to the last; a GPU of several runs
-// its range alone), `seqs` sequence slots of n_ctx positions each (pass_tokens.h), laid out
-// [layer][slot][position][kv_dim] in f16. In GPU memory, or with `host` in pinned host memory mapped
-// into the GPU (FlexGen's trade: more sequences than VRAM holds caches for, each attention reading its
-// slot's rows over the host link: a decode token's reads are its context's K and V once per layer).
-struct KvCacheShape {
-  uint32_t first = 0, end = 0;
-  uint32_t seqs = 1;
-  bool host = false;
-};
-
 class GpuForward final : public Backend {
  public:
   // Allocates activations for passes of up to `max_batch` tokens and the KV cache (f16, like llama.cpp's)
   // on the current device, and the KV cache `kv` describes. With `fast_prompt`, passes of more than kSmallPassTokens take the fast
   // kernels: the tensor-core product (gpu_gemm.h, its state made here when max_batch is above that and
   // counted in device_bytes) and flash attention (gpu_flash_attention.cuh); without, every pass takes the
-  // small passes' kernels, with their bits. `globals` must stay valid while tokens run.
+  // small passes' kernels, with their bits. `globals` must stay valid while tokens run. A MoE model's
+  // grouped expert buffers (gpu_moe_grouped.h) are made only where a pass can take them
+  // (grouped_moe_used: `experts_fetched` false when the caller's plan keeps every expert in VRAM).
   GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_ctx, GlobalWeights globals, gpu_stream_t compute,
-             uint32_t max_batch = 1, bool fast_prompt = true, KvCacheShape kv = {});
+             uint32_t max_batch = 1, bool fast_prompt = true, KvCacheShape kv = {}, bool experts_fetched = true);
   ~GpuForward();
   GpuForward(const GpuForward&) = delete;
   GpuForward& operator=(const GpuForward&) = delete;
@@ -234,6 +226,11 @@ class GpuForward final : public Backend {
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
   std::unique_ptr<GroupedMoe> grouped_;
 };
+
+// Whether a GpuForward of config c can run a MoE layer's experts grouped (GpuForward::moe's rule): a
+// segment of the fast kernels (fast_prompt, more than kSmallPassTokens tokens), or several tokens'
+// fetched experts (GroupedMoe::groups_fetched, from GroupedMoe::fetched_min_tokens()).
+bool grouped_moe_used(const ModelConfig& c, uint32_t max_batch, bool fast_prompt, bool experts_fetched);
 
 // Whether a CUDA device can be used; `why` says why not.
 bool gpu_available(std::string* why);

@@ -132,6 +132,8 @@ void wait_fetched(ExpertSource& src, uint32_t count, model::Projection proj, gpu
 
 }  // namespace
 
+uint32_t GroupedMoe::fetched_min_tokens() { return group_fetched_min_tokens(); }
+
 GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prompt)
     : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), fetched_small_min_(group_fetched_min_tokens()),
       first_(c.n_expert), count_(c.n_expert) {

@@ -66,6 +66,8 @@ class GroupedMoe {
   // the FP32 kernels: each expert fetched once per pass, not once per token, with the token path's bits.
   // From 4 tokens (GPUNVME_MOE_GROUP_FETCHED=1: from 2; =0: never; gpu_moe_grouped.cu says why).
   bool groups_fetched(uint32_t n) const { return fetched_small_min_ && n >= fetched_small_min_; }
+  // That fewest count of tokens of a GroupedMoe made now (0: never; read from the environment).
+  static uint32_t fetched_min_tokens();
 
   // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing); on
   // the tensor cores where `fast` (a pass of the fast kernels) and tensor_cores(), else the FP32 kernels.

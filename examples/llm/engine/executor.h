@@ -121,8 +121,9 @@ using LayerSourceFactory = std::function<std::unique_ptr<LayerSource>(std::vecto
 
 struct GpuExecOptions {
   std::optional<uint32_t> resident_layers;  // --resident N: the first N layers whole in GPU memory, the rest stream
-  // The residency plan's budgets (when resident_layers is not given). VRAM: default what the GPU has
-  // free after the globals, KV cache and activations, less the RAM tier's buffers and a reserve.
+  // The residency plan's budgets (when resident_layers is not given). VRAM: the layers' and the KV
+  // cache's (when in VRAM); default what the GPU has free after the globals and activations, less the
+  // RAM tier's buffers and a reserve.
   std::optional<uint64_t> vram_budget;
   uint64_t ram_budget = 0;
   uint32_t slots = 2;            // streaming slots (double buffering: 2)
@@ -165,6 +166,8 @@ struct GpuExecOptions {
   // Sequences held at once: a slot of n_ctx positions each in the KV cache, in GPU memory beside the
   // activations (allocated before the residency plan's VRAM budget is taken), or with kv_in_host in
   // pinned host memory that attention reads over the host link (more sequences than VRAM holds).
+  // 0 (--max-seqs auto): as many as the VRAM budget gives (auto_kv_slots' rule, residency_plan.h), at
+  // most max_batch and 64. The residency plan takes a VRAM cache's bytes from the VRAM budget first.
   uint32_t max_seqs = 1;
   bool kv_in_host = false;
   // The VRAM and RAM tiers' bytes checked at start, streamed layers and fetched experts on their first

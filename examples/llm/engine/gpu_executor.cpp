@@ -324,7 +324,7 @@ class FetchedExperts final : public ExpertSource {
 class GpuExecutor final : public Executor {
  public:
   GpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
-      : m_(m), ctrls_(ctrls.begin(), ctrls.end()), seqs_(o.max_seqs, n_ctx) {
+      : m_(m), ctrls_(ctrls.begin(), ctrls.end()), seqs_(std::max(1u, o.max_seqs), n_ctx) {
     const size_t want = m.stripe ? m.stripe->members : 1;
     if (ctrls_.size() != want)
       throw std::runtime_error("the GPU executor got " + std::to_string(ctrls_.size()) + " controller(s) for a model on " +
@@ -335,9 +335,16 @@ class GpuExecutor final : public Executor {
     check_ = std::make_unique<LoadCheck>(m, o.verify);
     open_streams();
     load_globals();
+    kv_ = KvCacheShape{range_.begin, range_.end, kv_slots(o, n_ctx), o.kv_in_host};  // its own layers
+    seqs_ = SeqSlots(kv_.seqs, n_ctx);
+    // A plan of given budgets (or --resident N) is made before the forward pass's buffers, so that they
+    // are allocated for what it runs: the grouped MoE's only where experts are fetched or a pass of the
+    // fast kernels can group resident ones. The default budget is what is free after them.
+    const bool early_plan = o.resident_layers || o.vram_budget;
+    if (early_plan) make_plan(o, n_ctx);
     fwd_ = std::make_unique<GpuForward>(m.config, m.weights, n_ctx, globals(), reinterpret_cast<gpu_stream_t>(compute_), o.max_batch,
-                                        o.fast_prompt, KvCacheShape{range_.begin, range_.end, o.max_seqs, o.kv_in_host});  // its own layers
-    make_plan(o);
+                                        o.fast_prompt, kv_, /*experts_fetched=*/!early_plan || plan_.any_fetched_experts());
+    if (!early_plan) make_plan(o, n_ctx);
     load_tiers(o);
     finish_host_checks(o);  // a chunk that does not match stops here, before any GPU-issued read
     // Experts fetched from a striped set: every member's controller reads its pieces (gpu_expert_fetcher.h).
@@ -577,37 +584,62 @@ class GpuExecutor final : public Executor {
     return b;
   }
 
-  void make_plan(const GpuExecOptions& o) {
+  // The VRAM budget when none is given: what the GPU has free now, less the reserve and the buffers of
+  // the RAM tier and of long passes' streamed-layer copy.
+  uint64_t free_vram_budget(const GpuExecOptions& o, const std::vector<LayerBytes>& bytes) const {
+    size_t free = 0, total = 0;
+    device::check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    uint64_t widest = 0;
+    for (const LayerBytes& l : bytes) widest = std::max(widest, l.dense);
+    // RAM-tier buffers, and the copy of a streamed layer that passes of more than kBatchTileTokens use.
+    const uint64_t buffers = std::max<uint32_t>(1, o.slots) + (o.max_batch > kBatchTileTokens ? 1 : 0);
+    const uint64_t reserve = buffers * widest + kVramReserve;
+    return free > reserve ? free - reserve : 0;
+  }
+
+  // This GPU's layers' bytes (of several GPUs: its range's alone).
+  std::vector<LayerBytes> own_layer_bytes() const {
+    const std::vector<LayerBytes> all = layer_bytes(m_);
+    return std::vector<LayerBytes>(all.begin() + range_.begin, all.begin() + range_.end);
+  }
+
+  // The sequence slots: GpuExecOptions::max_seqs, or (0: auto) what the VRAM budget gives for this GPU's
+  // layers (auto_kv_slots' rule), at most max_batch and kMaxAutoSlots. The default budget is taken
+  // before the activations are allocated (their bytes are not known yet): the reserve covers them.
+  uint32_t kv_slots(const GpuExecOptions& o, uint32_t n_ctx) const {
+    if (o.max_seqs) return o.max_seqs;
+    if (o.stage)  // each GPU would size its own: the stages must agree
+      throw std::invalid_argument("--max-seqs auto over several GPUs is not supported yet: give a count");
+    const std::vector<LayerBytes> bytes = own_layer_bytes();
+    const uint64_t budget = o.vram_budget ? *o.vram_budget : free_vram_budget(o, bytes);
+    return plan_kv(m_.config, bytes, n_ctx, 0, o.kv_in_host, budget, std::min(kMaxAutoSlots, std::max(1u, o.max_batch))).slots;
+  }
+
+  void make_plan(const GpuExecOptions& o, uint32_t n_ctx) {
     const std::vector<LayerBytes> bytes = layer_bytes(m_);
+    const KvPlan kv{kv_.seqs, n_ctx, kv_cache_bytes(m_.config, kv_, n_ctx), kv_.host, o.max_seqs == 0};
     if (o.resident_layers && pipe_.link) {
       range_plan_ = plan_range_first(bytes, range_, *o.resident_layers);
+      range_plan_.kv = kv;
       plan_ = range_in_model(range_plan_, range_, m_.config.n_layer);
       return;
     }
     if (o.resident_layers) {
       plan_ = plan_first_layers(bytes, *o.resident_layers);
+      plan_.kv = kv;
       return;
     }
     Budgets b{.vram = 0, .ram = o.ram_budget};
-    if (o.vram_budget) {
-      b.vram = *o.vram_budget;
-    } else {
-      size_t free = 0, total = 0;
-      device::check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-      uint64_t widest = 0;
-      for (const LayerBytes& l : bytes) widest = std::max(widest, l.dense);
-      // RAM-tier buffers, and the copy of a streamed layer that passes of more than kBatchTileTokens use.
-      const uint64_t buffers = std::max<uint32_t>(1, o.slots) + (o.max_batch > kBatchTileTokens ? 1 : 0);
-      const uint64_t reserve = buffers * widest + kVramReserve;
-      b.vram = free > reserve ? free - reserve : 0;
-    }
+    // The default: what is free now, the VRAM cache (allocated already) given back to the budget the
+    // plan then takes it from.
+    b.vram = o.vram_budget ? *o.vram_budget : free_vram_budget(o, bytes) + (kv.host ? 0 : kv.bytes);
     vram_budget_ = b.vram;
     if (pipe_.link) {  // this GPU's layers alone, by its own budget
-      range_plan_ = plan_range(bytes, range_, b);
+      range_plan_ = plan_range(bytes, range_, b, kv);
       plan_ = range_in_model(range_plan_, range_, m_.config.n_layer);
       return;
     }
-    plan_ = plan_residency(bytes, b);
+    plan_ = plan_residency(bytes, b, kv);
   }
 
   // [layer]: where the VRAM tier's copy of it is (its dense part, or all of it), or none.
@@ -767,6 +799,7 @@ class GpuExecutor final : public Executor {
   // GPU memory kept free when the VRAM budget is the default: the CUDA context's growth, the queues,
   // the fetcher's tables, the kernels' launch state.
   static constexpr uint64_t kVramReserve = 512ull << 20;
+  static constexpr uint32_t kMaxAutoSlots = 64;  // --max-seqs auto's most (llm_seqs' and the server's range)
   // Layers the host enqueues ahead of the GPU (host_lead.h): a few hundred pending operations at most,
   // and a fetched layer's worth of work queued while the host wakes.
   static constexpr uint32_t kHostLeadLayers = 4;
@@ -814,6 +847,7 @@ class GpuExecutor final : public Executor {
   bool graph_on_ = false, graph_warm_ = false;
   uint64_t graph_replays_ = 0;
   SeqSlots seqs_;  // each sequence slot's length in the KV cache
+  KvCacheShape kv_;  // the cache's shape (its slots: kv_slots())
   // Declared last, destroyed first: its thread may still be reading bytes the tiers above own
   // (a constructor that threw part way).
   std::unique_ptr<LoadCheck> check_;

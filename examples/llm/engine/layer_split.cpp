@@ -121,9 +121,9 @@ std::vector<LayerRange> split_layers(uint32_t n_layer, uint32_t gpus) {
   return r;
 }
 
-ResidencyPlan plan_range(const std::vector<LayerBytes>& all, LayerRange r, const Budgets& b) {
+ResidencyPlan plan_range(const std::vector<LayerBytes>& all, LayerRange r, const Budgets& b, const KvPlan& kv) {
   check_range(all, r);
-  return plan_residency(std::vector<LayerBytes>(all.begin() + r.begin, all.begin() + r.end), b);
+  return plan_residency(std::vector<LayerBytes>(all.begin() + r.begin, all.begin() + r.end), b, kv);
 }
 
 ResidencyPlan plan_range_first(const std::vector<LayerBytes>& all, LayerRange r, uint32_t resident) {
@@ -142,6 +142,8 @@ ResidencyPlan range_in_model(const ResidencyPlan& part, LayerRange r, uint32_t n
   }
   p.expert_cache_bytes = part.expert_cache_bytes;
   p.rule = part.rule;
+  p.kv = part.kv;
+  p.vram_budget = part.vram_budget;
   return p;
 }
 
@@ -151,7 +153,9 @@ ResidencyPlan join_plans(const std::vector<ResidencyPlan>& parts) {
     p.layers.insert(p.layers.end(), q.layers.begin(), q.layers.end());
     p.bytes.insert(p.bytes.end(), q.bytes.begin(), q.bytes.end());
     p.expert_cache_bytes += q.expert_cache_bytes;
-    if (p.rule.empty()) p.rule = q.rule;
+    if (p.rule.empty()) p.rule = q.rule, p.kv = q.kv;
+    else p.kv.bytes += q.kv.bytes;  // each GPU caches its own layers' K and V, of the same slots
+    p.vram_budget += q.vram_budget;
   }
   return p;
 }

@@ -44,7 +44,7 @@ std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, con
 // The plan of `r`'s layers alone (layer i of the result is layer r.begin + i of the model): by the
 // budgets over those layers, or (`resident` given) the model's first `resident` layers whole in VRAM,
 // those of them in r, the rest streamed: --resident N keeps its one-GPU meaning.
-ResidencyPlan plan_range(const std::vector<LayerBytes>& all, LayerRange r, const Budgets& b);
+ResidencyPlan plan_range(const std::vector<LayerBytes>& all, LayerRange r, const Budgets& b, const KvPlan& kv = {});
 ResidencyPlan plan_range_first(const std::vector<LayerBytes>& all, LayerRange r, uint32_t resident);
 // A range's plan as a plan of the whole model (`n_layer` layers): the other GPUs' layers hold no bytes
 // here and nothing of them is placed, read or fetched (VRAM with no bytes; whoever runs the range

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "examples/llm/compute/kv_cache_shape.h"
 #include "host/text/escape.h"
 #include "host/text/human_bytes.h"
 
@@ -83,12 +84,18 @@ const char* tier_name(Tier t) {
   return "?";
 }
 
-ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budgets& b) {
+ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budgets& budgets, const KvPlan& kv) {
   check(layers);
+  if (!kv.host && kv.bytes > budgets.vram)
+    throw std::invalid_argument(kv_does_not_fit(kv.slots, kv.ctx, kv.bytes, false, "the VRAM budget is " + text::human_bytes(double(budgets.vram))));
+  Budgets b = budgets;
+  if (!kv.host) b.vram -= kv.bytes;  // the cache first: a pass cannot run without it
   ResidencyPlan p;
   p.bytes = layers;
   p.layers.resize(layers.size());
   p.rule = "budgets";
+  p.kv = kv;
+  p.vram_budget = budgets.vram;
   std::vector<uint32_t> rest(layers.size());
   for (uint32_t i = 0; i < rest.size(); ++i) rest[i] = i;
   // 1. VRAM: dense parts (1 byte of traffic per byte), then whole layers' experts (k/n).
@@ -116,6 +123,30 @@ ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budget
     if (p.expert_cache_bytes < 2 * fetch) p.expert_cache_bytes = 0;
   }
   return p;
+}
+
+uint32_t auto_kv_slots(const std::vector<LayerBytes>& layers, uint64_t vram_budget, uint64_t slot_bytes, uint32_t n_ctx, uint32_t cap) {
+  if (slot_bytes == 0 || cap == 0) throw std::invalid_argument("auto KV slots: a slot of 0 bytes, or a cap of 0");
+  if (slot_bytes > vram_budget)
+    throw std::invalid_argument(kv_does_not_fit(1, n_ctx, slot_bytes, false, "the VRAM budget is " + text::human_bytes(double(vram_budget)) +
+                                                                              " (--max-seqs auto sizes the cache from it)"));
+  uint64_t model = 0;
+  for (const LayerBytes& l : layers) model += l.dense + l.experts;
+  const uint64_t share = std::max(vram_budget > model ? vram_budget - model : 0, vram_budget / 4);
+  return uint32_t(std::clamp<uint64_t>(share / slot_bytes, 1, cap));
+}
+
+KvPlan plan_kv(const ModelConfig& c, const std::vector<LayerBytes>& layers, uint32_t n_ctx, uint32_t slots, bool host,
+               uint64_t vram_budget, uint32_t cap) {
+  if (!slots && host)
+    throw std::invalid_argument("--max-seqs auto sizes the KV cache from the VRAM budget: with the cache in pinned host memory "
+                                "(--kv-host) give a count");
+  const uint64_t slot = kv_slot_bytes(c, uint32_t(layers.size()), n_ctx);
+  KvPlan kv{slots ? slots : auto_kv_slots(layers, vram_budget, slot, n_ctx, cap), n_ctx, 0, host, slots == 0};
+  kv.bytes = kv.slots * slot;
+  if (!host && kv.bytes > vram_budget)
+    throw std::invalid_argument(kv_does_not_fit(kv.slots, n_ctx, kv.bytes, false, "the VRAM budget is " + text::human_bytes(double(vram_budget))));
+  return kv;
 }
 
 ResidencyPlan plan_first_layers(const std::vector<LayerBytes>& layers, uint32_t n) {
@@ -198,6 +229,15 @@ std::string plan_table(const ResidencyPlan& p) {
                   text::human_bytes(per_token).c_str());
     s += b + ranges(ids) + "\n";
   }
+  if (p.kv.slots) {
+    s += "  KV cache: " + std::to_string(p.kv.slots) + " sequence slot(s)" + (p.kv.auto_slots ? " (auto: from the VRAM budget)" : "") + " x " +
+         std::to_string(p.kv.ctx) + " positions, " + text::human_bytes(double(p.kv.bytes)) +
+         (p.kv.host ? " in pinned host memory" : " in VRAM");
+    if (p.vram_budget)
+      s += std::string(" (of the VRAM budget ") + text::human_bytes(double(p.vram_budget)) + ", layers get " +
+           text::human_bytes(double(p.vram_budget - (p.kv.host ? 0 : p.kv.bytes))) + ")";
+    s += "\n";
+  }
   if (p.any_fetched_experts() || p.expert_cache_bytes) {
     std::vector<uint32_t> whole;
     for (uint32_t i = 0; i < p.layers.size(); ++i)
@@ -225,7 +265,11 @@ std::string plan_json(const ResidencyPlan& p) {
                 (unsigned long long)p.placed_bytes(Tier::kRam), (unsigned long long)p.placed_bytes(Tier::kNvme),
                 (unsigned long long)p.expert_cache_bytes, p.ram_bytes_per_token(), p.nvme_bytes_per_token(),
                 p.link_bytes_per_token());
-  return b + ("\"layer_tiers\":[" + tiers + "],\"layer_experts_in_vram\":[" + experts + "],\"layer_dense_bytes\":[" +
+  const std::string kv = !p.kv.slots ? std::string("null")
+                                      : "{\"slots\":" + std::to_string(p.kv.slots) + ",\"ctx\":" + std::to_string(p.kv.ctx) +
+                                            ",\"bytes\":" + std::to_string(p.kv.bytes) + ",\"where\":\"" + (p.kv.host ? "host" : "VRAM") +
+                                            "\",\"auto\":" + (p.kv.auto_slots ? "true" : "false") + "}";
+  return b + ("\"kv\":" + kv + ",\"vram_budget_bytes\":" + std::to_string(p.vram_budget) + ",\"layer_tiers\":[" + tiers + "],\"layer_experts_in_vram\":[" + experts + "],\"layer_dense_bytes\":[" +
                dense_bytes + "],\"layer_expert_bytes\":[" + expert_bytes + "]}");
 }
 

@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "examples/llm/model/config.h"
+
 namespace gpunvme::llm {
 
 enum class Tier : uint8_t { kVram, kRam, kNvme };
@@ -46,6 +48,16 @@ struct Budgets {
   uint64_t ram = 0;   // bytes of pinned host memory for layer weights
 };
 
+// The KV cache the plan counts (its bytes: kv_cache_shape.h's, the ones GpuForward allocates). In VRAM
+// it takes its bytes from the VRAM budget before any layer (the budget is the layers' and the cache's);
+// in pinned host memory it takes none of it and is only reported.
+struct KvPlan {
+  uint32_t slots = 0, ctx = 0;  // sequence slots of ctx positions (0 slots: none counted: the CPU executor, tests)
+  uint64_t bytes = 0;
+  bool host = false;
+  bool auto_slots = false;      // the slot count came from the budget (auto_kv_slots)
+};
+
 struct LayerPlacement {
   Tier dense = Tier::kNvme;
   bool experts_in_vram = false;  // the whole layer (dense part and every expert) is one VRAM copy
@@ -56,6 +68,8 @@ struct ResidencyPlan {
   std::vector<LayerBytes> bytes;  // the input, for the totals below
   uint64_t expert_cache_bytes = 0;  // RAM left for the fetcher's LRU expert cache (pinned, GPU-mapped)
   std::string rule;                 // "budgets" or "--resident N"
+  KvPlan kv;                        // the KV cache beside the layers
+  uint64_t vram_budget = 0;         // the budget the plan was made with (layers and a VRAM cache; 0: --resident N)
 
   uint32_t count(Tier t) const;          // layers whose dense part is in tier t
   uint64_t placed_bytes(Tier t) const;   // bytes stored in tier t (VRAM: with resident experts; RAM: with the cache)
@@ -77,8 +91,27 @@ struct ResidencyPlan {
 // N sequences reads the union of their experts).
 double io_bound_seconds(double nvme_bytes, double link_bytes, double drive_bytes_per_s, double h2d_bytes_per_s);
 
-// The plan for the budgets (the rule above). Throws std::invalid_argument for an empty model.
-ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budgets& b);
+// The plan for the budgets (the rule above), the KV cache `kv` taking its bytes from the VRAM budget first
+// when in VRAM. Throws std::invalid_argument for an empty model, and for a VRAM cache larger than the
+// budget (kv_does_not_fit's message: the fixes).
+ResidencyPlan plan_residency(const std::vector<LayerBytes>& layers, const Budgets& b, const KvPlan& kv = {});
+
+// `--max-seqs auto`: the sequence slots a VRAM budget gives, each of `slot_bytes` (kv_slot_bytes) for
+// contexts of n_ctx positions. The rule: the cache's share of the budget is what the whole model's layers
+// leave of it, or a quarter of it if that is more; as many slots as the share holds, at least 1, at
+// most `cap`. Why: a model all in VRAM loses nothing to slots that fill the rest; a streamed model pays
+// for every VRAM byte of cache with a byte more streamed per pass, and a quarter keeps what a lone
+// sequence pays for the others' slots below a quarter of the budget's worth of reads, while 8 to 64
+// slots of a few thousand positions still fit the budgets people run (docs/engine.md). Throws
+// std::invalid_argument (kv_does_not_fit's message) when the budget holds not even one slot.
+uint32_t auto_kv_slots(const std::vector<LayerBytes>& layers, uint64_t vram_budget, uint64_t slot_bytes, uint32_t n_ctx, uint32_t cap);
+
+// The KV cache of `slots` sequence slots (0: auto_kv_slots' count under vram_budget, at most `cap`) of
+// n_ctx positions over the layers `layers` holds (their config c), in VRAM or (host) pinned host memory;
+// a VRAM cache larger than vram_budget refused with plan_residency's message. The GPU executor sizes its
+// cache with it; a tool checks a run with it before a GPU is opened (bench/llm_seqs).
+KvPlan plan_kv(const ModelConfig& c, const std::vector<LayerBytes>& layers, uint32_t n_ctx, uint32_t slots, bool host,
+               uint64_t vram_budget, uint32_t cap);
 // `--resident N`: the first N layers whole in VRAM, the rest on NVMe (the engine's older option).
 ResidencyPlan plan_first_layers(const std::vector<LayerBytes>& layers, uint32_t n);
 
