@@ -84,8 +84,8 @@ const cli::Help kHelp = {
     "token at position 64 (after 64 passes that fill the cache): ms per token of its layers (not the\n"
     "embedding nor the head) launched by the host as the engine does, the same kernels replayed from a CUDA\n"
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
-    "the decode fusions (norm+Q/K/V, Q/K norm+RoPE+KV store, O+add or O+post-norm+add, norm+gate/up+GLU,\n"
-    "down+add or down+post-norm+add) and without them, after checking both give the same hidden state, bit\n"
+    "the decode fusions (norm+Q/K/V, Q/K norm+RoPE+KV store+attention, O(+post-norm)+add, norm+gate/up+GLU,\n"
+    "down(+post-norm)+add) and without them, after checking both give the same hidden state, bit\n"
     "for bit. Kernels: the graph's nodes per token.\n"};
 
 struct Matrix {
@@ -453,7 +453,7 @@ int time_decode(const Options& o, FILE* json) {
 // The block's operations forwarded to the GPU backend, or skipped: a pass of the matrix products alone
 // (`others` off) or of the rest alone (`products` off) is captured to split a token's time; with `fused`
 // off, the decode fusions (block.h's matmuls, norm_matmuls, gated_matmul, norm_gated_matmul, matmul_add,
-// rope_store_kv, norm_add, matmul_norm_add) run as the operations they stand for. The norms, the GLU and the residual adds
+// rope_store_kv, rope_store_attend, norm_add, matmul_norm_add) run as the operations they stand for. The norms, the GLU and the residual adds
 // that run inside a fused product's kernel count as products; a post-norm with its add counts as the others.
 class SplitBackend final : public Backend {
  public:
@@ -499,6 +499,10 @@ class SplitBackend final : public Backend {
   void norm_add(Act y, const TensorRef& w, Act x) override {
     if (!fused) return Backend::norm_add(y, w, x);
     if (others) g_.norm_add(y, w, x);
+  }
+  void rope_store_attend(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, const AttnParams& p) override {
+    if (!fused) return Backend::rope_store_attend(q_norm, k_norm, rope, p);
+    if (others) g_.rope_store_attend(q_norm, k_norm, rope, p);
   }
   void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) override {
     if (!fused) return Backend::matmul_norm_add(w, bias, in, norm_w, x);  // the norm and the add: the product's epilogue

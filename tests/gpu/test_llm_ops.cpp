@@ -229,6 +229,43 @@ TEST_CASE("block ops: Q/K norm + RoPE + KV store, post-norm + add, product + pos
     }
 }
 
+// A one-token pass's Q/K norms, RoPE and KV store in its attention's launch (rope_store_attend, issue 36)
+// against the operations one by one: two identical GPU backends (the same model and random inputs), one
+// fused and one not, over a 5-token pass (not fused) and then one token at a time at positions 5..9 on
+// windowed and global layers: Q and the attention to the bit at every step, and each step attends to the
+// cache rows the earlier fused steps stored (a store that wrote nothing, or other values, fails later);
+// the fused side against its CPU twin within float rounding.
+TEST_CASE("block ops: one token's Q/K norm + RoPE + KV store fused into attention, fused = unfused to the bit, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const Shape shape = GENERATE(Shape::kLlama, Shape::kGemma3, Shape::kGptOss);  // kNorm pairs; Q/K norms and GQA; YaRN and sinks
+  const uint32_t window = GENERATE(0u, 3u);
+  CAPTURE(int(shape), window);
+  Twins ref(llm::test::make_tiny(shape, GgmlType::F16)), t(llm::test::make_tiny(shape, GgmlType::F16));
+  const LayerWeights& l = t.m.w.layers[1];
+  const TensorRef none, &qn = t.m.c.qk_norm ? l.q_norm : none, &kn = t.m.c.qk_norm ? l.k_norm : none;
+  const RopeParams rope = rope_params(t.m.c, t.m.c.rope_base);
+  const AttnParams attn{1, window, l.sinks};
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    REQUIRE(a.size() == b.size());
+    for (float v : b) REQUIRE(!std::isnan(v));
+    REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+  };
+  for (auto [pos0, n] : {std::pair{0u, 5u}, std::pair{5u, 1u}, std::pair{6u, 1u}, std::pair{7u, 1u}, std::pair{8u, 1u}, std::pair{9u, 1u}}) {
+    CAPTURE(pos0, n);
+    for (Twins* w : {&ref, &t}) {  // the same random inputs on both (their generators start alike)
+      w->pass(pos0, n);
+      for (Act a : {Act::kQ, Act::kK, Act::kV}) w->random(a, n);
+      w->poison(Act::kAtt, n);
+    }
+    ref.gpu.Backend::rope_store_attend(qn, kn, rope, attn);
+    t.gpu.rope_store_attend(qn, kn, rope, attn);
+    same(t.gpu.read(Act::kQ), ref.gpu.read(Act::kQ));
+    same(t.gpu.read(Act::kAtt), ref.gpu.read(Act::kAtt));
+    t.cpu.rope_store_attend(qn, kn, rope, attn);
+    t.expect_close(Act::kAtt, 1e-4f);
+  }
+}
+
 TEST_CASE("block ops: every matrix of a layer (matrix-vector, batched, with and without bias), GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(from_range(kTypes));

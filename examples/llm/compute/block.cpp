@@ -12,8 +12,8 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   // Q and K normed per head and rotated; the whole pass's keys and values then go into the cache first:
   // a token attends to its sequence's positions up to its own only (causal), so it never sees the tokens
   // after it, nor another sequence's.
-  b.rope_store_kv(c.qk_norm ? l.q_norm : TensorRef{}, c.qk_norm ? l.k_norm : TensorRef{}, rope, l.index);
-  b.attend({l.index, swa ? c.swa_window : 0, l.sinks});
+  b.rope_store_attend(c.qk_norm ? l.q_norm : TensorRef{}, c.qk_norm ? l.k_norm : TensorRef{}, rope,
+                      {l.index, swa ? c.swa_window : 0, l.sinks});
   if (!c.post_norms) return b.matmul_add(l.wo, l.bo, Act::kAtt, Act::kX);
   b.matmul_norm_add(l.wo, l.bo, Act::kAtt, l.post_attn_norm, Act::kX);
 }
@@ -35,11 +35,11 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
 }  // namespace
 
 // The operations whose fused forms (block.h) a one-token pass on the GPU runs as one kernel each: the
-// input norm with Q, K and V; Q/K norms, RoPE and the KV store; the output projection with the residual
-// add; the FFN's norm with gate, up and the GLU; the down projection with the residual add (6 launches a
-// dense layer without post-norms); with post-norms, the O and down projections each with their post-norm
-// and residual add (6 as well). The Q/K step and a post-norm with its add (a pass of several tokens, and
-// MoE's output) are fused for passes of any size.
+// input norm with Q, K and V; Q/K norms, RoPE, the KV store and attention; the output projection with
+// the residual add; the FFN's norm with gate, up and the GLU; the down projection with the residual add
+// (5 launches a dense layer without post-norms); with post-norms, the O and down projections each with
+// their post-norm and residual add (5 as well). Q/K norms, RoPE and the KV store (without attention),
+// and a post-norm with its add (a pass of several tokens, and MoE's output) are fused for passes of any size.
 void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   attention(c, l, b);
   ffn(c, l, b);

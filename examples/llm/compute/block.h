@@ -99,6 +99,15 @@ class Backend {
     head_norm_rope(Act::kK, k_norm, rope);
     store_kv(layer);
   }
+  // rope_store_kv, then attend(p): the token's own Q/K heads and cache row, then its attention. kK's
+  // contents after it are unspecified (a kernel that rotates each K head in its attention's launch reads
+  // K as the product wrote it in every block that needs it and writes only the cache). A token's values
+  // are the same either way: its Q and K heads normed and rotated by the same operations, its K and V
+  // rounded to halves as the cache stores them, then the same scores, softmax and sums.
+  virtual void rope_store_attend(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, const AttnParams& p) {
+    rope_store_kv(q_norm, k_norm, rope, p.layer);
+    attend(p);
+  }
   // x += y's RMS norm times w (a post-norm, then the residual add): norm y in place, then add. y's
   // contents after it are unspecified (a fused kernel adds the normed values without storing them).
   virtual void norm_add(Act y, const TensorRef& w, Act x) {

@@ -95,24 +95,36 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
 // so every head has the same bits whichever way it is launched. The order is the operations': a head's
 // norm, then its RoPE, and the store reads K after its own head's RoPE (__syncwarp: the warp's writes
 // are visible to its lanes) and V as the matrix wrote it; nothing else reads or writes these heads.
-__global__ void rope_store_kernel(float* q, float* k, const float* v, uint32_t q_heads, uint32_t kv_heads, uint32_t head_dim,
-                                  uint32_t n_rot, const float* q_norm, const float* k_norm, float eps, const uint32_t* positions,
-                                  RopeParams rope, RopeLayout layout, const uint32_t* slots, uint32_t n_ctx, __half* kc, __half* vc) {
-  const uint32_t t = blockIdx.y, lane = threadIdx.x, pos = positions[t];
-  const bool is_q = blockIdx.x < q_heads;
-  const uint32_t j = is_q ? blockIdx.x : blockIdx.x - q_heads, heads = is_q ? q_heads : kv_heads;
-  float* h = (is_q ? q : k) + (uint64_t(t) * heads + j) * head_dim;
-  const float* norm_w = is_q ? q_norm : k_norm;
+// One head (in global or shared memory) normed by norm_w where given, then rotated at pos, by one warp:
+// the arithmetic of every Q/K head of a pass (rope_store_kernel, and attention_kernel's own token).
+struct HeadRope {
+  uint32_t head_dim, n_rot;
+  float eps;
+  RopeParams rope;
+  RopeLayout layout;
+};
+__device__ inline void norm_rope_head(float* h, const float* norm_w, uint32_t pos, const HeadRope& r, uint32_t lane) {
+  const uint32_t head_dim = r.head_dim;
   if (norm_w) {
     float ss = 0.0f;
     for (uint32_t i = lane; i < head_dim; i += 32) ss += h[i] * h[i];
     ss = warp_sum(ss);
-    const float scale = 1.0f / sqrtf(ss / float(head_dim) + eps);
+    const float scale = 1.0f / sqrtf(ss / float(head_dim) + r.eps);
     __syncwarp();
     for (uint32_t i = lane; i < head_dim; i += 32) h[i] = h[i] * scale * norm_w[i];
     __syncwarp();
   }
-  for (uint32_t i = lane; i < n_rot / 2; i += 32) rope_pair_of(h, i, n_rot, pos, rope, layout);
+  for (uint32_t i = lane; i < r.n_rot / 2; i += 32) rope_pair_of(h, i, r.n_rot, pos, r.rope, r.layout);
+}
+
+__global__ void rope_store_kernel(float* q, float* k, const float* v, uint32_t q_heads, uint32_t kv_heads, const float* q_norm,
+                                  const float* k_norm, HeadRope r, const uint32_t* positions, const uint32_t* slots, uint32_t n_ctx,
+                                  __half* kc, __half* vc) {
+  const uint32_t t = blockIdx.y, lane = threadIdx.x, pos = positions[t], head_dim = r.head_dim;
+  const bool is_q = blockIdx.x < q_heads;
+  const uint32_t j = is_q ? blockIdx.x : blockIdx.x - q_heads, heads = is_q ? q_heads : kv_heads;
+  float* h = (is_q ? q : k) + (uint64_t(t) * heads + j) * head_dim;
+  norm_rope_head(h, is_q ? q_norm : k_norm, pos, r, lane);
   if (is_q || !kc) return;
   __syncwarp();
   const uint64_t kv_dim = uint64_t(kv_heads) * head_dim, at = (uint64_t(slots[t]) * n_ctx + pos) * kv_dim + uint64_t(j) * head_dim;
@@ -145,13 +157,31 @@ __global__ void store_kv_kernel(const float* k, const float* v, uint32_t n, uint
 // position doing a whole dot product, and one thread per dimension walking every position (16-25 µs a
 // layer on an H200, as much as a matrix-vector product). A token's result depends only on its position,
 // never on the pass it is in or on the other sequences there, so passes of 1..32 tokens keep one
-// another's bits. Dynamic shared memory: attention_shared_bytes(head_dim). Scores: blockIdx.y's row.
+// another's bits. Dynamic shared memory: attention_shared_bytes(head_dim, own). Scores: blockIdx.y's row.
+//
+// With `own` (Backend::rope_store_attend, a pass of one token: one launch fewer a layer, issue 36), the
+// token's Q and K heads come as the matrices wrote them: before anything else warp 0 norms and rotates
+// the block's Q head in place (the block owns it) and warp 1 a copy of its KV head's K in shared memory,
+// each by norm_rope_head as rope_store_kernel does (the same operations, so the same values); the
+// group's first block writes that K head and V's as halves into the cache at the token's place (K's
+// activation keeps the product's values: every block of the group reads it). For its own position a
+// block reads K and V from its shared halves (the values the cache row holds: the same rounding), every
+// other position from the cache, which the pass does not write; the scores, the softmax and the sums
+// are then the kernel's without `own`, in the same order.
 constexpr uint32_t kAttnWarps = kThreads / 32;
-inline uint32_t attention_shared_bytes(uint32_t head_dim) { return (1 + kAttnWarps) * head_dim * sizeof(float); }
-__global__ void attention_kernel(const float* q, const __half* kc, const __half* vc, uint32_t kv_dim, uint32_t head_dim,
+inline uint32_t attention_shared_bytes(uint32_t head_dim, bool own = false) {
+  return (1 + kAttnWarps + (own ? 1 : 0)) * head_dim * sizeof(float) + (own ? 2 * head_dim * sizeof(__half) : 0);
+}
+struct OwnToken {  // attention_kernel's `own`: the token's Q, K and V heads, norms, RoPE
+  const float *k = nullptr, *v = nullptr;  // as the products wrote them (k is not written: the group's blocks each copy it)
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  HeadRope r;
+};
+template <bool kOwn>
+__global__ void attention_kernel(float* q, __half* kc, __half* vc, uint32_t kv_dim, uint32_t head_dim,
                                  uint32_t group, uint32_t window, const uint32_t* positions, const uint32_t* slots,
                                  uint64_t slot_stride, uint32_t t0, float scale, const float* sinks, float* scores,
-                                 uint32_t n_ctx, float* out) {
+                                 uint32_t n_ctx, float* out, OwnToken own) {
   extern __shared__ float attn_shared[];
   float* qs = attn_shared;                // the query head
   float* part = attn_shared + head_dim;  // [warp][head_dim]: each warp's share of the weighted sum
@@ -163,11 +193,35 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
   float* sc = scores + (uint64_t(blockIdx.y) * gridDim.x + h) * n_ctx;
   kc += slots[token] * slot_stride;
   vc += slots[token] * slot_stride;
+  [[maybe_unused]] const __half *own_k = nullptr, *own_v = nullptr;  // kOwn: position pos's K and V halves
+  if constexpr (kOwn) {
+    float* kf = part + kAttnWarps * head_dim;
+    __half* kh = reinterpret_cast<__half*>(kf + head_dim);
+    __half* vh = kh + head_dim;
+    const uint64_t kv_at = uint64_t(token) * kv_dim + kvh * head_dim;
+    if (warp == 0) {
+      norm_rope_head(q + head * head_dim, own.q_norm, pos, own.r, lane);
+    } else if (warp == 1) {
+      for (uint32_t i = lane; i < head_dim; i += 32) kf[i] = own.k[kv_at + i];
+      __syncwarp();
+      norm_rope_head(kf, own.k_norm, pos, own.r, lane);
+      __syncwarp();
+      const bool writer = h % group == 0;
+      const uint64_t at = uint64_t(pos) * kv_dim + kvh * head_dim;
+      for (uint32_t i = lane; i < head_dim; i += 32) {
+        kh[i] = __float2half_rn(kf[i]);
+        vh[i] = __float2half_rn(own.v[kv_at + i]);
+        if (writer) kc[at + i] = kh[i], vc[at + i] = vh[i];
+      }
+    }
+    __syncthreads();
+    own_k = kh, own_v = vh;
+  }
   for (uint32_t i = threadIdx.x; i < head_dim; i += blockDim.x) qs[i] = q[head * head_dim + i];
   __syncthreads();
   float mx = -INFINITY;
   for (uint32_t p = first + warp; p <= pos; p += kAttnWarps) {
-    const __half* kp = kc + uint64_t(p) * kv_dim + kvh * head_dim;
+    const __half* kp = kOwn && p == pos ? own_k : kc + uint64_t(p) * kv_dim + kvh * head_dim;
     float s = 0.0f;
     for (uint32_t i = lane; i < head_dim; i += 32) s += qs[i] * __half2float(kp[i]);
     s = warp_sum(s) * scale;  // every lane holds the sum
@@ -191,8 +245,10 @@ __global__ void attention_kernel(const float* q, const __half* kc, const __half*
   sum = with_sink_sum(sum, sink, mx);
   for (uint32_t i = lane; i < head_dim; i += 32) {
     float acc = 0.0f;
-    for (uint32_t p = first + warp; p <= pos; p += kAttnWarps)
-      acc += sc[p] / sum * __half2float(vc[uint64_t(p) * kv_dim + kvh * head_dim + i]);
+    for (uint32_t p = first + warp; p <= pos; p += kAttnWarps) {
+      const __half* vp = kOwn && p == pos ? own_v : vc + uint64_t(p) * kv_dim + kvh * head_dim;
+      acc += sc[p] / sum * __half2float(vp[i]);
+    }
     part[warp * head_dim + i] = acc;
   }
   __syncthreads();
@@ -445,6 +501,8 @@ void rms_norm(cudaStream_t s, const float* x, const uint8_t* w, uint32_t dim, ui
 const float* f32(const WeightView& v, const TensorRef& t) {
   return t.present ? reinterpret_cast<const float*>(v.at(t)) : nullptr;
 }
+// The per-head norm and RoPE arguments of a layer's Q/K heads (norm_rope_head).
+HeadRope head_rope(const ModelConfig& c, const RopeParams& rope) { return {c.head_dim, c.n_rot, c.rms_eps, rope, c.rope}; }
 
 // The selected experts' bias rows (F32, resident in the layer's view: small beside the matrices) added to
 // their k outputs; nothing where the model has none.
@@ -492,17 +550,16 @@ void GpuForward::head_norm_rope(Act qk, const TensorRef& norm, const RopeParams&
   const uint32_t heads = act_width(c_, qk) / c_.head_dim;
   const bool q = qk == Act::kQ;
   const float* nw = f32(view_, norm);
-  rope_store_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(q_, k_, v_, q ? heads : 0, q ? 0 : heads, c_.head_dim, c_.n_rot,
-                                                         q ? nw : nullptr, q ? nullptr : nw, c_.rms_eps, positions(), rope, c_.rope,
-                                                         slots(), n_ctx_, nullptr, nullptr);
+  rope_store_kernel<<<dim3(heads, n_), 32, 0, stream_>>>(q_, k_, v_, q ? heads : 0, q ? 0 : heads, q ? nw : nullptr, q ? nullptr : nw,
+                                                         head_rope(c_, rope), positions(), slots(), n_ctx_, nullptr, nullptr);
   device::check_cuda(cudaGetLastError(), "Q/K norm and RoPE kernel");
 }
 
 void GpuForward::rope_store_kv(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, uint32_t layer) {
   const uint64_t at = kv_layer_offset(layer);
   rope_store_kernel<<<dim3(c_.n_head + c_.n_head_kv, n_), 32, 0, stream_>>>(
-      q_, k_, v_, c_.n_head, c_.n_head_kv, c_.head_dim, c_.n_rot, f32(view_, q_norm), f32(view_, k_norm), c_.rms_eps, positions(),
-      rope, c_.rope, slots(), n_ctx_, reinterpret_cast<__half*>(k_cache_) + at, reinterpret_cast<__half*>(v_cache_) + at);
+      q_, k_, v_, c_.n_head, c_.n_head_kv, f32(view_, q_norm), f32(view_, k_norm), head_rope(c_, rope), positions(), slots(), n_ctx_,
+      reinterpret_cast<__half*>(k_cache_) + at, reinterpret_cast<__half*>(v_cache_) + at);
   device::check_cuda(cudaGetLastError(), "Q/K norm, RoPE and KV store kernel");
 }
 
@@ -544,12 +601,24 @@ void GpuForward::attend_small(const AttnParams& p, uint32_t first, uint32_t coun
   const uint64_t layer_off = kv_layer_offset(p.layer);
   for (uint32_t t0 = first; t0 < first + count; t0 += score_rows_) {
     const uint32_t n = std::min(score_rows_, first + count - t0);
-    attention_kernel<<<dim3(c_.n_head, n), kThreads, attention_shared_bytes(c_.head_dim), stream_>>>(
-        q_, reinterpret_cast<const __half*>(k_cache_) + layer_off, reinterpret_cast<const __half*>(v_cache_) + layer_off,
-        c_.kv_dim(), c_.head_dim, c_.n_head / c_.n_head_kv, p.window, positions(), slots(), uint64_t(n_ctx_) * c_.kv_dim(), t0,
-        c_.attn_scale, f32(view_, p.sinks), scores_, n_ctx_, att_);
+    attention_kernel<false><<<dim3(c_.n_head, n), kThreads, attention_shared_bytes(c_.head_dim), stream_>>>(
+        q_, reinterpret_cast<__half*>(k_cache_) + layer_off, reinterpret_cast<__half*>(v_cache_) + layer_off, c_.kv_dim(), c_.head_dim,
+        c_.n_head / c_.n_head_kv, p.window, positions(), slots(), uint64_t(n_ctx_) * c_.kv_dim(), t0, c_.attn_scale,
+        f32(view_, p.sinks), scores_, n_ctx_, att_, OwnToken{});
     device::check_cuda(cudaGetLastError(), "attention kernel");
   }
+}
+
+// One token: its Q/K norms, RoPE and KV store in its attention's launch (attention_kernel's `own`).
+void GpuForward::rope_store_attend(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, const AttnParams& p) {
+  if (n_ != 1) return Backend::rope_store_attend(q_norm, k_norm, rope, p);
+  const uint64_t layer_off = kv_layer_offset(p.layer);
+  const OwnToken own{k_, v_, f32(view_, q_norm), f32(view_, k_norm), head_rope(c_, rope)};
+  attention_kernel<true><<<dim3(c_.n_head, 1), kThreads, attention_shared_bytes(c_.head_dim, true), stream_>>>(
+      q_, reinterpret_cast<__half*>(k_cache_) + layer_off, reinterpret_cast<__half*>(v_cache_) + layer_off, c_.kv_dim(), c_.head_dim,
+      c_.n_head / c_.n_head_kv, p.window, positions(), slots(), uint64_t(n_ctx_) * c_.kv_dim(), 0, c_.attn_scale, f32(view_, p.sinks),
+      scores_, n_ctx_, att_, own);
+  device::check_cuda(cudaGetLastError(), "Q/K norm, RoPE, KV store and attention kernel");
 }
 
 void GpuForward::glu(Act gate, Act up, FfnAct a) {

@@ -149,6 +149,8 @@ class GpuForward final : public Backend {
   void norm_add(Act y, const TensorRef& w, Act x) override;
   // One token's product with its post-norm and residual add in one launch (gpu_matvec_norm_add).
   void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) override;
+  // One token's Q/K norms, RoPE and KV store in its attention's launch.
+  void rope_store_attend(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, const AttnParams& p) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, a slot it has not, or a position
   // past n_ctx. Copies the tokens' ids, positions and slots to the GPU (the kernels read them there).
   void set_pass(std::span<const PassToken> tokens) override;
