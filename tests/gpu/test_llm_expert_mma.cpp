@@ -1,6 +1,6 @@
 // The grouped MoE's expert products on the tensor cores (examples/llm/compute/gpu_expert_mma.h), for
-// every weight type: a stack of 5 experts whose tokens make full, partial, single and no tiles, over
-// rows that end in a partial tile; each output within gemm_error_bound (the dense prompt product's
+// every weight type: a stack of 5 experts whose tokens make full, partial, single and no tiles (and
+// empty tiles after the last, as a launch over a bound has), over rows that end in a partial tile; each output within gemm_error_bound (the dense prompt product's
 // bound, gpu_gemm.h) of the exact product plus the expert's bias; the same experts found through a
 // fetch's table in a scratchpad laid out otherwise give the same bits; an expert whose read failed, or a
 // table naming another expert, gives NaN for its tile and leaves the others alone. Then in the engine: a
@@ -21,6 +21,7 @@
 
 #include "device_array.h"
 #include "examples/llm/compute/gpu_expert_mma.h"
+#include "examples/llm/compute/gpu_moe_group.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/quant/weight_types.h"
@@ -51,14 +52,89 @@ double exact_dot(GgmlType t, const uint8_t* row, uint32_t cols, const float* x) 
   return s;
 }
 
+// The grouping gpu_group_by_expert must make (gpu_moe_group.h), on the host: GroupedMoe::group's.
+struct Grouping {
+  std::vector<uint32_t> rows, pos, used;
+  std::vector<ExpertTile> tiles;
+};
+Grouping group_on_host(const std::vector<uint32_t>& routes, uint32_t n, uint32_t k, uint32_t n_expert, uint32_t max_tiles) {
+  std::vector<uint32_t> count(n_expert), first(n_expert);
+  for (uint32_t i = 0; i < n * k; ++i) ++count[routes[size_t(i / k) * 2 * k + i % k]];
+  Grouping g;
+  g.rows.resize(size_t(n) * k), g.pos.resize(size_t(n) * k), g.tiles.assign(max_tiles, ExpertTile{});
+  uint32_t next = 0, tiles = 0;
+  for (uint32_t e = 0; e < n_expert; ++e) {
+    first[e] = next;
+    for (uint32_t r = 0; r < count[e]; r += kExpertTileTokens)
+      g.tiles[tiles++] = {e, uint32_t(g.used.size()) % k, next + r, std::min(kExpertTileTokens, count[e] - r)};
+    if (count[e]) g.used.push_back(e);
+    next += count[e];
+  }
+  for (uint32_t i = 0; i < n * k; ++i) {
+    const uint32_t r = first[routes[size_t(i / k) * 2 * k + i % k]]++;
+    g.rows[r] = i / k, g.pos[i] = r;
+  }
+  return g;
+}
+
 }  // namespace
+
+TEST_CASE("MoE tokens grouped by expert on the device: the host's grouping, its empty tiles to the bound", "[gpu][llm][gemm]") {
+  REQUIRE_GPU();
+  struct Case {
+    uint32_t n, k, n_expert;
+    bool skewed;  // most choices on a few experts: full tiles, and most experts with no token
+  };
+  const Case c = GENERATE(Case{1, 8, 128, false}, Case{7, 8, 128, false}, Case{33, 2, 8, false}, Case{517, 8, 128, false},
+                          Case{512, 8, 128, true}, Case{300, 4, 300, false}, Case{64, 1, 1, false}, Case{2048, 8, 128, true});
+  CAPTURE(c.n, c.k, c.n_expert, c.skewed);
+  std::mt19937 rng(c.n * 131 + c.n_expert);
+  std::vector<uint32_t> routes(size_t(c.n) * 2 * c.k);
+  for (uint32_t t = 0; t < c.n; ++t) {
+    std::vector<uint32_t> ids(c.n_expert);
+    for (uint32_t e = 0; e < c.n_expert; ++e) ids[e] = e;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    if (c.skewed && t % 4 != 0)  // three tokens of four choose experts 0 .. k-1
+      for (uint32_t j = 0; j < c.k; ++j) std::swap(ids[j], *std::find(ids.begin(), ids.end(), j));
+    for (uint32_t j = 0; j < c.k; ++j) {
+      routes[size_t(t) * 2 * c.k + j] = ids[j];
+      const float w = 1.0f / float(c.k);
+      std::memcpy(&routes[size_t(t) * 2 * c.k + c.k + j], &w, 4);
+    }
+  }
+  const uint32_t rows = c.n * c.k, max_tiles = expert_tiles_bound(rows, c.n_expert) + 5;
+  const Grouping want = group_on_host(routes, c.n, c.k, c.n_expert, max_tiles);
+  DeviceArray<uint32_t> droutes(routes), drows(std::vector<uint32_t>(rows, ~0u)), dpos(std::vector<uint32_t>(rows, ~0u)),
+      dused(std::vector<uint32_t>(c.n_expert, ~0u));
+  DeviceArray<ExpertTile> dtiles(std::vector<ExpertTile>(max_tiles, ExpertTile{7, 7, 7, 7}));
+  gpu_group_by_expert(nullptr, droutes.p, c.n, c.k, c.n_expert, drows.p, dpos.p, dtiles.p, max_tiles, dused.p);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(drows.get(rows) == want.rows);
+  CHECK(dpos.get(rows) == want.pos);
+  const std::vector<uint32_t> used = dused.get(c.n_expert);
+  CHECK(std::vector<uint32_t>(used.begin(), used.begin() + want.used.size()) == want.used);
+  const std::vector<ExpertTile> tiles = dtiles.get(max_tiles);
+  uint32_t real = 0;
+  for (uint32_t i = 0; i < max_tiles; ++i) {
+    CAPTURE(i);
+    CHECK(tiles[i].expert == want.tiles[i].expert);
+    CHECK(tiles[i].slot == want.tiles[i].slot);
+    CHECK(tiles[i].row0 == want.tiles[i].row0);
+    CHECK(tiles[i].count == want.tiles[i].count);
+    real += tiles[i].count ? 1 : 0;
+  }
+  CHECK(real <= expert_tiles_bound(rows, c.n_expert));
+  if (c.skewed) CHECK(tiles[0].count == kExpertTileTokens);
+}
 
 TEST_CASE("grouped expert products on the tensor cores: within gemm_error_bound, fetched = resident to the bit",
           "[gpu][llm][gemm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
-  const uint32_t rows = 300, cols = GENERATE(512u, 768u);
+  // 544: a last step of 32 columns (the kernel's steps are 64 wide), for the types of 32-element blocks.
+  const uint32_t rows = 300, cols = GENERATE(512u, 768u, 544u);
   CAPTURE(gguf::ggml_type_name(uint32_t(t)), cols);
+  if (cols % gguf::ggml_traits(t).block_size != 0) SKIP("a row of this type is a whole number of its blocks");
   std::mt19937 rng(uint32_t(t) * 31 + cols);
   const std::vector<uint8_t> w = llm::test::random_rows(t, cols, uint64_t(rows) * kExperts, rng);
   const uint64_t row_bytes = w.size() / (uint64_t(rows) * kExperts), mat = row_bytes * rows;
@@ -72,6 +148,8 @@ TEST_CASE("grouped expert products on the tensor cores: within gemm_error_bound,
     total += counts[e];
     used += counts[e] ? 1 : 0;
   }
+  // Empty tiles after the last, as a launch sized by expert_tiles_bound has them: nothing read or written.
+  tiles.resize(tiles.size() + 3, ExpertTile{});
   std::vector<float> x(size_t(total) * cols), bias(size_t(kExperts) * rows);
   std::normal_distribution<float> d;
   for (float& v : x) v = d(rng);
@@ -156,6 +234,7 @@ TEST_CASE("grouped expert products in the engine: a 100-token MoE prompt, fetche
   llm::GpuExecOptions all, fetched;
   all.resident_layers = o.m.config.n_layer;
   fetched.vram_budget = fetched.ram_budget = widest;
+  *fetched.vram_budget += llm::kv_cache_bytes(o.m.config, llm::KvCacheShape{}, n_ctx);  // one layer beside the KV cache
   fetched.expert_cache_bytes = all_experts / 2;
   all.max_batch = fetched.max_batch = n_prompt;
   struct Run {

@@ -2,8 +2,9 @@
 // one projection of many experts, each by the tokens routed to it. A block takes 64 of an expert's weight
 // rows and up to 64 of its tokens (gathered into consecutive rows, gpu_moe_grouped.h): it dequantizes the
 // rows 64 columns at a time into shared memory as 16-bit values (dequant_group, the one decoder of every
-// type), next to the tokens' 16-bit vectors (gpu_gemm_inputs: scaled by powers of two into FP16's range),
-// and multiplies them with WMMA, FP32 accumulation; the epilogue undoes the tokens' scales and adds the
+// type), next to the tokens' 16-bit vectors (gpu_gemm_inputs: scaled by powers of two into FP16's range,
+// copied by cp.async), and multiplies them with WMMA, FP32 accumulation; two buffers, so that the next
+// step's loads are in flight while the warps multiply this one's (one barrier a step, not two); the epilogue undoes the tokens' scales and adds the
 // expert's bias row. The same 16-bit rounding as the dense prompt product (gpu_gemm.h, gemm_error_bound
 // bounds both), without its scratch: the weights are read quantized, as llama.cpp's MMQ reads them.
 //
@@ -45,7 +46,7 @@ struct ExpertWeights {
   uint32_t proj = 0;
 };
 
-// For each of the n_tiles tiles (device memory) and each row r < m.rows:
+// For each of the n_tiles tiles (device memory; a tile of count 0 is skipped) and each row r < m.rows:
 // y[(row0 + t) * m.rows + r] = (W_expert[r] . xh[row0 + t]) * scale[row0 + t] + bias[expert][r] for
 // t < count, enqueued on `s`. xh: the gathered rows in gemm_elem_for(m.type), m.cols wide, as
 // gpu_gemm_inputs writes them; bias: [n_expert][m.rows] floats, or null. m.cols a multiple of 32.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_moe_group.h"
 #include "examples/llm/compute/gpu_route.h"
 
 namespace gpunvme::llm {
@@ -206,17 +207,22 @@ void GroupedMoe::group(uint32_t n) {
 }
 
 // Used experts [i0, i1) at a time: the whole pass's at once when resident; K at a time when fetched, each
-// group read into the scratchpad before its products and the next group's fetch after them.
-void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer) {
+// group read into the scratchpad before its products and the next group's fetch after them. on_device
+// (resident only): grouped by gpu_group_by_expert, whose counts the host does not know.
+void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer,
+                            bool on_device) {
   using model::Projection;
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   gpu_gemm_inputs(gs, gemm_elem_for(st.gate.type), xs_, rows, E, xh_in_, scale_in_);
   uint16_t* mid = static_cast<uint16_t*>(xh_mid_);
-  for (uint32_t i0 = 0; i0 < used_n_; i0 += src ? K : used_n_) {
-    const uint32_t i1 = src ? std::min(used_n_, i0 + K) : used_n_;
-    const ExpertTile* tiles = tiles_ + tiles_of_[i0];
-    const uint32_t n_tiles = tiles_of_[i1] - tiles_of_[i0];
-    const uint32_t r0 = first_[used_host_[i0]], r1 = first_[used_host_[i1 - 1]] + count_[used_host_[i1 - 1]];
+  // Grouped on the device (resident experts only): one group of every row, over the bound's tiles.
+  const uint32_t groups = on_device ? 1 : used_n_;
+  for (uint32_t i0 = 0; i0 < groups; i0 += src ? K : groups) {
+    const uint32_t i1 = src ? std::min(used_n_, i0 + K) : groups;
+    const ExpertTile* tiles = on_device ? tiles_ : tiles_ + tiles_of_[i0];
+    const uint32_t n_tiles = on_device ? expert_tiles_bound(rows, c_.n_expert) : tiles_of_[i1] - tiles_of_[i0];
+    const uint32_t r0 = on_device ? 0 : first_[used_host_[i0]];
+    const uint32_t r1 = on_device ? rows : first_[used_host_[i1 - 1]] + count_[used_host_[i1 - 1]];
     if (src) {
       src->fetch(layer, used_ + i0, i1 - i0, gs);
       wait_fetched(*src, i1 - i0, Projection::kGate, gs);
@@ -289,6 +295,14 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   // there), the top k.
   gpu_matmul(gs, st.router, xn, n, st.router_bias, logits_);
   gpu_route_tokens(gs, logits_, n, c_.n_expert, K, routes_, c_.gating);
+  if (tensor && !src && gpu_groups(c_.n_expert)) {  // resident on the tensor cores: grouped on the device, no wait
+    gpu_group_by_expert(gs, routes_, n, K, c_.n_expert, rows_, pos_, tiles_, max_tiles_, used_);
+    gather_rows_kernel<<<uint32_t(rows), 256, 0, s>>>(xs_, xn, rows_, E);
+    run_tensor(gs, st, uint32_t(rows), nullptr, layer, true);
+    combine_kernel<<<dim3((E + 127) / 128, n), 128, 0, s>>>(acc, xs_, routes_, pos_, K, E);
+    device::check_cuda(cudaGetLastError(), "grouped MoE kernels");
+    return;
+  }
   device::check_cuda(cudaMemcpyAsync(routes_host_, routes_, rows * 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "grouped MoE routing copy");
   device::check_cuda(cudaStreamSynchronize(s), "grouped MoE routing");
   group(n);
@@ -300,7 +314,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   if (tensor) {
     device::check_cuda(cudaMemcpyAsync(tiles_, tiles_host_, tiles_of_.back() * sizeof(ExpertTile), cudaMemcpyHostToDevice, s),
                        "grouped MoE tiles");
-    run_tensor(gs, st, uint32_t(rows), src, layer);
+    run_tensor(gs, st, uint32_t(rows), src, layer, false);
   } else if (src) {
     run_fetched_fp32(gs, st, *src, layer);
   } else {

@@ -29,8 +29,10 @@
 // gate and up share a 16-bit type (gemm_elem_for); every other pass keeps the FP32 kernels' bits (decode
 // and speculative passes among them). GPUNVME_MOE_MMA=0 is the A/B switch until it is measured.
 //
-// The grouping is made on the host from the routing copied back (one stream wait per MoE layer of a
-// prompt pass): the experts' products are launched by the host, which must know each one's row count.
+// Resident experts on the tensor cores are grouped on the device (gpu_moe_group.h: no wait, the products
+// launched over a bound on the tiles); every other pass's grouping is made on the host from the routing
+// copied back (one stream wait per MoE layer): its products (the FP32 kernels' launches per expert, the
+// fetches K experts at a time) are launched by the host, which must know each one's row count.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -84,7 +86,7 @@ class GroupedMoe {
   void group(uint32_t n);
   // The tensor cores' products of the gathered rows xs_ (rows of them), outputs into xs_: the used
   // experts all at once, or through src K at a time.
-  void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer);
+  void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer, bool on_device);
   // The FP32 kernels' products of fetched experts, K at a time through a copy of their parts (stage_).
   void run_fetched_fp32(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer);
 
