@@ -102,14 +102,15 @@ GpuExpertFetcher::GpuExpertFetcher(std::vector<Member> members, const model::Str
   host::DmaOptions mem{host::HugePages::kAuto};
   mem.gpu_mapped = true;
   scratch_ = host::DmaBuffer(controller.transport(), layout.scratch_bytes(), mem);
+  scratch_maps_.reserve(members_.size());
   for (size_t i = 0; i < members_.size(); ++i) {
     Member& m = members_[i];
     if (i == 0) {
       m.dst = std::make_unique<device::DeviceBufferMap>(scratch_, page_);
       continue;
     }
-    m.mapping.emplace(m.controller->transport(), scratch_);
-    m.dst = std::make_unique<device::DeviceBufferMap>(scratch_, m.mapping->translation(), page_);
+    scratch_maps_.emplace_back(m.controller->transport(), scratch_);
+    m.dst = std::make_unique<device::DeviceBufferMap>(scratch_, scratch_maps_.back().translation(), page_);
     m.io = make_priority_stream("GPU expert fetcher: a member's stream");
     if (m.prefetch) m.pf_io = make_priority_stream("GPU expert fetcher: a member's prefetch stream");
   }

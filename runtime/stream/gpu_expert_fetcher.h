@@ -52,7 +52,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "host/controller.h"
@@ -179,7 +178,6 @@ class GpuExpertFetcher {
     host::Controller* controller = nullptr;
     GpuSubmitter* submitter = nullptr;
     GpuSubmitter* prefetch = nullptr;            // concurrent prefetches' queues, or null
-    std::optional<host::DmaMapping> mapping;     // m >= 1: the scratchpad in its controller's DMA space
     std::unique_ptr<device::DeviceBufferMap> dst;  // the scratchpad's pages as its controller reaches them
     CudaStream io, pf_io;
     uint32_t read_depth = 0, pf_read_depth = 0;  // reads in flight per queue (options.read_window_bytes); 0: the queues'
@@ -203,6 +201,7 @@ class GpuExpertFetcher {
   uint32_t max_commands_ = 0;
   uint32_t max_blocks_ = 0;          // blocks of its largest read (MDTS, the queues, options.max_command_bytes)
   host::DmaBuffer scratch_;
+  std::vector<host::DmaMapping> scratch_maps_;  // members 1..N-1: the scratchpad in their DMA space (after scratch_: unmapped first)
   DeviceArena memory_;                // the device state and every table it points to
   GpuFetcherState* state_ = nullptr;  // in memory_
   GpuFetchResult* result_ = nullptr;  // in memory_: the demand table's
