@@ -143,28 +143,27 @@ TEST_CASE("llm striped MoE: experts fetched from 2 and 3 members give the one-na
   }
   // 2 members with 4 KiB units (every part cut many times), 3 with 64 KiB (parts of a few pieces).
   for (const auto& [n, unit] : {std::pair<uint32_t, uint64_t>{2, 4096}, std::pair<uint32_t, uint64_t>{3, 64 * 1024}}) {
-    {
-      const std::string prefix = "moe" + std::to_string(n) + "u" + std::to_string(unit) + "-";
-      write_moe_model(img.devices(prefix, n, ",size=16M"), unit);
-      for (size_t c = 0; c < cases.size(); ++c) {
-        INFO(n << " members, unit " << unit << ": " << cases[c].name);
-        llm::ExecStats st;
-        const std::vector<float> got = run_with(img.devices(prefix, n), cases[c].o, &st);
-        REQUIRE(got.size() == one[c].size());
-        CHECK(std::memcmp(got.data(), one[c].data(), got.size() * sizeof(float)) == 0);
-        CHECK(st.has_experts);
-        CHECK(st.experts.tokens == one_stats[c].experts.tokens);
-        CHECK(st.experts.requested == one_stats[c].experts.requested);
-        CHECK(st.expert_pregate == one_stats[c].expert_pregate);
-        CHECK(st.expert_prefetch == one_stats[c].expert_prefetch);
-        CHECK(st.prefetch.prefetches == one_stats[c].prefetch.prefetches);
-        if (cases[c].exact_counts) {
-          CHECK(st.experts.hits == one_stats[c].experts.hits);
-          CHECK(st.experts.faults == one_stats[c].experts.faults);
-          CHECK(st.experts.bytes_read == one_stats[c].experts.bytes_read);
-        }
+    const std::string prefix = "moe" + std::to_string(n) + "u" + std::to_string(unit) + "-";
+    write_moe_model(img.devices(prefix, n, ",size=16M"), unit);
+    for (size_t c = 0; c < cases.size(); ++c) {
+      INFO(n << " members, unit " << unit << ": " << cases[c].name);
+      llm::ExecStats st;
+      const std::vector<float> got = run_with(img.devices(prefix, n), cases[c].o, &st);
+      REQUIRE(got.size() == one[c].size());
+      CHECK(std::memcmp(got.data(), one[c].data(), got.size() * sizeof(float)) == 0);
+      CHECK(st.has_experts);
+      CHECK(st.experts.tokens == one_stats[c].experts.tokens);
+      CHECK(st.experts.requested == one_stats[c].experts.requested);
+      CHECK(st.expert_pregate == one_stats[c].expert_pregate);
+      CHECK(st.expert_prefetch == one_stats[c].expert_prefetch);
+      CHECK(st.prefetch.prefetches == one_stats[c].prefetch.prefetches);
+      if (cases[c].exact_counts) {
+        CHECK(st.experts.hits == one_stats[c].experts.hits);
+        CHECK(st.experts.faults == one_stats[c].experts.faults);
+        CHECK(st.experts.bytes_read == one_stats[c].experts.bytes_read);
       }
     }
+  }
 }
 
 // The fetcher alone over 2 and 3 emulated members (one GPU submitter per member, and one more per
