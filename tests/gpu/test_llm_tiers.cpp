@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -78,7 +79,7 @@ TEST_CASE("llm tiers: VRAM + RAM + NVMe layers give the logits of every layer in
     for (const llm::LayerBytes& b : bytes) widest = std::max(widest, b.dense), all_experts += b.experts;
     llm::GpuExecOptions all, mixed;
     all.resident_layers = o.m.config.n_layer;
-    mixed.vram_budget = widest;
+    mixed.vram_budget = widest + test::run_kv_bytes(o.m);  // one layer beside the KV cache
     mixed.ram_budget = widest;
     if (experts) {
       mixed.expert_cache_bytes = all_experts / 2;  // MoE: an LRU cache of half the experts
@@ -177,7 +178,7 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
   llm::GpuExecOptions all, pre;
   all.resident_layers = o.m.config.n_layer;
-  pre.vram_budget = dense;  // no room for a whole layer's experts: all three layers fetch theirs
+  pre.vram_budget = dense + test::run_kv_bytes(o.m);  // no room for a whole layer's experts: all three layers fetch theirs
   pre.ram_budget = 0;
   pre.expert_pregate = 2;
   llm::ExecStats sa, sp;
@@ -265,6 +266,86 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   bad = off;
   bad.expert_pregate_first = 1;
   CHECK_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, bad), Catch::Matchers::ContainsSubstring("give --expert-pregate N too"));
+}
+
+// Pre-gating for passes of several tokens (GpuForward::pregate_pass): four sequences decoding together,
+// every layer's experts fetched (cache of 2k = 4 slots), the grouped path (4 tokens: the default) and the
+// token path (GPUNVME_MOE_GROUP_FETCHED=0). At layers 0 and 1 every token's next-layer routing is
+// predicted in one launch and the union's best 2 read ahead after the layer's last fetch; at layer 2 the
+// next pass's layer 0 from the log. Each pass's logits equal those of every layer in VRAM, and of the
+// same run with GPUNVME_PREGATE_PASS=0 (no prediction for such passes: none read ahead at all).
+namespace {
+struct EnvVar {
+  std::string name;
+  EnvVar(const char* n, const char* v) : name(n) { ::setenv(n, v, 1); }
+  ~EnvVar() { ::unsetenv(name.c_str()); }
+};
+// Four sequences (slots 0..3), each from its own first token at position 0, then greedy: 5 passes of 4
+// tokens; every pass's logits (4 rows).
+std::vector<std::vector<float>> four_seqs(host::Controller& c, const llm::ModelOnDevice& m, llm::GpuExecOptions o, llm::ExecStats* st) {
+  o.max_seqs = 4, o.max_batch = 4;
+  auto ex = llm::make_gpu_executor(c, m, 8, o);
+  std::vector<std::vector<float>> out;
+  std::vector<uint32_t> tok = {3, 17, 42, 99};
+  const size_t V = m.config.n_vocab;
+  for (uint32_t pos = 0; pos < 5; ++pos) {
+    std::vector<llm::PassToken> pass;
+    for (uint32_t q = 0; q < 4; ++q) pass.push_back({tok[q], q, pos, true});
+    const std::span<const float> l = ex->pass(pass);
+    REQUIRE(l.size() == 4 * V);
+    out.emplace_back(l.begin(), l.end());
+    for (uint32_t q = 0; q < 4; ++q) tok[q] = uint32_t(std::max_element(l.begin() + q * V, l.begin() + (q + 1) * V) - (l.begin() + q * V));
+  }
+  ex->finish();
+  *st = ex->stats();
+  return out;
+}
+}  // namespace
+
+TEST_CASE("llm tiers: pre-gating predicts a pass of several sequences' experts and keeps their logits", "[gpu][llm][pregate]") {
+  REQUIRE_GPU();
+  DeployedModel d(8);
+  Opened o(d.device);
+  uint64_t dense = 0;
+  for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
+  llm::GpuExecOptions all, pre;
+  all.resident_layers = o.m.config.n_layer;
+  pre.vram_budget = dense + 4 * test::run_kv_bytes(o.m);  // every layer's experts fetched (the 4 slots' KV cache beside)
+  pre.ram_budget = 0;
+  pre.expert_pregate = 2;
+  llm::ExecStats sa;
+  const auto want = four_seqs(*o.ctrl, o.m, all, &sa);
+  for (const char* group : {"4", "0"}) {  // grouped (the default from 4 tokens), token by token
+    INFO("GPUNVME_MOE_GROUP_FETCHED " << group);
+    std::optional<EnvVar> token_path;
+    if (std::string(group) == "0") token_path.emplace("GPUNVME_MOE_GROUP_FETCHED", "0");
+    llm::ExecStats on, off;
+    const auto got = four_seqs(*o.ctrl, o.m, pre, &on);
+    std::vector<std::vector<float>> got_off;
+    {
+      EnvVar no("GPUNVME_PREGATE_PASS", "0");
+      got_off = four_seqs(*o.ctrl, o.m, pre, &off);
+    }
+    CHECK(on.has_experts);
+    CHECK(on.expert_pregate == 2);
+    CHECK(on.expert_pregate_pass == 2);  // min(k, cache slots - k) = min(2, 4 - 2)
+    CHECK(on.pregate_passes == 5 * 3);   // every pass at layers 0, 1 and 2 (the next pass's layer 0)
+    CHECK(on.prefetch.prefetches == 5 * 3);
+    CHECK(on.prefetch.reads > 0);
+    CHECK(on.prefetch.hits > 0);
+    CHECK(on.prefetch.hits + on.prefetch.wasted + on.prefetch.unsettled == on.prefetch.reads);
+    CHECK(off.expert_pregate_pass == 0);
+    CHECK(off.pregate_passes == 0);
+    CHECK(off.prefetch.prefetches == 0);
+    CHECK(on.experts.tokens == off.experts.tokens);  // the same fetches (pre-gating decides only what is read early)
+    REQUIRE(got.size() == want.size());
+    REQUIRE(got_off.size() == want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("pass " << i);
+      CHECK(std::memcmp(got[i].data(), want[i].data(), want[i].size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(got_off[i].data(), want[i].data(), want[i].size() * sizeof(float)) == 0);
+    }
+  }
 }
 
 // The engine stops at a failed streamed layer (gpu_executor: LayerStreamer::throw_if_failed after

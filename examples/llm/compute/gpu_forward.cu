@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -288,6 +289,38 @@ __global__ void weighted_sum_kernel(float* acc, const float* y, const float* wei
   acc[i] = a;
 }
 
+// Pre-gating for a pass of n tokens: the union of their predicted top k (routes: [n][2k], k ids then k
+// weights as floats), best first: by how many tokens chose the expert, then by their summed weight,
+// then by id; out[0..m). Fewer than m distinct: the rest repeat the best (the fetcher's placement
+// collapses repeats). One block; shared: 2 * n_expert floats. The sums' order may vary with the
+// atomics: only the order of reads ahead can, never a routing.
+__global__ void pass_union_kernel(const uint32_t* routes, uint32_t n, uint32_t k, uint32_t n_expert, uint32_t m, uint32_t* out) {
+  extern __shared__ float union_shared[];
+  float *count = union_shared, *score = union_shared + n_expert;
+  __shared__ uint32_t distinct;
+  if (threadIdx.x == 0) distinct = 0;
+  for (uint32_t e = threadIdx.x; e < n_expert; e += blockDim.x) count[e] = 0.0f, score[e] = 0.0f;
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < n * k; i += blockDim.x) {
+    const uint32_t* r = routes + uint64_t(i / k) * 2 * k;
+    const uint32_t e = r[i % k];
+    if (e >= n_expert) continue;
+    atomicAdd(&count[e], 1.0f);
+    atomicAdd(&score[e], __uint_as_float(r[k + i % k]));
+  }
+  __syncthreads();
+  for (uint32_t e = threadIdx.x; e < n_expert; e += blockDim.x) {
+    if (count[e] == 0.0f) continue;
+    atomicAdd(&distinct, 1u);
+    uint32_t rank = 0;
+    for (uint32_t f = 0; f < n_expert && rank < m; ++f)
+      rank += count[f] > count[e] || (count[f] == count[e] && (score[f] > score[e] || (score[f] == score[e] && f < e)));
+    if (rank < m) out[rank] = e;
+  }
+  __syncthreads();
+  for (uint32_t i = distinct + threadIdx.x; i < m; i += blockDim.x) out[i] = out[0];
+}
+
 // x[token] = scale * embedding row ids[token], for token = blockIdx.y.
 __global__ void embed_kernel(GgmlType t, const uint8_t* table, uint64_t row_bytes, const uint32_t* ids, float scale, float* x,
                              uint32_t n) {
@@ -407,12 +440,15 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
-  if (c.is_moe()) {
-    xn_pre_ = alloc<float>(c.n_embd, t);
-    router_pre_ = alloc<float>(c.n_expert, t);
+  if (c.is_moe()) {  // pre-gating: a row per token of a pass (pregate_pass)
+    xn_pre_ = alloc<float>(B * c.n_embd, t);
+    router_pre_ = alloc<float>(B * c.n_expert, t);
     pred_ = alloc<uint32_t>(2 * uint64_t(c.n_expert_used), t);
+    routes_pre_ = alloc<uint32_t>(B * 2 * c.n_expert_used, t);
+    device::check_cuda(cudaMallocHost(&pred_host_, c.n_expert_used * sizeof(uint32_t)), "cudaMallocHost");
     device::check_cuda(cudaEventCreateWithFlags(&pre_x_, cudaEventDisableTiming), "pre-gating event");
     device::check_cuda(cudaEventCreateWithFlags(&pre_read_, cudaEventDisableTiming), "pre-gating event");
+    device::check_cuda(cudaEventCreateWithFlags(&pred_copied_, cudaEventDisableTiming), "pre-gating event");
   }
   const uint64_t K = c.n_expert_used > 0 ? c.n_expert_used : 1;
   moe_gate_ = alloc<float>(K * c.n_ff, t);
@@ -444,10 +480,12 @@ GpuForward::~GpuForward() {
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
                   (void*)pass_dev_, (void*)norm_done_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
-                  (void*)xn_pre_, (void*)router_pre_, (void*)pred_})
+                  (void*)xn_pre_, (void*)router_pre_, (void*)pred_, (void*)routes_pre_})
     cudaFree(p);
+  if (pred_host_) cudaFreeHost(pred_host_);
   if (pre_x_) cudaEventDestroy(pre_x_);
   if (pre_read_) cudaEventDestroy(pre_read_);
+  if (pred_copied_) cudaEventDestroy(pred_copied_);
   cudaFreeHost(logits_host_);
   for (uint32_t i = 0; i < 2; ++i) {
     cudaFreeHost(pass_host_[i]);
@@ -629,19 +667,30 @@ void GpuForward::glu(Act gate, Act up, FfnAct a) {
 
 // Token by token: each token routes to its own experts (fetched for it when they stream). A prompt pass:
 // expert by expert (gpu_moe_grouped.h), fetched experts too where their products take the tensor cores.
+//
+// Pre-gating for a pass of several tokens (pregate_pass) runs after the layer's last fetch of the pass:
+// an earlier one would be settled, cut and evicted by this layer's own later fetches (the fetcher keeps
+// a prediction's experts only until the next fetch's faults need their slots). So only where that last
+// fetch is a decode group's (grouped, or the last token's on the token path): a prompt segment's
+// tensor-core fetches read nearly every expert, and the drive does not idle there.
 void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
   const bool tensor = grouped_ && grouped_->tensor_cores(l.gate_exps.type, l.up_exps.type);
   for (const Group& g : groups_) {  // a long segment's rows grouped; a short one's token by token (the header's rule)
     const uint64_t at = uint64_t(g.first) * c_.n_embd;
     const bool small_fetched = src_ && !g.fast && grouped_ && grouped_->groups_fetched(g.count);
+    const bool last = &g == &groups_.back() && n_ > 1 && src_;  // the pass's last fetch of the layer is in g
     if (grouped_ && ((g.fast && (!src_ || tensor)) || small_fetched)) {
       const WeightView& v = view_;
       const auto stack = [&](const TensorRef& t) { return matrix(t, src_ ? nullptr : v.at(t)); };  // fetched: the shape
       const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b), stack(l.gate_exps), stack(l.up_exps),
                             stack(l.down_exps), f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
-      grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at, src_, l.index, g.fast);
+      const bool pre = last && small_fetched;
+      const std::function<void()> after_fetches = [&] { if (pre) pregate_pass(l, *src_); };
+      grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at, src_, l.index, g.fast,
+                    small_fetched ? predicted_on_host(l.index) : std::span<const uint32_t>{}, after_fetches);
     } else {
-      for (uint32_t t = g.first; t < g.first + g.count; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+      for (uint32_t t = g.first; t < g.first + g.count; ++t)
+        moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t, last && t + 1 == n_ && !g.fast);
     }
   }
   device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
@@ -783,7 +832,7 @@ std::vector<float> GpuForward::read(Act a) {
 // VRAM: each projection of the k experts in one launch. Fetched experts: expert by expert, each kernel
 // after the wait for the part it reads (an overlapped fetch streams the rest meanwhile). Either way the
 // same products, the same GLU and one weighted sum in routing order: the same bits.
-void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
+void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here) {
   cudaStream_t s = stream_;
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const WeightView& v = view_;
@@ -802,6 +851,7 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
   } else {
     src->fetch(l.index, experts_, K, stream_);
     if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
+    else if (pregate_here) pregate_pass(l, *src);  // the pass's last fetch of this layer: for all its tokens
     for (uint32_t k = 0; k < K; ++k) {
       float* g = moe_gate_ + uint64_t(k) * F;
       launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g);
@@ -850,6 +900,52 @@ void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
   if (next) route(reinterpret_cast<gpu_stream_t>(side), *next, p.view, xn_pre_, router_pre_, pred_);
   device::check_cuda(cudaGetLastError(), "pre-gating kernels");
   src.prefetch_predicted(p.layer, pred_, n);
+  pred_layer_ = ~0u;  // pred_ holds no pass's prediction now
+}
+
+// The same for a pass of n > 1 tokens: the next fetched layer's ffn norm and router on all n rows of x_
+// (one launch each: the batched product and gpu_route_tokens, whose rows have route()'s bits, so each
+// token's prediction is the routing it predicts, on an earlier state), then the union of the n
+// top-k's, best first (pass_union_kernel), of which min(pass, n * experts) are read ahead: at most what
+// the fetcher's cache holds beside the fetch in use (the executor's bound), so the reads evict none of
+// this layer's experts. Its ids are also copied to the host for the grouped path's order
+// (predicted_on_host). A source's own ids (the next pass's first fetched layer) are read as pregate()
+// reads them.
+void GpuForward::pregate_pass(const LayerWeights& l, ExpertSource& src) {
+  ExpertSource::PregateTarget p;
+  if (!src.pregate_target(l.index, p) || p.pass == 0) return;
+  const cudaStream_t side = reinterpret_cast<cudaStream_t>(src.pregate_stream());
+  const gpu_stream_t gside = reinterpret_cast<gpu_stream_t>(side);
+  const uint32_t K = c_.n_expert_used;
+  const uint32_t m = p.ids ? std::min(p.experts, K) : std::min({p.pass, p.experts * n_, K});
+  if (m == 0) return;
+  device::check_cuda(cudaEventRecord(pre_x_, stream_), "pre-gating event");
+  device::check_cuda(cudaStreamWaitEvent(side, pre_x_, 0), "pre-gating wait");
+  const LayerWeights* next = p.ids ? nullptr : &w_.layers.at(p.layer);
+  if (next)
+    rms_norm(side, x_, p.view.at(next->ffn_norm), c_.n_embd, n_, c_.rms_eps, xn_pre_);
+  else
+    device::check_cuda(cudaMemcpyAsync(pred_, p.ids, m * sizeof(uint32_t), cudaMemcpyDeviceToDevice, side), "pre-gating ids");
+  device::check_cuda(cudaEventRecord(pre_read_, side), "pre-gating event");
+  pre_pending_ = true;
+  if (next) {
+    enqueue_matmul(side, next->gate_inp, p.view.at(next->gate_inp), xn_pre_, n_, f32(p.view, next->gate_inp_b), router_pre_);
+    gpu_route_tokens(gside, router_pre_, n_, c_.n_expert, K, routes_pre_, c_.gating);
+    pass_union_kernel<<<1, kThreads, 2 * c_.n_expert * sizeof(float), side>>>(routes_pre_, n_, K, c_.n_expert, m, pred_);
+  }
+  device::check_cuda(cudaMemcpyAsync(pred_host_, pred_, m * sizeof(uint32_t), cudaMemcpyDeviceToHost, side), "pre-gating ids");
+  device::check_cuda(cudaEventRecord(pred_copied_, side), "pre-gating event");
+  device::check_cuda(cudaGetLastError(), "pre-gating kernels");
+  pred_layer_ = p.layer, pred_n_ = m;
+  ++pass_pregates_;
+  src.prefetch_predicted(p.layer, pred_, m);
+}
+
+std::span<const uint32_t> GpuForward::predicted_on_host(uint32_t layer) {
+  if (pred_layer_ != layer || pred_n_ == 0) return {};
+  // Enqueued a layer or more ago on the side stream, ahead of the prefetch's kernels: done by now.
+  device::check_cuda(cudaEventSynchronize(pred_copied_), "pre-gating ids");
+  return {pred_host_, pred_n_};
 }
 
 void GpuForward::layer(const LayerWeights& l, WeightView v, ExpertSource* experts) {

@@ -59,11 +59,15 @@ class ExpertSource {
   // A source may also name ids of its own (`ids`, device memory, best first): the forward pass then
   // reads those ahead instead of computing the router (the next pass's first fetched layer, predicted
   // by this pass's routing there: nothing of the next token is known yet).
+  // A pass of several tokens predicts for all of them (GpuForward::pregate_pass): the union of their
+  // predicted experts, best first, at most `pass` of it (0: no pre-gating for such passes), read ahead
+  // after the layer's last fetch of the pass.
   struct PregateTarget {
     uint32_t layer = 0;    // the layer predicted
     WeightView view;       // its weights (the norm and router are read), unless ids is set
     uint32_t experts = 0;  // how many of the predicted ids to read ahead (1 .. k)
     const uint32_t* ids = nullptr;  // the source's own prediction, or null
+    uint32_t pass = 0;     // a pass of n > 1 tokens: at most min(pass, n * experts) of the union
   };
   virtual bool pregate_target(uint32_t /*layer*/, PregateTarget& /*out*/) const { return false; }
   virtual gpu_stream_t pregate_stream() const { return nullptr; }
@@ -124,6 +128,8 @@ class GpuForward final : public Backend {
   uint64_t device_bytes() const { return device_bytes_; }
   uint64_t kv_bytes() const { return kv_bytes_; }
   bool kv_in_host() const { return kv_.host; }
+  // Pre-gating's predictions made for passes of several tokens (pregate_pass), since construction.
+  uint64_t pass_pregates() const { return pass_pregates_; }
 
   // Backend (block.h): kernels enqueued on the compute stream, weights read through the current
   // layer's view. moe() keeps the GPU's expert machinery to itself: experts fetched after routing
@@ -167,11 +173,16 @@ class GpuForward final : public Backend {
   void before_residual_write(Act x);
   // Whether long passes' attention takes the flash kernel (fast kernels on, heads narrow enough for it).
   bool flash() const;
-  void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
+  // pregate_here: after this token's fetch, the pass's prediction (its last fetch of the layer).
+  void moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here = false);
   // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
   void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
   std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather);
   void pregate(const LayerWeights& l, ExpertSource& experts);
+  void pregate_pass(const LayerWeights& l, ExpertSource& experts);
+  // The pass's last prediction for layer `layer`, best first, on the host (empty: none): the grouped
+  // path fetches those experts first (gpu_moe_grouped.h).
+  std::span<const uint32_t> predicted_on_host(uint32_t layer);
   void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
   uint64_t kv_layer_offset(uint32_t layer) const;
   void alloc_kv_cache();  // halves to the layer's block of the cache; throws outside it
@@ -223,6 +234,14 @@ class GpuForward final : public Backend {
   uint32_t* pred_ = nullptr;
   struct CUevent_st *pre_x_ = nullptr, *pre_read_ = nullptr;
   bool pre_pending_ = false;  // the compute stream must wait for pre_read_ before x_ changes
+  // A pass of several tokens (pregate_pass): xn_pre_ and router_pre_ hold max_batch rows, routes_pre_
+  // each token's top k ([max_batch][2k]); pred_ the union, copied to pred_host_ (pinned) for the grouped
+  // path's order (pred_copied_ after it; pred_layer_: the layer it predicts, ~0u: none).
+  uint32_t* routes_pre_ = nullptr;
+  uint32_t* pred_host_ = nullptr;
+  struct CUevent_st* pred_copied_ = nullptr;
+  uint32_t pred_layer_ = ~0u, pred_n_ = 0;
+  uint64_t pass_pregates_ = 0;
   // Passes of more than kSmallPassTokens tokens: their layer matrices on the tensor cores (null: none).
   std::unique_ptr<TensorGemm> gemm_;
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).

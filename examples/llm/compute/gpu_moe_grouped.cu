@@ -171,7 +171,7 @@ GroupedMoe::~GroupedMoe() {
   for (void* p : {(void*)routes_host_, (void*)rows_host_, (void*)tiles_host_, (void*)used_host_}) cudaFreeHost(p);
 }
 
-void GroupedMoe::group(uint32_t n) {
+void GroupedMoe::group(uint32_t n, std::span<const uint32_t> first) {
   const uint32_t K = c_.n_expert_used;
   std::fill(count_.begin(), count_.end(), 0u);
   for (uint32_t t = 0; t < n; ++t)
@@ -180,8 +180,16 @@ void GroupedMoe::group(uint32_t n) {
       if (e >= c_.n_expert) throw std::runtime_error("grouped MoE: the routing chose expert " + std::to_string(e) + " of " + std::to_string(c_.n_expert));
       ++count_[e];
     }
+  // The used experts in fetch order: `first`'s (used, once each) then the rest by id; each one's rows
+  // after the previous one's, so that a fetched group of K consecutive ones has consecutive rows.
+  order_.clear();
+  for (uint32_t e : first)
+    if (e < c_.n_expert && count_[e] && std::find(order_.begin(), order_.end(), e) == order_.end()) order_.push_back(e);
+  const size_t predicted = order_.size();
+  for (uint32_t e = 0; e < c_.n_expert; ++e)
+    if (count_[e] && std::find(order_.begin(), order_.begin() + predicted, e) == order_.begin() + predicted) order_.push_back(e);
   uint32_t next = 0;
-  for (uint32_t e = 0; e < c_.n_expert; ++e) first_[e] = next, next += count_[e];
+  for (uint32_t e : order_) first_[e] = next, next += count_[e];
   uint32_t* rows = rows_host_;
   uint32_t* pos = rows_host_ + uint64_t(max_tokens_) * K;
   std::vector<uint32_t> fill(first_);
@@ -191,13 +199,12 @@ void GroupedMoe::group(uint32_t n) {
       rows[r] = t;
       pos[uint64_t(t) * K + j] = r;
     }
-  // The used experts in order of id, each one's tiles after the previous one's; a fetched group of K
+  // The used experts in that order, each one's tiles after the previous one's; a fetched group of K
   // used experts finds its expert i at routing index i % K (slot).
   used_n_ = 0;
   tiles_of_.clear();
   uint32_t tiles = 0;
-  for (uint32_t e = 0; e < c_.n_expert; ++e) {
-    if (!count_[e]) continue;
+  for (uint32_t e : order_) {
     tiles_of_.push_back(tiles);
     for (uint32_t r = 0; r < count_[e] && tensor_; r += kExpertTileTokens)
       tiles_host_[tiles++] = {e, used_n_ % K, first_[e] + r, std::min(kExpertTileTokens, count_[e] - r)};
@@ -242,7 +249,8 @@ void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t ro
 // the stage (a few MB, microseconds), where the batched kernel reads them as it reads a resident stack:
 // the same bytes through the same kernel, so the resident grouped path's bits, which are the token
 // path's.
-void GroupedMoe::run_fetched_fp32(gpu_stream_t gs, const ExpertStacks& st, ExpertSource& src, uint32_t layer) {
+void GroupedMoe::run_fetched_fp32(gpu_stream_t gs, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
+                                  const std::function<void()>& after_fetches) {
   using model::Projection;
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t F = c_.n_ff, K = c_.n_expert_used;
@@ -263,6 +271,7 @@ void GroupedMoe::run_fetched_fp32(gpu_stream_t gs, const ExpertStacks& st, Exper
     const uint32_t i1 = std::min(used_n_, i0 + K), cnt = i1 - i0;
     const uint32_t r0 = first_[used_host_[i0]], r1 = first_[used_host_[i1 - 1]] + count_[used_host_[i1 - 1]];
     src.fetch(layer, used_ + i0, cnt, gs);
+    if (i1 == used_n_ && after_fetches) after_fetches();  // the layer's last fetch: its reads go first
     for (Projection p : {Projection::kGate, Projection::kUp, Projection::kDown}) wait_fetched(src, cnt, p, gs);
     device::check_cuda(cudaMemsetAsync(failed_, 0, cnt * sizeof(uint32_t), s), "grouped MoE stage");
     stage_fetched_kernel<<<dim3(cnt, 3), 256, 0, s>>>(src.scratch(), src.experts(), src.selection(), parts, per, stage_, failed_);
@@ -283,7 +292,7 @@ void GroupedMoe::run_fetched_fp32(gpu_stream_t gs, const ExpertStacks& st, Exper
 }
 
 void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, uint32_t n, float* acc, ExpertSource* src,
-                     uint32_t layer, bool fast) {
+                     uint32_t layer, bool fast, std::span<const uint32_t> first, const std::function<void()>& after_fetches) {
   if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
   const bool tensor = fast && tensor_cores(st.gate.type, st.up.type);
   if (src && !tensor && fetched_small_min_ == 0)
@@ -305,7 +314,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   }
   device::check_cuda(cudaMemcpyAsync(routes_host_, routes_, rows * 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "grouped MoE routing copy");
   device::check_cuda(cudaStreamSynchronize(s), "grouped MoE routing");
-  group(n);
+  group(n, src && !tensor ? first : std::span<const uint32_t>{});  // the tensor cores' passes keep the order of id
   device::check_cuda(cudaMemcpyAsync(rows_, rows_host_, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s), "grouped MoE rows");
   device::check_cuda(cudaMemcpyAsync(pos_, rows_host_ + uint64_t(max_tokens_) * K, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, s),
                      "grouped MoE positions");
@@ -316,7 +325,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
                        "grouped MoE tiles");
     run_tensor(gs, st, uint32_t(rows), src, layer, false);
   } else if (src) {
-    run_fetched_fp32(gs, st, *src, layer);
+    run_fetched_fp32(gs, st, *src, layer, after_fetches);
   } else {
     for (uint32_t e = 0; e < c_.n_expert; ++e) {
       if (!count_[e]) continue;

@@ -35,6 +35,8 @@
 // fetches K experts at a time) are launched by the host, which must know each one's row count.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "examples/llm/compute/gpu_expert_mma.h"
@@ -74,21 +76,28 @@ class GroupedMoe {
   // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing); on
   // the tensor cores where `fast` (a pass of the fast kernels) and tensor_cores(), else the FP32 kernels.
   // With `src`, layer `layer`'s experts are fetched through it (st's gate, up and down give only their
-  // types and shapes): on the tensor cores, or with groups_fetched_small().
+  // types and shapes): on the tensor cores, or with groups_fetched_small(). On the FP32 kernels, the
+  // experts of `first` (pre-gating's prediction for this layer, best first) that the pass uses are
+  // fetched first, the others in order of id: with a cache of two fetches, the predicted experts read
+  // ahead are then hits of the first fetch, before a later one's faults could evict them (the order
+  // changes no bits: each expert's products and each token's sum are the same). after_fetches runs
+  // once the layer's last fetch is enqueued (pre-gating for the next layer).
   void run(gpu_stream_t s, const ExpertStacks& st, const float* xn, uint32_t n, float* acc, ExpertSource* src = nullptr,
-           uint32_t layer = 0, bool fast = true);
+           uint32_t layer = 0, bool fast = true, std::span<const uint32_t> first = {},
+           const std::function<void()>& after_fetches = {});
 
   uint64_t device_bytes() const { return device_bytes_; }
 
  private:
   // Host side of the grouping: rows_ (sorted row -> token) and pos_ (token t's j-th expert -> its row),
   // and each expert's first row and row count.
-  void group(uint32_t n);
+  void group(uint32_t n, std::span<const uint32_t> first);
   // The tensor cores' products of the gathered rows xs_ (rows of them), outputs into xs_: the used
   // experts all at once, or through src K at a time.
   void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer, bool on_device);
   // The FP32 kernels' products of fetched experts, K at a time through a copy of their parts (stage_).
-  void run_fetched_fp32(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer);
+  void run_fetched_fp32(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
+                        const std::function<void()>& after_fetches);
 
   ModelConfig c_;
   uint32_t max_tokens_;
@@ -102,6 +111,7 @@ class GroupedMoe {
   float* xs_ = nullptr;    // [n * k][n_embd]: the gathered inputs, then the experts' outputs
   float *g_ = nullptr, *u_ = nullptr;  // [n * k][n_ff]
   std::vector<uint32_t> first_, count_;  // per expert
+  std::vector<uint32_t> order_;          // the used experts in fetch order (group())
   // Tensor cores: the inputs in 16-bit and their scales (the gathered tokens, then the GLU's outputs),
   // the tiles (expert by expert, tiles_of_[i]: the first of used expert i's; pinned host, then device)
   // and the experts used in routing order of id (used_: pinned host and device; used_n_ of them).

@@ -49,6 +49,8 @@ struct ExecStats {
   bool expert_prefetch = false;  // the one-token-lag prefetch ran
   uint32_t expert_pregate = 0;   // the pre-gating prefetch ran, reading this many predicted experts per layer
   uint32_t expert_pregate_first = 0;  // and this many for the next pass's first fetched layer (GpuExecOptions)
+  uint32_t expert_pregate_pass = 0;   // a pass of several tokens: at most this many of their union (0: none)
+  uint64_t pregate_passes = 0;        // predictions made for passes of several tokens (GpuForward::pregate_pass)
   bool expert_overlap = false;   // the expert kernels computed on parts read while the rest streamed
   uint64_t expert_window_bytes = 0;  // the fetcher's reads in flight (FetcherOptions::read_window_bytes; 0: all)
   uint64_t expert_read_bytes = 0;    // its largest read (GpuExecOptions::expert_read_bytes)

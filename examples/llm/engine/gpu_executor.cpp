@@ -101,6 +101,7 @@ class FetchedExperts final : public ExpertSource {
                                "give --expert-pregate N too (it is on by default unless --expert-prefetch is given)");
     if (pregate_ > 0) prefetch = false;
     plan_pregate(plan, dense, pregate_first.value_or(pregate_));
+    pass_experts_ = pass_pregate_count();
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -167,16 +168,22 @@ class FetchedExperts final : public ExpertSource {
   // pregate_): from this pass's routing there (one-token lag), as nothing of the next token exists
   // yet. Its reads fill the drive's longest idle stretch (the pass's tail, the token boundary, the
   // layers before the first fetch); a wrong one is cut when that fetch is placed (executor.h).
+  //
+  // A pass of several tokens (GpuForward::pregate_pass) predicts for all of them after the layer's last
+  // fetch and reads up to pass_experts() of the union ahead, best first: what the cache holds beside
+  // that fetch's experts, which the prefetch then never evicts (gpu_expert_fetcher.h), and at most k
+  // (one prefetch). GPUNVME_PREGATE_PASS=0: none for such passes (the A/B switch).
   bool pregate_target(uint32_t layer, PregateTarget& out) const override {
     if (!pregate_ || layer >= pregate_next_.size()) return false;
     if (layer == last_fetched_ && wrap_experts_ && logged_[first_fetched_]) {
-      out = {first_fetched_, {}, wrap_experts_, log_ + size_t(first_fetched_) * k_};
+      out = {first_fetched_, {}, wrap_experts_, log_ + size_t(first_fetched_) * k_, pass_experts_};
       return true;
     }
     if (!pregate_next_[layer].view) return false;
-    out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_};
+    out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_, nullptr, pass_experts_};
     return true;
   }
+  uint32_t pass_experts() const { return pass_experts_; }
   gpu_stream_t pregate_stream() const override { return reinterpret_cast<gpu_stream_t>(prefetch_stream_); }
   void prefetch_predicted(uint32_t layer, const uint32_t* ids, uint32_t n) override {
     wait_writes(prefetch_stream_);
@@ -245,6 +252,13 @@ class FetchedExperts final : public ExpertSource {
     o.cut_wrong_prefetches = pregate > 0;
     return o;
   }
+  // Pre-gating for passes of several tokens (pregate_target): the union's experts read ahead at most.
+  uint32_t pass_pregate_count() const {
+    const char* v = std::getenv("GPUNVME_PREGATE_PASS");
+    if (!pregate_ || (v && std::string(v) == "0")) return 0;
+    const uint32_t cap = fetcher_.cache_capacity();
+    return cap > k_ ? std::min(k_, cap - k_) : 0;
+  }
   // One expert's bytes for each layer whose experts are fetched, 0 for the others.
   static std::vector<uint64_t> fetched_expert_bytes(const ResidencyPlan& p) {
     std::vector<uint64_t> b(p.layers.size(), 0);
@@ -312,6 +326,7 @@ class FetchedExperts final : public ExpertSource {
   std::vector<NextFetched> pregate_next_;      // [layer]
   uint32_t first_fetched_ = ~0u, last_fetched_ = ~0u;  // of a pass (~0u: none)
   uint32_t wrap_experts_ = 0;  // the next pass's first fetched layer, predicted at the last (0: not)
+  uint32_t pass_experts_ = 0;  // a pass of several tokens: its union's experts read ahead at most (0: none)
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t writes_wait_ = nullptr;  // not owned
@@ -542,6 +557,8 @@ class GpuExecutor final : public Executor {
       s.expert_prefetch = experts_->prefetching();
       s.expert_pregate = experts_->pregating();
       s.expert_pregate_first = experts_->pregating_first();
+      s.expert_pregate_pass = experts_->pass_experts();
+      s.pregate_passes = fwd_->pass_pregates();
       s.expert_overlap = experts_->overlapped();
       s.expert_window_bytes = experts_->window_bytes();
       s.expert_read_bytes = experts_->read_bytes();
