@@ -52,6 +52,9 @@ class Engine {
     o.kv_in_host = kv_host;
     o.max_batch = 512;  // the llm tool's default --batch: a prompt chunk per pass
     gpu_ = example::use_gpu_path(executor);
+    if (max_seqs == 0 && !gpu_)
+      throw std::invalid_argument("max_seqs 'auto' sizes the GPU executor's KV cache from its VRAM budget: the CPU executor "
+                                  "needs a count");
     ex_ = lm_.executor(gpu_, n_ctx_, o);
   }
 
@@ -90,6 +93,7 @@ class Engine {
   llm::Executor& executor_ref() { return *ex_; }
   uint32_t n_ctx() const { return n_ctx_; }
   std::string executor() const { return ex_->describe(); }
+  uint32_t max_seqs() const { return ex_->max_seqs(); }  // max_seqs 0 (auto): what the GPU executor's budget gave
   bool has_tokenizer() const { return lm_.has_tokenizer(); }
   std::optional<std::string> chat_template() const {
     const gguf::Value* v = lm_.model.file->metadata().find("tokenizer.chat_template");
@@ -197,6 +201,7 @@ NB_MODULE(_engine, m) {
            nb::arg("top_p") = 1.0f)
       .def_prop_ro("n_ctx", &Engine::n_ctx)
       .def_prop_ro("executor", &Engine::executor)
+      .def_prop_ro("max_seqs", &Engine::max_seqs)
       .def_prop_ro("has_tokenizer", &Engine::has_tokenizer)
       .def_prop_ro("chat_template", &Engine::chat_template)
       .def_prop_ro("architecture", [](const Engine& e) { return e.model().config.arch_name; })

@@ -51,6 +51,10 @@ struct Opened {
   }
 };
 
+// The KV cache run() allocates in GPU memory (one slot of 8 positions): a VRAM budget's first bytes
+// (residency_plan.h), so a budget meant for N layers' bytes is those bytes and this.
+inline uint64_t run_kv_bytes(const llm::ModelOnDevice& m) { return llm::kv_cache_bytes(m.config, llm::KvCacheShape{}, 8); }
+
 // Six greedy steps' logits from token 3; the stats at the end (and, given, after the first step).
 inline std::vector<std::vector<float>> run(host::Controller& c, const llm::ModelOnDevice& m, const llm::GpuExecOptions& o,
                                            llm::ExecStats* stats, llm::ExecStats* after_first = nullptr) {

@@ -43,7 +43,7 @@ void check_against_image(const std::string& gen) {
   uint64_t widest = 0;
   for (const llm::LayerBytes& b : llm::layer_bytes(from_gen.m)) widest = std::max(widest, b.dense);
   llm::GpuExecOptions o;
-  o.vram_budget = widest;  // one layer's dense part: the rest streams, every expert is fetched
+  o.vram_budget = widest + test::run_kv_bytes(from_gen.m);  // one layer's dense part (and the KV cache): the rest streams, every expert is fetched
   llm::ExecStats sf, sg;
   const auto want = test::run(*from_file.ctrl, from_file.m, o, &sf);
   const auto got = test::run(*from_gen.ctrl, from_gen.m, o, &sg);

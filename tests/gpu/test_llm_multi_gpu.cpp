@@ -146,7 +146,9 @@ TEST_CASE("llm --gpus 2 --vram-budget 0,1G: the split by the budgets, each GPU's
     const auto want = test::run(*o.ctrl, o.m, one, &s1);
     llm::GpuExecOptions two;
     two.gpus = 2;
-    two.vram_budgets = {0, 1ull << 30};
+    // GPU 0's budget holds only the KV cache of the one layer it gets (run()'s 8 positions): no layer.
+    const uint64_t kv0 = llm::kv_cache_bytes(o.m.config, llm::KvCacheShape{0, 1, 1, false}, 8);
+    two.vram_budgets = {kv0, 1ull << 30};
     // GPU 0 streams whatever it holds, GPU 1 holds everything: the fewest bytes per token on the
     // busiest GPU is one layer on GPU 0 (streamed), two on GPU 1 (in VRAM), not the even split's 2 + 1.
     const auto got = test::run(*o.ctrl, o.m, two, &s2);
@@ -154,7 +156,8 @@ TEST_CASE("llm --gpus 2 --vram-budget 0,1G: the split by the budgets, each GPU's
     REQUIRE(s2.gpus.size() == 2);
     CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == 1));
     CHECK((s2.gpus[1].layers.begin == 1 && s2.gpus[1].layers.end == 3));
-    CHECK(s2.gpus[0].vram_budget == 0);
+    CHECK(s2.gpus[0].vram_budget == kv0);
+    CHECK(s2.gpus[0].plan.kv.bytes == kv0);
     CHECK(s2.gpus[1].vram_budget == 1ull << 30);
     CHECK(s2.gpus[0].plan.count(llm::Tier::kNvme) == 1);
     CHECK(s2.gpus[1].plan.count(llm::Tier::kVram) == 2);

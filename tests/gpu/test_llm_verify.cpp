@@ -51,7 +51,7 @@ llm::GpuExecOptions mixed(const llm::ModelOnDevice& m) {
   uint64_t widest = 0;
   for (const llm::LayerBytes& b : llm::layer_bytes(m)) widest = std::max(widest, b.dense);
   llm::GpuExecOptions o;
-  o.vram_budget = widest;
+  o.vram_budget = widest + test::run_kv_bytes(m);  // one layer beside run()'s KV cache
   o.ram_budget = widest;
   return o;
 }
@@ -143,7 +143,8 @@ TEST_CASE("llm verify: 4 KiB flipped in a VRAM, RAM or streamed layer is refused
     {
       Opened o(d.device);
       opt = mixed(o.m);
-      const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(o.m), {*opt.vram_budget, opt.ram_budget});
+      const llm::ResidencyPlan plan = llm::plan_residency(llm::layer_bytes(o.m), {*opt.vram_budget, opt.ram_budget},
+                                                          llm::KvPlan{.slots = 1, .ctx = 8, .bytes = test::run_kv_bytes(o.m)});
       uint32_t layer = 0;
       while (plan.layers[layer].dense != tier) ++layer;
       tensor = "blk." + std::to_string(layer) + ".ffn_down.weight";
@@ -179,7 +180,7 @@ TEST_CASE("llm verify: flipped routed experts are refused at the first token tha
     Opened o(d.device);
     uint64_t dense = 0;
     for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
-    opt.vram_budget = dense;  // every dense part in VRAM, every layer's experts fetched
+    opt.vram_budget = dense + test::run_kv_bytes(o.m);  // every dense part in VRAM (beside the KV cache), every layer's experts fetched
     // Every expert's down projection of layer 0: whichever two the router picks, one is flipped.
     for (const model::ExpertExtent& e : o.m.map->experts())
       if (e.layer == 0 && e.proj == model::Projection::kDown) flips.push_back(flip_in(e.file_offset, e.file_offset + e.extent.byte_length));

@@ -116,7 +116,9 @@ def tier_budgets(run_json):
     dense, experts = plan["layer_dense_bytes"], sum(plan["layer_expert_bytes"])
     widest = max(dense)
     third = len(dense) // 3  # a 2-layer model: one RAM layer, one NVMe layer (--resident all covers VRAM)
-    args = ["--vram-budget", str(third * widest), "--ram-budget", str(max(1, third) * widest)]
+    kv = plan.get("kv") or {}  # a KV cache in VRAM takes the budget's first bytes (the same run's context)
+    kv_vram = kv.get("bytes", 0) if kv.get("where") == "VRAM" else 0
+    args = ["--vram-budget", str(third * widest + kv_vram), "--ram-budget", str(max(1, third) * widest)]
     return args + (["--expert-cache", str(experts // 2)] if experts else [])
 
 

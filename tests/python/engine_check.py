@@ -94,6 +94,7 @@ def scheduler_checks(device, case):
     it gets alone through generate_ids."""
     import gpunvme
     m = gpunvme.Model(device, executor="cpu", max_seqs=2, ctx=256)
+    check("Model.max_seqs: the executor's slots", m.max_seqs, 2)
     requests = [("The capital of France is", {}), (case["prompt"], {}),
                 ("Once upon a time", dict(temperature=0.8, top_k=40, top_p=0.9, seed=7))]
     alone = [m.generate_ids(p, max_tokens=8, **o) for p, o in requests]
@@ -143,7 +144,9 @@ def bad_input_checks(m, image):
         check_raises(f"Model({device!r})", kind, lambda: gpunvme.Model(device, executor="cpu"), fragment)
     model_calls = [("Model(executor='tpu')", ValueError, dict(executor="tpu"), "auto, cpu, gpu"),
                    ("Model(ctx=-1)", ValueError, dict(executor="cpu", ctx=-1), "ctx"),
-                   ("Model(ctx past the model's)", ValueError, dict(executor="cpu", ctx=1 << 20), "context length")]
+                   ("Model(ctx past the model's)", ValueError, dict(executor="cpu", ctx=1 << 20), "context length"),
+                   ("Model(max_seqs='auto') on the CPU executor", ValueError, dict(executor="cpu", max_seqs="auto"),
+                    "max_seqs 'auto' sizes the GPU executor's KV cache from its VRAM budget: the CPU executor needs a count")]
     for name, kind, kwargs, fragment in model_calls:
         check_raises(name, kind, lambda: gpunvme.Model(image, **kwargs), fragment)
     calls = [("max_tokens -1", ValueError, lambda: m.generate("Hi", max_tokens=-1), "max_tokens"),

@@ -85,7 +85,7 @@ def backend_of(model, sched):
 
 def engine_checks(gpunvme_model, executor):
     from gpunvme.serve.worker import Snapshot
-    kw = {"vram_budget": 0} if executor == "gpu" else {}
+    kw = {"vram_budget": 0, "kv_host": True} if executor == "gpu" else {}  # every layer streamed (a VRAM KV cache would need budget)
     try:
         model = gpunvme_model.Model(DEVICE, executor=executor, ctx=64, max_seqs=2, **kw)
     except RuntimeError as e:  # a GPU executor without sequence slots yet: one sequence per pass

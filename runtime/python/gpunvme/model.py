@@ -66,7 +66,9 @@ class Model:
     executor: "auto" (the GPU where one is present, as `llm --path auto`), "cpu" or "gpu".
     ctx: positions of context to allocate per sequence (default: 4096, or the model's context length if
         shorter); a prompt plus max_tokens must fit in it.
-    max_seqs: sequences the executor holds at once (the scheduler's; 1 for generate()).
+    max_seqs: sequences the executor holds at once (the scheduler's; 1 for generate()); "auto": as many as the
+        GPU executor's VRAM budget gives (docs/engine.md; the cache's share is what the model leaves of the
+        budget, or a quarter of it), the count then in Model.max_seqs.
     verify: check the bytes read against the deploy record's CRC-32Cs (False: `llm --no-verify`).
     vram_budget, ram_budget: the GPU executor's residency budgets in bytes (`llm --vram-budget/--ram-budget`).
     kv_host: the GPU executor's KV cache in pinned host memory, read over the host link by attention
@@ -74,7 +76,7 @@ class Model:
     """
 
     def __init__(self, device: Union[str, Sequence[str]], executor: str = "auto", ctx: Optional[int] = None,
-                 max_seqs: int = 1, verify: bool = True, vram_budget: Optional[int] = None, ram_budget: int = 0,
+                 max_seqs: Union[int, str] = 1, verify: bool = True, vram_budget: Optional[int] = None, ram_budget: int = 0,
                  kv_host: bool = False) -> None:
         devices = _devices(device)
         if not isinstance(executor, str):
@@ -82,7 +84,10 @@ class Model:
         if executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {executor!r}")
         ctx = 0 if ctx is None else _int("ctx", ctx, 1, 2**32 - 1)
-        _int("max_seqs", max_seqs, 1, 2**32 - 1)
+        if max_seqs == "auto":
+            max_seqs = 0  # the engine's auto
+        else:
+            _int("max_seqs", max_seqs, 1, 2**32 - 1)
         for name, flag in (("verify", verify), ("kv_host", kv_host)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
@@ -121,6 +126,11 @@ class Model:
     @property
     def n_vocab(self) -> int:
         return self._engine.n_vocab
+
+    @property
+    def max_seqs(self) -> int:
+        """Sequences the executor holds at once (with max_seqs="auto": what the VRAM budget gave)."""
+        return self._engine.max_seqs
 
     @property
     def executor(self) -> str:

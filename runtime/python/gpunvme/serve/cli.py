@@ -27,6 +27,11 @@ def _port(text):
     return int(text)
 
 
+def _max_seqs(text):
+    """--max-seqs: a count, or "auto" (0 to the engine: the GPU executor sizes it from its VRAM budget)."""
+    return 0 if text == "auto" else _positive(text)
+
+
 def _positive(text):
     try:
         v = int(text, 10)
@@ -59,7 +64,11 @@ def parser():
                    help="the engine's executor (default auto: the GPU where one is present)")
     p.add_argument("--ctx", type=_positive, default=None,
                    help="positions per sequence, prompt and reply together (default: 4096, or the model's own if less)")
-    p.add_argument("--max-seqs", type=_positive, default=4, help="sequences computed together in one pass (default 4; 1: one at a time)")
+    # The default stays 4, not auto: it must mean the same on the CPU executor (no VRAM budget) and with
+    # --kv-host, and auto gives a streamed model's slots up to a quarter of the budget, layers that a lone
+    # client's tokens would then read from the drive instead: a choice the user makes (docs/engine.md).
+    p.add_argument("--max-seqs", type=_max_seqs, default=4, metavar="N|auto",
+                   help="sequences computed together in one pass (default 4; 1: one at a time; auto: what the VRAM budget holds)")
     p.add_argument("--max-queued", type=int, default=16,
                    help="requests waiting for a free sequence beyond --max-seqs (default 16); more are refused (429)")
     p.add_argument("--queue-timeout", type=_seconds, default=0.0,

@@ -12,9 +12,9 @@ def open_backend(a):
     except ImportError as e:
         raise ImportError(f"the engine module gpunvme._engine is not built ({e}): build the target "
                           "python-package (meson) or `pip install .`") from None
-    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs, verify=not a.no_verify,
+    m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs or "auto", verify=not a.no_verify,
                             vram_budget=a.vram_budget, ram_budget=a.ram_budget, kv_host=a.kv_host)
-    return SchedulerBackend(m, ", ".join(a.device), a.max_seqs, a.max_queued)
+    return SchedulerBackend(m, ", ".join(a.device), m.max_seqs, a.max_queued)  # auto: the engine's count
 
 
 def _info(model, device, max_seqs):
