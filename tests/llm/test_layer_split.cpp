@@ -189,6 +189,7 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   b.has_experts = true, b.expert_prefetch = true, b.expert_pregate = 4;
   b.experts.requested = 40, b.experts.hits = 30, b.experts.tokens = 20;
   b.prefetch.reads = 12, b.prefetch.hits = 9, b.prefetch.wasted = 3, b.prefetch.stall_seconds = {0, 0, 1.5, 2.5};
+  a.pregate_passes = 2, b.pregate_passes = 5;  // passes of several tokens predicted on each GPU
   b.lag = {.tokens = 9, .routed = 36, .predicted_hits = 20, .wasted = 16, .wasted_bytes = 1600};
   a.lag = {.tokens = 9, .routed = 0};
   a.prefetch.stall_seconds = {0.5};
@@ -198,6 +199,7 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   CHECK(s.has_experts);
   CHECK(s.expert_prefetch);  // GPU 1's echo, not GPU 0's (which fetches nothing)
   CHECK(s.expert_pregate == 4);
+  CHECK(s.pregate_passes == 7);
   CHECK((s.experts.requested == 40 && s.experts.hits == 30));
   CHECK((s.prefetch.reads == 12 && s.prefetch.hits == 9 && s.prefetch.wasted == 3));
   CHECK(s.prefetch.stall_seconds == std::vector<double>{0.5, 0, 1.5, 2.5});

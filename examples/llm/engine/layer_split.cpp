@@ -193,7 +193,7 @@ ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<Lay
   ExecStats s = fetching != per.end() ? *fetching : per.front();
   s.streamed_bytes = 0, s.io_seconds = 0, s.stall_seconds = 0, s.resident_bytes = 0, s.bytes_per_step = 0;
   s.ram_bytes = 0, s.ram_bytes_per_step = 0, s.ram_copied_bytes = 0, s.resident_layers = 0, s.ram_layers = 0, s.streamed_layers = 0;
-  s.recovery = {}, s.experts = {}, s.prefetch = {}, s.lag = {}, s.has_experts = false;
+  s.recovery = {}, s.experts = {}, s.prefetch = {}, s.lag = {}, s.has_experts = false, s.pregate_passes = 0;
   s.gpus.clear();
   std::vector<ResidencyPlan> plans;
   for (uint32_t g = 0; g < per.size(); ++g) {
@@ -208,6 +208,7 @@ ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<Lay
     s.recovery += p.recovery;
     s.has_experts = s.has_experts || p.has_experts;
     add(s.experts, p.experts), add(s.prefetch, p.prefetch), add(s.lag, p.lag);
+    s.pregate_passes += p.pregate_passes;
   }
   s.plan = join_plans(plans);
   return s;
