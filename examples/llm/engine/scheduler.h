@@ -10,15 +10,24 @@
 // It holds min(max_seqs, max_batch) sequences at once, so that every decoding token fits in each
 // pass: decoding tokens go first (never starved by prompts), prompt chunks fill the rest.
 //
+// With lookup drafting (SchedulerOptions::draft), a decoding sequence's segment of the pass is
+// [last token, d1..dk], its draft by prompt lookup over its own prompt and tokens (draft.h), with
+// logits on every row; its own sampler picks through verify() (speculative.h), so its tokens are
+// those it gets without drafts, in fewer passes. Drafts are speculative, so they take only the room
+// decoding tokens and prompt chunks leave (tokens of max_batch, rows of max_logit_rows), shared out
+// evenly; a draft never reaches past the sequence's max_tokens or the context.
+//
 // One thread calls it (the server's engine thread): there is no locking inside.
 #pragma once
 #include <cstdint>
 #include <deque>
 #include <optional>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <vector>
 
+#include "examples/llm/engine/draft.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/sampler.h"
 
@@ -33,6 +42,9 @@ struct SeqRequest {
 
 struct SchedulerOptions {
   uint32_t max_queued = 64;  // requests waiting for a slot at most; submit() beyond throws QueueFull
+  // Each decoding sequence's next tokens drafted by prompt lookup and verified in the same pass (off:
+  // none). On the GPU executor, k <= 31 keeps a segment on the small passes' kernels (bits as alone).
+  std::optional<LookupOptions> draft;
 };
 
 // submit() when max_queued requests already wait (a server answers 429).
@@ -59,6 +71,8 @@ struct SchedulerCounters {
   uint64_t pass_tokens = 0;       // tokens those passes carried (tokens per pass: pass_tokens / passes)
   uint64_t prompt_tokens = 0;     // prompt tokens computed
   uint64_t generated_tokens = 0;  // tokens sampled
+  uint64_t drafted_tokens = 0;    // drafted tokens the passes verified
+  uint64_t accepted_tokens = 0;   // of those, the ones that became the sequence's tokens
   uint64_t finished = 0, cancelled = 0;
 };
 
@@ -74,7 +88,8 @@ class Scheduler {
   uint64_t submit(SeqRequest r);
   // Frees the request's slot at once, or drops it from the queue; false for an unknown or finished id.
   bool cancel(uint64_t id);
-  // One pass (none when idle: returns no events); an event per sequence that produced a token.
+  // One pass (none when idle: returns no events); an event per token produced, a sequence's in order
+  // (several for one whose drafts were accepted; none after its last).
   // Throws what the executor throws, and NonFiniteLogits (generate.h) for a row of NaN/Inf (a broken
   // model: fatal to the engine, as in generate()).
   std::vector<SeqEvent> step();
@@ -96,14 +111,28 @@ class Scheduler {
     uint32_t fed = 0;                // positions in its slot (prompt, then generated tokens fed back)
     uint32_t generated = 0;
     uint32_t last = 0;               // the last token sampled, fed in the next pass
+    std::vector<uint32_t> context;   // the prompt and the tokens generated (what drafts are looked up in)
     bool decoding() const { return fed >= req.prompt.size(); }
+  };
+  // A sequence's rows of logits in a pass: a decoding sequence's [last, draft...], or a prompt's last token.
+  struct Rows {
+    uint32_t slot = 0;
+    uint32_t pos = 0;              // the position of its first row's token
+    std::vector<uint32_t> draft;   // the tokens drafted after it, verified against the rows
+  };
+  struct Plan {
+    std::vector<PassToken> tokens;
+    std::vector<Rows> rows;        // in the pass's row order
   };
 
   void admit();
-  // The pass's tokens: decoding tokens first (never starved), then prompt chunks in admission order.
-  std::vector<PassToken> plan();
+  // The pass: decoding tokens first (never starved), then prompt chunks in admission order, then drafts
+  // in what is left.
+  Plan plan() const;
+  // The decoding sequences' drafts, at most `room` tokens in all.
+  std::vector<std::vector<uint32_t>> drafts(std::span<const uint32_t> decoding, uint32_t room) const;
   static void check_finite(std::span<const PassToken> pass, std::span<const float> rows, size_t V);
-  SeqEvent take(uint32_t slot, std::span<const float> logits);
+  SeqEvent emit(Running& r, uint32_t token);
   void release(uint32_t slot);
   std::optional<uint32_t> slot_of(uint64_t id) const;  // the slot running request `id`
 
