@@ -120,9 +120,11 @@ class Engine {
 
 // The engine's continuous batching over an Engine's executor (engine/scheduler.h); step() runs its pass
 // with the GIL released. One thread at a time: gpunvme.Scheduler (model.py) serializes the calls.
+// draft_k > 0: each decoding sequence drafts up to that many tokens by prompt lookup per pass.
 class Batch {
  public:
-  Batch(Engine& e, uint32_t max_queued) : ex_(e.executor_ref()), s_(ex_, e.n_ctx(), llm::SchedulerOptions{max_queued}) {}
+  Batch(Engine& e, uint32_t max_queued, uint32_t draft_k)
+      : ex_(e.executor_ref()), s_(ex_, e.n_ctx(), options(max_queued, draft_k)) {}
   uint64_t submit(std::vector<uint32_t> prompt, uint32_t max_tokens, float temperature, uint32_t top_k, float top_p,
                   uint64_t seed, std::set<uint32_t> stop_tokens) {
     return s_.submit(llm::SeqRequest{std::move(prompt), max_tokens,
@@ -156,6 +158,11 @@ class Batch {
   }
 
  private:
+  static llm::SchedulerOptions options(uint32_t max_queued, uint32_t draft_k) {
+    llm::SchedulerOptions o{.max_queued = max_queued};
+    if (draft_k) o.draft = llm::LookupOptions{.k = draft_k};
+    return o;
+  }
   llm::Executor& ex_;
   llm::Scheduler s_;
 };
@@ -230,7 +237,8 @@ NB_MODULE(_engine, m) {
                (f ? "'" + std::string(f) + "'" : std::string("None")) + ", generated=" + std::to_string(e.generated) + ")";
       });
   nb::class_<Batch>(m, "Batch")
-      .def(nb::init<Engine&, uint32_t>(), nb::arg("engine"), nb::arg("max_queued"), nb::keep_alive<1, 2>())
+      .def(nb::init<Engine&, uint32_t, uint32_t>(), nb::arg("engine"), nb::arg("max_queued"), nb::arg("draft_k") = 0,
+           nb::keep_alive<1, 2>())
       .def("submit", &Batch::submit, nb::arg("prompt"), nb::arg("max_tokens"), nb::arg("temperature"), nb::arg("top_k"),
            nb::arg("top_p"), nb::arg("seed"), nb::arg("stop_tokens"))
       .def("cancel", &Batch::cancel, nb::arg("id"))
@@ -247,6 +255,8 @@ NB_MODULE(_engine, m) {
         d["generated_tokens"] = c.generated_tokens;
         d["finished"] = c.finished;
         d["cancelled"] = c.cancelled;
+        d["drafted_tokens"] = c.drafted_tokens;
+        d["accepted_tokens"] = c.accepted_tokens;
         return d;
       });
 }

@@ -8,7 +8,10 @@ hits, the stalls, from the engine's own counters (gpunvme.Scheduler.io_counters,
   nothing (the model is read once at start) and no experts are fetched; on the GPU executor (where one is
   present) with every layer streamed (VRAM budget 0), the dense bytes read are the streamed layers' bytes
   once per pass (plus at most one pass read ahead), expert reads and hits are counted, and /metrics shows
-  the very numbers the engine counted.
+  the very numbers the engine counted;
+- lookup drafting (Model.scheduler(draft="lookup"), the server's --draft lookup) on repetitive prompts:
+  each request's tokens those it gets without drafts, drafts accepted, and /metrics' drafted and
+  accepted tokens the scheduler's.
 Exit 77 (skipped) without prometheus_client; the engine part is skipped without the engine module.
   serve_metrics_check.py --package BUILD/runtime/python
 """
@@ -21,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "llm"))
 from llm_files import use_test_venv  # noqa: E402
 sys.path.insert(0, HERE)
-from checks import check, summary  # noqa: E402
+from checks import check, check_raises, summary  # noqa: E402
 use_test_venv(["prometheus_client"])
 
 DEVICE = "emu:gen,shape=tiny-qwen3moe,type=q4_k"
@@ -62,6 +65,11 @@ def collector_checks():
           ([], 0.0, 0.0))
     m = scrape(FakeWorker(Snapshot(counters=Counters())))
     check("collector: an engine that counts no reads shows none", [k for k in m if "bytes_read" in k or "stall" in k], [])
+    check("collector: an engine that counts no drafts shows none", [k for k in m if "draft" in k or "accepted" in k], [])
+    m = scrape(FakeWorker(Snapshot(counters=Counters(drafted_tokens=40, accepted_tokens=10))))
+    want = {"gpunvme_drafted_tokens_total": 40, "gpunvme_accepted_tokens_total": 10,
+            "gpunvme_draft_acceptance_ratio": 0.25}
+    check("collector: drafted and accepted tokens, the acceptance", {k: m.get(k) for k in want}, want)
 
 
 def run_requests(sched, prompts, max_tokens):
@@ -121,6 +129,45 @@ def engine_checks(gpunvme_model, executor):
     print(f"gpu: {io}")
 
 
+def tokens_by_request(sched, prompts, max_tokens):
+    """Each request's tokens, in submission order, through steps until idle."""
+    ids = [sched.submit(p, max_tokens) for p in prompts]
+    got = {i: [] for i in ids}
+    for _ in range(10_000):
+        if not (sched.active() or sched.queued()):
+            return [got[i] for i in ids]
+        for e in sched.step():
+            got[e.id].append(e.token)
+    raise RuntimeError("the requests did not finish in 10000 steps")
+
+
+def draft_checks(gpunvme_model, executor):
+    from gpunvme.serve.worker import Snapshot
+    kw = {"vram_budget": 0, "kv_host": True} if executor == "gpu" else {}  # every layer streamed (a VRAM KV cache would need budget)
+    prompts = [[1, 2, 3, 4] * 4, [5, 6, 7] * 5, [9, 8, 9, 8, 9, 8]]  # text that repeats itself
+
+    def run(**draft):
+        model = gpunvme_model.Model(DEVICE, executor=executor, ctx=64, max_seqs=2, **kw)
+        sched = model.scheduler(4, **draft)
+        return tokens_by_request(sched, prompts, 16), model, sched
+    plain, _, plain_sched = run()
+    drafted, model, sched = run(draft="lookup", draft_k=6)
+    c = sched.counters()
+    check(f"{executor}: with lookup drafts, each request's tokens as without (3 requests, 2 slots)", drafted, plain)
+    check(f"{executor}: drafts verified, some accepted, fewer passes than without",
+          (c["drafted_tokens"] > 0, 0 < c["accepted_tokens"] <= c["drafted_tokens"],
+           c["generated_tokens"] == 3 * 16, c["passes"] < plain_sched.counters()["passes"]), (True, True, True, True))
+    m = scrape(FakeWorker(Snapshot(counters=backend_of(model, sched).counters())))
+    check(f"{executor}: /metrics shows the drafted and accepted tokens",
+          (m.get("gpunvme_drafted_tokens_total"), m.get("gpunvme_accepted_tokens_total")),
+          (c["drafted_tokens"], c["accepted_tokens"]))
+    print(f"{executor}: {c}")
+    if executor == "cpu":
+        check_raises("draft_k above 31 is refused", ValueError,
+                     lambda: gpunvme_model.Model(DEVICE, executor="cpu", ctx=16).scheduler(4, draft="lookup", draft_k=32),
+                     "draft_k")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--package", required=True, help="the folder holding the built package gpunvme")
@@ -137,12 +184,14 @@ def main():
         return summary("metrics")
     from gpunvme import model as gpunvme_model
     engine_checks(gpunvme_model, "cpu")
+    draft_checks(gpunvme_model, "cpu")
     probe = gpunvme_model.Model(DEVICE, executor="auto", ctx=16)
     if "CPU" in probe.executor:
         print("note: no GPU: the GPU executor's counters not checked (run this on the GPU machine)")
     else:
         del probe
         engine_checks(gpunvme_model, "gpu")
+        draft_checks(gpunvme_model, "gpu")
     return summary("metrics")
 
 

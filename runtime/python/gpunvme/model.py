@@ -223,14 +223,19 @@ class Model:
             pass
         return stream.tokens
 
-    def scheduler(self, max_queued: int = 64) -> "Scheduler":
+    def scheduler(self, max_queued: int = 64, draft: str = "none", draft_k: int = 8) -> "Scheduler":
         """The engine's continuous batching over this model (Model(max_seqs=N): N sequences per pass).
+        draft="lookup" (as `llm --draft lookup`): each decoding sequence drafts up to draft_k (1..31)
+        tokens by prompt lookup, verified in the same pass; its tokens stay those it gets without.
         The Model then belongs to it: generate() is refused from here on (both would use the same
         sequence slots)."""
         _int("max_queued", max_queued, 0, 2**32 - 1)
+        if draft not in ("none", "lookup"):
+            raise ValueError(f"draft must be 'none' or 'lookup', not {draft!r}")
+        _int("draft_k", draft_k, 1, 31)
         if not self._busy.acquire(blocking=False):
             raise RuntimeError("this Model is generating: finish or close() its stream before making a scheduler")
-        return Scheduler(self, _engine.Batch(self._engine, max_queued))
+        return Scheduler(self, _engine.Batch(self._engine, max_queued, draft_k if draft == "lookup" else 0))
 
     def _sampling(self, temperature, top_k, top_p, seed):
         return (_float("temperature", temperature, 0.0), _int("top_k", top_k, 0, 2**32 - 1),
@@ -385,7 +390,8 @@ class Scheduler:
         return self._batch.queued()
 
     def counters(self) -> dict:
-        """passes, pass_tokens, prompt_tokens, generated_tokens, finished, cancelled since it was made."""
+        """passes, pass_tokens, prompt_tokens, generated_tokens, finished, cancelled, drafted_tokens and
+        accepted_tokens (drafts that became tokens; draft="lookup") since it was made."""
         return self._batch.counters()
 
     def io_counters(self) -> dict:

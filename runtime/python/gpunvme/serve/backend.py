@@ -55,6 +55,8 @@ class Counters:
     expert_hits: int | None = None  # fetched experts found in the expert cache
     experts_routed: int | None = None  # experts the passes routed to (distinct per pass and layer)
     expert_stall_seconds: float | None = None  # compute waited for expert reads
+    drafted_tokens: int | None = None  # lookup-drafted tokens the passes verified (--draft lookup)
+    accepted_tokens: int | None = None  # of those, the ones that became generated tokens
     extra: dict = field(default_factory=dict)
 
 

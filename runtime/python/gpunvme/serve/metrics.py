@@ -67,6 +67,13 @@ class _Collector:
                          _ratio(c.expert_hits, c.experts_routed))
             yield _counter("gpunvme_expert_stall_seconds", "time the compute waited for expert reads",
                            c.expert_stall_seconds)
+        if c.drafted_tokens is not None:  # --draft lookup: verification's yield (0 drafted when off)
+            yield _counter("gpunvme_drafted_tokens", "tokens drafted by prompt lookup and verified in passes",
+                           c.drafted_tokens)
+            yield _counter("gpunvme_accepted_tokens", "drafted tokens that became generated tokens",
+                           c.accepted_tokens)
+            yield _gauge("gpunvme_draft_acceptance_ratio", "accepted / drafted tokens, since start",
+                         _ratio(c.accepted_tokens, c.drafted_tokens))
         for name, value in sorted(c.extra.items()):
             yield _counter("gpunvme_engine_" + re.sub(r"[^a-zA-Z0-9_]", "_", name), f"the engine's {name}", value)
 
