@@ -3,11 +3,14 @@
 // greedy tokens, get the logits they get alone, to the bit: dense and MoE, a sliding-window model and
 // gpt-oss's sinks and MXFP4, every layer in VRAM and every layer streamed (fetched experts), the KV
 // cache in GPU memory and in pinned host memory (a sequence alone keeps its cache in VRAM). The
-// neighbours' rows differ (a mixed-up cache would show), and refused passes change nothing.
+// neighbours' rows differ (a mixed-up cache would show), and refused passes change nothing. And the
+// Scheduler with lookup drafts on the GPU executor: each request's tokens (greedy and seeded sampling)
+// those generate() gives it alone without drafts, drafts accepted, the logit rows a pass returns bounding them.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -16,8 +19,11 @@
 #include <vector>
 
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/generate.h"
 #include "examples/llm/engine/model_on_device.h"
+#include "examples/llm/engine/scheduler.h"
 #include "gpu_rig.h"
+#include "tests/llm/tiny_model.h"
 
 using namespace gpunvme;
 using Catch::Matchers::ContainsSubstring;
@@ -176,4 +182,67 @@ TEST_CASE("llm seqs: the GPU executor refuses bad slots and skips, and a refused
     other = argmax_of(l.first(m.config.n_vocab));
   }
   ex->finish();
+}
+
+TEST_CASE("llm seqs: the Scheduler's lookup drafts on the GPU executor keep every request's tokens as alone", "[gpu][llm][seqs][draft]") {
+  REQUIRE_GPU();
+  uint64_t accepted = 0;
+  for (const std::string d : {"emu:gen,shape=tiny-qwen3moe,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k"}) {
+    llm::DeviceSet set({d});
+    const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+    const uint32_t V = m.config.n_vocab;
+    // tests/llm/test_scheduler_draft.cpp's prompts: patterns these models go on repeating on the CPU
+    // (drafts accepted there), at most 32 tokens, so every pass's segments stay on the small passes'
+    // kernels whatever chunks the scheduler cuts.
+    auto rep = [&](uint32_t period, uint32_t seed) {
+      const std::vector<uint32_t> q = llm::test::random_tokens(period, V, seed);
+      std::vector<uint32_t> p;
+      for (uint32_t t = 0; t < 12 / period + 1; ++t) p.insert(p.end(), q.begin(), q.end());
+      return p;
+    };
+    const bool moe = d.find("moe") != std::string::npos;
+    const llm::SamplerOptions greedy{}, sampled{.temperature = 0.3f, .top_k = 3, .top_p = 0.95f, .seed = 9};
+    const std::vector<llm::SeqRequest> reqs = {{moe ? rep(2, 7) : rep(6, 12), 24, greedy, {}}, {rep(3, 4), 20, sampled, {}},
+                                               {moe ? rep(6, 5) : rep(5, 3), 18, greedy, {}}, {rep(4, 23), 22, sampled, {}}};
+    llm::GpuExecOptions vram, streamed;
+    vram.resident_layers = m.config.n_layer;
+    streamed.resident_layers = 0;
+    for (llm::GpuExecOptions o : {vram, streamed}) {
+      INFO(d << (o.resident_layers == 0u ? ", streamed" : ", in VRAM"));
+      o.max_batch = 64;
+      std::vector<std::vector<uint32_t>> want;
+      for (const llm::SeqRequest& r : reqs) {
+        o.max_seqs = 1;
+        auto one = llm::make_gpu_executor(set.controllers(), m, kCtx, o);
+        llm::Sampler s(r.sampling);
+        want.push_back(llm::generate(*one, r.prompt, r.max_tokens, s, {}, {}, [](uint32_t, std::span<const float>) {}).tokens);
+      }
+      // Three slots for four requests (the fourth waits for a slot); k = 8 for three sequences asks
+      // for up to 27 rows, beside a prompt's row or two: the 32 rows a GPU pass returns bound them.
+      o.max_seqs = 3;
+      auto ex = llm::make_gpu_executor(set.controllers(), m, kCtx, o);
+      llm::Scheduler sched(*ex, kCtx, {.draft = llm::LookupOptions{.k = 8}});
+      std::map<uint64_t, std::vector<uint32_t>> got;
+      std::vector<uint64_t> ids;
+      for (uint32_t step = 0; step < 200 && (step < 3 || !sched.idle()); ++step) {
+        if (step == 0 || step == 2)  // two requests join at step 0, two at step 2
+          for (size_t j = ids.size(), end = j + 2; j < end; ++j) ids.push_back(sched.submit(reqs[j]));
+        for (const llm::SeqEvent& e : sched.step()) got[e.id].push_back(e.token);
+      }
+      REQUIRE(sched.idle());
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        INFO("request " << i);
+        REQUIRE(got[ids[i]] == want[i]);
+      }
+      const llm::SchedulerCounters& c = sched.counters();
+      std::printf("llm seqs drafts: %s, %s: %llu drafted, %llu accepted, %llu passes for %llu tokens\n", d.c_str(),
+                  o.resident_layers == 0u ? "streamed" : "in VRAM", (unsigned long long)c.drafted_tokens,
+                  (unsigned long long)c.accepted_tokens, (unsigned long long)c.passes, (unsigned long long)c.generated_tokens);
+      REQUIRE(c.generated_tokens == 24 + 20 + 18 + 22);
+      REQUIRE(c.drafted_tokens > 0);
+      accepted += c.accepted_tokens;
+      ex->finish();
+    }
+  }
+  REQUIRE(accepted > 0);  // verification seen keeping drafts, not only rejecting them
 }
