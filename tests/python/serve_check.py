@@ -9,7 +9,9 @@ on a free loopback port, driven by the official `openai` client, by `curl` and b
   a prompt longer than the context (400), an unknown model (404), a 100 MB body sized or chunked (413),
   slow-loris headers (closed) and body (408), 200 connections at once, more requests than places (429):
   each an OpenAI error object, answered within a bound, the other requests unharmed;
-- a client that vanishes mid-stream frees its sequence at once (/metrics: active back to 0, cancelled + 1).
+- a client that vanishes mid-stream frees its sequence at once (/metrics: active back to 0, cancelled + 1);
+- a second server with --draft lookup: repetitive text, greedy and sampled, two clients at once, each text
+  the llm tool's (without drafts), drafts accepted (/metrics; required of the real Gemma only).
 Exit 77 (skipped) without the engine module (build target python-package), the Gemma file or the Python
 packages (scripts/install_test_inputs.sh).
   serve_check.py --llm BUILD/examples/llm/llm --gpunvme BUILD/gpunvme --package BUILD/runtime/python
@@ -62,13 +64,13 @@ def check(name, ok, detail=""):
 class Server:
     """The server as a user starts it; its first stdout line names the port it took (--port 0)."""
 
-    def __init__(self, a, device):
+    def __init__(self, a, device, extra=()):
         # The package first; then the caller's path (the GPU machine's carried pylib312 holds aiohttp).
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [a.package, os.environ.get("PYTHONPATH")])))
         cmd = [sys.executable, "-m", "gpunvme.serve", "--device", device, "--executor", a.executor, "--port", "0",
                "--ctx", str(CTX), "--max-seqs", str(MAX_SEQS), "--max-queued", str(MAX_QUEUED), "--api-key", KEY,
                "--chat-template-file", TEMPLATE, "--idle-timeout", str(IDLE_S), "--body-timeout", str(BODY_S),
-               "--max-body", "1M"]
+               "--max-body", "1M", *extra]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in self.proc.stdout] + [lines.put(None)],
@@ -426,6 +428,34 @@ def vanish_case(server):
           "gpunvme_tokens_per_second" in after, json.dumps({k: v for k, v in after.items() if "gpunvme" in k})[:400])
 
 
+def draft_case(a, device, engine):
+    """--draft lookup: the same texts as the llm tool without drafts, in fewer passes."""
+    repetitive = ("Shopping list: apples, pears, milk, bread, eggs.\nShopping list (copy): apples, pears, milk,"
+                  " bread, eggs.\nShopping list (copy):")
+    ids = engine.ids(repetitive)
+    want = {0: engine.text(ids, repetitive, 16), 0.7: engine.text(ids, repetitive, 16, temp=0.7, top_k=40, seed=3)}
+    server = Server(a, device, ["--draft", "lookup", "--draft-k", "6"])
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+        def run(temp):
+            r = client.completions.create(model=MODEL, prompt=repetitive, max_tokens=16, temperature=temp, seed=3,
+                                          extra_body={"top_k": 40})
+            return r.choices[0].text
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            got = dict(zip(want, pool.map(run, want)))
+        check("--draft lookup: greedy and sampled texts at once, each = llm's without drafts", got == want,
+              f"{got!r} vs {want!r}")
+        m = metrics(server)
+        drafted, accepted = m.get("gpunvme_drafted_tokens_total", 0), m.get("gpunvme_accepted_tokens_total", 0)
+        print(f"--draft lookup: {drafted:g} drafted, {accepted:g} accepted, {m['gpunvme_passes_total']:g} passes "
+              f"for {m['gpunvme_generated_tokens_total']:g} tokens", flush=True)
+        check("--draft lookup: /metrics counts drafts" + ("" if a.model else ", accepted on the real Gemma's copy"),
+              drafted > 0 and (accepted > 0 or a.model is not None), f"{drafted:g} drafted, {accepted:g} accepted")
+    finally:
+        server.stop()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--llm", required=True)
@@ -467,6 +497,7 @@ def main():
             vanish_case(server)
         finally:
             server.stop()
+        draft_case(a, device, engine)
     print(f"{len(failures)} failed ({time.monotonic() - t_start:.0f} s)" + (f": {failures}" if failures else ""))
     return 1 if failures else 0
 

@@ -7,10 +7,21 @@ import signal
 import sys
 
 
-DESCRIPTION = """An OpenAI-compatible HTTP server for the model found on the device: POST /v1/chat/completions
-and /v1/completions (streamed as server-sent events with "stream": true), GET /v1/models, /health and /metrics
-(Prometheus). Up to --max-seqs requests share each pass over the layers (the engine's continuous-batching
-Scheduler), the others queued."""
+DESCRIPTION = """An OpenAI-compatible HTTP server for the model on the device: /v1/chat/completions, /v1/completions
+(streamed with "stream": true), /v1/models, /health, /metrics. Up to --max-seqs requests share each pass."""
+# What --help shows; --help-all shows every option.
+COMMON = ("--device", "--host", "--port", "--api-key", "--executor", "--ctx", "--max-seqs", "--max-queued",
+          "--chat-template-file", "--draft", "--draft-k")
+DRAFT_K_MAX = 31  # as the llm tool's --draft-k: a sequence's segment stays on the small passes' kernels
+
+
+class _HelpAll(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, p, namespace, values, option_string=None):
+        parser(full=True).print_help()
+        p.exit()
 
 
 def size_arg(text):
@@ -42,6 +53,13 @@ def _positive(text):
     return v
 
 
+def _draft_k(text):
+    v = _positive(text)
+    if v > DRAFT_K_MAX:
+        raise argparse.ArgumentTypeError(f"{text} must be 1..{DRAFT_K_MAX}")
+    return v
+
+
 def _seconds(text):
     try:
         v = float(text)
@@ -52,41 +70,57 @@ def _seconds(text):
     return v
 
 
-def parser():
-    p = argparse.ArgumentParser(prog="python -m gpunvme.serve", description=DESCRIPTION)
-    p.add_argument("--device", action="append", required=True, metavar="DEV",
-                   help="the namespace holding the model, as `llm --device` (repeat for a striped set, in order)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
-    p.add_argument("--api-key", metavar="KEY", help="refuse requests without 'Authorization: Bearer KEY' (401); "
-                                                    "/health stays open")
-    p.add_argument("--executor", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="the engine's executor (default auto: the GPU where one is present)")
-    p.add_argument("--ctx", type=_positive, default=None,
-                   help="positions per sequence, prompt and reply together (default: 4096, or the model's own if less)")
+def parser(full=False):
+    """The command line; --help lists the COMMON options (one screen), full=True (--help-all) every one."""
+    p = argparse.ArgumentParser(prog="python -m gpunvme.serve", description=DESCRIPTION,
+                                formatter_class=lambda prog: argparse.HelpFormatter(prog, max_help_position=28,
+                                                                                    width=110))
+
+    def add(*names, **kw):
+        if not full and names[0] not in COMMON:
+            kw["help"] = argparse.SUPPRESS
+        p.add_argument(*names, **kw)
+    if not full:
+        p.add_argument("--help-all", action=_HelpAll, help="every option (limits, timeouts, GPU memory) and exit")
+    add("--device", action="append", required=True, metavar="DEV",
+        help="the namespace holding the model, as `llm --device` (repeat it for a striped set)")
+    add("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
+    add("--port", type=_port, default=8080, help="TCP port (default 8080; 0: any free port, printed)")
+    add("--api-key", metavar="KEY", help="refuse requests without 'Authorization: Bearer KEY' (401); /health stays open")
+    add("--executor", choices=("auto", "cpu", "gpu"), default="auto", metavar="auto|cpu|gpu",
+        help="the engine's executor (default auto: the GPU where one is present)")
+    add("--ctx", type=_positive, default=None, metavar="N",
+        help="positions per sequence, prompt and reply (default 4096, or the model's own if less)")
     # The default stays 4, not auto: it must mean the same on the CPU executor (no VRAM budget) and with
     # --kv-host, and auto gives a streamed model's slots up to a quarter of the budget, layers that a lone
     # client's tokens would then read from the drive instead: a choice the user makes (docs/engine.md).
-    p.add_argument("--max-seqs", type=_max_seqs, default=4, metavar="N|auto",
-                   help="sequences computed together in one pass (default 4; 1: one at a time; auto: what the VRAM budget holds)")
-    p.add_argument("--max-queued", type=int, default=16,
-                   help="requests waiting for a free sequence beyond --max-seqs (default 16); more are refused (429)")
-    p.add_argument("--queue-timeout", type=_seconds, default=0.0,
-                   help="seconds a request may wait for room when the queue is full before its 429 (default 0)")
-    p.add_argument("--chat-template-file", metavar="FILE",
-                   help="a Jinja chat template to use instead of the GGUF's tokenizer.chat_template")
-    p.add_argument("--max-body", type=size_arg, default=size_arg("4M"),
-                   help="largest request body (default 4M; 413 above)")
-    p.add_argument("--body-timeout", type=_seconds, default=30.0,
-                   help="seconds to receive a request body (default 30; 408 after)")
-    p.add_argument("--idle-timeout", type=_seconds, default=30.0,
-                   help="seconds a connection may stay without a complete request: idle keep-alive, or headers "
-                        "still arriving (slow clients; default 30)")
-    p.add_argument("--no-verify", action="store_true", help="check only the model's header at open (as `llm --no-verify`)")
-    p.add_argument("--vram-budget", type=size_arg, help="GPU executor: GPU memory for layer weights (as `llm`)")
-    p.add_argument("--ram-budget", type=size_arg, default=0, help="GPU executor: pinned host memory for layers (as `llm`)")
-    p.add_argument("--kv-host", action="store_true",
-                   help="GPU executor: the KV cache in pinned host memory (more --max-seqs than GPU memory holds)")
+    add("--max-seqs", type=_max_seqs, default=4, metavar="N|auto",
+        help="sequences computed together in one pass (default 4; 1: one at a time; auto: what the VRAM budget holds)")
+    add("--max-queued", type=int, default=16, metavar="N",
+        help="requests waiting for a sequence beyond --max-seqs (default 16); more get 429")
+    add("--queue-timeout", type=_seconds, default=0.0, metavar="S",
+        help="seconds a request may wait for room when the queue is full before its 429 (default 0)")
+    add("--chat-template-file", metavar="F",
+        help="a Jinja chat template to use instead of the GGUF's tokenizer.chat_template")
+    add("--draft", choices=("none", "lookup"), default="none", metavar="none|lookup",
+        help="as `llm --draft`: lookup drafts each sequence's next tokens by prompt lookup, verified in the "
+             "same pass (its tokens as without, in fewer passes; default none)")
+    add("--draft-k", type=_draft_k, default=None, metavar="K",
+        help=f"with --draft lookup: tokens drafted per sequence and pass, at most (1..{DRAFT_K_MAX}; 8)")
+    add("--max-body", type=size_arg, default=size_arg("4M"), metavar="SIZE",
+        help="largest request body (default 4M; 413 above)")
+    add("--body-timeout", type=_seconds, default=30.0, metavar="S",
+        help="seconds to receive a request body (default 30; 408 after)")
+    add("--idle-timeout", type=_seconds, default=30.0, metavar="S",
+        help="seconds a connection may stay without a complete request: idle keep-alive, or headers still arriving "
+             "(slow clients; default 30)")
+    add("--no-verify", action="store_true", help="check only the model's header at open (as `llm --no-verify`)")
+    add("--vram-budget", type=size_arg, metavar="SIZE",
+        help="GPU executor: GPU memory for layer weights (as `llm`)")
+    add("--ram-budget", type=size_arg, default=0, metavar="SIZE",
+        help="GPU executor: pinned host memory for layers (as `llm`)")
+    add("--kv-host", action="store_true",
+        help="GPU executor: the KV cache in pinned host memory (more --max-seqs than GPU memory holds)")
     return p
 
 
@@ -95,6 +129,9 @@ def main(argv=None, open_backend=None):
     a = parser().parse_args(argv)
     if a.max_queued < 0:
         parser().error("--max-queued must be 0 or more")
+    if a.draft_k is not None and a.draft != "lookup":
+        parser().error("--draft-k needs --draft lookup")
+    a.draft_k = a.draft_k or 8
     logging.basicConfig(level=logging.INFO, format="gpunvme.serve: %(message)s")
     try:
         from ..chat_template import ChatTemplateError

@@ -14,7 +14,7 @@ def open_backend(a):
                           "python-package (meson) or `pip install .`") from None
     m = gpunvme_model.Model(a.device, executor=a.executor, ctx=a.ctx, max_seqs=a.max_seqs or "auto", verify=not a.no_verify,
                             vram_budget=a.vram_budget, ram_budget=a.ram_budget, kv_host=a.kv_host)
-    return SchedulerBackend(m, ", ".join(a.device), m.max_seqs, a.max_queued)  # auto: the engine's count
+    return SchedulerBackend(m, ", ".join(a.device), m.max_seqs, a.max_queued, a.draft, a.draft_k)  # auto: the engine's count
 
 
 def _info(model, device, max_seqs):
@@ -27,14 +27,15 @@ def _info(model, device, max_seqs):
 class SchedulerBackend:
     """The engine's Scheduler (gpunvme.Scheduler): each step() is one pass over the layers carrying the next
     token of every running sequence and prompt chunks of new ones; a sequence's tokens are those it gets
-    alone (so the llm tool's)."""
+    alone (so the llm tool's). draft "lookup": each decoding sequence's pass also verifies up to draft_k
+    tokens drafted by prompt lookup (the same tokens, in fewer passes)."""
 
-    def __init__(self, model, device, max_seqs, max_queued):
+    def __init__(self, model, device, max_seqs, max_queued, draft="none", draft_k=8):
         self.model = model
         self.info = _info(model, device, max_seqs)
         # The worker admits at most max_seqs + max_queued; the slack covers sequences it has let go of
         # whose cancel() is still on its way.
-        self.sched = model.scheduler(max_queued + max_seqs)
+        self.sched = model.scheduler(max_queued + max_seqs, draft=draft, draft_k=draft_k)
 
     def submit(self, prompt, max_tokens, sampling):
         try:
@@ -65,5 +66,6 @@ class SchedulerBackend:
         return Counters(c["passes"], c["generated_tokens"], c["prompt_tokens"], bytes_read=io["bytes_read"],
                         pass_tokens=c["pass_tokens"], layer_stall_seconds=io["layer_stall_seconds"],
                         expert_hits=io["expert_hits"], experts_routed=io["experts_routed"],
-                        expert_stall_seconds=io["expert_stall_seconds"],
+                        expert_stall_seconds=io["expert_stall_seconds"], drafted_tokens=c["drafted_tokens"],
+                        accepted_tokens=c["accepted_tokens"],
                         extra={"finished": c["finished"], "cancelled": c["cancelled"]})
