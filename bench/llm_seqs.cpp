@@ -50,8 +50,8 @@ const cli::Help kHelp = {
     "  --json-out FILE  one JSON object per N, per line; FILE is replaced when the run ends\n",
     "\n"
     "Columns: pass/s: timed passes / their wall time, which is also each sequence's tokens/s; tok/s: N x\n"
-    "that; MB/pass: bytes read from the drive per timed pass (streamed layers, fetched experts: a pass of\n"
-    "N sequences reads the union of their experts); bound: passes/s at max(drive bytes / the drive's rated\n"
+    "that; MB/pass: bytes read from the drive per timed pass (streamed layers, fetched experts and those\n"
+    "read ahead: a pass of N sequences reads the union of their experts); bound: passes/s at max(drive bytes / the drive's rated\n"
     "bandwidth, drive + RAM-tier bytes / the measured host-to-GPU bandwidth) (residency_plan.h's rule, on\n"
     "the bytes measured), '-' where nothing is read per pass (the CPU executor, a model all in VRAM);\n"
     "eff: pass/s / bound; xN=1: tok/s over the N = 1 row's; CPU s/tok: the process's user + system CPU\n"
@@ -120,7 +120,10 @@ struct Counters {
   static Counters of(const llm::ExecStats& s) {
     double stall = 0;
     for (double v : s.prefetch.stall_seconds) stall += v;
-    return {s.streamed_bytes + s.experts.bytes_read, s.ram_copied_bytes, s.experts.hits, s.experts.requested, s.stall_seconds, stall};
+    // The drive's bytes: streamed layers, fetched experts and what pre-gating read ahead (its hits are
+    // the fetches' cache hits, so without it a predicted pass looked like fewer bytes than it moved).
+    return {s.streamed_bytes + s.experts.bytes_read + s.prefetch.bytes_read, s.ram_copied_bytes, s.experts.hits, s.experts.requested,
+            s.stall_seconds, stall};
   }
   Counters operator-(const Counters& o) const {
     return {drive_bytes - o.drive_bytes, ram_bytes - o.ram_bytes, expert_hits - o.expert_hits, experts_routed - o.experts_routed,

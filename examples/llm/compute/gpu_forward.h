@@ -59,9 +59,9 @@ class ExpertSource {
   // A source may also name ids of its own (`ids`, device memory, best first): the forward pass then
   // reads those ahead instead of computing the router (the next pass's first fetched layer, predicted
   // by this pass's routing there: nothing of the next token is known yet).
-  // A pass of several tokens predicts for all of them (GpuForward::pregate_pass): the union of their
-  // predicted experts, best first, at most `pass` of it (0: no pre-gating for such passes), read ahead
-  // after the layer's last fetch of the pass.
+  // A pass of several tokens whose experts go grouped predicts for all of them (GpuForward::pregate_pass):
+  // the union of their predicted experts, best first, at most `pass` of it (0: no pre-gating for such
+  // passes), read ahead after the layer's last fetch of the pass.
   struct PregateTarget {
     uint32_t layer = 0;    // the layer predicted
     WeightView view;       // its weights (the norm and router are read), unless ids is set
@@ -173,8 +173,7 @@ class GpuForward final : public Backend {
   void before_residual_write(Act x);
   // Whether long passes' attention takes the flash kernel (fast kernels on, heads narrow enough for it).
   bool flash() const;
-  // pregate_here: after this token's fetch, the pass's prediction (its last fetch of the layer).
-  void moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here = false);
+  void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
   // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
   void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
   std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather);
