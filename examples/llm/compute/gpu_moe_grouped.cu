@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -135,6 +136,39 @@ void wait_fetched(ExpertSource& src, uint32_t count, model::Projection proj, gpu
 
 uint32_t GroupedMoe::fetched_min_tokens() { return group_fetched_min_tokens(); }
 
+// Marks 0..6 of a device-grouped run: start, routed, grouped (rows gathered, inputs in 16-bit), gate and
+// up, GLU (its outputs in 16-bit), down, combined. The run waits for its last mark and adds each phase.
+struct GroupedMoe::PhaseEvents {
+  static constexpr uint32_t kMarks = 7;
+  static constexpr const char* kNames[kMarks - 1] = {"routing", "grouping+inputs", "gate+up", "GLU+inputs", "down", "combine"};
+  cudaEvent_t ev[kMarks] = {};
+  double ms[kMarks - 1] = {};
+  uint32_t runs = 0, tokens = 0;
+  PhaseEvents() {
+    for (cudaEvent_t& e : ev) device::check_cuda(cudaEventCreate(&e), "grouped MoE events");
+  }
+  ~PhaseEvents() {
+    std::fprintf(stderr, "grouped MoE events: %u runs, %u tokens; ms:", runs, tokens);
+    double total = 0;
+    for (uint32_t i = 0; i + 1 < kMarks; ++i) std::fprintf(stderr, " %s %.3f", kNames[i], ms[i]), total += ms[i];
+    std::fprintf(stderr, "; total %.3f\n", total);
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  }
+  void finish(uint32_t n) {
+    device::check_cuda(cudaEventSynchronize(ev[kMarks - 1]), "grouped MoE events");
+    for (uint32_t i = 0; i + 1 < kMarks; ++i) {
+      float t = 0;
+      device::check_cuda(cudaEventElapsedTime(&t, ev[i], ev[i + 1]), "grouped MoE events");
+      ms[i] += t;
+    }
+    ++runs, tokens += n;
+  }
+};
+
+void GroupedMoe::mark(uint32_t phase, gpu_stream_t s) {
+  if (events_) device::check_cuda(cudaEventRecord(events_->ev[phase], reinterpret_cast<cudaStream_t>(s)), "grouped MoE events");
+}
+
 GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prompt)
     : c_(c), max_tokens_(max_tokens), tensor_(fast_prompt && mma_enabled()), fetched_small_min_(group_fetched_min_tokens()),
       first_(c.n_expert), count_(c.n_expert) {
@@ -154,6 +188,7 @@ GroupedMoe::GroupedMoe(const ModelConfig& c, uint32_t max_tokens, bool fast_prom
   failed_ = device_array<uint32_t>(K, t);
   device::check_cuda(cudaMallocHost(&used_host_, c.n_expert * sizeof(uint32_t)), "cudaMallocHost for the grouped MoE");
   if (!tensor_) return;
+  if (const char* v = std::getenv("GPUNVME_MOE_EVENTS"); v && std::strcmp(v, "1") == 0) events_ = std::make_unique<PhaseEvents>();
   // Each used expert's tokens in tiles: at most one partial tile per expert beside the full ones.
   max_tiles_ = uint32_t(B * K / kExpertTileTokens + std::min<uint64_t>(c.n_expert, B * K));
   xh_in_ = device_array<uint16_t>(B * K * c.n_embd, t);
@@ -235,12 +270,16 @@ void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t ro
       wait_fetched(*src, i1 - i0, Projection::kGate, gs);
       wait_fetched(*src, i1 - i0, Projection::kUp, gs);
     }
+    if (on_device) mark(2, gs);
     gpu_expert_products(gs, expert_weights(st.gate, src, Projection::kGate), tiles, n_tiles, xh_in_, scale_in_, st.gate_bias, g_);
     gpu_expert_products(gs, expert_weights(st.up, src, Projection::kUp), tiles, n_tiles, xh_in_, scale_in_, st.up_bias, u_);
+    if (on_device) mark(3, gs);
     gpu_glu(gs, g_ + uint64_t(r0) * F, u_ + uint64_t(r0) * F, uint32_t(uint64_t(r1 - r0) * F), c_.act);
     gpu_gemm_inputs(gs, gemm_elem_for(st.down.type), g_ + uint64_t(r0) * F, r1 - r0, F, mid + uint64_t(r0) * F, scale_mid_ + r0);
+    if (on_device) mark(4, gs);
     if (src) wait_fetched(*src, i1 - i0, Projection::kDown, gs);
     gpu_expert_products(gs, expert_weights(st.down, src, Projection::kDown), tiles, n_tiles, mid, scale_mid_, st.down_bias, xs_);
+    if (on_device) mark(5, gs);
     if (src) src->consumed(layer, gs);
   }
 }
@@ -302,14 +341,19 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   const uint64_t rows = uint64_t(n) * K;
   // Routing: the router's product for every token (the matrix-vector kernel's bits, its bias inside as
   // there), the top k.
+  const bool on_device = tensor && !src && gpu_groups(c_.n_expert);  // resident on the tensor cores: grouped on the device, no wait
+  if (on_device) mark(0, gs);
   gpu_matmul(gs, st.router, xn, n, st.router_bias, logits_);
   gpu_route_tokens(gs, logits_, n, c_.n_expert, K, routes_, c_.gating);
-  if (tensor && !src && gpu_groups(c_.n_expert)) {  // resident on the tensor cores: grouped on the device, no wait
+  if (on_device) {
+    mark(1, gs);
     gpu_group_by_expert(gs, routes_, n, K, c_.n_expert, rows_, pos_, tiles_, max_tiles_, used_);
     gather_rows_kernel<<<uint32_t(rows), 256, 0, s>>>(xs_, xn, rows_, E);
     run_tensor(gs, st, uint32_t(rows), nullptr, layer, true);
     combine_kernel<<<dim3((E + 127) / 128, n), 128, 0, s>>>(acc, xs_, routes_, pos_, K, E);
     device::check_cuda(cudaGetLastError(), "grouped MoE kernels");
+    mark(6, gs);
+    if (events_) events_->finish(n);
     return;
   }
   device::check_cuda(cudaMemcpyAsync(routes_host_, routes_, rows * 2 * sizeof(uint32_t), cudaMemcpyDeviceToHost, s), "grouped MoE routing copy");

@@ -36,6 +36,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -126,6 +127,11 @@ class GroupedMoe {
   uint64_t stage_bytes_ = 0;
   uint32_t* failed_ = nullptr;
   std::vector<uint32_t> tiles_of_;
+  // GPUNVME_MOE_EVENTS=1: CUDA events around the phases of each device-grouped run (a wait at each run's
+  // end), their sums printed to stderr when the GroupedMoe goes (the prompt path's profile; null: off).
+  struct PhaseEvents;
+  std::unique_ptr<PhaseEvents> events_;
+  void mark(uint32_t phase, gpu_stream_t s);
 };
 
 }  // namespace gpunvme::llm
