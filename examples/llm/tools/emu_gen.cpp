@@ -51,6 +51,7 @@ struct GenParams {
   uint32_t type = 0;
   uint64_t seed = 1;  // llm_make_model's --seed default
   uint32_t members = 1, member = 1;  // a striped set's size and this namespace's place in it (1-based)
+  uint64_t stripe_unit = model::kDefaultStripeUnitBytes;  // a striped set's unit (llm_make_model --stripe-unit)
 };
 
 uint64_t parse_number(const std::string& key, const std::string& value, uint64_t lo, uint64_t hi) {
@@ -82,6 +83,8 @@ GenParams parse_keys(const emu::GenKeys& keys) {
     } else if (k == "member") {
       p.member = uint32_t(parse_number(k, v, 1, model::kMaxStripeMembers));
       member = true;
+    } else if (k == "stripe_unit") {
+      p.stripe_unit = parse_number(k, v, 4096, 1ull << 30);  // bytes; a multiple of the LBA size (make_stripe_geometry)
     }
   }
   if (!shape || !type)
@@ -97,7 +100,8 @@ GenParams parse_keys(const emu::GenKeys& keys) {
 // A striped set's keys name it: its set and deploy ids are a hash of them, so that its members agree.
 uint64_t set_hash(const GenParams& p, uint32_t lba, uint64_t salt) {
   const std::string key = p.shape.name + "/" + std::to_string(p.type) + "/" + std::to_string(p.seed) + "/" +
-                          std::to_string(p.members) + "/" + std::to_string(lba);
+                          std::to_string(p.members) + "/" + std::to_string(lba) +
+                          (p.stripe_unit == model::kDefaultStripeUnitBytes ? "" : "/" + std::to_string(p.stripe_unit));
   uint64_t h = 0xCBF29CE484222325ull ^ salt;
   for (unsigned char c : key) h = (h ^ c) * 0x100000001B3ull;
   return h | 1;  // never 0
@@ -114,7 +118,7 @@ uint64_t model_start_lba(const GenParams& p, uint32_t lba) {
 
 // The set's geometry: members just large enough for the logical volume, in whole stripe units.
 model::StripeGeometry set_geometry(const GenParams& p, uint32_t lba, uint64_t logical_bytes) {
-  const uint64_t unit = model::kDefaultStripeUnitBytes, unit_blocks = unit / lba;
+  const uint64_t unit = p.stripe_unit, unit_blocks = unit / lba;
   const uint64_t logical_blocks = (logical_bytes + lba - 1) / lba;
   const uint64_t per_member = (logical_blocks + p.members - 1) / p.members;
   const uint64_t data_blocks = (per_member + unit_blocks - 1) / unit_blocks * unit_blocks;
@@ -149,10 +153,10 @@ std::shared_ptr<const emu::GeneratedBytes> open_namespace(const GenParams& p, ui
 }
 
 [[maybe_unused]] const bool registered = emu::register_generator(emu::Generator{
-    {"shape", "type", "model_seed", "members", "member"},
+    {"shape", "type", "model_seed", "members", "member", "stripe_unit"},
     "shape=NAME (" + shape_names() + "), type=q4_k|q6_k|q8_0|mxfp4, model_seed=S (default 1): the model llm_make_model "
     "--shape NAME --type T --seed S writes, with its deploy record; members=N,member=I: member I of a striped set "
-    "of it over N namespaces",
+    "of it over N namespaces (stripe_unit=BYTES, default 1 MiB)",
     [](const emu::GenKeys& keys, uint32_t lba) {
       const GenParams p = parse_keys(keys);
       const uint64_t bytes = logical_bytes(p, lba);
