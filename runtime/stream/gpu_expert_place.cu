@@ -139,7 +139,10 @@ __device__ void touch_hits(GpuFetcherState& s, FetchTable& t, uint32_t layer, ui
 }
 
 // Phase 3b (lane 0, concurrent prefetches): a hit on an expert the latest prefetch read for this
-// layer and has not finished reading is pending: its bytes are still arriving in the slot.
+// layer and has not finished reading is pending: its bytes are still arriving in the slot. Only in that
+// slot: an expert the prefetch read but an earlier fetch of the layer cut (cut_wrong_prefetch) and a
+// later one read again lies elsewhere, complete, and its prefetch entry never gets ready (several fetches
+// of one layer after a prediction: a pass's tokens, one fetch each).
 __device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint32_t layer, uint32_t count) {
   t.pending_from = s.latest_prefetch;
   const FetchTable& p = s.table[s.latest_prefetch];
@@ -150,7 +153,7 @@ __device__ void mark_pending_hits(const GpuFetcherState& s, FetchTable& t, uint3
     e.pending = 0;
     for (uint32_t q = 0; live && e.hit && q < pr->count; ++q) {
       const GpuFetchedExpert& pe = p.experts[q];
-      if (pe.expert != e.expert || pe.hit) continue;
+      if (pe.expert != e.expert || pe.hit || pe.offset != e.offset) continue;
       if (*const_cast<const volatile uint32_t*>(&pe.ready) != pr->token) e.pending = q + 1;
       break;
     }

@@ -274,7 +274,10 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
 // after the layer's last fetch; at layer 2 the next pass's layer 0 from the log. Each pass's logits equal
 // those of every layer in VRAM, and of the same run with GPUNVME_PREGATE_PASS=0 (no prediction for such
 // passes: none read ahead at all). The token path (GPUNVME_MOE_GROUP_FETCHED=0) predicts nothing for
-// such passes (gpu_forward.cu's moe() says why) and keeps the bits too.
+// such passes by default (gpu_forward.cu's moe() says why) and keeps the bits; with
+// GPUNVME_PREGATE_PASS=all it predicts after the last token's fetch, and the later tokens' fetches of a
+// layer meet the prediction's experts the first token's fetch cut (read again, then hit: not pending on
+// the cut read, gpu_expert_place.cu): the same bits.
 namespace {
 struct EnvVar {
   std::string name;
@@ -340,6 +343,20 @@ TEST_CASE("llm tiers: pre-gating predicts a pass of several sequences' experts a
     } else {
       CHECK(on.pregate_passes == 0);
       CHECK(on.prefetch.prefetches == 0);
+      llm::ExecStats all_st;
+      std::vector<std::vector<float>> got_all;
+      {
+        EnvVar every("GPUNVME_PREGATE_PASS", "all");
+        got_all = four_seqs(*o.ctrl, o.m, pre, &all_st);
+      }
+      CHECK(all_st.pregate_passes == 5 * 3);
+      CHECK(all_st.prefetch.prefetches == 5 * 3);
+      CHECK(all_st.prefetch.hits + all_st.prefetch.wasted + all_st.prefetch.unsettled == all_st.prefetch.reads);
+      REQUIRE(got_all.size() == want.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO("token path, GPUNVME_PREGATE_PASS=all, pass " << i);
+        CHECK(std::memcmp(got_all[i].data(), want[i].data(), want[i].size() * sizeof(float)) == 0);
+      }
     }
     CHECK(off.expert_pregate_pass == 0);
     CHECK(off.pregate_passes == 0);

@@ -672,9 +672,9 @@ void GpuForward::glu(Act gate, Act up, FfnAct a) {
 // an earlier one would be settled, cut and evicted by this layer's own later fetches (the fetcher keeps
 // a prediction's experts only until the next fetch's faults need their slots). Only where that last
 // fetch is a grouped decode group's: a prompt segment's tensor-core fetches read nearly every expert
-// (the drive does not idle there), and on the token path (a fetch per token) it changed the tokens' bits
-// on the H200 (test_llm_tiers' [pregate] case, GPUNVME_MOE_GROUP_FETCHED=0, session 23: not understood
-// yet) and was slower at 2 sequences (11.8 against 12.7 tok/s), so such passes predict nothing.
+// (the drive does not idle there), and on the token path (a fetch per token) it was slower at 2
+// sequences (11.8 against 12.7 tok/s, H200, session 23), so such passes predict only where the source
+// asks (PregateTarget::token_path: GPUNVME_PREGATE_PASS=all).
 void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
   const bool tensor = grouped_ && grouped_->tensor_cores(l.gate_exps.type, l.up_exps.type);
   for (const Group& g : groups_) {  // a long segment's rows grouped; a short one's token by token (the header's rule)
@@ -687,11 +687,12 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
       const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b), stack(l.gate_exps), stack(l.up_exps),
                             stack(l.down_exps), f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
       const bool pre = last && small_fetched;
-      const std::function<void()> after_fetches = [&] { if (pre) pregate_pass(l, *src_); };
+      const std::function<void()> after_fetches = [&] { if (pre) pregate_pass(l, *src_, false); };
       grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at, src_, l.index, g.fast,
                     small_fetched ? predicted_on_host(l.index) : std::span<const uint32_t>{}, after_fetches);
     } else {
-      for (uint32_t t = g.first; t < g.first + g.count; ++t) moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t);
+      for (uint32_t t = g.first; t < g.first + g.count; ++t)
+        moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t, last && t + 1 == n_ && !g.fast);
     }
   }
   device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
@@ -833,7 +834,7 @@ std::vector<float> GpuForward::read(Act a) {
 // VRAM: each projection of the k experts in one launch. Fetched experts: expert by expert, each kernel
 // after the wait for the part it reads (an overlapped fetch streams the rest meanwhile). Either way the
 // same products, the same GLU and one weighted sum in routing order: the same bits.
-void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
+void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here) {
   cudaStream_t s = stream_;
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const WeightView& v = view_;
@@ -852,6 +853,7 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t) {
   } else {
     src->fetch(l.index, experts_, K, stream_);
     if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
+    else if (pregate_here) pregate_pass(l, *src, true);  // the pass's last fetch of this layer, token by token
     for (uint32_t k = 0; k < K; ++k) {
       float* g = moe_gate_ + uint64_t(k) * F;
       launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g);
@@ -911,9 +913,9 @@ void GpuForward::pregate(const LayerWeights& l, ExpertSource& src) {
 // this layer's experts. Its ids are also copied to the host for the grouped path's order
 // (predicted_on_host). A source's own ids (the next pass's first fetched layer) are read as pregate()
 // reads them.
-void GpuForward::pregate_pass(const LayerWeights& l, ExpertSource& src) {
+void GpuForward::pregate_pass(const LayerWeights& l, ExpertSource& src, bool token_path) {
   ExpertSource::PregateTarget p;
-  if (!src.pregate_target(l.index, p) || p.pass == 0) return;
+  if (!src.pregate_target(l.index, p) || p.pass == 0 || (token_path && !p.token_path)) return;
   const cudaStream_t side = reinterpret_cast<cudaStream_t>(src.pregate_stream());
   const gpu_stream_t gside = reinterpret_cast<gpu_stream_t>(side);
   const uint32_t K = c_.n_expert_used;

@@ -68,6 +68,7 @@ class ExpertSource {
     uint32_t experts = 0;  // how many of the predicted ids to read ahead (1 .. k)
     const uint32_t* ids = nullptr;  // the source's own prediction, or null
     uint32_t pass = 0;     // a pass of n > 1 tokens: at most min(pass, n * experts) of the union
+    bool token_path = false;  // such passes fetched token by token predict too (else only grouped ones)
   };
   virtual bool pregate_target(uint32_t /*layer*/, PregateTarget& /*out*/) const { return false; }
   virtual gpu_stream_t pregate_stream() const { return nullptr; }
@@ -173,12 +174,13 @@ class GpuForward final : public Backend {
   void before_residual_write(Act x);
   // Whether long passes' attention takes the flash kernel (fast kernels on, heads narrow enough for it).
   bool flash() const;
-  void moe_token(const LayerWeights& l, const float* xn, uint32_t t);
+  // pregate_here: after this token's fetch, the pass's prediction (its last fetch of the layer).
+  void moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here = false);
   // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
   void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
   std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather);
   void pregate(const LayerWeights& l, ExpertSource& experts);
-  void pregate_pass(const LayerWeights& l, ExpertSource& experts);
+  void pregate_pass(const LayerWeights& l, ExpertSource& experts, bool token_path);
   // The pass's last prediction for layer `layer`, best first, on the host (empty: none): the grouped
   // path fetches those experts first (gpu_moe_grouped.h).
   std::span<const uint32_t> predicted_on_host(uint32_t layer);

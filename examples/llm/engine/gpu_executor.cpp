@@ -102,6 +102,8 @@ class FetchedExperts final : public ExpertSource {
     if (pregate_ > 0) prefetch = false;
     plan_pregate(plan, dense, pregate_first.value_or(pregate_));
     pass_experts_ = pass_pregate_count();
+    const char* pass_env = std::getenv("GPUNVME_PREGATE_PASS");
+    pass_token_path_ = pass_experts_ > 0 && pass_env && std::string(pass_env) == "all";
     // Default on when the cache can take a prefetch next to the fetch whose experts are in use.
     if (prefetch.value_or(fetcher_.can_prefetch()) && !fetcher_.can_prefetch())
       throw std::runtime_error("--expert-prefetch on needs an expert cache of at least " + std::to_string(2 * k_) +
@@ -172,15 +174,16 @@ class FetchedExperts final : public ExpertSource {
   // A pass of several tokens (GpuForward::pregate_pass) predicts for all of them after the layer's last
   // fetch and reads up to pass_experts() of the union ahead, best first: what the cache holds beside
   // that fetch's experts, which the prefetch then never evicts (gpu_expert_fetcher.h), and at most k
-  // (one prefetch). GPUNVME_PREGATE_PASS=0: none for such passes (the A/B switch).
+  // (one prefetch). GPUNVME_PREGATE_PASS=0: none for such passes (the A/B switch); =all: passes fetched
+  // token by token predict too (slower at 2 sequences: gpu_forward.cu's moe() says why it is not the default).
   bool pregate_target(uint32_t layer, PregateTarget& out) const override {
     if (!pregate_ || layer >= pregate_next_.size()) return false;
     if (layer == last_fetched_ && wrap_experts_ && logged_[first_fetched_]) {
-      out = {first_fetched_, {}, wrap_experts_, log_ + size_t(first_fetched_) * k_, pass_experts_};
+      out = {first_fetched_, {}, wrap_experts_, log_ + size_t(first_fetched_) * k_, pass_experts_, pass_token_path_};
       return true;
     }
     if (!pregate_next_[layer].view) return false;
-    out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_, nullptr, pass_experts_};
+    out = {pregate_next_[layer].layer, *pregate_next_[layer].view, pregate_, nullptr, pass_experts_, pass_token_path_};
     return true;
   }
   uint32_t pass_experts() const { return pass_experts_; }
@@ -327,6 +330,7 @@ class FetchedExperts final : public ExpertSource {
   uint32_t first_fetched_ = ~0u, last_fetched_ = ~0u;  // of a pass (~0u: none)
   uint32_t wrap_experts_ = 0;  // the next pass's first fetched layer, predicted at the last (0: not)
   uint32_t pass_experts_ = 0;  // a pass of several tokens: its union's experts read ahead at most (0: none)
+  bool pass_token_path_ = false;  // and passes fetched token by token too (GPUNVME_PREGATE_PASS=all)
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t writes_wait_ = nullptr;  // not owned
