@@ -198,7 +198,7 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
   }
   const bool stage = active && gpu::weight_rows_stageable<T>(w, row_bytes);  // the same for a whole warp
   const gpu::RowChunks<T, R> ch(rp, groups, lane, chunk_buf + warp * gpu::kWeightStages * R * gpu::weight_stage_span(T));
-  for (uint32_t t0 = 0; t0 < n; t0 += kTile) {
+  for (uint32_t t0 = blockIdx.y * kTile; t0 < n; t0 += gridDim.y * kTile) {  // blocks along y share the tiles
     const uint32_t m = min(kTile, n - t0);
     float part[kTile][R];
 #pragma unroll
@@ -430,8 +430,12 @@ void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x,
     if constexpr (kShared != 0) {  // above the 48 KB a launch may take without it, with the static x tile
       gpu::opt_in_shared<matmul_kernel<T>>(kShared, "cudaFuncSetAttribute (the batched matrix kernel's shared memory)");
     }
-    matmul_kernel<T><<<blocks_for(m.rows, kRowsPerBlock * kBatchRows), kRowsPerBlock * 32, kShared,
-                       reinterpret_cast<cudaStream_t>(stream)>>>(
+    // Rows alone fill few blocks for a narrow matrix (a MoE router's 128 rows: 8 blocks on 132 SMs, each
+    // looping over every token of a prompt): the token tiles are spread over blocks along y too, up to
+    // about two blocks an SM. A (row, token) result is its tile's, whichever block runs it: the same bits.
+    const uint32_t bx = blocks_for(m.rows, kRowsPerBlock * kBatchRows), tiles = blocks_for(n, kTile);
+    const uint32_t by = std::max(1u, std::min({blocks_for(2 * gpu::device_sms(), bx), tiles, 65535u}));
+    matmul_kernel<T><<<dim3(bx, by), kRowsPerBlock * 32, kShared, reinterpret_cast<cudaStream_t>(stream)>>>(
         m.w, m.row_bytes, m.rows, m.cols, x, n, bias, m.sel, m.mat_bytes, y);
   });
 }
