@@ -42,27 +42,6 @@ void write_model(const std::vector<std::string>& devices, uint64_t unit) {
   striped_test::write_model(devices, unit, llm::gen::Shape{"striped-test", 3, 256, 4, 2, 512, 512, 512, 0, 0, 10000.0f}, 5);
 }
 
-std::vector<float> run(const std::vector<std::string>& devices, uint32_t slots, llm::ExecStats* stats) {
-  llm::DeviceSet set(devices);
-  const llm::ModelOnDevice m = llm::open_model(set.namespaces());
-  REQUIRE(m.stripe.has_value() == (devices.size() > 1));
-  llm::GpuExecOptions o;
-  o.resident_layers = 0;  // every layer streamed, every token
-  o.slots = slots;
-  const std::vector<host::Controller*> ctrls = set.controllers();
-  auto ex = llm::make_gpu_executor(ctrls, m, 8, o);
-  std::vector<float> all;
-  uint32_t tok = 3;
-  for (uint32_t pos = 0; pos < 6; ++pos) {
-    const std::span<const float> logits = ex->step(tok, pos);
-    all.insert(all.end(), logits.begin(), logits.end());
-    tok = uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  }
-  ex->finish();
-  *stats = ex->stats();
-  return all;
-}
-
 // The MoE model of the fetched-expert cases (llm_fixtures.h's: 3 layers, 8 experts of which 2 routed).
 void write_moe_model(const std::vector<std::string>& devices, uint64_t unit) {
   striped_test::write_model(devices, unit, llm::gen::Shape{"striped-moe", 3, 256, 4, 2, 512, 512, 512, 8, 2, 10000.0f}, 5);
@@ -85,6 +64,14 @@ std::vector<float> run_with(const std::vector<std::string>& devices, const llm::
   ex->finish();
   *stats = ex->stats();
   return all;
+}
+
+// Six greedy steps' logits from token 3, every layer streamed through `slots` slots.
+std::vector<float> run(const std::vector<std::string>& devices, uint32_t slots, llm::ExecStats* stats) {
+  llm::GpuExecOptions o;
+  o.resident_layers = 0;  // every layer streamed, every token
+  o.slots = slots;
+  return run_with(devices, o, stats);
 }
 
 // The options of the MoE cases: every layer's experts fetched (a VRAM budget of the dense parts only,
