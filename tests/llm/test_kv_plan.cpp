@@ -32,11 +32,12 @@ std::string message_of(const auto& f) {
   return "";
 }
 
-// The refusal names the cache and every fix a user has.
+// The refusal names the cache and every fix a user has: fewer sequences only where there are several.
 void check_refusal(const std::string& m, const std::string& cache) {
   INFO(m);
   CHECK(m.find("the KV cache (" + cache + ") does not fit in GPU memory: the VRAM budget is") == 0);
-  for (const char* fix : {"--max-seqs", "--ctx", "--kv-host", "--vram-budget"}) CHECK(m.find(fix) != std::string::npos);
+  for (const char* fix : {"--ctx", "--kv-host", "--vram-budget"}) CHECK(m.find(fix) != std::string::npos);
+  CHECK((m.find("fewer sequences (--max-seqs)") != std::string::npos) == (cache.find("1 sequence(s)") != 0));
 }
 
 }  // namespace

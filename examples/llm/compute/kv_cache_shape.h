@@ -32,14 +32,18 @@ inline uint64_t kv_cache_bytes(const ModelConfig& c, const KvCacheShape& kv, uin
 }
 
 // "the KV cache (S sequence(s) of C positions, B bytes) does not fit in GPU memory (or pinned host
-// memory): WHY; " and the fixes a user has: fewer sequences, a shorter context, the cache in host
-// memory, a larger VRAM budget (those of GPU memory only where the cache is there).
+// memory): WHY; " and the fixes a user has: fewer sequences (not for one), a shorter context, the cache
+// in host memory, a larger VRAM budget (those of GPU memory only where the cache is there). One
+// sequence is also what the `llm` tool runs, which has no --kv-host: that fix names the tools that do.
 inline std::string kv_does_not_fit(uint32_t seqs, uint32_t n_ctx, uint64_t bytes, bool host, const std::string& why) {
-  return "the KV cache (" + std::to_string(seqs) + " sequence(s) of " + std::to_string(n_ctx) + " positions, " +
-         text::human_bytes(double(bytes)) + ") does not fit in " + (host ? "pinned host memory" : "GPU memory") + ": " + why +
-         (host ? "; fixes: fewer sequences (--max-seqs), a shorter context (--ctx)"
-               : "; fixes: fewer sequences (--max-seqs), a shorter context (--ctx), the cache in pinned host memory "
-                 "(--kv-host), or a larger --vram-budget");
+  const std::string head = "the KV cache (" + std::to_string(seqs) + " sequence(s) of " + std::to_string(n_ctx) + " positions, " +
+                           text::human_bytes(double(bytes)) + ") does not fit in " + (host ? "pinned host memory" : "GPU memory") + ": " + why;
+  if (host) return head + "; fixes: fewer sequences (--max-seqs), a shorter context (--ctx)";
+  if (seqs <= 1)
+    return head + "; fixes: a shorter context (--ctx), a larger --vram-budget, or the cache in pinned host memory (--kv-host of "
+                  "llm_seqs and gpunvme.serve)";
+  return head + "; fixes: fewer sequences (--max-seqs), a shorter context (--ctx), the cache in pinned host memory "
+                "(--kv-host), or a larger --vram-budget";
 }
 
 }  // namespace gpunvme::llm
