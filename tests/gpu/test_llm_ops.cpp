@@ -323,17 +323,78 @@ TEST_CASE("block ops: KV store and attention, causal in a pass, sliding window, 
   attend_three_passes(t, {1, window, {}});
 }
 
-// Passes of more than 32 tokens take the flash kernel (compute/gpu_flash_attention.cuh): GPU = CPU within
-// float rounding (the softmax accumulated in another order), causal across its tiles of 32 positions,
-// windows shorter and longer than a tile, with and without sinks; a pass of 33 after one of 100, then a
-// single token (the small path) over the cache the long passes wrote.
+// The bound of the tensor-core flash kernel (compute/gpu_flash_mma.cu) against the CPU, which rounds
+// only K and V to FP16 (as the cache on both does). With u = 2^-11 (FP16's rounding, to nearest):
+//  - Q is scaled and rounded to FP16: a score s_j = sum_d q_d k_jd moves by at most
+//    E = u * scale * sum_d |q_d k_jd| + 2^-25 * sum_d |k_jd| (the second term: FP16 subnormals below 2^-14);
+//  - P = exp(s - max) is rounded to FP16 (u relative, 2^-25 absolute below 2^-14; the exponential itself
+//    is ex2.approx, 2^-21 relative), and the sum is of the rounded P, so each output is a convex
+//    combination of V rows (the sink only adds to the denominator) whose weights w_j carry relative
+//    errors eta_j with |eta_j| <= (1 + u + 2^-21) e^E - 1, about 1.01 (u + 2^-21 + E) for the E here;
+//    moving the weights so moves an output by at most sum_j w_j |eta_j - mean eta| |v_j| <= 2.1 eta max|v|
+//    (2.1: 2 over 1 - eta), plus the subnormal P's 2^-25 max|v| per position over a denominator >= 1
+//    (the maximum's own P is exactly 1);
+//  - the FP32 sums in another order: 1e-4 of the largest output, as everywhere in this file.
+// E is taken at its largest over every query, head and cached position (visible or not): an upper bound.
+static float flash_mma_bound(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                             const std::vector<float>& out, const ModelConfig& c) {
+  const uint32_t D = c.head_dim, QD = c.q_dim(), KV = c.kv_dim(), group = c.n_head / c.n_head_kv;
+  const size_t tokens = q.size() / QD, positions = k.size() / KV;
+  const double u = std::ldexp(1.0, -11), sub = std::ldexp(1.0, -25);
+  double e = 0.0, vmax = 0.0, omax = 0.0;
+  for (float x : v) vmax = std::max(vmax, double(std::fabs(x)));
+  for (float x : out) omax = std::max(omax, double(std::fabs(x)));
+  for (size_t t = 0; t < tokens; ++t)
+    for (uint32_t h = 0; h < c.n_head; ++h)
+      for (size_t j = 0; j < positions; ++j) {
+        const float* qh = &q[t * QD + h * D];
+        const float* kh = &k[j * KV + (h / group) * D];
+        double qk = 0.0, ka = 0.0;
+        for (uint32_t d = 0; d < D; ++d) qk += std::fabs(double(qh[d]) * kh[d]), ka += std::fabs(kh[d]);
+        e = std::max(e, u * c.attn_scale * qk + sub * ka);
+      }
+  const double eta = 1.01 * (u + std::ldexp(1.0, -21) + e);
+  const double bound = 2.1 * eta * vmax + double(positions) * sub * vmax + 1e-4 * omax;
+  return float(bound / omax);
+}
+
+// Passes of more than 32 tokens take the flash kernel: on the tensor cores (compute/gpu_flash_mma.cu) for
+// heads of 64, 128 and 256 dimensions (gpt-oss, Llama, Gemma 3), the FP32 kernel
+// (compute/gpu_flash_attention.cuh) for others (96 here). GPU = CPU within flash_mma_bound, causal across
+// the tiles of positions, windows shorter and longer than a tile, with and without sinks; a pass of 33
+// after one of 100, then a single token (the small path) over the cache the long passes wrote.
 TEST_CASE("block ops: attention of long passes (flash kernel), sliding window, sinks, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const uint32_t window = GENERATE(0u, 5u, 40u);
   const bool sinks = GENERATE(false, true);
-  CAPTURE(window, sinks);
-  Twins t(llm::test::make_tiny(sinks ? Shape::kGptOss : Shape::kGemma3, GgmlType::F16), 160, 100);
-  attend_three_passes(t, {1, window, sinks ? t.m.w.layers[1].sinks : TensorRef{}}, {{0u, 100u}, {100u, 33u}, {133u, 1u}});
+  const uint32_t head_dim = GENERATE(64u, 96u, 128u, 256u);
+  CAPTURE(window, sinks, head_dim);
+  llm::test::TinyModel m = llm::test::make_tiny(sinks ? Shape::kGptOss : Shape::kGemma3, GgmlType::F16);
+  m.c.head_dim = m.c.n_rot = head_dim;  // attention reads only the Q, K and V written here, no weights
+  m.c.attn_scale = 1.0f / std::sqrt(float(head_dim));
+  Twins t(std::move(m), 160, 100);
+  const AttnParams p{1, window, sinks ? t.m.w.layers[1].sinks : TensorRef{}};
+  std::vector<float> k_all, v_all;  // every position's K and V so far
+  for (auto [pos0, n] : Passes{{0u, 100u}, {100u, 33u}, {133u, 1u}}) {
+    CAPTURE(pos0, n);
+    t.pass(pos0, n);
+    t.random(Act::kK, n);
+    t.random(Act::kV, n);
+    t.random(Act::kQ, n);
+    t.poison(Act::kAtt, n);
+    for (Backend* b : t.both) {
+      b->store_kv(p.layer);
+      b->attend(p);
+    }
+    for (auto [a, all] : {std::pair{Act::kK, &k_all}, std::pair{Act::kV, &v_all}}) {
+      const std::vector<float> x = t.cpu.read(a);
+      all->insert(all->end(), x.begin(), x.end());
+    }
+    const float rel = flash_mma_bound(t.cpu.read(Act::kQ), k_all, v_all, t.cpu.read(Act::kAtt), t.m.c);
+    CAPTURE(rel);
+    CHECK(rel < 0.05f);  // the bound itself is small: a wrong position or window moves outputs by O(1)
+    t.expect_close(Act::kAtt, rel);
+  }
 }
 
 // gpt-oss's attention sinks: each head's softmax has its sink logit beside the scores (sinks uniform in

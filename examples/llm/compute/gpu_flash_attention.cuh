@@ -7,13 +7,16 @@
 // positions, causal and windowed per query, the sink joining the maximum and the sum at the end as ops.h
 // says. CUDA cores, FP32 arithmetic: the scores are the same dot products as attention_kernel's, but
 // the softmax is accumulated in another order, so the last bits differ; gpu_forward.cu runs it only for
-// passes of more than kSmallPassTokens tokens (the small passes keep their bits).
+// passes of more than kSmallPassTokens tokens (the small passes keep their bits). Heads of 64, 128 and
+// 256 dimensions go to the tensor cores instead (gpu_flash_mma.cu, through flash_attention below): this
+// kernel is the fallback for other widths and for GPUNVME_FLASH_MMA=0.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "examples/llm/compute/gpu_flash_mma.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
@@ -114,6 +117,8 @@ __global__ void __launch_bounds__(kFlashWarps * 32)
 inline void flash_attention(cudaStream_t s, const float* q, const __half* kc, const __half* vc, uint32_t kv_dim,
                             uint32_t head_dim, uint32_t heads, uint32_t group, uint32_t window, uint32_t pos0, uint32_t n,
                             float scale, const float* sinks, float* out) {
+  if (flash_mma_takes(head_dim))  // heads of 64, 128, 256 on the tensor cores (gpu_flash_mma.cu); other widths here
+    return flash_attention_mma(s, q, kc, vc, kv_dim, head_dim, heads, group, window, pos0, n, scale, sinks, out);
   allow_staged_shared<flash_attention_kernel>();  // above 48 KB for heads wider than 96
   flash_attention_kernel<<<dim3(heads, (n + kFlashQueries - 1) / kFlashQueries), kFlashWarps * 32, flash_shared_bytes(head_dim),
                            s>>>(q, kc, vc, kv_dim, head_dim, group, window, pos0, n, scale, sinks, out);
