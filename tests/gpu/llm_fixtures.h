@@ -55,6 +55,14 @@ struct Opened {
 // (residency_plan.h), so a budget meant for N layers' bytes is those bytes and this.
 inline uint64_t run_kv_bytes(const llm::ModelOnDevice& m) { return llm::kv_cache_bytes(m.config, llm::KvCacheShape{}, 8); }
 
+// Every layer's dense bytes (all but the routed experts): a budget of these plus the KV cache keeps the
+// dense parts in VRAM and leaves every layer's experts to be fetched.
+inline uint64_t dense_bytes(const llm::ModelOnDevice& m) {
+  uint64_t dense = 0;
+  for (const llm::LayerBytes& b : llm::layer_bytes(m)) dense += b.dense;
+  return dense;
+}
+
 // Six greedy steps' logits from token 3; the stats at the end (and, given, after the first step).
 inline std::vector<std::vector<float>> run(host::Controller& c, const llm::ModelOnDevice& m, const llm::GpuExecOptions& o,
                                            llm::ExecStats* stats, llm::ExecStats* after_first = nullptr) {

@@ -174,8 +174,7 @@ TEST_CASE("llm tiers: pre-gated expert reads ahead of routing keep the logits an
   REQUIRE_GPU();
   DeployedModel d(8);
   Opened o(d.device);
-  uint64_t dense = 0;
-  for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
+  const uint64_t dense = test::dense_bytes(o.m);
   llm::GpuExecOptions all, pre;
   all.resident_layers = o.m.config.n_layer;
   pre.vram_budget = dense + test::run_kv_bytes(o.m);  // no room for a whole layer's experts: all three layers fetch theirs
@@ -310,8 +309,7 @@ TEST_CASE("llm tiers: pre-gating predicts a pass of several sequences' experts a
   REQUIRE_GPU();
   DeployedModel d(8);
   Opened o(d.device);
-  uint64_t dense = 0;
-  for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
+  const uint64_t dense = test::dense_bytes(o.m);
   llm::GpuExecOptions all, pre;
   all.resident_layers = o.m.config.n_layer;
   pre.vram_budget = dense + 4 * test::run_kv_bytes(o.m);  // every layer's experts fetched (the 4 slots' KV cache beside)

@@ -178,8 +178,7 @@ TEST_CASE("llm verify: flipped routed experts are refused at the first token tha
   std::vector<test::FlipSpot> flips;
   {
     Opened o(d.device);
-    uint64_t dense = 0;
-    for (const llm::LayerBytes& b : llm::layer_bytes(o.m)) dense += b.dense;
+    const uint64_t dense = test::dense_bytes(o.m);
     opt.vram_budget = dense + test::run_kv_bytes(o.m);  // every dense part in VRAM (beside the KV cache), every layer's experts fetched
     // Every expert's down projection of layer 0: whichever two the router picks, one is flipped.
     for (const model::ExpertExtent& e : o.m.map->experts())
