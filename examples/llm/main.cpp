@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -420,7 +421,7 @@ int run(const cli::Args& args, bool tokenize_only) {
   // What needs no model is checked before any device is opened.
   llm::Sampler sampler(parse_sampler(args));
   const uint32_t n = uint32_t(parse_number("-n", args.get("n", "32"), UINT32_MAX));
-  const llm::GenerateOptions go = parse_generate(args);
+  llm::GenerateOptions go = parse_generate(args);
   const bool gpu = !tokenize_only && example::use_gpu_path(args.get("path", "auto"));
   if (!gpu && !tokenize_only) note_gpu_only_options(args);
   std::vector<std::string> devices = args.all("device");
@@ -431,6 +432,10 @@ int run(const cli::Args& args, bool tokenize_only) {
     return args.has(name) ? guard::OutputFile::open(args.get(name), devices, "--" + name) : guard::OutputFile();
   };
   llm::Trace trace(output("trace"), output("logits-out"), 5);
+  // Only --trace and --logits-out read a token's logits: without them a greedy run picks on the GPU
+  // (GenerateOptions::token_logits; GPUNVME_LLM_HOST_PICK=1: on the host, the A/B switch).
+  const char* host_pick = std::getenv("GPUNVME_LLM_HOST_PICK");
+  go.token_logits = trace.wants_logits() || (host_pick && std::string(host_pick) == "1");
   guard::OutputFile json_out = output("json-out");
   // Readers' shared locks for the whole run (DeviceSet): a deploy cannot rewrite the model under the
   // engine (and the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.

@@ -219,26 +219,48 @@ TEST_CASE("top-k 0 samples from the whole vocabulary, as llama.cpp's k <= 0; top
 TEST_CASE("logits that are not finite stop generation at once, naming the position", "[llm][generate]") {
   std::vector<float> row(50, 0.5f);
   row[7] = 2.0f;
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    std::vector<float> r = row;
-    r[31] = bad;
-    FixedLogits ex(r);
-    Sampler greedy({});
-    std::vector<uint32_t> got;
-    auto on_token = [&](uint32_t id, std::span<const float>) { got.push_back(id); };
-    try {
-      generate(ex, {1, 2, 3}, 8, greedy, {}, {}, on_token);
-      FAIL("no error");
-    } catch (const NonFiniteLogits& e) {
-      CHECK(e.position == 2);  // the prompt's last position: the first logits of the run
-      CHECK_THAT(std::string(e.what()), ContainsSubstring("not finite") && ContainsSubstring("gpunvme verify"));
+  // token_logits false: the executor's greedy pick (Executor::pass_greedy), held to the same refusal.
+  for (bool token_logits : {true, false}) {
+    INFO("token_logits " << token_logits);
+    const GenerateOptions o{.token_logits = token_logits};
+    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+      std::vector<float> r = row;
+      r[31] = bad;
+      FixedLogits ex(r);
+      Sampler greedy({});
+      std::vector<uint32_t> got;
+      auto on_token = [&](uint32_t id, std::span<const float>) { got.push_back(id); };
+      try {
+        generate(ex, {1, 2, 3}, 8, greedy, {}, o, on_token);
+        FAIL("no error");
+      } catch (const NonFiniteLogits& e) {
+        CHECK(e.position == 2);  // the prompt's last position: the first logits of the run
+        CHECK_THAT(std::string(e.what()), ContainsSubstring("not finite") && ContainsSubstring("gpunvme verify"));
+      }
+      CHECK(got.empty());  // no token picked from them
     }
-    CHECK(got.empty());  // no token picked from them
+    FixedLogits ok(row);
+    Sampler greedy({});
+    const GenerateResult r = generate(ok, {1, 2, 3}, 4, greedy, {}, o, [&](uint32_t, std::span<const float> l) {
+      CHECK(l.size() == (token_logits ? row.size() : 0));
+    });
+    CHECK(r.tokens == std::vector<uint32_t>{7, 7, 7, 7});
+    CHECK(r.decode_steps == 3);
   }
-  FixedLogits ok(row);
-  Sampler greedy({});
-  const GenerateResult r = generate(ok, {1, 2, 3}, 4, greedy, {}, {}, [](uint32_t, std::span<const float>) {});
-  CHECK(r.tokens == std::vector<uint32_t>{7, 7, 7, 7});
+}
+
+TEST_CASE("greedy_pick: argmax and whether every logit is finite (the GPU's pick is held to it)", "[llm][sampler]") {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto pick = [](std::vector<float> v) { return greedy_pick(v); };
+  CHECK(pick({1.0f, 3.0f, 3.0f}).id == 1);
+  CHECK(pick({1.0f, 3.0f, 3.0f}).non_finite == 0);
+  CHECK(pick({nan, 3.0f}).id == 0);
+  CHECK(pick({nan, 3.0f}).non_finite == 1);
+  CHECK(pick({1.0f, nan, 3.0f}).id == 2);
+  CHECK(pick({1.0f, inf, inf}).id == 1);
+  CHECK(pick({1.0f, inf}).non_finite == 1);
+  CHECK(pick({-inf, -inf}).id == 0);
+  CHECK(pick({-1.0f, -0.0f, 0.0f}).id == 1);  // +0 == -0: a tie, the first
 }
 
 TEST_CASE("generation stops at any end-of-generation token, not only EOS (gpt-oss: <|return|>, <|call|>)", "[llm][generate]") {

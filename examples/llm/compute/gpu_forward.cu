@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_argmax.h"
 #include "examples/llm/compute/gpu_flash_attention.cuh"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
@@ -961,9 +962,32 @@ std::span<const float> GpuForward::pass_logits() {
   return logits_of(r.empty() ? 0 : r.front(), uint32_t(r.size()), !runs);
 }
 
+uint32_t GpuForward::enqueue_head() {
+  const std::vector<uint32_t>& r = logit_rows_of_pass_;
+  const bool runs = r.empty() || r.back() - r.front() + 1 == r.size();
+  logits_of(r.empty() ? 0 : r.front(), uint32_t(r.size()), !runs, /*to_host=*/false);
+  return uint32_t(r.size());
+}
+
+GreedyPick GpuForward::pass_pick() {
+  if (logit_rows_of_pass_.size() != 1) throw std::logic_error("pass_pick: a pass with one row of logits");
+  enqueue_head();
+  if (!argmax_) argmax_ = std::make_unique<GpuArgmax>();
+  argmax_->enqueue(stream_, logits_d_, c_.n_vocab);
+  wait_pass();
+  return argmax_->host();
+}
+
+void GpuForward::wait_pass() {
+  // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
+  // (CUDA's default stream synchronisation spins).
+  device::check_cuda(cudaEventRecord(done_, stream_), "token event");
+  device::check_cuda(cudaEventSynchronize(done_), "token");
+}
+
 // Rows [first, first + rows) of the pass, or (gather) the pass's logit rows, gathered first; the output
 // head multiplies them with the FP32 kernels, whose rows do not depend on how many there are.
-std::span<const float> GpuForward::logits_of(uint32_t first, uint32_t rows, bool gather) {
+std::span<const float> GpuForward::logits_of(uint32_t first, uint32_t rows, bool gather, bool to_host) {
   if (rows > logit_rows_)
     throw std::runtime_error("logits of " + std::to_string(rows) + " tokens asked; this GPU forward pass returns at most " + std::to_string(logit_rows_));
   const uint64_t V = c_.n_vocab, E = c_.n_embd;
@@ -975,12 +999,11 @@ std::span<const float> GpuForward::logits_of(uint32_t first, uint32_t rows, bool
   if (rows > 0) {
     rms_norm(stream_, from, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
     enqueue_matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
+    if (!to_host) return {};
     device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
   }
-  // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
-  // (CUDA's default stream synchronisation spins).
-  device::check_cuda(cudaEventRecord(done_, stream_), "token event");
-  device::check_cuda(cudaEventSynchronize(done_), "token");
+  if (!to_host) return {};
+  wait_pass();
   return {logits_host_, rows * V};
 }
 

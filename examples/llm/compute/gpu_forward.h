@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "examples/llm/compute/block.h"
+#include "examples/llm/compute/greedy_pick.h"
 #include "examples/llm/compute/kv_cache_shape.h"
 #include "examples/llm/model/packed_ranges.h"
 #include "examples/llm/model/weights.h"
@@ -21,6 +22,7 @@ namespace gpunvme::llm {
 using gpu_stream_t = struct CUstream_st*;
 class TensorGemm;  // gpu_gemm.h
 class GroupedMoe;  // gpu_moe_grouped.h
+class GpuArgmax;   // gpu_argmax.h
 
 // Where a layer's tensors are on the GPU: a buffer at `base` holding the file bytes `held` names, packed
 // (packed_ranges.h). Whoever hands out the view keeps `held` alive while it is used.
@@ -116,6 +118,9 @@ class GpuForward final : public Backend {
   // PassToken::logits is set, in pass order (rows x n_vocab floats, at most max_logit_rows() rows), in
   // pinned host memory the next pass's logits overwrite (no copy on the host).
   std::span<const float> pass_logits();
+  // The same norm and head for a pass with one logit row, then its greedy pick on the device
+  // (gpu_argmax.h): 8 bytes reach the host, not the row; waits for the stream.
+  GreedyPick pass_pick();
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
   uint32_t max_seqs() const { return kv_.seqs; }
@@ -178,7 +183,11 @@ class GpuForward final : public Backend {
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here = false);
   // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
   void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
-  std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather);
+  // to_host false: only enqueued, nothing copied nor waited for (an empty span).
+  std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather, bool to_host = true);
+  // The final norm and head of the pass's logit rows into logits_d_; how many rows.
+  uint32_t enqueue_head();
+  void wait_pass();  // the end of the pass's work on the stream (a blocking-sync event)
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void pregate_pass(const LayerWeights& l, ExpertSource& experts, bool token_path);
   // The pass's last prediction for layer `layer`, best first, on the host (empty: none): the grouped
@@ -247,6 +256,7 @@ class GpuForward final : public Backend {
   std::unique_ptr<TensorGemm> gemm_;
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
   std::unique_ptr<GroupedMoe> grouped_;
+  std::unique_ptr<GpuArgmax> argmax_;  // pass_pick's
 };
 
 // Whether a GpuForward of config c can run a MoE layer's experts grouped (GpuForward::moe's rule): a

@@ -18,6 +18,7 @@
 #include "examples/llm/engine/load_check.h"
 #include "examples/llm/engine/pipeline_stage.h"
 #include "examples/llm/engine/residency_plan.h"
+#include "examples/llm/engine/sampler.h"
 #include "host/recovery.h"
 #include "runtime/stream/expert_fetcher.h"
 
@@ -78,6 +79,13 @@ class Executor {
   // tokens[i]) when `all_logits`, else of the last one (n_vocab floats). The one-sequence case of the above.
   std::span<const float> pass(std::span<const uint32_t> tokens, uint32_t pos0, bool all_logits) {
     return pass(one_sequence(tokens, pos0, all_logits));
+  }
+  // A pass whose one row of logits (exactly one token flagged) is wanted only for its greedy pick
+  // (greedy_pick.h: the id and whether the row was all finite): the GPU executor picks on the device
+  // and copies 8 bytes back instead of the row (issue 36); by default, pass() and the host's pick.
+  virtual GreedyPick pass_greedy(std::span<const PassToken> tokens) {
+    if (logit_rows(tokens) != 1) throw std::logic_error("pass_greedy: a pass with one row of logits");
+    return greedy_pick(pass(tokens));
   }
   // One token at `pos`: a pass of one; its logits.
   std::span<const float> step(uint32_t token, uint32_t pos) { return pass(std::span(&token, 1), pos, false); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 
 #include "examples/llm/engine/speculative.h"
@@ -39,10 +40,16 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
     ex.pass(std::span(prompt).first(std::min<size_t>(chunk, prompt.size())), 0, false);
     ex.pass(std::span(prompt).first(1), 0, true);
   }
+  // Greedy picks made by the executor where the logits are (GenerateOptions::token_logits): nothing on
+  // the host reads a row then.
+  const bool executor_picks = !o.token_logits && sampler.greedy() && !o.draft;
   auto t0 = std::chrono::steady_clock::now();
   std::span<const float> logits;
+  std::optional<GreedyPick> first;  // executor_picks: the prompt's last pass's
   for (uint32_t p = 0; p < prompt.size(); p += chunk) {
-    logits = ex.pass(std::span(prompt).subspan(p, std::min<size_t>(chunk, prompt.size() - p)), p, false);
+    const auto part = std::span(prompt).subspan(p, std::min<size_t>(chunk, prompt.size() - p));
+    if (executor_picks && p + chunk >= prompt.size()) first = ex.pass_greedy(one_sequence(part, p, false));
+    else logits = ex.pass(part, p, false);
     ++r.prompt_passes;
   }
   r.prompt_seconds = since(t0);
@@ -62,11 +69,24 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
     if (!all_finite(row)) throw NonFiniteLogits(at);
     return sampler.pick(row);
   };
-  if (!done) emit(pick(logits, uint32_t(prompt.size()) - 1), logits);
+  // The executor's pick, with the host's refusal of a row that is not all finite.
+  auto picked = [&](const GreedyPick& g, uint32_t at) {
+    if (g.non_finite) throw NonFiniteLogits(at);
+    return g.id;
+  };
+  if (!done && first) emit(picked(*first, uint32_t(prompt.size()) - 1), {});
+  else if (!done) emit(pick(logits, uint32_t(prompt.size()) - 1), logits);
   // The last generated token is not in the KV cache yet: each pass runs it at `pos`, followed by the
   // draft, and keeps what verification keeps.
   uint32_t pos = uint32_t(prompt.size());
   std::vector<uint32_t> batch;
+  while (!done && executor_picks) {  // one token a pass, its pick from the executor
+    const uint32_t tok = r.tokens.back();
+    const GreedyPick g = ex.pass_greedy(one_sequence(std::span(&tok, 1), pos, true));
+    ++r.decode_steps;
+    emit(picked(g, pos), {});
+    ++pos;
+  }
   while (!done) {
     batch.assign(1, r.tokens.back());
     if (o.draft) {

@@ -26,6 +26,10 @@ struct GenerateOptions {
   // tensor-core product asks cuBLASLt for its algorithm, which would otherwise be counted against the
   // prompt and the first decode pass. Streamed layers are read for them too (ExecStats counts them).
   bool warmup = false;
+  // on_token gets the row of logits each token was picked from. false: an empty span, and a greedy run
+  // without a draft (whose verification reads rows) picks where the logits are (Executor::pass_greedy:
+  // on the GPU, no row copied to the host; issue 36). The same tokens either way.
+  bool token_logits = true;
 };
 
 struct GenerateResult {
@@ -57,7 +61,8 @@ bool all_finite(std::span<const float> row);
 // Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at a token of `eog` (the
 // model's end-of-generation tokens, Vocab::eog, as llama.cpp's llama_vocab_is_eog: gpt-oss ends at
 // <|return|> or <|call|>, not only at its EOS; empty: never).
-// `on_token` gets each generated token id, and the logits it was picked from, as soon as it is picked.
+// `on_token` gets each generated token id, and the logits it was picked from (GenerateOptions::token_logits),
+// as soon as it is picked.
 GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint32_t n_new, Sampler& sampler,
                         const std::set<uint32_t>& eog,
                         const GenerateOptions& o, const std::function<void(uint32_t, std::span<const float>)>& on_token);

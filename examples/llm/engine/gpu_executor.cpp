@@ -407,6 +407,22 @@ class GpuExecutor final : public Executor {
   }
 
   std::span<const float> pass(std::span<const PassToken> tokens) override {
+    enqueue_pass(tokens);
+    return finish_pass(tokens.size());
+  }
+
+  // The pass's logit row reduced on the device (GpuForward::pass_pick) where this GPU has the head;
+  // the checks of finish_pass after it, as after the logits.
+  GreedyPick pass_greedy(std::span<const PassToken> tokens) override {
+    if (range_.end != m_.config.n_layer || logit_rows(tokens) != 1) return Executor::pass_greedy(tokens);
+    enqueue_pass(tokens);
+    const GreedyPick p = fwd_->pass_pick();
+    end_pass(tokens.size());
+    return p;
+  }
+
+  // The pass's embeddings (or the previous GPU's hidden state) and its layers, enqueued.
+  void enqueue_pass(std::span<const PassToken> tokens) {
     seqs_.check(tokens, fwd_->max_batch());  // a refused pass changes nothing
     check_logit_rows(tokens, fwd_->max_logit_rows());
     if (range_.begin == 0) {
@@ -421,7 +437,6 @@ class GpuExecutor final : public Executor {
     } else {
       layers(tokens.size());
     }
-    return finish_pass(tokens.size());
   }
 
   // One token over layers all in GPU memory: a replay of the captured layers (compute/gpu_graph.h). The
@@ -496,7 +511,12 @@ class GpuExecutor final : public Executor {
       pipe_.link->send(fwd_->hidden(), n_tokens * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
       pipe_.link->wait_sent(reinterpret_cast<gpu_stream_t>(compute_));
     }
-    // The logits are on the host, so every layer of this pass was consumed: a load that failed (its
+    end_pass(n_tokens);
+    return logits;
+  }
+  // After the pass's results reached the host.
+  void end_pass(size_t n_tokens) {
+    // The logits (or the pick) are on the host, so every layer of this pass was consumed: a load that failed (its
     // retries spent, or the controller lost) ends the generation here, not at finish(), so no text is
     // ever printed from a layer that did not arrive.
     if (streamer_) streamer_->throw_if_failed();
@@ -505,7 +525,6 @@ class GpuExecutor final : public Executor {
     // The lag counters compare consecutive tokens' routing: one-token passes only (a batched pass logs
     // only its last token's ids, and a speculative pass's last token may be a rejected draft).
     if (experts_ && n_tokens == 1) experts_->end_token(compute_);
-    return logits;
   }
   uint32_t max_batch() const override { return fwd_->max_batch(); }
   uint32_t max_logit_rows() const override { return fwd_->max_logit_rows(); }

@@ -28,6 +28,11 @@ uint32_t argmax(std::span<const float> logits) {
   return 0;  // best is NaN: logits[0] was
 }
 
+GreedyPick greedy_pick(std::span<const float> logits) {
+  const bool finite = std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); });
+  return {argmax(logits), finite ? 0u : 1u};
+}
+
 std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k) {
   std::vector<uint32_t> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0u);

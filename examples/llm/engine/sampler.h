@@ -8,6 +8,8 @@
 #include <span>
 #include <vector>
 
+#include "examples/llm/compute/greedy_pick.h"
+
 namespace gpunvme::llm {
 
 struct SamplerOptions {
@@ -21,6 +23,8 @@ class Sampler {
  public:
   explicit Sampler(SamplerOptions o) : o_(o), rng_(o.seed) {}
   uint32_t pick(std::span<const float> logits);
+  // Temperature 0: pick() is argmax, which an executor may compute where the logits are (Executor::pass_greedy).
+  bool greedy() const { return o_.temperature <= 0.0f; }
 
  private:
   SamplerOptions o_;
@@ -29,6 +33,9 @@ class Sampler {
 
 // Index of the largest logit; the lowest index on a tie (llama.cpp's greedy sampler does the same).
 uint32_t argmax(std::span<const float> logits);
+// argmax and whether every logit is finite: the host's greedy pick (greedy_pick.h's rule, which the
+// GPU's kernel is held to).
+GreedyPick greedy_pick(std::span<const float> logits);
 
 // The indices of the k largest logits, largest first, the lower index first on a tie (k <= size).
 std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k);

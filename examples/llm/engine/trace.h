@@ -16,6 +16,8 @@ class Trace {
   // Either output may be an empty OutputFile (its option not given).
   Trace(guard::OutputFile json, guard::OutputFile logits, uint32_t top);
   void token(uint32_t id, std::span<const float> logits);
+  // Whether token() reads the logits (an output was asked for): without, it takes an empty span.
+  bool wants_logits() const { return bool(json_) || bool(raw_); }
   // After a run that succeeded: both files renamed into place (without it they are not written).
   void commit();
 
