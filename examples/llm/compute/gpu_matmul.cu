@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -44,9 +45,12 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
   if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
 }
 
+// The staged kernels' launch bounds' blocks an SM: Q4kStream's deeper rings (NB > 2) take more registers.
+constexpr uint32_t min_blocks(uint32_t nb) { return nb > 2 ? 2 : gpu::kStagedMinBlocks; }
+
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-template <GgmlType T, uint32_t R>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
+template <GgmlType T, uint32_t R, uint32_t NB = 0>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
                          uint64_t y_stride) {
@@ -54,21 +58,21 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
+  gpu::block_rows<T, R, NB>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 // The staged kernel's products (MatrixRows: into rows.y), then y += RMS norm of rows.y times norm_w by
 // the launch's last block to finish (gpu_matvec_norm_add): each block's stores of its rows are made
 // visible device-wide (__threadfence) before it counts itself done, so the last one reads every row; it
 // then resets the counter for the next launch.
-template <GgmlType T, uint32_t R>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
+template <GgmlType T, uint32_t R, uint32_t NB = 0>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
     matvec_norm_add_kernel(gpu::MatrixRows rows, uint32_t groups, const float* x, const float* norm_w, float eps, float* y,
                            uint32_t* done) {
   static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   extern __shared__ float4 xs[];
   __shared__ bool last;
-  gpu::block_rows<T, R>(rows, groups, x, xs);
+  gpu::block_rows<T, R, NB>(rows, groups, x, xs);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
@@ -85,11 +89,11 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, class Rows>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
+template <GgmlType T, uint32_t R, class Rows, uint32_t NB = 0>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
     matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps);
+  gpu::block_rows<T, R, NB>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -117,6 +121,10 @@ struct ConcatRows {
   __device__ bool stageable() const {
     return gpu::weight_rows_stageable<T>(w[0], row_bytes[0]) && gpu::weight_rows_stageable<T>(w[1], row_bytes[1]) &&
            gpu::weight_rows_stageable<T>(w[2], row_bytes[2]);
+  }
+  __device__ bool aligned16() const {
+    return (reinterpret_cast<uintptr_t>(w[0]) | reinterpret_cast<uintptr_t>(w[1]) | reinterpret_cast<uintptr_t>(w[2]) | row_bytes[0] |
+            row_bytes[1] | row_bytes[2]) % 16 == 0;
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -146,6 +154,9 @@ struct GluRows {
   template <GgmlType T>
   __device__ bool stageable() const {
     return gpu::weight_rows_stageable<T>(gate, row_bytes) && gpu::weight_rows_stageable<T>(up, row_bytes);
+  }
+  __device__ bool aligned16() const {
+    return (reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up) | row_bytes) % 16 == 0;
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -286,6 +297,42 @@ uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
   return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
 }
 
+// GPUNVME_Q4K_STREAM (issue 36, an A/B of one GPU run): 0 (default) the lean loops; 2, 4, 6: Q4_K's row
+// sets through Q4kStream with that many groups in registers. The same bits either way.
+uint32_t q4k_stream() {
+  static const uint32_t v = [] {
+    const char* e = std::getenv("GPUNVME_Q4K_STREAM");
+    const int n = e ? std::atoi(e) : 0;
+    return uint32_t(n == 2 || n == 4 || n == 6 ? n : 0);
+  }();
+  return v;
+}
+// GPUNVME_CHUNK_STREAM=1 (issue 36, the same A/B): Q6_K's and Q8_0's staged row sets through ChunkStream.
+bool chunk_stream() {
+  static const bool v = [] {
+    const char* e = std::getenv("GPUNVME_CHUNK_STREAM");
+    return e && std::atoi(e) == 1;
+  }();
+  return v;
+}
+// f.template operator()<NB>() with the stream as a constant: Q4_K's ring depth at two rows a warp, 1 for
+// Q6_K's and Q8_0's chunk stream, else 0.
+template <GgmlType T, uint32_t R, class F>
+void with_stream(F&& f) {
+  if constexpr (T == GgmlType::Q6_K || T == GgmlType::Q8_0) {
+    if (chunk_stream()) return f.template operator()<1>();
+  }
+  if constexpr (T == GgmlType::Q4_K && R == 2) {
+    switch (q4k_stream()) {
+      case 2: return f.template operator()<2>();
+      case 4: return f.template operator()<4>();
+      case 6: return f.template operator()<6>();
+      default: break;
+    }
+  }
+  f.template operator()<0>();
+}
+
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
 void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
@@ -296,11 +343,13 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto staged = [&]<uint32_t R>() {
-      constexpr auto K = matvec_staged_kernel<T, R>;
-      gpu::allow_staged_shared<K>();
-      const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
-      K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
-                                                                           m.mat_bytes, y, x_stride, y_stride);
+      with_stream<T, R>([&]<uint32_t NB>() {
+        constexpr auto K = matvec_staged_kernel<T, R, NB>;
+        gpu::allow_staged_shared<K>();
+        const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
+        K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
+                                                                             m.mat_bytes, y, x_stride, y_stride);
+      });
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
@@ -337,12 +386,14 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
-      constexpr auto K = matvec_rows_kernel<T, R, Rows>;
-      // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
-      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
-      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
-      launched = true;
+      with_stream<T, R>([&]<uint32_t NB>() {
+        constexpr auto K = matvec_rows_kernel<T, R, Rows, NB>;
+        // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
+        if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
+        const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+        K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+        launched = true;
+      });
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -510,12 +561,14 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
   with_weight_type(m.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
-      constexpr auto K = matvec_norm_add_kernel<T, R>;
-      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
-      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
-                                                                                                   eps, y, done);
-      launched = true;
+      with_stream<T, R>([&]<uint32_t NB>() {
+        constexpr auto K = matvec_norm_add_kernel<T, R, NB>;
+        if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
+        const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+        K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x,
+                                                                                                     norm_w, eps, y, done);
+        launched = true;
+      });
     };
     if (g.two_rows) launch.template operator()<2>();
     else launch.template operator()<1>();
