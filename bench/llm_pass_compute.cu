@@ -47,6 +47,7 @@ const cli::Help kHelp = {
     "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k|q8_0] [--tokens 1,2,3,...] [--reps N] [--gemm] [--json-out FILE]\n"
     "       llm_pass_compute --decode [--types LIST] [--matrices LIST] [--reps N] [--json-out FILE]\n"
     "       llm_pass_compute --decode-pass [--shape NAME] [--type T] [--reps N] [--json-out FILE]\n"
+    "       llm_pass_compute --attention [--shape NAME] [--positions LIST] [--tokens LIST] [--reps N]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape: the seven matrices of a\n"
     "layer at full size in GPU memory, times the layers, for passes of each token count. Every result is\n"
@@ -61,6 +62,7 @@ const cli::Help kHelp = {
     "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
     "  --matrices LIST --decode: ROWSxCOLS shapes (default Llama-3-70B's and -8B's)\n"
     "  --decode-pass   one token's pass over the shape's layers: ms per token, products vs the rest\n"
+    "  --attention     a layer's attention alone at --positions (default 64,2048), --tokens 1,4,32\n"
     "  --json-out F    also write the rows as one JSON object\n",
     "\n"
     "Default mode: seconds per pass, the extra over one token, and TFLOP/s (2 flops per weight and token)\n"
@@ -86,7 +88,12 @@ const cli::Help kHelp = {
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
     "the decode fusions (norm+Q/K/V, Q/K norm+RoPE+KV store+attention, O(+post-norm)+add, norm+gate/up+GLU,\n"
     "down(+post-norm)+add) and without them, after checking both give the same hidden state, bit\n"
-    "for bit. Kernels: the graph's nodes per token.\n"};
+    "for bit. Kernels: the graph's nodes per token.\n"
+    "\n"
+    "--attention (issue 36): one layer's attention of the small passes (GpuForward::attend, and for one\n"
+    "token the fused rope_store_attend) over a cache of random halves, for passes of each --tokens count\n"
+    "whose first token is at each of --positions: us per layer from a CUDA graph, and the GB/s of K and V\n"
+    "the pass's tokens see. GPUNVME_ATTN_OLD=1 times the per-head kernel instead.\n"};
 
 struct Matrix {
   std::string name;
@@ -176,6 +183,8 @@ struct Options {
   bool gemm = false;
   bool decode = false;
   bool decode_pass = false;
+  bool attention = false;
+  std::vector<uint32_t> positions{64, 2048};
   std::vector<GgmlType> types{GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::F16};
   std::vector<std::pair<uint32_t, uint32_t>> matrices{{8192, 8192}, {28672, 8192}, {8192, 28672},
@@ -204,7 +213,8 @@ GgmlType computed_type_named(const std::string& name) {
 }
 
 Options parse(int argc, char** argv) {
-  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices"}, {"gemm", "decode", "decode-pass"});
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices", "positions"},
+                        {"gemm", "decode", "decode-pass", "attention"});
   if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
   Options o;
@@ -216,8 +226,19 @@ Options parse(int argc, char** argv) {
   o.gemm = args.has("gemm");
   o.decode = args.has("decode");
   o.decode_pass = args.has("decode-pass");
-  if (int(o.gemm) + int(o.decode) + int(o.decode_pass) > 1)
-    throw cli::UsageError("--gemm, --decode and --decode-pass are three modes: give one");
+  o.attention = args.has("attention");
+  if (int(o.gemm) + int(o.decode) + int(o.decode_pass) + int(o.attention) > 1)
+    throw cli::UsageError("--gemm, --decode, --decode-pass and --attention are four modes: give one");
+  if (args.has("positions") && !o.attention) throw cli::UsageError("--positions goes with --attention");
+  if (args.has("positions")) {
+    o.positions.clear();
+    for (const std::string& p : split_list(args.get("positions"))) {
+      const uint64_t v = text::parse_u64("--positions", p);
+      if (v > (1u << 20)) throw cli::UsageError("--positions: each up to 2^20");
+      o.positions.push_back(uint32_t(v));
+    }
+  }
+  if (o.attention && !args.has("tokens")) o.tokens = {1, 4, 32};
   if (o.decode_pass && args.has("tokens")) throw cli::UsageError("--decode-pass times one token a pass: no --tokens");
   if (!o.decode && (args.has("types") || args.has("matrices"))) throw cli::UsageError("--types and --matrices go with --decode");
   if (args.has("types")) {
@@ -247,6 +268,9 @@ Options parse(int argc, char** argv) {
       at = end + 1;
     }
   }
+  if (o.attention)
+    for (uint32_t n : o.tokens)
+      if (n > kSmallPassTokens) throw cli::UsageError("--attention times small passes: --tokens up to " + std::to_string(kSmallPassTokens));
   if (o.gemm)
     for (uint32_t n : o.tokens)
       if (n <= kSmallPassTokens)
@@ -609,6 +633,75 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
   return 0;
 }
 
+// --attention: see the help. Returns the exit status.
+int time_attention(const Options& o, const gen::Shape& s, FILE* json) {
+  gen::GeneratedModel gm(gen::model_layout(s, o.type, s.name), 1);
+  const gguf::GgufFile f = gguf::GgufFile::read(gm);
+  ModelConfig c = read_config(f);
+  const ModelWeights w = map_weights(f, c);
+  c.n_layer = 1;  // one layer's cache: the attention reads nothing else
+  const uint32_t n_max = *std::max_element(o.tokens.begin(), o.tokens.end());
+  const uint32_t ctx = *std::max_element(o.positions.begin(), o.positions.end()) + n_max;
+  cudaStream_t st = nullptr;
+  device::check_cuda(cudaStreamCreate(&st), "cudaStreamCreate");
+  struct StreamGuard {
+    cudaStream_t s;
+    ~StreamGuard() { cudaStreamDestroy(s); }
+  } guard{st};
+  GpuForward g(c, w, ctx, GlobalWeights{}, reinterpret_cast<gpu_stream_t>(st), kSmallPassTokens, false);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d;
+  auto random = [&](Act a, uint32_t n) {
+    std::vector<float> v(size_t(n) * act_width(c, a));
+    for (float& x : v) x = d(rng);
+    g.write(a, v);
+  };
+  for (uint32_t p = 0; p < ctx; p += kSmallPassTokens) {  // every position's K and V
+    const uint32_t n = std::min(kSmallPassTokens, ctx - p);
+    g.set_pass(p, n);
+    random(Act::kK, n);
+    random(Act::kV, n);
+    g.store_kv(0);
+  }
+  const char* old = std::getenv("GPUNVME_ATTN_OLD");
+  const std::string kernel = old && old[0] == '1' ? "per-head" : "split";
+  std::printf("%s, %u/%u heads of %u, attention of one layer (%s kernel): us per layer\n", s.name.c_str(), c.n_head, c.n_head_kv,
+              c.head_dim, kernel.c_str());
+  std::printf("%9s | %6s | %10s | %12s | %12s\n", "position", "tokens", "attend", "fused", "KV GB/s");
+  constexpr uint32_t kLaunches = 20;  // per graph replay
+  std::string rows_json;
+  const AttnParams p{0, 0, {}};
+  for (uint32_t pos : o.positions)
+    for (uint32_t n : o.tokens) {
+      g.set_pass(pos, n);
+      random(Act::kQ, n);
+      random(Act::kK, n);
+      random(Act::kV, n);
+      g.store_kv(0);
+      auto graph_us = [&](bool fused) {
+        const CapturedLaunches gr([&](gpu_stream_t) {
+          for (uint32_t i = 0; i < kLaunches; ++i) fused ? g.rope_store_attend({}, {}, RopeParams{}, p) : g.attend(p);
+        }, st);
+        return median_seconds(o.reps, [&] { gr.launch(); }) / kLaunches * 1e6;
+      };
+      const double plain = graph_us(false), fused = n == 1 ? graph_us(true) : 0.0;
+      double seen = 0;  // positions the pass's tokens see, summed
+      for (uint32_t t = 0; t < n; ++t) seen += pos + t + 1;
+      const double gbps = seen * c.kv_dim() * 2 * sizeof(uint16_t) / (plain * 1e-6) / 1e9;
+      std::printf("%9u | %6u | %7.2f us | %9s | %12.0f\n", pos, n, plain, n == 1 ? (std::to_string(fused).substr(0, 6) + " us").c_str() : "-",
+                  gbps);
+      char row[256];
+      std::snprintf(row, sizeof row, "{\"position\":%u,\"tokens\":%u,\"attend_us\":%.3f,\"fused_us\":%.3f,\"kv_gb_per_s\":%.1f}", pos, n,
+                    plain, fused, gbps);
+      rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+    }
+  const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"attention\",\"model\":" + text::json_string(s.name) +
+                           ",\"kernel\":" + text::json_string(kernel) + ",\"rows\":[" + rows_json + "]}";
+  std::printf("%s\n", line.c_str());
+  if (json) std::fprintf(json, "%s\n", line.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -627,6 +720,11 @@ int main(int argc, char** argv) {
     guard::OutputFile json = o.json_out.empty() ? guard::OutputFile() : guard::OutputFile::open(o.json_out, {}, "--json-out");
     if (o.decode) {
       const int rc = time_decode(o, json ? json.stream() : nullptr);
+      if (rc == 0 && json) json.commit();
+      return rc;
+    }
+    if (o.attention) {
+      const int rc = time_attention(o, s, json ? json.stream() : nullptr);
       if (rc == 0 && json) json.commit();
       return rc;
     }

@@ -273,7 +273,7 @@ TEST_CASE("block ops: one token's Q/K norm + RoPE + KV store fused into attentio
 // by the last block) in one pass (Q/K norms, RoPE, the store, then attention), then one at a time (the
 // fused one-token launch) on the same inputs: Q and the attention to the bit, and within float rounding
 // of the CPU's; GQA, Q/K norms, sinks, a window of 100 and none; the positions before on a prompt's passes.
-TEST_CASE("block ops: a token's split attention in a k-token pass has its one-token pass's bits, GPU = CPU", "[gpu][llm][ops]") {
+TEST_CASE("block ops: a token's split attention in a k-token pass has its one-token pass's bits and GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const Shape shape = GENERATE(Shape::kLlama, Shape::kGemma3, Shape::kGptOss);
   const uint32_t window = GENERATE(0u, 100u);

@@ -4,12 +4,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_argmax.h"
+#include "examples/llm/compute/gpu_attention_decode.cuh"
 #include "examples/llm/compute/gpu_flash_attention.cuh"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
@@ -97,27 +99,10 @@ __global__ void rms_norm_kernel(const float* x, const float* w, uint32_t n, floa
 // so every head has the same bits whichever way it is launched. The order is the operations': a head's
 // norm, then its RoPE, and the store reads K after its own head's RoPE (__syncwarp: the warp's writes
 // are visible to its lanes) and V as the matrix wrote it; nothing else reads or writes these heads.
-// One head (in global or shared memory) normed by norm_w where given, then rotated at pos, by one warp:
-// the arithmetic of every Q/K head of a pass (rope_store_kernel, and attention_kernel's own token).
-struct HeadRope {
-  uint32_t head_dim, n_rot;
-  float eps;
-  RopeParams rope;
-  RopeLayout layout;
-};
-__device__ inline void norm_rope_head(float* h, const float* norm_w, uint32_t pos, const HeadRope& r, uint32_t lane) {
-  const uint32_t head_dim = r.head_dim;
-  if (norm_w) {
-    float ss = 0.0f;
-    for (uint32_t i = lane; i < head_dim; i += 32) ss += h[i] * h[i];
-    ss = warp_sum(ss);
-    const float scale = 1.0f / sqrtf(ss / float(head_dim) + r.eps);
-    __syncwarp();
-    for (uint32_t i = lane; i < head_dim; i += 32) h[i] = h[i] * scale * norm_w[i];
-    __syncwarp();
-  }
-  for (uint32_t i = lane; i < r.n_rot / 2; i += 32) rope_pair_of(h, i, r.n_rot, pos, r.rope, r.layout);
-}
+// norm_rope_head (gpu_attention_decode.cuh): that arithmetic, shared with the attention's own token.
+using gpu::HeadRope;
+using gpu::norm_rope_head;
+using gpu::OwnToken;
 
 __global__ void rope_store_kernel(float* q, float* k, const float* v, uint32_t q_heads, uint32_t kv_heads, const float* q_norm,
                                   const float* k_norm, HeadRope r, const uint32_t* positions, const uint32_t* slots, uint32_t n_ctx,
@@ -174,11 +159,6 @@ constexpr uint32_t kAttnWarps = kThreads / 32;
 inline uint32_t attention_shared_bytes(uint32_t head_dim, bool own = false) {
   return (1 + kAttnWarps + (own ? 1 : 0)) * head_dim * sizeof(float) + (own ? 2 * head_dim * sizeof(__half) : 0);
 }
-struct OwnToken {  // attention_kernel's `own`: the token's Q, K and V heads, norms, RoPE
-  const float *k = nullptr, *v = nullptr;  // as the products wrote them (k is not written: the group's blocks each copy it)
-  const float *q_norm = nullptr, *k_norm = nullptr;
-  HeadRope r;
-};
 template <bool kOwn>
 __global__ void attention_kernel(float* q, __half* kc, __half* vc, uint32_t kv_dim, uint32_t head_dim,
                                  uint32_t group, uint32_t window, const uint32_t* positions, const uint32_t* slots,
@@ -339,6 +319,16 @@ __global__ void gather_rows_kernel(const float* x, const uint32_t* rows, uint32_
   if (i < n) out[uint64_t(blockIdx.y) * n + i] = x[uint64_t(rows[blockIdx.y]) * n + i];
 }
 
+// Whether the small passes' attention takes decode_attention (heads it fits; GPUNVME_ATTN_OLD=1: the
+// per-head kernel, for the A/B measurement of issue 36).
+bool decode_split_used(const ModelConfig& c) {
+  static const bool old = [] {
+    const char* e = std::getenv("GPUNVME_ATTN_OLD");
+    return e && e[0] == '1';
+  }();
+  return !old && gpu::decode_attention_fits(c.head_dim);
+}
+
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
 // Rows [row_begin, row_begin + rows) of routing id k's projection `proj` times x into y + row_begin.
@@ -437,7 +427,14 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   // only the small passes' (longer ones take gpu_flash_attention.cuh's, which keeps none).
   // attend_small() launches that many tokens at a time.
   score_rows_ = flash() ? std::min(max_batch_, kSmallPassTokens) : max_batch_;
-  scores_ = alloc<float>(uint64_t(score_rows_) * c.n_head * n_ctx, t);
+  // With heads decode_attention takes, its chunk states and counters instead (gpu_attention_decode.cuh).
+  const bool split = decode_split_used(c);
+  scores_ = alloc<float>(split ? gpu::decode_attention_floats(c.n_head, c.n_head_kv, c.head_dim) : uint64_t(score_rows_) * c.n_head * n_ctx, t);
+  if (split) {
+    const uint64_t at = gpu::decode_counters_at(c.n_head, c.n_head_kv, c.head_dim);
+    device::check_cuda(cudaMemset(scores_ + at, 0, (gpu::decode_attention_floats(c.n_head, c.n_head_kv, c.head_dim) - at) * sizeof(float)),
+                       "cudaMemset");
+  }
   logits_d_ = alloc<float>(uint64_t(logit_rows_) * c.n_vocab, t);
   router_ = alloc<float>(c.n_expert > 0 ? c.n_expert : 1, t);
   experts_ = alloc<uint32_t>(2 * (c.n_expert_used > 0 ? c.n_expert_used : 1), t);
@@ -636,8 +633,25 @@ void GpuForward::attend(const AttnParams& p) {
   }
 }
 
+// The small passes' attention split along the positions (gpu_attention_decode.cuh) for tokens from t0.
+gpu::DecodeArgs GpuForward::decode_args(const AttnParams& p, uint32_t t0, const gpu::OwnToken& own) const {
+  const uint64_t layer_off = kv_layer_offset(p.layer);
+  gpu::DecodeArgs a{};
+  a.q = q_, a.kc = reinterpret_cast<__half*>(k_cache_) + layer_off, a.vc = reinterpret_cast<__half*>(v_cache_) + layer_off;
+  a.kv_dim = c_.kv_dim(), a.head_dim = c_.head_dim, a.n_head = c_.n_head, a.group = c_.n_head / c_.n_head_kv;
+  a.window = p.window, a.positions = positions(), a.slots = slots(), a.slot_stride = uint64_t(n_ctx_) * c_.kv_dim();
+  a.t0 = t0, a.scale = c_.attn_scale, a.sinks = f32(view_, p.sinks), a.part = scores_, a.out = att_, a.own = own;
+  return a;
+}
+
 void GpuForward::attend_small(const AttnParams& p, uint32_t first, uint32_t count) {
   const uint64_t layer_off = kv_layer_offset(p.layer);
+  if (decode_split_used(c_)) {
+    for (uint32_t t0 = first; t0 < first + count; t0 += gpu::kDecodeTokens)
+      gpu::decode_attention<false>(stream_, decode_args(p, t0, {}), c_.n_head_kv, std::min(gpu::kDecodeTokens, first + count - t0));
+    device::check_cuda(cudaGetLastError(), "attention kernel");
+    return;
+  }
   for (uint32_t t0 = first; t0 < first + count; t0 += score_rows_) {
     const uint32_t n = std::min(score_rows_, first + count - t0);
     attention_kernel<false><<<dim3(c_.n_head, n), kThreads, attention_shared_bytes(c_.head_dim), stream_>>>(
@@ -653,6 +667,11 @@ void GpuForward::rope_store_attend(const TensorRef& q_norm, const TensorRef& k_n
   if (n_ != 1) return Backend::rope_store_attend(q_norm, k_norm, rope, p);
   const uint64_t layer_off = kv_layer_offset(p.layer);
   const OwnToken own{k_, v_, f32(view_, q_norm), f32(view_, k_norm), head_rope(c_, rope)};
+  if (decode_split_used(c_)) {
+    gpu::decode_attention<true>(stream_, decode_args(p, 0, own), c_.n_head_kv, 1);
+    device::check_cuda(cudaGetLastError(), "Q/K norm, RoPE, KV store and attention kernel");
+    return;
+  }
   attention_kernel<true><<<dim3(c_.n_head, 1), kThreads, attention_shared_bytes(c_.head_dim, true), stream_>>>(
       q_, reinterpret_cast<__half*>(k_cache_) + layer_off, reinterpret_cast<__half*>(v_cache_) + layer_off, c_.kv_dim(), c_.head_dim,
       c_.n_head / c_.n_head_kv, p.window, positions(), slots(), uint64_t(n_ctx_) * c_.kv_dim(), 0, c_.attn_scale, f32(view_, p.sinks),

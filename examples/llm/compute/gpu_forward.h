@@ -22,6 +22,10 @@ namespace gpunvme::llm {
 using gpu_stream_t = struct CUstream_st*;
 class TensorGemm;  // gpu_gemm.h
 class GroupedMoe;  // gpu_moe_grouped.h
+namespace gpu {
+struct DecodeArgs;  // gpu_attention_decode.cuh
+struct OwnToken;
+}  // namespace gpu
 class GpuArgmax;   // gpu_argmax.h
 
 // Where a layer's tensors are on the GPU: a buffer at `base` holding the file bytes `held` names, packed
@@ -181,8 +185,10 @@ class GpuForward final : public Backend {
   bool flash() const;
   // pregate_here: after this token's fetch, the pass's prediction (its last fetch of the layer).
   void moe_token(const LayerWeights& l, const float* xn, uint32_t t, bool pregate_here = false);
-  // Attention of tokens [first, first + count) on attention_kernel, score_rows_ tokens per launch.
+  // Attention of tokens [first, first + count) on decode_attention (gpu_attention_decode.cuh), or where
+  // heads are too wide for it on attention_kernel, score_rows_ tokens per launch.
   void attend_small(const AttnParams& p, uint32_t first, uint32_t count);
+  gpu::DecodeArgs decode_args(const AttnParams& p, uint32_t t0, const gpu::OwnToken& own) const;
   // to_host false: only enqueued, nothing copied nor waited for (an empty span).
   std::span<const float> logits_of(uint32_t first, uint32_t rows, bool gather, bool to_host = true);
   // The final norm and head of the pass's logit rows into logits_d_; how many rows.
