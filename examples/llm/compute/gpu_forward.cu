@@ -1000,6 +1000,7 @@ GreedyPick GpuForward::pass_pick() {
 void GpuForward::wait_pass() {
   // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core
   // (CUDA's default stream synchronisation spins).
+  if (pass_end_) device::check_cuda(cudaEventRecord(pass_end_, stream_), "pass end event");
   device::check_cuda(cudaEventRecord(done_, stream_), "token event");
   device::check_cuda(cudaEventSynchronize(done_), "token");
 }

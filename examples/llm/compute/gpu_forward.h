@@ -125,6 +125,9 @@ class GpuForward final : public Backend {
   // The same norm and head for a pass with one logit row, then its greedy pick on the device
   // (gpu_argmax.h): 8 bytes reach the host, not the row; waits for the stream.
   GreedyPick pass_pick();
+  // An event (with timing) recorded where each pass's work ends, before the wait: the executor's
+  // per-token profile (GPUNVME_DECODE_EVENTS). Null: none.
+  void time_pass_end(struct CUevent_st* e) { pass_end_ = e; }
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
   uint32_t max_seqs() const { return kv_.seqs; }
@@ -263,6 +266,7 @@ class GpuForward final : public Backend {
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
   std::unique_ptr<GroupedMoe> grouped_;
   std::unique_ptr<GpuArgmax> argmax_;  // pass_pick's
+  struct CUevent_st* pass_end_ = nullptr;  // time_pass_end's
 };
 
 // Whether a GpuForward of config c can run a MoE layer's experts grouped (GpuForward::moe's rule): a

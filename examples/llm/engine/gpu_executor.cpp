@@ -30,6 +30,7 @@
 #include "examples/llm/compute/gpu_graph.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "device/cuda_check.h"
+#include "examples/llm/engine/decode_profile.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_lag.h"
 #include "examples/llm/engine/gpu_load_check.h"
@@ -388,6 +389,7 @@ class GpuExecutor final : public Executor {
     if (experts_ && gpu_check_) experts_->wait_before_writes(gpu_check_->expert_check_done());
     const char* graph_env = std::getenv("GPUNVME_LLM_DECODE_GRAPH");  // "0": the A/B switch, off
     graph_on_ = graph_possible(o) && !(graph_env && std::string(graph_env) == "0");
+    if (!pipe_.link && (profile_ = DecodeProfile::from_env())) fwd_->time_pass_end(profile_->end_event());  // one GPU
   }
   ~GpuExecutor() override {
     try {
@@ -408,7 +410,9 @@ class GpuExecutor final : public Executor {
 
   std::span<const float> pass(std::span<const PassToken> tokens) override {
     enqueue_pass(tokens);
-    return finish_pass(tokens.size());
+    const std::span<const float> logits = finish_pass(tokens.size());
+    if (profile_) profile_->ended();
+    return logits;
   }
 
   // The pass's logit row reduced on the device (GpuForward::pass_pick) where this GPU has the head;
@@ -418,6 +422,7 @@ class GpuExecutor final : public Executor {
     enqueue_pass(tokens);
     const GreedyPick p = fwd_->pass_pick();
     end_pass(tokens.size());
+    if (profile_) profile_->ended();
     return p;
   }
 
@@ -425,6 +430,8 @@ class GpuExecutor final : public Executor {
   void enqueue_pass(std::span<const PassToken> tokens) {
     seqs_.check(tokens, fwd_->max_batch());  // a refused pass changes nothing
     check_logit_rows(tokens, fwd_->max_logit_rows());
+    if (profile_ && tokens.size() == 1) profile_->begin(compute_);
+    else if (profile_) profile_->other_pass();
     if (range_.begin == 0) {
       fwd_->embed(tokens);
     } else {  // a later GPU of several: the previous one's hidden state (pipeline_stage.h)
@@ -432,11 +439,13 @@ class GpuExecutor final : public Executor {
       pipe_.link->receive(fwd_->hidden(), tokens.size() * m_.config.n_embd, reinterpret_cast<gpu_stream_t>(compute_));
     }
     seqs_.commit(tokens);  // the cache rows are (being) overwritten from here on
+    if (profile_ && tokens.size() == 1) profile_->embedded(compute_);
     if (tokens.size() == 1 && graph_on_) {
       resident_graphed();
     } else {
       layers(tokens.size());
     }
+    if (profile_ && tokens.size() == 1) profile_->layered(compute_);
   }
 
   // One token over layers all in GPU memory: a replay of the captured layers (compute/gpu_graph.h). The
@@ -883,6 +892,7 @@ class GpuExecutor final : public Executor {
   uint32_t slots_ = 2, n_streamed_ = 0;
   uint64_t begun_ = 0, consumed_ = 0;
   bool finished_ = false;
+  std::unique_ptr<DecodeProfile> profile_;  // GPUNVME_DECODE_EVENTS=1 (decode_profile.h); null: off
   CapturedWork graph_;  // one-token passes over resident layers (resident_graphed)
   bool graph_on_ = false, graph_warm_ = false;
   uint64_t graph_replays_ = 0;
