@@ -315,6 +315,36 @@ bool chunk_stream() {
   }();
   return v;
 }
+// GPUNVME_MATVEC_PDL=1 (issue 36, the same A/B): the staged products launched with programmatic stream
+// serialization (gpu_rows.cuh's pdl_wait): their prologue overlaps the previous kernel's tail.
+bool matvec_pdl() {
+  static const bool v = [] {
+    const char* e = std::getenv("GPUNVME_MATVEC_PDL");
+    return e && std::atoi(e) == 1;
+  }();
+  return v;
+}
+// K<<<grid, kStagedWarps * 32, shared, s>>>(args...), with the attribute where `pdl` (a plain launch where
+// the attribute is refused).
+template <auto K, class... Args>
+void launch_staged(dim3 grid, uint32_t shared, cudaStream_t s, bool pdl, Args... args) {
+  if (pdl) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(gpu::kStagedWarps * 32);
+    cfg.dynamicSmemBytes = shared;
+    cfg.stream = s;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, K, args...) == cudaSuccess) return;
+    cudaGetLastError();
+  }
+  K<<<grid, gpu::kStagedWarps * 32, shared, s>>>(args...);
+}
+
 // f.template operator()<NB>() with the stream as a constant: Q4_K's ring depth at two rows a warp, 1 for
 // Q6_K's and Q8_0's chunk stream, else 0.
 template <GgmlType T, uint32_t R, class F>
@@ -347,8 +377,9 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
         constexpr auto K = matvec_staged_kernel<T, R, NB>;
         gpu::allow_staged_shared<K>();
         const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
-        K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
-                                                                             m.mat_bytes, y, x_stride, y_stride);
+        // Not with a stack's ids (m.sel): the kernel reads them before pdl_wait.
+        launch_staged<K>(dim3(blocks, count), g.shared_bytes, s, matvec_pdl() && !m.sel, m.w, m.row_bytes, m.rows, m.cols, x, bias,
+                         m.sel, m.mat_bytes, y, x_stride, y_stride);
       });
     };
     if (!g.staged)
@@ -391,7 +422,7 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
         // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
         if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
         const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-        K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+        launch_staged<K>(dim3(blocks), g.shared_bytes, s, matvec_pdl(), rows, cols / kGroup, x, norm_w, eps);
         launched = true;
       });
     };
@@ -565,8 +596,8 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
         constexpr auto K = matvec_norm_add_kernel<T, R, NB>;
         if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
         const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-        K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x,
-                                                                                                     norm_w, eps, y, done);
+        launch_staged<K>(dim3(blocks), g.shared_bytes, reinterpret_cast<cudaStream_t>(stream), matvec_pdl(), rows, m.cols / kGroup, x,
+                         norm_w, eps, y, done);
         launched = true;
       });
     };

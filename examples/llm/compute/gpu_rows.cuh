@@ -72,6 +72,22 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 template <int Pending>
 __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 
+// Programmatic dependent launch (issue 36, A/B by GPUNVME_MATVEC_PDL=1, gpu_matmul.cu): a product launched
+// with it may start while the kernel before it finishes; it reads nothing but its weights before
+// pdl_wait() (which returns once that kernel is complete and its writes visible; at once without the
+// attribute), so its first weight loads overlap the previous kernel's tail. pdl_trigger() at a block's
+// start lets the next such launch begin once every block of this one runs.
+__device__ inline void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // The whole block copies x's `groups` groups into xs (coalesced loads, conflict-free stores), then waits.
 // By cp.async: every thread's loads are in flight at once (as plain loads and stores, a thread's next load
 // waited for its previous one: 8 latencies in a row for an 8192-wide x, before any row could start). The
@@ -406,10 +422,12 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
+  pdl_trigger();
   if constexpr (T == GgmlType::Q4_K && NB > 0 && R == 2) {  // at R = 1 the ring went to the stack (208+ bytes)
     if (rows.aligned16()) {  // the same for every thread of the launch
       Q4kStream<R, NB, Rows> st(rows, groups, lane, (warp * gridDim.x + blockIdx.x) * R, gridDim.x * per_block);
       st.prime();
+      pdl_wait();
       stage_vector(x, groups, xs);
       if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
       st.run(xs);
@@ -422,6 +440,7 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     if (stage) {  // the same for every thread of the launch
       ChunkStream<T, R, Rows> st(rows, groups, lane, (warp * gridDim.x + blockIdx.x) * R, gridDim.x * per_block, buf);
       st.prime();
+      pdl_wait();
       stage_vector(x, groups, xs);
       if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
       st.run(xs);
@@ -444,6 +463,7 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
   }
+  pdl_wait();
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
   for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
