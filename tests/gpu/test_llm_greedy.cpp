@@ -8,6 +8,8 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstring>
+#include <memory>
 #include <limits>
 #include <random>
 #include <set>
@@ -116,28 +118,35 @@ TEST_CASE("llm greedy pick: the GPU's argmax and finiteness are the host's, ties
 
 namespace {
 
-// generate() over a fresh GPU executor: greedy, `n` tokens after a 5-token prompt in chunks of 2.
-llm::GenerateResult run_generate(llm::DeviceSet& set, const llm::ModelOnDevice& m, bool token_logits, bool graph, uint32_t n,
+enum class Picks { kHost, kGpu, kChained };  // host from copied rows; pass_greedy; submit/collect_greedy
+
+// generate() over a GPU executor: greedy, `n` tokens after a 5-token prompt in chunks of 2.
+llm::GenerateResult run_generate(llm::Executor& ex, Picks picks, uint32_t n, const std::set<uint32_t>& eog,
                                  std::vector<std::vector<float>>* rows) {
-  llm::GpuExecOptions o;
-  o.resident_layers = m.config.n_layer;
-  o.max_batch = 2;
-  o.decode_graph = graph;
-  auto ex = llm::make_gpu_executor(set.controllers(), m, 64, o);
   llm::Sampler greedy(llm::SamplerOptions{});
   llm::GenerateOptions g;
   g.batch = 2;
-  g.token_logits = token_logits;
+  g.token_logits = picks == Picks::kHost;
   const std::vector<uint32_t> prompt = {3, 9, 27, 81, 7};
-  return llm::generate(*ex, prompt, n, greedy, {}, g, [&](uint32_t, std::span<const float> logits) {
-    if (token_logits) rows->emplace_back(logits.begin(), logits.end());
+  return llm::generate(ex, prompt, n, greedy, eog, g, [&](uint32_t, std::span<const float> logits) {
+    if (g.token_logits) rows->emplace_back(logits.begin(), logits.end());
     else CHECK(logits.empty());  // nothing copied to the host
   });
 }
 
+std::unique_ptr<llm::Executor> executor(llm::DeviceSet& set, const llm::ModelOnDevice& m, bool graph, bool chain) {
+  llm::GpuExecOptions o;
+  o.resident_layers = m.config.n_layer;
+  o.max_batch = 2;
+  o.decode_graph = graph;
+  o.decode_chain = chain;
+  return llm::make_gpu_executor(set.controllers(), m, 64, o);
+}
+
 }  // namespace
 
-TEST_CASE("llm greedy pick: generate() picking on the GPU gives the host's tokens from the copied logits", "[gpu][llm][greedy]") {
+TEST_CASE("llm greedy pick: generate() picking on the GPU, chained or not, gives the host's tokens from the copied logits",
+          "[gpu][llm][greedy]") {
   REQUIRE_GPU();
   for (const char* d : {"emu:gen,shape=tiny,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k", "emu:gen,shape=tiny-qwen3moe,type=q4_k"}) {
     for (bool graph : {true, false}) {
@@ -146,18 +155,35 @@ TEST_CASE("llm greedy pick: generate() picking on the GPU gives the host's token
       const llm::ModelOnDevice m = llm::open_model(set.namespaces());
       constexpr uint32_t kTokens = 24;
       std::vector<std::vector<float>> rows;
-      const llm::GenerateResult host = run_generate(set, m, true, graph, kTokens, &rows);
-      const llm::GenerateResult gpu = run_generate(set, m, false, graph, kTokens, nullptr);
+      const llm::GenerateResult host = run_generate(*executor(set, m, graph, false), Picks::kHost, kTokens, {}, &rows);
       REQUIRE(host.tokens.size() == kTokens);
       REQUIRE(rows.size() == kTokens);
       CHECK(host.decode_steps == kTokens - 1);
-      CHECK(gpu.decode_steps == kTokens - 1);
-      CHECK(gpu.exec.graph_replays == host.exec.graph_replays);
-      if (graph) CHECK(gpu.exec.graph_replays > 0);
-      CHECK(gpu.tokens == host.tokens);
       // The host's tokens are the rule's picks of the rows it saw (not a constant sequence by accident).
       for (size_t i = 0; i < rows.size(); ++i) CHECK(host.tokens[i] == llm::greedy_pick(rows[i]).id);
       CHECK(std::set<uint32_t>(host.tokens.begin(), host.tokens.end()).size() > 1);
+      for (Picks p : {Picks::kGpu, Picks::kChained}) {
+        INFO((p == Picks::kGpu ? "GPU picks" : "chained GPU picks"));
+        const auto ex = executor(set, m, graph, p == Picks::kChained);
+        CHECK(ex->chains() == (p == Picks::kChained));
+        const llm::GenerateResult gpu = run_generate(*ex, p, kTokens, {}, nullptr);
+        CHECK(gpu.tokens == host.tokens);
+        CHECK(gpu.decode_steps == kTokens - 1);
+        CHECK(gpu.exec.graph_replays == host.exec.graph_replays);
+        if (graph) CHECK(gpu.exec.graph_replays > 0);
+        // An end-of-generation token at the 9th: the same tokens up to it; a chained pass run ahead of
+        // it is dropped, and the same executor then generates the host's tokens again from position 0.
+        const uint32_t end = host.tokens[8];
+        const size_t first_end = size_t(std::find(host.tokens.begin(), host.tokens.end(), end) - host.tokens.begin());
+        const llm::GenerateResult stop = run_generate(*ex, p, kTokens, {end}, nullptr);
+        CHECK(stop.stopped_at_eos);
+        CHECK(stop.tokens == std::vector<uint32_t>(host.tokens.begin(), host.tokens.begin() + first_end + 1));
+        std::vector<std::vector<float>> again_rows;
+        const llm::GenerateResult again = run_generate(*ex, Picks::kHost, kTokens, {}, &again_rows);
+        CHECK(again.tokens == host.tokens);
+        REQUIRE(again_rows.size() == rows.size());
+        for (size_t i = 0; i < rows.size(); ++i) CHECK(std::memcmp(again_rows[i].data(), rows[i].data(), rows[i].size() * sizeof(float)) == 0);
+      }
     }
   }
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "device/cuda_check.h"
 
@@ -95,21 +96,32 @@ GpuArgmax::GpuArgmax() {
   counter_ = device_alloc<uint32_t>(1);
   result_ = device_alloc<GreedyPick>(1);
   device::check_cuda(cudaMemset(counter_, 0, sizeof(uint32_t)), "greedy pick counter");
-  device::check_cuda(cudaMallocHost(&host_, sizeof(GreedyPick)), "cudaMallocHost for the greedy pick");
-  *host_ = {};
+  device::check_cuda(cudaMallocHost(&host_, 2 * sizeof(GreedyPick)), "cudaMallocHost for the greedy pick");
+  host_[0] = host_[1] = {};
+  for (cudaEvent_t& e : copied_)
+    device::check_cuda(cudaEventCreateWithFlags(&e, cudaEventBlockingSync | cudaEventDisableTiming), "greedy pick event");
 }
 
 GpuArgmax::~GpuArgmax() {
   for (void* p : {(void*)part_value_, (void*)part_index_, (void*)part_bad_, (void*)counter_, (void*)result_}) cudaFree(p);
   cudaFreeHost(host_);
+  for (cudaEvent_t e : copied_)
+    if (e) cudaEventDestroy(e);
 }
 
-void GpuArgmax::enqueue(gpu_stream_t stream, const float* x, uint32_t n) {
+void GpuArgmax::enqueue(gpu_stream_t stream, const float* x, uint32_t n, uint32_t slot) {
+  if (slot > 1) throw std::logic_error("GpuArgmax: slot 0 or 1");
   const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   const uint32_t blocks = std::clamp<uint32_t>((n + kThreads * kPerThread - 1) / (kThreads * kPerThread), 1, kMaxBlocks);
   argmax_kernel<<<blocks, kThreads, 0, s>>>(x, n, part_value_, part_index_, part_bad_, counter_, result_);
   device::check_cuda(cudaGetLastError(), "greedy pick kernel");
-  device::check_cuda(cudaMemcpyAsync(host_, result_, sizeof(GreedyPick), cudaMemcpyDeviceToHost, s), "greedy pick copy");
+  device::check_cuda(cudaMemcpyAsync(host_ + slot, result_, sizeof(GreedyPick), cudaMemcpyDeviceToHost, s), "greedy pick copy");
+  device::check_cuda(cudaEventRecord(copied_[slot], s), "greedy pick event");
+}
+
+GreedyPick GpuArgmax::wait(uint32_t slot) {
+  device::check_cuda(cudaEventSynchronize(copied_[slot]), "greedy pick");
+  return host_[slot];
 }
 
 }  // namespace gpunvme::llm

@@ -22,9 +22,14 @@ class GpuArgmax {
   // host: host() holds it once the stream has run that far. One launch: each block reduces a share,
   // the last block to finish reduces the blocks' results (and resets the counter for the next launch).
   // The reduction's order cannot change the answer: (value, index) is a total order.
-  void enqueue(gpu_stream_t s, const float* x, uint32_t n);
-  const GreedyPick& host() const { return *host_; }
-  const GreedyPick* device_result() const { return result_; }  // where the kernel wrote it
+  // `slot` (0 or 1): the pinned result it is copied to, and the event recorded after that copy, so
+  // that a pass enqueued behind this one (a chained decode) cannot overwrite it before it is read.
+  void enqueue(gpu_stream_t s, const float* x, uint32_t n, uint32_t slot = 0);
+  const GreedyPick& host(uint32_t slot = 0) const { return host_[slot]; }
+  // Waits (the thread sleeps: a blocking-sync event) for slot's copy; its result.
+  GreedyPick wait(uint32_t slot);
+  // Where the kernel writes the id (device memory): the next chained pass's token is copied from there.
+  const uint32_t* device_id() const { return &result_->id; }
 
  private:
   float* part_value_ = nullptr;  // [kMaxBlocks]
@@ -32,7 +37,8 @@ class GpuArgmax {
   uint32_t* part_bad_ = nullptr;
   uint32_t* counter_ = nullptr;  // blocks done (0 between launches)
   GreedyPick* result_ = nullptr;
-  GreedyPick* host_ = nullptr;  // pinned
+  GreedyPick* host_ = nullptr;  // pinned, [2]
+  struct CUevent_st* copied_[2] = {nullptr, nullptr};
 };
 
 }  // namespace gpunvme::llm

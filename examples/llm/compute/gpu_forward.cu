@@ -516,6 +516,18 @@ void GpuForward::embed(std::span<const PassToken> tokens) {
   for (const PassToken& t : tokens)
     if (t.id >= c_.n_vocab) throw std::runtime_error("token id " + std::to_string(t.id) + " is outside the vocabulary");
   set_pass(tokens);
+  enqueue_embed();
+}
+
+void GpuForward::embed_picked(PassToken t) {
+  if (!argmax_) throw std::logic_error("embed_picked: no greedy pick was made before");
+  t.id = 0;  // a valid id for set_pass's checks; the pick replaces it on the device
+  set_pass(std::span(&t, 1));
+  device::check_cuda(cudaMemcpyAsync(pass_dev_, argmax_->device_id(), sizeof(uint32_t), cudaMemcpyDeviceToDevice, stream_), "picked id");
+  enqueue_embed();
+}
+
+void GpuForward::enqueue_embed() {
   const TensorRef& e = w_.token_embd;
   embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), n_), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(),
                                                                                    ids(), c_.embd_scale, x_, c_.n_embd);
@@ -996,6 +1008,15 @@ GreedyPick GpuForward::pass_pick() {
   wait_pass();
   return argmax_->host();
 }
+
+void GpuForward::enqueue_pick(uint32_t slot) {
+  if (logit_rows_of_pass_.size() != 1) throw std::logic_error("enqueue_pick: a pass with one row of logits");
+  enqueue_head();
+  if (!argmax_) argmax_ = std::make_unique<GpuArgmax>();
+  argmax_->enqueue(stream_, logits_d_, c_.n_vocab, slot);
+}
+
+GreedyPick GpuForward::wait_pick(uint32_t slot) { return argmax_->wait(slot); }
 
 void GpuForward::wait_pass() {
   // A blocking-sync event: the host thread sleeps until the pass is done instead of spinning a core

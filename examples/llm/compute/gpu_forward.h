@@ -128,6 +128,13 @@ class GpuForward final : public Backend {
   // An event (with timing) recorded where each pass's work ends, before the wait: the executor's
   // per-token profile (GPUNVME_DECODE_EVENTS). Null: none.
   void time_pass_end(struct CUevent_st* e) { pass_end_ = e; }
+  // Chained greedy decoding (Executor::submit_greedy): a one-token pass whose token is the last pick's,
+  // copied on the device from where the pick kernel wrote it (no host round trip; t.id is not read),
+  // then, after its layers, the head and the pick into `slot` (0 or 1) without a wait; wait_pick
+  // waits for a slot's pick. Two passes may be in flight, each with its own slot.
+  void embed_picked(PassToken t);
+  void enqueue_pick(uint32_t slot);
+  GreedyPick wait_pick(uint32_t slot);
   uint32_t max_batch() const { return max_batch_; }
   uint32_t max_logit_rows() const { return logit_rows_; }
   uint32_t max_seqs() const { return kv_.seqs; }
@@ -197,6 +204,7 @@ class GpuForward final : public Backend {
   // The final norm and head of the pass's logit rows into logits_d_; how many rows.
   uint32_t enqueue_head();
   void wait_pass();  // the end of the pass's work on the stream (a blocking-sync event)
+  void enqueue_embed();  // the pass's embeddings from the ids set_pass copied (or embed_picked's)
   void pregate(const LayerWeights& l, ExpertSource& experts);
   void pregate_pass(const LayerWeights& l, ExpertSource& experts, bool token_path);
   // The pass's last prediction for layer `layer`, best first, on the host (empty: none): the grouped

@@ -87,6 +87,16 @@ class Executor {
     if (logit_rows(tokens) != 1) throw std::logic_error("pass_greedy: a pass with one row of logits");
     return greedy_pick(pass(tokens));
   }
+  // Chained greedy decoding (issue 36), where chains(): one-token greedy passes, each enqueued before
+  // the previous one's pick reached the host, so the device never waits for the host between tokens.
+  // submit_greedy(t, false) enqueues t (t.logits is implied) as given; submit_greedy(t, true) takes
+  // t's token from the pick of the pass submitted just before it, on the device (t.id is not read).
+  // collect_greedy() waits for the oldest submitted pass and returns its pick (as pass_greedy would).
+  // At most two passes outstanding; any other call on the executor first waits for them and drops
+  // their picks (a pass run ahead past the end of a generation).
+  virtual bool chains() const { return false; }
+  virtual void submit_greedy(PassToken, bool /*previous_pick*/) { throw std::logic_error("this executor does not chain greedy passes"); }
+  virtual GreedyPick collect_greedy() { throw std::logic_error("this executor does not chain greedy passes"); }
   // One token at `pos`: a pass of one; its logits.
   std::span<const float> step(uint32_t token, uint32_t pos) { return pass(std::span(&token, 1), pos, false); }
   virtual uint32_t max_batch() const = 0;
@@ -173,6 +183,9 @@ struct GpuExecOptions {
   // One-token passes over a model all in GPU memory (one GPU) replay a CUDA graph of their layers
   // (compute/gpu_graph.h: the same kernels, the same bits, one launch; GPUNVME_LLM_DECODE_GRAPH=0: off).
   bool decode_graph = true;
+  // Greedy one-token passes chained on the device (Executor::chains; GPUNVME_LLM_CHAIN=0: off), one GPU,
+  // every layer in its memory: the next pass's token is the pick's, copied on the GPU.
+  bool decode_chain = true;
   // Sequences held at once: a slot of n_ctx positions each in the KV cache, in GPU memory beside the
   // activations (allocated before the residency plan's VRAM budget is taken), or with kv_in_host in
   // pinned host memory that attention reads over the host link (more sequences than VRAM holds).

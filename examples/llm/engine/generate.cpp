@@ -80,6 +80,24 @@ GenerateResult generate(Executor& ex, const std::vector<uint32_t>& prompt, uint3
   // draft, and keeps what verification keeps.
   uint32_t pos = uint32_t(prompt.size());
   std::vector<uint32_t> batch;
+  if (!done && executor_picks && ex.chains()) {
+    // Chained (Executor::submit_greedy): while the host waits for one pass's pick, the next pass, whose
+    // token is that pick taken on the device, is already queued behind it; one is run ahead only while
+    // another token is still wanted after the current one (an end-of-generation token may still drop it).
+    ex.submit_greedy({r.tokens.back(), 0, pos, true}, false);
+    for (uint32_t queued = 1; queued > 0;) {
+      if (!done && queued == 1 && r.tokens.size() + 1 < n_new) {
+        ex.submit_greedy({0, 0, pos + 1, true}, true);
+        ++queued;
+      }
+      const GreedyPick g = ex.collect_greedy();
+      --queued;
+      ++r.decode_steps;
+      if (done) continue;  // run ahead past the end: dropped
+      emit(picked(g, pos), {});
+      ++pos;
+    }
+  }
   while (!done && executor_picks) {  // one token a pass, its pick from the executor
     const uint32_t tok = r.tokens.back();
     const GreedyPick g = ex.pass_greedy(one_sequence(std::span(&tok, 1), pos, true));

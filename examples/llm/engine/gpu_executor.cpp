@@ -390,6 +390,9 @@ class GpuExecutor final : public Executor {
     const char* graph_env = std::getenv("GPUNVME_LLM_DECODE_GRAPH");  // "0": the A/B switch, off
     graph_on_ = graph_possible(o) && !(graph_env && std::string(graph_env) == "0");
     if (!pipe_.link && (profile_ = DecodeProfile::from_env())) fwd_->time_pass_end(profile_->end_event());  // one GPU
+    const char* chain_env = std::getenv("GPUNVME_LLM_CHAIN");  // "0": the A/B switch, off
+    chain_on_ = o.decode_chain && !(chain_env && std::string(chain_env) == "0") && !pipe_.link && range_.begin == 0 &&
+                range_.end == m_.config.n_layer && !streamer_ && !experts_ && !ram_ && !nvme_source_;
   }
   ~GpuExecutor() override {
     try {
@@ -409,6 +412,7 @@ class GpuExecutor final : public Executor {
   }
 
   std::span<const float> pass(std::span<const PassToken> tokens) override {
+    drain_chain();
     enqueue_pass(tokens);
     const std::span<const float> logits = finish_pass(tokens.size());
     if (profile_) profile_->ended();
@@ -419,6 +423,7 @@ class GpuExecutor final : public Executor {
   // the checks of finish_pass after it, as after the logits.
   GreedyPick pass_greedy(std::span<const PassToken> tokens) override {
     if (range_.end != m_.config.n_layer || logit_rows(tokens) != 1) return Executor::pass_greedy(tokens);
+    drain_chain();
     enqueue_pass(tokens);
     const GreedyPick p = fwd_->pass_pick();
     end_pass(tokens.size());
@@ -426,13 +431,42 @@ class GpuExecutor final : public Executor {
     return p;
   }
 
-  // The pass's embeddings (or the previous GPU's hidden state) and its layers, enqueued.
-  void enqueue_pass(std::span<const PassToken> tokens) {
+  // Chained greedy passes (Executor::submit_greedy): only over layers all in this GPU's memory, where a
+  // pass needs nothing of the host between its enqueue and its pick (no streamed or fetched bytes to
+  // check, no expert log to read).
+  bool chains() const override { return chain_on_; }
+  void submit_greedy(PassToken t, bool previous_pick) override {
+    if (!chain_on_) return Executor::submit_greedy(t, previous_pick);
+    if (chained_ == 2) throw std::logic_error("submit_greedy: two passes are outstanding already");
+    if (previous_pick && !chain_picked_) throw std::logic_error("submit_greedy: no greedy pick before this pass to take its token from");
+    t.logits = true;
+    enqueue_pass(std::span(&t, 1), previous_pick);
+    fwd_->enqueue_pick(chain_slot_);
+    chain_slot_ ^= 1, ++chained_, chain_picked_ = true;
+  }
+  GreedyPick collect_greedy() override {
+    if (!chain_on_) return Executor::collect_greedy();
+    if (chained_ == 0) throw std::logic_error("collect_greedy: no pass outstanding");
+    const GreedyPick p = fwd_->wait_pick(chain_slot_ ^ (chained_ & 1));  // the oldest's slot
+    --chained_;
+    end_pass(1);
+    return p;
+  }
+  void drain_chain() {
+    while (chained_ > 0) collect_greedy();
+    chain_picked_ = false;
+  }
+
+  // The pass's embeddings (or the previous GPU's hidden state) and its layers, enqueued; with
+  // `picked`, its one token's id is the last greedy pick's, on the device (GpuForward::embed_picked).
+  void enqueue_pass(std::span<const PassToken> tokens, bool picked = false) {
     seqs_.check(tokens, fwd_->max_batch());  // a refused pass changes nothing
     check_logit_rows(tokens, fwd_->max_logit_rows());
-    if (profile_ && tokens.size() == 1) profile_->begin(compute_);
-    else if (profile_) profile_->other_pass();
-    if (range_.begin == 0) {
+    if (profile_ && tokens.size() == 1 && !chain_on_) profile_->begin(compute_);
+    else if (profile_) profile_->other_pass();  // chained passes overlap: their events would interleave
+    if (picked) {
+      fwd_->embed_picked(tokens[0]);
+    } else if (range_.begin == 0) {
       fwd_->embed(tokens);
     } else {  // a later GPU of several: the previous one's hidden state (pipeline_stage.h)
       fwd_->set_pass(tokens);
@@ -542,6 +576,7 @@ class GpuExecutor final : public Executor {
 
   void finish() override {
     if (finished_) return;
+    drain_chain();  // a pass run ahead of an error's end
     finished_ = true;
     auto comp = reinterpret_cast<stream::cuda_stream_t>(compute_);
     if (streamer_) {
@@ -893,6 +928,10 @@ class GpuExecutor final : public Executor {
   uint64_t begun_ = 0, consumed_ = 0;
   bool finished_ = false;
   std::unique_ptr<DecodeProfile> profile_;  // GPUNVME_DECODE_EVENTS=1 (decode_profile.h); null: off
+  bool chain_on_ = false;       // chains(): greedy passes submitted ahead of their picks
+  uint32_t chained_ = 0;        // submitted, not collected (0..2)
+  uint32_t chain_slot_ = 0;     // the next submitted pass's pick slot
+  bool chain_picked_ = false;   // a chained pass was submitted since the last other pass (its pick is on the device)
   CapturedWork graph_;  // one-token passes over resident layers (resident_graphed)
   bool graph_on_ = false, graph_warm_ = false;
   uint64_t graph_replays_ = 0;
