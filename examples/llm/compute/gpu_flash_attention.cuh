@@ -9,7 +9,7 @@
 // the softmax is accumulated in another order, so the last bits differ; gpu_forward.cu runs it only for
 // passes of more than kSmallPassTokens tokens (the small passes keep their bits). Heads of 64, 128 and
 // 256 dimensions go to the tensor cores instead (gpu_flash_mma.cu, through flash_attention below): this
-// kernel is the fallback for other widths and for GPUNVME_FLASH_MMA=0.
+// kernel is the fallback for other widths.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

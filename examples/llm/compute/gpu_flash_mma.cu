@@ -14,8 +14,6 @@
 // scale times sum_d |q_d k_d|) and of P (2^-11 relative): tests/gpu/test_llm_ops.cpp's bound.
 #include "examples/llm/compute/gpu_flash_mma.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <stdexcept>
 
 #include "device/cuda_check.h"
@@ -257,13 +255,7 @@ void launch(cudaStream_t s, const float* q, const __half* kc, const __half* vc, 
 
 }  // namespace
 
-bool flash_mma_takes(uint32_t head_dim) {
-  static const bool on = [] {
-    const char* e = std::getenv("GPUNVME_FLASH_MMA");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return on && (head_dim == 64 || head_dim == 128 || head_dim == 256);
-}
+bool flash_mma_takes(uint32_t head_dim) { return head_dim == 64 || head_dim == 128 || head_dim == 256; }
 
 void flash_attention_mma(cudaStream_t s, const float* q, const __half* kc, const __half* vc, uint32_t kv_dim,
                          uint32_t head_dim, uint32_t heads, uint32_t group, uint32_t window, uint32_t pos0, uint32_t n,

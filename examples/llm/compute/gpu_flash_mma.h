@@ -10,8 +10,8 @@
 
 namespace gpunvme::llm::gpu {
 
-// Whether the tensor-core kernel takes heads of head_dim dimensions: 64, 128 or 256, unless
-// GPUNVME_FLASH_MMA=0 (read once: the A/B switch to the FP32 kernel).
+// Whether the tensor-core kernel takes heads of head_dim dimensions: 64, 128 or 256 (others take the
+// FP32 kernel, the fallback).
 bool flash_mma_takes(uint32_t head_dim);
 
 // gpu_flash_attention.cuh's flash_attention on the tensor cores (the same arguments and layouts: q and
