@@ -6,6 +6,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cmath>
+#include <deque>
 #include <limits>
 #include <optional>
 #include <set>
@@ -304,4 +305,104 @@ TEST_CASE("argmax: the first index of the largest logit, NaN skipped, at every l
     }
   }
   CHECK(llm::argmax(std::vector<float>{-3.0f, -1.0f, -1.0f, -2.0f}) == 1);
+}
+
+namespace {
+
+// Logits whose greedy pick after token t is (3t + 1) mod 50, or a row with NaN at token `bad`; with
+// chains(), generate()'s chained loop over a queue, as the GPU executor's submit/collect behave.
+class NextOf final : public Executor {
+ public:
+  explicit NextOf(bool chain, uint32_t bad = ~0u) : chain_(chain), bad_(bad) {}
+  std::span<const float> pass(std::span<const PassToken> tokens) override {
+    out_.clear();
+    for (const PassToken& t : tokens)
+      if (t.logits) append_row(t.id);
+    ++passes_;
+    return out_;
+  }
+  uint32_t max_batch() const override { return 64; }
+  ExecStats stats() const override { return {}; }
+  std::string describe() const override { return "next-of logits"; }
+  bool chains() const override { return chain_; }
+  void submit_greedy(PassToken t, bool previous_pick) override {
+    REQUIRE(queue_.size() < 2);
+    if (previous_pick) {
+      REQUIRE(has_pick_);
+      t.id = last_pick_.id;  // the device's copy of the pick before it
+    }
+    out_.clear();
+    append_row(t.id);
+    last_pick_ = greedy_pick(out_), has_pick_ = true;
+    queue_.push_back(last_pick_);
+    positions.push_back(t.pos);
+    ++passes_;
+  }
+  GreedyPick collect_greedy() override {
+    REQUIRE(!queue_.empty());
+    const GreedyPick p = queue_.front();
+    queue_.pop_front();
+    return p;
+  }
+  uint32_t passes() const { return passes_; }
+  size_t outstanding() const { return queue_.size(); }
+  std::vector<uint32_t> positions;  // of the chained passes
+
+ private:
+  void append_row(uint32_t id) {
+    std::vector<float> row(50, 0.0f);
+    row[(3 * id + 1) % 50] = 1.0f;
+    if (id == bad_) row[3] = std::numeric_limits<float>::quiet_NaN();
+    out_.insert(out_.end(), row.begin(), row.end());
+  }
+  bool chain_;
+  uint32_t bad_;
+  std::vector<float> out_;
+  std::deque<GreedyPick> queue_;
+  GreedyPick last_pick_;
+  bool has_pick_ = false;
+  uint32_t passes_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("chained greedy decoding: the tokens of pass-by-pass decoding, one pass run ahead at most, dropped at an end",
+          "[llm][generate]") {
+  auto none = [](uint32_t, std::span<const float>) {};
+  Sampler greedy({});
+  NextOf plain(false);
+  const GenerateResult want = generate(plain, {1, 2, 3}, 12, greedy, {}, {}, none);
+  REQUIRE(want.tokens.size() == 12);
+  CHECK(want.tokens[0] == 10);  // (3 * 3 + 1) mod 50
+  CHECK(want.tokens[1] == 31);
+  const GenerateOptions picks{.token_logits = false};
+  for (uint32_t n : {1u, 2u, 3u, 12u}) {
+    INFO("n = " << n);
+    NextOf ex(true);
+    const GenerateResult r = generate(ex, {1, 2, 3}, n, greedy, {}, picks, none);
+    CHECK(r.tokens == std::vector<uint32_t>(want.tokens.begin(), want.tokens.begin() + n));
+    CHECK(r.decode_steps == n - 1);
+    CHECK(ex.passes() == 1 + (n - 1));  // the prompt's pass and one a token after the first: none wasted
+    CHECK(ex.outstanding() == 0);
+    for (size_t i = 0; i < ex.positions.size(); ++i) CHECK(ex.positions[i] == 3 + i);
+  }
+  {  // an end-of-generation token at the 4th: the pass run ahead of it is run and dropped
+    NextOf ex(true);
+    const GenerateResult r = generate(ex, {1, 2, 3}, 12, greedy, {want.tokens[3]}, picks, none);
+    CHECK(r.stopped_at_eos);
+    CHECK(r.tokens == std::vector<uint32_t>(want.tokens.begin(), want.tokens.begin() + 4));
+    CHECK(ex.passes() == 1 + 4);
+    CHECK(ex.outstanding() == 0);
+  }
+  {  // a row that is not finite stops at its position, as without chaining
+    NextOf ex(true, want.tokens[2]);
+    std::vector<uint32_t> got;
+    try {
+      generate(ex, {1, 2, 3}, 12, greedy, {}, picks, [&](uint32_t id, std::span<const float>) { got.push_back(id); });
+      FAIL("no error");
+    } catch (const NonFiniteLogits& e) {
+      CHECK(e.position == 5);  // the pass at 5 runs the third token
+    }
+    CHECK(got == std::vector<uint32_t>(want.tokens.begin(), want.tokens.begin() + 3));
+  }
 }
