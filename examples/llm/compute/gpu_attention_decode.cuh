@@ -71,6 +71,8 @@ struct OwnToken {  // the fused launch's token: its Q, K and V heads as the prod
 inline constexpr uint32_t kDecodeWarps = 4;           // warps a block
 inline constexpr uint32_t kDecodeSteps = 4;           // position steps a warp loads ahead of their arithmetic
 inline constexpr uint32_t kDecodeMaxSplits = 32;      // chunks a token's positions take at most (the grid's x)
+inline constexpr uint32_t kDecodeSplitCap = 32;       // the merge's registers: chunks of an output loaded at once
+static_assert(kDecodeMaxSplits <= kDecodeSplitCap);
 inline constexpr uint32_t kDecodeChunk = 64;          // positions a chunk takes at least
 inline constexpr uint32_t kDecodeTokens = 32;         // tokens a launch (the chunk states' buffer is sized for them)
 inline constexpr uint32_t kDecodeMaxHeadDim = 256;    // 8 halves a lane, 32 lanes
@@ -86,7 +88,7 @@ inline DecodeTuning decode_tuning() {
     DecodeTuning d;
     if (const char* e = std::getenv("GPUNVME_DATTN")) {
       unsigned a = 0, b = 0, c = 0;
-      if (std::sscanf(e, "%u,%u,%u", &a, &b, &c) == 3 && a >= 1 && a <= 128 && b >= 1 && (c == 1 || c == 2 || c == 4 || c == 8))
+      if (std::sscanf(e, "%u,%u,%u", &a, &b, &c) == 3 && a >= 1 && a <= kDecodeSplitCap && b >= 1 && (c == 1 || c == 2 || c == 4 || c == 8))
         d = {a, b, c};
     }
     return d;
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
   float* qs = reinterpret_cast<float*>(dattn_shared);  // [HB][D]: the block's query heads
   float* wacc = qs + HB * D;                            // [W][HB][D]: each warp's weighted V
   float* wml = wacc + W * HB * D;                       // [W][HB][2]: each warp's maximum and sum
-  const uint32_t token = a.t0 + blockIdx.z, pos = a.positions[token];
+  const uint32_t token = a.t0 + blockIdx.z, pos = a.positions[token], slot = a.slots[token];  // both loads issued at once
   const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
   const DecodeSplit split = decode_split(pos + 1 - first, a.splits, a.chunk);
   if (blockIdx.x >= split.count) return;  // the token has fewer chunks than the grid
@@ -142,15 +144,35 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
   const uint32_t begin = first + blockIdx.x * split.size, end = min(begin + split.size, pos + 1);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, ps = lane / T, c = lane % T;
   const bool on = c * 8 < D;  // lanes past the head's width hold nothing
-  const uint64_t slot_off = uint64_t(a.slots[token]) * a.slot_stride, head_off = uint64_t(kvh) * D;
+  const uint64_t slot_off = uint64_t(slot) * a.slot_stride, head_off = uint64_t(kvh) * D;
   const __half* kc = a.kc + slot_off + head_off;
   const __half* vc = a.vc + slot_off + head_off;
   float* qg = a.q + (uint64_t(token) * a.n_head + h0) * D;
-  [[maybe_unused]] const __half *own_k = nullptr, *own_v = nullptr;
+  float* kf = wml + W * HB * 2;  // kOwn: the token's K head, then its K and V halves
+  __half* kh = reinterpret_cast<__half*>(kf + D);
+  __half* vh = kh + D;
+  // A warp's positions, kSteps steps of PPW at a time (a lane group each): their K and V rows' 16 bytes
+  // of this lane. Position pos (kOwn) comes from the shared halves once they are written (own_ready).
+  constexpr uint32_t kStep = W * PPW, kStride = kSteps * kStep;
+  auto load = [&](uint32_t wb, uint4(&kr)[kSteps], uint4(&vr)[kSteps], bool own_ready) {
+#pragma unroll
+    for (uint32_t j = 0; j < kSteps; ++j) {
+      const uint32_t p = wb + j * kStep + ps;
+      kr[j] = vr[j] = make_uint4(0, 0, 0, 0);
+      if (p < end && on) {
+        if (kOwn && p == pos) {
+          if (own_ready) kr[j] = reinterpret_cast<const uint4*>(kh)[c], vr[j] = reinterpret_cast<const uint4*>(vh)[c];
+        } else {
+          kr[j] = __ldg(reinterpret_cast<const uint4*>(kc + uint64_t(p) * a.kv_dim) + c);
+          vr[j] = __ldg(reinterpret_cast<const uint4*>(vc + uint64_t(p) * a.kv_dim) + c);
+        }
+      }
+    }
+  };
+  const uint32_t wb0 = begin + warp * PPW;
+  uint4 kr[kSteps], vr[kSteps];
+  load(wb0, kr, vr, false);  // the first rows' loads before Q's: their latencies overlap
   if constexpr (kOwn) {
-    float* kf = wml + W * HB * 2;  // the token's K head, then its K and V halves
-    __half* kh = reinterpret_cast<__half*>(kf + D);
-    __half* vh = kh + D;
     const bool has_pos = blockIdx.x + 1 == split.count;
     for (uint32_t j = warp; j < nh + (has_pos ? 1u : 0u); j += W) {
       if (j < nh) {
@@ -172,11 +194,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
       }
     }
     for (uint32_t i = nh * D + threadIdx.x; i < HB * D; i += blockDim.x) qs[i] = 0.0f;
-    own_k = kh, own_v = vh;
   } else {
     for (uint32_t i = threadIdx.x; i < HB * D; i += blockDim.x) qs[i] = i < nh * D ? qg[i] : 0.0f;
   }
   __syncthreads();
+  if constexpr (kOwn) {  // position pos among the first rows: its halves are written now
+#pragma unroll
+    for (uint32_t j = 0; j < kSteps; ++j)
+      if (on && wb0 + j * kStep + ps == pos && pos < end) kr[j] = reinterpret_cast<const uint4*>(kh)[c], vr[j] = reinterpret_cast<const uint4*>(vh)[c];
+  }
 
   float m[HB], l[HB], acc[HB][8];
 #pragma unroll
@@ -185,25 +211,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
 #pragma unroll
     for (uint32_t e = 0; e < 8; ++e) acc[h][e] = 0.0f;
   }
-  constexpr uint32_t kStep = W * PPW;  // positions a block step
-  for (uint32_t wb = begin + warp * PPW; wb < end; wb += kSteps * kStep) {
-    uint4 kr[kSteps], vr[kSteps];
+  for (uint32_t wb = wb0; wb < end; wb += kStride) {
+    uint4 nk[kSteps], nv[kSteps];  // the next rows' loads in flight during this step's arithmetic
+    if (wb + kStride < end) load(wb + kStride, nk, nv, true);
     bool valid[kSteps];
 #pragma unroll
-    for (uint32_t j = 0; j < kSteps; ++j) {
-      const uint32_t p = wb + j * kStep + ps;
-      valid[j] = p < end;
-      kr[j] = vr[j] = make_uint4(0, 0, 0, 0);
-      if (valid[j] && on) {
-        if (kOwn && p == pos) {
-          kr[j] = reinterpret_cast<const uint4*>(own_k)[c];
-          vr[j] = reinterpret_cast<const uint4*>(own_v)[c];
-        } else {
-          kr[j] = __ldg(reinterpret_cast<const uint4*>(kc + uint64_t(p) * a.kv_dim) + c);
-          vr[j] = __ldg(reinterpret_cast<const uint4*>(vc + uint64_t(p) * a.kv_dim) + c);
-        }
-      }
-    }
+    for (uint32_t j = 0; j < kSteps; ++j) valid[j] = wb + j * kStep + ps < end;
     float s[kSteps][HB];
 #pragma unroll
     for (uint32_t h = 0; h < HB; ++h) {
@@ -261,6 +274,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
       }
       m[h] = mx;
     }
+#pragma unroll
+    for (uint32_t j = 0; j < kSteps; ++j) kr[j] = nk[j], vr[j] = nv[j];
   }
   // The warp's lane groups merged (group 0's lanes keep the result), then the warps' states to shared memory.
 #pragma unroll
@@ -327,28 +342,41 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
     __syncthreads();
     if (!last) return;
     __threadfence();
-    float* sm = wacc;  // [split][HB] maxima, then sums (the warps' states are used up)
-    for (uint32_t i = threadIdx.x; i < split.count * HB; i += blockDim.x) {
+    // The chunks' maxima and sums, then each head's factors and denominator, in shared memory (the warps'
+    // states are used up); then each output element's chunks, all loaded at once, added in chunk order.
+    const uint32_t n = split.count;
+    float *sm = wacc, *sl = sm + n * HB, *sf = sl + n * HB, *den = sf + n * HB;  // [split][HB] each, den [HB]
+    for (uint32_t i = threadIdx.x; i < n * HB; i += blockDim.x) {
       const float* st = part + uint64_t(i / HB) * state + HB * D;
       sm[i] = __ldcg(st + i % HB);
-      sm[split.count * HB + i] = __ldcg(st + HB + i % HB);
+      sl[i] = __ldcg(st + HB + i % HB);
+    }
+    __syncthreads();
+    if (threadIdx.x < nh) {
+      const uint32_t h = threadIdx.x;
+      float mx = -INFINITY;
+      for (uint32_t s = 0; s < n; ++s) mx = fmaxf(mx, sm[s * HB + h]);
+      const float sink = sinks ? sinks[h] : -INFINITY;
+      mx = with_sink_max(mx, sink);
+      float sum = 0.0f;
+      for (uint32_t s = 0; s < n; ++s) {
+        const float ms = sm[s * HB + h], f = ms == -INFINITY ? 0.0f : expf(ms - mx);
+        sf[s * HB + h] = f;
+        sum += sl[s * HB + h] * f;
+      }
+      den[h] = with_sink_sum(sum, sink, mx);
     }
     __syncthreads();
     for (uint32_t i = threadIdx.x; i < nh * D; i += blockDim.x) {
       const uint32_t h = i / D;
-      float mx = -INFINITY;
-      for (uint32_t s = 0; s < split.count; ++s) mx = fmaxf(mx, sm[s * HB + h]);
-      const float sink = sinks ? sinks[h] : -INFINITY;
-      mx = with_sink_max(mx, sink);
-      float o = 0.0f, sum = 0.0f;
-#pragma unroll 4
-      for (uint32_t s = 0; s < split.count; ++s) {
-        const float ms = sm[s * HB + h];
-        const float f = ms == -INFINITY ? 0.0f : expf(ms - mx);
-        sum += sm[split.count * HB + s * HB + h] * f;
-        o += __ldcg(part + uint64_t(s) * state + i) * f;
-      }
-      out[i] = o / with_sink_sum(sum, sink, mx);
+      float v[kDecodeSplitCap];
+#pragma unroll
+      for (uint32_t s = 0; s < kDecodeSplitCap; ++s) v[s] = s < n ? __ldcg(part + uint64_t(s) * state + i) : 0.0f;
+      float o = 0.0f;
+#pragma unroll
+      for (uint32_t s = 0; s < kDecodeSplitCap; ++s)
+        if (s < n) o += v[s] * sf[s * HB + h];
+      out[i] = o / den[h];
     }
     if (threadIdx.x == 0) *counter = 0;
   }
@@ -358,7 +386,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
 }
 
 // Whether decode_attention takes heads of this size (else the caller keeps the per-head kernel).
-inline bool decode_attention_fits(uint32_t head_dim) { return head_dim % 8 == 0 && head_dim <= kDecodeMaxHeadDim; }
+inline bool decode_attention_fits(uint32_t head_dim) { return head_dim % 8 == 0 && head_dim >= 32 && head_dim <= kDecodeMaxHeadDim; }
 
 // Query heads a block for a GQA group: a power of two up to the tuning's cap.
 inline uint32_t decode_heads_per_block(uint32_t group) {
