@@ -45,8 +45,7 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
   if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
 }
 
-// The staged kernels' launch bounds' blocks an SM: Q4kStream's deeper rings (NB > 2) take more registers.
-constexpr uint32_t min_blocks(uint32_t nb) { return nb > 2 ? 2 : gpu::kStagedMinBlocks; }
+constexpr uint32_t min_blocks(uint32_t) { return gpu::kStagedMinBlocks; }
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
 template <GgmlType T, uint32_t R, uint32_t NB = 0>
@@ -297,26 +296,20 @@ uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
   return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
 }
 
-// GPUNVME_Q4K_STREAM (issue 36, an A/B of one GPU run): 0 (default) the lean loops; 2, 4, 6: Q4_K's row
-// sets through Q4kStream with that many groups in registers. The same bits either way.
-uint32_t q4k_stream() {
-  static const uint32_t v = [] {
-    const char* e = std::getenv("GPUNVME_Q4K_STREAM");
-    const int n = e ? std::atoi(e) : 0;
-    return uint32_t(n == 2 || n == 4 || n == 6 ? n : 0);
-  }();
-  return v;
-}
-// GPUNVME_CHUNK_STREAM=1 (issue 36, the same A/B): Q6_K's and Q8_0's staged row sets through ChunkStream.
-bool chunk_stream() {
+// GPUNVME_Q4K_EARLY=1 (issue 36, an A/B of one GPU run): Q4_K's first groups loaded before x is staged
+// (block_rows's NB = 1). The same bits either way.
+bool q4k_early() {
   static const bool v = [] {
-    const char* e = std::getenv("GPUNVME_CHUNK_STREAM");
+    const char* e = std::getenv("GPUNVME_Q4K_EARLY");
     return e && std::atoi(e) == 1;
   }();
   return v;
 }
 // GPUNVME_MATVEC_PDL=1 (issue 36, the same A/B): the staged products launched with programmatic stream
-// serialization (gpu_rows.cuh's pdl_wait): their prologue overlaps the previous kernel's tail.
+// serialization (gpu_rows.cuh's pdl_wait): their prologue overlaps the previous kernel's tail. Only into
+// a graph being captured: GpuExecutor captures one-token passes only over layers all resident, whose
+// weights no kernel writes, so reading them before the wait cannot race (a streamed slot may be filled
+// by the kernel just before the product).
 bool matvec_pdl() {
   static const bool v = [] {
     const char* e = std::getenv("GPUNVME_MATVEC_PDL");
@@ -328,7 +321,8 @@ bool matvec_pdl() {
 // the attribute is refused).
 template <auto K, class... Args>
 void launch_staged(dim3 grid, uint32_t shared, cudaStream_t s, bool pdl, Args... args) {
-  if (pdl) {
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (pdl && cudaStreamIsCapturing(s, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusActive) {
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
@@ -345,20 +339,11 @@ void launch_staged(dim3 grid, uint32_t shared, cudaStream_t s, bool pdl, Args...
   K<<<grid, gpu::kStagedWarps * 32, shared, s>>>(args...);
 }
 
-// f.template operator()<NB>() with the stream as a constant: Q4_K's ring depth at two rows a warp, 1 for
-// Q6_K's and Q8_0's chunk stream, else 0.
+// f.template operator()<NB>() with block_rows's NB as a constant: 1 for Q4_K with GPUNVME_Q4K_EARLY, else 0.
 template <GgmlType T, uint32_t R, class F>
 void with_stream(F&& f) {
-  if constexpr (T == GgmlType::Q6_K || T == GgmlType::Q8_0) {
-    if (chunk_stream()) return f.template operator()<1>();
-  }
-  if constexpr (T == GgmlType::Q4_K && R == 2) {
-    switch (q4k_stream()) {
-      case 2: return f.template operator()<2>();
-      case 4: return f.template operator()<4>();
-      case 6: return f.template operator()<6>();
-      default: break;
-    }
+  if constexpr (T == GgmlType::Q4_K) {
+    if (q4k_early()) return f.template operator()<1>();
   }
   f.template operator()<0>();
 }

@@ -205,96 +205,6 @@ __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_byte
   return weight_chunk_bytes(T) != 0 && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
 }
 
-// RowChunks over a warp's whole row sets (issue 36, A/B by GPUNVME_CHUNK_STREAM): the items (set, chunk)
-// in warp_dot_rows_staged's order, each decoded and added exactly as there (the same bits); the copy of
-// item k + kWeightStages - 1 is issued before item k is read, across the end of a set (RowChunks started
-// each set anew: the first chunk's whole latency exposed once a set, 4 chunks for a 4096-wide row). Rows
-// 16-byte aligned (weight_rows_stageable): a chunk's offset in its 16-byte unit is its chunk index's.
-template <GgmlType T, uint32_t R, class Rows>
-struct ChunkStream {
-  static constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T), kStages = kWeightStages;
-  const Rows& rows;
-  const uint32_t n, groups, chunks, lane, stride, first0;
-  uint8_t* const buf;
-  uint32_t lfirst, lc, lslot;  // the next item to copy: its set's first row, its chunk, its buffer
-  const uint8_t* lp[R];
-
-  __device__ ChunkStream(const Rows& rows_, uint32_t groups_, uint32_t lane_, uint32_t first, uint32_t stride_, uint8_t* buf_)
-      : rows(rows_), n(rows_.count), groups(groups_), chunks((groups_ + 31) / 32), lane(lane_), stride(stride_), first0(first),
-        buf(buf_), lfirst(first), lc(0), lslot(0) {
-    if (lfirst < n) set_rows();
-  }
-  __device__ void set_rows() {  // a partial last set repeats the last row (block_rows's rule)
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r) lp[r] = rows.row(min(lfirst + r, n - 1));
-  }
-  __device__ const uint8_t* at(uint32_t slot, uint32_t c, uint32_t r) const {
-    return buf + (slot * R + r) * kSpan + (uint64_t(c) * kChunk) % 16;
-  }
-  __device__ void issue_next() {  // always one commit group, empty past the last item
-    if (lfirst < n) {
-      const uint32_t bytes = min(32u, groups - 32 * lc) * kChunk / 32;  // a partial chunk is whole blocks
-#pragma unroll
-      for (uint32_t r = 0; r < R; ++r) {
-        const uintptr_t from = reinterpret_cast<uintptr_t>(lp[r]) + uint64_t(lc) * kChunk, first = from & ~uintptr_t(15);
-        const uint32_t units = uint32_t((from + bytes + 15 - first) / 16);
-        uint8_t* dst = buf + (lslot * R + r) * kSpan;
-        for (uint32_t u = lane; u < units; u += 32) cp_async_16(dst + 16 * u, reinterpret_cast<const void*>(first + 16 * u));
-      }
-      lslot = lslot + 1 == kStages ? 0 : lslot + 1;
-      if (++lc == chunks) {
-        lc = 0;
-        lfirst += stride;
-        if (lfirst < n) set_rows();
-      }
-    }
-    cp_async_commit();
-  }
-  __device__ void prime() {
-#pragma unroll
-    for (uint32_t k = 0; k + 1 < kStages; ++k) issue_next();
-  }
-  __device__ void run(const float4* xs) {
-    uint32_t cfirst = first0, cc = 0, cslot = 0;
-    if (cfirst >= n) return;
-    [[maybe_unused]] const Q6kLane q6(lane);
-    float part[R];
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
-    for (;;) {
-      issue_next();
-      cp_async_wait<kStages - 1>();  // this lane's copies of the item are done ...
-      __syncwarp();                  // ... and every lane's are visible
-      const uint32_t grp = 32 * cc + lane;
-      if (grp < groups) {
-        float4 xv[kGroup / 4];
-        staged_group(xs, grp, xv);
-#pragma unroll
-        for (uint32_t r = 0; r < R; ++r) {
-          if constexpr (T == GgmlType::Q6_K) {
-            part[r] += q6k_chunk_dot(at(cslot, cc, r), q6, xv);
-          } else {
-            float g[kGroup];
-            dequant_group<T>(at(cslot, cc, r), lane, g);
-            part[r] += group_dot(g, xv);
-          }
-        }
-      }
-      __syncwarp();  // every lane has read the buffer before it is refilled
-      cslot = cslot + 1 == kStages ? 0 : cslot + 1;
-      if (++cc == chunks) {
-        float dot[R];
-#pragma unroll
-        for (uint32_t r = 0; r < R; ++r) dot[r] = warp_sum(part[r]), part[r] = 0.0f;
-        if (lane == 0) rows.template store<R>(cfirst, dot);
-        cc = 0;
-        cfirst += stride;
-        if (cfirst >= n) return;
-      }
-    }
-  }
-};
-
 // warp_dot_rows with the rows' bytes staged in shared memory: lane i decodes group 32c + i of each row
 // from chunk c, in warp_dot_row's order.
 // `started`: the caller already ran start() for these rows (block_rows, while the block staged x). Q6_K
@@ -340,12 +250,13 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // loops.
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                     bool stage, uint8_t* buf, bool started, float (&out)[R]) {
+                                     bool stage, uint8_t* buf, bool started, float (&out)[R], bool early = false,
+                                     const Q4kRaw& a0 = {}, const Q4kRaw& b0 = {}) {
   if constexpr (weight_chunk_bytes(T) != 0) {
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
+    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out, early, a0, b0);
   }
   if constexpr (kPlainLean<T>) {
     if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
@@ -413,9 +324,7 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
 // `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
-// NB > 0 (Q4_K, two rows a warp, rows all 16-byte aligned): the warp's row sets through Q4kStream with NB groups in
-// registers (gpu_rows_lean.cuh), its first loads issued before x is staged. NB == 1 (a staged type, rows
-// stageable): through ChunkStream.
+// NB == 1 (Q4_K, A/B by GPUNVME_Q4K_EARLY): the warp's first groups loaded before x is staged.
 template <GgmlType T, uint32_t R, uint32_t NB = 0, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
                                   float eps = 0.0f) {
@@ -423,30 +332,8 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
   pdl_trigger();
-  if constexpr (T == GgmlType::Q4_K && NB > 0 && R == 2) {  // at R = 1 the ring went to the stack (208+ bytes)
-    if (rows.aligned16()) {  // the same for every thread of the launch
-      Q4kStream<R, NB, Rows> st(rows, groups, lane, (warp * gridDim.x + blockIdx.x) * R, gridDim.x * per_block);
-      st.prime();
-      pdl_wait();
-      stage_vector(x, groups, xs);
-      if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
-      st.run(xs);
-      return;
-    }
-  }
   const bool stage = rows.template stageable<T>();
   uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
-  if constexpr (weight_chunk_bytes(T) != 0 && NB == 1) {
-    if (stage) {  // the same for every thread of the launch
-      ChunkStream<T, R, Rows> st(rows, groups, lane, (warp * gridDim.x + blockIdx.x) * R, gridDim.x * per_block, buf);
-      st.prime();
-      pdl_wait();
-      stage_vector(x, groups, xs);
-      if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
-      st.run(xs);
-      return;
-    }
-  }
   auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));
@@ -463,6 +350,21 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
   }
+  bool early = false;  // NB == 1: Q4_K's first groups (warp_dot_rows_q4k_lean's a and b) loaded before x
+  Q4kRaw a0{}, b0{};
+  if constexpr (T == GgmlType::Q4_K && NB == 1) {
+    if (first0 < n) {
+      const uint8_t* p[R];
+      rows_from(first0, p);
+      if (rows_aligned16(p)) {
+        if (lane < groups) {
+          a0 = load_q4k_raw(p[0], lane);
+          if constexpr (R == 2) b0 = load_q4k_raw(p[1], lane);
+        }
+        early = true;
+      }
+    }
+  }
   pdl_wait();
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
@@ -470,8 +372,9 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
+    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot, early, a0, b0);
     started = false;
+    early = false;
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }

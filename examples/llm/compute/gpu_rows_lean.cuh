@@ -108,22 +108,25 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 }
 
 // warp_dot_rows_q4k's sums for 16-byte aligned rows, with its order of loads: the next (row, group)'s
-// bytes loaded before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
+// bytes loaded before this one's arithmetic. `early` (block_rows, A/B by GPUNVME_Q4K_EARLY): a0 and b0
+// are the first groups of rows 0 and 1 (group `lane`), loaded before the block staged x. (Every row's next group ahead, 24 more registers at two rows
 // a warp, spilled 388 bytes a thread under the kernels' 85-register bound.) Two buffers written in turn,
 // not a current and a next copied into it: the copy was 12 moves a group and row (a 16th of the loop).
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                              uint32_t lane, float (&out)[R]) {
+                                              uint32_t lane, float (&out)[R], bool early = false, const Q4kRaw& a0 = {},
+                                              const Q4kRaw& b0 = {}) {
   static_assert(R == 1 || R == 2);
   const Q4kLane c(lane);
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
   Q4kRaw a{}, b{};
-  if (lane < groups) a = load_q4k_raw(row[0], lane);
+  if (early) a = a0, b = b0;
+  else if (lane < groups) a = load_q4k_raw(row[0], lane);
   if constexpr (R == 2) {
     for (uint32_t grp = lane; grp < groups; grp += 32) {  // a: row 0's group, b: row 1's
-      b = load_q4k_raw(row[1], grp);
+      if (!early || grp != lane) b = load_q4k_raw(row[1], grp);
       part[0] += q4k_raw_dot(a, c, xs, grp);
       if (grp + 32 < groups) a = load_q4k_raw(row[0], grp + 32);
       part[1] += q4k_raw_dot(b, c, xs, grp);
@@ -140,74 +143,6 @@ __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], ui
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
-
-// A warp's Q4_K row sets as one stream of loads (issue 36, A/B by GPUNVME_Q4K_STREAM): the items (set,
-// chunk, row) in warp_dot_rows_q4k_lean's order (a set's chunks in order, its rows in order within a
-// chunk), each lane's group of an item dot'ed and added to its row's sum exactly as there, so the same
-// bits. What changes is only when the bytes are loaded: NB items' groups in registers, item i + NB - 1
-// loaded before item i is computed, across the end of a set (the lean loop loaded a set's first groups
-// after the previous set's butterfly and store: a full memory latency a set, 4 chunks for a 4096-wide row)
-// and before the block stages x (prime(): the weights' first latency overlaps x's). NB a multiple of R,
-// so that every slot of the unrolled ring has a fixed row.
-template <uint32_t R, uint32_t NB, class Rows>
-struct Q4kStream {
-  static_assert((R == 1 || R == 2) && NB >= 2 && NB % R == 0);
-  const Rows& rows;
-  const uint32_t n, groups, chunks, lane, stride, first0;
-  const Q4kLane c;
-  Q4kRaw buf[NB];
-  uint32_t lfirst, lc;  // the next item to load: its set's first row and its chunk (its row: the slot's)
-  const uint8_t* lp[R];
-
-  __device__ Q4kStream(const Rows& rows_, uint32_t groups_, uint32_t lane_, uint32_t first, uint32_t stride_)
-      : rows(rows_), n(rows_.count), groups(groups_), chunks((groups_ + 31) / 32), lane(lane_), stride(stride_),
-        first0(first), c(lane_), lfirst(first), lc(0) {
-    if (lfirst < n) set_rows();
-  }
-  __device__ void set_rows() {  // a partial last set repeats the last row (block_rows's rule)
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r) lp[r] = rows.row(min(lfirst + r, n - 1));
-  }
-  __device__ __forceinline__ void load_next(uint32_t slot, uint32_t r) {
-    if (lfirst >= n) return;
-    const uint32_t grp = 32 * lc + lane;
-    if (grp < groups) buf[slot] = load_q4k_raw(lp[r], grp);
-    if (r == R - 1 && ++lc == chunks) {
-      lc = 0;
-      lfirst += stride;
-      if (lfirst < n) set_rows();
-    }
-  }
-  __device__ void prime() {
-#pragma unroll
-    for (uint32_t s = 0; s + 1 < NB; ++s) load_next(s, s % R);
-  }
-  // Every row set of this warp, each stored by lane 0 (rows.store) after the butterfly.
-  __device__ void run(const float4* xs) {
-    uint32_t cfirst = first0, cc = 0;
-    if (cfirst >= n) return;
-    float part[R];
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
-    for (;;) {
-#pragma unroll
-      for (uint32_t j = 0; j < NB; ++j) {
-        load_next((j + NB - 1) % NB, (j + NB - 1) % R);
-        const uint32_t grp = 32 * cc + lane;
-        if (grp < groups) part[j % R] += q4k_raw_dot(buf[j], c, xs, grp);
-        if (j % R == R - 1 && ++cc == chunks) {
-          float dot[R];
-#pragma unroll
-          for (uint32_t r = 0; r < R; ++r) dot[r] = warp_sum(part[r]), part[r] = 0.0f;
-          if (lane == 0) rows.template store<R>(cfirst, dot);
-          cc = 0;
-          cfirst += stride;
-          if (cfirst >= n) return;
-        }
-      }
-    }
-  }
-};
 
 // ---- Q6_K (from a staged chunk: RowChunks)
 
