@@ -71,9 +71,10 @@ struct OwnToken {  // the fused launch's token: its Q, K and V heads as the prod
 inline constexpr uint32_t kDecodeWarps = 4;           // warps a block
 inline constexpr uint32_t kDecodeSteps = 4;           // position steps a warp loads ahead of their arithmetic
 inline constexpr uint32_t kDecodeMaxSplits = 32;      // chunks a token's positions take at most (the grid's x)
-inline constexpr uint32_t kDecodeSplitCap = 32;       // the merge's registers: chunks of an output loaded at once
+inline constexpr uint32_t kDecodeSplitCap = 64;       // the merge's registers: chunks of an output loaded at once
 static_assert(kDecodeMaxSplits <= kDecodeSplitCap);
-inline constexpr uint32_t kDecodeChunk = 64;          // positions a chunk takes at least
+inline constexpr uint32_t kDecodeChunk = 0;           // positions a chunk takes at least; 0: a block step's (kSteps x warps x
+                                                      // positions a warp step: 16, 32, 64 for heads of 256, 128, 64)
 inline constexpr uint32_t kDecodeTokens = 32;         // tokens a launch (the chunk states' buffer is sized for them)
 inline constexpr uint32_t kDecodeMaxHeadDim = 256;    // 8 halves a lane, 32 lanes
 inline constexpr uint32_t kDecodeMaxGroup = 4;        // query heads a block at most (a wider GQA group: more blocks)
@@ -88,7 +89,7 @@ inline DecodeTuning decode_tuning() {
     DecodeTuning d;
     if (const char* e = std::getenv("GPUNVME_DATTN")) {
       unsigned a = 0, b = 0, c = 0;
-      if (std::sscanf(e, "%u,%u,%u", &a, &b, &c) == 3 && a >= 1 && a <= kDecodeSplitCap && b >= 1 && (c == 1 || c == 2 || c == 4 || c == 8))
+      if (std::sscanf(e, "%u,%u,%u", &a, &b, &c) == 3 && a >= 1 && a <= kDecodeSplitCap && (c == 1 || c == 2 || c == 4 || c == 8))
         d = {a, b, c};
     }
     return d;
@@ -137,7 +138,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
   float* wml = wacc + W * HB * D;                       // [W][HB][2]: each warp's maximum and sum
   const uint32_t token = a.t0 + blockIdx.z, pos = a.positions[token], slot = a.slots[token];  // both loads issued at once
   const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
-  const DecodeSplit split = decode_split(pos + 1 - first, a.splits, a.chunk);
+  // A block's chunk is at least one step of all its warps: a block of 4 warps runs its steps one after
+  // another (little to hide their latencies behind at short context), so more blocks beat more steps.
+  constexpr uint32_t kStep = W * PPW, kStride = kSteps * kStep;
+  const DecodeSplit split = decode_split(pos + 1 - first, a.splits, a.chunk ? a.chunk : kStride);
   if (blockIdx.x >= split.count) return;  // the token has fewer chunks than the grid
   const uint32_t nsub = (a.group + HB - 1) / HB, kvh = blockIdx.y / nsub, sub = blockIdx.y % nsub;
   const uint32_t h0 = kvh * a.group + sub * HB, nh = min(HB, a.group - sub * HB);
@@ -153,7 +157,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
   __half* vh = kh + D;
   // A warp's positions, kSteps steps of PPW at a time (a lane group each): their K and V rows' 16 bytes
   // of this lane. Position pos (kOwn) comes from the shared halves once they are written (own_ready).
-  constexpr uint32_t kStep = W * PPW, kStride = kSteps * kStep;
   auto load = [&](uint32_t wb, uint4(&kr)[kSteps], uint4(&vr)[kSteps], bool own_ready) {
 #pragma unroll
     for (uint32_t j = 0; j < kSteps; ++j) {
@@ -414,6 +417,8 @@ void decode_attention(cudaStream_t s, DecodeArgs a, uint32_t n_head_kv, uint32_t
   const uint32_t D = a.head_dim, hb = decode_heads_per_block(a.group), groups = n_head_kv * ((a.group + hb - 1) / hb);
   const DecodeTuning t = decode_tuning();
   a.splits = t.splits, a.chunk = t.chunk;
+  if (3 * t.splits + 1 > kDecodeWarps * D)  // the merge's maxima, sums and factors take the warps' state space
+    throw std::invalid_argument("decode attention: " + std::to_string(t.splits) + " chunks for heads of " + std::to_string(D));
   a.counters = reinterpret_cast<uint32_t*>(a.part + decode_counters_at(n_head_kv * a.group, n_head_kv, D));
   const uint32_t shared =
       (hb * D + kDecodeWarps * hb * D + kDecodeWarps * hb * 2 + (kOwn ? 2 * D : 0)) * uint32_t(sizeof(float));
