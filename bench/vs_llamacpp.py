@@ -72,17 +72,26 @@ def copy_bandwidth(gib=8, reps=10):
 def gguf_facts(path):
     """One read of the GGUF's header: its architecture, tensor count, vocabulary size (the embedding's
     rows), and the bytes of the weights one decoded token reads: every tensor but the token embedding
-    (one row of it is read), unless the embedding is also the output head (no output.weight)."""
+    (one row of it is read), unless the embedding is also the output head (no output.weight); of a
+    routed-expert tensor (*_exps) only the share of the experts a token uses (ARCH.expert_used_count of
+    ARCH.expert_count), as a router picks that many per layer."""
     from gguf import GGUFReader
     r = GGUFReader(path)
     sizes = {t.name: int(t.n_bytes) for t in r.tensors}
     embd = next((t for t in r.tensors if t.name == "token_embd.weight"), None)
     vocab = int(embd.shape[-1]) if embd is not None and len(embd.shape) > 1 else 32000
     arch = str(bytes(r.fields["general.architecture"].parts[-1]), "utf-8")
-    total = sum(sizes.values())
+
+    def key(name):
+        f = r.fields.get(f"{arch}.{name}")
+        return int(f.parts[-1][0]) if f is not None else 0
+    n_expert, n_used = key("expert_count"), key("expert_used_count")
+    share = n_used / n_expert if n_expert and n_used else 1.0
+    total = sum(b * share if "_exps." in name else b for name, b in sizes.items())
     if "output.weight" in sizes:
         total -= sizes.get("token_embd.weight", 0)
-    return {"weight_bytes": total, "arch": arch, "tensors": len(sizes), "vocab": vocab}
+    return {"weight_bytes": int(total), "arch": arch, "tensors": len(sizes), "vocab": vocab,
+            "experts_used_share": share}
 
 
 def llama_bench(binary, path, pps, tg, reps):
