@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -45,11 +44,9 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
   if (lane == 0) y[row] = dot + (bias ? bias[row] : 0.0f);
 }
 
-constexpr uint32_t min_blocks(uint32_t) { return gpu::kStagedMinBlocks; }
-
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-template <GgmlType T, uint32_t R, uint32_t NB = 0>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
                          uint64_t y_stride) {
@@ -57,21 +54,21 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R, NB>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
+  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 // The staged kernel's products (MatrixRows: into rows.y), then y += RMS norm of rows.y times norm_w by
 // the launch's last block to finish (gpu_matvec_norm_add): each block's stores of its rows are made
 // visible device-wide (__threadfence) before it counts itself done, so the last one reads every row; it
 // then resets the counter for the next launch.
-template <GgmlType T, uint32_t R, uint32_t NB = 0>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_norm_add_kernel(gpu::MatrixRows rows, uint32_t groups, const float* x, const float* norm_w, float eps, float* y,
                            uint32_t* done) {
   static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   extern __shared__ float4 xs[];
   __shared__ bool last;
-  gpu::block_rows<T, R, NB>(rows, groups, x, xs);
+  gpu::block_rows<T, R>(rows, groups, x, xs);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
@@ -88,11 +85,11 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, class Rows, uint32_t NB = 0>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, min_blocks(NB))
+template <GgmlType T, uint32_t R, class Rows>
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R, NB>(rows, groups, x, xs, norm_w, eps);
+  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -120,10 +117,6 @@ struct ConcatRows {
   __device__ bool stageable() const {
     return gpu::weight_rows_stageable<T>(w[0], row_bytes[0]) && gpu::weight_rows_stageable<T>(w[1], row_bytes[1]) &&
            gpu::weight_rows_stageable<T>(w[2], row_bytes[2]);
-  }
-  __device__ bool aligned16() const {
-    return (reinterpret_cast<uintptr_t>(w[0]) | reinterpret_cast<uintptr_t>(w[1]) | reinterpret_cast<uintptr_t>(w[2]) | row_bytes[0] |
-            row_bytes[1] | row_bytes[2]) % 16 == 0;
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -153,9 +146,6 @@ struct GluRows {
   template <GgmlType T>
   __device__ bool stageable() const {
     return gpu::weight_rows_stageable<T>(gate, row_bytes) && gpu::weight_rows_stageable<T>(up, row_bytes);
-  }
-  __device__ bool aligned16() const {
-    return (reinterpret_cast<uintptr_t>(gate) | reinterpret_cast<uintptr_t>(up) | row_bytes) % 16 == 0;
   }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
@@ -296,58 +286,6 @@ uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
   return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
 }
 
-// GPUNVME_Q4K_EARLY=1 (issue 36, an A/B of one GPU run): Q4_K's first groups loaded before x is staged
-// (block_rows's NB = 1). The same bits either way.
-bool q4k_early() {
-  static const bool v = [] {
-    const char* e = std::getenv("GPUNVME_Q4K_EARLY");
-    return e && std::atoi(e) == 1;
-  }();
-  return v;
-}
-// GPUNVME_MATVEC_PDL=1 (issue 36, the same A/B): the staged products launched with programmatic stream
-// serialization (gpu_rows.cuh's pdl_wait): their prologue overlaps the previous kernel's tail. Only into
-// a graph being captured: GpuExecutor captures one-token passes only over layers all resident, whose
-// weights no kernel writes, so reading them before the wait cannot race (a streamed slot may be filled
-// by the kernel just before the product).
-bool matvec_pdl() {
-  static const bool v = [] {
-    const char* e = std::getenv("GPUNVME_MATVEC_PDL");
-    return e && std::atoi(e) == 1;
-  }();
-  return v;
-}
-// K<<<grid, kStagedWarps * 32, shared, s>>>(args...), with the attribute where `pdl` (a plain launch where
-// the attribute is refused).
-template <auto K, class... Args>
-void launch_staged(dim3 grid, uint32_t shared, cudaStream_t s, bool pdl, Args... args) {
-  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
-  if (pdl && cudaStreamIsCapturing(s, &capturing) == cudaSuccess && capturing == cudaStreamCaptureStatusActive) {
-    cudaLaunchAttribute at[1];
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(gpu::kStagedWarps * 32);
-    cfg.dynamicSmemBytes = shared;
-    cfg.stream = s;
-    cfg.attrs = at;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, K, args...) == cudaSuccess) return;
-    cudaGetLastError();
-  }
-  K<<<grid, gpu::kStagedWarps * 32, shared, s>>>(args...);
-}
-
-// f.template operator()<NB>() with block_rows's NB as a constant: 1 for Q4_K with GPUNVME_Q4K_EARLY, else 0.
-template <GgmlType T, uint32_t R, class F>
-void with_stream(F&& f) {
-  if constexpr (T == GgmlType::Q4_K) {
-    if (q4k_early()) return f.template operator()<1>();
-  }
-  f.template operator()<0>();
-}
-
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
 void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
@@ -358,14 +296,11 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto staged = [&]<uint32_t R>() {
-      with_stream<T, R>([&]<uint32_t NB>() {
-        constexpr auto K = matvec_staged_kernel<T, R, NB>;
-        gpu::allow_staged_shared<K>();
-        const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
-        // Not with a stack's ids (m.sel): the kernel reads them before pdl_wait.
-        launch_staged<K>(dim3(blocks, count), g.shared_bytes, s, matvec_pdl() && !m.sel, m.w, m.row_bytes, m.rows, m.cols, x, bias,
-                         m.sel, m.mat_bytes, y, x_stride, y_stride);
-      });
+      constexpr auto K = matvec_staged_kernel<T, R>;
+      gpu::allow_staged_shared<K>();
+      const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
+      K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
+                                                                           m.mat_bytes, y, x_stride, y_stride);
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
@@ -402,14 +337,12 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
-      with_stream<T, R>([&]<uint32_t NB>() {
-        constexpr auto K = matvec_rows_kernel<T, R, Rows, NB>;
-        // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
-        if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
-        const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-        launch_staged<K>(dim3(blocks), g.shared_bytes, s, matvec_pdl(), rows, cols / kGroup, x, norm_w, eps);
-        launched = true;
-      });
+      constexpr auto K = matvec_rows_kernel<T, R, Rows>;
+      // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
+      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
+      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
+      launched = true;
     };
     if constexpr (Rows::kPairs) {
       launch.template operator()<2>();
@@ -577,14 +510,12 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
   with_weight_type(m.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
     auto launch = [&]<uint32_t R>() {
-      with_stream<T, R>([&]<uint32_t NB>() {
-        constexpr auto K = matvec_norm_add_kernel<T, R, NB>;
-        if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
-        const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-        launch_staged<K>(dim3(blocks), g.shared_bytes, reinterpret_cast<cudaStream_t>(stream), matvec_pdl(), rows, m.cols / kGroup, x,
-                         norm_w, eps, y, done);
-        launched = true;
-      });
+      constexpr auto K = matvec_norm_add_kernel<T, R>;
+      if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
+      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
+                                                                                                   eps, y, done);
+      launched = true;
     };
     if (g.two_rows) launch.template operator()<2>();
     else launch.template operator()<1>();

@@ -72,22 +72,6 @@ __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\
 template <int Pending>
 __device__ inline void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory"); }
 
-// Programmatic dependent launch (issue 36, A/B by GPUNVME_MATVEC_PDL=1, gpu_matmul.cu): a product launched
-// with it may start while the kernel before it finishes; it reads nothing but its weights before
-// pdl_wait() (which returns once that kernel is complete and its writes visible; at once without the
-// attribute), so its first weight loads overlap the previous kernel's tail. pdl_trigger() at a block's
-// start lets the next such launch begin once every block of this one runs.
-__device__ inline void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ inline void pdl_trigger() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 // The whole block copies x's `groups` groups into xs (coalesced loads, conflict-free stores), then waits.
 // By cp.async: every thread's loads are in flight at once (as plain loads and stores, a thread's next load
 // waited for its previous one: 8 latencies in a row for an 8192-wide x, before any row could start). The
@@ -250,13 +234,12 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // loops.
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                     bool stage, uint8_t* buf, bool started, float (&out)[R], bool early = false,
-                                     const Q4kRaw& a0 = {}, const Q4kRaw& b0 = {}) {
+                                     bool stage, uint8_t* buf, bool started, float (&out)[R]) {
   if constexpr (weight_chunk_bytes(T) != 0) {
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out, early, a0, b0);
+    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
   }
   if constexpr (kPlainLean<T>) {
     if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
@@ -280,7 +263,6 @@ struct MatrixRows {
   __device__ const uint8_t* row(uint32_t i) const { return w + uint64_t(i) * row_bytes; }
   template <GgmlType T>
   __device__ bool stageable() const { return weight_rows_stageable<T>(w, row_bytes); }
-  __device__ bool aligned16() const { return (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0; }
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
 #pragma unroll
@@ -324,14 +306,12 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
 // `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
-// NB == 1 (Q4_K, A/B by GPUNVME_Q4K_EARLY): the warp's first groups loaded before x is staged.
-template <GgmlType T, uint32_t R, uint32_t NB = 0, class Rows>
+template <GgmlType T, uint32_t R, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
                                   float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
-  pdl_trigger();
   const bool stage = rows.template stageable<T>();
   uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
   auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
@@ -350,40 +330,23 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
   }
-  bool early = false;  // NB == 1: Q4_K's first groups (warp_dot_rows_q4k_lean's a and b) loaded before x
-  Q4kRaw a0{}, b0{};
-  if constexpr (T == GgmlType::Q4_K && NB == 1) {
-    if (first0 < n) {
-      const uint8_t* p[R];
-      rows_from(first0, p);
-      if (rows_aligned16(p)) {
-        if (lane < groups) {
-          a0 = load_q4k_raw(p[0], lane);
-          if constexpr (R == 2) b0 = load_q4k_raw(p[1], lane);
-        }
-        early = true;
-      }
-    }
-  }
-  pdl_wait();
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
   for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot, early, a0, b0);
+    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
-    early = false;
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
 
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
-template <GgmlType T, uint32_t R, uint32_t NB = 0>
+template <GgmlType T, uint32_t R>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
                                   float4* xs, const float* bias, float* y) {
-  block_rows<T, R, NB>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
+  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared

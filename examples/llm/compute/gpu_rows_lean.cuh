@@ -108,25 +108,22 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 }
 
 // warp_dot_rows_q4k's sums for 16-byte aligned rows, with its order of loads: the next (row, group)'s
-// bytes loaded before this one's arithmetic. `early` (block_rows, A/B by GPUNVME_Q4K_EARLY): a0 and b0
-// are the first groups of rows 0 and 1 (group `lane`), loaded before the block staged x. (Every row's next group ahead, 24 more registers at two rows
+// bytes loaded before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
 // a warp, spilled 388 bytes a thread under the kernels' 85-register bound.) Two buffers written in turn,
 // not a current and a next copied into it: the copy was 12 moves a group and row (a 16th of the loop).
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                              uint32_t lane, float (&out)[R], bool early = false, const Q4kRaw& a0 = {},
-                                              const Q4kRaw& b0 = {}) {
+                                              uint32_t lane, float (&out)[R]) {
   static_assert(R == 1 || R == 2);
   const Q4kLane c(lane);
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
   Q4kRaw a{}, b{};
-  if (early) a = a0, b = b0;
-  else if (lane < groups) a = load_q4k_raw(row[0], lane);
+  if (lane < groups) a = load_q4k_raw(row[0], lane);
   if constexpr (R == 2) {
     for (uint32_t grp = lane; grp < groups; grp += 32) {  // a: row 0's group, b: row 1's
-      if (!early || grp != lane) b = load_q4k_raw(row[1], grp);
+      b = load_q4k_raw(row[1], grp);
       part[0] += q4k_raw_dot(a, c, xs, grp);
       if (grp + 32 < groups) a = load_q4k_raw(row[0], grp + 32);
       part[1] += q4k_raw_dot(b, c, xs, grp);
