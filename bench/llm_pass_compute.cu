@@ -93,7 +93,7 @@ const cli::Help kHelp = {
     "--attention (issue 36): one layer's attention of the small passes (GpuForward::attend, and for one\n"
     "token the fused rope_store_attend) over a cache of random halves, for passes of each --tokens count\n"
     "whose first token is at each of --positions: us per layer from a CUDA graph, and the GB/s of K and V\n"
-    "the pass's tokens see. GPUNVME_ATTN_OLD=1 times the per-head kernel instead.\n"};
+    "the pass's tokens see.\n"};
 
 struct Matrix {
   std::string name;
@@ -663,10 +663,7 @@ int time_attention(const Options& o, const gen::Shape& s, FILE* json) {
     random(Act::kV, n);
     g.store_kv(0);
   }
-  const char* old = std::getenv("GPUNVME_ATTN_OLD");
-  const std::string kernel = old && old[0] == '1' ? "per-head" : "split";
-  std::printf("%s, %u/%u heads of %u, attention of one layer (%s kernel): us per layer\n", s.name.c_str(), c.n_head, c.n_head_kv,
-              c.head_dim, kernel.c_str());
+  std::printf("%s, %u/%u heads of %u, attention of one layer: us per layer\n", s.name.c_str(), c.n_head, c.n_head_kv, c.head_dim);
   std::printf("%9s | %6s | %10s | %12s | %12s\n", "position", "tokens", "attend", "fused", "KV GB/s");
   constexpr uint32_t kLaunches = 20;  // per graph replay
   std::string rows_json;
@@ -696,7 +693,7 @@ int time_attention(const Options& o, const gen::Shape& s, FILE* json) {
       rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
     }
   const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"attention\",\"model\":" + text::json_string(s.name) +
-                           ",\"kernel\":" + text::json_string(kernel) + ",\"rows\":[" + rows_json + "]}";
+                           ",\"rows\":[" + rows_json + "]}";
   std::printf("%s\n", line.c_str());
   if (json) std::fprintf(json, "%s\n", line.c_str());
   return 0;

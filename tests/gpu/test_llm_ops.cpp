@@ -269,7 +269,7 @@ TEST_CASE("block ops: one token's Q/K norm + RoPE + KV store fused into attentio
 
 // The small passes' attention split along the positions (compute/gpu_attention_decode.cuh): a token's
 // output depends only on how many positions it sees, so a speculative pass of k tokens gives each token
-// the bits of its own one-token pass. Tokens at positions 250..256 (4 or 5 chunks of 64 positions, merged
+// the bits of its own one-token pass. Tokens at positions 250..256 (2 or 3 chunks of 128 positions, merged
 // by the last block) in one pass (Q/K norms, RoPE, the store, then attention), then one at a time (the
 // fused one-token launch) on the same inputs: Q and the attention to the bit, and within float rounding
 // of the CPU's; GQA, Q/K norms, sinks, a window of 100 and none; the positions before on a prompt's passes.

@@ -30,10 +30,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <stdexcept>
-#include <string>
 
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
@@ -70,32 +66,14 @@ struct OwnToken {  // the fused launch's token: its Q, K and V heads as the prod
 
 inline constexpr uint32_t kDecodeWarps = 4;           // warps a block
 inline constexpr uint32_t kDecodeSteps = 4;           // position steps a warp loads ahead of their arithmetic
-inline constexpr uint32_t kDecodeMaxSplits = 32;      // chunks a token's positions take at most (the grid's x)
-inline constexpr uint32_t kDecodeSplitCap = 64;       // the merge's registers: chunks of an output loaded at once
-static_assert(kDecodeMaxSplits <= kDecodeSplitCap);
-inline constexpr uint32_t kDecodeChunk = 0;           // positions a chunk takes at least; 0: a block step's (kSteps x warps x
-                                                      // positions a warp step: 16, 32, 64 for heads of 256, 128, 64)
+inline constexpr uint32_t kDecodeMaxSplits = 16;      // chunks a token's positions take at most (the grid's x)
+inline constexpr uint32_t kDecodeSplitCap = kDecodeMaxSplits;  // the merge's registers: chunks of an output loaded at once
+// The merge's maxima, sums and factors fit in the warps' state space (heads of 32 dimensions at least).
+static_assert(kDecodeMaxSplits <= kDecodeSplitCap && 3 * kDecodeMaxSplits + 1 <= kDecodeWarps * 32);
+inline constexpr uint32_t kDecodeChunk = 128;         // positions a chunk takes at least
 inline constexpr uint32_t kDecodeTokens = 32;         // tokens a launch (the chunk states' buffer is sized for them)
 inline constexpr uint32_t kDecodeMaxHeadDim = 256;    // 8 halves a lane, 32 lanes
 inline constexpr uint32_t kDecodeMaxGroup = 4;        // query heads a block at most (a wider GQA group: more blocks)
-
-// Tuning for the A/B runs (issue 36's measurement): GPUNVME_DATTN="splits,chunk,heads". Not for use:
-// the bits depend on it.
-struct DecodeTuning {
-  uint32_t splits = kDecodeMaxSplits, chunk = kDecodeChunk, heads = kDecodeMaxGroup;
-};
-inline DecodeTuning decode_tuning() {
-  static const DecodeTuning t = [] {
-    DecodeTuning d;
-    if (const char* e = std::getenv("GPUNVME_DATTN")) {
-      unsigned a = 0, b = 0, c = 0;
-      if (std::sscanf(e, "%u,%u,%u", &a, &b, &c) == 3 && a >= 1 && a <= kDecodeSplitCap && (c == 1 || c == 2 || c == 4 || c == 8))
-        d = {a, b, c};
-    }
-    return d;
-  }();
-  return t;
-}
 
 // How a token seeing `seen` positions splits them: `count` chunks of `size` (the last may be shorter).
 struct DecodeSplit {
@@ -120,7 +98,6 @@ struct DecodeArgs {
   float* part;               // chunk states: [token][head group][split][heads * head_dim | heads maxima | heads sums]
   uint32_t* counters;        // [token][head group], 0 between launches
   float* out;                // [token][n_head][head_dim]
-  uint32_t splits, chunk;    // decode_split's
   OwnToken own;
 };
 
@@ -138,10 +115,8 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
   float* wml = wacc + W * HB * D;                       // [W][HB][2]: each warp's maximum and sum
   const uint32_t token = a.t0 + blockIdx.z, pos = a.positions[token], slot = a.slots[token];  // both loads issued at once
   const uint32_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
-  // A block's chunk is at least one step of all its warps: a block of 4 warps runs its steps one after
-  // another (little to hide their latencies behind at short context), so more blocks beat more steps.
-  constexpr uint32_t kStep = W * PPW, kStride = kSteps * kStep;
-  const DecodeSplit split = decode_split(pos + 1 - first, a.splits, a.chunk ? a.chunk : kStride);
+  constexpr uint32_t kStep = W * PPW, kStride = kSteps * kStep;  // positions a block step, a warp's loads
+  const DecodeSplit split = decode_split(pos + 1 - first, kDecodeMaxSplits, kDecodeChunk);
   if (blockIdx.x >= split.count) return;  // the token has fewer chunks than the grid
   const uint32_t nsub = (a.group + HB - 1) / HB, kvh = blockIdx.y / nsub, sub = blockIdx.y % nsub;
   const uint32_t h0 = kvh * a.group + sub * HB, nh = min(HB, a.group - sub * HB);
@@ -314,7 +289,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
   const float* sinks = a.sinks ? a.sinks + h0 : nullptr;
   float* out = a.out + (uint64_t(token) * a.n_head + h0) * D;
   const uint32_t state = decode_state_floats(HB, D);
-  float* part = a.part + ((uint64_t(blockIdx.z) * gridDim.y + blockIdx.y) * a.splits) * state;
+  float* part = a.part + ((uint64_t(blockIdx.z) * gridDim.y + blockIdx.y) * kDecodeMaxSplits) * state;
   for (uint32_t i = threadIdx.x; i < nh * D; i += blockDim.x) {
     const uint32_t h = i / D;
     float mx = -INFINITY;
@@ -391,9 +366,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_attention_kernel(Dec
 // Whether decode_attention takes heads of this size (else the caller keeps the per-head kernel).
 inline bool decode_attention_fits(uint32_t head_dim) { return head_dim % 8 == 0 && head_dim >= 32 && head_dim <= kDecodeMaxHeadDim; }
 
-// Query heads a block for a GQA group: a power of two up to the tuning's cap.
+// Query heads a block for a GQA group: a power of two up to kDecodeMaxGroup.
 inline uint32_t decode_heads_per_block(uint32_t group) {
-  const uint32_t cap = decode_tuning().heads;
+  const uint32_t cap = kDecodeMaxGroup;
   uint32_t hb = 1;
   while (hb < group && hb < cap) hb *= 2;
   return hb;
@@ -403,11 +378,11 @@ inline uint32_t decode_heads_per_block(uint32_t group) {
 // kDecodeTokens tokens.
 inline uint64_t decode_attention_floats(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim) {
   const uint32_t group = n_head / n_head_kv, hb = decode_heads_per_block(group), groups = n_head_kv * ((group + hb - 1) / hb);
-  return uint64_t(kDecodeTokens) * groups * (uint64_t(decode_tuning().splits) * decode_state_floats(hb, head_dim) + 1);
+  return uint64_t(kDecodeTokens) * groups * (uint64_t(kDecodeMaxSplits) * decode_state_floats(hb, head_dim) + 1);
 }
 inline uint64_t decode_counters_at(uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim) {
   const uint32_t group = n_head / n_head_kv, hb = decode_heads_per_block(group), groups = n_head_kv * ((group + hb - 1) / hb);
-  return uint64_t(kDecodeTokens) * groups * decode_tuning().splits * decode_state_floats(hb, head_dim);
+  return uint64_t(kDecodeTokens) * groups * kDecodeMaxSplits * decode_state_floats(hb, head_dim);
 }
 
 // `tokens` (1..kDecodeTokens) tokens from a.t0 on; a.part: decode_attention_floats floats, whose
@@ -415,14 +390,10 @@ inline uint64_t decode_counters_at(uint32_t n_head, uint32_t n_head_kv, uint32_t
 template <bool kOwn>
 void decode_attention(cudaStream_t s, DecodeArgs a, uint32_t n_head_kv, uint32_t tokens) {
   const uint32_t D = a.head_dim, hb = decode_heads_per_block(a.group), groups = n_head_kv * ((a.group + hb - 1) / hb);
-  const DecodeTuning t = decode_tuning();
-  a.splits = t.splits, a.chunk = t.chunk;
-  if (3 * t.splits + 1 > kDecodeWarps * D)  // the merge's maxima, sums and factors take the warps' state space
-    throw std::invalid_argument("decode attention: " + std::to_string(t.splits) + " chunks for heads of " + std::to_string(D));
   a.counters = reinterpret_cast<uint32_t*>(a.part + decode_counters_at(n_head_kv * a.group, n_head_kv, D));
   const uint32_t shared =
       (hb * D + kDecodeWarps * hb * D + kDecodeWarps * hb * 2 + (kOwn ? 2 * D : 0)) * uint32_t(sizeof(float));
-  const dim3 grid(t.splits, groups, tokens);
+  const dim3 grid(kDecodeMaxSplits, groups, tokens);
   auto go = [&]<uint32_t T>() {
     switch (hb) {
       case 1: decode_attention_kernel<T, 1, kOwn><<<grid, kDecodeWarps * 32, shared, s>>>(a); break;

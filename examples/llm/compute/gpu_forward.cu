@@ -4,7 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -319,15 +318,8 @@ __global__ void gather_rows_kernel(const float* x, const uint32_t* rows, uint32_
   if (i < n) out[uint64_t(blockIdx.y) * n + i] = x[uint64_t(rows[blockIdx.y]) * n + i];
 }
 
-// Whether the small passes' attention takes decode_attention (heads it fits; GPUNVME_ATTN_OLD=1: the
-// per-head kernel, for the A/B measurement of issue 36).
-bool decode_split_used(const ModelConfig& c) {
-  static const bool old = [] {
-    const char* e = std::getenv("GPUNVME_ATTN_OLD");
-    return e && e[0] == '1';
-  }();
-  return !old && gpu::decode_attention_fits(c.head_dim);
-}
+// Whether the small passes' attention takes decode_attention (heads it fits), else attention_kernel.
+bool decode_split_used(const ModelConfig& c) { return gpu::decode_attention_fits(c.head_dim); }
 
 uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_block - 1) / per_block); }
 
