@@ -521,8 +521,7 @@ void GpuForward::embed_picked(PassToken t) {
 
 void GpuForward::enqueue_embed() {
   const TensorRef& e = w_.token_embd;
-  const uint64_t stride = globals_.token_embd_stride ? globals_.token_embd_stride : e.row_bytes();
-  embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), n_), 128, 0, stream_>>>(e.type, globals_.token_embd, stride,
+  embed_kernel<<<dim3(blocks_for(c_.n_embd / kGroup, 128), n_), 128, 0, stream_>>>(e.type, globals_.token_embd, e.row_bytes(),
                                                                                    ids(), c_.embd_scale, x_, c_.n_embd);
   device::check_cuda(cudaGetLastError(), "embed kernel");
 }
@@ -1032,9 +1031,7 @@ std::span<const float> GpuForward::logits_of(uint32_t first, uint32_t rows, bool
   }
   if (rows > 0) {
     rms_norm(stream_, from, globals_.output_norm, c_.n_embd, rows, c_.rms_eps, xn_);
-    GpuMatrix head = matrix(w_.output, globals_.output);
-    if (globals_.output_stride) head.row_bytes = globals_.output_stride;  // rows padded (GlobalWeights)
-    gpu_matmul(stream_, head, xn_, rows, nullptr, logits_d_);
+    enqueue_matmul(stream_, w_.output, globals_.output, xn_, rows, nullptr, logits_d_);
     if (!to_host) return {};
     device::check_cuda(cudaMemcpyAsync(logits_host_, logits_d_, rows * V * sizeof(float), cudaMemcpyDeviceToHost, stream_), "logits copy");
   }

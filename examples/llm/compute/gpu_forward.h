@@ -86,9 +86,6 @@ struct GlobalWeights {
   const uint8_t* token_embd = nullptr;
   const uint8_t* output_norm = nullptr;
   const uint8_t* output = nullptr;
-  // Row strides in GPU memory where they are not the tensors' own (0: their own): a table re-laid out
-  // with its rows padded to 16 bytes, so that the head's product stages them (GPUNVME_HEAD_PAD=1).
-  uint64_t token_embd_stride = 0, output_stride = 0;
 };
 
 class GpuForward final : public Backend {

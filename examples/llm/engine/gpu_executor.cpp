@@ -604,7 +604,6 @@ class GpuExecutor final : public Executor {
     s.graph_replays = graph_replays_;
     s.bytes_per_step = streamer_bytes_per_step_;
     for (const auto* g : {&embd_, &norm_, &out_}) s.resident_bytes += *g ? (*g)->held.bytes : 0;
-    if (padded_head_) s.resident_bytes += m_.weights.output.rows * m_.weights.output.row_bytes();  // the table pad_head replaced
     for (const auto& v : vram_) s.resident_bytes += v ? v->held.bytes : 0;
     if (ram_) {
       s.ram_bytes = ram_->host_bytes();
@@ -784,34 +783,9 @@ class GpuExecutor final : public Executor {
     if (first || (last && tied)) embd_ = std::make_unique<DeviceCopy>(*check_, w.token_embd);
     if (last) norm_ = std::make_unique<DeviceCopy>(*check_, w.output_norm);
     if (last && !tied) out_ = std::make_unique<DeviceCopy>(*check_, w.output);
-    const char* pad = std::getenv("GPUNVME_HEAD_PAD");  // "1": the A/B switch, on
-    if (last && pad && std::string(pad) == "1") pad_head();
-  }
-  // A head whose rows are not whole 16-byte units (Q8_0 at 640 columns: Gemma 3 270M's tied 262k rows of
-  // 680 bytes) cannot be staged by the product's kernel (gpu_rows.cuh's RowChunks): a copy with rows
-  // padded to 16 bytes replaces the table (a tied one is the embedding table too, read at that stride).
-  // The same row bytes, the same arithmetic: only where each row starts changes.
-  void pad_head() {
-    const ModelWeights& w = m_.weights;
-    const TensorRef& t = w.output;
-    const uint64_t rb = t.row_bytes(), stride = (rb + 15) / 16 * 16;
-    if (rb % 16 == 0 || t.rows == 0) return;
-    void* p = nullptr;
-    device::check_cuda(cudaMalloc(&p, stride * t.rows), "cudaMalloc for the padded head");
-    padded_head_.reset(static_cast<uint8_t*>(p));
-    const uint8_t* from = out_ ? out_->at(t) : embd_->at(t);
-    device::check_cuda(cudaMemcpy2D(p, stride, from, rb, rb, t.rows, cudaMemcpyDeviceToDevice), "padded head");
-    head_stride_ = stride;
-    if (out_) out_.reset();
-    else if (range_.begin == 0) embd_.reset();  // tied: the embedding reads the padded table (globals)
   }
   GlobalWeights globals() const {
     const ModelWeights& w = m_.weights;
-    if (padded_head_) {  // pad_head: the head (and a tied table's embedding) at head_stride_
-      const bool tied_here = w.tied() && range_.begin == 0;
-      return {tied_here ? padded_head_.get() : embd_ ? embd_->at(w.token_embd) : nullptr, norm_ ? norm_->at(w.output_norm) : nullptr,
-              padded_head_.get(), tied_here ? head_stride_ : 0, head_stride_};
-    }
     // The head is the embedding table only when tied; a first GPU that is not the last has no head.
     return {embd_ ? embd_->at(w.token_embd) : nullptr, norm_ ? norm_->at(w.output_norm) : nullptr,
             out_ ? out_->at(w.output) : (embd_ && w.tied()) ? embd_->at(w.output) : nullptr};
@@ -929,8 +903,6 @@ class GpuExecutor final : public Executor {
     void operator()(uint8_t* p) const { cudaFree(p); }
   };
   std::unique_ptr<uint8_t, CudaFree> stage_;  // a streamed layer in GPU memory, for batched passes
-  std::unique_ptr<uint8_t, CudaFree> padded_head_;  // pad_head's copy (null: none)
-  uint64_t head_stride_ = 0;
   std::unique_ptr<RamTier> ram_;
   std::unique_ptr<LayerSource> nvme_source_;
   std::vector<host::Controller*> ctrls_;  // the NVMe tier's: one, or a striped set's members
