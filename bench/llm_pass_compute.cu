@@ -46,7 +46,7 @@ namespace {
 const cli::Help kHelp = {
     "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k|q8_0] [--tokens 1,2,3,...] [--reps N] [--gemm] [--json-out FILE]\n"
     "       llm_pass_compute --decode [--types LIST] [--matrices LIST] [--reps N] [--json-out FILE]\n"
-    "       llm_pass_compute --decode-pass [--shape NAME] [--type T] [--reps N] [--json-out FILE]\n"
+    "       llm_pass_compute --decode-pass [--shape NAME] [--type T] [--layers N] [--reps N] [--json-out FILE]\n"
     "       llm_pass_compute --attention [--shape NAME] [--positions LIST] [--tokens LIST] [--reps N]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape: the seven matrices of a\n"
@@ -61,7 +61,7 @@ const cli::Help kHelp = {
     "  --decode        single-token products: GB/s of weights per type and matrix beside a device copy\n"
     "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
     "  --matrices LIST --decode: ROWSxCOLS shapes (default Llama-3-70B's and -8B's)\n"
-    "  --decode-pass   one token's pass over the shape's layers: ms per token, products vs the rest\n"
+    "  --decode-pass   one token's pass over the shape's (first N --layers) layers: ms per token, by part\n"
     "  --attention     a layer's attention alone at --positions (default 64,2048), --tokens 1,4,32\n"
     "  --json-out F    also write the rows as one JSON object\n",
     "\n"
@@ -88,7 +88,8 @@ const cli::Help kHelp = {
     "graph (no launch gaps), and graphs of the matrix products alone and of the other kernels alone; for\n"
     "the decode fusions (norm+Q/K/V, Q/K norm+RoPE+KV store+attention, O(+post-norm)+add, norm+gate/up+GLU,\n"
     "down(+post-norm)+add) and without them, after checking both give the same hidden state, bit\n"
-    "for bit. Kernels: the graph's nodes per token.\n"
+    "for bit. Kernels: the graph's nodes per token. A MoE shape (its experts in GPU memory, token by token)\n"
+    "adds its layer by part: a graph of each part's kernels alone, us per layer.\n"
     "\n"
     "--attention (issue 36): one layer's attention of the small passes (GpuForward::attend, and for one\n"
     "token the fused rope_store_attend) over a cache of random halves, for passes of each --tokens count\n"
@@ -184,6 +185,7 @@ struct Options {
   bool decode = false;
   bool decode_pass = false;
   bool attention = false;
+  uint32_t layers = 0;  // --layers: the shape's first layers only (0: all)
   std::vector<uint32_t> positions{64, 2048};
   std::vector<GgmlType> types{GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0,
                               GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::F16};
@@ -213,7 +215,7 @@ GgmlType computed_type_named(const std::string& name) {
 }
 
 Options parse(int argc, char** argv) {
-  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices", "positions"},
+  const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices", "positions", "layers"},
                         {"gemm", "decode", "decode-pass", "attention"});
   if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
@@ -276,6 +278,8 @@ Options parse(int argc, char** argv) {
       if (n <= kSmallPassTokens)
         throw cli::UsageError("--gemm times prompt passes: each --tokens count must be above " + std::to_string(kSmallPassTokens) +
                               " (smaller passes keep the FP32 kernels)");
+  o.layers = args.get_u32("layers", 0);
+  if (args.has("layers") && (!o.decode_pass || o.layers == 0)) throw cli::UsageError("--layers N (N >= 1) goes with --decode-pass");
   o.reps = args.get_u32("reps", o.reps);
   if (o.reps == 0) throw cli::UsageError("--reps must be at least 1");
   o.json_out = args.get("json-out");
@@ -483,15 +487,18 @@ class SplitBackend final : public Backend {
  public:
   explicit SplitBackend(GpuForward& g) : g_(g) {}
   bool products = true, others = true, fused = true;
+  // A MoE shape's breakdown: the one-token operations of these classes only (kAll: every one).
+  enum Op : uint32_t { kQkv = 1, kAttend = 2, kO = 4, kNorm = 8, kMoe = 16, kAdd = 32, kAll = ~0u };
+  uint32_t ops = kAll;
 
-  void norm(Act in, const TensorRef& w, Act out) override { if (others) g_.norm(in, w, out); }
+  void norm(Act in, const TensorRef& w, Act out) override { if (others && (ops & kNorm)) g_.norm(in, w, out); }
   void matmul(const TensorRef& w, const TensorRef& bias, Act in, Act out) override { if (products) g_.matmul(w, bias, in, out); }
   void head_norm_rope(Act qk, const TensorRef& norm, const RopeParams& rope) override { if (others) g_.head_norm_rope(qk, norm, rope); }
   void store_kv(uint32_t layer) override { if (others) g_.store_kv(layer); }
   void attend(const AttnParams& p) override { if (others) g_.attend(p); }
   void glu(Act gate, Act up, FfnAct act) override { if (others) g_.glu(gate, up, act); }
-  void moe(const LayerWeights& l, Act in, Act out) override { g_.moe(l, in, out); }
-  void add(Act x, Act y) override { if (others) g_.add(x, y); }
+  void moe(const LayerWeights& l, Act in, Act out) override { if (ops & kMoe) g_.moe(l, in, out); }
+  void add(Act x, Act y) override { if (others && (ops & kAdd)) g_.add(x, y); }
   void set_pass(std::span<const PassToken> tokens) override { g_.set_pass(tokens); }
   using Backend::set_pass;
   void write(Act a, std::span<const float> v) override { g_.write(a, v); }
@@ -502,7 +509,7 @@ class SplitBackend final : public Backend {
   }
   void norm_matmuls(const TensorRef& norm_w, Act in, std::span<const Product> ps) override {  // the norm: in the product
     if (!fused) return Backend::norm_matmuls(norm_w, in, ps);
-    if (products) g_.norm_matmuls(norm_w, in, ps);
+    if (products && (ops & kQkv)) g_.norm_matmuls(norm_w, in, ps);
   }
   void gated_matmul(const TensorRef& gate, const TensorRef& up, Act in, FfnAct act) override {
     if (!fused) return Backend::gated_matmul(gate, up, in, act);
@@ -514,7 +521,7 @@ class SplitBackend final : public Backend {
   }
   void matmul_add(const TensorRef& w, const TensorRef& bias, Act in, Act x) override {  // the add is the product's epilogue
     if (!fused) return Backend::matmul_add(w, bias, in, x);
-    if (products) g_.matmul_add(w, bias, in, x);
+    if (products && (ops & kO)) g_.matmul_add(w, bias, in, x);
   }
   void rope_store_kv(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, uint32_t layer) override {
     if (!fused) return Backend::rope_store_kv(q_norm, k_norm, rope, layer);
@@ -526,7 +533,7 @@ class SplitBackend final : public Backend {
   }
   void rope_store_attend(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, const AttnParams& p) override {
     if (!fused) return Backend::rope_store_attend(q_norm, k_norm, rope, p);
-    if (others) g_.rope_store_attend(q_norm, k_norm, rope, p);
+    if (others && (ops & kAttend)) g_.rope_store_attend(q_norm, k_norm, rope, p);
   }
   void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) override {
     if (!fused) return Backend::matmul_norm_add(w, bias, in, norm_w, x);  // the norm and the add: the product's epilogue
@@ -536,6 +543,53 @@ class SplitBackend final : public Backend {
  private:
   GpuForward& g_;
 };
+
+// A MoE shape's one-token layer by part: for each, a graph of the pass with that part's kernels alone
+// (the others skipped; their buffers keep the last pass's values), ms per token and kernels. Returns the
+// rows as JSON.
+template <class Pass>
+std::string time_moe_parts(const Options& o, const ModelConfig& c, GpuForward& g, SplitBackend& b, Pass pass, cudaStream_t st) {
+  using B = SplitBackend;
+  struct Part {
+    const char* name;
+    uint32_t ops, moe;
+  };
+  const Part parts[] = {{"norm+QKV", B::kQkv, 0},
+                        {"QK norm+RoPE+KV+attention", B::kAttend, 0},
+                        {"O+add", B::kO, 0},
+                        {"ffn norm", B::kNorm, 0},
+                        {"router product", B::kMoe, GpuForward::kMoeRouter},
+                        {"top-k routing", B::kMoe, GpuForward::kMoeRoute},
+                        {"experts' gate+up", B::kMoe, GpuForward::kMoeGateUp},
+                        {"experts' GLU", B::kMoe, GpuForward::kMoeGlu},
+                        {"experts' down", B::kMoe, GpuForward::kMoeDown},
+                        {"weighted sum", B::kMoe, GpuForward::kMoeSum},
+                        {"MoE copy", B::kMoe, GpuForward::kMoeCopy},
+                        {"residual add", B::kAdd, 0},
+                        {"all", B::kAll, ~0u}};
+  constexpr uint32_t kTokens = 16;
+  b.fused = true;
+  std::printf("%s one-token layer by part (a graph of that part alone): us per layer\n", c.arch_name.c_str());
+  std::string json;
+  for (const Part& p : parts) {
+    b.ops = p.ops;
+    g.time_moe_parts(p.moe ? p.moe : ~0u);
+    const CapturedLaunches gr([&](gpu_stream_t) { pass(); }, st);
+    const size_t nodes = gr.nodes();
+    const double s = median_seconds(o.reps, [&] {
+      for (uint32_t t = 0; t < kTokens; ++t) gr.launch();
+    }) / kTokens;
+    b.ops = B::kAll;
+    g.time_moe_parts(~0u);
+    const double us = s * 1e6 / c.n_layer;
+    std::printf("  %-28s | %8.2f us | %5.2f kernels\n", p.name, us, double(nodes) / c.n_layer);
+    char row[200];
+    std::snprintf(row, sizeof row, "{\"part\":\"%s\",\"us_per_layer\":%.3f,\"kernels_per_layer\":%.2f}", p.name, us,
+                  double(nodes) / c.n_layer);
+    json += (json.empty() ? "" : ",") + std::string(row);
+  }
+  return json;
+}
 
 // --decode-pass: see the help. Returns the exit status.
 int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
@@ -625,9 +679,11 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
                   label, host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, nodes);
     rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
   }
+  std::string parts_json;
+  if (c.is_moe()) parts_json = ",\"parts\":[" + time_moe_parts(o, c, g, b, pass, st) + "]";
   const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode-pass\",\"model\":" + text::json_string(name) +
                            ",\"layers\":" + std::to_string(c.n_layer) + ",\"position\":" + std::to_string(kPos) +
-                           ",\"bits_equal\":true,\"rows\":[" + rows_json + "]}";
+                           ",\"bits_equal\":true,\"rows\":[" + rows_json + "]" + parts_json + "}";
   std::printf("%s\n", line.c_str());
   if (json) std::fprintf(json, "%s\n", line.c_str());
   return 0;
@@ -707,7 +763,9 @@ int main(int argc, char** argv) {
   try {
     o = parse(argc, argv);
     s = gen::shape_named(o.shape);
-    if (s.experts != 0) throw cli::UsageError("--shape " + o.shape + " is a MoE shape: its experts run token by token; give a dense one");
+    if (s.experts != 0 && !o.decode_pass)
+      throw cli::UsageError("--shape " + o.shape + " is a MoE shape: its experts run token by token; give a dense one (or --decode-pass)");
+    if (o.layers) s.layers = std::min(s.layers, o.layers);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "llm_pass_compute: %s\n", e.what());
     return 2;

@@ -719,8 +719,9 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
         moe_token(l, buf(in) + uint64_t(t) * c_.n_embd, t, last && t + 1 == n_ && !g.fast);
     }
   }
-  device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
-                     "MoE copy");
+  if (moe_parts_ & kMoeCopy)
+    device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
+                       "MoE copy");
   device::check_cuda(cudaGetLastError(), "MoE kernels");
 }
 
@@ -864,17 +865,29 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, b
   const WeightView& v = view_;
   ExpertSource* src = src_;
   const gpu_stream_t gs = reinterpret_cast<gpu_stream_t>(s);
-  route(gs, l, v, xn, router_, experts_);
   const float* weights = reinterpret_cast<const float*>(experts_ + K);
   if (!src) {
-    gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
-    add_expert_bias(s, v, l.gate_exps_b, experts_, K, moe_gate_);
-    gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
-    add_expert_bias(s, v, l.up_exps_b, experts_, K, moe_up_);
-    gpu_glu(gs, moe_gate_, moe_up_, K * F, c_.act);
-    gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
-    add_expert_bias(s, v, l.down_exps_b, experts_, K, moe_out_);
-  } else {
+    const uint32_t parts = moe_parts_;
+    if (parts & kMoeRouter)
+      enqueue_matmul(s, l.gate_inp, v.at(l.gate_inp), xn, 1, f32(v, l.gate_inp_b), router_);
+    if (parts & kMoeRoute) gpu_route(gs, router_, c_.n_expert, K, experts_, reinterpret_cast<float*>(experts_ + K), c_.gating);
+    if (parts & kMoeGateUp) {
+      gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
+      add_expert_bias(s, v, l.gate_exps_b, experts_, K, moe_gate_);
+      gpu_matvec_selected(gs, matrix(l.up_exps, v.at(l.up_exps), experts_), K, xn, 0, moe_up_, F);
+      add_expert_bias(s, v, l.up_exps_b, experts_, K, moe_up_);
+    }
+    if (parts & kMoeGlu) gpu_glu(gs, moe_gate_, moe_up_, K * F, c_.act);
+    if (parts & kMoeDown) {
+      gpu_matvec_selected(gs, matrix(l.down_exps, v.at(l.down_exps), experts_), K, moe_gate_, F, moe_out_, E);
+      add_expert_bias(s, v, l.down_exps_b, experts_, K, moe_out_);
+    }
+    if (parts & kMoeSum)
+      weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
+    return;
+  }
+  route(gs, l, v, xn, router_, experts_);
+  {
     src->fetch(l.index, experts_, K, stream_);
     if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
     else if (pregate_here) pregate_pass(l, *src, true);  // the pass's last fetch of this layer, token by token

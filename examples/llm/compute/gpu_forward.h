@@ -186,6 +186,10 @@ class GpuForward final : public Backend {
   std::vector<float> read(Act a) override;
   // The layer whose weights the operations read (the view of layer(); tests set it for single operations).
   void use_layer(WeightView v, ExpertSource* experts = nullptr) { view_ = v, src_ = experts; }
+  // The kernels a token's MoE with its experts in VRAM enqueues (moe_token), by part: all of them unless
+  // llm_pass_compute --decode-pass times the parts one at a time (its graphs of one part each).
+  enum MoePart : uint32_t { kMoeRouter = 1, kMoeRoute = 2, kMoeGateUp = 4, kMoeGlu = 8, kMoeDown = 16, kMoeSum = 32, kMoeCopy = 64 };
+  void time_moe_parts(uint32_t parts) { moe_parts_ = parts; }
 
  private:
   float* buf(Act a) const;
@@ -274,6 +278,7 @@ class GpuForward final : public Backend {
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
   std::unique_ptr<GroupedMoe> grouped_;
   std::unique_ptr<GpuArgmax> argmax_;  // pass_pick's
+  uint32_t moe_parts_ = ~0u;  // time_moe_parts'
   struct CUevent_st* pass_end_ = nullptr;  // time_pass_end's
 };
 
