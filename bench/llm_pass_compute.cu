@@ -481,14 +481,14 @@ int time_decode(const Options& o, FILE* json) {
 // The block's operations forwarded to the GPU backend, or skipped: a pass of the matrix products alone
 // (`others` off) or of the rest alone (`products` off) is captured to split a token's time; with `fused`
 // off, the decode fusions (block.h's matmuls, norm_matmuls, gated_matmul, norm_gated_matmul, matmul_add,
-// rope_store_kv, rope_store_attend, norm_add, matmul_norm_add) run as the operations they stand for. The norms, the GLU and the residual adds
+// rope_store_kv, rope_store_attend, norm_add, matmul_norm_add, norm_moe_add) run as the operations they stand for. The norms, the GLU and the residual adds
 // that run inside a fused product's kernel count as products; a post-norm with its add counts as the others.
 class SplitBackend final : public Backend {
  public:
   explicit SplitBackend(GpuForward& g) : g_(g) {}
   bool products = true, others = true, fused = true;
   // A MoE shape's breakdown: the one-token operations of these classes only (kAll: every one).
-  enum Op : uint32_t { kQkv = 1, kAttend = 2, kO = 4, kNorm = 8, kMoe = 16, kAdd = 32, kAll = ~0u };
+  enum Op : uint32_t { kQkv = 1, kAttend = 2, kO = 4, kNorm = 8, kMoe = 16, kAdd = 32, kFusedMoe = 64, kAll = ~0u };
   uint32_t ops = kAll;
 
   void norm(Act in, const TensorRef& w, Act out) override { if (others && (ops & kNorm)) g_.norm(in, w, out); }
@@ -535,6 +535,10 @@ class SplitBackend final : public Backend {
     if (!fused) return Backend::rope_store_attend(q_norm, k_norm, rope, p);
     if (others && (ops & kAttend)) g_.rope_store_attend(q_norm, k_norm, rope, p);
   }
+  void norm_moe_add(const TensorRef& norm_w, const LayerWeights& l, Act x) override {  // the fused launches count as products
+    if (!fused || !(ops & kFusedMoe)) return Backend::norm_moe_add(norm_w, l, x);  // norm, moe and add as selected
+    if (products) g_.norm_moe_add(norm_w, l, x);
+  }
   void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) override {
     if (!fused) return Backend::matmul_norm_add(w, bias, in, norm_w, x);  // the norm and the add: the product's epilogue
     if (products) g_.matmul_norm_add(w, bias, in, norm_w, x);
@@ -566,6 +570,7 @@ std::string time_moe_parts(const Options& o, const ModelConfig& c, GpuForward& g
                         {"weighted sum", B::kMoe, GpuForward::kMoeSum},
                         {"MoE copy", B::kMoe, GpuForward::kMoeCopy},
                         {"residual add", B::kAdd, 0},
+                        {"fused norm+MoE+add", B::kFusedMoe, 0},
                         {"all", B::kAll, ~0u}};
   constexpr uint32_t kTokens = 16;
   b.fused = true;

@@ -524,6 +524,36 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
   }
 }
 
+// One token's norm, MoE and residual add in three launches (gpu_moe_token.h): the router's rows with
+// the routing in its last block, the selected experts' gate/up with the GLU, their down rows with the
+// weighted sum and the add. The same x through the operations apart (Backend's norm_moe_add: the norm,
+// moe and add kernels) must give the same x to the bit, and the CPU's within float rounding; three
+// tokens in a row, so the launches' counters are seen back at 0.
+TEST_CASE("block ops: one token's norm + MoE + add in three launches: fused = unfused to the bit, GPU = CPU", "[gpu][llm][ops]") {
+  REQUIRE_GPU();
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
+  const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  Twins t(llm::test::make_tiny(shape, type));
+  const LayerWeights& l = t.m.w.layers[0];
+  for (uint32_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    t.pass(i, 1);
+    t.random(Act::kX, 1);
+    const std::vector<float> x = t.gpu.read(Act::kX);
+    const uint64_t fused_before = t.gpu.fused_moe_layers();
+    t.gpu.norm_moe_add(l.ffn_norm, l, Act::kX);
+    REQUIRE(t.gpu.fused_moe_layers() == fused_before + 1);  // the fused launches ran, not the fallback
+    const std::vector<float> fused = t.gpu.read(Act::kX);
+    t.gpu.write(Act::kX, x);
+    t.gpu.Backend::norm_moe_add(l.ffn_norm, l, Act::kX);
+    const std::vector<float> apart = t.gpu.read(Act::kX);
+    CHECK(std::memcmp(fused.data(), apart.data(), fused.size() * sizeof(float)) == 0);
+    t.cpu.norm_moe_add(l.ffn_norm, l, Act::kX);
+    t.expect_close(Act::kX, 5e-4f);
+  }
+}
+
 // A pass of more than kSmallPassTokens tokens over experts in VRAM takes the grouped path
 // (gpu_moe_grouped.h): one routing for the pass, each expert's tokens in one product, a sum per token in
 // its routing order. With the tensor cores switched off (GPUNVME_MOE_MMA=0, the A/B switch) its outputs

@@ -21,15 +21,14 @@ void attention(const ModelConfig& c, const LayerWeights& l, Backend& b) {
 // x += ffn(norm(x)).
 void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   if (c.is_moe()) {
+    if (!c.post_norms) return b.norm_moe_add(l.ffn_norm, l, Act::kX);
     b.norm(Act::kX, l.ffn_norm, Act::kXn);
     b.moe(l, Act::kXn, Act::kTmp);
-  } else {
-    b.norm_gated_matmul(l.ffn_norm, Act::kX, l.gate, l.up, c.act);
-    if (!c.post_norms) return b.matmul_add(l.down, {}, Act::kGate, Act::kX);
-    return b.matmul_norm_add(l.down, {}, Act::kGate, l.post_ffw_norm, Act::kX);
+    return b.norm_add(Act::kTmp, l.post_ffw_norm, Act::kX);
   }
-  if (c.post_norms) return b.norm_add(Act::kTmp, l.post_ffw_norm, Act::kX);
-  b.add(Act::kX, Act::kTmp);
+  b.norm_gated_matmul(l.ffn_norm, Act::kX, l.gate, l.up, c.act);
+  if (!c.post_norms) return b.matmul_add(l.down, {}, Act::kGate, Act::kX);
+  b.matmul_norm_add(l.down, {}, Act::kGate, l.post_ffw_norm, Act::kX);
 }
 
 }  // namespace
@@ -38,7 +37,8 @@ void ffn(const ModelConfig& c, const LayerWeights& l, Backend& b) {
 // input norm with Q, K and V; Q/K norms, RoPE, the KV store and attention; the output projection with
 // the residual add; the FFN's norm with gate, up and the GLU; the down projection with the residual add
 // (5 launches a dense layer without post-norms); with post-norms, the O and down projections each with
-// their post-norm and residual add (5 as well). Q/K norms, RoPE and the KV store (without attention),
+// their post-norm and residual add (5 as well). A MoE layer without post-norms: its norm, routed FFN and
+// add in 3 launches (gpu_moe_token.h) after the attention's 3. Q/K norms, RoPE and the KV store (without attention),
 // and a post-norm with its add (a pass of several tokens, and MoE's output) are fused for passes of any size.
 void run_block(const ModelConfig& c, const LayerWeights& l, Backend& b) {
   attention(c, l, b);

@@ -114,6 +114,13 @@ class Backend {
     norm(y, w, y);
     add(x, y);
   }
+  // x += the routed FFN of x's RMS norm times norm_w (a MoE layer without post-norms): norm into kXn,
+  // moe into kTmp, then add. kXn's and kTmp's contents after it are unspecified.
+  virtual void norm_moe_add(const TensorRef& norm_w, const LayerWeights& l, Act x) {
+    norm(x, norm_w, Act::kXn);
+    moe(l, Act::kXn, Act::kTmp);
+    add(x, Act::kTmp);
+  }
   // x += (in W^T + bias)'s RMS norm times norm_w (a product, its post-norm and the residual add): matmul
   // into kTmp, then norm_add from it. kTmp's contents after it are unspecified.
   virtual void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -15,8 +16,10 @@
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_moe_grouped.h"
+#include "examples/llm/compute/gpu_moe_token.h"
 #include "examples/llm/compute/gpu_norm.cuh"
 #include "examples/llm/compute/gpu_route.h"
+#include "examples/llm/compute/gpu_expert_stage.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
@@ -35,31 +38,35 @@ using gpu::warp_sum;
 
 // The same product for a fetched expert: its part `proj` (model::Projection) lies in the scratchpad at the
 // offset the fetcher recorded for the k-th routing id; rows [row_begin, row_begin + rows) of its
-// `total_rows` (a slice the fetcher said is in: gpu_fetch_types.h), into y[0, rows). R rows per warp
-// with x staged in shared memory (gpu_rows.cuh); R = 0: a warp per row reading x from global memory
-// (rows too wide to stage x for).
+// `total_rows` (a slice the fetcher said is in: gpu_fetch_types.h), into y[0, rows); read where `st`
+// copied it (gpu_expert_stage.h) or, without, in the scratchpad. R rows per warp with x staged in
+// shared memory (gpu_rows.cuh); R = 0: a warp per row reading x from global memory (rows too wide to
+// stage x for).
 template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks) matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
                                       uint32_t rows, uint32_t cols, const float* x, float* y, uint32_t row_begin,
-                                      uint32_t total_rows) {
+                                      uint32_t total_rows, stream::StagedExperts st) {
   extern __shared__ float4 xs[];
-  const stream::GpuFetchedExpert& e = ex[selection[k]];
-  uint64_t off = ~0ull;
+  const uint32_t d = selection[k];
+  const stream::GpuFetchedExpert& e = ex[d];
+  const uint8_t* w = nullptr;
   for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
-    if (e.part_proj[p] == proj && e.part_bytes[p] == uint64_t(total_rows) * row_bytes) off = e.part_offset[p] + uint64_t(row_begin) * row_bytes;
+    if (e.part_proj[p] == proj && e.part_bytes[p] == uint64_t(total_rows) * row_bytes)
+      w = (st.base ? st.base + stream::staged_offset(st, d, e, e.part_offset[p]) : scratch + e.part_offset[p]) +
+          uint64_t(row_begin) * row_bytes;
   // No such part (or not the size the slices were cut for), or its read failed: poison the output,
   // read no garbage.
-  if (off == ~0ull || e.failed != 0) {
+  if (!w || e.failed != 0) {
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += gridDim.x * blockDim.x) y[i] = NAN;
     return;  // the whole block returns: every thread reads the same expert
   }
   if constexpr (R > 0) {
-    gpu::block_rows<T, R>(scratch + off, row_bytes, rows, cols / kGroup, x, xs, nullptr, y);
+    gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, nullptr, y);
   } else {
     const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;  // kRowsPerBlock warps
     if (row >= rows) return;
-    const float dot = warp_dot_row<T>(scratch + off + uint64_t(row) * row_bytes, cols, x, lane);
+    const float dot = warp_dot_row<T>(w + uint64_t(row) * row_bytes, cols, x, lane);
     if (lane == 0) y[row] = dot;
   }
 }
@@ -325,7 +332,7 @@ uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_b
 
 // Rows [row_begin, row_begin + rows) of routing id k's projection `proj` times x into y + row_begin.
 void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
-                         const float* x, float* y, uint32_t row_begin, uint32_t rows) {
+                         const float* x, float* y, uint32_t row_begin, uint32_t rows, const stream::StagedExperts& st) {
   const gpu::StagedLaunch g = gpu::staged_launch(rows, uint32_t(w.cols), 1, w.type);
   gpu::with_weight_type(w.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
@@ -333,7 +340,7 @@ void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, 
       if constexpr (R > 0) gpu::allow_staged_shared<matvec_fetched_kernel<T, R>>();
       matvec_fetched_kernel<T, R><<<blocks, (R > 0 ? gpu::kStagedWarps : kRowsPerBlock) * 32, shared, s>>>(
           src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(), rows, uint32_t(w.cols), x,
-          y + row_begin, row_begin, uint32_t(w.rows));
+          y + row_begin, row_begin, uint32_t(w.rows), st);
     };
     if (!g.staged) run.template operator()<0>(blocks_for(rows, kRowsPerBlock), 0);
     else if (g.two_rows) run.template operator()<2>(g.blocks, g.shared_bytes);
@@ -343,9 +350,10 @@ void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, 
 
 // Routing id k's projection `proj` (fetched by `src`) times x into y, slice by slice: each launch after
 // the wait for its slice (the rows it reads end within slices 0..i, waited for in turn), so a large
-// part's first rows are multiplied while its last bytes still stream.
+// part's first rows are multiplied while its last bytes still stream. With `st`, each slice's rows are
+// first copied into VRAM (gpu_expert_stage.h) and multiplied there.
 void launch_fetched(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
-                    const float* x, float* y) {
+                    const float* x, float* y, const ExpertStaging& stage, const stream::StagedExperts& st) {
   gpu::check_vector_alignment(x, "GPU fetched-expert kernel");
   const uint64_t rb = w.row_bytes(), slice = stream::part_slice_bytes(rb * w.rows);
   const uint32_t slices = src->part_slices(proj);  // the fetcher's; the kernel checks the part's size
@@ -353,7 +361,10 @@ void launch_fetched(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint3
   for (uint32_t i = 0; i < slices; ++i) {
     src->wait_slice(k, proj, i, reinterpret_cast<gpu_stream_t>(s));
     const uint32_t end = i + 1 == slices ? uint32_t(w.rows) : uint32_t(std::min<uint64_t>(w.rows, (i + 1) * slice / rb));
-    if (end > row) launch_fetched_rows(s, w, src, k, proj, x, y, row, end - row);
+    if (end > row) {
+      stage.copy(reinterpret_cast<gpu_stream_t>(s), *src, st, k, proj, rb * w.rows, row * rb, end * rb);
+      launch_fetched_rows(s, w, src, k, proj, x, y, row, end - row, st);
+    }
     row = std::max(row, end);
   }
 }
@@ -439,11 +450,16 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
     device::check_cuda(cudaEventCreateWithFlags(&pre_x_, cudaEventDisableTiming), "pre-gating event");
     device::check_cuda(cudaEventCreateWithFlags(&pre_read_, cudaEventDisableTiming), "pre-gating event");
     device::check_cuda(cudaEventCreateWithFlags(&pred_copied_, cudaEventDisableTiming), "pre-gating event");
+    stage_ = std::make_unique<ExpertStaging>();
   }
   const uint64_t K = c.n_expert_used > 0 ? c.n_expert_used : 1;
   moe_gate_ = alloc<float>(K * c.n_ff, t);
   moe_up_ = alloc<float>(K * c.n_ff, t);
   moe_out_ = alloc<float>(K * c.n_embd, t);
+  moe_done_ = alloc<uint32_t>(1 + uint64_t(c.n_embd), t);
+  device::check_cuda(cudaMemset(moe_done_, 0, (1 + uint64_t(c.n_embd)) * sizeof(uint32_t)), "cudaMemset");
+  const char* fused_env = std::getenv("GPUNVME_MOE_FUSED");  // "0": the A/B switch, off
+  moe_fused_ = !(fused_env && std::string(fused_env) == "0");
   pass_dev_ = alloc<uint32_t>(4 * B, t);
   norm_done_ = alloc<uint32_t>(1, t);
   device::check_cuda(cudaMemset(norm_done_, 0, sizeof(uint32_t)), "cudaMemset");
@@ -469,7 +485,7 @@ GpuForward::~GpuForward() {
   for (void* p : {(void*)k_cache_, (void*)v_cache_}) kv_.host ? cudaFreeHost(p) : cudaFree(p);
   for (void* p : {(void*)x_, (void*)xn_, (void*)tmp_, (void*)moe_acc_, (void*)q_, (void*)att_, (void*)k_, (void*)v_,
                   (void*)gate_, (void*)up_, (void*)scores_, (void*)logits_d_, (void*)router_, (void*)experts_,
-                  (void*)pass_dev_, (void*)norm_done_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_,
+                  (void*)pass_dev_, (void*)norm_done_, (void*)moe_gate_, (void*)moe_up_, (void*)moe_out_, (void*)moe_done_,
                   (void*)xn_pre_, (void*)router_pre_, (void*)pred_, (void*)routes_pre_})
     cudaFree(p);
   if (pred_host_) cudaFreeHost(pred_host_);
@@ -711,6 +727,7 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
       const ExpertStacks st{matrix(l.gate_inp, v.at(l.gate_inp)), f32(v, l.gate_inp_b), stack(l.gate_exps), stack(l.up_exps),
                             stack(l.down_exps), f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
       const bool pre = last && small_fetched;
+      if (src_) staged_ = {};  // its fetches' experts are read in the scratchpad
       const std::function<void()> after_fetches = [&] { if (pre) pregate_pass(l, *src_, false); };
       grouped_->run(reinterpret_cast<gpu_stream_t>(stream_), st, buf(in) + at, g.count, moe_acc_ + at, src_, l.index, g.fast,
                     small_fetched ? predicted_on_host(l.index) : std::span<const uint32_t>{}, after_fetches);
@@ -723,6 +740,25 @@ void GpuForward::moe(const LayerWeights& l, Act in, Act out) {
     device::check_cuda(cudaMemcpyAsync(buf(out), moe_acc_, uint64_t(n_) * c_.n_embd * sizeof(float), cudaMemcpyDeviceToDevice, stream_),
                        "MoE copy");
   device::check_cuda(cudaGetLastError(), "MoE kernels");
+}
+
+// One token over experts in the layer's view (no fetches, no pre-gating): gpu_moe_token's three
+// launches, which write the routing, the GLU's and the down products into the token path's buffers.
+void GpuForward::norm_moe_add(const TensorRef& norm_w, const LayerWeights& l, Act x) {
+  if (n_ == 1 && !src_ && moe_fused_ && x == Act::kX) {
+    const WeightView& v = view_;
+    const auto m = [&](const TensorRef& t) { return matrix(t, v.at(t)); };
+    const MoeTokenWeights w{m(l.gate_inp), f32(v, l.gate_inp_b), m(l.gate_exps), m(l.up_exps), m(l.down_exps),
+                            f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
+    const MoeTokenScratch scratch{xn_, router_, experts_, moe_gate_, moe_out_, moe_done_, moe_done_ + 1};
+    before_residual_write(x);
+    if (gpu_moe_token(reinterpret_cast<gpu_stream_t>(stream_), w, f32(v, norm_w), c_.rms_eps, c_.n_expert_used, c_.gating, c_.act,
+                      x_, scratch)) {
+      ++fused_moe_layers_;
+      return;
+    }
+  }
+  Backend::norm_moe_add(norm_w, l, x);
 }
 
 void GpuForward::before_residual_write(Act x) {
@@ -891,14 +927,15 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, b
     src->fetch(l.index, experts_, K, stream_);
     if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
     else if (pregate_here) pregate_pass(l, *src, true);  // the pass's last fetch of this layer, token by token
+    const stream::StagedExperts st = staged_ = stage_->next(*src, K, gs);
     for (uint32_t k = 0; k < K; ++k) {
       float* g = moe_gate_ + uint64_t(k) * F;
-      launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g);
+      launch_fetched(s, l.gate_exps, src, k, model::Projection::kGate, xn, g, *stage_, st);
       add_expert_bias(s, v, l.gate_exps_b, experts_ + k, 1, g);
-      launch_fetched(s, l.up_exps, src, k, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F);
+      launch_fetched(s, l.up_exps, src, k, model::Projection::kUp, xn, moe_up_ + uint64_t(k) * F, *stage_, st);
       add_expert_bias(s, v, l.up_exps_b, experts_ + k, 1, moe_up_ + uint64_t(k) * F);
       gpu_glu(gs, g, moe_up_ + uint64_t(k) * F, F, c_.act);
-      launch_fetched(s, l.down_exps, src, k, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E);
+      launch_fetched(s, l.down_exps, src, k, model::Projection::kDown, g, moe_out_ + uint64_t(k) * E, *stage_, st);
       add_expert_bias(s, v, l.down_exps_b, experts_ + k, 1, moe_out_ + uint64_t(k) * E);
     }
     src->consumed(l.index, gs);

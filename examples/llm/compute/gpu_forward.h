@@ -27,6 +27,7 @@ struct DecodeArgs;  // gpu_attention_decode.cuh
 struct OwnToken;
 }  // namespace gpu
 class GpuArgmax;   // gpu_argmax.h
+class ExpertStaging;  // gpu_expert_stage.h
 
 // Where a layer's tensors are on the GPU: a buffer at `base` holding the file bytes `held` names, packed
 // (packed_ranges.h). Whoever hands out the view keeps `held` alive while it is used.
@@ -56,6 +57,11 @@ class ExpertSource {
   // After the last kernel on `stream` that reads the experts of the last fetch (for a clock of the
   // compute the reads did not hide).
   virtual void consumed(uint32_t /*layer*/, gpu_stream_t /*stream*/) {}
+  // Staging (gpu_expert_stage.h): the bytes of an expert's slot in the scratchpad (0: the products read
+  // the scratchpad in place), and on `stream`, before the staging's buffer `buffer` is written again,
+  // the wait for any other reader of it (the load check's).
+  virtual uint64_t slot_bytes() const { return 0; }
+  virtual void before_staging(uint32_t /*buffer*/, gpu_stream_t /*stream*/) {}
 
   // Pre-gating: a layer's experts predicted before its routing, from an earlier layer's state, and read
   // ahead while the drive would otherwise idle (gpu_executor.cpp says when that pays). At layer
@@ -150,6 +156,11 @@ class GpuForward final : public Backend {
   bool kv_in_host() const { return kv_.host; }
   // Pre-gating's predictions made for passes of several tokens (pregate_pass), since construction.
   uint64_t pass_pregates() const { return pass_pregates_; }
+  // Tokens' MoE layers run as norm_moe_add's fused launches, since construction.
+  uint64_t fused_moe_layers() const { return fused_moe_layers_; }
+  // Where the products of the last expert fetch read its experts, when copied into VRAM first
+  // (gpu_expert_stage.h; base null: in the scratchpad): for a reader after this pass's kernels so far.
+  const stream::StagedExperts& last_staged() const { return staged_; }
 
   // Backend (block.h): kernels enqueued on the compute stream, weights read through the current
   // layer's view. moe() keeps the GPU's expert machinery to itself: experts fetched after routing
@@ -175,6 +186,9 @@ class GpuForward final : public Backend {
   void norm_add(Act y, const TensorRef& w, Act x) override;
   // One token's product with its post-norm and residual add in one launch (gpu_matvec_norm_add).
   void matmul_norm_add(const TensorRef& w, const TensorRef& bias, Act in, const TensorRef& norm_w, Act x) override;
+  // One token's norm, routed FFN (experts in the layer's view) and residual add in three launches
+  // (gpu_moe_token.h); GPUNVME_MOE_FUSED=0 (read at construction): the operations apart, the A/B switch.
+  void norm_moe_add(const TensorRef& norm_w, const LayerWeights& l, Act x) override;
   // One token's Q/K norms, RoPE and KV store in its attention's launch.
   void rope_store_attend(const TensorRef& q_norm, const TensorRef& k_norm, const RopeParams& rope, const AttnParams& p) override;
   // Throws std::runtime_error for 0 or more than max_batch() tokens, a slot it has not, or a position
@@ -278,7 +292,12 @@ class GpuForward final : public Backend {
   // MoE, beside gemm_: a prompt pass's experts in VRAM grouped by expert (null: none).
   std::unique_ptr<GroupedMoe> grouped_;
   std::unique_ptr<GpuArgmax> argmax_;  // pass_pick's
+  std::unique_ptr<ExpertStaging> stage_;  // fetched experts copied into VRAM before their products
+  stream::StagedExperts staged_;          // the last fetch's (last_staged)
   uint32_t moe_parts_ = ~0u;  // time_moe_parts'
+  bool moe_fused_ = true;     // norm_moe_add's launches (GPUNVME_MOE_FUSED)
+  uint64_t fused_moe_layers_ = 0;
+  uint32_t* moe_done_ = nullptr;  // their counters: the router's, then n_embd rows' (0 between launches)
   struct CUevent_st* pass_end_ = nullptr;  // time_pass_end's
 };
 

@@ -1,0 +1,231 @@
+#include "examples/llm/compute/gpu_moe_token.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_route_lanes.cuh"
+#include "examples/llm/compute/gpu_rows.cuh"
+#include "examples/llm/compute/ops.h"
+#include "examples/llm/compute/route.h"
+
+namespace gpunvme::llm {
+namespace {
+
+using gpu::kStagedMinBlocks;
+using gpu::kStagedWarps;
+
+// 1. The router's rows of the norm (block_rows with norm_w: every block normalizes x as it stages it),
+// then the launch's last block to finish routes: each block's logits are made visible device-wide
+// (__threadfence) before it counts itself done, so the last one reads all of them (gpu_matvec_norm_add's
+// way); it then resets the counter. Block 0 writes the normed x for the experts' launch: its staged
+// copy holds rms_norm_kernel's values (norm_staged).
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
+    route_norm_kernel(gpu::MatrixRows router, uint32_t groups, const float* x, const float* norm_w, float eps, float* xn,
+                      uint32_t n_expert, uint32_t k, Gating gating, uint32_t* routes, uint32_t* done) {
+  extern __shared__ float4 xs[];
+  __shared__ float p[kMaxRoutedExperts];
+  __shared__ bool last;
+  gpu::block_rows<T, R>(router, groups, x, xs, norm_w, eps);
+  if (blockIdx.x == 0) {
+    const float* xf = reinterpret_cast<const float*>(xs);
+    for (uint32_t e = threadIdx.x; e < groups * kGroup; e += blockDim.x)
+      xn[e] = xf[4 * gpu::staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < 32) route_top_k(gpu::WarpLanes{}, router.y, n_expert, k, gating, p, routes, reinterpret_cast<float*>(routes + k));
+  if (threadIdx.x == 0) *done = 0;
+}
+
+// 2. The selected experts' gate and up rows interleaved (row 2h: gate row h, row 2h + 1: up row h, h =
+// slot j's row r at j * rows + r), two a warp, lane 0 storing glu(act, gate, up) at h: the selected
+// product's value (dot + 0.0f), its bias added as expert_bias_kernel adds it, then glu_kernel's GLU.
+struct SelectedGluRows {
+  static constexpr bool kPairs = true;
+  const uint8_t *gate, *up;
+  uint64_t row_bytes, mat_bytes;
+  const uint32_t* sel;  // the routing's k ids
+  uint32_t rows;        // each expert's (n_ff)
+  uint32_t count;       // 2 k rows
+  const float *gate_bias, *up_bias;
+  FfnAct act;
+  float* y;
+  __device__ const uint8_t* row(uint32_t i) const {
+    const uint32_t h = i >> 1, j = h / rows, r = h - j * rows;
+    return ((i & 1) ? up : gate) + uint64_t(sel[j]) * mat_bytes + uint64_t(r) * row_bytes;
+  }
+  template <GgmlType T>
+  __device__ bool stageable() const {
+    return gpu::weight_rows_stageable<T>(gate, row_bytes) && gpu::weight_rows_stageable<T>(up, row_bytes) && mat_bytes % 16 == 0;
+  }
+  template <uint32_t R>
+  __device__ void store(uint32_t first, const float (&dot)[R]) const {
+    static_assert(R == 2, "a warp holds a gate row and its up row");
+    const uint32_t h = first / 2, j = h / rows, r = h - j * rows;
+    float g = dot[0] + 0.0f, u = dot[1] + 0.0f;
+    if (gate_bias) g += gate_bias[uint64_t(sel[j]) * rows + r];
+    if (up_bias) u += up_bias[uint64_t(sel[j]) * rows + r];
+    y[h] = glu(act, g, u);
+  }
+};
+
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
+    selected_glu_kernel(SelectedGluRows rows, uint32_t groups, const float* x) {
+  extern __shared__ float4 xs[];
+  gpu::block_rows<T, R>(rows, groups, x, xs);
+}
+
+// 3. Routing slot j = blockIdx.y's down rows into out[j] (dot + 0.0f, its bias added as
+// expert_bias_kernel adds it). Then the row's counter: the k-th slot to store row i (its store made
+// visible first) adds the k results in routing order as weighted_sum_kernel does, and that sum to x[i]
+// as add_kernel does, and resets the counter. Its reads of the others' results go to L2 (__ldcg): they
+// were written on other SMs during this launch.
+struct DownSumRows {
+  static constexpr bool kPairs = false;
+  const uint8_t* w;  // slot j's matrix
+  uint64_t row_bytes;
+  uint32_t count;      // n_embd
+  const float* bias;   // slot j's bias row, or null
+  float* out;          // [k][count]
+  const float* weights;
+  uint32_t k, j;
+  float* x;
+  uint32_t* done;
+  __device__ const uint8_t* row(uint32_t i) const { return w + uint64_t(i) * row_bytes; }
+  template <GgmlType T>
+  __device__ bool stageable() const { return gpu::weight_rows_stageable<T>(w, row_bytes); }
+  template <uint32_t R>
+  __device__ void store(uint32_t first, const float (&dot)[R]) const {
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) {
+      const uint32_t i = first + r;
+      if (i >= count) continue;
+      float v = dot[r] + 0.0f;
+      if (bias) v += bias[i];
+      out[uint64_t(j) * count + i] = v;
+      __threadfence();
+      if (atomicAdd(&done[i], 1u) + 1 != k) continue;
+      __threadfence();
+      float a = 0.0f;
+      for (uint32_t s = 0; s < k; ++s) a = a + weights[s] * __ldcg(&out[uint64_t(s) * count + i]);
+      x[i] += a;
+      done[i] = 0;
+    }
+  }
+};
+
+template <GgmlType T, uint32_t R>
+__global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
+    down_sum_kernel(DownSumRows rows, const uint32_t* sel, uint64_t mat_bytes, const float* bias, uint32_t groups, const float* hidden) {
+  extern __shared__ float4 xs[];
+  const uint32_t j = blockIdx.y;
+  rows.j = j;
+  rows.w += uint64_t(sel[j]) * mat_bytes;
+  rows.bias = bias ? bias + uint64_t(sel[j]) * rows.count : nullptr;
+  gpu::block_rows<T, R>(rows, groups, hidden + uint64_t(j) * groups * kGroup, xs);
+}
+
+// Blocks of kernel K the device holds at once with `shared` dynamic bytes (by its registers as well as
+// shared memory), asked of CUDA once per kernel, device and size: more would only queue, each staging x
+// again (gpu_matmul.cu's resident_cap says why).
+template <auto K>
+uint32_t resident_blocks(uint32_t shared) {
+  static std::mutex lock;
+  static std::map<std::pair<int, uint32_t>, uint32_t> per_sm;
+  int dev = 0;
+  device::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  const std::lock_guard<std::mutex> held(lock);
+  auto it = per_sm.find({dev, shared});
+  if (it == per_sm.end()) {
+    int b = 0;
+    device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, kStagedWarps * 32, shared),
+                       "cudaOccupancyMaxActiveBlocksPerMultiprocessor (the fused MoE kernels)");
+    it = per_sm.emplace(std::make_pair(dev, shared), uint32_t(std::max(b, 1))).first;
+  }
+  return it->second * gpu::device_sms();
+}
+
+// The launch of a staged kernel K<T, R> over `rows` rows `cols` wide (count of them along y): false where x
+// does not fit beside K's static shared memory.
+// Pairs: the rows come two a warp whatever their count.
+template <bool kPairs, class Launch>
+bool staged(GgmlType type, uint32_t rows, uint32_t cols, uint32_t count, Launch launch) {
+  gpu::StagedLaunch g = gpu::staged_launch(rows, cols, count, type);
+  if (!g.staged) return false;
+  if (kPairs && !g.two_rows) g.blocks = std::min(g.blocks, (rows + 2 * kStagedWarps - 1) / (2 * kStagedWarps));
+  bool launched = false;
+  gpu::with_weight_type(type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    if constexpr (kPairs) {
+      launched = launch.template operator()<T, 2>(g);
+    } else {
+      if (g.two_rows) launched = launch.template operator()<T, 2>(g);
+      else launched = launch.template operator()<T, 1>(g);
+    }
+  });
+  return launched;
+}
+
+}  // namespace
+
+bool gpu_moe_token(gpu_stream_t stream, const MoeTokenWeights& w, const float* norm_w, float eps, uint32_t k, Gating gating,
+                   FfnAct act, float* x, const MoeTokenScratch& m) {
+  const uint32_t E = w.router.cols, F = w.gate.rows, n_expert = w.router.rows;
+  if (n_expert > kMaxRoutedExperts || k == 0 || k > n_expert || !norm_w || w.gate.type != w.up.type || w.gate.rows != w.up.rows ||
+      w.gate.cols != E || w.up.cols != E || w.gate.row_bytes != w.up.row_bytes || w.gate.mat_bytes != w.up.mat_bytes ||
+      w.down.rows != E || w.down.cols != F || E % kGroup != 0 || F % kGroup != 0 || uint64_t(2) * k * F >= (1u << 31))
+    return false;
+  // Every launch must fit before the first is enqueued: a refusal enqueues nothing.
+  const gpu::StagedLaunch a = gpu::staged_launch(n_expert, E, 1, w.router.type), b = gpu::staged_launch(2 * k * F, E, 1, w.gate.type),
+                          c = gpu::staged_launch(E, F, k, w.down.type);
+  constexpr uint32_t kStatic = kMaxRoutedExperts * sizeof(float) + 64 + 16;  // route_norm_kernel's p, the norm's partial sums, last
+  if (!a.staged || !b.staged || !c.staged || a.shared_bytes + kStatic > gpu::staged_shared_limit()) return false;
+  gpu::check_vector_alignment(x, "fused MoE");
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const uint32_t* ids = m.routes;
+  const float* weights = reinterpret_cast<const float*>(m.routes + k);
+
+  const bool routed = staged<false>(w.router.type, n_expert, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+    constexpr auto K = route_norm_kernel<T, R>;
+    if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
+    const uint32_t blocks = std::min(g.blocks, resident_blocks<K>(g.shared_bytes));
+    K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(gpu::MatrixRows{w.router.w, w.router.row_bytes, n_expert, w.router_bias, m.logits},
+                                                        E / kGroup, x, norm_w, eps, m.xn, n_expert, k, gating, m.routes, m.router_done);
+    return true;
+  });
+  if (!routed) return false;
+  const bool glu_done = staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+    constexpr auto K = selected_glu_kernel<T, R>;
+    if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
+    const uint32_t blocks = std::min(g.blocks, resident_blocks<K>(g.shared_bytes));
+    const SelectedGluRows rows{w.gate.w, w.up.w, w.gate.row_bytes, w.gate.mat_bytes, ids, F, 2 * k * F, w.gate_bias, w.up_bias, act, m.hidden};
+    K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(rows, E / kGroup, m.xn);
+    return true;
+  });
+  const bool summed = glu_done && staged<false>(w.down.type, E, F, k, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+    constexpr auto K = down_sum_kernel<T, R>;
+    if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
+    const uint32_t blocks = std::max(1u, std::min(g.blocks, resident_blocks<K>(g.shared_bytes) / k));
+    const DownSumRows rows{w.down.w, w.down.row_bytes, E, nullptr, m.out, weights, k, 0, x, m.row_done};
+    K<<<dim3(blocks, k), kStagedWarps * 32, g.shared_bytes, s>>>(rows, ids, w.down.mat_bytes, w.down_bias, F / kGroup, m.hidden);
+    return true;
+  });
+  // The kernels' static shared memory is a few hundred bytes; x's staging fits the opt-in limit with
+  // room for it (checked above for the router's), so a refusal after the first launch does not happen
+  // in practice: say so loudly rather than leave a half-done FFN.
+  if (!summed) throw std::logic_error("gpu_moe_token: the experts' launches were refused after the routing's");
+  device::check_cuda(cudaGetLastError(), "fused MoE kernels");
+  return true;
+}
+
+}  // namespace gpunvme::llm
