@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "device/cuda_check.h"
+#include "runtime/model/tensor_names.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_fetch_types.h"
 
@@ -18,9 +19,9 @@ using device::check_cuda;
 // pieces cut at chunk boundaries. Parts seen before are skipped: after the first use of an expert
 // part its check costs this kernel's loop only.
 __global__ void expert_pieces_kernel(const GpuFetchResult* result, const GpuFetchedExpert* experts, const uint8_t* scratch,
-                                     uint32_t n_experts, const uint32_t* part_first, const ExpertPartBytes* parts,
-                                     uint8_t* seen, uint32_t chunk_shift, GpuCrcPiece* out, uint32_t* state,
-                                     uint64_t capacity, uint32_t max_batch) {
+                                     StagedExperts staged, uint32_t n_experts, const uint32_t* part_first,
+                                     const ExpertPartBytes* parts, uint8_t* seen, uint32_t chunk_shift, GpuCrcPiece* out,
+                                     uint32_t* state, uint64_t capacity, uint32_t max_batch) {
   const uint32_t first = state[crc_state::kAppended];
   uint32_t n = 0;
   const GpuFetchResult r = *result;
@@ -32,12 +33,14 @@ __global__ void expert_pieces_kernel(const GpuFetchResult* result, const GpuFetc
     for (uint32_t i = 0; i < e.part_count && p0 + i < p1; ++i) {
       const uint32_t pi = p0 + i;
       if (seen[pi]) continue;
+      // Staged: only the products' parts were copied (gpu_forward.cu's gate, up and down).
+      if (staged.base && e.part_proj[i] > uint32_t(model::Projection::kDown)) continue;
       if (e.part_bytes[i] != parts[pi].bytes) {  // the tables disagree: report, check nothing of it
         state[crc_state::kOverflow] |= 4u;
         continue;
       }
       seen[pi] = 1;
-      const uint8_t* src = scratch + e.part_offset[i];
+      const uint8_t* src = staged.base ? staged.base + staged_offset(staged, d, e, e.part_offset[i]) : scratch + e.part_offset[i];
       uint64_t off = parts[pi].offset, left = parts[pi].bytes;
       while (left) {
         const uint64_t end = ((off >> chunk_shift) + 1) << chunk_shift;
@@ -102,14 +105,15 @@ GpuExpertCrc::~GpuExpertCrc() {
   cudaFree(part_first_);
 }
 
-void GpuExpertCrc::after_consumers(cuda_stream_t s) {
+void GpuExpertCrc::append(cuda_stream_t s, const StagedExperts& staged) {
   auto st = reinterpret_cast<cudaStream_t>(s);
   expert_pieces_kernel<<<1, 1, 0, st>>>(f_.device_result(), f_.device_experts(),
-                                         static_cast<const uint8_t*>(f_.scratchpad().device()), n_experts_, part_first_,
-                                         parts_, seen_, chunk_shift_, log_->device_pieces(), log_->device_state(),
-                                         log_->capacity(), log_->max_batch());
+                                         static_cast<const uint8_t*>(f_.scratchpad().device()), staged, n_experts_,
+                                         part_first_, parts_, seen_, chunk_shift_, log_->device_pieces(),
+                                         log_->device_state(), log_->capacity(), log_->max_batch());
   check_cuda(cudaGetLastError(), "GPU expert CRC: pieces kernel launch");
-  log_->enqueue_appended(s);
 }
+
+void GpuExpertCrc::crc(cuda_stream_t s) { log_->enqueue_appended(s); }
 
 }  // namespace gpunvme::stream

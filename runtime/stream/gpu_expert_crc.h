@@ -15,6 +15,7 @@
 
 #include "runtime/stream/cuda_stream.h"
 #include "runtime/stream/gpu_crc.h"
+#include "runtime/stream/gpu_fetch_types.h"
 
 namespace gpunvme::stream {
 
@@ -40,7 +41,16 @@ class GpuExpertCrc {
 
   // After the kernels consuming the fetcher's latest demand fetch, on their stream `s`: the CRCs of
   // its experts' parts not checked before. A failed read's expert is skipped (the fetcher reports it).
-  void after_consumers(cuda_stream_t s);
+  void after_consumers(cuda_stream_t s) {
+    append(s);
+    crc(s);
+  }
+  // The same in two steps. append: on `s`, the parts to check are taken from the fetch's tables (after
+  // it, the next fetch may overwrite them); where its consumers copied them into GPU memory (`staged`,
+  // gpu_fetch_types.h), the gate, up and down parts are read there (other parts wait for an unstaged
+  // fetch). crc: on `s`, after append, their CRCs (they read the slots, or the staged copies).
+  void append(cuda_stream_t s, const StagedExperts& staged = {});
+  void crc(cuda_stream_t s);
   // As GpuCrcLog::take(), after synchronizing with `s`.
   std::span<const GpuCrcResult> take() { return log_->take(); }
   // Bytes of all parts to check: once the results added up to it, after_consumers() has nothing to do.

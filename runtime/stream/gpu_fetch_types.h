@@ -50,6 +50,23 @@ struct GpuFetchedExpert {
   uint64_t part_bytes[kMaxExpertParts] = {};
 };
 
+// A fetch's experts as a consumer copied them into GPU memory before reading them (the LLM engine's
+// one-token products, examples/llm/compute/gpu_expert_stage.h): distinct expert d (an index into the
+// fetch's experts) at base + d * stride, each byte at the same distance from the expert's first as in
+// the scratchpad and at the same address mod 4096 (so a kernel takes the same alignment path). Whoever
+// else reads them there (the load check) reads GPU memory, not the host link a second time.
+struct StagedExperts {
+  uint8_t* base = nullptr;  // null: not staged, the bytes are read in the scratchpad
+  uint64_t stride = 0;      // bytes per distinct expert: a multiple of 4096, at least a slot + 4096
+  uint32_t buffer = 0;      // which of the consumer's buffers (a reader of it delays its reuse)
+};
+inline constexpr uint64_t kStagedAlign = 4096;
+// Offset from `base` of the byte at scratchpad offset `scratch_offset` of distinct expert d, `e`.
+GPUNVME_HD constexpr uint64_t staged_offset(const StagedExperts& s, uint32_t d, const GpuFetchedExpert& e,
+                                            uint64_t scratch_offset) {
+  return uint64_t(d) * s.stride + (e.offset & (kStagedAlign - 1)) + (scratch_offset - e.offset);
+}
+
 namespace fetch_error {
 inline constexpr uint32_t kNone = 0;
 inline constexpr uint32_t kBadExpertId = 1;    // an id >= the model's experts per layer

@@ -137,6 +137,8 @@ class FetchedExperts final : public ExpertSource {
   // The load check's event (GpuLoadCheck::expert_check_done): every write of the fetcher's slots and
   // tables (a fetch, a prefetch) waits for the check of the bytes it may overwrite. Null: none.
   void wait_before_writes(cudaEvent_t e) { writes_wait_ = e; }
+  // The load check's events after it read each staging buffer (GpuLoadCheck::staged_check_done).
+  void wait_before_staging(cudaEvent_t b0, cudaEvent_t b1) { staged_wait_[0] = b0, staged_wait_[1] = b1; }
   void fetch(uint32_t layer, const uint32_t* ids, uint32_t k, gpu_stream_t s) override {
     wait_writes(reinterpret_cast<cudaStream_t>(s));
     if (overlap_) fetcher_.fetch_overlapped(layer, ids, k, reinterpret_cast<stream::cuda_stream_t>(s));
@@ -197,6 +199,11 @@ class FetchedExperts final : public ExpertSource {
     if (overlap_) fetcher_.wait_slice(k, proj, slice, reinterpret_cast<stream::cuda_stream_t>(s));
   }
   uint32_t part_slices(model::Projection proj) const override { return overlap_ ? fetcher_.part_slices(proj) : 1; }
+  uint64_t slot_bytes() const override { return fetcher_.expert_slot_bytes(); }
+  void before_staging(uint32_t buffer, gpu_stream_t s) override {
+    if (buffer < 2 && staged_wait_[buffer])
+      device::check_cuda(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(s), staged_wait_[buffer], 0), "staging waits for the expert check");
+  }
   void consumed(uint32_t layer, gpu_stream_t s) override {
     fetcher_.consumed(layer, reinterpret_cast<stream::cuda_stream_t>(s));
   }
@@ -335,6 +342,7 @@ class FetchedExperts final : public ExpertSource {
   bool overlap_ = false;  // fetch_overlapped + wait_slice (gpu_expert_fetcher.h)
   cudaStream_t prefetch_stream_ = nullptr;
   cudaEvent_t writes_wait_ = nullptr;  // not owned
+  cudaEvent_t staged_wait_[2] = {nullptr, nullptr};  // not owned
 
   void wait_writes(cudaStream_t s) {
     if (writes_wait_) device::check_cuda(cudaStreamWaitEvent(s, writes_wait_, 0), "fetch waits for the expert check");
@@ -386,7 +394,10 @@ class GpuExecutor final : public Executor {
     if (check_->on())
       gpu_check_ = std::make_unique<GpuLoadCheck>(*check_, m_, streamer_.get(), experts_ ? &experts_->fetcher() : nullptr,
                                                   m_.config.n_expert_used);
-    if (experts_ && gpu_check_) experts_->wait_before_writes(gpu_check_->expert_check_done());
+    if (experts_ && gpu_check_) {
+      experts_->wait_before_writes(gpu_check_->expert_check_done());
+      experts_->wait_before_staging(gpu_check_->staged_check_done(0), gpu_check_->staged_check_done(1));
+    }
     const char* graph_env = std::getenv("GPUNVME_LLM_DECODE_GRAPH");  // "0": the A/B switch, off
     graph_on_ = graph_possible(o) && !(graph_env && std::string(graph_env) == "0");
     if (!pipe_.link && (profile_ = DecodeProfile::from_env())) fwd_->time_pass_end(profile_->end_event());  // one GPU
@@ -541,7 +552,7 @@ class GpuExecutor final : public Executor {
         ++consumed_;
         begin_next();
       }
-      if (experts && gpu_check_) gpu_check_->experts(compute_);  // its experts' parts not checked before
+      if (experts && gpu_check_) gpu_check_->experts(compute_, fwd_->last_staged());  // its experts' parts not checked before
       lead_.after_layer(compute_);
     }
   }

@@ -45,6 +45,7 @@ GpuLoadCheck::GpuLoadCheck(LoadCheck& check, const ModelOnDevice& m, const strea
       side_.reset(side);
       consumed_ = stream::make_event("expert check event");
       done_ = stream::make_event("expert check event");
+      for (stream::CudaEvent& e : staged_done_) e = stream::make_event("expert check event");
     }
   }
 }
@@ -75,13 +76,17 @@ void GpuLoadCheck::streamed(uint32_t index, const stream::SlotView& v, stream::c
   if (!pieces.empty()) streamed_log_->enqueue(pieces, s);
 }
 
-void GpuLoadCheck::experts(stream::cuda_stream_t s) {
+void GpuLoadCheck::experts(stream::cuda_stream_t s, const stream::StagedExperts& staged) {
   if (!experts_ || expert_bytes_ >= experts_->bytes_to_check()) return;
   cudaStream_t side = side_.get();
+  const auto side_s = reinterpret_cast<stream::cuda_stream_t>(side);
   device::check_cuda(cudaEventRecord(consumed_.get(), reinterpret_cast<cudaStream_t>(s)), "expert check: consumers enqueued");
   device::check_cuda(cudaStreamWaitEvent(side, consumed_.get(), 0), "expert check: wait for the consumers");
-  experts_->after_consumers(reinterpret_cast<stream::cuda_stream_t>(side));
-  device::check_cuda(cudaEventRecord(done_.get(), side), "expert check: done");
+  experts_->append(side_s, staged);
+  // Staged, the CRCs read the copies, not the slots: the next fetch waits only for the tables' read.
+  if (staged.base) device::check_cuda(cudaEventRecord(done_.get(), side), "expert check: tables read");
+  experts_->crc(side_s);
+  device::check_cuda(cudaEventRecord((staged.base ? staged_done_[staged.buffer & 1] : done_).get(), side), "expert check: done");
 }
 
 void GpuLoadCheck::end_pass() {

@@ -6,7 +6,10 @@
 //     (runtime/stream/gpu_expert_crc.h), each expert part once, on a low-priority stream of its own:
 //     on the compute stream they delayed every later layer (Qwen3-30B-A3B 8G:0 pcie5 on the H200: 80 %
 //     of the bound with the checks, 91 % without). Whoever writes the fetcher's slots or tables next
-//     (the next fetch, a prefetch) waits for them first: expert_check_done().
+//     (the next fetch, a prefetch) waits for them first: expert_check_done(). Where the consumers
+//     copied the experts into VRAM first (gpu_expert_stage.h), the check reads those copies: no second
+//     crossing of the host link, and the next fetch waits only for the fetch's tables to be read; the
+//     copies' buffer is then reused after staged_check_done(buffer).
 // The CRCs land in pinned memory; end_pass() adds them to the verifier once the pass's logits are on
 // the host (the executor waited for the compute stream anyway) and throws for a chunk that did not
 // match, before any token of that pass is used. A piece already checked costs nothing: after the
@@ -44,11 +47,16 @@ class GpuLoadCheck {
 
   // Streamed layer `index` (the streamer's) is in slot view `v`, the compute stream waited for it.
   void streamed(uint32_t index, const stream::SlotView& v, stream::cuda_stream_t s);
-  // The kernels consuming the fetcher's latest fetch are enqueued on `s`.
-  void experts(stream::cuda_stream_t s);
-  // Recorded after the latest expert check: a stream about to write the fetcher's slots or tables
+  // The kernels consuming the fetcher's latest fetch are enqueued on `s`; `staged`: where they read its
+  // experts, when copied into GPU memory (base null: in the fetcher's slots).
+  void experts(stream::cuda_stream_t s, const stream::StagedExperts& staged = {});
+  // Recorded after the latest expert check read what the next fetch may overwrite (the slots, or with
+  // staged experts only the fetch's tables): a stream about to write the fetcher's slots or tables
   // waits for it (null: no expert is checked).
   cudaEvent_t expert_check_done() const { return experts_ ? done_.get() : nullptr; }
+  // Recorded after the latest check that read staging buffer `buffer` (0 or 1; null: no expert is
+  // checked): the consumer waits for it before copying into that buffer again.
+  cudaEvent_t staged_check_done(uint32_t buffer) const { return experts_ && buffer < 2 ? staged_done_[buffer].get() : nullptr; }
   // The streams ran the pass's work (its logits are on the host): results in, mismatches thrown.
   void end_pass();
   ~GpuLoadCheck();
@@ -69,6 +77,7 @@ class GpuLoadCheck {
   std::unique_ptr<stream::GpuExpertCrc> experts_;
   stream::CudaStream side_;             // the expert check's stream (lowest priority)
   stream::CudaEvent consumed_, done_;   // consumers enqueued on the compute stream; the check ran
+  stream::CudaEvent staged_done_[2];    // the check of each staging buffer ran
   uint64_t expert_bytes_ = 0;  // results taken so far
 };
 
