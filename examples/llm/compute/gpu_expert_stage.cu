@@ -30,8 +30,13 @@ __global__ void stage_part_kernel(const uint8_t* scratch, const stream::GpuFetch
   if (off == ~0ull || e.failed != 0) return;  // the product writes NaN for it
   const uint8_t* src = scratch + off + b0;
   uint8_t* dst = st.base + stream::staged_offset(st, d, e, off) + b0;
-  const uint64_t n = b1 - b0, head = std::min<uint64_t>(n, (16 - (reinterpret_cast<uintptr_t>(src) & 15)) & 15);
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = uint64_t(gridDim.x) * blockDim.x;
+  const uint64_t n = b1 - b0;
+  if ((reinterpret_cast<uintptr_t>(src) ^ reinterpret_cast<uintptr_t>(dst)) & 15) {  // a scratchpad not page-aligned
+    for (uint64_t i = tid; i < n; i += threads) dst[i] = src[i];
+    return;
+  }
+  const uint64_t head = std::min<uint64_t>(n, (16 - (reinterpret_cast<uintptr_t>(src) & 15)) & 15);
   for (uint64_t i = tid; i < head; i += threads) dst[i] = src[i];
   const uint64_t n16 = (n - head) / 16;
   const uint4* s16 = reinterpret_cast<const uint4*>(src + head);
