@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime_api.h>
+
 #include "bench/baselines/pacing.h"
 #include "bench/llm_modeled_drive.h"
 #include "bench/llm_tokens_mmap.h"
@@ -23,6 +25,7 @@
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_io_flags.h"
+#include "examples/llm/engine/gpu_ids.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
 #include "runtime/model/stripe.h"
@@ -44,7 +47,7 @@ const cli::Help kHelp = {
     "                  [--modes gpunvme,mmap,mmap-evict] [--verify on,off] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
     "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
-    "                  [--gpus N [--drive-per-gpu]] [--json-out FILE]\n"
+    "                  [--gpus N|IDS [--drive-per-gpu]] [--json-out FILE]\n"
     "\n"
     "Tokens per second of the engine at the I/O bound: for each model image, budget pair, modeled drive and\n"
     "loader, the GPU executor decodes --warmup, then --tokens timed tokens with the real compute, and prints\n"
@@ -135,7 +138,7 @@ const cli::Help kHelp = {
     "                 thread per queue (2N for one namespace, N per striped member). One thread copies about\n"
     "                 3.4 GB/s on the H100 machine, so with 4 the emulator itself, not the modeled drive, capped\n"
     "                 a pcie5 (14.7 GB/s) cell at 70-97 %; with 8 the 70B pcie5 cell reached 100 %\n"
-    "  --gpus N       the engine's layers split over the first N GPUs of this host (its --gpus; default 1;\n"
+    "  --gpus N|IDS   the engine's layers split over the first N GPUs, or CUDA ids 0,2 (device=1: one; default 1;\n"
     "                 gpunvme mode only): each budget is each GPU's, the drive(s) shared by them; the bound\n"
     "                 is the drive's for all GPUs' NVMe bytes and each GPU's own host link's\n"
     "  --drive-per-gpu  with --gpus N: each GPU streams through a modeled drive of its own over the image (N\n"
@@ -200,6 +203,7 @@ struct RunSettings {
   uint32_t warmup = 1, tokens = 3, slots = 2;
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
   uint32_t gpus = 1;    // --gpus: the engine's GPUs (each with its own queues on the drive's controller)
+  std::vector<int> gpu_ids;  // --gpus 0,2 / device=1: their CUDA ids (empty: the first `gpus`)
   bool drive_per_gpu = false;  // --drive-per-gpu: each GPU its own modeled drive over the image
   std::string emu_opts;  // extra emulator keys for every cell's controllers ("poll=spin"), as given
   double h2d = 0;       // measured host-to-GPU bandwidth, bytes/s
@@ -263,6 +267,7 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   o.slots = rs.slots;
   o.queues = rs.queues;
   o.gpus = rs.gpus;
+  o.gpu_ids = rs.gpu_ids;
   // --drive-per-gpu: each GPU streams through a modeled drive of its own (its own controller threads and
   // pacing) over the same image, as N drives holding a copy each would serve it.
   std::vector<std::unique_ptr<bench::DriveControllers>> gpu_drives;
@@ -506,8 +511,12 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   rs.warmup = args.get_u32("warmup", 1);
   rs.slots = args.get_u32("slots", 2);
   rs.queues = args.get_u32("queues", 8);
-  rs.gpus = args.get_u32("gpus", 1);
-  if (rs.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
+  try {
+    const llm::GpuChoice gpus = llm::parse_gpus(args.get("gpus", "1"));
+    rs.gpus = gpus.count, rs.gpu_ids = gpus.ids;
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(e.what());
+  }
   rs.drive_per_gpu = args.has("drive-per-gpu");
   if (rs.drive_per_gpu && rs.gpus < 2) throw cli::UsageError("--drive-per-gpu needs --gpus 2 or more");
   if (rs.gpus > 1 && (modes.size() != 1 || modes[0] != "gpunvme"))
@@ -524,6 +533,9 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   if (rs.queues == 0 || rs.queues > 16) throw cli::UsageError("--queues must be 1 to 16 (the emulated controller gets up to two threads a queue)");
   std::string why;
   if (!llm::gpu_available(&why)) throw std::runtime_error("llm_tokens needs a GPU: " + why);
+  llm::check_gpus_here(rs.gpus, rs.gpu_ids);
+  // The link measured is the first GPU's (one GPU by id: the one the engine runs on).
+  if (!rs.gpu_ids.empty()) device::check_cuda(cudaSetDevice(rs.gpu_ids[0]), "cudaSetDevice for --gpus");
   rs.h2d = bench::measure_h2d();
   std::printf("host-to-GPU copy from pinned memory: %.2f GB/s\n", rs.h2d / 1e9);
   int pf_width = 4;

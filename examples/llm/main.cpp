@@ -18,6 +18,7 @@
 #include "examples/llm/engine/expert_io_flags.h"
 #include "examples/llm/engine/finite_weights.h"
 #include "examples/llm/engine/generate.h"
+#include "examples/llm/engine/gpu_ids.h"
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/loaded_model.h"
 #include "examples/llm/engine/trace.h"
@@ -56,7 +57,7 @@ const cli::Help kHelp = {
     "  --vram-budget SIZE  GPU path: GPU memory for layer weights and the KV cache (default: free, less 512 MiB)\n"
     "  --ram-budget SIZE   GPU path: pinned host memory for the layers beyond it (default 0); the other layers\n"
     "                      are read from the namespace for every token\n"
-    "  --gpus N            GPU path: the layers split over N GPUs of this host, the hidden state passed by NCCL\n"
+    "  --gpus N|IDS        GPU path: the layers split over N GPUs of this host (or CUDA ids: 0,2; device=1), by NCCL\n"
     "  --draft lookup      speculative decoding by prompt lookup: the tokens of plain decoding, in fewer passes\n"
     "  --json-out FILE     the run's numbers (tokens/s, bytes per token, I/O, stalls, CPU time) as JSON\n",
     "\n"
@@ -69,11 +70,12 @@ const cli::Help kHelp = {
     "  --resident all|none|N  instead of the budgets: the first N layers in GPU memory (at most the model's\n"
     "                      layers), the rest read from the namespace for every token (none: every layer streams)\n"
     "  --slots N           streaming slots, 1..64 (default 2: layer i+1 is read while layer i computes)\n"
-    "  --gpus N            split the layers over the first N GPUs in contiguous ranges (default 1), each with its\n"
-    "                      own plan, queues and streaming; embeddings on GPU 0, head on the last, the hidden state\n"
-    "                      passed on by NCCL. --vram-budget is each GPU's (one value for all, or a list, one per GPU:\n"
-    "                      22G,40G), the layers split so that each GPU moves about the same bytes per token;\n"
-    "                      --ram-budget is all of theirs together\n"
+    "  --gpus N|IDS        split the layers over the first N GPUs, or those listed by CUDA id in order (0,2; one:\n"
+    "                      device=1), in contiguous ranges (default 1), each with its own plan, queues and streaming;\n"
+    "                      embeddings on the first, head on the last, the hidden state passed on by NCCL.\n"
+    "                      --vram-budget is each GPU's (one value for all, or a list, one per GPU: 22G,40G; default:\n"
+    "                      each one's free memory), the layers split so that each GPU moves about the same bytes per\n"
+    "                      token; --ram-budget is all of theirs together\n"
     "\n"
     "MoE experts (GPU path). The logits are the same whatever these say.\n"
     "  --expert-cache SIZE LRU cache of routed experts in pinned host memory the GPU reads (the drive's reads\n"
@@ -185,6 +187,15 @@ std::vector<std::unique_ptr<llm::DeviceSet>> open_gpu_copies(const std::vector<s
                             text::printable(devices[0]) + " at the same places: with --gpus N and N devices, deploy the same model on each");
   }
   return sets;
+}
+
+// --gpus: a count or CUDA device ids (gpu_ids.h), checked before any device is opened.
+llm::GpuChoice parse_gpus(const cli::Args& args) {
+  try {
+    return llm::parse_gpus(args.get("gpus", "1"));
+  } catch (const std::invalid_argument& e) {
+    throw cli::UsageError(e.what());
+  }
 }
 
 // --resident, or the budgets (not both: they are two ways of saying where layers live).
@@ -439,8 +450,8 @@ int run(const cli::Args& args, bool tokenize_only) {
   guard::OutputFile json_out = output("json-out");
   // Readers' shared locks for the whole run (DeviceSet): a deploy cannot rewrite the model under the
   // engine (and the engine refuses a device a deploy holds), as for `gpunvme ls` and `verify`.
-  const uint32_t gpus = args.get_u32("gpus", 1);
-  const bool per_gpu = gpu && device_per_gpu(devices, gpus);
+  const llm::GpuChoice gpus = parse_gpus(args);
+  const bool per_gpu = gpu && device_per_gpu(devices, gpus.count);
   llm::LoadedModel lm(per_gpu ? std::vector<std::string>{devices[0]} : devices);
   const llm::ModelOnDevice& m = lm.model;
   llm::DeviceSet& set = lm.set;
@@ -468,8 +479,8 @@ int run(const cli::Args& args, bool tokenize_only) {
   llm::GpuExecOptions o;
   // The GPU's activations are sized for the largest pass: a prompt chunk or a speculative pass.
   o.max_batch = std::max(std::min<uint32_t>(go.batch, uint32_t(prompt.size())), go.draft ? go.draft->k + 1 : 1);
-  o.gpus = args.get_u32("gpus", 1);
-  if (o.gpus == 0) throw cli::UsageError("--gpus must be 1 or more");
+  o.gpus = gpus.count;
+  o.gpu_ids = gpus.ids;
   parse_residency(args, m.config.n_layer, o);
   o.slots = args.get_u32("slots", 2);
   const std::string kernels = args.get("prompt-kernels", "fast");

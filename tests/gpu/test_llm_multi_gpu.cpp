@@ -109,6 +109,52 @@ TEST_CASE("llm --gpus: more GPUs than CUDA sees, or than layers, is refused nami
                       Catch::Matchers::ContainsSubstring("or fewer"));
 }
 
+// One GPU is enough: a GPU chosen by id runs where it is told, and an id CUDA does not see is refused.
+TEST_CASE("llm --gpus device=0: one GPU by id gives the default GPU's logits to the bit and names itself", "[gpu][llm]") {
+  REQUIRE_GPU();
+  test::DeployedModel d(0, "multi-gpu-test");
+  test::Opened o(d.device);
+  llm::GpuExecOptions one;
+  one.resident_layers = o.m.config.n_layer;
+  llm::ExecStats s1, s2;
+  const auto want = test::run(*o.ctrl, o.m, one, &s1);
+  CHECK(s1.gpus.empty());  // the default GPU: the single-GPU report
+  llm::GpuExecOptions by_id = one;
+  by_id.gpu_ids = {0};
+  check_steps(test::run(*o.ctrl, o.m, by_id, &s2), want);
+  REQUIRE(s2.gpus.size() == 1);
+  CHECK(s2.gpus[0].gpu == 0);
+  CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == o.m.config.n_layer));
+  CHECK(s2.gpus[0].plan.count(llm::Tier::kVram) == o.m.config.n_layer);
+  int cur = -1;
+  REQUIRE(cudaGetDevice(&cur) == cudaSuccess);
+  CHECK(cur == 0);
+}
+
+TEST_CASE("llm --gpus: an id CUDA does not see is refused naming it and the count, before any GPU starts", "[gpu][llm]") {
+  REQUIRE_GPU();
+  test::DeployedModel d(0, "multi-gpu-test");
+  test::Opened o(d.device);
+  int n = 0;
+  REQUIRE(cudaGetDeviceCount(&n) == cudaSuccess);
+  const std::string sees = "CUDA sees " + std::to_string(n) + " GPU";
+  llm::GpuExecOptions one;
+  one.resident_layers = o.m.config.n_layer;
+  one.gpu_ids = {n};
+  REQUIRE_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, one),
+                      Catch::Matchers::ContainsSubstring("--gpus device=" + std::to_string(n) + ": no GPU " + std::to_string(n) + ": " + sees));
+  llm::GpuExecOptions two = one;
+  two.gpus = 2;
+  two.gpu_ids = {0, n};
+  REQUIRE_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, two),
+                      Catch::Matchers::ContainsSubstring("--gpus 0," + std::to_string(n) + ": no GPU " + std::to_string(n) + ": " + sees));
+  llm::GpuExecOptions count = one;
+  count.gpu_ids.clear();
+  count.gpus = uint32_t(n) + 1;
+  REQUIRE_THROWS_WITH(llm::make_gpu_executor(*o.ctrl, o.m, 8, count),
+                      Catch::Matchers::ContainsSubstring("use --gpus " + std::to_string(n) + " or fewer"));
+}
+
 TEST_CASE("llm --gpus 2: a refused pass changes nothing, and the GPUs go on to one GPU's logits") {
   REQUIRE_TWO_GPUS();
   test::DeployedModel d(0, "multi-gpu-test");

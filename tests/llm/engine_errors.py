@@ -151,7 +151,26 @@ def run_checks(a, d, write_variant, device_with):
                       "ignores --vram-budget, --slots, --gpus: they are the GPU path's" in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
     r = subprocess.run([a.llm, "--device", device_with(p), "--prompt-ids", "1", "-n", "2", "--gpus", "0"],
                        capture_output=True, text=True, timeout=120)
-    out.append(report("--gpus 0", r.returncode == 2 and "--gpus must be 1 or more" in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
+    out.append(report("--gpus 0", r.returncode == 2 and "--gpus 0: give a count of 1 or more, or device ids (device=0 for GPU 0 alone"
+                      in r.stderr, f"exit {r.returncode}: {r.stderr.strip()}"))
+    # --gpus as CUDA device ids (engine/gpu_ids.h): a bad list is a usage error before any device is read.
+    for gpus, want in (("0,2,0", "--gpus 0,2,0: GPU 0 is listed twice: give each GPU once"),
+                       ("1,x", "--gpus takes a count, 2, or CUDA device ids: 0,2, or device=1 for one GPU"),
+                       ("device=", "--gpus takes a count, 2, or CUDA device ids: 0,2, or device=1 for one GPU"),
+                       ("0,5000", "--gpus: 5000 is not in 0..1023")):
+        r = subprocess.run([a.llm, "--device", device_with(p, deploy=False), "--prompt-ids", "1", "-n", "2", "--gpus", gpus],
+                           capture_output=True, text=True, timeout=120)
+        out.append(report(f"--gpus {gpus}", r.returncode == 2 and want in r.stderr and "model:" not in r.stdout,
+                          f"exit {r.returncode}: {r.stderr.strip()}"))
+    # A GPU CUDA does not see: named, with the count and CUDA_VISIBLE_DEVICES, exit 1, no tokens. Without a GPU
+    # the GPU path itself is refused first (--path gpu: why).
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
+    for gpus in ("0,99", "device=99"):
+        r = subprocess.run([a.llm, "--device", device_with(p, deploy=False), "--prompt-ids", "1", "-n", "2", "--path", "gpu",
+                            "--gpus", gpus], capture_output=True, text=True, timeout=120, env=env)
+        named = f"--gpus {gpus}: no GPU 99: CUDA sees 1 GPU here (id 0), CUDA_VISIBLE_DEVICES=0 chooses and renumbers them: give ids below 1"
+        out.append(report(f"--gpus {gpus}, a GPU not there", r.returncode == 1 and "tokens:" not in r.stdout and
+                          (named in r.stderr or "--path gpu: " in r.stderr), f"exit {r.returncode}: {r.stderr.strip()}"))
     # A name with a terminal escape and a newline: every tool prints it escaped (\e, \n), never raw.
     p = os.path.join(d, "evil.gguf"); write_variant(p, name="evil\x1b[2Jname\nforged line")
     dev = device_with(p)

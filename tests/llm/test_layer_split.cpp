@@ -1,13 +1,17 @@
 // Several GPUs (issue 35), the parts that need none: the layers split into contiguous ranges, each
 // range's plan by its own budget, a range's plan as the model-wide plan its executor indexes, the GPUs'
-// plans joined, the per-GPU JSON; and NVLink multicast kept off before any NCCL communicator exists.
+// plans joined, the per-GPU JSON; --gpus read as a count or CUDA ids and held to the GPUs CUDA sees (a
+// fake count); the split by each GPU's free memory (fake numbers); NVLink multicast kept off before any
+// NCCL communicator exists.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
 
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/gpu_ids.h"
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/nccl_env.h"
 
@@ -251,4 +255,104 @@ TEST_CASE("disable_nvls: NCCL_NVLS_ENABLE is 0 before NCCL starts; a user's othe
   setenv(kNvlsVariable, "", 1);  // empty is not 0 either
   CHECK_THROWS_AS(disable_nvls(), std::runtime_error);
   unsetenv(kNvlsVariable);
+}
+
+using Catch::Matchers::ContainsSubstring;
+
+TEST_CASE("parse_gpus: a count, or CUDA ids in pipeline order (device=N for one); refusals name the fix") {
+  CHECK((parse_gpus("2").count == 2 && parse_gpus("2").ids.empty()));
+  CHECK(parse_gpus("0,2").ids == std::vector<int>{0, 2});
+  CHECK(parse_gpus("0,2").count == 2);
+  CHECK(parse_gpus("2,0").ids == std::vector<int>{2, 0});  // the order is the layers' order
+  CHECK(parse_gpus("device=1").ids == std::vector<int>{1});
+  CHECK(parse_gpus("device=1").count == 1);
+  CHECK(parse_gpus("device=0,3").ids == std::vector<int>{0, 3});
+  CHECK_THROWS_WITH(parse_gpus("0"), ContainsSubstring("give a count of 1 or more, or device ids (device=0 for GPU 0 alone"));
+  CHECK_THROWS_WITH(parse_gpus("0,2,0"), ContainsSubstring("--gpus 0,2,0: GPU 0 is listed twice"));
+  for (const char* bad : {"two", "1,,2", "-1", "device=", "0,x", "device=a", "1,"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse_gpus(bad), ContainsSubstring("--gpus takes a count, 2, or CUDA device ids: 0,2, or device=1 for one GPU"));
+  }
+  CHECK_THROWS_AS(parse_gpus("0,5000"), std::invalid_argument);
+  CHECK(gpu_devices(3, {}) == std::vector<int>{0, 1, 2});
+  CHECK(gpu_devices(2, std::vector<int>{2, 0}) == std::vector<int>{2, 0});
+  CHECK(gpus_option(3, {}) == "--gpus 3");
+  CHECK(gpus_option(2, std::vector<int>{0, 2}) == "--gpus 0,2");
+  CHECK(gpus_option(1, std::vector<int>{1}) == "--gpus device=1");
+}
+
+TEST_CASE("check_gpus_present: a GPU CUDA does not see is refused naming it, the count and CUDA_VISIBLE_DEVICES") {
+  CHECK_NOTHROW(check_gpus_present(1, std::vector<int>{0}, 1, nullptr));
+  CHECK_NOTHROW(check_gpus_present(2, std::vector<int>{3, 1}, 4, nullptr));
+  CHECK_NOTHROW(check_gpus_present(2, {}, 2, nullptr));
+  CHECK_THROWS_WITH(check_gpus_present(2, std::vector<int>{0, 1}, 1, nullptr),
+                    "--gpus 0,1: no GPU 1: CUDA sees 1 GPU here (id 0): give ids below 1");
+  CHECK_THROWS_WITH(check_gpus_present(1, std::vector<int>{3}, 2, "0,2"),
+                    "--gpus device=3: no GPU 3: CUDA sees 2 GPUs here (ids 0 to 1), CUDA_VISIBLE_DEVICES=0,2 chooses and "
+                    "renumbers them: give ids below 2");
+  CHECK_THROWS_WITH(check_gpus_present(3, {}, 2, nullptr), "--gpus 3: no GPU 2: CUDA sees 2 GPUs here (ids 0 to 1): use --gpus 2 or fewer");
+  CHECK_THROWS_WITH(check_gpus_present(2, std::vector<int>{4, 5}, 0, ""),
+                    "--gpus 4,5: no GPU 4,5: CUDA sees no GPU here, CUDA_VISIBLE_DEVICES= chooses and renumbers them: use --path cpu");
+}
+
+TEST_CASE("split_gpus: without budgets each GPU's range is sized by its free memory, less what it keeps and holds") {
+  const std::vector<LayerBytes> all(8, LayerBytes{100, 0, 0, 0});
+  SplitInputs in{.devices = {0, 2}, .free = {850, 450}, .kept_back = 50, .first_globals = 30, .last_globals = 20};
+  // Budgets 850 - 50 - 30 = 770 (7 layers) and 450 - 50 - 20 = 380 (3 layers): 5 + 3, nothing streamed;
+  // equal counts would stream one of GPU 2's 4 layers.
+  const GpuSplit s = split_gpus(all, in);
+  CHECK(s.vram == std::vector<uint64_t>{770, 380});
+  CHECK(sizes(s.ranges) == std::vector<uint32_t>{5, 3});
+  CHECK(s.rule == "each GPU's free memory");
+  CHECK(plan_range(all, s.ranges[1], {.vram = 380}).link_bytes_per_token() == 0);
+  CHECK(plan_range(all, split_layers(8, 2)[1], {.vram = 380}).link_bytes_per_token() == 100);
+  // The other way round: the larger share follows the free memory, not the GPU's place.
+  in.free = {450, 850};
+  CHECK(sizes(split_gpus(all, in).ranges) == std::vector<uint32_t>{3, 5});
+  // Budgets given: the free memory is not read; --resident N: equal counts.
+  CHECK(sizes(split_gpus(all, {.devices = {0, 1}, .vram = {0, 400}}).ranges) == std::vector<uint32_t>{2, 6});
+  CHECK(split_gpus(all, {.devices = {0, 1}, .vram = {0, 400}}).rule == "the budgets");
+  const GpuSplit even = split_gpus(all, {.devices = {0, 1}, .by_count = true});
+  CHECK(sizes(even.ranges) == std::vector<uint32_t>{4, 4});
+  CHECK(even.vram.empty());
+}
+
+TEST_CASE("split_gpus / split_by_budgets: each range's KV cache comes out of its GPU's budget first") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 0, 0, 0});
+  // Without the cache GPU 1's 250 hold 2 layers and the even split streams nothing; with 100 per layer its
+  // 2 layers' cache leaves 50 (both streamed), one layer's leaves 150 (resident): 3 + 1, nothing streamed.
+  CHECK(sizes(split_by_budgets(all, {{.vram = 1000}, {.vram = 250}})) == std::vector<uint32_t>{2, 2});
+  CHECK(sizes(split_by_budgets(all, {{.vram = 1000}, {.vram = 250}}, 100)) == std::vector<uint32_t>{3, 1});
+  CHECK(sizes(split_gpus(all, {.devices = {0, 1}, .vram = {1000, 250}, .kv_per_layer = 100}).ranges) == std::vector<uint32_t>{3, 1});
+  // A GPU of at most one layer's cache takes one layer; budgets that hold fewer caches than layers: refused.
+  CHECK(sizes(split_by_budgets(all, {{.vram = 100}, {.vram = 1000}}, 100)) == std::vector<uint32_t>{1, 3});
+  CHECK_THROWS_WITH(split_by_budgets(all, {{.vram = 150}, {.vram = 250}}, 100),
+                    ContainsSubstring("the VRAM budgets hold the KV cache of fewer layers than the model's 4"));
+}
+
+TEST_CASE("split_gpus: a GPU that would hold no layer is refused naming it (its budget, its free memory, the layer count)") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 0, 0, 0});
+  CHECK_THROWS_WITH(split_gpus(all, {.devices = {0, 3}, .vram = {1000, 50}, .kv_per_layer = 100}),
+                    "--vram-budget gives GPU 3 50 B, less than one layer's KV cache (100 B): it would hold no layer: give it "
+                    "more, or leave it out of --gpus");
+  // Free memory: GPU 2 (the last, holding the head's 20) has 60, less than the 50 it keeps + 20 + one cache of 5.
+  CHECK_THROWS_WITH(split_gpus(all, {.devices = {0, 2}, .free = {1000, 60}, .kept_back = 50, .last_globals = 20, .kv_per_layer = 5}),
+                    "GPU 2 has 60 B free, less than the 75 B a layer needs there (50 B its executor keeps back, 20 B of global "
+                    "weights, 5 B of one layer's KV cache): it would hold no layer: free memory on it, or leave it out of --gpus");
+  CHECK_NOTHROW(split_gpus(all, {.devices = {0, 2}, .free = {1000, 75}, .kept_back = 50, .last_globals = 20, .kv_per_layer = 5}));
+  // More GPUs than layers: the first GPU without one is named.
+  CHECK_THROWS_WITH(split_gpus(all, {.devices = {0, 1, 2, 3, 4, 5}, .by_count = true}),
+                    "6 GPUs for a model of 4 layers: GPU 4 and those after it would hold none: use --gpus 4 or fewer (or as many ids)");
+  CHECK_THROWS_WITH(split_gpus(all, {.devices = {0, 1, 2, 7, 5}, .vram = {1, 1, 1, 1, 1}}),
+                    ContainsSubstring("GPU 5 would hold none"));
+}
+
+TEST_CASE("gpu_share: one GPU's entry names its CUDA id; one GPU by id prints as one") {
+  ExecStats s;
+  s.plan = plan_range(std::vector<LayerBytes>(3, LayerBytes{100, 0, 0, 0}), {0, 3}, {.vram = 1000});
+  s.vram_budget = 1000;
+  s.resident_bytes = 300;
+  const std::vector<GpuShare> g{gpu_share(s, 2, {0, 3})};
+  CHECK(gpus_json(g).rfind("[{\"gpu\":2,\"first_layer\":0,\"end_layer\":3,\"vram_budget\":1000,\"resident_bytes\":300,", 0) == 0);
+  CHECK(gpus_table(g).rfind("GPU (chosen by id):\nGPU 2: layers 0-2", 0) == 0);
 }

@@ -60,7 +60,7 @@ struct ExecStats {
   VerifyStats verify;                // the checks of the loaded bytes against the deploy record (load_check.h)
   uint64_t vram_budget = 0;          // GPU executor: the VRAM budget its plan was made with (0: --resident N)
   uint64_t graph_replays = 0;        // GPU executor: one-token passes whose layers were a graph's replay (decode_graph)
-  std::vector<GpuShare> gpus;        // --gpus N: each GPU's layers and plan (plan above: the GPUs' joined)
+  std::vector<GpuShare> gpus;        // --gpus N or ids: each GPU's layers and plan (plan above: the GPUs' joined)
 };
 
 class Executor {
@@ -200,9 +200,13 @@ struct GpuExecOptions {
   // GPUs of this host the layers are split over (multi_gpu_executor.h; above 1 needs a build with NCCL).
   // vram_budget is each GPU's, ram_budget all of them together (split evenly).
   uint32_t gpus = 1;
+  // --gpus 0,2 or device=1 (gpu_ids.h): the CUDA device of each GPU in pipeline order, `gpus` of them;
+  // empty: the first `gpus`. Each must be present (refused naming the missing ones); one GPU by id runs
+  // on that device (made current on the calling thread) and reports itself in ExecStats::gpus.
+  std::vector<int> gpu_ids;
   // --gpus N with --vram-budget's list: each GPU's budget (N of them; over vram_budget). The layers split
-  // by the budgets (split_by_budgets) whenever budgets are given; by equal counts when each GPU's is
-  // what it has free.
+  // by the budgets (split_by_budgets) whenever budgets are given; without, by each GPU's free memory
+  // before it starts (split_gpus); by equal counts with --resident N.
   std::vector<uint64_t> vram_budgets;
   // --gpus N, each GPU reading its layers from a namespace of its own (a copy of the model on each, which
   // the load checks hold to the deploy record): GPU g streams through gpu_controllers[g] (one, or a
@@ -212,6 +216,11 @@ struct GpuExecOptions {
   // Set by the multi-GPU executor for each GPU's executor: its layer range, queues and link.
   std::optional<PipelineStage> stage;
 };
+
+// The GPUs of `--gpus` (a count, or CUDA ids) against those CUDA sees: throws gpu_ids.h's refusal
+// naming the missing ones. make_gpu_executor checks it; a tool that uses a GPU before (bench/llm_tokens
+// measures the host link) calls it first.
+void check_gpus_here(uint32_t count, std::span<const int> ids);
 
 // CUDA builds with a GPU; otherwise throws naming why.
 std::unique_ptr<Executor> make_gpu_executor(host::Controller& c, const ModelOnDevice& m, uint32_t n_ctx,

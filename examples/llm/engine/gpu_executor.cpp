@@ -33,10 +33,12 @@
 #include "examples/llm/engine/decode_profile.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_lag.h"
+#include "examples/llm/engine/gpu_ids.h"
 #include "examples/llm/engine/gpu_load_check.h"
 #include "examples/llm/engine/host_lead.h"
 #include "examples/llm/engine/multi_gpu_executor.h"
 #include "examples/llm/engine/ram_tier.h"
+#include "examples/llm/engine/vram_reserve.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_queues.h"
@@ -360,6 +362,7 @@ class GpuExecutor final : public Executor {
     host::Controller& c = *ctrls_[0];
     if (o.stage) pipe_ = *o.stage, range_ = o.stage->layers, first_qid_ = o.stage->first_qid;
     else range_ = {0, m.config.n_layer};
+    if (o.gpu_ids.size() == 1) listed_gpu_ = o.gpu_ids[0];
     check_ = std::make_unique<LoadCheck>(m, o.verify);
     open_streams();
     load_globals();
@@ -644,6 +647,7 @@ class GpuExecutor final : public Executor {
       s.recovery += experts_->recovery();
     }
     s.verify = check_->stats();
+    if (listed_gpu_) s.gpus = {gpu_share(s, *listed_gpu_, range_)};  // --gpus device=N: its report names the GPU
     return s;
   }
 
@@ -684,11 +688,7 @@ class GpuExecutor final : public Executor {
   uint64_t free_vram_budget(const GpuExecOptions& o, const std::vector<LayerBytes>& bytes) const {
     size_t free = 0, total = 0;
     device::check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
-    uint64_t widest = 0;
-    for (const LayerBytes& l : bytes) widest = std::max(widest, l.dense);
-    // RAM-tier buffers, and the copy of a streamed layer that passes of more than kBatchTileTokens use.
-    const uint64_t buffers = std::max<uint32_t>(1, o.slots) + (o.max_batch > kBatchTileTokens ? 1 : 0);
-    const uint64_t reserve = buffers * widest + kVramReserve;
+    const uint64_t reserve = vram_kept_back(bytes, o.slots, o.max_batch);
     return free > reserve ? free - reserve : 0;
   }
 
@@ -891,9 +891,6 @@ class GpuExecutor final : public Executor {
     ++begun_;
   }
 
-  // GPU memory kept free when the VRAM budget is the default: the CUDA context's growth, the queues,
-  // the fetcher's tables, the kernels' launch state.
-  static constexpr uint64_t kVramReserve = 512ull << 20;
   static constexpr uint32_t kMaxAutoSlots = 64;  // --max-seqs auto's most (llm_seqs' and the server's range)
   // Layers the host enqueues ahead of the GPU (host_lead.h): a few hundred pending operations at most,
   // and a fetched layer's worth of work queued while the host wakes.
@@ -903,6 +900,7 @@ class GpuExecutor final : public Executor {
   ResidencyPlan plan_;        // by model layer (a GPU of several: other GPUs' layers hold nothing here)
   LayerRange range_;          // the layers this GPU runs (one GPU: all)
   PipelineStage pipe_;        // a GPU of several: its link (null: one GPU)
+  std::optional<int> listed_gpu_;  // one GPU chosen by id (--gpus device=N): the CUDA device it runs on
   ResidencyPlan range_plan_;  // a GPU of several: the plan of its range alone
   uint32_t first_qid_ = 2;    // its NVMe queues from here
   uint64_t vram_budget_ = 0;
@@ -956,13 +954,26 @@ class GpuExecutor final : public Executor {
 
 }  // namespace
 
+void check_gpus_here(uint32_t count, std::span<const int> ids) {
+  int visible = 0;
+  if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
+  check_gpus_present(count, ids, visible, std::getenv("CUDA_VISIBLE_DEVICES"));
+}
+
 std::unique_ptr<Executor> make_gpu_executor(std::span<host::Controller* const> controllers, const ModelOnDevice& m,
                                             uint32_t n_ctx, const GpuExecOptions& o) {
+  // GPUs chosen by count past one, or by id: each must be there (the error names the missing ones).
+  if (o.gpus > 1 || !o.gpu_ids.empty()) check_gpus_here(o.gpus, o.gpu_ids);
   if (o.gpus > 1) return make_multi_gpu_executor(controllers, m, n_ctx, o);  // an executor like this one per GPU
   if (o.stage && !o.stage->link && (o.stage->layers.begin != 0 || o.stage->layers.end != m.config.n_layer))
     throw std::logic_error("a GPU executor of a layer range needs a HiddenLink");
   std::string why;
   if (!gpu_available(&why)) throw std::runtime_error("no GPU for the GPU executor: " + why);
+  // One GPU by id: current on the calling thread, which makes every call of the executor (as always).
+  if (o.gpu_ids.size() == 1) {
+    const std::string what = "cudaSetDevice(" + std::to_string(o.gpu_ids[0]) + ") for --gpus device=" + std::to_string(o.gpu_ids[0]);
+    device::check_cuda(cudaSetDevice(o.gpu_ids[0]), what.c_str());
+  }
   return std::make_unique<GpuExecutor>(controllers, m, n_ctx, o);
 }
 

@@ -5,6 +5,10 @@
 
 namespace gpunvme::llm {
 
+void check_gpus_here(uint32_t, std::span<const int>) {
+  throw std::runtime_error("this build has no CUDA (meson setup -Dcuda=enabled with nvcc on PATH builds the GPU executor)");
+}
+
 std::unique_ptr<Executor> make_gpu_executor(host::Controller&, const ModelOnDevice&, uint32_t,
                                             const GpuExecOptions&) {
   throw std::runtime_error("this build has no CUDA (meson setup -Dcuda=enabled with nvcc on PATH builds the GPU executor)");

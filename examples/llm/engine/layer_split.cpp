@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -28,23 +29,36 @@ void check_range(const std::vector<LayerBytes>& all, LayerRange r) {
                                 std::to_string(all.size()) + " layers");
 }
 
-// Per-token link bytes of GPU g running layers [a, b) with its budgets, each computed once.
+constexpr double kNoFit = std::numeric_limits<double>::infinity();  // a range whose KV cache its budget does not hold
+
+// Per-token link bytes of GPU g running layers [a, b) with its budgets less the range's KV cache, each
+// computed once; kNoFit where the budget does not hold that cache.
 class RangeCost {
  public:
-  RangeCost(const std::vector<LayerBytes>& all, const std::vector<Budgets>& b)
-      : all_(all), b_(b), n_(uint32_t(all.size())), memo_(b.size() * (n_ + 1) * (n_ + 1), -1) {}
+  RangeCost(const std::vector<LayerBytes>& all, const std::vector<Budgets>& b, uint64_t kv_per_layer)
+      : all_(all), b_(b), kv_(kv_per_layer), n_(uint32_t(all.size())), memo_(b.size() * (n_ + 1) * (n_ + 1), -1) {}
   double operator()(uint32_t g, uint32_t a, uint32_t b) {
     double& c = memo_[(size_t(g) * (n_ + 1) + a) * (n_ + 1) + b];
-    if (c < 0) c = plan_range(all_, {a, b}, b_[g]).link_bytes_per_token();
+    if (c < 0) {
+      const uint64_t kv = kv_ * (b - a);
+      c = kv > b_[g].vram ? kNoFit : plan_range(all_, {a, b}, {.vram = b_[g].vram - kv, .ram = b_[g].ram}).link_bytes_per_token();
+    }
     return c;
   }
 
  private:
   const std::vector<LayerBytes>& all_;
   const std::vector<Budgets>& b_;
+  uint64_t kv_;
   uint32_t n_;
   std::vector<double> memo_;
 };
+
+double largest(RangeCost& cost, const std::vector<LayerRange>& r) {
+  double t = 0;
+  for (uint32_t g = 0; g < r.size(); ++g) t = std::max(t, cost(g, r[g].begin, r[g].end));
+  return t;
+}
 
 // The split whose ranges each cost at most t and hold at most k layers, or none. Greedy, each GPU as
 // many layers as the limits allow (leaving one for each GPU after it): a range's cost grows with its
@@ -73,24 +87,28 @@ std::vector<uint64_t> budgets_per_gpu(const std::vector<uint64_t>& list, uint32_
   return list;
 }
 
-std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, const std::vector<Budgets>& per_gpu) {
+std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, const std::vector<Budgets>& per_gpu,
+                                         uint64_t kv_per_layer) {
   const uint32_t n = uint32_t(all.size()), gpus = uint32_t(per_gpu.size());
   std::vector<LayerRange> even = split_layers(n, gpus);  // its refusals
-  RangeCost cost(all, per_gpu);
-  // The least largest cost: bisection between 0 and the even split's, which fits by construction.
-  double lo = 0, hi = 0;
-  for (uint32_t g = 0; g < gpus; ++g) hi = std::max(hi, cost(g, even[g].begin, even[g].end));
+  RangeCost cost(all, per_gpu, kv_per_layer);
+  // A split whose every range's KV cache fits (the most layers on each GPU in turn), or none does.
+  const std::optional<std::vector<LayerRange>> any = fit(cost, n, gpus, std::numeric_limits<double>::max(), n);
+  if (!any)
+    throw std::invalid_argument("the VRAM budgets hold the KV cache of fewer layers than the model's " + std::to_string(n) +
+                                " (each layer's: " + text::human_bytes(double(kv_per_layer)) +
+                                "): give larger budgets, a shorter --ctx, or more GPUs");
+  // The least largest cost: bisection between 0 and that split's (or the even split's, the lower).
+  const double even_cost = largest(cost, even);
+  double lo = 0, hi = std::min(largest(cost, *any), even_cost);
   if (fit(cost, n, gpus, 0, n)) hi = 0;
   for (int i = 0; i < 200 && hi > 0 && hi - lo > hi * 1e-12; ++i) {
     const double mid = lo + (hi - lo) / 2;
     (fit(cost, n, gpus, mid, n) ? hi : lo) = mid;
   }
   std::vector<LayerRange> best = *fit(cost, n, gpus, hi, n);
-  double t = 0;  // the split's own largest cost (hi may lie above it by the bisection's last step)
-  for (uint32_t g = 0; g < gpus; ++g) t = std::max(t, cost(g, best[g].begin, best[g].end));
+  const double t = largest(cost, best);  // the split's own largest cost (hi may lie above it by the bisection's last step)
   // The even split where it reaches that cost: no range can have fewer layers than its largest.
-  double even_cost = 0;
-  for (uint32_t g = 0; g < gpus; ++g) even_cost = std::max(even_cost, cost(g, even[g].begin, even[g].end));
   if (even_cost <= t) return even;
   // Else the fewest layers in the largest range at that cost.
   uint32_t klo = (n + gpus - 1) / gpus, khi = n;
@@ -104,6 +122,43 @@ std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, con
     }
   }
   return best;
+}
+
+GpuSplit split_gpus(const std::vector<LayerBytes>& all, const SplitInputs& in) {
+  const uint32_t gpus = uint32_t(in.devices.size()), n = uint32_t(all.size());
+  const auto name = [&](uint32_t g) { return "GPU " + std::to_string(in.devices[g]); };
+  if (gpus > n)
+    throw std::invalid_argument(std::to_string(gpus) + " GPUs for a model of " + std::to_string(n) + " layers: " + name(n) +
+                                (gpus > n + 1 ? " and those after it" : "") + " would hold none: use --gpus " + std::to_string(n) +
+                                " or fewer (or as many ids)");
+  if (in.by_count) return {split_layers(n, gpus), {}, "equal layer counts"};
+  const auto hb = [](uint64_t b) { return text::human_bytes(double(b)); };
+  GpuSplit s;
+  if (!in.vram.empty()) {
+    if (in.vram.size() != gpus) throw std::invalid_argument("split_gpus: " + std::to_string(in.vram.size()) + " budgets for " + std::to_string(gpus) + " GPUs");
+    s.vram = in.vram, s.rule = "the budgets";
+    for (uint32_t g = 0; g < gpus; ++g)
+      if (s.vram[g] < in.kv_per_layer)
+        throw std::invalid_argument("--vram-budget gives " + name(g) + " " + hb(s.vram[g]) + ", less than one layer's KV cache (" +
+                                    hb(in.kv_per_layer) + "): it would hold no layer: give it more, or leave it out of --gpus");
+  } else {
+    if (in.free.size() != gpus) throw std::invalid_argument("split_gpus: " + std::to_string(in.free.size()) + " free sizes for " + std::to_string(gpus) + " GPUs");
+    s.rule = "each GPU's free memory";
+    for (uint32_t g = 0; g < gpus; ++g) {
+      const uint64_t globals = (g == 0 ? in.first_globals : 0) + (g + 1 == gpus ? in.last_globals : 0);
+      const uint64_t need = in.kept_back + globals + in.kv_per_layer;
+      if (in.free[g] < need)
+        throw std::invalid_argument(name(g) + " has " + hb(in.free[g]) + " free, less than the " + hb(need) + " a layer needs there (" +
+                                    hb(in.kept_back) + " its executor keeps back" + (globals ? ", " + hb(globals) + " of global weights" : "") +
+                                    ", " + hb(in.kv_per_layer) + " of one layer's KV cache): it would hold no layer: "
+                                    "free memory on it, or leave it out of --gpus");
+      s.vram.push_back(in.free[g] - in.kept_back - globals);
+    }
+  }
+  std::vector<Budgets> per;
+  for (uint64_t v : s.vram) per.push_back({.vram = v, .ram = in.ram / gpus});
+  s.ranges = split_by_budgets(all, per, in.kv_per_layer);
+  return s;
 }
 
 std::vector<LayerRange> split_layers(uint32_t n_layer, uint32_t gpus) {
@@ -185,6 +240,11 @@ void add(LagCounts& a, const LagCounts& b) {
 
 }  // namespace
 
+GpuShare gpu_share(const ExecStats& p, int gpu, LayerRange r) {
+  return {uint32_t(gpu), r, p.plan, p.vram_budget, p.resident_bytes, p.experts.requested, p.experts.hits, p.prefetch.reads,
+          p.prefetch.hits, p.prefetch.wasted, p.lag};
+}
+
 ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<LayerRange>& ranges) {
   if (per.empty() || per.size() != ranges.size()) throw std::invalid_argument("sum_gpu_stats: one stats and range per GPU");
   // The option echoes (and the load checks) of the first GPU that fetched experts, else GPU 0's: a GPU
@@ -199,8 +259,7 @@ ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<Lay
   for (uint32_t g = 0; g < per.size(); ++g) {
     const ExecStats& p = per[g];
     plans.push_back(p.plan);
-    s.gpus.push_back({g, ranges[g], p.plan, p.vram_budget, p.resident_bytes, p.experts.requested, p.experts.hits, p.prefetch.reads,
-                      p.prefetch.hits, p.prefetch.wasted, p.lag});
+    s.gpus.push_back(gpu_share(p, int(g), ranges[g]));
     s.streamed_bytes += p.streamed_bytes, s.io_seconds += p.io_seconds, s.stall_seconds += p.stall_seconds;
     s.resident_bytes += p.resident_bytes, s.bytes_per_step += p.bytes_per_step;
     s.ram_bytes += p.ram_bytes, s.ram_bytes_per_step += p.ram_bytes_per_step, s.ram_copied_bytes += p.ram_copied_bytes;
@@ -225,7 +284,8 @@ double gpus_bound_seconds(const std::vector<GpuShare>& g, double drive_bytes_per
 }
 
 std::string gpus_table(const std::vector<GpuShare>& g) {
-  std::string s = "GPUs (" + std::to_string(g.size()) + ", hidden state passed by NCCL send/recv):\n";
+  std::string s = g.size() == 1 ? std::string("GPU (chosen by id):\n")
+                                : "GPUs (" + std::to_string(g.size()) + ", hidden state passed by NCCL send/recv):\n";
   char b[200];
   for (const GpuShare& x : g) {
     std::snprintf(b, sizeof b, "GPU %u: layers %u-%u (its plan numbers them from 0), VRAM budget %s, weights in GPU memory %s",

@@ -37,9 +37,36 @@ std::vector<uint64_t> budgets_per_gpu(const std::vector<uint64_t>& list, uint32_
 // the largest of the GPUs' per-token link bytes (plan_range's plan of the range by that GPU's budgets)
 // as small as whole layers allow; of the splits that do, the one whose largest range has the fewest
 // layers (compute). A GPU with more VRAM gets more layers; equal budgets over equal layers give counts
-// differing by one at most. Throws std::invalid_argument (split_layers' refusals) for no GPU or more GPUs
-// than layers.
-std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, const std::vector<Budgets>& per_gpu);
+// differing by one at most. `kv_per_layer`: one layer's KV cache in VRAM (0: in host memory), taken from
+// a GPU's budget first for each layer of its range (as plan_residency takes it): a GPU holds no more
+// layers than its budget holds caches of. Throws std::invalid_argument (split_layers' refusals) for no GPU
+// or more GPUs than layers, and when the budgets hold the caches of fewer layers than the model has.
+std::vector<LayerRange> split_by_budgets(const std::vector<LayerBytes>& all, const std::vector<Budgets>& per_gpu,
+                                         uint64_t kv_per_layer = 0);
+
+// What the split of a run over several GPUs is made from, before any of them starts.
+struct SplitInputs {
+  std::vector<int> devices = {};     // each GPU's CUDA id, in pipeline order (the messages name them)
+  bool by_count = false;        // --resident N: equal layer counts (split_layers)
+  std::vector<uint64_t> vram = {};   // --vram-budget, one per GPU; empty: each GPU's free memory below
+  std::vector<uint64_t> free = {};   // each GPU's free bytes (cudaMemGetInfo) when vram is empty
+  uint64_t kept_back = 0;       // of each GPU's free bytes, what its executor keeps (vram_kept_back)
+  uint64_t first_globals = 0;   // the embeddings, on the first GPU
+  uint64_t last_globals = 0;    // the output norm and head (the embeddings again when tied), on the last
+  uint64_t ram = 0;             // --ram-budget, all GPUs' (split evenly)
+  uint64_t kv_per_layer = 0;    // a layer's KV cache in VRAM (0: in host memory)
+};
+struct GpuSplit {
+  std::vector<LayerRange> ranges;
+  std::vector<uint64_t> vram;  // each GPU's VRAM budget the split was sized by (by_count: none)
+  std::string rule;            // how: "the budgets", "each GPU's free memory" or "equal layer counts"
+};
+// The one decision of the split: by the budgets where given; else by each GPU's free memory less what
+// its executor keeps back and the global weights it holds (its executor then plans its range by what it
+// has free once started); equal counts with --resident N. Throws std::invalid_argument naming the GPU
+// when one would hold no layer: its budget, or its free memory past what it keeps back, holds not even
+// one layer's KV cache; and split_by_budgets' refusals.
+GpuSplit split_gpus(const std::vector<LayerBytes>& all, const SplitInputs& in);
 
 // The plan of `r`'s layers alone (layer i of the result is layer r.begin + i of the model): by the
 // budgets over those layers, or (`resident` given) the model's first `resident` layers whole in VRAM,
@@ -55,7 +82,7 @@ ResidencyPlan join_plans(const std::vector<ResidencyPlan>& parts);
 
 // What one GPU holds, as the tool prints it and writes it to the JSON.
 struct GpuShare {
-  uint32_t gpu = 0;
+  uint32_t gpu = 0;  // its CUDA device id (the list is in pipeline order)
   LayerRange layers;
   ResidencyPlan plan;         // of its layers alone (plan_range)
   uint64_t vram_budget = 0;   // the budget its plan was made with (0: --resident N)
@@ -67,6 +94,8 @@ struct GpuShare {
   std::string device;  // the namespace it streams from (its controller's name)
 };
 struct ExecStats;
+// GPU `gpu`'s share from its executor's stats (the JSON's and the table's entry), of layers r.
+GpuShare gpu_share(const ExecStats& s, int gpu, LayerRange r);
 // The GPUs' stats (per[g]: GPU g's executor, of layers ranges[g]) as one executor's: counts, bytes, times
 // and the MoE fetch, prefetch and lag counters summed (per-layer stalls element by element; the lag's
 // tokens are the most any GPU compared, each GPU comparing the same tokens at its own layers), the plans

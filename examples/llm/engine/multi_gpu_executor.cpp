@@ -15,10 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include "examples/llm/compute/kv_cache_shape.h"
+#include "examples/llm/engine/gpu_ids.h"
 #include "examples/llm/engine/gpu_worker.h"
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/nccl_comm.h"
+#include "examples/llm/engine/vram_reserve.h"
+#include "host/text/human_bytes.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -36,10 +40,11 @@ constexpr auto kAbortTimeout = std::chrono::seconds(30);
 // NVMe queues per GPU on a shared controller: the streamer's, the expert fetcher's and pre-gating's.
 constexpr uint32_t kQueueSetsPerGpu = 3;
 
-// GPU `rank`'s ends of the hidden state's way (pipeline_stage.h), over the process's communicators.
+// GPU `rank`'s ends of the hidden state's way (pipeline_stage.h), over the process's communicators;
+// `id` and `next_id` the CUDA devices of it and of the next rank (the messages name them).
 class NcclLink final : public HiddenLink {
  public:
-  NcclLink(NcclComms& comms, int rank) : comms_(comms), rank_(rank) {}
+  NcclLink(NcclComms& comms, int rank, int id, int next_id) : comms_(comms), rank_(rank), id_(id), next_id_(next_id) {}
   void receive(float* x, size_t n, gpu_stream_t s) override { comms_.recv(rank_, x, n, rank_ - 1, cuda(s)); }
   void send(const float* x, size_t n, gpu_stream_t s) override { comms_.send(rank_, x, n, rank_ + 1, cuda(s)); }
   // Polls the stream and the communicator's error until the send ended, at most kPassTimeout.
@@ -49,10 +54,10 @@ class NcclLink final : public HiddenLink {
       const cudaError_t e = cudaStreamQuery(cuda(s));
       if (e == cudaSuccess) return;
       if (e != cudaErrorNotReady)
-        throw std::runtime_error("GPU " + std::to_string(rank_) + ": its pass failed: " + cudaGetErrorString(e));
+        throw std::runtime_error("GPU " + std::to_string(id_) + ": its pass failed: " + cudaGetErrorString(e));
       comms_.check(rank_);
       if (Clock::now() > deadline)
-        throw std::runtime_error("GPU " + std::to_string(rank_) + ": its hidden state did not reach GPU " + std::to_string(rank_ + 1) +
+        throw std::runtime_error("GPU " + std::to_string(id_) + ": its hidden state did not reach GPU " + std::to_string(next_id_) +
                                  " within " + std::to_string(kPassTimeout.count()) + " s");
       // Off the critical path (the next GPU goes on as soon as its recv has the bytes): a coarse poll
       // keeps this thread off the host CPU while its GPU computes.
@@ -63,7 +68,7 @@ class NcclLink final : public HiddenLink {
  private:
   static cudaStream_t cuda(gpu_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
   NcclComms& comms_;
-  int rank_;
+  int rank_, id_, next_id_;
 };
 
 // Each GPU's VRAM budget (none: each its free memory, or --resident N).
@@ -77,35 +82,53 @@ std::vector<std::optional<uint64_t>> gpu_budgets(const GpuExecOptions& o) {
   return b;
 }
 
-// The layers' split: by the budgets where they are known before the GPUs start, else equal counts.
-std::vector<LayerRange> split_for(const ModelOnDevice& m, const GpuExecOptions& o) {
-  const std::vector<std::optional<uint64_t>> b = gpu_budgets(o);
-  if (b.empty() || !b[0]) return split_layers(m.config.n_layer, o.gpus);
-  std::vector<Budgets> per;
-  for (const std::optional<uint64_t>& v : b) per.push_back({.vram = *v, .ram = o.ram_budget / o.gpus});
-  return split_by_budgets(layer_bytes(m), per);
+// What the split is made from (split_gpus decides): the budgets, or each GPU's free memory (`free`)
+// less what its executor keeps back and the global weights it will hold; the KV cache of a layer.
+SplitInputs split_inputs(const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o, std::vector<int> devices,
+                         std::vector<uint64_t> free) {
+  const ModelWeights& w = m.weights;
+  SplitInputs in{.devices = std::move(devices), .by_count = o.resident_layers.has_value()};
+  for (const std::optional<uint64_t>& v : gpu_budgets(o))
+    if (v) in.vram.push_back(*v);
+  in.free = std::move(free);
+  in.kept_back = vram_kept_back(layer_bytes(m), o.slots, o.max_batch);
+  in.first_globals = w.token_embd.bytes;
+  in.last_globals = w.output_norm.bytes + (w.tied() ? w.token_embd.bytes : w.output.bytes);
+  in.ram = o.ram_budget;
+  in.kv_per_layer = o.kv_in_host ? 0 : std::max(1u, o.max_seqs) * kv_slot_bytes(m.config, 1, n_ctx);
+  return in;
 }
 
 class MultiGpuExecutor final : public Executor {
  public:
   MultiGpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
-      : ranges_(split_for(m, o)), n_ctx_(n_ctx), n_vocab_(m.config.n_vocab) {
-    int visible = 0;
-    if (cudaGetDeviceCount(&visible) != cudaSuccess) visible = 0;
-    if (int(o.gpus) > visible)
-      throw std::runtime_error("--gpus " + std::to_string(o.gpus) + ": CUDA sees " + std::to_string(visible) +
-                               " GPU(s) here (CUDA_VISIBLE_DEVICES limits them)" +
-                               (visible ? ": use --gpus " + std::to_string(visible) + " or fewer" : std::string(": use --path cpu")));
+      : ids_(gpu_devices(o.gpus, o.gpu_ids)), n_ctx_(n_ctx), n_vocab_(m.config.n_vocab) {
     if (!o.gpu_controllers.empty() && o.gpu_controllers.size() != o.gpus)
-      throw std::invalid_argument("--gpus " + std::to_string(o.gpus) + " with " + std::to_string(o.gpu_controllers.size()) +
+      throw std::invalid_argument(gpus_option(o.gpus, o.gpu_ids) + " with " + std::to_string(o.gpu_controllers.size()) +
                                   " namespaces: give one per GPU, or one for all");
-    std::vector<int> devices;
-    for (uint32_t g = 0; g < o.gpus; ++g) devices.push_back(int(g));
-    comms_ = std::make_unique<NcclComms>(devices);
-    for (uint32_t g = 0; g < o.gpus; ++g) {
-      links_.push_back(std::make_unique<NcclLink>(*comms_, int(g)));
-      workers_.push_back(std::make_unique<GpuWorker>(int(g)));
+    for (uint32_t g = 0; g < o.gpus; ++g) workers_.push_back(std::make_unique<GpuWorker>(ids_[g]));
+    // Each GPU's free memory now, its context made, before any starts: what the split sizes its range by
+    // where no budget is given (the same reading its executor makes for its own plan once started).
+    std::vector<uint64_t> free(o.gpus);
+    const bool by_free = !o.resident_layers && !gpu_budgets(o).front();
+    if (by_free)
+      on_all([&](uint32_t g) {
+        size_t f = 0, total = 0;
+        if (const cudaError_t e = cudaMemGetInfo(&f, &total); e != cudaSuccess)
+          throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(e));
+        free[g] = f;
+      }, "free memory");
+    const GpuSplit split = split_gpus(layer_bytes(m), split_inputs(m, n_ctx, o, ids_, free));
+    ranges_ = split.ranges;
+    split_ = "layers split by " + split.rule;
+    if (by_free) {
+      split_ += " (";
+      for (uint32_t g = 0; g < o.gpus; ++g) split_ += (g ? ", GPU " : "GPU ") + std::to_string(ids_[g]) + ": " + text::human_bytes(double(free[g]));
+      split_ += ")";
     }
+    comms_ = std::make_unique<NcclComms>(ids_);
+    for (uint32_t g = 0; g < o.gpus; ++g)
+      links_.push_back(std::make_unique<NcclLink>(*comms_, int(g), ids_[g], g + 1 < o.gpus ? ids_[g + 1] : -1));
     stages_.resize(o.gpus);
     const std::vector<std::optional<uint64_t>> budgets = gpu_budgets(o);
     // One GPU at a time: each reads its share through the shared controller's CPU queue and makes its
@@ -118,6 +141,7 @@ class MultiGpuExecutor final : public Executor {
         so.vram_budgets.clear();
         so.ram_budget = o.ram_budget / o.gpus;
         so.gpu_controllers.clear();
+        so.gpu_ids.clear();  // its thread has its device current
         // Its own namespace: its queues from 2; a shared one: each GPU's after the previous GPUs'.
         const bool own = !o.gpu_controllers.empty();
         const std::span<host::Controller* const> c = own ? std::span<host::Controller* const>(o.gpu_controllers[g]) : ctrls;
@@ -164,15 +188,15 @@ class MultiGpuExecutor final : public Executor {
     std::vector<ExecStats> per(stages_.size());
     const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { per[g] = stages_[g]->stats(); }, "stats");
     ExecStats s = sum_gpu_stats(per, ranges_);
-    for (uint32_t g = 0; g < s.gpus.size() && g < devices_.size(); ++g) s.gpus[g].device = devices_[g];
+    for (uint32_t g = 0; g < s.gpus.size() && g < devices_.size(); ++g) s.gpus[g].device = devices_[g], s.gpus[g].gpu = uint32_t(ids_[g]);
     return s;
   }
 
   std::string describe() const override {
-    std::string d = std::to_string(stages_.size()) + " GPUs, the hidden state passed by NCCL send/recv (one host thread each)";
+    std::string d = std::to_string(stages_.size()) + " GPUs, " + split_ + ", the hidden state passed by NCCL send/recv (one host thread each)";
     std::vector<std::string> each(stages_.size());
     const_cast<MultiGpuExecutor*>(this)->on_all([&](uint32_t g) { each[g] = stages_[g]->describe(); }, "describe");
-    for (uint32_t g = 0; g < each.size(); ++g) d += "; GPU " + std::to_string(g) + ": " + each[g];
+    for (uint32_t g = 0; g < each.size(); ++g) d += "; GPU " + std::to_string(ids_[g]) + ": " + each[g];
     return d;
   }
 
@@ -196,7 +220,7 @@ class MultiGpuExecutor final : public Executor {
 
   void on_all(const std::function<void(uint32_t)>& job, const char* what) {
     std::vector<uint32_t> all;
-    for (uint32_t g = 0; g < stages_.size(); ++g) all.push_back(g);
+    for (uint32_t g = 0; g < workers_.size(); ++g) all.push_back(g);
     on_each(all, job, what);
   }
 
@@ -225,7 +249,7 @@ class MultiGpuExecutor final : public Executor {
     const auto fail = [&](std::string e) {
       if (!error.empty()) return;
       error = std::move(e);
-      comms_->abort();
+      if (comms_) comms_->abort();
       deadline = Clock::now() + kAbortTimeout;  // for the others to see the abort
     };
     for (size_t seen = 0; seen < f.size();) {
@@ -239,14 +263,14 @@ class MultiGpuExecutor final : public Executor {
         try {
           f[i].get();
         } catch (const std::exception& e) {
-          fail("GPU " + std::to_string(gpus[i]) + " (" + what + "): " + e.what());
+          fail("GPU " + std::to_string(ids_[gpus[i]]) + " (" + what + "): " + e.what());
         }
       }
       if (seen == f.size() || Clock::now() <= deadline) continue;
       if (!error.empty()) break;  // a GPU that ignored the abort: its thread is left behind
       std::string late;
       for (size_t i = 0; i < f.size(); ++i)
-        if (f[i].valid()) late += " " + std::to_string(gpus[i]);
+        if (f[i].valid()) late += " " + std::to_string(ids_[gpus[i]]);
       fail(std::string(what) + " did not end within " + std::to_string(limit.count()) + " s on GPU(s)" + late +
            " (the NCCL communicators are aborted)");
     }
@@ -256,7 +280,9 @@ class MultiGpuExecutor final : public Executor {
     throw std::runtime_error(error);
   }
 
+  std::vector<int> ids_;              // [gpu]: its CUDA device (pipeline order)
   std::vector<LayerRange> ranges_;
+  std::string split_;                 // how the ranges were sized (describe())
   std::vector<std::string> devices_;  // [gpu]: the namespace it streams from
   uint32_t n_ctx_, n_vocab_;
   std::unique_ptr<NcclComms> comms_;
