@@ -661,3 +661,97 @@ TEST_CASE("single-token entries at odd shapes and alignments: the warp-per-row k
     }
   }
 }
+
+namespace {
+// Forces the single-token kernels' row sets for a test's duration (gpu_matvec_force), then gives the
+// choice back to the shapes.
+struct ForcedGeometry {
+  explicit ForcedGeometry(MatvecGeometry g) { gpu_matvec_force(g); }
+  ~ForcedGeometry() { gpu_matvec_force({}); }
+  ForcedGeometry(const ForcedGeometry&) = delete;
+  ForcedGeometry& operator=(const ForcedGeometry&) = delete;
+};
+}  // namespace
+
+// A row set's groups shared by a team of 2, 4 or 8 warps (gpu_row_share.cuh: each group's sum through
+// shared memory, added back by the team's first warp in one warp's order) against one warp a set, bit for
+// bit, at one and two rows a set, through every single-token entry the decode passes use: one matrix with
+// a bias, two matrices of a stack, Q/K/V plain and normed, gate/up/GLU plain and normed, the residual add
+// and the product with its post-norm and add. Widths: 1280 (2 chunks of 32 groups, the second partial),
+// 4096 (4), 8192 (8: one each at 8 warps), 14336 (14: warps of a team take 2 or 1); rows 2 bytes off
+// 16-byte alignment (the unaligned loops); row counts that leave a team's last set partial.
+TEST_CASE("split row sets: every team of warps has the one-warp bits", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const GgmlType t = GENERATE(from_range(kTypes));
+  struct Shape { uint32_t rows, cols, offset; };
+  const Shape sh = GENERATE(Shape{37, 1280, 0}, Shape{301, 4096, 0}, Shape{70, 8192, 0}, Shape{33, 14336, 0}, Shape{131, 4096, 2});
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, sh.offset);
+  std::mt19937 rng(uint32_t(t) * 41 + sh.rows + sh.cols);
+  const uint32_t mats = 3;
+  auto w = llm::test::random_rows(t, sh.cols, uint64_t(sh.rows) * mats, rng);
+  const uint64_t row_bytes = w.size() / (uint64_t(sh.rows) * mats), mat = row_bytes * sh.rows;
+  w.insert(w.begin(), sh.offset, uint8_t(0x5A));
+  std::vector<float> x(2 * size_t(sh.cols)), nw(sh.cols), bias(sh.rows), y0(sh.rows);
+  std::normal_distribution<float> d;
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (auto* v : {&x, &bias, &y0})
+    for (float& e : *v) e = d(rng);
+  for (float& e : nw) e = u(rng);
+  const float eps = 1e-5f;
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dnw(nw), db(bias);
+  DeviceArray<uint32_t> dsel(std::vector<uint32_t>{2, 0}), done(std::vector<uint32_t>{0});
+  const uint8_t* w0 = dw.p + sh.offset;
+  auto at = [&](uint32_t i) { return GpuMatrix{t, w0 + i * mat, row_bytes, sh.rows, sh.cols, nullptr, 0}; };
+  const size_t R = sh.rows;
+  // Every entry's outputs, one after another in one vector (NaN where an entry declined).
+  auto run = [&] {
+    std::vector<float> out;
+    DeviceArray<float> y(std::vector<float>(3 * R, NAN)), tmp(std::vector<float>(R, NAN));
+    auto take = [&](size_t n) {
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+      const auto v = y.get(n);
+      out.insert(out.end(), v.begin(), v.end());
+      put(y, std::vector<float>(3 * R, NAN));
+    };
+    gpu_matmul(nullptr, at(0), dx.p, 1, db.p, y.p);
+    take(R);
+    GpuMatrix s = at(0);
+    s.sel = dsel.p;
+    s.mat_bytes = mat;
+    gpu_matvec_selected(nullptr, s, 2, dx.p, sh.cols, y.p, R);
+    take(2 * R);
+    const GpuProduct ps[3] = {{at(0), db.p, y.p}, {at(1), nullptr, y.p + R}, {at(2), db.p, y.p + 2 * R}};
+    gpu_matvecs(nullptr, ps, dx.p);
+    take(3 * R);
+    gpu_matvecs_normed(nullptr, ps, dx.p, dnw.p, eps);
+    take(3 * R);
+    gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, y.p);
+    take(R);
+    gpu_matvec_glu(nullptr, at(0), at(1), dx.p, FfnAct::kSilu, y.p, dnw.p, eps);
+    take(R);
+    put(y, y0);
+    gpu_matvec_add(nullptr, at(0), dx.p, db.p, y.p);
+    take(R);
+    put(y, y0);
+    gpu_matvec_norm_add(nullptr, at(0), dx.p, db.p, tmp.p, dnw.p, eps, y.p, done.p);
+    take(R);
+    return out;
+  };
+  for (uint32_t rows : {1u, 2u}) {
+    CAPTURE(rows);
+    std::vector<float> one;
+    {
+      const ForcedGeometry f({1, rows});
+      one = run();
+    }
+    REQUIRE(std::none_of(one.begin(), one.begin() + 3 * R, [](float v) { return std::isnan(v); }));
+    for (uint32_t split : {2u, 4u, 8u}) {
+      CAPTURE(split);
+      const ForcedGeometry f({split, rows});
+      const std::vector<float> team = run();
+      REQUIRE(team.size() == one.size());
+      REQUIRE(std::memcmp(team.data(), one.data(), one.size() * sizeof(float)) == 0);
+    }
+  }
+}

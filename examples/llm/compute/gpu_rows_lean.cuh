@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "examples/llm/compute/gpu_row_share.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/quant/dequant.h"
 
@@ -107,8 +108,9 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
   return s;
 }
 
-// warp_dot_rows_q4k's sums for 16-byte aligned rows, with its order of loads: the next (row, group)'s
-// bytes loaded before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
+// warp_dot_rows_q4k's sums for 16-byte aligned rows (of the groups `share` gives this warp: all of them, or
+// a team's share, gpu_row_share.cuh), with its order of loads: the next (row, group)'s bytes loaded
+// before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
 // a warp, spilled 388 bytes a thread under the kernels' 85-register bound.) Two buffers written in turn,
 // not a current and a next copied into it: the copy was 12 moves a group and row (a 16th of the loop).
 // Measured slower on the H200 (issue 36, session 24, the same bits each; 8B Q4_K layers as a graph): a
@@ -118,34 +120,32 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 // held across the staging, spilled), 3.503 -> 4.273 ms; the products launched with programmatic
 // dependent launch inside the graph, 3.503 -> 3.700 ms. Q6_K's and Q8_0's RowChunks carried across the
 // sets' ends: within a few % either way.
-template <uint32_t R>
+template <uint32_t R, bool Shared>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                              uint32_t lane, float (&out)[R]) {
+                                              uint32_t lane, const GroupShare& share, float (&out)[R]) {
   static_assert(R == 1 || R == 2);
-  const Q4kLane c(lane);
-  float part[R];
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  const Q4kLane c(lane);  // the share's groups are lane's modulo 32: the same sub-block
+  LaneSums<R, Shared> acc(share);
+  const uint32_t first = acc.first_group(lane), step = acc.step();
   Q4kRaw a{}, b{};
-  if (lane < groups) a = load_q4k_raw(row[0], lane);
+  if (first < groups) a = load_q4k_raw(row[0], first);
   if constexpr (R == 2) {
-    for (uint32_t grp = lane; grp < groups; grp += 32) {  // a: row 0's group, b: row 1's
+    for (uint32_t grp = first; grp < groups; grp += step) {  // a: row 0's group, b: row 1's
       b = load_q4k_raw(row[1], grp);
-      part[0] += q4k_raw_dot(a, c, xs, grp);
-      if (grp + 32 < groups) a = load_q4k_raw(row[0], grp + 32);
-      part[1] += q4k_raw_dot(b, c, xs, grp);
+      acc.add(0, grp, q4k_raw_dot(a, c, xs, grp));
+      if (grp + step < groups) a = load_q4k_raw(row[0], grp + step);
+      acc.add(1, grp, q4k_raw_dot(b, c, xs, grp));
     }
   } else {
-    for (uint32_t grp = lane; grp < groups; grp += 64) {  // a: group grp, b: group grp + 32
-      if (grp + 32 < groups) b = load_q4k_raw(row[0], grp + 32);
-      part[0] += q4k_raw_dot(a, c, xs, grp);
-      if (grp + 32 >= groups) break;
-      if (grp + 64 < groups) a = load_q4k_raw(row[0], grp + 64);
-      part[0] += q4k_raw_dot(b, c, xs, grp + 32);
+    for (uint32_t grp = first; grp < groups; grp += 2 * step) {  // a: group grp, b: group grp + step
+      if (grp + step < groups) b = load_q4k_raw(row[0], grp + step);
+      acc.add(0, grp, q4k_raw_dot(a, c, xs, grp));
+      if (grp + step >= groups) break;
+      if (grp + 2 * step < groups) a = load_q4k_raw(row[0], grp + 2 * step);
+      acc.add(0, grp + step, q4k_raw_dot(b, c, xs, grp + step));
     }
   }
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+  acc.finish(out);
 }
 
 // ---- Q6_K (from a staged chunk: RowChunks)
@@ -244,13 +244,11 @@ inline constexpr bool kPlainLean = T == GgmlType::F32 || T == GgmlType::F16 || T
 // warp_dot_rows_dequant's sums for 16-byte aligned rows of an unquantized type, eight elements of each row
 // at a time against the same two float4s of x (group_dot's order: each row's sum over l = 0, 1, ..., 31),
 // so that a row's group is never held whole (two rows of F32 groups and x spilled under the 85-register bound).
-template <GgmlType T, uint32_t R>
+template <GgmlType T, uint32_t R, bool Shared>
 __device__ inline void warp_dot_rows_plain_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                                uint32_t lane, float (&out)[R]) {
-  float part[R];
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
-  for (uint32_t grp = lane; grp < groups; grp += 32) {
+                                                uint32_t lane, const GroupShare& share, float (&out)[R]) {
+  LaneSums<R, Shared> acc(share);
+  for (uint32_t grp = acc.first_group(lane); grp < groups; grp += acc.step()) {
     float s[R];
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) s[r] = 0.0f;
@@ -267,10 +265,9 @@ __device__ inline void warp_dot_rows_plain_lean(const uint8_t* const (&row)[R], 
       }
     }
 #pragma unroll
-    for (uint32_t r = 0; r < R; ++r) part[r] += s[r];
+    for (uint32_t r = 0; r < R; ++r) acc.add(r, grp, s[r]);
   }
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+  acc.finish(out);
 }
 
 }  // namespace gpunvme::llm::gpu
