@@ -260,3 +260,26 @@ TEST_CASE("llm --gpus 2, a namespace per GPU: each GPU streams from its own copy
     REQUIRE_THROWS_WITH(llm::make_gpu_executor(*oa.ctrl, oa.m, 8, two), Catch::Matchers::ContainsSubstring("give one per GPU"));
   }
 }
+
+TEST_CASE("llm --gpus 1,0 without budgets: the split by each GPU's free memory, in the listed order, one GPU's logits") {
+  REQUIRE_TWO_GPUS();
+  test::DeployedModel d(0, "multi-gpu-test");
+  test::Opened o(d.device);
+  llm::GpuExecOptions one;
+  one.resident_layers = o.m.config.n_layer;
+  llm::ExecStats s1, s2;
+  const auto want = test::run(*o.ctrl, o.m, one, &s1);
+  llm::GpuExecOptions two;  // no --vram-budget, no --resident: each GPU's range by what it has free
+  two.gpus = 2;
+  two.gpu_ids = {1, 0};  // GPU 1 runs the first layers and the embeddings, GPU 0 the rest and the head
+  auto ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, two);
+  CHECK_THAT(ex->describe(), Catch::Matchers::ContainsSubstring("layers split by each GPU's free memory (GPU 1: "));
+  CHECK_THAT(ex->describe(), Catch::Matchers::ContainsSubstring("; GPU 1: GPU executor of layers 0-"));
+  ex.reset();
+  check_steps(test::run(*o.ctrl, o.m, two, &s2), want);
+  REQUIRE(s2.gpus.size() == 2);
+  CHECK((s2.gpus[0].gpu == 1 && s2.gpus[1].gpu == 0));
+  CHECK((s2.gpus[0].layers.begin == 0 && s2.gpus[0].layers.end == s2.gpus[1].layers.begin && s2.gpus[1].layers.end == o.m.config.n_layer));
+  CHECK(s2.gpus[0].vram_budget > 0);  // each its own free memory's budget: the tiny model all in VRAM
+  CHECK(s2.resident_layers == o.m.config.n_layer);
+}
