@@ -526,14 +526,20 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
 
 // One token's norm, MoE and residual add in three launches (gpu_moe_token.h): the router's rows with
 // the routing in its last block, the selected experts' gate/up with the GLU, their down rows with the
-// weighted sum and the add. The same x through the operations apart (Backend's norm_moe_add: the norm,
-// moe and add kernels) must give the same x to the bit, and the CPU's within float rounding; three
-// tokens in a row, so the launches' counters are seen back at 0.
+// weighted sum and the add (a warp per row, or with GPUNVME_MOE_DOWN=rows the row kernel with a counter
+// per row). The same x through the operations apart (Backend's norm_moe_add: the norm, moe and add
+// kernels) must give the same x to the bit, and the CPU's within float rounding; three tokens in a row,
+// so the launches' counters are seen back at 0.
 TEST_CASE("block ops: one token's norm + MoE + add in three launches: fused = unfused to the bit, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
-  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  const bool rows_down = GENERATE(false, true);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape), rows_down);
+  struct Unset {
+    ~Unset() { ::unsetenv("GPUNVME_MOE_DOWN"); }
+  } unset;
+  if (rows_down) ::setenv("GPUNVME_MOE_DOWN", "rows", 1);  // read by every fused call
   Twins t(llm::test::make_tiny(shape, type));
   const LayerWeights& l = t.m.w.layers[0];
   for (uint32_t i = 0; i < 3; ++i) {

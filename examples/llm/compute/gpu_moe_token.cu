@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_route_lanes.cuh"
@@ -28,7 +30,8 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
     route_norm_kernel(gpu::MatrixRows router, uint32_t groups, const float* x, const float* norm_w, float eps, float* xn,
                       uint32_t n_expert, uint32_t k, Gating gating, uint32_t* routes, uint32_t* done) {
   extern __shared__ float4 xs[];
-  __shared__ float p[kMaxRoutedExperts];
+  __shared__ float p[kMaxRoutedExperts], lg[kMaxRoutedExperts], wt[kMaxRoutedExperts];
+  __shared__ uint32_t id[kMaxRoutedExperts];
   __shared__ bool last;
   gpu::block_rows<T, R>(router, groups, x, xs, norm_w, eps);
   if (blockIdx.x == 0) {
@@ -42,7 +45,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
   __syncthreads();
   if (!last) return;
   __threadfence();
-  if (threadIdx.x < 32) route_top_k(gpu::WarpLanes{}, router.y, n_expert, k, gating, p, routes, reinterpret_cast<float*>(routes + k));
+  if (threadIdx.x < 32) gpu::route_warp(router.y, n_expert, k, gating, p, lg, id, wt, routes, reinterpret_cast<float*>(routes + k));
   if (threadIdx.x == 0) *done = 0;
 }
 
@@ -135,6 +138,58 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
   gpu::block_rows<T, R>(rows, groups, hidden + uint64_t(j) * groups * kGroup, xs);
 }
 
+// 3 (by default). A warp per output row i: the k experts' rows i against their own GLU outputs (all k
+// staged in shared memory, each in staged_index's layout), kBatch experts' loads in flight at once, each
+// row's sum warp_dot_row's (lane l: groups l, l + 32, ... in order, each group's 32 products in order,
+// then the butterfly: the bits of every staged row loop), then `+ 0.0f` and the bias as the selected
+// product and expert_bias_kernel give them, the weighted sum in routing order as weighted_sum_kernel adds
+// it and the sum into x as add_kernel does. No counters: the k results of a row are one warp's.
+constexpr uint32_t kDownBatch = 4;
+template <GgmlType T>
+__global__ void __launch_bounds__(kStagedWarps * 32)
+    down_rows_kernel(const uint8_t* w, uint64_t row_bytes, uint64_t mat_bytes, const uint32_t* routes, uint32_t k, uint32_t rows,
+                     uint32_t groups, const float* hidden, const float* bias, float* x) {
+  extern __shared__ float4 xs[];  // [k][groups * 8]
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, span = groups * 8;
+  const float4* h4 = reinterpret_cast<const float4*>(hidden);
+  for (uint32_t f = threadIdx.x; f < k * span; f += blockDim.x) {
+    const uint32_t j = f / span, r = f - j * span;
+    gpu::cp_async_16(&xs[j * span + gpu::staged_index(r / 8, r % 8)], &h4[f]);
+  }
+  gpu::cp_async_commit();
+  gpu::cp_async_wait<0>();
+  __syncthreads();
+  const float* weights = reinterpret_cast<const float*>(routes + k);
+  for (uint32_t i = blockIdx.x * kStagedWarps + warp; i < rows; i += gridDim.x * kStagedWarps) {
+    float a = 0.0f;
+    for (uint32_t j0 = 0; j0 < k; j0 += kDownBatch) {
+      float part[kDownBatch];
+#pragma unroll
+      for (uint32_t b = 0; b < kDownBatch; ++b) {
+        part[b] = 0.0f;
+        if (j0 + b >= k) continue;
+        const uint8_t* row = w + uint64_t(routes[j0 + b]) * mat_bytes + uint64_t(i) * row_bytes;
+        for (uint32_t grp = lane; grp < groups; grp += 32) {
+          float g[kGroup];
+          dequant_group<T>(row, grp, g);
+          float4 xv[kGroup / 4];
+          gpu::staged_group(xs + (j0 + b) * span, grp, xv);
+          part[b] += gpu::group_dot(g, xv);
+        }
+      }
+#pragma unroll
+      for (uint32_t b = 0; b < kDownBatch; ++b) {
+        const uint32_t j = j0 + b;
+        if (j >= k) break;  // the same for every lane: the butterfly below is the whole warp's
+        float v = gpu::warp_sum(part[b]) + 0.0f;
+        if (bias) v += bias[uint64_t(routes[j]) * rows + i];
+        a = a + weights[j] * v;
+      }
+    }
+    if (lane == 0) x[i] += a;
+  }
+}
+
 // Blocks of kernel K the device holds at once with `shared` dynamic bytes (by its registers as well as
 // shared memory), asked of CUDA once per kernel, device and size: more would only queue, each staging x
 // again (gpu_matmul.cu's resident_cap says why).
@@ -176,6 +231,29 @@ bool staged(GgmlType type, uint32_t rows, uint32_t cols, uint32_t count, Launch 
   return launched;
 }
 
+// Launches down_rows_kernel: one warp a row of x, the blocks the device holds at once (each stages the k
+// vectors once).
+bool down_rows(cudaStream_t s, const MoeTokenWeights& w, uint32_t k, uint32_t shared, float* x, const MoeTokenScratch& m) {
+  bool launched = false;
+  gpu::with_weight_type(w.down.type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    constexpr auto K = down_rows_kernel<T>;
+    gpu::opt_in_shared<K>(gpu::staged_shared_limit(), "cudaFuncSetAttribute (the fused MoE's down kernel)");
+    const uint32_t blocks = std::min((w.down.rows + kStagedWarps - 1) / kStagedWarps, resident_blocks<K>(shared));
+    K<<<blocks, kStagedWarps * 32, shared, s>>>(w.down.w, w.down.row_bytes, w.down.mat_bytes, m.routes, k, w.down.rows,
+                                                w.down.cols / kGroup, m.hidden, w.down_bias, x);
+    launched = true;
+  });
+  return launched;
+}
+
+// GPUNVME_MOE_DOWN=rows: the down products by the staged row kernel with a counter per row (the A/B
+// switch against down_rows_kernel).
+bool rows_down_asked() {
+  const char* e = std::getenv("GPUNVME_MOE_DOWN");
+  return e && std::string(e) == "rows";
+}
+
 }  // namespace
 
 bool gpu_moe_token(gpu_stream_t stream, const MoeTokenWeights& w, const float* norm_w, float eps, uint32_t k, Gating gating,
@@ -188,8 +266,11 @@ bool gpu_moe_token(gpu_stream_t stream, const MoeTokenWeights& w, const float* n
   // Every launch must fit before the first is enqueued: a refusal enqueues nothing.
   const gpu::StagedLaunch a = gpu::staged_launch(n_expert, E, 1, w.router.type), b = gpu::staged_launch(2 * k * F, E, 1, w.gate.type),
                           c = gpu::staged_launch(E, F, k, w.down.type);
-  constexpr uint32_t kStatic = kMaxRoutedExperts * sizeof(float) + 64 + 16;  // route_norm_kernel's p, the norm's partial sums, last
-  if (!a.staged || !b.staged || !c.staged || a.shared_bytes + kStatic > gpu::staged_shared_limit()) return false;
+  constexpr uint32_t kStatic = 4 * kMaxRoutedExperts * 4 + 64 + 16;  // route_norm_kernel's p, lg, id, wt, the norm's partials, last
+  const bool rows_down = rows_down_asked();  // per call: a test takes both
+  if (!a.staged || !b.staged || !c.staged || a.shared_bytes + kStatic > gpu::staged_shared_limit() ||
+      (!rows_down && uint64_t(k) * F * sizeof(float) > gpu::staged_shared_limit()))
+    return false;
   gpu::check_vector_alignment(x, "fused MoE");
   const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   const uint32_t* ids = m.routes;
@@ -212,14 +293,15 @@ bool gpu_moe_token(gpu_stream_t stream, const MoeTokenWeights& w, const float* n
     K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(rows, E / kGroup, m.xn);
     return true;
   });
-  const bool summed = glu_done && staged<false>(w.down.type, E, F, k, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+  const uint32_t down_shared = k * F * uint32_t(sizeof(float));
+  const bool summed = glu_done && (rows_down ? staged<false>(w.down.type, E, F, k, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = down_sum_kernel<T, R>;
     if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
     const uint32_t blocks = std::max(1u, std::min(g.blocks, resident_blocks<K>(g.shared_bytes) / k));
     const DownSumRows rows{w.down.w, w.down.row_bytes, E, nullptr, m.out, weights, k, 0, x, m.row_done};
     K<<<dim3(blocks, k), kStagedWarps * 32, g.shared_bytes, s>>>(rows, ids, w.down.mat_bytes, w.down_bias, F / kGroup, m.hidden);
     return true;
-  });
+  }) : down_rows(s, w, k, down_shared, x, m));
   // The kernels' static shared memory is a few hundred bytes; x's staging fits the opt-in limit with
   // room for it (checked above for the router's), so a refusal after the first launch does not happen
   // in practice: say so loudly rather than leave a half-done FFN.

@@ -10,8 +10,10 @@
 //      the normed vector for the experts;
 //   2. the k selected experts' gate and up rows, a warp holding gate row r and up row r of one expert,
 //      their biases and the GLU in its epilogue (gpu_matvec_glu's way, over the selected matrices);
-//   3. the k experts' down rows (one launch, blockIdx.y the routing slot), each output row's last
-//      writer (counted per row) adding the k results in routing order and the sum into x.
+//   3. the k experts' down rows: a warp per output row takes its k experts' rows (their GLU outputs all
+//      staged in shared memory), adds the k results in routing order and the sum into x. (A/B switch
+//      GPUNVME_MOE_DOWN=rows: the staged row kernel over the k matrices, blockIdx.y the routing slot,
+//      each output row's last writer, counted per row, adding the sum.)
 // Each value is the one the separate kernels computed (the same row sums, `+ 0.0f`, bias adds, GLU,
 // weighted sum and add, in the same order), so the fused token has the unfused token's bits, and those
 // of a pass of several tokens (tests/gpu/test_llm_ops.cpp holds them equal).
@@ -39,15 +41,15 @@ struct MoeTokenScratch {
   float* logits = nullptr;       // n_expert
   uint32_t* routes = nullptr;    // k ids, then k weights (floats)
   float* hidden = nullptr;       // k x n_ff: the GLU's outputs
-  float* out = nullptr;          // k x n_embd: the down products
+  float* out = nullptr;          // k x n_embd: the down products (GPUNVME_MOE_DOWN=rows)
   uint32_t* router_done = nullptr;  // 1 counter
-  uint32_t* row_done = nullptr;     // n_embd counters
+  uint32_t* row_done = nullptr;     // n_embd counters (GPUNVME_MOE_DOWN=rows)
 };
 
 // x (n_embd floats, device memory) += the MoE FFN of x's RMS norm times norm_w (eps), k experts routed by
 // `gating`, GLU `act`, enqueued on s. False, enqueuing nothing, where a launch cannot take the shapes
-// (gate and up of different types or shapes, a vector too wide for shared memory, more experts than
-// routing takes): the caller then runs the operations apart.
+// (gate and up of different types or shapes, a vector too wide for shared memory, the k GLU outputs too
+// many for it, more experts than routing takes): the caller then runs the operations apart.
 bool gpu_moe_token(gpu_stream_t s, const MoeTokenWeights& w, const float* norm_w, float eps, uint32_t k, Gating gating, FfnAct act,
                    float* x, const MoeTokenScratch& m);
 
