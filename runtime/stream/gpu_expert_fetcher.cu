@@ -134,7 +134,7 @@ GpuExpertFetcher::GpuExpertFetcher(std::vector<Member> members, const model::Str
   result_ = st.table[kDemand].result;
   experts_ = st.table[kDemand].experts;
   selection_ = st.table[kDemand].selection;
-  for (CudaEvent* e : {&chain_, &placed_, &pf_done_, &forked_, &joined_}) *e = make_event("cudaEventCreate(expert fetcher)");
+  for (CudaEvent* e : {&chain_, &placed_, &demand_placed_, &pf_done_, &forked_, &joined_}) *e = make_event("cudaEventCreate(expert fetcher)");
   open_overlap();
 }
 
@@ -202,6 +202,7 @@ void GpuExpertFetcher::launch(uint32_t which, uint32_t layer, const uint32_t* de
   launch_place_experts(state_, which, layer, device_ids, n_ids, stream);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the place kernel");
   if (concurrent) check_cuda(cudaEventRecord(placed_.get(), stream), "GPU expert fetcher: placement event");
+  if (which == kDemand) check_cuda(cudaEventRecord(demand_placed_.get(), stream), "GPU expert fetcher: placement event");
   // A striped set: members 1..N-1 read on streams of their own, after the placement (fork) ...
   if (members_.size() > 1) check_cuda(cudaEventRecord(forked_.get(), stream), "GPU expert fetcher: fork event");
   for (uint32_t m = 0; m < members_.size(); ++m) launch_member_pump(m, own_queues, which, layer, stream);
@@ -254,6 +255,11 @@ void GpuExpertFetcher::launch_demand(uint32_t layer, const uint32_t* device_ids,
   launch(kDemand, layer, device_ids, n_ids, stream);
   launch_stall_end(state_, layer, stream);
   check_cuda(cudaGetLastError(), "GPU expert fetcher: launching the stall clock");
+}
+
+void GpuExpertFetcher::wait_placement(cuda_stream_t s) const {
+  check_cuda(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(s), demand_placed_.get(), 0),
+             "GPU expert fetcher: waiting for the placement");
 }
 
 void GpuExpertFetcher::consumed(uint32_t layer, cuda_stream_t consumer) {

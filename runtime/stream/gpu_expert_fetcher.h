@@ -123,6 +123,9 @@ class GpuExpertFetcher {
   // fetch's layer's parts of `proj` (the most of any of its experts; 1 below kMinSliceBytes).
   void wait_slice(uint32_t k, model::Projection proj, uint32_t slice, cuda_stream_t consumer);
   uint32_t part_slices(model::Projection proj) const;
+  // Makes `s` wait for the latest demand fetch's placement (its experts' table written: which are hits,
+  // pending or not, and where; its reads may still run): a hit that is not pending is in its slot then.
+  void wait_placement(cuda_stream_t s) const;
   bool can_overlap() const { return wait_value_ != nullptr; }
   // Optional, on the consumer's stream after its kernels of the last fetch of `layer`: the time from
   // that fetch's reads done to here goes into PrefetchMetrics::tail_seconds (the compute the reads
@@ -209,6 +212,7 @@ class GpuExpertFetcher {
   uint32_t* selection_ = nullptr;
   CudaEvent chain_;                   // after every demand fetch's reads (and prefetch's, with one submitter)
   CudaEvent placed_;                  // after the latest place kernel (concurrent prefetches)
+  CudaEvent demand_placed_;           // after the latest demand fetch's place kernel (wait_placement)
   CudaEvent pf_done_;                 // after the latest concurrent prefetch's reads
   CudaEvent forked_, joined_;         // a striped set: the members' streams after the placement, and back
   CudaStream stream_;                 // the overlapped fetches' stream

@@ -59,6 +59,7 @@ struct StagedExperts {
   uint8_t* base = nullptr;  // null: not staged, the bytes are read in the scratchpad
   uint64_t stride = 0;      // bytes per distinct expert: a multiple of 4096, at least a slot + 4096
   uint32_t buffer = 0;      // which of the consumer's buffers (a reader of it delays its reuse)
+  uint32_t hits = 0;        // 1: the hits that were not pending were copied whole right after the placement
 };
 inline constexpr uint64_t kStagedAlign = 4096;
 // Offset from `base` of the byte at scratchpad offset `scratch_offset` of distinct expert d, `e`.

@@ -16,22 +16,15 @@ constexpr uint32_t kThreads = 256;
 constexpr uint32_t kLoads = 4;         // 16-byte loads a thread has in flight: the link's latency is microseconds
 constexpr uint32_t kMaxBlocks = 1024;  // a 3.5 MB part at 16 KiB a block-round: about 220
 
-// Bytes [b0, b1) of routing id k's part `proj` from the scratchpad into the staging (the product
-// kernel's lookup of the part, so a part it would not read is not copied). Source and destination
-// agree mod 4096 (staged_offset), so one head of at most 15 bytes aligns both for 16-byte loads.
-__global__ void stage_part_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex, const uint32_t* selection,
-                                  uint32_t k, uint32_t proj, uint64_t part_bytes, uint64_t b0, uint64_t b1,
-                                  stream::StagedExperts st) {
-  const uint32_t d = selection[k];
-  const stream::GpuFetchedExpert& e = ex[d];
-  uint64_t off = ~0ull;
-  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
-    if (e.part_proj[p] == proj && e.part_bytes[p] == part_bytes) off = e.part_offset[p];
-  if (off == ~0ull || e.failed != 0) return;  // the product writes NaN for it
-  const uint8_t* src = scratch + off + b0;
-  uint8_t* dst = st.base + stream::staged_offset(st, d, e, off) + b0;
-  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = uint64_t(gridDim.x) * blockDim.x;
-  const uint64_t n = b1 - b0;
+// Whether the copy right after the placement (stage_hits_kernel) took expert e whole: a hit whose
+// bytes were in its slot then (not pending on a prefetch's reads), and that fits a staged expert.
+__device__ bool copied_at_placement(const stream::GpuFetchedExpert& e, const stream::StagedExperts& st) {
+  return st.hits && e.hit && !e.pending && !e.failed && (e.offset & (stream::kStagedAlign - 1)) + e.bytes <= st.stride;
+}
+
+// n bytes src -> dst by threads tid of `threads`. Source and destination agree mod 4096 (staged_offset),
+// so one head of at most 15 bytes aligns both for 16-byte loads, kLoads of them in flight a thread.
+__device__ void copy_span(uint8_t* dst, const uint8_t* src, uint64_t n, uint64_t tid, uint64_t threads) {
   if ((reinterpret_cast<uintptr_t>(src) ^ reinterpret_cast<uintptr_t>(dst)) & 15) {  // a scratchpad not page-aligned
     for (uint64_t i = tid; i < n; i += threads) dst[i] = src[i];
     return;
@@ -53,14 +46,53 @@ __global__ void stage_part_kernel(const uint8_t* scratch, const stream::GpuFetch
   for (uint64_t i = head + n16 * 16 + tid; i < n; i += threads) dst[i] = src[i];
 }
 
+// Bytes [b0, b1) of routing id k's part `proj` from the scratchpad into the staging (the product
+// kernel's lookup of the part, so a part it would not read is not copied), unless the expert was
+// copied whole at its placement.
+__global__ void stage_part_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex, const uint32_t* selection,
+                                  uint32_t k, uint32_t proj, uint64_t part_bytes, uint64_t b0, uint64_t b1,
+                                  stream::StagedExperts st) {
+  const uint32_t d = selection[k];
+  const stream::GpuFetchedExpert& e = ex[d];
+  uint64_t off = ~0ull;
+  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
+    if (e.part_proj[p] == proj && e.part_bytes[p] == part_bytes) off = e.part_offset[p];
+  if (off == ~0ull || e.failed != 0 || copied_at_placement(e, st)) return;  // no such part: the product writes NaN
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = uint64_t(gridDim.x) * blockDim.x;
+  copy_span(st.base + stream::staged_offset(st, d, e, off) + b0, scratch + off + b0, b1 - b0, tid, threads);
+}
+
+// Right after a fetch's placement, beside its reads: routing id blockIdx.y's expert, whole, if it is a
+// hit already in its slot (copied_at_placement). Its products then wait for no read and no copy, so
+// the host link carries the hits while the drive reads the misses, whatever the routing order.
+__global__ void stage_hits_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex, const uint32_t* selection,
+                                  stream::StagedExperts st) {
+  const uint32_t d = selection[blockIdx.y];
+  const stream::GpuFetchedExpert& e = ex[d];
+  if (!copied_at_placement(e, st)) return;
+  const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = uint64_t(gridDim.x) * blockDim.x;
+  copy_span(st.base + stream::staged_offset(st, d, e, e.offset), scratch + e.offset, e.bytes, tid, threads);
+}
+
 }  // namespace
 
 ExpertStaging::ExpertStaging() {
   const char* v = std::getenv("GPUNVME_EXPERT_STAGE");
   enabled_ = !(v && std::string(v) == "0");
+  hits_ = enabled_ && !(v && std::string(v) == "parts");
+  if (!hits_) return;
+  device::check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "expert staging stream");
+  device::check_cuda(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming), "expert staging event");
+  device::check_cuda(cudaEventCreateWithFlags(&hits_done_, cudaEventDisableTiming), "expert staging event");
 }
 
-ExpertStaging::~ExpertStaging() { cudaFree(mem_); }
+ExpertStaging::~ExpertStaging() {
+  if (side_) cudaStreamSynchronize(side_);
+  cudaFree(mem_);
+  if (side_) cudaStreamDestroy(side_);
+  if (before_) cudaEventDestroy(before_);
+  if (hits_done_) cudaEventDestroy(hits_done_);
+}
 
 stream::StagedExperts ExpertStaging::next(ExpertSource& src, uint32_t experts, gpu_stream_t s) {
   const uint64_t slot = src.slot_bytes();
@@ -82,7 +114,21 @@ stream::StagedExperts ExpertStaging::next(ExpertSource& src, uint32_t experts, g
   }
   turn_ ^= 1u;
   src.before_staging(turn_, s);
-  return {base_ + turn_ * buffer_bytes_, stride_, turn_};
+  stream::StagedExperts st{base_ + turn_ * buffer_bytes_, stride_, turn_, 0};
+  if (!hits_) return st;
+  // The side stream after everything `s` waited for (the buffer's last readers) and the placement.
+  const auto cs = reinterpret_cast<cudaStream_t>(s);
+  device::check_cuda(cudaEventRecord(before_, cs), "expert staging event");
+  device::check_cuda(cudaStreamWaitEvent(side_, before_, 0), "expert staging wait");
+  if (!src.after_placement(reinterpret_cast<gpu_stream_t>(side_))) return st;
+  st.hits = 1;
+  const uint64_t rounds = (st.stride / 16 + kThreads * kLoads - 1) / (kThreads * kLoads);
+  const dim3 grid(uint32_t(std::clamp<uint64_t>(rounds, 1, kMaxBlocks / 8)), experts);
+  stage_hits_kernel<<<grid, kThreads, 0, side_>>>(src.scratch(), src.experts(), src.selection(), st);
+  device::check_cuda(cudaGetLastError(), "expert staging: hits kernel");
+  device::check_cuda(cudaEventRecord(hits_done_, side_), "expert staging event");
+  device::check_cuda(cudaStreamWaitEvent(cs, hits_done_, 0), "expert staging wait");
+  return st;
 }
 
 void ExpertStaging::copy(gpu_stream_t s, const ExpertSource& src, const stream::StagedExperts& st, uint32_t k,

@@ -8,8 +8,12 @@
 // in, and the product reads the copy: same bytes, same kernel, same bits. The check then reads the
 // copy in VRAM (stream::StagedExperts), and the next fetch waits only for it to have read the fetch's
 // tables. Two buffers: the check of one fetch reads its buffer while the next fetch fills the other.
-// GPUNVME_EXPERT_STAGE=0 turns it off (products and check read the scratchpad, as before: the A/B
-// switch); so does a failed allocation (the buffers are outside the VRAM budget: 2 x k x an expert).
+// The hits (RAM expert cache, pre-gating's right guesses) need no read: where the source says when
+// the fetch is placed (ExpertSource::after_placement), a kernel on a stream of its own copies them
+// whole right then, while the drive reads the misses, so that the link's work for them is not queued
+// behind a miss earlier in routing order. GPUNVME_EXPERT_STAGE=parts: only the copies part by part;
+// =0: no staging (products and check read the scratchpad, as before: the A/B switches); a failed
+// allocation turns it off too (the buffers are outside the VRAM budget: 2 x k x an expert).
 #pragma once
 #include <cstdint>
 
@@ -28,10 +32,10 @@ class ExpertStaging {
   ExpertStaging(const ExpertStaging&) = delete;
   ExpertStaging& operator=(const ExpertStaging&) = delete;
 
-  // After a fetch of at most `experts` distinct experts from `src` is enqueued on `s`: the buffer its
+  // After a fetch of `experts` routing ids (distinct) from `src` is enqueued on `s`: the buffer its
   // products copy into (the other one than the last fetch's), after `s` waited for its other readers
-  // (ExpertSource::before_staging). Base null: not staged (off, the source has no slot size, or no
-  // memory), so the products read the scratchpad.
+  // (ExpertSource::before_staging) and for the copy of its hits. Base null: not staged (off, the
+  // source has no slot size, or no memory), so the products read the scratchpad.
   stream::StagedExperts next(ExpertSource& src, uint32_t experts, gpu_stream_t s);
   // On `s`, after the wait for the slice: bytes [b0, b1) of routing id k's part `proj` (of `part_bytes`,
   // else nothing is copied, as the product then finds no such part) into `st`.
@@ -41,6 +45,9 @@ class ExpertStaging {
 
  private:
   bool enabled_ = true;
+  bool hits_ = true;          // the hits copied at the placement (stage_hits_kernel)
+  struct CUstream_st* side_ = nullptr;                     // their stream
+  struct CUevent_st *before_ = nullptr, *hits_done_ = nullptr;  // compute -> side, side -> compute
   uint8_t* mem_ = nullptr;     // both buffers (cudaMalloc), aligned up to kStagedAlign at base_
   uint8_t* base_ = nullptr;
   uint64_t stride_ = 0, buffer_bytes_ = 0;

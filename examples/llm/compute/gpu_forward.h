@@ -62,6 +62,9 @@ class ExpertSource {
   // the wait for any other reader of it (the load check's).
   virtual uint64_t slot_bytes() const { return 0; }
   virtual void before_staging(uint32_t /*buffer*/, gpu_stream_t /*stream*/) {}
+  // Makes `stream` wait for the last fetch's placement (which experts are hits, and where), so that the
+  // hits that are not pending can be copied before the fetch's reads end; false: the source cannot.
+  virtual bool after_placement(gpu_stream_t /*stream*/) { return false; }
 
   // Pre-gating: a layer's experts predicted before its routing, from an earlier layer's state, and read
   // ahead while the drive would otherwise idle (gpu_executor.cpp says when that pays). At layer

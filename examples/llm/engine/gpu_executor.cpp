@@ -206,6 +206,10 @@ class FetchedExperts final : public ExpertSource {
     if (buffer < 2 && staged_wait_[buffer])
       device::check_cuda(cudaStreamWaitEvent(reinterpret_cast<cudaStream_t>(s), staged_wait_[buffer], 0), "staging waits for the expert check");
   }
+  bool after_placement(gpu_stream_t s) override {
+    fetcher_.wait_placement(reinterpret_cast<stream::cuda_stream_t>(s));
+    return true;
+  }
   void consumed(uint32_t layer, gpu_stream_t s) override {
     fetcher_.consumed(layer, reinterpret_cast<stream::cuda_stream_t>(s));
   }
