@@ -679,7 +679,8 @@ struct ForcedGeometry {
 // a bias, two matrices of a stack, Q/K/V plain and normed, gate/up/GLU plain and normed, the residual add
 // and the product with its post-norm and add. Widths: 1280 (2 chunks of 32 groups, the second partial),
 // 4096 (4), 8192 (8: one each at 8 warps), 14336 (14: warps of a team take 2 or 1); rows 2 bytes off
-// 16-byte alignment (the unaligned loops); row counts that leave a team's last set partial.
+// 16-byte alignment (the unaligned loops); row counts that leave a team's last set partial. The teams
+// run with warm_rows's L2 prefetch on, the one warp without.
 TEST_CASE("split row sets: every team of warps has the one-warp bits", "[gpu][llm]") {
   REQUIRE_GPU();
   const GgmlType t = GENERATE(from_range(kTypes));
@@ -742,13 +743,13 @@ TEST_CASE("split row sets: every team of warps has the one-warp bits", "[gpu][ll
     CAPTURE(rows);
     std::vector<float> one;
     {
-      const ForcedGeometry f({1, rows});
+      const ForcedGeometry f({1, rows, 1});
       one = run();
     }
     REQUIRE(std::none_of(one.begin(), one.begin() + 3 * R, [](float v) { return std::isnan(v); }));
     for (uint32_t split : {2u, 4u, 8u}) {
       CAPTURE(split);
-      const ForcedGeometry f({split, rows});
+      const ForcedGeometry f({split, rows, 2});  // and the first sets' bytes asked of the L2 (warm_rows)
       const std::vector<float> team = run();
       REQUIRE(team.size() == one.size());
       REQUIRE(std::memcmp(team.data(), one.data(), one.size() * sizeof(float)) == 0);

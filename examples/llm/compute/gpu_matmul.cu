@@ -51,12 +51,12 @@ template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
-                         uint64_t y_stride, uint32_t split) {
+                         uint64_t y_stride, gpu::RowSets sets) {
   extern __shared__ float4 xs[];
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y, split);
+  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y, sets);
 }
 
 // The staged kernel's products (MatrixRows: into rows.y), then y += RMS norm of rows.y times norm_w by
@@ -66,11 +66,11 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
 template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_norm_add_kernel(gpu::MatrixRows rows, uint32_t groups, const float* x, const float* norm_w, float eps, float* y,
-                           uint32_t* done, uint32_t split) {
+                           uint32_t* done, gpu::RowSets sets) {
   static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   extern __shared__ float4 xs[];
   __shared__ bool last;
-  gpu::block_rows<T, R>(rows, groups, x, xs, nullptr, 0.0f, split);
+  gpu::block_rows<T, R>(rows, groups, x, xs, nullptr, 0.0f, sets);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
@@ -89,9 +89,9 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
 template <GgmlType T, uint32_t R, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
-    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps, uint32_t split) {
+    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps, gpu::RowSets sets) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps, split);
+  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps, sets);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -302,7 +302,7 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
       gpu::allow_staged_shared<K>();
       const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
       K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
-                                                                           m.mat_bytes, y, x_stride, y_stride, g.split);
+                                                                           m.mat_bytes, y, x_stride, y_stride, g.sets);
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
@@ -342,7 +342,7 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
       // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
       const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps, g.split);
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps, g.sets);
       launched = true;
     };
     if constexpr (Rows::kPairs) {
@@ -405,7 +405,8 @@ uint32_t env_count(const char* name) {
   return v ? uint32_t(std::strtoul(v, nullptr, 10)) : 0;
 }
 // gpu_matvec_force's geometry, 0 where the shape chooses.
-std::atomic<uint32_t> forced_split{env_count("GPUNVME_MATVEC_SPLIT")}, forced_rows{env_count("GPUNVME_MATVEC_ROWS")};
+std::atomic<uint32_t> forced_split{env_count("GPUNVME_MATVEC_SPLIT")}, forced_rows{env_count("GPUNVME_MATVEC_ROWS")},
+    forced_warm{env_count("GPUNVME_MATVEC_WARM")};
 }  // namespace
 
 // Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
@@ -444,12 +445,14 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
     const uint64_t with = bytes + share_sums_bytes(groups, split);
     if (split > 1 && with + 1024 <= d.shared_per_block &&
         per_sm(with) >= std::min<uint64_t>(per_sm(bytes), kStagedMinBlocks))
-      l.split = split;
+      l.sets.split = split;
+    const uint32_t warm = forced_warm.load();
+    l.sets.warm = warm == 2;
   }
-  const uint64_t total = bytes + share_sums_bytes(groups, l.split);
+  const uint64_t total = bytes + share_sums_bytes(groups, l.sets.split);
   l.shared_bytes = uint32_t(total);
   const uint64_t resident = d.sms * per_sm(total);
-  const uint64_t per_block = (l.two_rows ? 2 : 1) * kStagedWarps / l.split;
+  const uint64_t per_block = (l.two_rows ? 2 : 1) * kStagedWarps / l.sets.split;
   const uint64_t needed = (rows + per_block - 1) / per_block;
   l.blocks = uint32_t(std::max<uint64_t>(1, std::min(needed, (resident + count - 1) / count)));
   return l;
@@ -460,6 +463,7 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 void gpu_matvec_force(MatvecGeometry g) {
   gpu::forced_split = g.split;
   gpu::forced_rows = g.rows;
+  gpu::forced_warm = g.warm;
 }
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
@@ -553,7 +557,7 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
       const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
       K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
-                                                                                                   eps, y, done, g.split);
+                                                                                                   eps, y, done, g.sets);
       launched = true;
     };
     if (g.two_rows) launch.template operator()<2>();

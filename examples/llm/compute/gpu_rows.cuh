@@ -313,19 +313,47 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
   __syncthreads();
 }
 
+// How block_rows's warps take their rows: `split` warps a set (1, 2, 4 or 8: gpu_row_share.cuh), and
+// `warm`: rows read directly (not through RowChunks) have their first set's bytes asked of the L2 cache
+// (warm_rows) before the block stages x.
+struct RowSets {
+  uint32_t split = 1;
+  bool warm = false;
+};
+
+// A prefetch of this warp's share of a set's bytes into the L2 cache, a 128-byte line a lane at a time, for
+// the rows whose first loads would otherwise wait for DRAM after the block has staged x (and normalized it).
+// No register holds anything: the loads that follow find the bytes in the L2. Not inlined: inlined, two
+// rows a warp of Q4_K spilled 20 bytes a thread (8 around the call).
+template <GgmlType T, uint32_t R>
+__device__ __noinline__ void warm_rows(const uint8_t* const (&row)[R], uint32_t groups, uint32_t index, uint32_t warps, uint32_t lane) {
+  constexpr auto info = gguf::ggml_traits(T);
+  constexpr uint32_t chunk = 32 * kGroup / info.block_size * info.type_size;  // 32 groups
+  const uint32_t bytes = groups * kGroup / info.block_size * info.type_size;  // x fits in shared memory: < 2^32
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) {
+    const uint8_t* line = row[r] - (reinterpret_cast<uintptr_t>(row[r]) & 127u);  // the row's first 128-byte line
+    const uint32_t skip = uint32_t(row[r] - line);
+    for (uint32_t c0 = index * chunk; c0 < bytes; c0 += warps * chunk)
+      for (uint32_t o = ((skip + c0) & ~127u) + 128 * lane; o < skip + min(c0 + chunk, bytes); o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(line + o));
+  }
+}
+
 // Every row of `rows` times x (each row's arithmetic warp_dot_row's, whatever the set): the block stages
 // x into xs (stage_vector), its warps take R rows each and the blocks stride over the rows (each block
 // stages x once, however many rows it computes). The block's dynamic shared memory holds x's groups,
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
-// `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x. With `split` > 1 (1,
-// 2, 4 or 8), a set's groups are shared by a team of that many warps (gpu_row_share.cuh), their sums in
+// `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x. With sets.split > 1, a
+// set's groups are shared by a team of that many warps (gpu_row_share.cuh), their sums in
 // share_sums_bytes after the weight chunks: two buffers a team, used by turns, so that a team's warps go
 // on to their next set while its first warp still reads the last one's sums.
 template <GgmlType T, uint32_t R, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
-                                  float eps = 0.0f, uint32_t split = 1) {
+                                  float eps = 0.0f, RowSets sets = {}) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
+  const uint32_t split = sets.split;
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, team = warp / split, per_block = R * (blockDim.x / 32 / split);
   const uint32_t n = rows.count;
   const bool stage = rows.template stageable<T>();
@@ -349,6 +377,10 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     rows_from(first0, p);
     RowChunks<T, R>(p, groups, lane, buf, share.index, share.warps).start();
     started = true;
+  } else if (sets.warm && first0 < n) {
+    const uint8_t* p[R];
+    rows_from(first0, p);
+    warm_rows<T, R>(p, groups, share.index, share.warps, lane);
   }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
@@ -379,8 +411,8 @@ constexpr uint32_t share_sums_bytes(uint32_t groups, uint32_t split) {
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
 template <GgmlType T, uint32_t R>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
-                                  float4* xs, const float* bias, float* y, uint32_t split = 1) {
-  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs, nullptr, 0.0f, split);
+                                  float4* xs, const float* bias, float* y, RowSets sets = {}) {
+  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs, nullptr, 0.0f, sets);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
@@ -389,7 +421,7 @@ __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t
 struct StagedLaunch {
   bool staged = false;
   bool two_rows = false;  // kRowsPerWarp 2 for tall matrices; 1 keeps more blocks busy on short ones
-  uint32_t split = 1;     // warps a row set (block_rows), 1 unless asked for with `teams`
+  RowSets sets;           // split: 1 unless asked for with `teams`
   uint32_t blocks = 0;
   uint32_t shared_bytes = 0;
 };
