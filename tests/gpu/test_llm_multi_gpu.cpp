@@ -58,6 +58,13 @@ std::vector<float> batched(host::Controller& c, const llm::ModelOnDevice& m, llm
   return out;
 }
 
+// The model's steps on the default GPU, every layer resident: what a case holds its GPUs' run to.
+std::vector<std::vector<float>> resident_steps(const test::Opened& o, llm::ExecStats* stats) {
+  llm::GpuExecOptions one;
+  one.resident_layers = o.m.config.n_layer;
+  return test::run(*o.ctrl, o.m, one, stats);
+}
+
 }  // namespace
 
 TEST_CASE("llm --gpus 2: tokens and logits of one GPU to the bit, resident and streamed, dense and MoE") {
@@ -114,12 +121,11 @@ TEST_CASE("llm --gpus device=0: one GPU by id gives the default GPU's logits to 
   REQUIRE_GPU();
   test::DeployedModel d(0, "multi-gpu-test");
   test::Opened o(d.device);
-  llm::GpuExecOptions one;
-  one.resident_layers = o.m.config.n_layer;
   llm::ExecStats s1, s2;
-  const auto want = test::run(*o.ctrl, o.m, one, &s1);
+  const auto want = resident_steps(o, &s1);
   CHECK(s1.gpus.empty());  // the default GPU: the single-GPU report
-  llm::GpuExecOptions by_id = one;
+  llm::GpuExecOptions by_id;
+  by_id.resident_layers = o.m.config.n_layer;
   by_id.gpu_ids = {0};
   check_steps(test::run(*o.ctrl, o.m, by_id, &s2), want);
   REQUIRE(s2.gpus.size() == 1);
@@ -265,10 +271,8 @@ TEST_CASE("llm --gpus 1,0 without budgets: the split by each GPU's free memory, 
   REQUIRE_TWO_GPUS();
   test::DeployedModel d(0, "multi-gpu-test");
   test::Opened o(d.device);
-  llm::GpuExecOptions one;
-  one.resident_layers = o.m.config.n_layer;
   llm::ExecStats s1, s2;
-  const auto want = test::run(*o.ctrl, o.m, one, &s1);
+  const auto want = resident_steps(o, &s1);
   llm::GpuExecOptions two;  // no --vram-budget, no --resident: each GPU's range by what it has free
   two.gpus = 2;
   two.gpu_ids = {1, 0};  // GPU 1 runs the first layers and the embeddings, GPU 0 the rest and the head
