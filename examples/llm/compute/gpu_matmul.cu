@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -47,30 +46,31 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 }
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-template <GgmlType T, uint32_t R>
+// `J`: Q4_K's joint two-row loop (q4k_joint).
+template <GgmlType T, uint32_t R, int J>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
-                         uint64_t y_stride, gpu::RowSets sets) {
+                         uint64_t y_stride) {
   extern __shared__ float4 xs[];
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y, sets);
+  gpu::block_rows<T, R, J>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 // The staged kernel's products (MatrixRows: into rows.y), then y += RMS norm of rows.y times norm_w by
 // the launch's last block to finish (gpu_matvec_norm_add): each block's stores of its rows are made
 // visible device-wide (__threadfence) before it counts itself done, so the last one reads every row; it
 // then resets the counter for the next launch.
-template <GgmlType T, uint32_t R>
+template <GgmlType T, uint32_t R, int J>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_norm_add_kernel(gpu::MatrixRows rows, uint32_t groups, const float* x, const float* norm_w, float eps, float* y,
-                           uint32_t* done, gpu::RowSets sets) {
+                           uint32_t* done) {
   static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   extern __shared__ float4 xs[];
   __shared__ bool last;
-  gpu::block_rows<T, R>(rows, groups, x, xs, nullptr, 0.0f, sets);
+  gpu::block_rows<T, R, J>(rows, groups, x, xs);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
@@ -87,11 +87,32 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, class Rows>
+template <GgmlType T, uint32_t R, int J, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
-    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps, gpu::RowSets sets) {
+    matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps, sets);
+  gpu::block_rows<T, R, J>(rows, groups, x, xs, norm_w, eps);
+}
+
+// GPUNVME_Q4K_JOINT=1 or 2 (A/B, issue 36): Q4_K's two-row sets through gpu_rows_lean.cuh's
+// warp_dot_rows_q4k_joint (x read once for both rows; the same bits; 2: its loads pinned). Read once.
+int q4k_joint() {
+  static const int j = [] {
+    const char* v = std::getenv("GPUNVME_Q4K_JOINT");
+    return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;
+  }();
+  return j;
+}
+
+// f.template operator()<R, J>(): J = q4k_joint() for Q4_K's two-row sets, else 0 (the other
+// instantiations are never made).
+template <GgmlType T, uint32_t R, class F>
+void with_joint(F&& f) {
+  if constexpr (T == GgmlType::Q4_K && R == 2) {
+    if (q4k_joint() == 1) return f.template operator()<R, 1>();
+    if (q4k_joint() == 2) return f.template operator()<R, 2>();
+  }
+  f.template operator()<R, 0>();
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -294,23 +315,23 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type, {.teams = true}) : gpu::StagedLaunch{};
+  const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
-    auto staged = [&]<uint32_t R>() {
-      constexpr auto K = matvec_staged_kernel<T, R>;
+    auto staged = [&]<uint32_t R, int J>() {
+      constexpr auto K = matvec_staged_kernel<T, R, J>;
       gpu::allow_staged_shared<K>();
       const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
       K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
-                                                                           m.mat_bytes, y, x_stride, y_stride, g.sets);
+                                                                           m.mat_bytes, y, x_stride, y_stride);
     };
     if (!g.staged)
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
           m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y, x_stride, y_stride);
     else if (g.two_rows)
-      staged.template operator()<2>();
+      with_joint<T, 2>(staged);
     else
-      staged.template operator()<1>();
+      with_joint<T, 1>(staged);
   });
 }
 
@@ -332,24 +353,25 @@ struct AddRows : gpu::MatrixRows {
 template <class Rows>
 bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
                  float eps = 0.0f) {
-  const gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type, {.teams = true, .pairs = Rows::kPairs});
+  gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
   if (!g.staged) return false;
+  if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
   bool launched = false;
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    auto launch = [&]<uint32_t R>() {
-      constexpr auto K = matvec_rows_kernel<T, R, Rows>;
+    auto launch = [&]<uint32_t R, int J>() {
+      constexpr auto K = matvec_rows_kernel<T, R, J, Rows>;
       // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
       const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
-      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps, g.sets);
+      K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
       launched = true;
     };
     if constexpr (Rows::kPairs) {
-      launch.template operator()<2>();
+      with_joint<T, 2>(launch);
     } else {
-      if (g.two_rows) launch.template operator()<2>();
-      else launch.template operator()<1>();
+      if (g.two_rows) with_joint<T, 2>(launch);
+      else with_joint<T, 1>(launch);
     }
   });
   return launched;
@@ -399,72 +421,30 @@ const DeviceLimits& device_limits() {
 uint32_t staged_shared_limit() { return device_limits().shared_per_block; }
 uint32_t device_sms() { return device_limits().sms; }
 
-namespace {
-uint32_t env_count(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? uint32_t(std::strtoul(v, nullptr, 10)) : 0;
-}
-// gpu_matvec_force's geometry, 0 where the shape chooses.
-std::atomic<uint32_t> forced_split{env_count("GPUNVME_MATVEC_SPLIT")}, forced_rows{env_count("GPUNVME_MATVEC_ROWS")},
-    forced_warm{env_count("GPUNVME_MATVEC_WARM")};
-}  // namespace
-
 // Blocks: enough for every row, but no more than can be resident at once (by shared memory; a block
 // beyond that would only stage x again). Two rows per warp when there are more rows than warps resident
 // at once (kStagedMinBlocks blocks an SM): then some warps take two rows either way, one after the other at one row a warp, side by side (sharing
 // x's loads and each other's load latency) at two. Llama-3-8B's 4096-row O and down projections on 132
 // SMs: 3,168 warps, 928 of them taking a second row after the first, where 2,048 pairs need no second round.
-// Shared memory: x, then the warps' weight chunks (gpu_rows.cuh's weight_stage_bytes), then with teams
-// the group sums (share_sums_bytes).
-// Teams (issue 36, gpu_row_share.cuh): the most warps a set (up to 8, no more than the row's chunks of 32
-// groups) for which every set's team is resident at once, so that a matrix of few rows still has every
-// warp in flight and each walks a shorter chain of loads; none where the sums would cost the launch
-// resident blocks.
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, StagedUse use) {
+// Shared memory: x, then the warps' weight chunks (gpu_rows.cuh's weight_stage_bytes).
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type) {
   StagedLaunch l;
-  const uint32_t groups = cols / kGroup;
-  const uint64_t bytes = uint64_t(groups) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type) : 0);
+  const uint64_t bytes =
+      uint64_t(cols / kGroup) * kGroup * sizeof(float) + (cols >= kGroup ? weight_stage_bytes(type) : 0);
   const DeviceLimits& d = device_limits();
   if (bytes == 0 || bytes > d.shared_per_block || rows == 0 || count == 0) return l;
   l.staged = true;
-  auto per_sm = [&](uint64_t b) { return std::clamp<uint64_t>(d.shared_per_sm / (b + 1024), 1, 2048 / (kStagedWarps * 32)); };
-  const uint32_t force_rows = forced_rows.load(), force_split = forced_split.load();
-  l.two_rows = use.pairs || (force_rows ? force_rows >= 2 : uint64_t(rows) * count > uint64_t(d.sms) * kStagedMinBlocks * kStagedWarps);
-  const uint64_t sets = (l.two_rows ? (uint64_t(rows) + 1) / 2 : rows) * count;
-  if (use.teams) {
-    const uint32_t chunks = (groups + 31) / 32;
-    uint32_t cap = 1;  // a power of two, at most kStagedWarps and chunks
-    while (2 * cap <= kStagedWarps && 2 * cap <= chunks) cap *= 2;
-    uint32_t split = 1;
-    if (force_split) {
-      while (2 * split <= std::min(force_split, cap)) split *= 2;
-    } else {
-      const uint64_t warps = d.sms * std::min<uint64_t>(per_sm(bytes), kStagedMinBlocks) * kStagedWarps;
-      while (2 * split <= cap && sets * 2 * split <= warps) split *= 2;
-    }
-    const uint64_t with = bytes + share_sums_bytes(groups, split);
-    if (split > 1 && with + 1024 <= d.shared_per_block &&
-        per_sm(with) >= std::min<uint64_t>(per_sm(bytes), kStagedMinBlocks))
-      l.sets.split = split;
-    const uint32_t warm = forced_warm.load();
-    l.sets.warm = warm == 2;
-  }
-  const uint64_t total = bytes + share_sums_bytes(groups, l.sets.split);
-  l.shared_bytes = uint32_t(total);
-  const uint64_t resident = d.sms * per_sm(total);
-  const uint64_t per_block = (l.two_rows ? 2 : 1) * kStagedWarps / l.sets.split;
+  l.shared_bytes = uint32_t(bytes);
+  const uint64_t per_sm = std::clamp<uint64_t>(d.shared_per_sm / (bytes + 1024), 1, 2048 / (kStagedWarps * 32));
+  const uint64_t resident = d.sms * per_sm;
+  l.two_rows = uint64_t(rows) * count > uint64_t(d.sms) * kStagedMinBlocks * kStagedWarps;
+  const uint64_t per_block = (l.two_rows ? 2 : 1) * kStagedWarps;
   const uint64_t needed = (rows + per_block - 1) / per_block;
   l.blocks = uint32_t(std::max<uint64_t>(1, std::min(needed, (resident + count - 1) / count)));
   return l;
 }
 
 }  // namespace gpu
-
-void gpu_matvec_force(MatvecGeometry g) {
-  gpu::forced_split = g.split;
-  gpu::forced_rows = g.rows;
-  gpu::forced_warm = g.warm;
-}
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   with_weight_type(m.type, [&](auto type) {
@@ -546,22 +526,22 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
                          float eps, float* y, uint32_t* done) {
   if (m.sel || !norm_w || !done) return false;
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
-  const gpu::StagedLaunch g = gpu::staged_launch(m.rows, m.cols, 1, m.type, {.teams = true});
+  const gpu::StagedLaunch g = gpu::staged_launch(m.rows, m.cols, 1, m.type);
   if (!g.staged) return false;
   const gpu::MatrixRows rows{m.w, m.row_bytes, m.rows, bias, tmp};
   bool launched = false;
   with_weight_type(m.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    auto launch = [&]<uint32_t R>() {
-      constexpr auto K = matvec_norm_add_kernel<T, R>;
+    auto launch = [&]<uint32_t R, int J>() {
+      constexpr auto K = matvec_norm_add_kernel<T, R, J>;
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
       const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
       K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
-                                                                                                   eps, y, done, g.sets);
+                                                                                                   eps, y, done);
       launched = true;
     };
-    if (g.two_rows) launch.template operator()<2>();
-    else launch.template operator()<1>();
+    if (g.two_rows) with_joint<T, 2>(launch);
+    else with_joint<T, 1>(launch);
   });
   return launched;
 }

@@ -102,17 +102,6 @@ bool gpu_matvec_norm_add(gpu_stream_t s, const GpuMatrix& m, const float* x, con
 // single token's dense FFN (which gpu_matvec_glu computes in its epilogue, with these bits).
 void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct act);
 
-// The single-token kernels' row sets, forced for every launch after the call (tests and A/B runs; 0: chosen
-// by the matrix's shape, the default): `split` warps share a set's groups (1, 2, 4 or 8: fewer where a row
-// has fewer chunks of 32 groups or the group sums would not fit in shared memory; gpu_row_share.cuh),
-// `rows` rows a set (1 or 2; a gate/up launch keeps 2); `warm` 1 off, 2 on: each warp asks the L2 cache
-// for its first set's bytes while the block stages x (gpu_rows.cuh's warm_rows). Every choice gives the
-// same bits. GPUNVME_MATVEC_SPLIT, GPUNVME_MATVEC_ROWS and GPUNVME_MATVEC_WARM set them at start.
-struct MatvecGeometry {
-  uint32_t split = 0, rows = 0, warm = 0;
-};
-void gpu_matvec_force(MatvecGeometry g);
-
 // The batched kernel for any n (n == 1 included, for the tests) and any row width.
 void gpu_matmul_batched(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
 

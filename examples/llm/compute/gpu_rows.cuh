@@ -21,7 +21,6 @@
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_matmul.h"
 #include "examples/llm/compute/gpu_norm.cuh"
-#include "examples/llm/compute/gpu_row_share.cuh"
 #include "examples/llm/compute/gpu_rows_lean.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "runtime/gguf/ggml_types.h"
@@ -115,30 +114,39 @@ __device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
+// warp_dot_rows_q4k as a call of its own: beside the joint loop (warp_dot_rows with Joint), inlined, it
+// spilled 180 bytes a thread; its rows (not 16-byte aligned) are rare.
+template <uint32_t R>
+__device__ __noinline__ void warp_dot_rows_q4k_apart(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
+                                                     uint32_t lane, float (&out)[R]) {
+  warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
+}
+
 // warp_dot_rows for the other types: each group dequantized whole (dequant_group), then its sums.
-template <GgmlType T, uint32_t R, bool Shared>
+template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                             uint32_t lane, const GroupShare& share, float (&out)[R]) {
-  LaneSums<R, Shared> acc(share);
-  for (uint32_t grp = acc.first_group(lane); grp < groups; grp += acc.step()) {
+                                             uint32_t lane, float (&out)[R]) {
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  for (uint32_t grp = lane; grp < groups; grp += 32) {
     float4 xv[kGroup / 4];
     staged_group(xs, grp, xv);
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) {
       float g[kGroup];
       dequant_group<T>(row[r], grp, g);
-      acc.add(r, grp, group_dot(g, xv));
+      part[r] += group_dot(g, xv);
     }
   }
-  acc.finish(out);
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
 // A warp's pipeline of its R rows' bytes through shared memory (see kWeightStages), chunk by chunk (chunk
-// c: groups 32c .. 32c + 31 of every row, whole blocks); the warp's j-th chunk is chunk first + j * step
-// (a team's share, gpu_row_share.cuh; 0 and 1: every chunk), `mine` of them. start() copies the first
-// kWeightStages - 1; arrive(j), before the j-th is read, starts the copy of the (j + kWeightStages - 1)-th
-// (into the buffer the (j - 1)-th used) and waits for the j-th's; release(), after it is read, lets its
-// buffer be refilled.
+// c: groups 32c .. 32c + 31 of every row, whole blocks). start() copies the first kWeightStages - 1 chunks;
+// arrive(c), before chunk c is read, starts the copy of chunk c + kWeightStages - 1 (into the buffer
+// chunk c - 1 used) and waits for chunk c's; release(), after chunk c is read, lets its buffer be refilled.
 // Every lane of the warp takes part in each call. `buf`: this warp's kWeightStages x R spans. Every row
 // must start 16-byte aligned and end on a 16-byte boundary (weight_rows_stageable): the copy then reads
 // no byte outside it.
@@ -146,32 +154,26 @@ template <GgmlType T, uint32_t R>
 struct RowChunks {
   static constexpr uint32_t kChunk = weight_chunk_bytes(T), kSpan = weight_stage_span(T);
   const uint8_t* const (&row)[R];
-  uint32_t groups, chunk0, stride, mine, lane;
+  uint32_t groups, chunks, lane;
   uint8_t* buf;
 
-  __device__ RowChunks(const uint8_t* const (&rows)[R], uint32_t groups_, uint32_t lane_, uint8_t* buf_, uint32_t first_ = 0,
-                       uint32_t step_ = 1)
-      : row(rows), groups(groups_), chunk0(first_), stride(step_), lane(lane_), buf(buf_) {
-    const uint32_t chunks = (groups_ + 31) / 32;
-    mine = first_ < chunks ? (chunks - first_ + step_ - 1) / step_ : 0;
-  }
+  __device__ RowChunks(const uint8_t* const (&rows)[R], uint32_t groups_, uint32_t lane_, uint8_t* buf_)
+      : row(rows), groups(groups_), chunks((groups_ + 31) / 32), lane(lane_), buf(buf_) {}
 
-  __device__ uint32_t chunk(uint32_t j) const { return chunk0 + j * stride; }
-  // The j-th chunk of row r in shared memory: its offset within a 16-byte unit is kept, so the decode's
-  // aligned loads (load_words) stay as wide as from global memory. Group `lane` of it is group
-  // 32 chunk(j) + lane of the row.
-  __device__ const uint8_t* at(uint32_t j, uint32_t r) const {
-    const uintptr_t from = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(chunk(j)) * kChunk;
-    return buf + ((j % kWeightStages) * R + r) * kSpan + (from & 15u);
+  // Chunk c of row r in shared memory: its offset within a 16-byte unit is kept, so the decode's aligned
+  // loads (load_words) stay as wide as from global memory. Group `lane` of it is group 32c + lane of the row.
+  __device__ const uint8_t* at(uint32_t c, uint32_t r) const {
+    const uintptr_t from = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk;
+    return buf + ((c % kWeightStages) * R + r) * kSpan + (from & 15u);
   }
-  __device__ void issue(uint32_t j) const {  // always one commit group, empty past the last chunk
-    if (j < mine) {
-      const uint32_t c = chunk(j), bytes = min(32u, groups - 32 * c) * kChunk / 32;  // a partial chunk is whole blocks
+  __device__ void issue(uint32_t c) const {  // always one commit group, empty past the last chunk
+    if (c < chunks) {
+      const uint32_t bytes = min(32u, groups - 32 * c) * kChunk / 32;  // a partial chunk is whole blocks
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) {
         const uintptr_t from = reinterpret_cast<uintptr_t>(row[r]) + uint64_t(c) * kChunk, first = from & ~uintptr_t(15);
         const uint32_t units = uint32_t((from + bytes + 15 - first) / 16);
-        uint8_t* dst = buf + ((j % kWeightStages) * R + r) * kSpan;
+        uint8_t* dst = buf + ((c % kWeightStages) * R + r) * kSpan;
         for (uint32_t u = lane; u < units; u += 32) cp_async_16(dst + 16 * u, reinterpret_cast<const void*>(first + 16 * u));
       }
     }
@@ -179,11 +181,11 @@ struct RowChunks {
   }
   __device__ void start() const {
 #pragma unroll
-    for (uint32_t j = 0; j + 1 < kWeightStages; ++j) issue(j);
+    for (uint32_t c = 0; c + 1 < kWeightStages; ++c) issue(c);
   }
-  __device__ void arrive(uint32_t j) const {
-    issue(j + kWeightStages - 1);
-    cp_async_wait<kWeightStages - 1>();  // this lane's copies of its j-th chunk are done ...
+  __device__ void arrive(uint32_t c) const {
+    issue(c + kWeightStages - 1);
+    cp_async_wait<kWeightStages - 1>();  // this lane's copies of chunk c are done ...
     __syncwarp();                        // ... and every lane's are visible
   }
   __device__ void release() const { __syncwarp(); }
@@ -199,34 +201,36 @@ __device__ inline bool weight_rows_stageable(const uint8_t* w, uint64_t row_byte
 // from chunk c, in warp_dot_row's order.
 // `started`: the caller already ran start() for these rows (block_rows, while the block staged x). Q6_K
 // through gpu_rows_lean.cuh's q6k_chunk_dot (the same bits, fewer shifts).
-template <GgmlType T, uint32_t R, bool Shared>
+template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                            uint32_t lane, uint8_t* buf, bool started, const GroupShare& share,
-                                            float (&out)[R]) {
-  LaneSums<R, Shared> acc(share);
-  const RowChunks<T, R> ch(row, groups, lane, buf, acc.first_chunk(), acc.chunk_step());
+                                            uint32_t lane, uint8_t* buf, bool started, float (&out)[R]) {
+  const RowChunks<T, R> ch(row, groups, lane, buf);
   if (!started) ch.start();
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
   [[maybe_unused]] const Q6kLane q6(lane);
-  for (uint32_t j = 0; j < ch.mine; ++j) {
-    ch.arrive(j);
-    const uint32_t grp = 32 * ch.chunk(j) + lane;
+  for (uint32_t c = 0; c < ch.chunks; ++c) {
+    ch.arrive(c);
+    const uint32_t grp = 32 * c + lane;
     if (grp < groups) {
       float4 xv[kGroup / 4];
       staged_group(xs, grp, xv);
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) {
         if constexpr (T == GgmlType::Q6_K) {  // gpu_rows_lean.cuh: the same sums, fewer shifts
-          acc.add(r, grp, q6k_chunk_dot(ch.at(j, r), q6, xv));
+          part[r] += q6k_chunk_dot(ch.at(c, r), q6, xv);
         } else {
           float g[kGroup];
-          dequant_group<T>(ch.at(j, r), lane, g);
-          acc.add(r, grp, group_dot(g, xv));
+          dequant_group<T>(ch.at(c, r), lane, g);
+          part[r] += group_dot(g, xv);
         }
       }
     }
     ch.release();
   }
-  acc.finish(out);
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
 // R rows (pointers, every one valid; duplicates allowed) times the staged x by one warp; out[r] in every
@@ -236,31 +240,29 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // unquantized types go through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned, and Q6_K's
 // staged chunks through its q6k_chunk_dot (the same bits); rows that are not aligned take this file's
 // loops.
-template <GgmlType T, uint32_t R, bool Shared>
-__device__ inline void warp_dot_rows_as(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                        bool stage, uint8_t* buf, bool started, const GroupShare& share, float (&out)[R]) {
+// `Joint` (A/B, Q4_K at two rows a warp): 1, 2: gpu_rows_lean.cuh's warp_dot_rows_q4k_joint (2: its loads
+// pinned) instead of the lean loop.
+template <GgmlType T, uint32_t R, int Joint = 0>
+__device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
+                                     bool stage, uint8_t* buf, bool started, float (&out)[R]) {
   if constexpr (weight_chunk_bytes(T) != 0) {
-    if (stage) return warp_dot_rows_staged<T, R, Shared>(row, groups, xs, lane, buf, started, share, out);
+    if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R, Shared>(row, groups, xs, lane, share, out);
+    if (rows_aligned16(row)) {
+      if constexpr (Joint != 0 && R == 2) return warp_dot_rows_q4k_joint<Joint == 2>(row, groups, xs, lane, out);
+      else return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
+    }
   }
   if constexpr (kPlainLean<T>) {
-    if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R, Shared>(row, groups, xs, lane, share, out);
+    if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
   }
-  // A team's unaligned Q4_K rows without the group ahead (dequant_group's Q4_K case is load_q4k_group's
-  // and decode_q4k_group's: the same values): with it, the share's fields spilled 80 bytes a thread.
-  if constexpr (T == GgmlType::Q4_K && !Shared)
+  if constexpr (T == GgmlType::Q4_K && Joint != 0)
+    warp_dot_rows_q4k_apart<R>(row, groups, xs, lane, out);
+  else if constexpr (T == GgmlType::Q4_K)
     warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
   else
-    warp_dot_rows_dequant<T, R, Shared>(row, groups, xs, lane, share, out);
-}
-// With `share.sums`: this warp's share of a team's set, its group sums into shared memory (out unset).
-template <GgmlType T, uint32_t R>
-__device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
-                                     bool stage, uint8_t* buf, bool started, const GroupShare& share, float (&out)[R]) {
-  if (share.sums) warp_dot_rows_as<T, R, true>(row, groups, xs, lane, stage, buf, started, share, out);
-  else warp_dot_rows_as<T, R, false>(row, groups, xs, lane, stage, buf, started, share, out);
+    warp_dot_rows_dequant<T, R>(row, groups, xs, lane, out);
 }
 
 // The rows block_rows computes and where their results go. A row set has `count` rows (row(i): the bytes
@@ -313,54 +315,20 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
   __syncthreads();
 }
 
-// How block_rows's warps take their rows: `split` warps a set (1, 2, 4 or 8: gpu_row_share.cuh), and
-// `warm`: rows read directly (not through RowChunks) have their first set's bytes asked of the L2 cache
-// (warm_rows) before the block stages x.
-struct RowSets {
-  uint32_t split = 1;
-  bool warm = false;
-};
-
-// A prefetch of this warp's share of a set's bytes into the L2 cache, a 128-byte line a lane at a time, for
-// the rows whose first loads would otherwise wait for DRAM after the block has staged x (and normalized it).
-// No register holds anything: the loads that follow find the bytes in the L2. Not inlined: inlined, two
-// rows a warp of Q4_K spilled 20 bytes a thread (8 around the call).
-template <GgmlType T, uint32_t R>
-__device__ __noinline__ void warm_rows(const uint8_t* const (&row)[R], uint32_t groups, uint32_t index, uint32_t warps, uint32_t lane) {
-  constexpr auto info = gguf::ggml_traits(T);
-  constexpr uint32_t chunk = 32 * kGroup / info.block_size * info.type_size;  // 32 groups
-  const uint32_t bytes = groups * kGroup / info.block_size * info.type_size;  // x fits in shared memory: < 2^32
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) {
-    const uint8_t* line = row[r] - (reinterpret_cast<uintptr_t>(row[r]) & 127u);  // the row's first 128-byte line
-    const uint32_t skip = uint32_t(row[r] - line);
-    for (uint32_t c0 = index * chunk; c0 < bytes; c0 += warps * chunk)
-      for (uint32_t o = ((skip + c0) & ~127u) + 128 * lane; o < skip + min(c0 + chunk, bytes); o += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(line + o));
-  }
-}
-
 // Every row of `rows` times x (each row's arithmetic warp_dot_row's, whatever the set): the block stages
 // x into xs (stage_vector), its warps take R rows each and the blocks stride over the rows (each block
 // stages x once, however many rows it computes). The block's dynamic shared memory holds x's groups,
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
-// `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x. With sets.split > 1, a
-// set's groups are shared by a team of that many warps (gpu_row_share.cuh), their sums in
-// share_sums_bytes after the weight chunks: two buffers a team, used by turns, so that a team's warps go
-// on to their next set while its first warp still reads the last one's sums.
-template <GgmlType T, uint32_t R, class Rows>
+// `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
+template <GgmlType T, uint32_t R, int Joint = 0, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
-                                  float eps = 0.0f, RowSets sets = {}) {
+                                  float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
-  const uint32_t split = sets.split;
-  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, team = warp / split, per_block = R * (blockDim.x / 32 / split);
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32);
   const uint32_t n = rows.count;
   const bool stage = rows.template stageable<T>();
-  uint8_t* const chunks = reinterpret_cast<uint8_t*>(xs + 8 * groups);
-  uint8_t* buf = chunks + warp * (weight_stage_bytes(T) / kStagedWarps);
-  GroupShare share{warp % split, split, nullptr, groups};
-  float* const team_sums = reinterpret_cast<float*>(chunks + weight_stage_bytes(T)) + 2 * team * kMaxRowsPerWarp * groups;
+  uint8_t* buf = reinterpret_cast<uint8_t*>(xs + 8 * groups) + warp * (weight_stage_bytes(T) / kStagedWarps);
   auto rows_from = [&](uint32_t first, const uint8_t* (&p)[R]) {  // a partial last set repeats the last row
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));
@@ -369,50 +337,31 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
   // evenly among the warps (8192 rows in pairs over 3 blocks of 8 warps on 132 SMs: 1.29 sets a warp), the
   // warps that take one more are spread over every block and SM, not packed into the first blocks (whose
   // SMs then ran a whole extra round while the others idled).
-  // (Teams: set i to team i / gridDim.x of block i % gridDim.x.)
-  const uint32_t first0 = (team * gridDim.x + blockIdx.x) * R;
+  const uint32_t first0 = (warp * gridDim.x + blockIdx.x) * R;
   bool started = false;
   if (stage && first0 < n) {
     const uint8_t* p[R];
     rows_from(first0, p);
-    RowChunks<T, R>(p, groups, lane, buf, share.index, share.warps).start();
+    RowChunks<T, R>(p, groups, lane, buf).start();
     started = true;
-  } else if (sets.warm && first0 < n) {
-    const uint8_t* p[R];
-    rows_from(first0, p);
-    warm_rows<T, R>(p, groups, share.index, share.warps, lane);
   }
   stage_vector(x, groups, xs);  // the whole block, then a barrier
   if (norm_w) norm_staged(x, groups, xs, norm_w, eps);
-  uint32_t turn = 0;
-  for (uint32_t first = first0; first < n; first += gridDim.x * per_block, turn ^= 1) {
+  for (uint32_t first = first0; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    if (split > 1) share.sums = team_sums + turn * kMaxRowsPerWarp * groups;
-    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, share, dot);
+    warp_dot_rows<T, R, Joint>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
-    if (split > 1) {
-      // Every group's sum is in share.sums. A warp writes this buffer again two sets on, after the
-      // next set's barrier, which the first warp reaches only when it has read this one.
-      team_sync(team, split);
-      if (share.index != 0) continue;
-      team_dot<R>(share.sums, groups, lane, dot);
-    }
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
 
-// The shared bytes of block_rows's group sums for `groups` groups a row, `split` warps a team.
-constexpr uint32_t share_sums_bytes(uint32_t groups, uint32_t split) {
-  return split <= 1 ? 0 : 2 * (kStagedWarps / split) * kMaxRowsPerWarp * groups * uint32_t(sizeof(float));
-}
-
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
-template <GgmlType T, uint32_t R>
+template <GgmlType T, uint32_t R, int Joint = 0>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
-                                  float4* xs, const float* bias, float* y, RowSets sets = {}) {
-  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs, nullptr, 0.0f, sets);
+                                  float4* xs, const float* bias, float* y) {
+  block_rows<T, R, Joint>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
@@ -421,16 +370,10 @@ __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t
 struct StagedLaunch {
   bool staged = false;
   bool two_rows = false;  // kRowsPerWarp 2 for tall matrices; 1 keeps more blocks busy on short ones
-  RowSets sets;           // split: 1 unless asked for with `teams`
   uint32_t blocks = 0;
   uint32_t shared_bytes = 0;
 };
-// `teams`: the kernel passes the launch's split to block_rows (else split is 1); `pairs`: its rows come
-// in pairs (two a warp whatever the count).
-struct StagedUse {
-  bool teams = false, pairs = false;
-};
-StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type, StagedUse use = {});
+StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlType type);
 
 // The most dynamic shared memory a staged kernel may use (the device's opt-in limit per block), asked
 // once.

@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "examples/llm/compute/gpu_row_share.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/quant/dequant.h"
 
@@ -70,14 +69,13 @@ struct Q4kLane {
       : byte_shift(8 * (lane % 4)), nibble_shift(4 * (lane & 1)), high(lane % 8 >= 4) {}
 };
 
-// A Q4_K group's sum against group `grp` of the staged x, with decode_q4k_group's values and
-// group_dot's order: d and dmin from the halves, the 6-bit scale and min as scale_min_k4 reads them,
-// dl = d * sc and ml = dmin * m, each weight dl * q - ml with q through byte_to_float (the same
-// expressions, so the same contracted FMAs), the products added for l = 0, 1, ..., 31. x is read from
-// shared memory a float4 at a time as the words are decoded, not held for the group (with x's 32 floats
-// in registers as well, two rows a warp spilled under the 85-register bound).
-__device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const float4* xs, uint32_t grp) {
-  const uint32_t dm = b.head.x;
+// A Q4_K group's dl = d * sc and ml = dmin * m (decode_q4k_group's): d and dmin from the halves, the
+// 6-bit scale and min as scale_min_k4 reads them for the lane's sub-block.
+struct Q4kScale {
+  float dl, ml;
+};
+__device__ inline Q4kScale q4k_scale(const uint4& head, const Q4kLane& c) {
+  const uint32_t dm = head.x;
   float d, dmin;
   if (half2_nan_mask(dm) == 0) {
     d = finite_half_to_float(dm & 0xFFFFu);
@@ -88,29 +86,40 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
   }
   // scale_min_k4(sub): sub < 4: bytes sub and sub + 4 (low 6 bits); else the low or high nibble of byte
   // sub + 4 with the top 2 bits of byte sub - 4 (scale) or byte sub (min) as bits 4 and 5.
-  const uint32_t a = b.head.y >> c.byte_shift, m4 = b.head.z >> c.byte_shift, h = b.head.w >> c.byte_shift;
+  const uint32_t a = head.y >> c.byte_shift, m4 = head.z >> c.byte_shift, h = head.w >> c.byte_shift;
   const uint32_t sc = c.high ? (h & 0xFu) | ((a >> 2) & 0x30u) : a & 63u;
   const uint32_t m = c.high ? ((h >> 4) & 0xFu) | ((m4 >> 2) & 0x30u) : m4 & 63u;
-  const float dl = d * float(sc), ml = dmin * float(m);
+  return {d * float(sc), dmin * float(m)};
+}
+
+// A quant word's four weights (the lane's nibble of each byte) against xv, added to s in order: each
+// weight dl * q - ml with q through byte_to_float (decode_q4k_group's expressions, so the same contracted
+// FMAs), then s += weight * x.
+__device__ inline void q4k_word_dot(uint32_t word, const Q4kLane& c, const Q4kScale& k, const float4& xv, float& s) {
+  const uint32_t v = (word >> c.nibble_shift) & 0x0F0F0F0Fu;
+  const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float g = k.dl * byte_to_float<0>(v, i) - k.ml;
+    s += g * x4[i];
+  }
+}
+
+// A Q4_K group's sum against group `grp` of the staged x, with decode_q4k_group's values and group_dot's
+// order: the products added for l = 0, 1, ..., 31. x is read from shared memory a float4 at a time as the
+// words are decoded, not held for the group (with x's 32 floats in registers as well, two rows a warp
+// spilled under the 85-register bound).
+__device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const float4* xs, uint32_t grp) {
+  const Q4kScale k = q4k_scale(b.head, c);
   const uint32_t w[8] = {b.q0.x, b.q0.y, b.q0.z, b.q0.w, b.q1.x, b.q1.y, b.q1.z, b.q1.w};
   float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {  // four weights a word, a nibble each
-    const uint32_t v = (w[j] >> c.nibble_shift) & 0x0F0F0F0Fu;
-    const float4 xv = xs[staged_index(grp, j)];
-    const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float g = dl * byte_to_float<0>(v, i) - ml;
-      s += g * x4[i];
-    }
-  }
+  for (int j = 0; j < 8; ++j) q4k_word_dot(w[j], c, k, xs[staged_index(grp, j)], s);  // four weights a word
   return s;
 }
 
-// warp_dot_rows_q4k's sums for 16-byte aligned rows (of the groups `share` gives this warp: all of them, or
-// a team's share, gpu_row_share.cuh), with its order of loads: the next (row, group)'s bytes loaded
-// before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
+// warp_dot_rows_q4k's sums for 16-byte aligned rows, with its order of loads: the next (row, group)'s
+// bytes loaded before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
 // a warp, spilled 388 bytes a thread under the kernels' 85-register bound.) Two buffers written in turn,
 // not a current and a next copied into it: the copy was 12 moves a group and row (a 16th of the loop).
 // Measured slower on the H200 (issue 36, session 24, the same bits each; 8B Q4_K layers as a graph): a
@@ -120,32 +129,101 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 // held across the staging, spilled), 3.503 -> 4.273 ms; the products launched with programmatic
 // dependent launch inside the graph, 3.503 -> 3.700 ms. Q6_K's and Q8_0's RowChunks carried across the
 // sets' ends: within a few % either way.
-template <uint32_t R, bool Shared>
+template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                              uint32_t lane, const GroupShare& share, float (&out)[R]) {
+                                              uint32_t lane, float (&out)[R]) {
   static_assert(R == 1 || R == 2);
-  const Q4kLane c(lane);  // the share's groups are lane's modulo 32: the same sub-block
-  LaneSums<R, Shared> acc(share);
-  const uint32_t first = acc.first_group(lane), step = acc.step();
+  const Q4kLane c(lane);
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
   Q4kRaw a{}, b{};
-  if (first < groups) a = load_q4k_raw(row[0], first);
+  if (lane < groups) a = load_q4k_raw(row[0], lane);
   if constexpr (R == 2) {
-    for (uint32_t grp = first; grp < groups; grp += step) {  // a: row 0's group, b: row 1's
+    for (uint32_t grp = lane; grp < groups; grp += 32) {  // a: row 0's group, b: row 1's
       b = load_q4k_raw(row[1], grp);
-      acc.add(0, grp, q4k_raw_dot(a, c, xs, grp));
-      if (grp + step < groups) a = load_q4k_raw(row[0], grp + step);
-      acc.add(1, grp, q4k_raw_dot(b, c, xs, grp));
+      part[0] += q4k_raw_dot(a, c, xs, grp);
+      if (grp + 32 < groups) a = load_q4k_raw(row[0], grp + 32);
+      part[1] += q4k_raw_dot(b, c, xs, grp);
     }
   } else {
-    for (uint32_t grp = first; grp < groups; grp += 2 * step) {  // a: group grp, b: group grp + step
-      if (grp + step < groups) b = load_q4k_raw(row[0], grp + step);
-      acc.add(0, grp, q4k_raw_dot(a, c, xs, grp));
-      if (grp + step >= groups) break;
-      if (grp + 2 * step < groups) a = load_q4k_raw(row[0], grp + 2 * step);
-      acc.add(0, grp + step, q4k_raw_dot(b, c, xs, grp + step));
+    for (uint32_t grp = lane; grp < groups; grp += 64) {  // a: group grp, b: group grp + 32
+      if (grp + 32 < groups) b = load_q4k_raw(row[0], grp + 32);
+      part[0] += q4k_raw_dot(a, c, xs, grp);
+      if (grp + 32 >= groups) break;
+      if (grp + 64 < groups) a = load_q4k_raw(row[0], grp + 64);
+      part[0] += q4k_raw_dot(b, c, xs, grp + 32);
     }
   }
-  acc.finish(out);
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+// warp_dot_rows_q4k_lean's sums for two rows, each float4 of x read from shared memory once for both rows
+// (the lean loop reads it once per row: 16 KB of shared loads a warp for 1,152 bytes of weights a pair of
+// groups, near the SM's 128 bytes a cycle), the two rows' products in two independent chains (each in its
+// own order, so the same bits). Each of a row's three 16-byte registers of bytes takes the next group's as
+// soon as the current one's are used (the head after the scales, the quant words after their half of the
+// group), so a load is in flight across about a group's arithmetic, as in the lean loop.
+// 16 bytes of weights; `Pinned` (A/B): by a load the compiler issues where it stands (asm volatile), not
+// hoisted above the arithmetic before it (64 registers for the joint loop alone, 72 without).
+template <bool Pinned>
+__device__ inline uint4 load16(const uint4* p) {
+  if constexpr (!Pinned) return *p;
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+template <bool Pinned>
+__device__ inline void warp_dot_rows_q4k_joint(const uint8_t* const (&row)[2], uint32_t groups, const float4* xs, uint32_t lane,
+                                               float (&out)[2]) {
+  const Q4kLane c(lane);
+  const uint32_t pair = (lane % 8) / 2;  // the lane's sub-block pair in every block it reads (grp % 8 == lane % 8)
+  auto block = [&](uint32_t r, uint32_t g) {
+    return reinterpret_cast<const uint4*>(row[r] + uint64_t(g / 8) * sizeof(BlockQ4_K));
+  };
+  float part[2] = {0.0f, 0.0f};
+  uint4 head[2], q0[2], q1[2];
+  if (lane < groups) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint4* b = block(r, lane);
+      head[r] = b[0], q0[r] = b[1 + 2 * pair], q1[r] = b[2 + 2 * pair];
+    }
+  }
+  for (uint32_t grp = lane; grp < groups; grp += 32) {
+    const bool more = grp + 32 < groups;
+    Q4kScale k[2];
+    float s[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      k[r] = q4k_scale(head[r], c);
+      if (more) head[r] = load16<Pinned>(block(r, grp + 32));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 xv = xs[staged_index(grp, j)];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) q4k_word_dot(j == 0 ? q0[r].x : j == 1 ? q0[r].y : j == 2 ? q0[r].z : q0[r].w, c, k[r], xv, s[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (more) q0[r] = load16<Pinned>(block(r, grp + 32) + 1 + 2 * pair);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 xv = xs[staged_index(grp, 4 + j)];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) q4k_word_dot(j == 0 ? q1[r].x : j == 1 ? q1[r].y : j == 2 ? q1[r].z : q1[r].w, c, k[r], xv, s[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (more) q1[r] = load16<Pinned>(block(r, grp + 32) + 2 + 2 * pair);
+      part[r] += s[r];
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) out[r] = warp_sum(part[r]);
 }
 
 // ---- Q6_K (from a staged chunk: RowChunks)
@@ -244,11 +322,13 @@ inline constexpr bool kPlainLean = T == GgmlType::F32 || T == GgmlType::F16 || T
 // warp_dot_rows_dequant's sums for 16-byte aligned rows of an unquantized type, eight elements of each row
 // at a time against the same two float4s of x (group_dot's order: each row's sum over l = 0, 1, ..., 31),
 // so that a row's group is never held whole (two rows of F32 groups and x spilled under the 85-register bound).
-template <GgmlType T, uint32_t R, bool Shared>
+template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_plain_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                                uint32_t lane, const GroupShare& share, float (&out)[R]) {
-  LaneSums<R, Shared> acc(share);
-  for (uint32_t grp = acc.first_group(lane); grp < groups; grp += acc.step()) {
+                                                uint32_t lane, float (&out)[R]) {
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  for (uint32_t grp = lane; grp < groups; grp += 32) {
     float s[R];
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) s[r] = 0.0f;
@@ -265,9 +345,10 @@ __device__ inline void warp_dot_rows_plain_lean(const uint8_t* const (&row)[R], 
       }
     }
 #pragma unroll
-    for (uint32_t r = 0; r < R; ++r) acc.add(r, grp, s[r]);
+    for (uint32_t r = 0; r < R; ++r) part[r] += s[r];
   }
-  acc.finish(out);
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
 }  // namespace gpunvme::llm::gpu
