@@ -18,11 +18,6 @@ double since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-// Every logit is read anyway to pick a token: checking them costs one pass over a row the host holds.
-bool all_finite(std::span<const float> row) {
-  return std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); });
-}
-
 NonFiniteLogits::NonFiniteLogits(uint32_t pos)
     : std::runtime_error("the logits after position " + std::to_string(pos) +
                          " are not finite (NaN or Inf): the model's weights hold NaN/Inf, or the computation "

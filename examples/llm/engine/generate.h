@@ -55,8 +55,6 @@ class NonFiniteLogits : public std::runtime_error {
   explicit NonFiniteLogits(uint32_t position);
   uint32_t position;
 };
-// No NaN or Inf in the row (what generate() and the Scheduler check before picking from it).
-bool all_finite(std::span<const float> row);
 
 // Runs `prompt` (ids, at least one) and then up to n_new tokens; stops early at a token of `eog` (the
 // model's end-of-generation tokens, Vocab::eog, as llama.cpp's llama_vocab_is_eog: gpt-oss ends at

@@ -28,9 +28,13 @@ uint32_t argmax(std::span<const float> logits) {
   return 0;  // best is NaN: logits[0] was
 }
 
+// Every logit is read anyway to pick a token: checking them costs one pass over a row the host holds.
+bool all_finite(std::span<const float> row) {
+  return std::all_of(row.begin(), row.end(), [](float x) { return std::isfinite(x); });
+}
+
 GreedyPick greedy_pick(std::span<const float> logits) {
-  const bool finite = std::all_of(logits.begin(), logits.end(), [](float x) { return std::isfinite(x); });
-  return {argmax(logits), finite ? 0u : 1u};
+  return {argmax(logits), all_finite(logits) ? 0u : 1u};
 }
 
 std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k) {

@@ -36,6 +36,8 @@ uint32_t argmax(std::span<const float> logits);
 // argmax and whether every logit is finite: the host's greedy pick (greedy_pick.h's rule, which the
 // GPU's kernel is held to).
 GreedyPick greedy_pick(std::span<const float> logits);
+// No NaN or Inf in the row (what generate(), the Scheduler and greedy_pick check before picking from it).
+bool all_finite(std::span<const float> row);
 
 // The indices of the k largest logits, largest first, the lower index first on a tie (k <= size).
 std::vector<uint32_t> top_k(std::span<const float> logits, uint32_t k);
