@@ -106,18 +106,22 @@ const std::vector<GgmlType> kTypes = {GgmlType::F32,  GgmlType::F16,  GgmlType::
 // Layer 1's KV store and attention over passes (pos0, n) on random Q, K and V (by default three: the
 // second and third attend to the earlier passes' cached positions and to their own, causally).
 using Passes = std::initializer_list<std::pair<uint32_t, uint32_t>>;
+// One pass (pos0, n) on both backends: random Q, K and V, the output poisoned, K and V stored, attention.
+void attend_pass(Twins& t, const AttnParams& p, uint32_t pos0, uint32_t n) {
+  t.pass(pos0, n);
+  t.random(Act::kK, n);
+  t.random(Act::kV, n);
+  t.random(Act::kQ, n);
+  t.poison(Act::kAtt, n);
+  for (Backend* b : t.both) {
+    b->store_kv(p.layer);
+    b->attend(p);
+  }
+}
 void attend_three_passes(Twins& t, const AttnParams& p, Passes passes = {{0u, 8u}, {8u, 4u}, {12u, 1u}}) {
   for (auto [pos0, n] : passes) {
     CAPTURE(pos0, n);
-    t.pass(pos0, n);
-    t.random(Act::kK, n);
-    t.random(Act::kV, n);
-    t.random(Act::kQ, n);
-    t.poison(Act::kAtt, n);
-    for (Backend* b : t.both) {
-      b->store_kv(p.layer);
-      b->attend(p);
-    }
+    attend_pass(t, p, pos0, n);
     t.expect_close(Act::kAtt, 1e-4f);
   }
 }
@@ -455,15 +459,7 @@ TEST_CASE("block ops: attention of long passes (flash kernel), sliding window, s
   std::vector<float> k_all, v_all;  // every position's K and V so far
   for (auto [pos0, n] : Passes{{0u, 100u}, {100u, 33u}, {133u, 1u}}) {
     CAPTURE(pos0, n);
-    t.pass(pos0, n);
-    t.random(Act::kK, n);
-    t.random(Act::kV, n);
-    t.random(Act::kQ, n);
-    t.poison(Act::kAtt, n);
-    for (Backend* b : t.both) {
-      b->store_kv(p.layer);
-      b->attend(p);
-    }
+    attend_pass(t, p, pos0, n);
     for (auto [a, all] : {std::pair{Act::kK, &k_all}, std::pair{Act::kV, &v_all}}) {
       const std::vector<float> x = t.cpu.read(a);
       all->insert(all->end(), x.begin(), x.end());
@@ -527,19 +523,20 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
 // One token's norm, MoE and residual add in three launches (gpu_moe_token.h): the router's rows with
 // the routing in its last block, the selected experts' gate/up with the GLU, their down rows with the
 // weighted sum and the add (a warp per row, or with GPUNVME_MOE_DOWN=rows the row kernel with a counter
-// per row). The same x through the operations apart (Backend's norm_moe_add: the norm, moe and add
+// per row; with GPUNVME_MOE_GLU=quads gate/up four rows a warp). The same x through the operations apart (Backend's norm_moe_add: the norm, moe and add
 // kernels) must give the same x to the bit, and the CPU's within float rounding; three tokens in a row,
 // so the launches' counters are seen back at 0.
 TEST_CASE("block ops: one token's norm + MoE + add in three launches: fused = unfused to the bit, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
-  const bool rows_down = GENERATE(false, true);
-  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape), rows_down);
+  const int variant = GENERATE(0, 1, 2);  // the defaults; GPUNVME_MOE_DOWN=rows; GPUNVME_MOE_GLU=quads
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape), variant);
   struct Unset {
-    ~Unset() { ::unsetenv("GPUNVME_MOE_DOWN"); }
+    ~Unset() { ::unsetenv("GPUNVME_MOE_DOWN"), ::unsetenv("GPUNVME_MOE_GLU"); }
   } unset;
-  if (rows_down) ::setenv("GPUNVME_MOE_DOWN", "rows", 1);  // read by every fused call
+  if (variant == 1) ::setenv("GPUNVME_MOE_DOWN", "rows", 1);  // read by every fused call
+  if (variant == 2) ::setenv("GPUNVME_MOE_GLU", "quads", 1);
   Twins t(llm::test::make_tiny(shape, type));
   const LayerWeights& l = t.m.w.layers[0];
   for (uint32_t i = 0; i < 3; ++i) {
