@@ -138,6 +138,53 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
   gpu::block_rows<T, R>(rows, groups, hidden + uint64_t(j) * groups * kGroup, xs);
 }
 
+// 2 (GPUNVME_MOE_GLU=quads, the A/B switch). A warp per two outputs h, h + 1 of one slot j: the gate and
+// up rows of both (4 rows: 8 loads a lane in flight for a 2048-wide Q4_K row, where the pair kernel has 4),
+// x (the normed vector) staged once a block. Each row's sum warp_dot_row's (lane l: groups l, l + 32, ...
+// in order, each group's 32 products in order, then the butterfly), then SelectedGluRows's epilogue.
+template <GgmlType T>
+__global__ void __launch_bounds__(kStagedWarps * 32)
+    selected_glu_quads_kernel(const uint8_t* gate, const uint8_t* up, uint64_t row_bytes, uint64_t mat_bytes, const uint32_t* sel,
+                              uint32_t k, uint32_t rows, uint32_t groups, const float* x, const float* gate_bias, const float* up_bias,
+                              FfnAct act, float* y) {
+  extern __shared__ float4 xs[];  // [groups * 8]
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (uint32_t f = threadIdx.x; f < groups * 8; f += blockDim.x) gpu::cp_async_16(&xs[gpu::staged_index(f / 8, f % 8)], &x4[f]);
+  gpu::cp_async_commit();
+  gpu::cp_async_wait<0>();
+  __syncthreads();
+  const uint32_t tasks = k * rows / 2;
+  for (uint32_t t = blockIdx.x * kStagedWarps + warp; t < tasks; t += gridDim.x * kStagedWarps) {
+    const uint32_t h0 = 2 * t, j = h0 / rows, r0 = h0 - j * rows;
+    const uint64_t at = uint64_t(sel[j]) * mat_bytes + uint64_t(r0) * row_bytes;
+    const uint8_t* row[4] = {gate + at, up + at, gate + at + row_bytes, up + at + row_bytes};
+    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint32_t grp = lane; grp < groups; grp += 32) {
+      float4 xv[kGroup / 4];
+      gpu::staged_group(xs, grp, xv);
+#pragma unroll
+      for (uint32_t q = 0; q < 4; ++q) {
+        float g[kGroup];
+        dequant_group<T>(row[q], grp, g);
+        part[q] += gpu::group_dot(g, xv);
+      }
+    }
+    float d[4];
+#pragma unroll
+    for (uint32_t q = 0; q < 4; ++q) d[q] = gpu::warp_sum(part[q]);
+    if (lane == 0) {
+#pragma unroll
+      for (uint32_t i = 0; i < 2; ++i) {
+        float g = d[2 * i] + 0.0f, u = d[2 * i + 1] + 0.0f;
+        if (gate_bias) g += gate_bias[uint64_t(sel[j]) * rows + r0 + i];
+        if (up_bias) u += up_bias[uint64_t(sel[j]) * rows + r0 + i];
+        y[h0 + i] = glu(act, g, u);
+      }
+    }
+  }
+}
+
 // 3 (by default). A warp per output row i: the k experts' rows i against their own GLU outputs (all k
 // staged in shared memory, each in staged_index's layout), kBatch experts' loads in flight at once, each
 // row's sum warp_dot_row's (lane l: groups l, l + 32, ... in order, each group's 32 products in order,
@@ -247,6 +294,26 @@ bool down_rows(cudaStream_t s, const MoeTokenWeights& w, uint32_t k, uint32_t sh
   return launched;
 }
 
+// Launches selected_glu_quads_kernel (n_ff even): the blocks the device holds at once.
+bool glu_quads(cudaStream_t s, const MoeTokenWeights& w, uint32_t k, FfnAct act, const MoeTokenScratch& m) {
+  const uint32_t E = w.gate.cols, F = w.gate.rows, shared = E * uint32_t(sizeof(float));
+  gpu::with_weight_type(w.gate.type, [&](auto t) {
+    constexpr GgmlType T = decltype(t)::value;
+    constexpr auto K = selected_glu_quads_kernel<T>;
+    gpu::opt_in_shared<K>(gpu::staged_shared_limit(), "cudaFuncSetAttribute (the fused MoE's gate/up kernel)");
+    const uint32_t blocks = std::min((k * F / 2 + kStagedWarps - 1) / kStagedWarps, resident_blocks<K>(shared));
+    K<<<blocks, kStagedWarps * 32, shared, s>>>(w.gate.w, w.up.w, w.gate.row_bytes, w.gate.mat_bytes, m.routes, k, F, E / kGroup, m.xn,
+                                                w.gate_bias, w.up_bias, act, m.hidden);
+  });
+  return true;
+}
+
+// GPUNVME_MOE_GLU=quads: gate/up by selected_glu_quads_kernel (the A/B switch against the pair kernel).
+bool glu_quads_asked() {
+  const char* e = std::getenv("GPUNVME_MOE_GLU");
+  return e && std::string(e) == "quads";
+}
+
 // GPUNVME_MOE_DOWN=rows: the down products by the staged row kernel with a counter per row (the A/B
 // switch against down_rows_kernel).
 bool rows_down_asked() {
@@ -285,7 +352,8 @@ bool gpu_moe_token(gpu_stream_t stream, const MoeTokenWeights& w, const float* n
     return true;
   });
   if (!routed) return false;
-  const bool glu_done = staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+  const bool quads = glu_quads_asked() && F % 2 == 0;
+  const bool glu_done = quads ? glu_quads(s, w, k, act, m) : staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = selected_glu_kernel<T, R>;
     if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
     const uint32_t blocks = std::min(g.blocks, resident_blocks<K>(g.shared_bytes));
