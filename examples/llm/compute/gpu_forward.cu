@@ -748,7 +748,7 @@ void GpuForward::norm_moe_add(const TensorRef& norm_w, const LayerWeights& l, Ac
   if (n_ == 1 && !src_ && moe_fused_ && x == Act::kX) {
     const WeightView& v = view_;
     const auto m = [&](const TensorRef& t) { return matrix(t, v.at(t)); };
-    const MoeTokenWeights w{m(l.gate_inp), f32(v, l.gate_inp_b), m(l.gate_exps), m(l.up_exps), m(l.down_exps),
+    const ExpertStacks w{m(l.gate_inp), f32(v, l.gate_inp_b), m(l.gate_exps), m(l.up_exps), m(l.down_exps),
                             f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
     const MoeTokenScratch scratch{xn_, router_, experts_, moe_gate_, moe_out_, moe_done_, moe_done_ + 1};
     before_residual_write(x);

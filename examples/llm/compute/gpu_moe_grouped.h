@@ -43,18 +43,10 @@
 #include "examples/llm/compute/gpu_expert_mma.h"
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/gpu_moe_token.h"
 #include "examples/llm/model/config.h"
 
 namespace gpunvme::llm {
-
-// A layer's expert stacks in VRAM: each GpuMatrix is expert 0's matrix of its stack (sel null, mat_bytes
-// the stride to the next expert); the biases (F32, [n_expert][rows]) are null where the model has none.
-struct ExpertStacks {
-  GpuMatrix router;
-  const float* router_bias = nullptr;
-  GpuMatrix gate, up, down;
-  const float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
-};
 
 class GroupedMoe {
  public:

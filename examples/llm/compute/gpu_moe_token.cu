@@ -20,6 +20,19 @@ namespace {
 using gpu::kStagedMinBlocks;
 using gpu::kStagedWarps;
 
+// Whether this block is the launch's last to get here, counted in *done: each block's stores are made
+// visible device-wide (__threadfence) before it counts itself, and the last one fences again before it
+// reads theirs.
+__device__ inline bool last_to_finish(uint32_t* done) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // 1. The router's rows of the norm (block_rows with norm_w: every block normalizes x as it stages it),
 // then the launch's last block to finish routes: each block's logits are made visible device-wide
 // (__threadfence) before it counts itself done, so the last one reads all of them (gpu_matvec_norm_add's
@@ -32,19 +45,13 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
   extern __shared__ float4 xs[];
   __shared__ float p[kMaxRoutedExperts], lg[kMaxRoutedExperts], wt[kMaxRoutedExperts];
   __shared__ uint32_t id[kMaxRoutedExperts];
-  __shared__ bool last;
   gpu::block_rows<T, R>(router, groups, x, xs, norm_w, eps);
   if (blockIdx.x == 0) {
     const float* xf = reinterpret_cast<const float*>(xs);
     for (uint32_t e = threadIdx.x; e < groups * kGroup; e += blockDim.x)
       xn[e] = xf[4 * gpu::staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!last_to_finish(done)) return;
   if (threadIdx.x < 32) gpu::route_warp(router.y, n_expert, k, gating, p, lg, id, wt, routes, reinterpret_cast<float*>(routes + k));
   if (threadIdx.x == 0) *done = 0;
 }
@@ -110,20 +117,20 @@ struct DownSumRows {
   template <uint32_t R>
   __device__ void store(uint32_t first, const float (&dot)[R]) const {
 #pragma unroll
-    for (uint32_t r = 0; r < R; ++r) {
-      const uint32_t i = first + r;
-      if (i >= count) continue;
-      float v = dot[r] + 0.0f;
-      if (bias) v += bias[i];
-      out[uint64_t(j) * count + i] = v;
-      __threadfence();
-      if (atomicAdd(&done[i], 1u) + 1 != k) continue;
-      __threadfence();
-      float a = 0.0f;
-      for (uint32_t s = 0; s < k; ++s) a = a + weights[s] * __ldcg(&out[uint64_t(s) * count + i]);
-      x[i] += a;
-      done[i] = 0;
-    }
+    for (uint32_t r = 0; r < R; ++r)
+      if (first + r < count) store_row(first + r, dot[r]);
+  }
+  __device__ void store_row(uint32_t i, float dot) const {
+    float v = dot + 0.0f;
+    if (bias) v += bias[i];
+    out[uint64_t(j) * count + i] = v;
+    __threadfence();
+    if (atomicAdd(&done[i], 1u) + 1 != k) return;
+    __threadfence();
+    float a = 0.0f;
+    for (uint32_t s = 0; s < k; ++s) a = a + weights[s] * __ldcg(&out[uint64_t(s) * count + i]);
+    x[i] += a;
+    done[i] = 0;
   }
 };
 
@@ -280,7 +287,7 @@ bool staged(GgmlType type, uint32_t rows, uint32_t cols, uint32_t count, Launch 
 
 // Launches down_rows_kernel: one warp a row of x, the blocks the device holds at once (each stages the k
 // vectors once).
-bool down_rows(cudaStream_t s, const MoeTokenWeights& w, uint32_t k, uint32_t shared, float* x, const MoeTokenScratch& m) {
+bool down_rows(cudaStream_t s, const ExpertStacks& w, uint32_t k, uint32_t shared, float* x, const MoeTokenScratch& m) {
   bool launched = false;
   gpu::with_weight_type(w.down.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
@@ -295,7 +302,7 @@ bool down_rows(cudaStream_t s, const MoeTokenWeights& w, uint32_t k, uint32_t sh
 }
 
 // Launches selected_glu_quads_kernel (n_ff even): the blocks the device holds at once.
-bool glu_quads(cudaStream_t s, const MoeTokenWeights& w, uint32_t k, FfnAct act, const MoeTokenScratch& m) {
+bool glu_quads(cudaStream_t s, const ExpertStacks& w, uint32_t k, FfnAct act, const MoeTokenScratch& m) {
   const uint32_t E = w.gate.cols, F = w.gate.rows, shared = E * uint32_t(sizeof(float));
   gpu::with_weight_type(w.gate.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
@@ -323,7 +330,7 @@ bool rows_down_asked() {
 
 }  // namespace
 
-bool gpu_moe_token(gpu_stream_t stream, const MoeTokenWeights& w, const float* norm_w, float eps, uint32_t k, Gating gating,
+bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm_w, float eps, uint32_t k, Gating gating,
                    FfnAct act, float* x, const MoeTokenScratch& m) {
   const uint32_t E = w.router.cols, F = w.gate.rows, n_expert = w.router.rows;
   if (n_expert > kMaxRoutedExperts || k == 0 || k > n_expert || !norm_w || w.gate.type != w.up.type || w.gate.rows != w.up.rows ||

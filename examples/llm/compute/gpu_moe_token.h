@@ -25,9 +25,10 @@
 
 namespace gpunvme::llm {
 
-// A layer's routed FFN: its router (n_expert x n_embd, bias optional), the expert stacks (GpuMatrix with
-// mat_bytes, sel unset: the routing fills it) and their F32 bias stacks ([n_expert][rows], or null).
-struct MoeTokenWeights {
+// A layer's expert stacks in VRAM: each GpuMatrix is expert 0's matrix of its stack (sel null, mat_bytes
+// the stride to the next expert); the biases (F32, [n_expert][rows]) are null where the model has none.
+// (Also the grouped path's, gpu_moe_grouped.h.)
+struct ExpertStacks {
   GpuMatrix router;
   const float* router_bias = nullptr;
   GpuMatrix gate, up, down;
@@ -50,7 +51,7 @@ struct MoeTokenScratch {
 // `gating`, GLU `act`, enqueued on s. False, enqueuing nothing, where a launch cannot take the shapes
 // (gate and up of different types or shapes, a vector too wide for shared memory, the k GLU outputs too
 // many for it, more experts than routing takes): the caller then runs the operations apart.
-bool gpu_moe_token(gpu_stream_t s, const MoeTokenWeights& w, const float* norm_w, float eps, uint32_t k, Gating gating, FfnAct act,
+bool gpu_moe_token(gpu_stream_t s, const ExpertStacks& w, const float* norm_w, float eps, uint32_t k, Gating gating, FfnAct act,
                    float* x, const MoeTokenScratch& m);
 
 }  // namespace gpunvme::llm
