@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -46,8 +45,7 @@ __global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t row
 }
 
 // The same products with x staged in shared memory and R rows per warp (gpu_rows.cuh): the same bits.
-// `J`: Q4_K's joint two-row loop (q4k_joint).
-template <GgmlType T, uint32_t R, int J>
+template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_staged_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x,
                          const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y, uint64_t x_stride,
@@ -56,21 +54,21 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   x += blockIdx.y * x_stride;
   y += blockIdx.y * y_stride;
   if (sel) w += uint64_t(sel[blockIdx.y]) * mat_bytes;
-  gpu::block_rows<T, R, J>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
+  gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, bias, y);
 }
 
 // The staged kernel's products (MatrixRows: into rows.y), then y += RMS norm of rows.y times norm_w by
 // the launch's last block to finish (gpu_matvec_norm_add): each block's stores of its rows are made
 // visible device-wide (__threadfence) before it counts itself done, so the last one reads every row; it
 // then resets the counter for the next launch.
-template <GgmlType T, uint32_t R, int J>
+template <GgmlType T, uint32_t R>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_norm_add_kernel(gpu::MatrixRows rows, uint32_t groups, const float* x, const float* norm_w, float eps, float* y,
                            uint32_t* done) {
   static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   extern __shared__ float4 xs[];
   __shared__ bool last;
-  gpu::block_rows<T, R, J>(rows, groups, x, xs);
+  gpu::block_rows<T, R>(rows, groups, x, xs);
   __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
@@ -87,32 +85,11 @@ __global__ void glu_kernel(float* gate, const float* up, uint32_t n, FfnAct a) {
 }
 
 // Any row set of gpu_rows.cuh's block_rows (the fused products below) by the staged kernel.
-template <GgmlType T, uint32_t R, int J, class Rows>
+template <GgmlType T, uint32_t R, class Rows>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     matvec_rows_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ float4 xs[];
-  gpu::block_rows<T, R, J>(rows, groups, x, xs, norm_w, eps);
-}
-
-// GPUNVME_Q4K_JOINT=1 or 2 (A/B, issue 36): Q4_K's two-row sets through gpu_rows_lean.cuh's
-// warp_dot_rows_q4k_joint (x read once for both rows; the same bits; 2: its loads pinned). Read once.
-int q4k_joint() {
-  static const int j = [] {
-    const char* v = std::getenv("GPUNVME_Q4K_JOINT");
-    return v && (v[0] == '1' || v[0] == '2') ? v[0] - '0' : 0;
-  }();
-  return j;
-}
-
-// f.template operator()<R, J>(): J = q4k_joint() for Q4_K's two-row sets, else 0 (the other
-// instantiations are never made).
-template <GgmlType T, uint32_t R, class F>
-void with_joint(F&& f) {
-  if constexpr (T == GgmlType::Q4_K && R == 2) {
-    if (q4k_joint() == 1) return f.template operator()<R, 1>();
-    if (q4k_joint() == 2) return f.template operator()<R, 2>();
-  }
-  f.template operator()<R, 0>();
+  gpu::block_rows<T, R>(rows, groups, x, xs, norm_w, eps);
 }
 
 // Up to kMaxFused matrices' rows one after another (matrix 0's, then 1's, ...), each result into its own
@@ -318,8 +295,8 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
   const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
-    auto staged = [&]<uint32_t R, int J>() {
-      constexpr auto K = matvec_staged_kernel<T, R, J>;
+    auto staged = [&]<uint32_t R>() {
+      constexpr auto K = matvec_staged_kernel<T, R>;
       gpu::allow_staged_shared<K>();
       const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
       K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
@@ -329,9 +306,9 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
       matvec_kernel<T><<<dim3(blocks_for(m.rows, kRowsPerBlock), count), kRowsPerBlock * 32, 0, s>>>(
           m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel, m.mat_bytes, y, x_stride, y_stride);
     else if (g.two_rows)
-      with_joint<T, 2>(staged);
+      staged.template operator()<2>();
     else
-      with_joint<T, 1>(staged);
+      staged.template operator()<1>();
   });
 }
 
@@ -359,8 +336,8 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
   bool launched = false;
   with_weight_type(type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    auto launch = [&]<uint32_t R, int J>() {
-      constexpr auto K = matvec_rows_kernel<T, R, J, Rows>;
+    auto launch = [&]<uint32_t R>() {
+      constexpr auto K = matvec_rows_kernel<T, R, Rows>;
       // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
       const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
@@ -368,10 +345,10 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
       launched = true;
     };
     if constexpr (Rows::kPairs) {
-      with_joint<T, 2>(launch);
+      launch.template operator()<2>();
     } else {
-      if (g.two_rows) with_joint<T, 2>(launch);
-      else with_joint<T, 1>(launch);
+      if (g.two_rows) launch.template operator()<2>();
+      else launch.template operator()<1>();
     }
   });
   return launched;
@@ -532,16 +509,16 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
   bool launched = false;
   with_weight_type(m.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
-    auto launch = [&]<uint32_t R, int J>() {
-      constexpr auto K = matvec_norm_add_kernel<T, R, J>;
+    auto launch = [&]<uint32_t R>() {
+      constexpr auto K = matvec_norm_add_kernel<T, R>;
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
       const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
       K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
                                                                                                    eps, y, done);
       launched = true;
     };
-    if (g.two_rows) with_joint<T, 2>(launch);
-    else with_joint<T, 1>(launch);
+    if (g.two_rows) launch.template operator()<2>();
+    else launch.template operator()<1>();
   });
   return launched;
 }

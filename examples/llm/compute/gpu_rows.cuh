@@ -114,14 +114,6 @@ __device__ inline void warp_dot_rows_q4k(const uint8_t* const (&row)[R], uint32_
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
 }
 
-// warp_dot_rows_q4k as a call of its own: beside the joint loop (warp_dot_rows with Joint), inlined, it
-// spilled 180 bytes a thread; its rows (not 16-byte aligned) are rare.
-template <uint32_t R>
-__device__ __noinline__ void warp_dot_rows_q4k_apart(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
-                                                     uint32_t lane, float (&out)[R]) {
-  warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
-}
-
 // warp_dot_rows for the other types: each group dequantized whole (dequant_group), then its sums.
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_dequant(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
@@ -240,26 +232,19 @@ __device__ inline void warp_dot_rows_staged(const uint8_t* const (&row)[R], uint
 // unquantized types go through gpu_rows_lean.cuh's loops where the rows are 16-byte aligned, and Q6_K's
 // staged chunks through its q6k_chunk_dot (the same bits); rows that are not aligned take this file's
 // loops.
-// `Joint` (A/B, Q4_K at two rows a warp): 1, 2: gpu_rows_lean.cuh's warp_dot_rows_q4k_joint (2: its loads
-// pinned) instead of the lean loop.
-template <GgmlType T, uint32_t R, int Joint = 0>
+template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs, uint32_t lane,
                                      bool stage, uint8_t* buf, bool started, float (&out)[R]) {
   if constexpr (weight_chunk_bytes(T) != 0) {
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) {
-      if constexpr (Joint != 0 && R == 2) return warp_dot_rows_q4k_joint<Joint == 2>(row, groups, xs, lane, out);
-      else return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
-    }
+    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
   }
   if constexpr (kPlainLean<T>) {
     if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
   }
-  if constexpr (T == GgmlType::Q4_K && Joint != 0)
-    warp_dot_rows_q4k_apart<R>(row, groups, xs, lane, out);
-  else if constexpr (T == GgmlType::Q4_K)
+  if constexpr (T == GgmlType::Q4_K)
     warp_dot_rows_q4k<R>(row, groups, xs, lane, out);
   else
     warp_dot_rows_dequant<T, R>(row, groups, xs, lane, out);
@@ -321,7 +306,7 @@ __device__ inline void norm_staged(const float* x, uint32_t groups, float4* xs, 
 // then weight_stage_bytes(T) for the weight chunks (staged_launch sizes it); rows that are all 16-byte
 // aligned are read through them, the first rows' first chunks copied while the block stages x. With
 // `norm_w`, the rows multiply x's RMS norm times norm_w (norm_staged) instead of x.
-template <GgmlType T, uint32_t R, int Joint = 0, class Rows>
+template <GgmlType T, uint32_t R, class Rows>
 __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float* x, float4* xs, const float* norm_w = nullptr,
                                   float eps = 0.0f) {
   static_assert(R >= 1 && R <= kMaxRowsPerWarp);
@@ -351,17 +336,17 @@ __device__ inline void block_rows(const Rows& rows, uint32_t groups, const float
     const uint8_t* p[R];
     rows_from(first, p);
     float dot[R];
-    warp_dot_rows<T, R, Joint>(p, groups, xs, lane, stage, buf, started, dot);
+    warp_dot_rows<T, R>(p, groups, xs, lane, stage, buf, started, dot);
     started = false;
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
 
 // y[row] = W[row] . x (+ bias[row]) for every row of the matrix at w (block_rows over MatrixRows).
-template <GgmlType T, uint32_t R, int Joint = 0>
+template <GgmlType T, uint32_t R>
 __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const float* x,
                                   float4* xs, const float* bias, float* y) {
-  block_rows<T, R, Joint>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
+  block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared

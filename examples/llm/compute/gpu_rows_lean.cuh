@@ -69,13 +69,14 @@ struct Q4kLane {
       : byte_shift(8 * (lane % 4)), nibble_shift(4 * (lane & 1)), high(lane % 8 >= 4) {}
 };
 
-// A Q4_K group's dl = d * sc and ml = dmin * m (decode_q4k_group's): d and dmin from the halves, the
-// 6-bit scale and min as scale_min_k4 reads them for the lane's sub-block.
-struct Q4kScale {
-  float dl, ml;
-};
-__device__ inline Q4kScale q4k_scale(const uint4& head, const Q4kLane& c) {
-  const uint32_t dm = head.x;
+// A Q4_K group's sum against group `grp` of the staged x, with decode_q4k_group's values and
+// group_dot's order: d and dmin from the halves, the 6-bit scale and min as scale_min_k4 reads them,
+// dl = d * sc and ml = dmin * m, each weight dl * q - ml with q through byte_to_float (the same
+// expressions, so the same contracted FMAs), the products added for l = 0, 1, ..., 31. x is read from
+// shared memory a float4 at a time as the words are decoded, not held for the group (with x's 32 floats
+// in registers as well, two rows a warp spilled under the 85-register bound).
+__device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const float4* xs, uint32_t grp) {
+  const uint32_t dm = b.head.x;
   float d, dmin;
   if (half2_nan_mask(dm) == 0) {
     d = finite_half_to_float(dm & 0xFFFFu);
@@ -86,35 +87,23 @@ __device__ inline Q4kScale q4k_scale(const uint4& head, const Q4kLane& c) {
   }
   // scale_min_k4(sub): sub < 4: bytes sub and sub + 4 (low 6 bits); else the low or high nibble of byte
   // sub + 4 with the top 2 bits of byte sub - 4 (scale) or byte sub (min) as bits 4 and 5.
-  const uint32_t a = head.y >> c.byte_shift, m4 = head.z >> c.byte_shift, h = head.w >> c.byte_shift;
+  const uint32_t a = b.head.y >> c.byte_shift, m4 = b.head.z >> c.byte_shift, h = b.head.w >> c.byte_shift;
   const uint32_t sc = c.high ? (h & 0xFu) | ((a >> 2) & 0x30u) : a & 63u;
   const uint32_t m = c.high ? ((h >> 4) & 0xFu) | ((m4 >> 2) & 0x30u) : m4 & 63u;
-  return {d * float(sc), dmin * float(m)};
-}
-
-// A quant word's four weights (the lane's nibble of each byte) against xv, added to s in order: each
-// weight dl * q - ml with q through byte_to_float (decode_q4k_group's expressions, so the same contracted
-// FMAs), then s += weight * x.
-__device__ inline void q4k_word_dot(uint32_t word, const Q4kLane& c, const Q4kScale& k, const float4& xv, float& s) {
-  const uint32_t v = (word >> c.nibble_shift) & 0x0F0F0F0Fu;
-  const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float g = k.dl * byte_to_float<0>(v, i) - k.ml;
-    s += g * x4[i];
-  }
-}
-
-// A Q4_K group's sum against group `grp` of the staged x, with decode_q4k_group's values and group_dot's
-// order: the products added for l = 0, 1, ..., 31. x is read from shared memory a float4 at a time as the
-// words are decoded, not held for the group (with x's 32 floats in registers as well, two rows a warp
-// spilled under the 85-register bound).
-__device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const float4* xs, uint32_t grp) {
-  const Q4kScale k = q4k_scale(b.head, c);
+  const float dl = d * float(sc), ml = dmin * float(m);
   const uint32_t w[8] = {b.q0.x, b.q0.y, b.q0.z, b.q0.w, b.q1.x, b.q1.y, b.q1.z, b.q1.w};
   float s = 0.0f;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) q4k_word_dot(w[j], c, k, xs[staged_index(grp, j)], s);  // four weights a word
+  for (int j = 0; j < 8; ++j) {  // four weights a word, a nibble each
+    const uint32_t v = (w[j] >> c.nibble_shift) & 0x0F0F0F0Fu;
+    const float4 xv = xs[staged_index(grp, j)];
+    const float x4[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float g = dl * byte_to_float<0>(v, i) - ml;
+      s += g * x4[i];
+    }
+  }
   return s;
 }
 
@@ -128,7 +117,10 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 // 4096 x 4096 at 1,260 -> 945-970 GB/s; this loop's first groups loaded before x is staged (its a and b
 // held across the staging, spilled), 3.503 -> 4.273 ms; the products launched with programmatic
 // dependent launch inside the graph, 3.503 -> 3.700 ms. Q6_K's and Q8_0's RowChunks carried across the
-// sets' ends: within a few % either way.
+// sets' ends: within a few % either way. Session 25 (docs/decode-graph.md): a set's groups shared by a
+// team of 2, 4 or 8 warps (sums through shared memory, added back in this order: the same bits), faster
+// only at 1,024 rows and slower at 4,096 and more; two rows' groups with each float4 of x read once for
+// both (two chains), 8B 3.332 -> 3.523 ms.
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
                                               uint32_t lane, float (&out)[R]) {
@@ -157,73 +149,6 @@ __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], ui
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
-}
-
-// warp_dot_rows_q4k_lean's sums for two rows, each float4 of x read from shared memory once for both rows
-// (the lean loop reads it once per row: 16 KB of shared loads a warp for 1,152 bytes of weights a pair of
-// groups, near the SM's 128 bytes a cycle), the two rows' products in two independent chains (each in its
-// own order, so the same bits). Each of a row's three 16-byte registers of bytes takes the next group's as
-// soon as the current one's are used (the head after the scales, the quant words after their half of the
-// group), so a load is in flight across about a group's arithmetic, as in the lean loop.
-// 16 bytes of weights; `Pinned` (A/B): by a load the compiler issues where it stands (asm volatile), not
-// hoisted above the arithmetic before it (64 registers for the joint loop alone, 72 without).
-template <bool Pinned>
-__device__ inline uint4 load16(const uint4* p) {
-  if constexpr (!Pinned) return *p;
-  uint4 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-template <bool Pinned>
-__device__ inline void warp_dot_rows_q4k_joint(const uint8_t* const (&row)[2], uint32_t groups, const float4* xs, uint32_t lane,
-                                               float (&out)[2]) {
-  const Q4kLane c(lane);
-  const uint32_t pair = (lane % 8) / 2;  // the lane's sub-block pair in every block it reads (grp % 8 == lane % 8)
-  auto block = [&](uint32_t r, uint32_t g) {
-    return reinterpret_cast<const uint4*>(row[r] + uint64_t(g / 8) * sizeof(BlockQ4_K));
-  };
-  float part[2] = {0.0f, 0.0f};
-  uint4 head[2], q0[2], q1[2];
-  if (lane < groups) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const uint4* b = block(r, lane);
-      head[r] = b[0], q0[r] = b[1 + 2 * pair], q1[r] = b[2 + 2 * pair];
-    }
-  }
-  for (uint32_t grp = lane; grp < groups; grp += 32) {
-    const bool more = grp + 32 < groups;
-    Q4kScale k[2];
-    float s[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      k[r] = q4k_scale(head[r], c);
-      if (more) head[r] = load16<Pinned>(block(r, grp + 32));
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float4 xv = xs[staged_index(grp, j)];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) q4k_word_dot(j == 0 ? q0[r].x : j == 1 ? q0[r].y : j == 2 ? q0[r].z : q0[r].w, c, k[r], xv, s[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (more) q0[r] = load16<Pinned>(block(r, grp + 32) + 1 + 2 * pair);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float4 xv = xs[staged_index(grp, 4 + j)];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) q4k_word_dot(j == 0 ? q1[r].x : j == 1 ? q1[r].y : j == 2 ? q1[r].z : q1[r].w, c, k[r], xv, s[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (more) q1[r] = load16<Pinned>(block(r, grp + 32) + 2 + 2 * pair);
-      part[r] += s[r];
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) out[r] = warp_sum(part[r]);
 }
 
 // ---- Q6_K (from a staged chunk: RowChunks)
