@@ -13,8 +13,11 @@ namespace gpunvme::llm {
 namespace {
 
 constexpr uint32_t kThreads = 256;
-constexpr uint32_t kLoads = 4;         // 16-byte loads a thread has in flight: the link's latency is microseconds
-constexpr uint32_t kMaxBlocks = 1024;  // a 3.5 MB part at 16 KiB a block-round: about 220
+constexpr uint32_t kLoads = 8;  // 16-byte loads a thread has in flight: the link's latency is microseconds
+// Blocks of a copy, all experts together: fewer than the SMs, 3 MB in flight. A copy that filled every
+// SM (1,024 blocks, each crossing the link at a 1/1024th share for a millisecond) kept the fetcher's
+// pump, which issues the misses' reads, and the next kernels from starting until it ended.
+constexpr uint32_t kMaxBlocks = 96;
 
 // Whether the copy right after the placement (stage_hits_kernel) took expert e whole: a hit whose
 // bytes were in its slot then (not pending on a prefetch's reads), and that fits a staged expert.
@@ -123,7 +126,7 @@ stream::StagedExperts ExpertStaging::next(ExpertSource& src, uint32_t experts, g
   if (!src.after_placement(reinterpret_cast<gpu_stream_t>(side_))) return st;
   st.hits = 1;
   const uint64_t rounds = (st.stride / 16 + kThreads * kLoads - 1) / (kThreads * kLoads);
-  const dim3 grid(uint32_t(std::clamp<uint64_t>(rounds, 1, kMaxBlocks / 8)), experts);
+  const dim3 grid(uint32_t(std::clamp<uint64_t>(rounds, 1, std::max(1u, kMaxBlocks / experts))), experts);
   stage_hits_kernel<<<grid, kThreads, 0, side_>>>(src.scratch(), src.experts(), src.selection(), st);
   device::check_cuda(cudaGetLastError(), "expert staging: hits kernel");
   device::check_cuda(cudaEventRecord(hits_done_, side_), "expert staging event");
