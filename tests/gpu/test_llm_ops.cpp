@@ -522,21 +522,14 @@ TEST_CASE("block ops: MoE (routing, the experts' GLU, the weighted sum), GPU = C
 
 // One token's norm, MoE and residual add in three launches (gpu_moe_token.h): the router's rows with
 // the routing in its last block, the selected experts' gate/up with the GLU, their down rows with the
-// weighted sum and the add (a warp per row, or with GPUNVME_MOE_DOWN=rows the row kernel with a counter
-// per row; with GPUNVME_MOE_GLU=quads gate/up four rows a warp). The same x through the operations apart (Backend's norm_moe_add: the norm, moe and add
-// kernels) must give the same x to the bit, and the CPU's within float rounding; three tokens in a row,
-// so the launches' counters are seen back at 0.
+// weighted sum and the add (a warp per output row). The same x through the operations apart (Backend's
+// norm_moe_add: the norm, moe and add kernels) must give the same x to the bit, and the CPU's within
+// float rounding; three tokens in a row, so the router launch's counter is seen back at 0.
 TEST_CASE("block ops: one token's norm + MoE + add in three launches: fused = unfused to the bit, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
-  const int variant = GENERATE(0, 1, 2);  // the defaults; GPUNVME_MOE_DOWN=rows; GPUNVME_MOE_GLU=quads
-  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape), variant);
-  struct Unset {
-    ~Unset() { ::unsetenv("GPUNVME_MOE_DOWN"), ::unsetenv("GPUNVME_MOE_GLU"); }
-  } unset;
-  if (variant == 1) ::setenv("GPUNVME_MOE_DOWN", "rows", 1);  // read by every fused call
-  if (variant == 2) ::setenv("GPUNVME_MOE_GLU", "quads", 1);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
   Twins t(llm::test::make_tiny(shape, type));
   const LayerWeights& l = t.m.w.layers[0];
   for (uint32_t i = 0; i < 3; ++i) {

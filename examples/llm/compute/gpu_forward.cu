@@ -456,8 +456,8 @@ GpuForward::GpuForward(const ModelConfig& c, const ModelWeights& w, uint32_t n_c
   moe_gate_ = alloc<float>(K * c.n_ff, t);
   moe_up_ = alloc<float>(K * c.n_ff, t);
   moe_out_ = alloc<float>(K * c.n_embd, t);
-  moe_done_ = alloc<uint32_t>(1 + uint64_t(c.n_embd), t);
-  device::check_cuda(cudaMemset(moe_done_, 0, (1 + uint64_t(c.n_embd)) * sizeof(uint32_t)), "cudaMemset");
+  moe_done_ = alloc<uint32_t>(1, t);
+  device::check_cuda(cudaMemset(moe_done_, 0, sizeof(uint32_t)), "cudaMemset");
   const char* fused_env = std::getenv("GPUNVME_MOE_FUSED");  // "0": the A/B switch, off
   moe_fused_ = !(fused_env && std::string(fused_env) == "0");
   pass_dev_ = alloc<uint32_t>(4 * B, t);
@@ -749,8 +749,8 @@ void GpuForward::norm_moe_add(const TensorRef& norm_w, const LayerWeights& l, Ac
     const WeightView& v = view_;
     const auto m = [&](const TensorRef& t) { return matrix(t, v.at(t)); };
     const ExpertStacks w{m(l.gate_inp), f32(v, l.gate_inp_b), m(l.gate_exps), m(l.up_exps), m(l.down_exps),
-                            f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
-    const MoeTokenScratch scratch{xn_, router_, experts_, moe_gate_, moe_out_, moe_done_, moe_done_ + 1};
+                         f32(v, l.gate_exps_b), f32(v, l.up_exps_b), f32(v, l.down_exps_b)};
+    const MoeTokenScratch scratch{xn_, router_, experts_, moe_gate_, moe_done_};
     before_residual_write(x);
     if (gpu_moe_token(reinterpret_cast<gpu_stream_t>(stream_), w, f32(v, norm_w), c_.rms_eps, c_.n_expert_used, c_.gating, c_.act,
                       x_, scratch)) {

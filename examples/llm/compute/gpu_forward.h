@@ -300,7 +300,7 @@ class GpuForward final : public Backend {
   uint32_t moe_parts_ = ~0u;  // time_moe_parts'
   bool moe_fused_ = true;     // norm_moe_add's launches (GPUNVME_MOE_FUSED)
   uint64_t fused_moe_layers_ = 0;
-  uint32_t* moe_done_ = nullptr;  // their counters: the router's, then n_embd rows' (0 between launches)
+  uint32_t* moe_done_ = nullptr;  // their router launch's counter (0 between launches)
   struct CUevent_st* pass_end_ = nullptr;  // time_pass_end's
 };
 

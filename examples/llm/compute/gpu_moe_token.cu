@@ -3,10 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
+#include <stdexcept>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_route_lanes.cuh"
@@ -95,104 +94,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
   gpu::block_rows<T, R>(rows, groups, x, xs);
 }
 
-// 3. Routing slot j = blockIdx.y's down rows into out[j] (dot + 0.0f, its bias added as
-// expert_bias_kernel adds it). Then the row's counter: the k-th slot to store row i (its store made
-// visible first) adds the k results in routing order as weighted_sum_kernel does, and that sum to x[i]
-// as add_kernel does, and resets the counter. Its reads of the others' results go to L2 (__ldcg): they
-// were written on other SMs during this launch.
-struct DownSumRows {
-  static constexpr bool kPairs = false;
-  const uint8_t* w;  // slot j's matrix
-  uint64_t row_bytes;
-  uint32_t count;      // n_embd
-  const float* bias;   // slot j's bias row, or null
-  float* out;          // [k][count]
-  const float* weights;
-  uint32_t k, j;
-  float* x;
-  uint32_t* done;
-  __device__ const uint8_t* row(uint32_t i) const { return w + uint64_t(i) * row_bytes; }
-  template <GgmlType T>
-  __device__ bool stageable() const { return gpu::weight_rows_stageable<T>(w, row_bytes); }
-  template <uint32_t R>
-  __device__ void store(uint32_t first, const float (&dot)[R]) const {
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r)
-      if (first + r < count) store_row(first + r, dot[r]);
-  }
-  __device__ void store_row(uint32_t i, float dot) const {
-    float v = dot + 0.0f;
-    if (bias) v += bias[i];
-    out[uint64_t(j) * count + i] = v;
-    __threadfence();
-    if (atomicAdd(&done[i], 1u) + 1 != k) return;
-    __threadfence();
-    float a = 0.0f;
-    for (uint32_t s = 0; s < k; ++s) a = a + weights[s] * __ldcg(&out[uint64_t(s) * count + i]);
-    x[i] += a;
-    done[i] = 0;
-  }
-};
-
-template <GgmlType T, uint32_t R>
-__global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
-    down_sum_kernel(DownSumRows rows, const uint32_t* sel, uint64_t mat_bytes, const float* bias, uint32_t groups, const float* hidden) {
-  extern __shared__ float4 xs[];
-  const uint32_t j = blockIdx.y;
-  rows.j = j;
-  rows.w += uint64_t(sel[j]) * mat_bytes;
-  rows.bias = bias ? bias + uint64_t(sel[j]) * rows.count : nullptr;
-  gpu::block_rows<T, R>(rows, groups, hidden + uint64_t(j) * groups * kGroup, xs);
-}
-
-// 2 (GPUNVME_MOE_GLU=quads, the A/B switch). A warp per two outputs h, h + 1 of one slot j: the gate and
-// up rows of both (4 rows: 8 loads a lane in flight for a 2048-wide Q4_K row, where the pair kernel has 4),
-// x (the normed vector) staged once a block. Each row's sum warp_dot_row's (lane l: groups l, l + 32, ...
-// in order, each group's 32 products in order, then the butterfly), then SelectedGluRows's epilogue.
-template <GgmlType T>
-__global__ void __launch_bounds__(kStagedWarps * 32)
-    selected_glu_quads_kernel(const uint8_t* gate, const uint8_t* up, uint64_t row_bytes, uint64_t mat_bytes, const uint32_t* sel,
-                              uint32_t k, uint32_t rows, uint32_t groups, const float* x, const float* gate_bias, const float* up_bias,
-                              FfnAct act, float* y) {
-  extern __shared__ float4 xs[];  // [groups * 8]
-  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float4* x4 = reinterpret_cast<const float4*>(x);
-  for (uint32_t f = threadIdx.x; f < groups * 8; f += blockDim.x) gpu::cp_async_16(&xs[gpu::staged_index(f / 8, f % 8)], &x4[f]);
-  gpu::cp_async_commit();
-  gpu::cp_async_wait<0>();
-  __syncthreads();
-  const uint32_t tasks = k * rows / 2;
-  for (uint32_t t = blockIdx.x * kStagedWarps + warp; t < tasks; t += gridDim.x * kStagedWarps) {
-    const uint32_t h0 = 2 * t, j = h0 / rows, r0 = h0 - j * rows;
-    const uint64_t at = uint64_t(sel[j]) * mat_bytes + uint64_t(r0) * row_bytes;
-    const uint8_t* row[4] = {gate + at, up + at, gate + at + row_bytes, up + at + row_bytes};
-    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (uint32_t grp = lane; grp < groups; grp += 32) {
-      float4 xv[kGroup / 4];
-      gpu::staged_group(xs, grp, xv);
-#pragma unroll
-      for (uint32_t q = 0; q < 4; ++q) {
-        float g[kGroup];
-        dequant_group<T>(row[q], grp, g);
-        part[q] += gpu::group_dot(g, xv);
-      }
-    }
-    float d[4];
-#pragma unroll
-    for (uint32_t q = 0; q < 4; ++q) d[q] = gpu::warp_sum(part[q]);
-    if (lane == 0) {
-#pragma unroll
-      for (uint32_t i = 0; i < 2; ++i) {
-        float g = d[2 * i] + 0.0f, u = d[2 * i + 1] + 0.0f;
-        if (gate_bias) g += gate_bias[uint64_t(sel[j]) * rows + r0 + i];
-        if (up_bias) u += up_bias[uint64_t(sel[j]) * rows + r0 + i];
-        y[h0 + i] = glu(act, g, u);
-      }
-    }
-  }
-}
-
-// 3 (by default). A warp per output row i: the k experts' rows i against their own GLU outputs (all k
+// 3. A warp per output row i: the k experts' rows i against their own GLU outputs (all k
 // staged in shared memory, each in staged_index's layout), kBatch experts' loads in flight at once, each
 // row's sum warp_dot_row's (lane l: groups l, l + 32, ... in order, each group's 32 products in order,
 // then the butterfly: the bits of every staged row loop), then `+ 0.0f` and the bias as the selected
@@ -301,33 +203,6 @@ bool down_rows(cudaStream_t s, const ExpertStacks& w, uint32_t k, uint32_t share
   return launched;
 }
 
-// Launches selected_glu_quads_kernel (n_ff even): the blocks the device holds at once.
-bool glu_quads(cudaStream_t s, const ExpertStacks& w, uint32_t k, FfnAct act, const MoeTokenScratch& m) {
-  const uint32_t E = w.gate.cols, F = w.gate.rows, shared = E * uint32_t(sizeof(float));
-  gpu::with_weight_type(w.gate.type, [&](auto t) {
-    constexpr GgmlType T = decltype(t)::value;
-    constexpr auto K = selected_glu_quads_kernel<T>;
-    gpu::opt_in_shared<K>(gpu::staged_shared_limit(), "cudaFuncSetAttribute (the fused MoE's gate/up kernel)");
-    const uint32_t blocks = std::min((k * F / 2 + kStagedWarps - 1) / kStagedWarps, resident_blocks<K>(shared));
-    K<<<blocks, kStagedWarps * 32, shared, s>>>(w.gate.w, w.up.w, w.gate.row_bytes, w.gate.mat_bytes, m.routes, k, F, E / kGroup, m.xn,
-                                                w.gate_bias, w.up_bias, act, m.hidden);
-  });
-  return true;
-}
-
-// GPUNVME_MOE_GLU=quads: gate/up by selected_glu_quads_kernel (the A/B switch against the pair kernel).
-bool glu_quads_asked() {
-  const char* e = std::getenv("GPUNVME_MOE_GLU");
-  return e && std::string(e) == "quads";
-}
-
-// GPUNVME_MOE_DOWN=rows: the down products by the staged row kernel with a counter per row (the A/B
-// switch against down_rows_kernel).
-bool rows_down_asked() {
-  const char* e = std::getenv("GPUNVME_MOE_DOWN");
-  return e && std::string(e) == "rows";
-}
-
 }  // namespace
 
 bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm_w, float eps, uint32_t k, Gating gating,
@@ -338,17 +213,14 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
       w.down.rows != E || w.down.cols != F || E % kGroup != 0 || F % kGroup != 0 || uint64_t(2) * k * F >= (1u << 31))
     return false;
   // Every launch must fit before the first is enqueued: a refusal enqueues nothing.
-  const gpu::StagedLaunch a = gpu::staged_launch(n_expert, E, 1, w.router.type), b = gpu::staged_launch(2 * k * F, E, 1, w.gate.type),
-                          c = gpu::staged_launch(E, F, k, w.down.type);
+  const gpu::StagedLaunch a = gpu::staged_launch(n_expert, E, 1, w.router.type), b = gpu::staged_launch(2 * k * F, E, 1, w.gate.type);
   constexpr uint32_t kStatic = 4 * kMaxRoutedExperts * 4 + 64 + 16;  // route_norm_kernel's p, lg, id, wt, the norm's partials, last
-  const bool rows_down = rows_down_asked();  // per call: a test takes both
-  if (!a.staged || !b.staged || !c.staged || a.shared_bytes + kStatic > gpu::staged_shared_limit() ||
-      (!rows_down && uint64_t(k) * F * sizeof(float) > gpu::staged_shared_limit()))
+  const uint32_t down_shared = k * F * uint32_t(sizeof(float));  // down_rows_kernel's k GLU outputs
+  if (!a.staged || !b.staged || a.shared_bytes + kStatic > gpu::staged_shared_limit() || down_shared > gpu::staged_shared_limit())
     return false;
   gpu::check_vector_alignment(x, "fused MoE");
   const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   const uint32_t* ids = m.routes;
-  const float* weights = reinterpret_cast<const float*>(m.routes + k);
 
   const bool routed = staged<false>(w.router.type, n_expert, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = route_norm_kernel<T, R>;
@@ -359,8 +231,7 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
     return true;
   });
   if (!routed) return false;
-  const bool quads = glu_quads_asked() && F % 2 == 0;
-  const bool glu_done = quads ? glu_quads(s, w, k, act, m) : staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+  const bool glu_done = staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = selected_glu_kernel<T, R>;
     if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
     const uint32_t blocks = std::min(g.blocks, resident_blocks<K>(g.shared_bytes));
@@ -368,15 +239,7 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
     K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(rows, E / kGroup, m.xn);
     return true;
   });
-  const uint32_t down_shared = k * F * uint32_t(sizeof(float));
-  const bool summed = glu_done && (rows_down ? staged<false>(w.down.type, E, F, k, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
-    constexpr auto K = down_sum_kernel<T, R>;
-    if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
-    const uint32_t blocks = std::max(1u, std::min(g.blocks, resident_blocks<K>(g.shared_bytes) / k));
-    const DownSumRows rows{w.down.w, w.down.row_bytes, E, nullptr, m.out, weights, k, 0, x, m.row_done};
-    K<<<dim3(blocks, k), kStagedWarps * 32, g.shared_bytes, s>>>(rows, ids, w.down.mat_bytes, w.down_bias, F / kGroup, m.hidden);
-    return true;
-  }) : down_rows(s, w, k, down_shared, x, m));
+  const bool summed = glu_done && down_rows(s, w, k, down_shared, x, m);
   // The kernels' static shared memory is a few hundred bytes; x's staging fits the opt-in limit with
   // room for it (checked above for the router's), so a refusal after the first launch does not happen
   // in practice: say so loudly rather than leave a half-done FFN.

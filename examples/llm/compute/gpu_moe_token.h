@@ -11,9 +11,7 @@
 //   2. the k selected experts' gate and up rows, a warp holding gate row r and up row r of one expert,
 //      their biases and the GLU in its epilogue (gpu_matvec_glu's way, over the selected matrices);
 //   3. the k experts' down rows: a warp per output row takes its k experts' rows (their GLU outputs all
-//      staged in shared memory), adds the k results in routing order and the sum into x. (A/B switch
-//      GPUNVME_MOE_DOWN=rows: the staged row kernel over the k matrices, blockIdx.y the routing slot,
-//      each output row's last writer, counted per row, adding the sum.)
+//      staged in shared memory), adds the k results in routing order and the sum into x.
 // Each value is the one the separate kernels computed (the same row sums, `+ 0.0f`, bias adds, GLU,
 // weighted sum and add, in the same order), so the fused token has the unfused token's bits, and those
 // of a pass of several tokens (tests/gpu/test_llm_ops.cpp holds them equal).
@@ -35,16 +33,14 @@ struct ExpertStacks {
   const float *gate_bias = nullptr, *up_bias = nullptr, *down_bias = nullptr;
 };
 
-// Device scratch of one token's fused MoE. The counters start at 0 and each launch leaves them at 0
-// (a CUDA graph replays the launches as they are).
+// Device scratch of one token's fused MoE. The counter starts at 0 and each launch leaves it at 0 (a
+// CUDA graph replays the launches as they are).
 struct MoeTokenScratch {
   float* xn = nullptr;           // n_embd: x's norm
   float* logits = nullptr;       // n_expert
   uint32_t* routes = nullptr;    // k ids, then k weights (floats)
   float* hidden = nullptr;       // k x n_ff: the GLU's outputs
-  float* out = nullptr;          // k x n_embd: the down products (GPUNVME_MOE_DOWN=rows)
-  uint32_t* router_done = nullptr;  // 1 counter
-  uint32_t* row_done = nullptr;     // n_embd counters (GPUNVME_MOE_DOWN=rows)
+  uint32_t* router_done = nullptr;  // the router's launch's counter of finished blocks
 };
 
 // x (n_embd floats, device memory) += the MoE FFN of x's RMS norm times norm_w (eps), k experts routed by

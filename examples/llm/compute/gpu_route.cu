@@ -21,17 +21,16 @@ __global__ void route_serial_kernel(const float* logits, uint32_t n_expert, uint
 
 __global__ void route_warp_kernel(const float* logits, uint32_t n_expert, uint32_t k, Gating gating, uint32_t* ids,
                                   float* weights) {
-  __shared__ float p[kMaxRoutedExperts], lg[kMaxRoutedExperts], wt[kMaxRoutedExperts];
-  __shared__ uint32_t id[kMaxRoutedExperts];
-  gpu::route_warp(logits, n_expert, k, gating, p, lg, id, wt, ids, weights);
+  __shared__ float p[kMaxRoutedExperts];
+  route_top_k(gpu::WarpLanes{}, logits, n_expert, k, gating, p, ids, weights);
 }
 
 // Token blockIdx.x of a pass: the same warp routine on its own logits and routing slot.
 __global__ void route_tokens_kernel(const float* logits, uint32_t n_expert, uint32_t k, Gating gating, uint32_t* routes) {
-  __shared__ float p[kMaxRoutedExperts], lg[kMaxRoutedExperts], wt[kMaxRoutedExperts];
-  __shared__ uint32_t id[kMaxRoutedExperts];
+  __shared__ float p[kMaxRoutedExperts];
   uint32_t* ids = routes + uint64_t(blockIdx.x) * 2 * k;
-  gpu::route_warp(logits + uint64_t(blockIdx.x) * n_expert, n_expert, k, gating, p, lg, id, wt, ids, reinterpret_cast<float*>(ids + k));
+  route_top_k(gpu::WarpLanes{}, logits + uint64_t(blockIdx.x) * n_expert, n_expert, k, gating, p, ids,
+              reinterpret_cast<float*>(ids + k));
 }
 
 }  // namespace
