@@ -13,11 +13,13 @@ namespace gpunvme::llm {
 namespace {
 
 constexpr uint32_t kThreads = 256;
-constexpr uint32_t kLoads = 8;  // 16-byte loads a thread has in flight: the link's latency is microseconds
-// Blocks of a copy, all experts together: fewer than the SMs, 3 MB in flight. A copy that filled every
-// SM (1,024 blocks, each crossing the link at a 1/1024th share for a millisecond) kept the fetcher's
-// pump, which issues the misses' reads, and the next kernels from starting until it ended.
-constexpr uint32_t kMaxBlocks = 96;
+constexpr uint32_t kLoads = 4;         // 16-byte loads a thread has in flight: the link's latency is microseconds
+constexpr uint32_t kMaxBlocks = 1024;  // a part's copy: a 3.5 MB part at 16 KiB a block-round is about 220
+// The hits' copy (GPUNVME_EXPERT_STAGE=hits), all its experts together: fewer blocks than SMs, 1.5 MB in
+// flight. At 1,024 blocks it filled every SM for about a millisecond beside the misses' reads, which
+// may have kept the fetcher's pump and the next kernels waiting (H200, 235B 22G:32G pcie5: 89 % with
+// it, 93 % part by part, one 4-token run each, two calls); not measured at this size.
+constexpr uint32_t kMaxHitBlocks = 96;
 
 // Whether the copy right after the placement (stage_hits_kernel) took expert e whole: a hit whose
 // bytes were in its slot then (not pending on a prefetch's reads), and that fits a staged expert.
@@ -82,7 +84,7 @@ __global__ void stage_hits_kernel(const uint8_t* scratch, const stream::GpuFetch
 ExpertStaging::ExpertStaging() {
   const char* v = std::getenv("GPUNVME_EXPERT_STAGE");
   enabled_ = !(v && std::string(v) == "0");
-  hits_ = enabled_ && !(v && std::string(v) == "parts");
+  hits_ = enabled_ && v && std::string(v) == "hits";
   if (!hits_) return;
   device::check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "expert staging stream");
   device::check_cuda(cudaEventCreateWithFlags(&before_, cudaEventDisableTiming), "expert staging event");
@@ -126,7 +128,7 @@ stream::StagedExperts ExpertStaging::next(ExpertSource& src, uint32_t experts, g
   if (!src.after_placement(reinterpret_cast<gpu_stream_t>(side_))) return st;
   st.hits = 1;
   const uint64_t rounds = (st.stride / 16 + kThreads * kLoads - 1) / (kThreads * kLoads);
-  const dim3 grid(uint32_t(std::clamp<uint64_t>(rounds, 1, std::max(1u, kMaxBlocks / experts))), experts);
+  const dim3 grid(uint32_t(std::clamp<uint64_t>(rounds, 1, std::max(1u, kMaxHitBlocks / experts))), experts);
   stage_hits_kernel<<<grid, kThreads, 0, side_>>>(src.scratch(), src.experts(), src.selection(), st);
   device::check_cuda(cudaGetLastError(), "expert staging: hits kernel");
   device::check_cuda(cudaEventRecord(hits_done_, side_), "expert staging event");
