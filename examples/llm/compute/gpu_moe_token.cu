@@ -94,9 +94,9 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
   gpu::block_rows<T, R>(rows, groups, x, xs);
 }
 
-// 3. A warp per output row i: the k experts' rows i against their own GLU outputs (all k
-// staged in shared memory, each in staged_index's layout), kBatch experts' loads in flight at once, each
-// row's sum warp_dot_row's (lane l: groups l, l + 32, ... in order, each group's 32 products in order,
+// 3. A warp per output row i: the k experts' rows i against their own GLU outputs (all k staged in
+// shared memory, each in staged_index's layout), kDownBatch experts' loads in flight at once, each row's
+// sum warp_dot_row's (lane l: groups l, l + 32, ... in order, each group's 32 products in order,
 // then the butterfly: the bits of every staged row loop), then `+ 0.0f` and the bias as the selected
 // product and expert_bias_kernel give them, the weighted sum in routing order as weighted_sum_kernel adds
 // it and the sum into x as add_kernel does. No counters: the k results of a row are one warp's.
