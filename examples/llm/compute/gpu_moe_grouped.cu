@@ -335,7 +335,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
   const bool tensor = fast && tensor_cores(st.gate.type, st.up.type);
   if (src && !tensor && fetched_small_min_ == 0)
-    throw std::logic_error("GroupedMoe::run: fetched experts go grouped on the tensor cores, or with GPUNVME_MOE_GROUP_FETCHED=1");
+    throw std::logic_error("GroupedMoe::run: fetched experts go grouped on the tensor cores, or on the FP32 kernels unless GPUNVME_MOE_GROUP_FETCHED=0");
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const uint64_t rows = uint64_t(n) * K;
