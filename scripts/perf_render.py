@@ -122,8 +122,8 @@ def readme(blocks, data_dir):
     # (llm_tokens since b922806: the JSON has plan_bound_tokens_per_second beside it); the plan's bound of
     # older cells expected a uniform router's hits and is no floor (docs/performance.md, section 3).
     served = lambda c: "plan_bound_tokens_per_second" in c
-    m_cells = lambda model, drive=None: [c for _, k, v in moe if k[0].startswith(model) and drive in (None, k[2])
-                                         for c in v["default"] if k[1].endswith(":0") or served(c)]
+    m_cells = lambda model, drive=None: [c for _, k, v in moe if k[0].startswith(model) and drive in (None, k[2]) and k[2] != "—"
+                                         for c in v["default"] if (k[1].endswith(":0") or served(c)) and not c.get("error")]
     m_eff = lambda model, drive=None: [c["efficiency"] for c in m_cells(model, drive)]
     big_cached = [c for c in m_cells("qwen3-235b") if not c["budget"].endswith(":0")]
     big_tiers = ("VRAM and NVMe, and with a RAM expert cache: of the bytes the drive served" if big_cached

@@ -270,15 +270,41 @@ def _prefetch(c):
     return "off" if c.get("prefetch_kind") in (None, "off") or not c.get("prefetch") else "default"
 
 
+def drive_label(c):
+    """'pcie4', or '2 × pcie4' for a striped set's cells (llm_tokens' "drives": its members, each that drive)."""
+    return (f"{c['drives']} × " if c.get("drives", 1) > 1 else "") + c["drive"]
+
+
+def no_io(c):
+    """A cell whose plan holds every byte in VRAM: llm_tokens runs it once, on its first drive, with no bound."""
+    return not c.get("bound_tokens_per_second") and not c.get("experts_routed")
+
+
 def moe_groups(srcs, data_dir):
-    """[(source index, (model, budget, drive), {"off": [cells], "default": [cells]})], rounds in file order."""
+    """[(source index, (model, budget, drive), {"off": [cells], "default": [cells]})], rounds in file order.
+    A drive `none` cell that reads experts is the emulator unthrottled: it is no row, its rate is in the paced
+    cells of the same call (emulator_tokens_per_second); a cell with nothing to read is a row of its own (drive —)."""
     out = []
     for i, s in enumerate(srcs):
         by = {}
         for c in where(recs(s, data_dir, "llm_tokens"), s.get("where")):
-            by.setdefault((c["model"], c["budget"], c["drive"]), {"off": [], "default": []})[_prefetch(c)].append(c)
+            if no_io(c):
+                by.setdefault((c["model"], c["budget"], "—"), {"off": [], "default": []})["default"].append(c)
+            elif c["drive"] != "none":
+                by.setdefault((c["model"], c["budget"], drive_label(c)), {"off": [], "default": []})[_prefetch(c)].append(c)
         out += [(i, k, v) for k, v in by.items()]
     return out
+
+
+def _eff_emu(c):
+    """A cell's efficiency; where the same call measured the emulator unthrottled below the drives' bound, also
+    what share of the emulator's own rate the cell reached (its bound there is the emulator, not NVMe bytes)."""
+    if c.get("error"):
+        return "error (JSON)"
+    e, emu = c["efficiency"], c.get("emulator_tokens_per_second")
+    if emu and emu < c["bound_tokens_per_second"]:
+        return f"{pct(e)} (emulator {emu:.1f}: {pct(c['tokens_per_second'] / emu, 0)})"
+    return pct(e)
 
 
 def tokens_moe(srcs, data_dir):
@@ -287,13 +313,17 @@ def tokens_moe(srcs, data_dir):
             "bytes the cut spared"]
     rows = []
     for i, (model, budget, drive), v in moe_groups(srcs, data_dir):
-        on = v["default"]
+        eff_off, eff_on = joined(v["off"], _eff_emu), joined(v["default"], _eff_emu)
+        on = [c for c in v["default"] if not c.get("error")]
+        per_tok = joined([c["host_cpu_seconds"] / c["tokens"] for c in on], lambda x: f"{x:.3f}")
+        if drive == "—":  # held whole in VRAM: nothing read, no bound
+            rows.append((i, [model, budget, "— (no I/O)", "—", "—", joined([c["tokens_per_second"] for c in on], lambda x: f"{x:.2f}"),
+                             "—", per_tok, "—", "—", "—", "—"]))
+            continue
         mb = lambda key: joined([c.get(key, 0) / 1e6 for c in on], lambda x: f"{x:.0f} MB")
-        rows.append((i, [model, budget, drive, joined([c["efficiency"] for c in v["off"]], pct),
-                         "**" + joined([c["efficiency"] for c in on], pct) + "**",
+        rows.append((i, [model, budget, drive, eff_off, "**" + eff_on + "**",
                          joined([c["tokens_per_second"] for c in on], lambda x: f"{x:.2f}"),
-                         num(on[0]["bound_tokens_per_second"] if on else None),
-                         joined([c["host_cpu_seconds"] / c["tokens"] for c in on], lambda x: f"{x:.3f}"),
+                         num(on[0]["bound_tokens_per_second"] if on else None), per_tok,
                          joined([c["expert_hits"] / c["experts_routed"] for c in on if c.get("experts_routed")], pct),
                          joined([c.get("prefetch_cut", 0) for c in on], str), mb("prefetch_wasted_bytes"),
                          mb("prefetch_cut_bytes")]))
@@ -458,7 +488,7 @@ def host_cpu(srcs, data_dir):
             if nvme is None and not c.get("experts_routed"):
                 nvme = c.get("plan", {}).get("nvme_bytes_per_token")
             per_gb = per_tok / (nvme / 1e9) if nvme else None
-            by.setdefault((c["model"], c["budget"], c["drive"], c["mode"]), []).append((i, per_tok, per_gb))
+            by.setdefault((c["model"], c["budget"], drive_label(c), c["mode"]), []).append((i, per_tok, per_gb))
     for _, g in dense_groups(srcs, data_dir):
         for m in ("mmap", "mmap-evict"):
             if m in g:

@@ -6,6 +6,8 @@ documents' tables and the README's numbers) on known bytes, and the renderer's r
   - --check on a copy of the tree passes, then fails naming the block once a README number is edited,
     once a raw file's value changes, and (exit 2) once a source names another card than its file;
   - the README's MoE line takes a RAM expert cache's cells only with llm_tokens' served-bytes bound;
+  - the MoE table: a striped set's cells a row of their own, the emulator's unthrottled cells no row but
+    quoted where they are below the drives' bound, a model held whole in VRAM a row without a bound;
   - --import of a reproduce.sh folder replaces only the slots it brings, keeping the block's others.
 usage: test_perf_render.py SOURCE_ROOT
 """
@@ -162,6 +164,28 @@ def served_bound_cases(tmp):
           "a RAM expert cache's cells with the plan's bound leave the README's range, which says so")
 
 
+def moe_rows_cases(tmp):
+    def cell(drive, drives=1, pf="pregate", tps=10.0, bound=12.5, emu=None, routed=100, budget="8G:0"):
+        return {"tool": "llm_tokens", "model": "m", "budget": budget, "drive": drive, "drives": drives, "mode": "gpunvme",
+                "prefetch_kind": pf, "prefetch": pf != "off", "tokens": 4, "tokens_per_second": tps,
+                "bound_tokens_per_second": bound, "efficiency": tps / bound if bound else None, "host_cpu_seconds": 0.4,
+                "expert_hits": routed // 2, "experts_routed": routed, "emulator_tokens_per_second": emu}
+    cells = [cell("none", pf="off", tps=20.0, bound=40.0), cell("none", tps=20.0, bound=40.0),
+             cell("pcie4", pf="off", tps=9.0), cell("pcie4", tps=12.0),
+             cell("pcie5", tps=18.0, bound=25.0, emu=20.0), cell("pcie4", drives=2, tps=18.0, bound=25.0, emu=20.0),
+             cell("none", pf=None, tps=140.0, bound=None, routed=0, budget="22G:0")]
+    write(os.path.join(tmp, "moe", "cells.json"), "".join(json.dumps(c) + "\n" for c in cells))
+    head, rows = perf_tables.tokens_moe([{"files": ["cells.json"]}], os.path.join(tmp, "moe"))
+    by = {(r[1], r[2]): r for _, r in rows}
+    check(sorted(by) == [("22G:0", "— (no I/O)"), ("8G:0", "2 × pcie4"), ("8G:0", "pcie4"), ("8G:0", "pcie5")],
+          f"MoE rows: one per drive set, a 2-drive set apart, no row of the unthrottled emulator ({sorted(by)})")
+    check(by[("8G:0", "pcie4")][3] == "72.0 %" and by[("8G:0", "pcie4")][4] == "**96.0 %**", "off and auto of one drive in one row")
+    check(by[("8G:0", "pcie5")][4] == "**72.0 % (emulator 20.0: 90 %)**",
+          "a cell whose emulator fed less than the drive's bound quotes the emulator's rate and its share of it")
+    check(by[("22G:0", "— (no I/O)")][5] == "140.00" and by[("22G:0", "— (no I/O)")][6] == "—",
+          "a model held whole in VRAM: its tok/s, no bound")
+
+
 def import_cases(tmp):
     root = os.path.join(tmp, "tree2")
     copy_tree(root)
@@ -188,6 +212,7 @@ with tempfile.TemporaryDirectory() as tmp:
     reader_cases(tmp)
     renderer_cases(tmp)
     served_bound_cases(tmp)
+    moe_rows_cases(tmp)
     import_cases(tmp)
 print(f"{len(failures)} failure(s)")
 sys.exit(1 if failures else 0)
