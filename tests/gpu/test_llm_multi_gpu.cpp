@@ -21,31 +21,15 @@
 #include "device_array.h"
 #include "gpu_rig.h"
 #include "llm_fixtures.h"
+#include "two_gpus.h"
 #include "tests/llm/tiny_model.h"
 
 using namespace gpunvme;
 
 namespace {
 
-#define REQUIRE_TWO_GPUS()                                                        \
-  do {                                                                            \
-    REQUIRE_GPU();                                                                \
-    int n_ = 0;                                                                   \
-    if (cudaGetDeviceCount(&n_) != cudaSuccess || n_ < 2) SKIP("needs 2 GPUs, CUDA sees " << n_); \
-  } while (0)
-
-bool same_bits(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size_bytes()) == 0;
-}
-
-// Every step's logits with the bits of the same step on one GPU.
-void check_steps(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    INFO("step " << i);
-    CHECK(same_bits(got[i], want[i]));
-  }
-}
+using llm::test::same_bits;
+using test::check_steps;
 
 // A pass of 5 tokens at position 0, every row's logits.
 std::vector<float> batched(host::Controller& c, const llm::ModelOnDevice& m, llm::GpuExecOptions o) {

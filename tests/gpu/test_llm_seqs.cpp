@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/scheduler.h"
 #include "gpu_rig.h"
+#include "seq_script.h"
 #include "tests/llm/tiny_model.h"
 
 using namespace gpunvme;
@@ -32,15 +32,10 @@ namespace {
 
 constexpr uint32_t kCtx = 64;
 
-// A sequence of the script: its prompt, the step (pass) at which it joins, its greedy tokens after it.
-struct Seq {
-  std::vector<uint32_t> prompt;
-  uint32_t join = 0, decode = 0;
-};
-
-using Rows = std::vector<std::vector<float>>;  // a sequence's logits: the prompt's last, then each token's
-
-uint32_t argmax_of(std::span<const float> row) { return uint32_t(std::max_element(row.begin(), row.end()) - row.begin()); }
+using test::argmax_of;
+using test::prompt_of;
+using test::Rows;
+using test::Seq;
 
 // The sequence alone: its prompt in one pass of slot 0, then one token per pass.
 Rows alone(llm::DeviceSet& set, const llm::ModelOnDevice& m, llm::GpuExecOptions o, const Seq& s) {
@@ -57,62 +52,9 @@ Rows alone(llm::DeviceSet& set, const llm::ModelOnDevice& m, llm::GpuExecOptions
   return rows;
 }
 
-// The script together: each pass carries, in descending slot order, every joined sequence's prompt (the
-// pass it joins in) or its next token; a sequence that has all its tokens leaves (end_sequence) and
-// its slot goes to the next one to join.
-std::vector<Rows> together(llm::DeviceSet& set, const llm::ModelOnDevice& m, llm::GpuExecOptions o, const std::vector<Seq>& script,
+std::vector<Rows> together(llm::DeviceSet& set, const llm::ModelOnDevice& m, const llm::GpuExecOptions& o, const std::vector<Seq>& script,
                            uint32_t slots) {
-  o.max_seqs = slots;
-  auto ex = llm::make_gpu_executor(set.controllers(), m, kCtx, o);
-  REQUIRE(ex->max_seqs() == slots);
-  std::vector<Rows> rows(script.size());
-  std::map<uint32_t, size_t> in_slot;  // slot -> sequence
-  std::vector<uint32_t> free(slots);
-  std::iota(free.begin(), free.end(), 0u);
-  for (uint32_t step = 0; step < 64; ++step) {
-    for (size_t i = 0; i < script.size(); ++i)
-      if (script[i].join == step) {
-        REQUIRE(!free.empty());
-        in_slot[free.front()] = i;
-        free.erase(free.begin());
-      }
-    const bool more = std::any_of(script.begin(), script.end(), [&](const Seq& q) { return q.join > step; });
-    if (in_slot.empty() && !more) break;
-    std::vector<llm::PassToken> pass;
-    std::vector<size_t> row_of;  // the pass's logit rows' sequences
-    for (auto it = in_slot.rbegin(); it != in_slot.rend(); ++it) {
-      const Seq& s = script[it->second];
-      Rows& r = rows[it->second];
-      if (r.empty()) {
-        for (size_t p = 0; p < s.prompt.size(); ++p) pass.push_back({s.prompt[p], it->first, uint32_t(p), p + 1 == s.prompt.size()});
-      } else {
-        pass.push_back({argmax_of(r.back()), it->first, uint32_t(s.prompt.size() + r.size() - 1), true});
-      }
-      row_of.push_back(it->second);
-    }
-    if (pass.empty()) continue;
-    const std::span<const float> l = ex->pass(pass);
-    const size_t V = m.config.n_vocab;
-    REQUIRE(l.size() == row_of.size() * V);
-    for (size_t k = 0; k < row_of.size(); ++k) rows[row_of[k]].emplace_back(l.begin() + k * V, l.begin() + (k + 1) * V);
-    for (auto it = in_slot.begin(); it != in_slot.end();) {
-      if (rows[it->second].size() == script[it->second].decode + 1) {
-        ex->end_sequence(it->first);
-        free.insert(std::upper_bound(free.begin(), free.end(), it->first), it->first);
-        it = in_slot.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  ex->finish();
-  return rows;
-}
-
-std::vector<uint32_t> prompt_of(uint32_t n, uint32_t seed) {
-  std::vector<uint32_t> p(n);
-  for (uint32_t i = 0; i < n; ++i) p[i] = (seed * 131 + i * 37) % 500 + 3;
-  return p;
+  return test::together(set.controllers(), m, o, script, slots, kCtx);
 }
 
 void check_model(const std::string& device) {
@@ -190,58 +132,29 @@ TEST_CASE("llm seqs: the Scheduler's lookup drafts on the GPU executor keep ever
   for (const std::string d : {"emu:gen,shape=tiny-qwen3moe,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k"}) {
     llm::DeviceSet set({d});
     const llm::ModelOnDevice m = llm::open_model(set.namespaces());
-    const uint32_t V = m.config.n_vocab;
-    // tests/llm/test_scheduler_draft.cpp's prompts: patterns these models go on repeating on the CPU
-    // (drafts accepted there), at most 32 tokens, so every pass's segments stay on the small passes'
-    // kernels whatever chunks the scheduler cuts.
-    auto rep = [&](uint32_t period, uint32_t seed) {
-      const std::vector<uint32_t> q = llm::test::random_tokens(period, V, seed);
-      std::vector<uint32_t> p;
-      for (uint32_t t = 0; t < 12 / period + 1; ++t) p.insert(p.end(), q.begin(), q.end());
-      return p;
-    };
     const bool moe = d.find("moe") != std::string::npos;
-    const llm::SamplerOptions greedy{}, sampled{.temperature = 0.3f, .top_k = 3, .top_p = 0.95f, .seed = 9};
-    const std::vector<llm::SeqRequest> reqs = {{moe ? rep(2, 7) : rep(6, 12), 24, greedy, {}}, {rep(3, 4), 20, sampled, {}},
-                                               {moe ? rep(6, 5) : rep(5, 3), 18, greedy, {}}, {rep(4, 23), 22, sampled, {}}};
+    const std::vector<llm::SeqRequest> reqs = test::draft_requests(m.config.n_vocab, moe);
     llm::GpuExecOptions vram, streamed;
     vram.resident_layers = m.config.n_layer;
     streamed.resident_layers = 0;
     for (llm::GpuExecOptions o : {vram, streamed}) {
       INFO(d << (o.resident_layers == 0u ? ", streamed" : ", in VRAM"));
       o.max_batch = 64;
-      std::vector<std::vector<uint32_t>> want;
-      for (const llm::SeqRequest& r : reqs) {
-        o.max_seqs = 1;
-        auto one = llm::make_gpu_executor(set.controllers(), m, kCtx, o);
-        llm::Sampler s(r.sampling);
-        want.push_back(llm::generate(*one, r.prompt, r.max_tokens, s, {}, {}, [](uint32_t, std::span<const float>) {}).tokens);
-      }
+      const std::vector<std::vector<uint32_t>> want = test::alone_tokens(set.controllers(), m, o, reqs, kCtx);
       // Three slots for four requests (the fourth waits for a slot); k = 8 for three sequences asks
       // for up to 27 rows, beside a prompt's row or two: the 32 rows a GPU pass returns bound them.
-      o.max_seqs = 3;
-      auto ex = llm::make_gpu_executor(set.controllers(), m, kCtx, o);
-      llm::Scheduler sched(*ex, kCtx, {.draft = llm::LookupOptions{.k = 8}});
-      std::map<uint64_t, std::vector<uint32_t>> got;
-      std::vector<uint64_t> ids;
-      for (uint32_t step = 0; step < 200 && (step < 3 || !sched.idle()); ++step) {
-        if (step == 0 || step == 2)  // two requests join at step 0, two at step 2
-          for (size_t j = ids.size(), end = j + 2; j < end; ++j) ids.push_back(sched.submit(reqs[j]));
-        for (const llm::SeqEvent& e : sched.step()) got[e.id].push_back(e.token);
-      }
-      REQUIRE(sched.idle());
+      llm::SchedulerCounters c;
+      const std::vector<std::vector<uint32_t>> got = test::scheduled(set.controllers(), m, o, reqs, kCtx, 3, 8, &c);
       for (size_t i = 0; i < reqs.size(); ++i) {
         INFO("request " << i);
-        REQUIRE(got[ids[i]] == want[i]);
+        REQUIRE(got[i] == want[i]);
       }
-      const llm::SchedulerCounters& c = sched.counters();
       std::printf("llm seqs drafts: %s, %s: %llu drafted, %llu accepted, %llu passes for %llu tokens\n", d.c_str(),
                   o.resident_layers == 0u ? "streamed" : "in VRAM", (unsigned long long)c.drafted_tokens,
                   (unsigned long long)c.accepted_tokens, (unsigned long long)c.passes, (unsigned long long)c.generated_tokens);
       REQUIRE(c.generated_tokens == 24 + 20 + 18 + 22);
       REQUIRE(c.drafted_tokens > 0);
       accepted += c.accepted_tokens;
-      ex->finish();
     }
   }
   REQUIRE(accepted > 0);  // verification seen keeping drafts, not only rejecting them

@@ -165,12 +165,28 @@ def run_checks(a, d, write_variant, device_with):
     # A GPU CUDA does not see: named, with the count and CUDA_VISIBLE_DEVICES, exit 1, no tokens. Without a GPU
     # the GPU path itself is refused first (--path gpu: why).
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="0")
-    for gpus in ("0,99", "device=99"):
+    sees = "CUDA sees 1 GPU here (id 0), CUDA_VISIBLE_DEVICES=0 chooses and renumbers them"
+    for gpus, named in (("0,99", f"--gpus 0,99: no GPU 99: {sees}: give ids below 1"),
+                        ("device=99", f"--gpus device=99: no GPU 99: {sees}: give ids below 1"),
+                        ("2", f"--gpus 2: no GPU 1: {sees}: use --gpus 1 or fewer")):
         r = subprocess.run([a.llm, "--device", device_with(p, deploy=False), "--prompt-ids", "1", "-n", "2", "--path", "gpu",
                             "--gpus", gpus], capture_output=True, text=True, timeout=120, env=env)
-        named = f"--gpus {gpus}: no GPU 99: CUDA sees 1 GPU here (id 0), CUDA_VISIBLE_DEVICES=0 chooses and renumbers them: give ids below 1"
         out.append(report(f"--gpus {gpus}, a GPU not there", r.returncode == 1 and "tokens:" not in r.stdout and
                           (named in r.stderr or "--path gpu: " in r.stderr), f"exit {r.returncode}: {r.stderr.strip()}"))
+    # Where 2 GPUs are (else refused as above, naming GPU 1 or --path gpu): a budget leaving GPU 0 no layer is
+    # refused naming it; GPU 1 failing at the fourth pass (the test hook GPUNVME_TEST_GPU_FAIL=ID:PASS,
+    # multi_gpu_executor.cpp) ends the run with exit 1 naming GPU 1, no tokens: line, no JSON, bounded.
+    two = ("no GPU 1: CUDA sees", "--path gpu: ")
+    js = os.path.join(d, "failed-run.json")
+    for what, extra, env, want in (
+            ("a budget leaving a GPU no layer", ["--vram-budget", "1,1G"], dict(os.environ),
+             ["--vram-budget gives GPU 0 ", "it would hold no layer"]),
+            ("a GPU failing mid-run", ["--resident", "2", "--json-out", js], dict(os.environ, GPUNVME_TEST_GPU_FAIL="1:3"),
+             ["llm: GPU 1 (pass): a failure injected by GPUNVME_TEST_GPU_FAIL=1:3"])):
+        r = subprocess.run([a.llm, "--device", device_with(p, deploy=False), "--prompt-ids", "1,2", "-n", "8", "--ignore-eos",
+                            "--path", "gpu", "--gpus", "2"] + extra, capture_output=True, text=True, timeout=120, env=env)
+        out.append(report(f"--gpus 2, {what}", r.returncode == 1 and "tokens:" not in r.stdout and not os.path.exists(js) and
+                          (all(w in r.stderr for w in want) or any(w in r.stderr for w in two)), f"exit {r.returncode}: {r.stderr.strip()}"))
     # A name with a terminal escape and a newline: every tool prints it escaped (\e, \n), never raw.
     p = os.path.join(d, "evil.gguf"); write_variant(p, name="evil\x1b[2Jname\nforged line")
     dev = device_with(p)

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <future>
 #include <memory>
@@ -23,6 +24,7 @@
 #include "examples/llm/engine/nccl_comm.h"
 #include "examples/llm/engine/vram_reserve.h"
 #include "host/text/human_bytes.h"
+#include "host/text/escape.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -71,6 +73,28 @@ class NcclLink final : public HiddenLink {
   int rank_, id_, next_id_;
 };
 
+// The test hook of a GPU failing mid-run (tests/gpu/test_llm_multi_gpu_passes.cpp, engine_errors.py):
+// GPUNVME_TEST_GPU_FAIL=ID:PASS makes CUDA device ID's share of pass PASS (counted from 0, every pass
+// of the executor) throw on its thread before it enqueues anything, as a GPU lost at that point would
+// fail: its neighbours are left waiting on NCCL for it, which the bounded wait must end. Read once.
+constexpr const char* kFaultVariable = "GPUNVME_TEST_GPU_FAIL";
+struct InjectedFault {
+  int gpu = 0;
+  uint64_t pass = 0;
+  std::string text;
+};
+std::optional<InjectedFault> injected_fault() {
+  const char* v = std::getenv(kFaultVariable);
+  if (!v || !*v) return std::nullopt;
+  InjectedFault f{.text = v};
+  char tail = 0;
+  unsigned long long pass = 0;
+  if (std::sscanf(v, "%d:%llu%c", &f.gpu, &pass, &tail) != 2 || f.gpu < 0)
+    throw std::invalid_argument(std::string(kFaultVariable) + "='" + text::printable(v) + "': give ID:PASS, e.g. 1:3");
+  f.pass = pass;
+  return f;
+}
+
 // Each GPU's VRAM budget (none: each its free memory, or --resident N).
 std::vector<std::optional<uint64_t>> gpu_budgets(const GpuExecOptions& o) {
   std::vector<std::optional<uint64_t>> b(o.gpus);
@@ -85,10 +109,10 @@ std::vector<std::optional<uint64_t>> gpu_budgets(const GpuExecOptions& o) {
 // What the split is made from (split_gpus decides): the budgets, or each GPU's free memory (`free`)
 // less what its executor keeps back and the global weights it will hold; the KV cache of a layer.
 SplitInputs split_inputs(const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o, std::vector<int> devices,
-                         std::vector<uint64_t> free) {
+                         const std::vector<std::optional<uint64_t>>& budgets, std::vector<uint64_t> free) {
   const ModelWeights& w = m.weights;
   SplitInputs in{.devices = std::move(devices), .by_count = o.resident_layers.has_value()};
-  for (const std::optional<uint64_t>& v : gpu_budgets(o))
+  for (const std::optional<uint64_t>& v : budgets)
     if (v) in.vram.push_back(*v);
   in.free = std::move(free);
   in.kept_back = vram_kept_back(layer_bytes(m), o.slots, o.max_batch);
@@ -107,10 +131,11 @@ class MultiGpuExecutor final : public Executor {
       throw std::invalid_argument(gpus_option(o.gpus, o.gpu_ids) + " with " + std::to_string(o.gpu_controllers.size()) +
                                   " namespaces: give one per GPU, or one for all");
     for (uint32_t g = 0; g < o.gpus; ++g) workers_.push_back(std::make_unique<GpuWorker>(ids_[g]));
+    const std::vector<std::optional<uint64_t>> budgets = gpu_budgets(o);
     // Each GPU's free memory now, its context made, before any starts: what the split sizes its range by
     // where no budget is given (the same reading its executor makes for its own plan once started).
     std::vector<uint64_t> free(o.gpus);
-    const bool by_free = !o.resident_layers && !gpu_budgets(o).front();
+    const bool by_free = !o.resident_layers && !budgets.front();
     if (by_free)
       on_all([&](uint32_t g) {
         size_t f = 0, total = 0;
@@ -118,7 +143,7 @@ class MultiGpuExecutor final : public Executor {
           throw std::runtime_error(std::string("cudaMemGetInfo: ") + cudaGetErrorString(e));
         free[g] = f;
       }, "free memory");
-    const GpuSplit split = split_gpus(layer_bytes(m), split_inputs(m, n_ctx, o, ids_, free));
+    const GpuSplit split = split_gpus(layer_bytes(m), split_inputs(m, n_ctx, o, ids_, budgets, free));
     ranges_ = split.ranges;
     split_ = "layers split by " + split.rule;
     if (by_free) {
@@ -130,7 +155,6 @@ class MultiGpuExecutor final : public Executor {
     for (uint32_t g = 0; g < o.gpus; ++g)
       links_.push_back(std::make_unique<NcclLink>(*comms_, int(g), ids_[g], g + 1 < o.gpus ? ids_[g + 1] : -1));
     stages_.resize(o.gpus);
-    const std::vector<std::optional<uint64_t>> budgets = gpu_budgets(o);
     // One GPU at a time: each reads its share through the shared controller's CPU queue and makes its
     // NVMe queues on it (admin commands), which are not made for concurrent callers.
     try {
@@ -166,7 +190,10 @@ class MultiGpuExecutor final : public Executor {
   std::span<const float> pass(std::span<const PassToken> tokens) override {
     refuse_here(tokens);
     std::span<const float> logits;
+    const uint64_t n = passes_++;
     on_all([&](uint32_t g) {
+      if (fault_ && fault_->gpu == ids_[g] && fault_->pass == n)
+        throw std::runtime_error("a failure injected by " + std::string(kFaultVariable) + "=" + fault_->text);
       const std::span<const float> l = stages_[g]->pass(tokens);
       if (g + 1 == stages_.size()) logits = l;
     }, "pass");
@@ -280,6 +307,8 @@ class MultiGpuExecutor final : public Executor {
     throw std::runtime_error(error);
   }
 
+  std::optional<InjectedFault> fault_ = injected_fault();
+  uint64_t passes_ = 0;               // passes begun (the fault hook counts them)
   std::vector<int> ids_;              // [gpu]: its CUDA device (pipeline order)
   std::vector<LayerRange> ranges_;
   std::string split_;                 // how the ranges were sized (describe())

@@ -1,7 +1,9 @@
 #include "examples/llm/engine/nccl_comm.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "examples/llm/engine/nccl_env.h"
 
@@ -28,15 +30,27 @@ NcclComms::~NcclComms() {
 }
 
 void NcclComms::recv(int rank, float* x, size_t n, int from, cudaStream_t s) {
-  check(rank);
-  check_nccl(ncclRecv(x, n, ncclFloat32, from, comms_.at(rank), s),
-             "GPU " + std::to_string(rank) + ": NCCL receive of the hidden state from GPU " + std::to_string(from));
+  enqueue(rank, [&](ncclComm_t c) { return ncclRecv(x, n, ncclFloat32, from, c, s); },
+          "GPU " + std::to_string(rank) + ": NCCL receive of the hidden state from GPU " + std::to_string(from));
 }
 
 void NcclComms::send(int rank, const float* x, size_t n, int to, cudaStream_t s) {
+  enqueue(rank, [&](ncclComm_t c) { return ncclSend(x, n, ncclFloat32, to, c, s); },
+          "GPU " + std::to_string(rank) + ": NCCL send of the hidden state to GPU " + std::to_string(to));
+}
+
+void NcclComms::enqueue(int rank, const std::function<ncclResult_t(ncclComm_t)>& op, const std::string& what) {
   check(rank);
-  check_nccl(ncclSend(x, n, ncclFloat32, to, comms_.at(rank), s),
-             "GPU " + std::to_string(rank) + ": NCCL send of the hidden state to GPU " + std::to_string(to));
+  // Counted before the flag is read again (both sequentially consistent): either abort() sees this
+  // thread and waits for it, or this thread sees the abort and enqueues nothing. Not under mu_: a
+  // first send and its recv set up their connection together, each on its own thread.
+  ++enqueuing_;
+  struct Leave {
+    std::atomic<int>& n;
+    ~Leave() { --n; }
+  } leave{enqueuing_};
+  if (aborted_) throw std::runtime_error("GPU " + std::to_string(rank) + ": the NCCL communicators were aborted after an earlier failure");
+  check_nccl(op(comms_.at(rank)), what);
 }
 
 void NcclComms::check(int rank) {
@@ -53,6 +67,10 @@ void NcclComms::check(int rank) {
 void NcclComms::abort() {
   std::lock_guard l(mu_);
   if (aborted_.exchange(true)) return;
+  // An enqueue returns at once (its kernel is what waits); one still setting up a connection to a
+  // peer that failed is given a bounded time, then the abort goes ahead (its kernels must end).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (enqueuing_ > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   // The handles stay (other threads may read them); check() refuses their use from now on.
   for (ncclComm_t c : comms_)
     if (c) ncclCommAbort(c);

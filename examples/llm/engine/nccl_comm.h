@@ -6,8 +6,10 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -33,9 +35,14 @@ class NcclComms {
   bool aborted() const { return aborted_; }
 
  private:
+  // Runs an NCCL enqueue on rank's communicator unless abort() came first; abort() waits (bounded) for
+  // those under way, so that no thread enqueues on a communicator it frees.
+  void enqueue(int rank, const std::function<ncclResult_t(ncclComm_t)>& op, const std::string& what);
+
   std::vector<ncclComm_t> comms_;
   std::mutex mu_;  // check() against abort()
   std::atomic<bool> aborted_{false};
+  std::atomic<int> enqueuing_{0};  // threads inside enqueue() past their abort check
 };
 
 }  // namespace gpunvme::llm
