@@ -3,8 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include "device/cuda_check.h"
@@ -257,35 +255,6 @@ constexpr uint32_t batched_stage_bytes(GgmlType t) {
   return gpu::weight_chunk_bytes(t) == 0 ? 0 : kRowsPerBlock * kBatchRows * gpu::kWeightStages * gpu::weight_stage_span(t);
 }
 
-// The cap on a staged launch's blocks along x (count of them along y): no more than the
-// device holds at once by kernel K's registers as well as its shared memory. staged_launch counts shared
-// memory only (8 blocks an SM for a 4096-wide x, where K's 85 registers a thread allow 3), so blocks queued
-// behind the resident ones each staged x again (and, normalizing, recomputed the norm) for their 16 rows:
-// Llama-3-8B's gate/up launch had 1,056 blocks, each reading 16 KB of x and 32 KB for the norm beside its
-// 37 KB of weights. Capped, each block strides over more rows (block_rows) after staging x once. Asked of
-// CUDA once per kernel, device and shared size (a launch's host time must not grow).
-template <auto K>
-uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
-  static std::mutex lock;
-  static std::map<std::pair<int, uint32_t>, uint32_t> per_sm;  // (device, shared bytes) -> blocks an SM
-  int dev = 0;
-  device::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  uint32_t n = 0;
-  {
-    const std::lock_guard<std::mutex> held(lock);
-    auto it = per_sm.find({dev, shared_bytes});
-    if (it == per_sm.end()) {
-      int b = 0;
-      device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, gpu::kStagedWarps * 32, shared_bytes),
-                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor (a staged matrix kernel)");
-      it = per_sm.emplace(std::make_pair(dev, shared_bytes), uint32_t(std::max(b, 1))).first;
-    }
-    n = it->second;
-  }
-  const uint64_t resident = uint64_t(gpu::device_sms()) * n;
-  return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
-}
-
 // count products (blockIdx.y) of m (or of the matrices m.sel picks) with x + j * x_stride into y + j * y_stride;
 // by the staged kernel unless `allow_staged` is false or x does not fit in shared memory.
 void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, uint64_t x_stride, const float* bias,
@@ -298,7 +267,7 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
     auto staged = [&]<uint32_t R>() {
       constexpr auto K = matvec_staged_kernel<T, R>;
       gpu::allow_staged_shared<K>();
-      const uint32_t blocks = resident_cap<K>(g.blocks, count, g.shared_bytes);
+      const uint32_t blocks = gpu::resident_cap<K>(g.blocks, count, g.shared_bytes);
       K<<<dim3(blocks, count), gpu::kStagedWarps * 32, g.shared_bytes, s>>>(m.w, m.row_bytes, m.rows, m.cols, x, bias, m.sel,
                                                                            m.mat_bytes, y, x_stride, y_stride);
     };
@@ -340,7 +309,7 @@ bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols,
       constexpr auto K = matvec_rows_kernel<T, R, Rows>;
       // Its static shared memory (the norm's partial sums) leaves a little less than staged_launch assumed.
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;
-      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+      const uint32_t blocks = gpu::resident_cap<K>(g.blocks, 1, g.shared_bytes);
       K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, s>>>(rows, cols / kGroup, x, norm_w, eps);
       launched = true;
     };
@@ -512,7 +481,7 @@ bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x
     auto launch = [&]<uint32_t R>() {
       constexpr auto K = matvec_norm_add_kernel<T, R>;
       if (g.shared_bytes > gpu::allow_staged_shared<K>()) return;  // its static shared memory leaves a little less
-      const uint32_t blocks = resident_cap<K>(g.blocks, 1, g.shared_bytes);
+      const uint32_t blocks = gpu::resident_cap<K>(g.blocks, 1, g.shared_bytes);
       K<<<blocks, gpu::kStagedWarps * 32, g.shared_bytes, reinterpret_cast<cudaStream_t>(stream)>>>(rows, m.cols / kGroup, x, norm_w,
                                                                                                    eps, y, done);
       launched = true;

@@ -3,8 +3,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <map>
-#include <mutex>
 #include <stdexcept>
 
 #include "device/cuda_check.h"
@@ -146,26 +144,6 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
   }
 }
 
-// Blocks of kernel K the device holds at once with `shared` dynamic bytes (by its registers as well as
-// shared memory), asked of CUDA once per kernel, device and size: more would only queue, each staging x
-// again (gpu_matmul.cu's resident_cap says why).
-template <auto K>
-uint32_t resident_blocks(uint32_t shared) {
-  static std::mutex lock;
-  static std::map<std::pair<int, uint32_t>, uint32_t> per_sm;
-  int dev = 0;
-  device::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
-  const std::lock_guard<std::mutex> held(lock);
-  auto it = per_sm.find({dev, shared});
-  if (it == per_sm.end()) {
-    int b = 0;
-    device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, kStagedWarps * 32, shared),
-                       "cudaOccupancyMaxActiveBlocksPerMultiprocessor (the fused MoE kernels)");
-    it = per_sm.emplace(std::make_pair(dev, shared), uint32_t(std::max(b, 1))).first;
-  }
-  return it->second * gpu::device_sms();
-}
-
 // The launch of a staged kernel K<T, R> over `rows` rows `cols` wide (count of them along y): false where x
 // does not fit beside K's static shared memory.
 // Pairs: the rows come two a warp whatever their count.
@@ -195,7 +173,7 @@ bool down_rows(cudaStream_t s, const ExpertStacks& w, uint32_t k, uint32_t share
     constexpr GgmlType T = decltype(t)::value;
     constexpr auto K = down_rows_kernel<T>;
     gpu::opt_in_shared<K>(gpu::staged_shared_limit(), "cudaFuncSetAttribute (the fused MoE's down kernel)");
-    const uint32_t blocks = std::min((w.down.rows + kStagedWarps - 1) / kStagedWarps, resident_blocks<K>(shared));
+    const uint32_t blocks = gpu::resident_cap<K>((w.down.rows + kStagedWarps - 1) / kStagedWarps, 1, shared);
     K<<<blocks, kStagedWarps * 32, shared, s>>>(w.down.w, w.down.row_bytes, w.down.mat_bytes, m.routes, k, w.down.rows,
                                                 w.down.cols / kGroup, m.hidden, w.down_bias, x);
     launched = true;
@@ -225,7 +203,7 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
   const bool routed = staged<false>(w.router.type, n_expert, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = route_norm_kernel<T, R>;
     if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
-    const uint32_t blocks = std::min(g.blocks, resident_blocks<K>(g.shared_bytes));
+    const uint32_t blocks = gpu::resident_cap<K>(g.blocks, 1, g.shared_bytes);
     K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(gpu::MatrixRows{w.router.w, w.router.row_bytes, n_expert, w.router_bias, m.logits},
                                                         E / kGroup, x, norm_w, eps, m.xn, n_expert, k, gating, m.routes, m.router_done);
     return true;
@@ -234,7 +212,7 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
   const bool glu_done = staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = selected_glu_kernel<T, R>;
     if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
-    const uint32_t blocks = std::min(g.blocks, resident_blocks<K>(g.shared_bytes));
+    const uint32_t blocks = gpu::resident_cap<K>(g.blocks, 1, g.shared_bytes);
     const SelectedGluRows rows{w.gate.w, w.up.w, w.gate.row_bytes, w.gate.mat_bytes, ids, F, 2 * k * F, w.gate_bias, w.up_bias, act, m.hidden};
     K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(rows, E / kGroup, m.xn);
     return true;

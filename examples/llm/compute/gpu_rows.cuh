@@ -14,9 +14,12 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <set>
+#include <utility>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_matmul.h"
@@ -395,6 +398,36 @@ uint32_t allow_staged_shared() {
   const uint32_t bytes = staged_shared_limit() - fixed;
   opt_in_shared<K>(bytes, "cudaFuncSetAttribute (the staged matrix kernel's shared memory)");
   return bytes;
+}
+
+// The cap on a staged launch's blocks along x (count of them along y): no more than the device holds at
+// once by kernel K's registers as well as its shared memory (shared_bytes dynamic). staged_launch counts
+// shared memory only (8 blocks an SM for a 4096-wide x, where K's 85 registers a thread allow 3), so blocks
+// queued behind the resident ones each staged x again (and, normalizing, recomputed the norm) for their 16
+// rows: Llama-3-8B's gate/up launch had 1,056 blocks, each reading 16 KB of x and 32 KB for the norm beside
+// its 37 KB of weights. Capped, each block strides over more rows (block_rows) after staging x once. Asked
+// of CUDA once per kernel, device and shared size (a launch's host time must not grow); the GPUs' threads
+// may launch at once, hence the lock.
+template <auto K>
+uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
+  static std::mutex lock;
+  static std::map<std::pair<int, uint32_t>, uint32_t> per_sm;  // (device, shared bytes) -> blocks an SM
+  int dev = 0;
+  device::check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  uint32_t n = 0;
+  {
+    const std::lock_guard<std::mutex> held(lock);
+    auto it = per_sm.find({dev, shared_bytes});
+    if (it == per_sm.end()) {
+      int b = 0;
+      device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, kStagedWarps * 32, shared_bytes),
+                         "cudaOccupancyMaxActiveBlocksPerMultiprocessor (a staged kernel)");
+      it = per_sm.emplace(std::make_pair(dev, shared_bytes), uint32_t(std::max(b, 1))).first;
+    }
+    n = it->second;
+  }
+  const uint64_t resident = uint64_t(device_sms()) * n;
+  return uint32_t(std::max<uint64_t>(1, std::min<uint64_t>(blocks, (resident + count - 1) / count)));
 }
 
 }  // namespace gpunvme::llm::gpu
