@@ -50,6 +50,17 @@ struct GpuFetchedExpert {
   uint64_t part_bytes[kMaxExpertParts] = {};
 };
 
+// Scratchpad offset of expert e's part `proj` (model::Projection) that is `bytes` long, or kNoPart: every
+// consumer looks a part up this way, so a part of another size (not the matrix it was cut for) is read
+// by none of them.
+inline constexpr uint64_t kNoPart = ~0ull;
+GPUNVME_HD constexpr uint64_t find_part(const GpuFetchedExpert& e, uint32_t proj, uint64_t bytes) {
+  uint64_t off = kNoPart;
+  for (uint32_t p = 0; p < e.part_count && p < kMaxExpertParts; ++p)
+    if (e.part_proj[p] == proj && e.part_bytes[p] == bytes) off = e.part_offset[p];
+  return off;
+}
+
 // A fetch's experts as a consumer copied them into GPU memory before reading them (the LLM engine's
 // one-token products, examples/llm/compute/gpu_expert_stage.h): distinct expert d (an index into the
 // fetch's experts) at base + d * stride, each byte at the same distance from the expert's first as in

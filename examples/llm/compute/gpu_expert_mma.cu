@@ -62,9 +62,8 @@ __device__ const uint8_t* expert_matrix(const ExpertWeights& m, const ExpertTile
   if (!m.ex) return m.w + uint64_t(t.expert) * m.mat_bytes;
   const stream::GpuFetchedExpert& e = m.ex[m.selection[t.slot]];
   if (e.failed != 0 || e.expert != t.expert) return nullptr;
-  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
-    if (e.part_proj[p] == m.proj && e.part_bytes[p] == uint64_t(m.rows) * m.row_bytes) return m.scratch + e.part_offset[p];
-  return nullptr;
+  const uint64_t off = stream::find_part(e, m.proj, uint64_t(m.rows) * m.row_bytes);
+  return off == stream::kNoPart ? nullptr : m.scratch + off;
 }
 
 // One group of row `row` (zeros beyond the matrix) as 32 16-bit elements in registers (dequant_group,

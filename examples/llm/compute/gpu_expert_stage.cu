@@ -59,10 +59,8 @@ __global__ void stage_part_kernel(const uint8_t* scratch, const stream::GpuFetch
                                   stream::StagedExperts st) {
   const uint32_t d = selection[k];
   const stream::GpuFetchedExpert& e = ex[d];
-  uint64_t off = ~0ull;
-  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
-    if (e.part_proj[p] == proj && e.part_bytes[p] == part_bytes) off = e.part_offset[p];
-  if (off == ~0ull || e.failed != 0 || copied_at_placement(e, st)) return;  // no such part: the product writes NaN
+  const uint64_t off = stream::find_part(e, proj, part_bytes);
+  if (off == stream::kNoPart || e.failed != 0 || copied_at_placement(e, st)) return;  // no such part: the product writes NaN
   const uint64_t tid = uint64_t(blockIdx.x) * blockDim.x + threadIdx.x, threads = uint64_t(gridDim.x) * blockDim.x;
   copy_span(st.base + stream::staged_offset(st, d, e, off) + b0, scratch + off + b0, b1 - b0, tid, threads);
 }

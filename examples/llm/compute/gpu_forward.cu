@@ -50,17 +50,14 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
   extern __shared__ float4 xs[];
   const uint32_t d = selection[k];
   const stream::GpuFetchedExpert& e = ex[d];
-  const uint8_t* w = nullptr;
-  for (uint32_t p = 0; p < e.part_count && p < stream::kMaxExpertParts; ++p)
-    if (e.part_proj[p] == proj && e.part_bytes[p] == uint64_t(total_rows) * row_bytes)
-      w = (st.base ? st.base + stream::staged_offset(st, d, e, e.part_offset[p]) : scratch + e.part_offset[p]) +
-          uint64_t(row_begin) * row_bytes;
+  const uint64_t off = stream::find_part(e, proj, uint64_t(total_rows) * row_bytes);
   // No such part (or not the size the slices were cut for), or its read failed: poison the output,
   // read no garbage.
-  if (!w || e.failed != 0) {
+  if (off == stream::kNoPart || e.failed != 0) {
     for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < rows; i += gridDim.x * blockDim.x) y[i] = NAN;
     return;  // the whole block returns: every thread reads the same expert
   }
+  const uint8_t* w = (st.base ? st.base + stream::staged_offset(st, d, e, off) : scratch + off) + uint64_t(row_begin) * row_bytes;
   if constexpr (R > 0) {
     gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, nullptr, y);
   } else {

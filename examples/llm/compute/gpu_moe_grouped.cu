@@ -75,10 +75,8 @@ __global__ void stage_fetched_kernel(const uint8_t* scratch, const stream::GpuFe
   const stream::GpuFetchedExpert& e = ex[selection[j]];
   const uint32_t proj = uint32_t(p == 0 ? model::Projection::kGate : p == 1 ? model::Projection::kUp : model::Projection::kDown);
   const uint64_t n = parts.bytes[p];
-  uint64_t off = ~0ull;
-  for (uint32_t q = 0; q < e.part_count && q < stream::kMaxExpertParts; ++q)
-    if (e.part_proj[q] == proj && e.part_bytes[q] == n) off = e.part_offset[q];
-  if (off == ~0ull || e.failed != 0) {
+  const uint64_t off = stream::find_part(e, proj, n);
+  if (off == stream::kNoPart || e.failed != 0) {
     if (threadIdx.x == 0) failed[j] = 1;
     return;
   }
