@@ -899,11 +899,9 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, b
   ExpertSource* src = src_;
   const gpu_stream_t gs = reinterpret_cast<gpu_stream_t>(s);
   const float* weights = reinterpret_cast<const float*>(experts_ + K);
+  const uint32_t parts = src ? ~0u : moe_parts_;  // llm_pass_compute times the in-VRAM kernels one part at a time
+  route(gs, l, v, xn, router_, experts_, parts);
   if (!src) {
-    const uint32_t parts = moe_parts_;
-    if (parts & kMoeRouter)
-      enqueue_matmul(s, l.gate_inp, v.at(l.gate_inp), xn, 1, f32(v, l.gate_inp_b), router_);
-    if (parts & kMoeRoute) gpu_route(gs, router_, c_.n_expert, K, experts_, reinterpret_cast<float*>(experts_ + K), c_.gating);
     if (parts & kMoeGateUp) {
       gpu_matvec_selected(gs, matrix(l.gate_exps, v.at(l.gate_exps), experts_), K, xn, 0, moe_gate_, F);
       add_expert_bias(s, v, l.gate_exps_b, experts_, K, moe_gate_);
@@ -919,7 +917,6 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, b
       weighted_sum_kernel<<<blocks_for(E, 128), 128, 0, s>>>(moe_acc_ + uint64_t(t) * E, moe_out_, weights, E, K);
     return;
   }
-  route(gs, l, v, xn, router_, experts_);
   {
     src->fetch(l.index, experts_, K, stream_);
     if (n_ == 1) pregate(l, *src);  // one token: the prediction is for its own next fetched layer
@@ -942,11 +939,14 @@ void GpuForward::moe_token(const LayerWeights& l, const float* xn, uint32_t t, b
 
 // Layer l's routing of one normed token xn: its router's logits, then the top k ids in `ids` and their
 // weights (floats) right after them. The routing and its prediction (pregate) both call this, so that
-// a prediction is the routing it predicts, only on an earlier state.
-void GpuForward::route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids) {
+// a prediction is the routing it predicts, only on an earlier state. `parts` (MoePart): the router's
+// product (kMoeRouter) and the top k (kMoeRoute), both unless a part is timed alone.
+void GpuForward::route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids,
+                       uint32_t parts) {
   const uint32_t K = c_.n_expert_used;
-  enqueue_matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, f32(v, l.gate_inp_b), logits);
-  gpu_route(s, logits, c_.n_expert, K, ids, reinterpret_cast<float*>(ids + K), c_.gating);
+  if (parts & kMoeRouter)
+    enqueue_matmul(reinterpret_cast<cudaStream_t>(s), l.gate_inp, v.at(l.gate_inp), xn, 1, f32(v, l.gate_inp_b), logits);
+  if (parts & kMoeRoute) gpu_route(s, logits, c_.n_expert, K, ids, reinterpret_cast<float*>(ids + K), c_.gating);
 }
 
 // The next fetched layer's routing on this layer's post-attention state x_ (its own ffn norm, its

@@ -231,7 +231,8 @@ class GpuForward final : public Backend {
   // The pass's last prediction for layer `layer`, best first, on the host (empty: none): the grouped
   // path fetches those experts first (gpu_moe_grouped.h).
   std::span<const uint32_t> predicted_on_host(uint32_t layer);
-  void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids);
+  void route(gpu_stream_t s, const LayerWeights& l, WeightView v, const float* xn, float* logits, uint32_t* ids,
+             uint32_t parts = kMoeRouter | kMoeRoute);
   uint64_t kv_layer_offset(uint32_t layer) const;
   void alloc_kv_cache();  // halves to the layer's block of the cache; throws outside it
 
