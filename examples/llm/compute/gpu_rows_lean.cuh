@@ -111,16 +111,16 @@ __device__ inline float q4k_raw_dot(const Q4kRaw& b, const Q4kLane& c, const flo
 // bytes loaded before this one's arithmetic. (Every row's next group ahead, 24 more registers at two rows
 // a warp, spilled 388 bytes a thread under the kernels' 85-register bound.) Two buffers written in turn,
 // not a current and a next copied into it: the copy was 12 moves a group and row (a 16th of the loop).
-// Measured slower on the H200 (issue 36, session 24, the same bits each; 8B Q4_K layers as a graph): a
-// warp's row sets as one stream of loads with 2, 4 or 6 groups in registers across the sets' ends (the
-// first issued before x is staged; 4 and 6 at two blocks an SM), 3.449 -> 3.825 / 3.801 ms and
-// 4096 x 4096 at 1,260 -> 945-970 GB/s; this loop's first groups loaded before x is staged (its a and b
-// held across the staging, spilled), 3.503 -> 4.273 ms; the products launched with programmatic
-// dependent launch inside the graph, 3.503 -> 3.700 ms. Q6_K's and Q8_0's RowChunks carried across the
-// sets' ends: within a few % either way. Session 25 (docs/decode-graph.md): a set's groups shared by a
-// team of 2, 4 or 8 warps (sums through shared memory, added back in this order: the same bits), faster
-// only at 1,024 rows and slower at 4,096 and more; two rows' groups with each float4 of x read once for
-// both (two chains), 8B 3.332 -> 3.523 ms.
+// Why not more overlap or sharing: each of these gave the same bits and was measured slower on the H200
+// (issue 36; 8B Q4_K layers as a graph; docs/decode-graph.md): a warp's row sets as one stream of loads
+// with 2, 4 or 6 groups in registers across the sets' ends (the first issued before x is staged; 4 and 6
+// at two blocks an SM), 3.449 -> 3.825 / 3.801 ms and 4096 x 4096 at 1,260 -> 945-970 GB/s; this loop's
+// first groups loaded before x is staged (its a and b held across the staging, spilled), 3.503 -> 4.273
+// ms; the products launched with programmatic dependent launch inside the graph, 3.503 -> 3.700 ms. Q6_K's
+// and Q8_0's RowChunks carried across the sets' ends: within a few % either way. A set's groups shared by
+// a team of 2, 4 or 8 warps (sums through shared memory, added back in this order): faster only at 1,024
+// rows, slower at 4,096 and more; two rows' groups with each float4 of x read once for both (two chains),
+// 8B 3.332 -> 3.523 ms.
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_lean(const uint8_t* const (&row)[R], uint32_t groups, const float4* xs,
                                               uint32_t lane, float (&out)[R]) {
