@@ -5,6 +5,8 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <string>
@@ -103,6 +105,26 @@ inline std::vector<llm::SeqRequest> draft_requests(uint32_t V, bool moe) {
           {moe ? rep(6, 5) : rep(5, 3), 18, greedy, {}}, {rep(4, 23), 22, sampled, {}}};
 }
 
+// The drafts' cases: the MoE and gemma3 generated models, every layer in VRAM and every layer
+// streamed, passes of up to 64 tokens: fn(namespaces, model, draft_requests, options, "model, tier").
+inline void for_draft_cases(const std::function<void(llm::DeviceSet&, const llm::ModelOnDevice&, const std::vector<llm::SeqRequest>&,
+                                                     llm::GpuExecOptions, const std::string&)>& fn) {
+  for (const std::string d : {"emu:gen,shape=tiny-qwen3moe,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k"}) {
+    llm::DeviceSet set({d});
+    const llm::ModelOnDevice m = llm::open_model(set.namespaces());
+    const std::vector<llm::SeqRequest> reqs = draft_requests(m.config.n_vocab, d.find("moe") != std::string::npos);
+    llm::GpuExecOptions vram, streamed;
+    vram.resident_layers = m.config.n_layer;
+    streamed.resident_layers = 0;
+    for (llm::GpuExecOptions o : {vram, streamed}) {
+      o.max_batch = 64;
+      const std::string label = d + (o.resident_layers == 0u ? ", streamed" : ", in VRAM");
+      INFO(label);
+      fn(set, m, reqs, o, label);
+    }
+  }
+}
+
 // Each request's tokens by generate() alone in one slot, without drafts.
 inline std::vector<std::vector<uint32_t>> alone_tokens(std::span<host::Controller* const> ctrls, const llm::ModelOnDevice& m,
                                                        llm::GpuExecOptions o, const std::vector<llm::SeqRequest>& reqs, uint32_t n_ctx) {
@@ -137,6 +159,28 @@ inline std::vector<std::vector<uint32_t>> scheduled(std::span<host::Controller* 
   std::vector<std::vector<uint32_t>> out;
   for (uint64_t id : ids) out.push_back(got[id]);
   return out;
+}
+
+// The requests through the Scheduler with drafts of 8 over three slots (the fourth waits for one; k = 8
+// for three sequences asks for up to 27 rows, beside a prompt's row or two: the 32 rows a GPU pass
+// returns bound them), each request's tokens held to `want`; the drafts' counts printed after `label`.
+// Returns the drafted tokens accepted.
+inline uint64_t check_scheduled(std::span<host::Controller* const> ctrls, const llm::ModelOnDevice& m, const llm::GpuExecOptions& o,
+                                const std::vector<llm::SeqRequest>& reqs, const std::vector<std::vector<uint32_t>>& want, uint32_t n_ctx,
+                                const std::string& label) {
+  llm::SchedulerCounters c;
+  const std::vector<std::vector<uint32_t>> got = scheduled(ctrls, m, o, reqs, n_ctx, 3, 8, &c);
+  uint64_t tokens = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    INFO("request " << i);
+    REQUIRE(got[i] == want[i]);
+    tokens += reqs[i].max_tokens;
+  }
+  std::printf("%s: %llu drafted, %llu accepted, %llu passes for %llu tokens\n", label.c_str(), (unsigned long long)c.drafted_tokens,
+              (unsigned long long)c.accepted_tokens, (unsigned long long)c.passes, (unsigned long long)c.generated_tokens);
+  REQUIRE(c.generated_tokens == tokens);
+  REQUIRE(c.drafted_tokens > 0);
+  return c.accepted_tokens;
 }
 
 }  // namespace gpunvme::test

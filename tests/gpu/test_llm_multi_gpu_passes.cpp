@@ -90,57 +90,38 @@ TEST_CASE("llm --gpus 2: several sequences per pass give one GPU's rows to the b
 TEST_CASE("llm --gpus 2: speculative verification gives one GPU's plain tokens, and one GPU's rows to the bit", "[gpu][llm][draft]") {
   REQUIRE_TWO_GPUS();
   uint64_t accepted = 0;
-  for (const std::string d : {"emu:gen,shape=tiny-qwen3moe,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k"}) {
-    llm::DeviceSet set({d});
-    const llm::ModelOnDevice m = llm::open_model(set.namespaces());
-    const std::vector<llm::SeqRequest> reqs = test::draft_requests(m.config.n_vocab, d.find("moe") != std::string::npos);
-    llm::GpuExecOptions vram, streamed;
-    vram.resident_layers = m.config.n_layer;
-    streamed.resident_layers = 0;
-    for (llm::GpuExecOptions o : {vram, streamed}) {
-      INFO(d << (o.resident_layers == 0u ? ", streamed" : ", in VRAM"));
-      o.max_batch = 64;
-      const std::vector<std::vector<uint32_t>> plain = test::alone_tokens(set.controllers(), m, o, reqs, kCtx);  // one GPU, no drafts
-      // generate() with lookup drafts (k = 4): each pass verifies [token, drafts...]; each row picked
-      // from, kept with its token, on one GPU and on two.
-      const llm::GenerateOptions spec{.draft = llm::LookupOptions{.k = 4}};
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        INFO("request " << i);
-        std::vector<std::vector<float>> rows[2];
-        llm::GenerateResult res[2];
-        for (const uint32_t gpus : {1u, 2u}) {
-          o.max_seqs = 1;
-          auto ex = llm::make_gpu_executor(set.controllers(), m, kCtx, on_gpus(o, gpus));
-          llm::Sampler s(reqs[i].sampling);
-          res[gpus - 1] = llm::generate(*ex, reqs[i].prompt, reqs[i].max_tokens, s, {}, spec,
-                                        [&](uint32_t, std::span<const float> l) { rows[gpus - 1].emplace_back(l.begin(), l.end()); });
-          ex->finish();
-        }
-        REQUIRE(res[1].tokens == plain[i]);
-        REQUIRE(res[1].tokens == res[0].tokens);
-        REQUIRE(res[1].drafted == res[0].drafted);
-        REQUIRE(res[1].accepted == res[0].accepted);
-        REQUIRE(rows[1].size() == rows[0].size());
-        for (size_t r = 0; r < rows[0].size(); ++r) {
-          INFO("token " << r);
-          REQUIRE(same_bits(rows[1][r], rows[0][r]));
-        }
-        accepted += res[1].accepted;
+  test::for_draft_cases([&](llm::DeviceSet& set, const llm::ModelOnDevice& m, const std::vector<llm::SeqRequest>& reqs,
+                            llm::GpuExecOptions o, const std::string& label) {
+    const std::vector<std::vector<uint32_t>> plain = test::alone_tokens(set.controllers(), m, o, reqs, kCtx);  // one GPU, no drafts
+    // generate() with lookup drafts (k = 4): each pass verifies [token, drafts...]; each row picked
+    // from, kept with its token, on one GPU and on two.
+    const llm::GenerateOptions spec{.draft = llm::LookupOptions{.k = 4}};
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO("request " << i);
+      std::vector<std::vector<float>> rows[2];
+      llm::GenerateResult res[2];
+      for (const uint32_t gpus : {1u, 2u}) {
+        o.max_seqs = 1;
+        auto ex = llm::make_gpu_executor(set.controllers(), m, kCtx, on_gpus(o, gpus));
+        llm::Sampler s(reqs[i].sampling);
+        res[gpus - 1] = llm::generate(*ex, reqs[i].prompt, reqs[i].max_tokens, s, {}, spec,
+                                      [&](uint32_t, std::span<const float> l) { rows[gpus - 1].emplace_back(l.begin(), l.end()); });
+        ex->finish();
       }
-      // The Scheduler's drafts (k = 8) over three slots on two GPUs: each request's plain tokens.
-      llm::SchedulerCounters c;
-      const std::vector<std::vector<uint32_t>> sched = test::scheduled(set.controllers(), m, on_gpus(o, 2), reqs, kCtx, 3, 8, &c);
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        INFO("scheduled request " << i);
-        REQUIRE(sched[i] == plain[i]);
+      REQUIRE(res[1].tokens == plain[i]);
+      REQUIRE(res[1].tokens == res[0].tokens);
+      REQUIRE(res[1].drafted == res[0].drafted);
+      REQUIRE(res[1].accepted == res[0].accepted);
+      REQUIRE(rows[1].size() == rows[0].size());
+      for (size_t r = 0; r < rows[0].size(); ++r) {
+        INFO("token " << r);
+        REQUIRE(same_bits(rows[1][r], rows[0][r]));
       }
-      std::printf("llm --gpus 2 drafts: %s, %s: the Scheduler %llu drafted, %llu accepted, %llu passes for %llu tokens\n", d.c_str(),
-                  o.resident_layers == 0u ? "streamed" : "in VRAM", (unsigned long long)c.drafted_tokens,
-                  (unsigned long long)c.accepted_tokens, (unsigned long long)c.passes, (unsigned long long)c.generated_tokens);
-      REQUIRE(c.drafted_tokens > 0);
-      accepted += c.accepted_tokens;
+      accepted += res[1].accepted;
     }
-  }
+    // The Scheduler's drafts over three slots on two GPUs: each request's plain tokens.
+    accepted += test::check_scheduled(set.controllers(), m, on_gpus(o, 2), reqs, plain, kCtx, "llm --gpus 2 drafts: " + label);
+  });
   REQUIRE(accepted > 0);  // verification seen keeping drafts across the GPUs, not only rejecting them
 }
 
@@ -211,12 +192,13 @@ TEST_CASE("llm --gpus 2: MoE experts fetched and read ahead by each GPU for its 
 
 TEST_CASE("llm --gpus 2: a GPU failing mid-run is named, within the abort's bound, and nothing is returned after it", "[gpu][llm]") {
   REQUIRE_TWO_GPUS();
-  test::DeployedModel d(0, "multi-gpu-test");
-  test::Opened o(d.device);
-  llm::GpuExecOptions one;
-  one.resident_layers = 1;  // GPU 1's layer streamed: its reads run ahead of the failure
+  const test::DeployedModel d(0, "multi-gpu-test");
+  const test::Opened o(d.device);
+  llm::GpuExecOptions two;
+  two.gpus = 2;
+  two.resident_layers = 1;  // GPU 1's layer streamed: its reads run ahead of the failure
   llm::ExecStats s1;
-  const auto want = test::run(*o.ctrl, o.m, one, &s1);
+  const auto want = test::run(*o.ctrl, o.m, on_gpus(two, 1), &s1);
   // The last GPU failing (the first's hidden state sent to no one), and the first (CUDA device 1 listed
   // first: the last left waiting on NCCL for a hidden state that never comes); the error names the CUDA id.
   const struct {
@@ -225,13 +207,12 @@ TEST_CASE("llm --gpus 2: a GPU failing mid-run is named, within the abort's boun
   } cases[] = {{{}, "1:3"}, {{1, 0}, "1:2"}};
   for (const auto& c : cases) {
     INFO("GPUNVME_TEST_GPU_FAIL=" << c.fault << (c.ids.empty() ? "" : ", --gpus 1,0"));
-    llm::GpuExecOptions two = one;
-    two.gpus = 2;
-    two.gpu_ids = c.ids;
+    llm::GpuExecOptions listed = two;
+    listed.gpu_ids = c.ids;
     std::unique_ptr<llm::Executor> ex;
     {
       ScopedEnv fault("GPUNVME_TEST_GPU_FAIL", c.fault);
-      ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, two);
+      ex = llm::make_gpu_executor(*o.ctrl, o.m, 8, listed);
     }
     const uint32_t fail_at = uint32_t(c.fault[2] - '0');
     uint32_t tok = 3;
@@ -255,8 +236,6 @@ TEST_CASE("llm --gpus 2: a GPU failing mid-run is named, within the abort's boun
     CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 45);
   }
   // The GPUs serve a new executor after it: one GPU's logits.
-  llm::GpuExecOptions two = one;
-  two.gpus = 2;
   llm::ExecStats s2;
   test::check_steps(test::run(*o.ctrl, o.m, two, &s2), want);
   // A malformed hook is refused, not ignored.

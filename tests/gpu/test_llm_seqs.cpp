@@ -129,33 +129,10 @@ TEST_CASE("llm seqs: the GPU executor refuses bad slots and skips, and a refused
 TEST_CASE("llm seqs: the Scheduler's lookup drafts on the GPU executor keep every request's tokens as alone", "[gpu][llm][seqs][draft]") {
   REQUIRE_GPU();
   uint64_t accepted = 0;
-  for (const std::string d : {"emu:gen,shape=tiny-qwen3moe,type=q4_k", "emu:gen,shape=tiny-gemma3,type=q6_k"}) {
-    llm::DeviceSet set({d});
-    const llm::ModelOnDevice m = llm::open_model(set.namespaces());
-    const bool moe = d.find("moe") != std::string::npos;
-    const std::vector<llm::SeqRequest> reqs = test::draft_requests(m.config.n_vocab, moe);
-    llm::GpuExecOptions vram, streamed;
-    vram.resident_layers = m.config.n_layer;
-    streamed.resident_layers = 0;
-    for (llm::GpuExecOptions o : {vram, streamed}) {
-      INFO(d << (o.resident_layers == 0u ? ", streamed" : ", in VRAM"));
-      o.max_batch = 64;
-      const std::vector<std::vector<uint32_t>> want = test::alone_tokens(set.controllers(), m, o, reqs, kCtx);
-      // Three slots for four requests (the fourth waits for a slot); k = 8 for three sequences asks
-      // for up to 27 rows, beside a prompt's row or two: the 32 rows a GPU pass returns bound them.
-      llm::SchedulerCounters c;
-      const std::vector<std::vector<uint32_t>> got = test::scheduled(set.controllers(), m, o, reqs, kCtx, 3, 8, &c);
-      for (size_t i = 0; i < reqs.size(); ++i) {
-        INFO("request " << i);
-        REQUIRE(got[i] == want[i]);
-      }
-      std::printf("llm seqs drafts: %s, %s: %llu drafted, %llu accepted, %llu passes for %llu tokens\n", d.c_str(),
-                  o.resident_layers == 0u ? "streamed" : "in VRAM", (unsigned long long)c.drafted_tokens,
-                  (unsigned long long)c.accepted_tokens, (unsigned long long)c.passes, (unsigned long long)c.generated_tokens);
-      REQUIRE(c.generated_tokens == 24 + 20 + 18 + 22);
-      REQUIRE(c.drafted_tokens > 0);
-      accepted += c.accepted_tokens;
-    }
-  }
+  test::for_draft_cases([&](llm::DeviceSet& set, const llm::ModelOnDevice& m, const std::vector<llm::SeqRequest>& reqs,
+                            const llm::GpuExecOptions& o, const std::string& label) {
+    const std::vector<std::vector<uint32_t>> want = test::alone_tokens(set.controllers(), m, o, reqs, kCtx);
+    accepted += test::check_scheduled(set.controllers(), m, o, reqs, want, kCtx, "llm seqs drafts: " + label);
+  });
   REQUIRE(accepted > 0);  // verification seen keeping drafts, not only rejecting them
 }
