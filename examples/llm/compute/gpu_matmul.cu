@@ -65,14 +65,8 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
                            uint32_t* done) {
   static_assert(gpu::kStagedWarps * 32 == gpu::kNormThreads, "the norm's scale must be summed as the norm kernel sums it");
   extern __shared__ float4 xs[];
-  __shared__ bool last;
   gpu::block_rows<T, R>(rows, groups, x, xs);
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!gpu::last_to_finish(done)) return;
   gpu::norm_add_block(y, rows.y, norm_w, rows.count, eps);
   if (threadIdx.x == 0) *done = 0;
 }

@@ -17,19 +17,6 @@ namespace {
 using gpu::kStagedMinBlocks;
 using gpu::kStagedWarps;
 
-// Whether this block is the launch's last to get here, counted in *done: each block's stores are made
-// visible device-wide (__threadfence) before it counts itself, and the last one fences again before it
-// reads theirs.
-__device__ inline bool last_to_finish(uint32_t* done) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
-  __syncthreads();
-  if (last) __threadfence();
-  return last;
-}
-
 // 1. The router's rows of the norm (block_rows with norm_w: every block normalizes x as it stages it),
 // then the launch's last block to finish routes: each block's logits are made visible device-wide
 // (__threadfence) before it counts itself done, so the last one reads all of them (gpu_matvec_norm_add's
@@ -48,7 +35,7 @@ __global__ void __launch_bounds__(kStagedWarps * 32, kStagedMinBlocks)
     for (uint32_t e = threadIdx.x; e < groups * kGroup; e += blockDim.x)
       xn[e] = xf[4 * gpu::staged_index(e / kGroup, (e % kGroup) / 4) + e % 4];
   }
-  if (!last_to_finish(done)) return;
+  if (!gpu::last_to_finish(done)) return;
   if (threadIdx.x < 32) gpu::route_warp(router.y, n_expert, k, gating, p, lg, id, wt, routes, reinterpret_cast<float*>(routes + k));
   if (threadIdx.x == 0) *done = 0;
 }

@@ -352,6 +352,19 @@ __device__ inline void block_rows(const uint8_t* w, uint64_t row_bytes, uint32_t
   block_rows<T, R>(MatrixRows{w, row_bytes, rows, bias, y}, groups, x, xs);
 }
 
+// Whether this block is the launch's last to get here, counted in *done: each block's stores are made
+// visible device-wide (__threadfence) before it counts itself, and the last one fences again before it
+// reads theirs. The caller's last block resets *done for the next launch.
+__device__ inline bool last_to_finish(uint32_t* done) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(done, 1u) + 1 == gridDim.x;
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
+}
+
 // Launch geometry of a staged kernel: rows per warp, blocks along x (with `count` along y) and the shared
 // bytes; `staged` false when x does not fit in a block's shared memory (the caller then runs the
 // warp-per-row kernel, which reads x from global memory).
