@@ -46,7 +46,7 @@ namespace {
 const cli::Help kHelp = {
     "usage: llm_pass_compute [--shape NAME] [--type q6_k|q4_k|q8_0] [--tokens 1,2,3,...] [--reps N] [--gemm] [--json-out FILE]\n"
     "       llm_pass_compute --decode [--types LIST] [--matrices LIST] [--reps N] [--json-out FILE]\n"
-    "       llm_pass_compute --decode-pass [--shape NAME] [--type T] [--layers N] [--reps N] [--json-out FILE]\n"
+    "       llm_pass_compute --decode-pass [--shape NAME] [--type T] [--layers N] [--q8] [--reps N] [--json-out FILE]\n"
     "       llm_pass_compute --attention [--shape NAME] [--positions LIST] [--tokens LIST] [--reps N]\n"
     "\n"
     "Times the engine's GPU matrix kernels over one pass of a dense model shape: the seven matrices of a\n"
@@ -62,6 +62,7 @@ const cli::Help kHelp = {
     "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
     "  --matrices LIST --decode: ROWSxCOLS shapes (default Llama-3-70B's and -8B's)\n"
     "  --decode-pass   one token's pass over the shape's (first N --layers) layers: ms per token, by part\n"
+    "  --q8            --decode-pass: also with 8-bit x and integer dot products (gpu_matvec_q8), beside\n"
     "  --attention     a layer's attention alone at --positions (default 64,2048), --tokens 1,4,32\n"
     "  --json-out F    also write the rows as one JSON object\n",
     "\n"
@@ -89,7 +90,9 @@ const cli::Help kHelp = {
     "the decode fusions (norm+Q/K/V, Q/K norm+RoPE+KV store+attention, O(+post-norm)+add, norm+gate/up+GLU,\n"
     "down(+post-norm)+add) and without them, after checking both give the same hidden state, bit\n"
     "for bit. Kernels: the graph's nodes per token. A MoE shape (its experts in GPU memory, token by token)\n"
-    "adds its layer by part: a graph of each part's kernels alone, us per layer.\n"
+    "adds its layer by part: a graph of each part's kernels alone, us per layer. --q8: the table again with\n"
+    "the one-token products on 8-bit activations (GPUNVME_MATVEC_Q8's path, gpu_matmul.h), and the largest\n"
+    "difference of its hidden state from the FP32 kernels' (absolute, and relative to the largest value).\n"
     "\n"
     "--attention (issue 36): one layer's attention of the small passes (GpuForward::attend, and for one\n"
     "token the fused rope_store_attend) over a cache of random halves, for passes of each --tokens count\n"
@@ -184,6 +187,7 @@ struct Options {
   bool gemm = false;
   bool decode = false;
   bool decode_pass = false;
+  bool q8 = false;  // --q8: --decode-pass with the FP32 and the 8-bit-activation products
   bool attention = false;
   uint32_t layers = 0;  // --layers: the shape's first layers only (0: all)
   std::vector<uint32_t> positions{64, 2048};
@@ -216,7 +220,7 @@ GgmlType computed_type_named(const std::string& name) {
 
 Options parse(int argc, char** argv) {
   const cli::Args args(argc, argv, 1, {"shape", "type", "tokens", "reps", "json-out", "types", "matrices", "positions", "layers"},
-                        {"gemm", "decode", "decode-pass", "attention"});
+                        {"gemm", "decode", "decode-pass", "attention", "q8"});
   if (args.help_asked()) std::exit(args.print_help("llm_pass_compute", kHelp));
   if (!args.positional().empty()) throw cli::UsageError("unexpected argument '" + args.positional()[0] + "'");
   Options o;
@@ -229,6 +233,8 @@ Options parse(int argc, char** argv) {
   o.decode = args.has("decode");
   o.decode_pass = args.has("decode-pass");
   o.attention = args.has("attention");
+  o.q8 = args.has("q8");
+  if (o.q8 && !o.decode_pass) throw cli::UsageError("--q8 goes with --decode-pass");
   if (int(o.gemm) + int(o.decode) + int(o.decode_pass) + int(o.attention) > 1)
     throw cli::UsageError("--gemm, --decode, --decode-pass and --attention are four modes: give one");
   if (args.has("positions") && !o.attention) throw cli::UsageError("--positions goes with --attention");
@@ -641,54 +647,74 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
     pass();
   }
   b.set_pass(kPos, 1);
-  std::vector<float> hidden[2];  // [fused]
-  for (int fused = 0; fused < 2; ++fused) {
-    b.fused = fused;
-    b.write(Act::kX, x0);
-    pass();
-    hidden[fused] = b.read(Act::kX);
-  }
-  if (std::memcmp(hidden[1].data(), hidden[0].data(), hidden[0].size() * sizeof(float)) != 0) {
-    std::fprintf(stderr, "llm_pass_compute: ERROR: %s: the fused decode pass's hidden state differs from the unfused one's: no figure\n",
-                 name.c_str());
-    return 1;
-  }
-  std::printf("%s, %u layers, one token at position %u, every weight in GPU memory: ms per token of the layers\n", name.c_str(),
-              c.n_layer, kPos);
-  std::printf("%-8s | %12s | %10s | %12s | %12s | %8s | %s\n", "kernels", "host-launched", "graph", "products only", "others only",
-              "gaps", "kernels per token");
-  std::string rows_json;
-  for (int fused = 1; fused >= 0; --fused) {
-    b.fused = fused;
-    const double host = median_seconds(o.reps, [&] {
-      for (uint32_t t = 0; t < kTokens; ++t) pass();
-    }) / kTokens;
-    auto graph_ms = [&](bool products, bool others, size_t* nodes) {
-      b.products = products, b.others = others;
-      const CapturedLaunches gr([&](gpu_stream_t) { pass(); }, st);
-      b.products = b.others = true;
-      if (nodes) *nodes = gr.nodes();
-      return median_seconds(o.reps, [&] {
-        for (uint32_t t = 0; t < kTokens; ++t) gr.launch();
+  const bool q8_default = gpu_matvec_q8();
+  std::string rows_json, q8_json;
+  std::vector<float> fp32_hidden;
+  for (int q8 = 0; q8 < (o.q8 ? 2 : 1); ++q8) {
+    if (o.q8) gpu_set_matvec_q8(q8 == 1);
+    const char* path = gpu_matvec_q8() ? "8-bit x" : "FP32";
+    std::vector<float> hidden[2];  // [fused]
+    for (int fused = 0; fused < 2; ++fused) {
+      b.fused = fused;
+      b.write(Act::kX, x0);
+      pass();
+      hidden[fused] = b.read(Act::kX);
+    }
+    if (std::memcmp(hidden[1].data(), hidden[0].data(), hidden[0].size() * sizeof(float)) != 0) {
+      std::fprintf(stderr, "llm_pass_compute: ERROR: %s: the fused decode pass's hidden state differs from the unfused one's: no figure\n",
+                   name.c_str());
+      return 1;
+    }
+    if (q8 == 0) fp32_hidden = hidden[1];
+    std::printf("%s, %u layers, one token at position %u, every weight in GPU memory, %s products: ms per token of the layers\n",
+                name.c_str(), c.n_layer, kPos, path);
+    std::printf("%-8s | %12s | %10s | %12s | %12s | %8s | %s\n", "kernels", "host-launched", "graph", "products only", "others only",
+                "gaps", "kernels per token");
+    for (int fused = 1; fused >= 0; --fused) {
+      b.fused = fused;
+      const double host = median_seconds(o.reps, [&] {
+        for (uint32_t t = 0; t < kTokens; ++t) pass();
       }) / kTokens;
-    };
-    size_t nodes = 0;
-    const double all = graph_ms(true, true, &nodes), prod = graph_ms(true, false, nullptr), rest = graph_ms(false, true, nullptr);
-    const char* label = fused ? "fused" : "unfused";
-    std::printf("%-8s | %10.3f ms | %7.3f ms | %9.3f ms | %9.3f ms | %5.3f ms | %zu (%.1f a layer)\n", label, host * 1e3, all * 1e3,
-                prod * 1e3, rest * 1e3, (host - all) * 1e3, nodes, double(nodes) / c.n_layer);
-    char row[400];
-    std::snprintf(row, sizeof row,
-                  "{\"kernels\":\"%s\",\"host_launched_ms\":%.4f,\"graph_ms\":%.4f,\"products_only_ms\":%.4f,"
-                  "\"others_only_ms\":%.4f,\"kernels_per_token\":%zu}",
-                  label, host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, nodes);
-    rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+      auto graph_ms = [&](bool products, bool others, size_t* nodes) {
+        b.products = products, b.others = others;
+        const CapturedLaunches gr([&](gpu_stream_t) { pass(); }, st);
+        b.products = b.others = true;
+        if (nodes) *nodes = gr.nodes();
+        return median_seconds(o.reps, [&] {
+          for (uint32_t t = 0; t < kTokens; ++t) gr.launch();
+        }) / kTokens;
+      };
+      size_t nodes = 0;
+      const double all = graph_ms(true, true, &nodes), prod = graph_ms(true, false, nullptr), rest = graph_ms(false, true, nullptr);
+      const char* label = fused ? "fused" : "unfused";
+      std::printf("%-8s | %10.3f ms | %7.3f ms | %9.3f ms | %9.3f ms | %5.3f ms | %zu (%.1f a layer)\n", label, host * 1e3, all * 1e3,
+                  prod * 1e3, rest * 1e3, (host - all) * 1e3, nodes, double(nodes) / c.n_layer);
+      char row[400];
+      std::snprintf(row, sizeof row,
+                    "{\"products\":\"%s\",\"kernels\":\"%s\",\"host_launched_ms\":%.4f,\"graph_ms\":%.4f,\"products_only_ms\":%.4f,"
+                    "\"others_only_ms\":%.4f,\"kernels_per_token\":%zu}",
+                    path, label, host * 1e3, all * 1e3, prod * 1e3, rest * 1e3, nodes);
+      rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
+    }
+    if (q8 == 1) {  // the 8-bit path's hidden state against the FP32 kernels'
+      double diff = 0.0, top = 0.0;
+      for (size_t i = 0; i < hidden[1].size(); ++i) {
+        diff = std::max(diff, double(std::fabs(hidden[1][i] - fp32_hidden[i])));
+        top = std::max(top, double(std::fabs(fp32_hidden[i])));
+      }
+      std::printf("8-bit x against FP32: hidden state's largest difference %.4g (%.3g of its largest value %.4g)\n", diff,
+                  top > 0 ? diff / top : 0.0, top);
+      char row[160];
+      std::snprintf(row, sizeof row, ",\"q8_hidden_max_abs_diff\":%.6g,\"q8_hidden_max_rel_diff\":%.6g", diff, top > 0 ? diff / top : 0.0);
+      q8_json = row;
+    }
   }
+  gpu_set_matvec_q8(q8_default);
   std::string parts_json;
   if (c.is_moe()) parts_json = ",\"parts\":[" + time_moe_parts(o, c, g, b, pass, st) + "]";
   const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode-pass\",\"model\":" + text::json_string(name) +
                            ",\"layers\":" + std::to_string(c.n_layer) + ",\"position\":" + std::to_string(kPos) +
-                           ",\"bits_equal\":true,\"rows\":[" + rows_json + "]" + parts_json + "}";
+                           ",\"bits_equal\":true" + q8_json + ",\"rows\":[" + rows_json + "]" + parts_json + "}";
   std::printf("%s\n", line.c_str());
   if (json) std::fprintf(json, "%s\n", line.c_str());
   return 0;

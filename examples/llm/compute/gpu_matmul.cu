@@ -3,10 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_rows.cuh"
+#include "examples/llm/compute/gpu_rows_q8.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
 
@@ -255,6 +258,9 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
+  if (count == 1 && !m.sel && allow_staged && gpu_matvec_q8() && gpu::q8_rows_take(m.type, m.cols))
+    return gpu::launch_rows_q8(s, m.type, gpu::MatrixRows{m.w, m.row_bytes, m.rows, bias, y}, m.cols, x, nullptr, 0.0f,
+                               gpu::staged_launch(m.rows, m.cols, 1, m.type).two_rows);
   const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
@@ -294,6 +300,10 @@ template <class Rows>
 bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
                  float eps = 0.0f) {
   gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
+  if (gpu_matvec_q8() && gpu::q8_rows_take(type, cols)) {
+    gpu::launch_rows_q8(s, type, rows, cols, x, norm_w, eps, g.two_rows);
+    return true;
+  }
   if (!g.staged) return false;
   if (Rows::kPairs && !g.two_rows) g.blocks = std::min(g.blocks, blocks_for(rows.count, 2 * gpu::kStagedWarps));
   bool launched = false;
@@ -464,7 +474,7 @@ bool gpu_matvec_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, con
 
 bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* tmp, const float* norm_w,
                          float eps, float* y, uint32_t* done) {
-  if (m.sel || !norm_w || !done) return false;
+  if (m.sel || !norm_w || !done || (gpu_matvec_q8() && gpu::q8_rows_take(m.type, m.cols))) return false;  // the 8-bit product, then the norm_add kernel
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   const gpu::StagedLaunch g = gpu::staged_launch(m.rows, m.cols, 1, m.type);
   if (!g.staged) return false;
@@ -504,6 +514,22 @@ bool gpu_matvec_glu(gpu_stream_t stream, const GpuMatrix& gate, const GpuMatrix&
 void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* y) {
   matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0, false);
 }
+
+namespace {
+std::atomic<int> q8_switch{-1};  // -1: not yet read from the environment
+}  // namespace
+
+bool gpu_matvec_q8() {
+  int v = q8_switch.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("GPUNVME_MATVEC_Q8");
+    v = e && e[0] == '1' ? 1 : 0;
+    q8_switch.store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
+}
+
+void gpu_set_matvec_q8(bool on) { q8_switch.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void gpu_matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   if (n == 1) return matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0);

@@ -1,0 +1,198 @@
+// The one-token matrix-vector products with 8-bit activations and integer dot products (issue 36's
+// trial of llama.cpp's mmvq idea, behind GPUNVME_MATVEC_Q8=1 / gpu_set_matvec_q8): Q4_K and Q8_0 rows.
+//
+// Each block quantises x (or x's RMS norm times norm_w: the norm kernel's values, rms_scale's scale) to
+// 8-bit blocks in shared memory once (quant/q8_dot.h's rule), then its warps take R rows each and stride
+// over the row set as gpu_rows.cuh's block_rows does, storing through the same row sets (MatrixRows, the
+// fused Q/K/V, gate/up+GLU, +add ones), so every fusion keeps working. Q4_K: lane l takes slice l % 8 of
+// super-blocks l / 8, l / 8 + 4, ...: a warp reads 4 whole consecutive super-blocks (576 bytes) a step, a
+// lane's weights as two 16-byte loads (the block's header and its slice), x's side as two 16-byte
+// shared loads laid out so that 8 consecutive lanes read 128 consecutive bytes (no bank conflict).
+// Q8_0: lane l takes blocks l, l + 32, ... The arithmetic is q8_dot.h's (q4k_slice_dot, q8_0_block_dot);
+// its row functions are the CPU twins, bit for bit.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "device/cuda_check.h"
+#include "examples/llm/compute/gpu_norm.cuh"
+#include "examples/llm/compute/gpu_rows.cuh"
+#include "examples/llm/compute/gpu_warp.cuh"
+#include "examples/llm/quant/q8_dot.h"
+
+namespace gpunvme::llm::gpu {
+
+inline constexpr uint32_t kQ8Warps = 8;  // warps a block: kNormThreads threads, as rms_scale sums
+static_assert(kQ8Warps * 32 == kNormThreads && kQ8Warps == kStagedWarps,
+              "the norm's scale must be summed as the norm kernel sums it; resident_cap counts kStagedWarps a block");
+
+// Shared bytes for x of `groups` 8-bit blocks: the low-nibble and high-nibble slice halves (16 bytes
+// each per slice, a slice per group) and a float scale per block.
+constexpr uint64_t q8_shared_bytes(uint32_t groups) { return uint64_t(groups) * (16 + 16 + 4); }
+
+// x's 8-bit values are two arrays of 16-byte entries, `lo` then `hi` (16 * groups bytes each), laid out
+// so that the 8 lanes of a quarter-warp read 8 consecutive entries of one array (conflict-free). Q4_K:
+// block G = 8b + k of super-block b is the low (k even) or high (k odd) side of slice (k - k % 2) + i / 16
+// of super-block b, entry G - G % 2 + i / 16. Q8_0: a lane's block's first 16 values in lo, the others
+// in hi, entry G. The byte offset of element i of block G:
+template <GgmlType T>
+__device__ inline uint32_t q8_slot(uint32_t G, uint32_t i, uint32_t groups) {
+  if constexpr (T == GgmlType::Q4_K) return (G % 2) * 16 * groups + 16 * (G - G % 2 + i / 16) + i % 16;
+  else return (i / 16) * 16 * groups + 16 * G + i % 16;
+}
+
+// The block quantises x (groups x 32 floats, 16-byte aligned) into `sm`, then a barrier. A lane holds 4
+// consecutive elements (a float4; 8 lanes a block), so a warp load takes 4 blocks and 512 consecutive
+// bytes; the block's largest magnitude by a butterfly over its 8 lanes (a max: exact in any order).
+// kAhead loads are in flight before the first is used (one after another, each an L2 latency, the
+// prologue of a 14336-wide x took several microseconds in every block).
+template <GgmlType T>
+__device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, const float* norm_w, float eps) {
+  constexpr uint32_t kAhead = 8;
+  __shared__ double partial[kNormThreads / 32];
+  const float scale = norm_w ? rms_scale(x, groups * kQ8Block, eps, partial) : 1.0f;
+  uint8_t* lo = sm;
+  float* ds = reinterpret_cast<float*>(sm + 32 * uint64_t(groups));
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, quads = (groups + 3) / 4;
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  for (uint32_t q0 = warp; q0 < quads; q0 += kAhead * warps) {
+    float4 v[kAhead], nw[kAhead];
+#pragma unroll
+    for (uint32_t j = 0; j < kAhead; ++j) {
+      const uint32_t G = 4 * (q0 + j * warps) + lane / 8, e = G * kQ8Block + 4 * (lane % 8);
+      v[j] = G < groups ? x4[8 * G + lane % 8] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (norm_w && G < groups) nw[j] = make_float4(norm_w[e], norm_w[e + 1], norm_w[e + 2], norm_w[e + 3]);  // any alignment
+    }
+#pragma unroll
+    for (uint32_t j = 0; j < kAhead; ++j) {
+      const uint32_t G = 4 * (q0 + j * warps) + lane / 8, i = 4 * (lane % 8);
+      if (4 * (q0 + j * warps) >= groups) break;  // the same for the whole warp
+      float e[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
+      if (norm_w && G < groups) {  // the norm kernel's expression, x * scale * w
+        const float g[4] = {nw[j].x, nw[j].y, nw[j].z, nw[j].w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) e[k] = e[k] * scale * g[k];
+      }
+      float amax = fmaxf(fmaxf(fabsf(e[0]), fabsf(e[1])), fmaxf(fabsf(e[2]), fabsf(e[3])));
+      for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      if (G >= groups) continue;
+      const float d = q8_scale(amax);
+      uint32_t w = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) w |= uint32_t(uint8_t(q8_value(e[k], d))) << (8 * k);
+      *reinterpret_cast<uint32_t*>(lo + q8_slot<T>(G, i, groups)) = w;
+      if (lane % 8 == 0) ds[G] = d;
+    }
+  }
+  __syncthreads();
+}
+
+// x's side of slice s of super-block b from the staged layout.
+__device__ inline Q8Slice staged_slice(const uint8_t* sm, uint32_t groups, uint32_t b, uint32_t s) {
+  const uint4 l = reinterpret_cast<const uint4*>(sm)[8 * b + s];
+  const uint4 h = reinterpret_cast<const uint4*>(sm + 16 * uint64_t(groups))[8 * b + s];
+  const float* ds = reinterpret_cast<const float*>(sm + 32 * uint64_t(groups));
+  Q8Slice x{{l.x, l.y, l.z, l.w}, {h.x, h.y, h.z, h.w}, ds[8 * b + 2 * (s / 2)], ds[8 * b + 2 * (s / 2) + 1], 0, 0};
+  q8_slice_sums(x);
+  return x;
+}
+
+// R rows of type T times the staged 8-bit x by one warp, in the CPU twin's order (q4k_row_dot_q8,
+// q8_0_row_dot_q8); out[r] in every lane. Q4_K: lane l takes slice l % 8 of super-blocks l / 8, l / 8 + 4,
+// ... (the header and the slice as 16-byte loads). Q8_0: lane l takes blocks l, l + 32, ... (34-byte
+// blocks, 2-byte aligned: the quants as words by funnel shifts, load_words_any).
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm, uint32_t lane,
+                                        float (&out)[R]) {
+  float part[R];
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  if constexpr (T == GgmlType::Q4_K) {
+    const uint32_t s = lane % 8, blocks = groups / 8;
+#pragma unroll 2
+    for (uint32_t b = lane / 8; b < blocks; b += 4) {
+      const Q8Slice x = staged_slice(sm, groups, b, s);
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) {
+        const uint8_t* blk = row[r] + uint64_t(b) * sizeof(BlockQ4_K);
+        uint32_t head[4], q[4];
+        load_words<4>(blk, head);
+        load_words<4>(blk + 16 * (1 + s), q);
+        part[r] += q4k_slice_dot(head, q, x, s);
+      }
+    }
+  } else {
+    static_assert(T == GgmlType::Q8_0);
+    const uint4* lo = reinterpret_cast<const uint4*>(sm);
+    const uint4* hi = reinterpret_cast<const uint4*>(sm + 16 * uint64_t(groups));
+    const float* ds = reinterpret_cast<const float*>(sm + 32 * uint64_t(groups));
+#pragma unroll 2
+    for (uint32_t g = lane; g < groups; g += 32) {
+      const uint4 a = lo[g], b = hi[g];
+      const uint32_t xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      const float dx = ds[g];
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) {
+        const uint8_t* blk = row[r] + uint64_t(g) * sizeof(BlockQ8_0);
+        uint32_t q[8];
+        load_words_any<8>(blk + 2, q);
+        part[r] += q8_0_block_dot(*reinterpret_cast<const uint16_t*>(blk), q, xv, dx);
+      }
+    }
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+// Every row of `rows` (type T, groups 32-element groups wide) times x, or x's RMS norm times norm_w.
+template <GgmlType T, uint32_t R, class Rows>
+__global__ void __launch_bounds__(kQ8Warps * 32) matvec_q8_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w,
+                                                               float eps) {
+  extern __shared__ uint4 q8_units[];
+  uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_units);
+  stage_q8<T>(x, groups, sm, norm_w, eps);
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32), n = rows.count;
+  for (uint32_t first = (warp * gridDim.x + blockIdx.x) * R; first < n; first += gridDim.x * per_block) {
+    const uint8_t* p[R];
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));  // a partial last set repeats the last row
+    float dot[R];
+    warp_dot_rows_q8<T, R>(p, groups, sm, lane, dot);
+    if (lane == 0) rows.template store<R>(first, dot);
+  }
+}
+
+// Whether the 8-bit path takes one-token products of type t, cols wide (Q4_K and Q8_0 rows, x within
+// the default 48 KB of a block's shared memory).
+inline bool q8_rows_take(GgmlType t, uint32_t cols) {
+  return (t == GgmlType::Q4_K || t == GgmlType::Q8_0) && cols > 0 && cols % gguf::ggml_traits(t).block_size == 0 &&
+         q8_shared_bytes(cols / kQ8Block) <= 48 * 1024;
+}
+
+// Launches matvec_q8_kernel over `rows`: R = 2 where `two_rows`, blocks capped at what the device holds
+// at once (each block quantises x once, however many rows it takes).
+template <class Rows>
+void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w, float eps, bool two_rows) {
+  const uint32_t groups = cols / kQ8Block, bytes = uint32_t(q8_shared_bytes(groups));
+  auto launch = [&]<uint32_t R>() {
+    auto go = [&]<GgmlType T>() {
+    constexpr auto K = matvec_q8_kernel<T, R, Rows>;
+    const uint64_t needed = (uint64_t(rows.count) + R * kQ8Warps - 1) / (R * kQ8Warps);
+    const uint32_t blocks = resident_cap<K>(uint32_t(std::min<uint64_t>(needed, 1u << 30)), 1, bytes);
+    K<<<blocks, kQ8Warps * 32, bytes, s>>>(rows, groups, x, norm_w, eps);
+    };
+    if (type == GgmlType::Q4_K) go.template operator()<GgmlType::Q4_K>();
+    else go.template operator()<GgmlType::Q8_0>();
+  };
+  constexpr bool kPairs = [] {  // a set of pairs (GluRows) stores two rows a warp
+    if constexpr (requires { Rows::kPairs; }) return Rows::kPairs;
+    return false;
+  }();
+  if constexpr (kPairs) launch.template operator()<2>();
+  else if (two_rows) launch.template operator()<2>();
+  else launch.template operator()<1>();
+}
+
+}  // namespace gpunvme::llm::gpu
