@@ -48,17 +48,22 @@
 namespace gpunvme::llm {
 namespace {
 
-// GPU memory holding model bytes (packed_ranges.h), read through the CPU queue in staging pieces, each
-// CRC'd on the load check's thread while the next is read (load_check.h).
+// GPU memory holding model bytes (packed_ranges.h), read by the start's reader (model_reader.h: its
+// workers read pieces at once into pinned staging) and copied from there by each worker, while the
+// others read on; each piece CRC'd by its worker (load_check.h).
 struct DeviceCopy {
   uint8_t* p = nullptr;
   PackedRanges held;  // its bytes: held.bytes
   DeviceCopy(LoadCheck& check, PackedRanges r) : held(std::move(r)) {
     device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&p), held.bytes ? held.bytes : 1), "cudaMalloc for resident weights");
-    for (const PackedRanges::Piece& q : held.pieces)
-      check.read_staged(q.begin, q.end - q.begin, [&](const uint8_t* data, uint64_t off, uint64_t n) {
-        device::check_cuda(cudaMemcpy(p + q.at + (off - q.begin), data, n, cudaMemcpyHostToDevice), "copy of resident weights");
-      });
+    int gpu = 0;
+    device::check_cuda(cudaGetDevice(&gpu), "cudaGetDevice");
+    std::vector<LoadCheck::Range> ranges;
+    for (const PackedRanges::Piece& q : held.pieces) ranges.push_back({q.begin, q.end - q.begin});
+    check.read_staged(ranges, [&](const uint8_t* data, uint64_t off, uint64_t n) {
+      device::check_cuda(cudaSetDevice(gpu), "cudaSetDevice for the load");  // a worker's thread: this executor's GPU
+      device::check_cuda(cudaMemcpy(p + held.offset(off, n), data, n, cudaMemcpyHostToDevice), "copy of resident weights");
+    });
   }
   DeviceCopy(LoadCheck& check, const TensorRef& t) : DeviceCopy(check, PackedRanges::span(t.file_offset, t.file_offset + t.bytes)) {}
   ~DeviceCopy() { cudaFree(p); }
@@ -367,7 +372,7 @@ class GpuExecutor final : public Executor {
     if (o.stage) pipe_ = *o.stage, range_ = o.stage->layers, first_qid_ = o.stage->first_qid;
     else range_ = {0, m.config.n_layer};
     if (o.gpu_ids.size() == 1) listed_gpu_ = o.gpu_ids[0];
-    check_ = std::make_unique<LoadCheck>(m, o.verify);
+    check_ = std::make_unique<LoadCheck>(m, o.verify, ModelReaderOptions{.gpu_mapped = true, .controllers = ctrls_});
     open_streams();
     load_globals();
     kv_ = KvCacheShape{range_.begin, range_.end, kv_slots(o, n_ctx), o.kv_in_host};  // its own layers

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "host/cpu_clock.h"
 #include "host/text/escape.h"
@@ -9,12 +10,6 @@
 
 namespace gpunvme::llm {
 namespace {
-
-// Pieces a host reader reads and hands to the checking thread at once: small enough that the thread
-// starts early and the last CRC is short, large enough that a job costs nothing to queue.
-constexpr uint64_t kPieceBytes = 32ull << 20;
-// Staging buffers of read_staged: the reader fills one while the thread CRCs the others.
-constexpr size_t kStages = 3;
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -37,9 +32,7 @@ std::vector<uint64_t> cut_points(const ModelOnDevice& m) {
 
 }  // namespace
 
-LoadCheck::LoadCheck(const ModelOnDevice& m, bool on) : m_(m) {
-  stages_.resize(on && m.detected.record ? kStages : 1);
-  for (Stage& s : stages_) s.bytes.resize(std::min<uint64_t>(kPieceBytes * (stages_.size() == 1 ? 2 : 1), m.file->data_end() + 1));
+LoadCheck::LoadCheck(const ModelOnDevice& m, bool on, const ModelReaderOptions& reader) : m_(m), reader_options_(reader) {
   if (!on || !m.detected.record) return;
   verifier_ = std::make_unique<model::ChunkVerifier>(*m.detected.record, cut_points(m));
   // The open check read these chunks whole and found them equal to the record.
@@ -47,73 +40,43 @@ LoadCheck::LoadCheck(const ModelOnDevice& m, bool on) : m_(m) {
     const Range r = verifier_->chunk_range(c);
     verifier_->add(r.offset, r.bytes, m.detected.record->chunk_crcs[c]);
   }
-  worker_ = std::thread([this] { work(); });
 }
 
-LoadCheck::~LoadCheck() {
-  if (!worker_.joinable()) return;
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-    jobs_.clear();  // not started: their bytes may be gone with the reader that failed
-  }
-  cv_.notify_all();
-  worker_.join();
+LoadCheck::~LoadCheck() = default;
+
+ModelReader& LoadCheck::reader() {
+  if (!reader_) reader_ = std::make_unique<ModelReader>(m_, reader_options_);
+  return *reader_;
 }
 
-void LoadCheck::submit(const uint8_t* data, uint64_t offset, uint64_t len) {
+// The CRCs of a piece a worker just read, while the other workers read on: the verifier decides
+// under the lock, the CRCs are computed outside it.
+void LoadCheck::check(const uint8_t* data, uint64_t offset, uint64_t len) {
   const uint64_t end = std::min(offset + len, verifier_->model_bytes());
   if (end <= offset) return;
+  std::vector<Range> todo;
   {
     std::lock_guard lk(mu_);
-    jobs_.push_back({data, offset, end - offset, ++submitted_});
+    for (const Range& r : verifier_->cut(offset, end - offset))
+      if (verifier_->needed(r.offset, r.bytes)) todo.push_back(r);
   }
-  cv_.notify_all();
-}
-
-// A wait for CRCs of bytes already read: bounded by the work queued before it (CPU only, no I/O).
-void LoadCheck::wait_done(uint64_t seq) {
-  const auto t = std::chrono::steady_clock::now();
-  std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return done_ >= seq || stop_; });
-  wall_seconds_ += seconds_since(t);
-}
-
-void LoadCheck::work() {
-  for (;;) {
-    Job j;
-    std::vector<Range> todo;
-    {
-      std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
-      if (stop_) return;
-      j = jobs_.front();
-      jobs_.pop_front();
-      for (const Range& r : verifier_->cut(j.offset, j.len))
-        if (verifier_->needed(r.offset, r.bytes)) todo.push_back(r);
-    }
-    const double cpu0 = host::calling_thread_cpu_seconds();
-    std::vector<uint32_t> crcs;
-    crcs.reserve(todo.size());
-    uint64_t bytes = 0;
-    for (const Range& r : todo) {
-      crcs.push_back(model::crc32c(j.data + (r.offset - j.offset), r.bytes));
-      bytes += r.bytes;
-    }
-    const double cpu = host::calling_thread_cpu_seconds() - cpu0;
-    {
-      std::lock_guard lk(mu_);
-      try {
-        for (size_t i = 0; i < todo.size(); ++i) verifier_->add(todo[i].offset, todo[i].bytes, crcs[i]);
-      } catch (...) {
-        if (!failure_) failure_ = std::current_exception();  // finish_start() throws it
-      }
-      host_bytes_ += bytes;
-      cpu_seconds_ += cpu;
-      done_ = j.seq;
-    }
-    cv_.notify_all();
+  const double cpu0 = host::calling_thread_cpu_seconds();
+  std::vector<uint32_t> crcs;
+  crcs.reserve(todo.size());
+  uint64_t bytes = 0;
+  for (const Range& r : todo) {
+    crcs.push_back(model::crc32c(data + (r.offset - offset), r.bytes));
+    bytes += r.bytes;
   }
+  const double cpu = host::calling_thread_cpu_seconds() - cpu0;
+  std::lock_guard lk(mu_);
+  try {
+    for (size_t i = 0; i < todo.size(); ++i) verifier_->add(todo[i].offset, todo[i].bytes, crcs[i]);
+  } catch (...) {
+    if (!failure_) failure_ = std::current_exception();  // finish_start() throws it
+  }
+  host_bytes_ += bytes;
+  cpu_seconds_ += cpu;
 }
 
 void LoadCheck::plan(uint64_t offset, uint64_t len) {
@@ -122,43 +85,37 @@ void LoadCheck::plan(uint64_t offset, uint64_t len) {
 
 void LoadCheck::read(uint64_t offset, uint64_t len, uint8_t* dst) {
   plan(offset, len);
-  for (uint64_t at = 0; at < len; at += kPieceBytes) {
-    const uint64_t n = std::min(kPieceBytes, len - at);
-    read_model_bytes(m_, offset + at, n, dst + at);
-    if (on()) submit(dst + at, offset + at, n);
-  }
+  reader().read(offset, len, [&](const uint8_t* data, uint64_t off, uint64_t n) {
+    std::memcpy(dst + (off - offset), data, n);
+    if (on()) check(data, off, n);
+  });
 }
 
-void LoadCheck::read_staged(uint64_t offset, uint64_t len, const Sink& sink) {
-  plan(offset, len);
-  for (uint64_t at = 0; at < len;) {
-    Stage& s = stages_[next_stage_++ % stages_.size()];
-    if (on() && s.seq) wait_done(s.seq);
-    const uint64_t n = std::min<uint64_t>(s.bytes.size(), len - at);
-    read_model_bytes(m_, offset + at, n, s.bytes.data());
-    if (sink) sink(s.bytes.data(), offset + at, n);
-    if (on()) {
-      submit(s.bytes.data(), offset + at, n);
-      std::lock_guard lk(mu_);
-      s.seq = submitted_;
-    }
-    at += n;
+void LoadCheck::read_staged(std::span<const Range> ranges, const Sink& sink) {
+  std::vector<ModelReader::Range> rs;
+  for (const Range& r : ranges) {
+    plan(r.offset, r.bytes);
+    rs.push_back({r.offset, r.bytes});
   }
+  reader().read(rs, [&](const uint8_t* data, uint64_t off, uint64_t n) {
+    if (sink) sink(data, off, n);
+    if (on()) check(data, off, n);
+  });
 }
 
 void LoadCheck::finish_start() {
   if (on()) {
     const auto t = std::chrono::steady_clock::now();
-    const double waited = wall_seconds_;
     std::vector<Range> gaps;
     {
       std::lock_guard lk(mu_);
       gaps = verifier_->uncovered(planned_);
     }
-    for (const Range& g : gaps) read_staged(g.offset, g.bytes, nullptr);
-    wait_done(submitted_);
-    // This whole wait counts once (the waits inside it were already part of it).
-    wall_seconds_ = waited + seconds_since(t);
+    read_staged(gaps, nullptr);
+    wall_seconds_ += seconds_since(t);
+  }
+  reader_.reset();  // its queues go before the GPU's are made
+  if (on()) {
     if (failure_) std::rethrow_exception(failure_);
     throw_if_mismatch();
   }
@@ -194,14 +151,7 @@ std::string LoadCheck::mismatch_message(const model::ChunkVerifier::Mismatch& x)
   const Range c = verifier_->chunk_range(x.chunk);
   const uint64_t lba0 = r.model_start_lba + c.offset / r.lba_size;
   const uint64_t lba1 = r.model_start_lba + (c.end() + r.lba_size - 1) / r.lba_size;
-  std::vector<std::string> held;
-  if (c.offset < m_.file->data_offset()) held.push_back("the GGUF header");
-  for (const gguf::TensorInfo& t : m_.file->tensors())
-    if (t.file_offset < c.end() && t.file_end() > c.offset && t.size_bytes) held.push_back(text::printable(t.name));
-  std::string what;
-  for (size_t i = 0; i < held.size() && i < 4; ++i) what += (i ? ", " : "") + held[i];
-  if (held.size() > 4) what += " and " + std::to_string(held.size() - 4) + " more tensors";
-  if (held.empty()) what = "no tensor (padding between tensors or after the last)";
+  const std::string what = bytes_hold(m_, c.offset, c.end());
   const std::string dev = text::printable(m_.device_args);
   const std::string why = x.unstable ? "gave two different CRC-32Cs when read twice: the device does not return the same bytes twice"
                                      : "does not match the deploy record's CRC-32C (recorded " + hex32(x.recorded) + ", read " +

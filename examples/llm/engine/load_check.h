@@ -1,8 +1,9 @@
 // The engine checks what it loads against the deploy record's chunk CRC-32Cs (issue 32):
 //   - at open, always (even with --no-verify): the chunks holding the GGUF header, metadata and
 //     tensor table, read whole before the parser sees them (runtime/model/checked_header.h);
-//   - at start: every byte read for the VRAM and RAM tiers (and by the CPU executor), CRC'd on a host
-//     thread while the next piece is read (SSE4.2, crc32c()), and the bytes no tier ever reads
+//   - at start: every byte read for the VRAM and RAM tiers (and by the CPU executor), read by the
+//     start's reader (model_reader.h: several queues, several pieces in flight) and CRC'd (SSE4.2,
+//     crc32c()) on the worker that read it while the others read on, and the bytes no tier ever reads
 //     (padding, unused tensors, the rest of the header chunks) read and CRC'd once, so that every
 //     chunk can be decided;
 //   - streamed layers and fetched MoE experts on their first read, on the GPU over the slots the reads
@@ -14,20 +15,18 @@
 // A model written by dd without a record has no CRCs: nothing to check, said once (no_record_note).
 #pragma once
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "examples/llm/engine/model_on_device.h"
+#include "examples/llm/engine/model_reader.h"
 #include "runtime/model/chunk_verifier.h"
 
 namespace gpunvme::llm {
@@ -40,8 +39,8 @@ struct VerifyStats {
   uint64_t host_bytes = 0, gpu_bytes = 0;  // bytes CRC'd on the host (the header chunks included) / GPU
   uint64_t mismatches = 0;
   double header_seconds = 0;     // the open check's wall time
-  double start_cpu_seconds = 0;  // host CPU time of the CRCs at start (the checking thread)
-  double start_wall_seconds = 0; // wall time start waited for the checks (the reads no tier does, the last CRCs)
+  double start_cpu_seconds = 0;  // host CPU time of the CRCs at start (the reader's workers, summed)
+  double start_wall_seconds = 0; // wall time start spent on the checks alone (reading and CRCing the bytes no tier reads)
   double start_seconds = 0;      // wall time of the executor's start, the loads and the checks
 };
 std::string verify_json(const VerifyStats& v);
@@ -56,24 +55,28 @@ class LoadCheckError : public std::runtime_error {
 
 class LoadCheck {
  public:
-  using Range = model::ChunkVerifier::Range;
-  // on: the start and streamed checks (false: --no-verify). Without a record the check is off.
-  LoadCheck(const ModelOnDevice& m, bool on);
-  ~LoadCheck();  // waits for the checking thread's job in hand (its bytes may be about to die)
+  // on: the start and streamed checks (false: --no-verify). Without a record the check is off; the
+  // reads go through the start's reader either way. reader: its options (gpu_mapped for the GPU's copies).
+  LoadCheck(const ModelOnDevice& m, bool on, const ModelReaderOptions& reader = {});
+  ~LoadCheck();
   LoadCheck(const LoadCheck&) = delete;
   LoadCheck& operator=(const LoadCheck&) = delete;
 
   bool on() const { return verifier_ != nullptr; }
-  // Reads model bytes [offset, offset + len) into `dst` through the CPU queue (read_model_bytes) and
-  // CRCs them on the checking thread; `dst` must hold its bytes until finish_start().
+  // Reads model bytes [offset, offset + len) into `dst` through the start's reader and CRCs them.
   void read(uint64_t offset, uint64_t len, uint8_t* dst);
-  // The same through a ring of staging buffers: `sink` gets each piece (a copy to the GPU) before
-  // its CRC; a buffer is refilled once its CRC is done.
+  // The same for disjoint ranges, each piece handed to `sink` (a copy to the GPU) in the reader's
+  // staging buffer, before its CRC; called on the reader's workers, several at once.
   using Sink = std::function<void(const uint8_t* data, uint64_t offset, uint64_t len)>;
-  void read_staged(uint64_t offset, uint64_t len, const Sink& sink);
+  using Range = model::ChunkVerifier::Range;
+  void read_staged(std::span<const Range> ranges, const Sink& sink);
+  void read_staged(uint64_t offset, uint64_t len, const Sink& sink) {
+    const Range r{offset, len};
+    read_staged(std::span<const Range>(&r, 1), sink);
+  }
   // Bytes another reader will check (streamed layers, fetched experts): not read at start.
   void plan(uint64_t offset, uint64_t len);
-  // The end of start: reads and checks the bytes no reader reads, waits for the checking thread and
+  // The end of start: reads and checks the bytes no reader reads, lets the reader's queues go and
   // throws LoadCheckError for a chunk that did not match.
   void finish_start();
 
@@ -86,31 +89,17 @@ class LoadCheck {
   VerifyStats stats() const;
 
  private:
-  struct Job {
-    const uint8_t* data;
-    uint64_t offset, len, seq;
-  };
-  void submit(const uint8_t* data, uint64_t offset, uint64_t len);
-  void wait_done(uint64_t seq);  // wall time counted as the check's
-  void work();
+  ModelReader& reader();  // made at the first read, gone at finish_start (its queues with it)
+  void check(const uint8_t* data, uint64_t offset, uint64_t len);  // on a reader's worker
   std::string mismatch_message(const model::ChunkVerifier::Mismatch& x) const;
 
   const ModelOnDevice& m_;
+  ModelReaderOptions reader_options_;
+  std::unique_ptr<ModelReader> reader_;
   std::unique_ptr<model::ChunkVerifier> verifier_;  // null: nothing to check
   std::vector<Range> planned_;
-  mutable std::mutex mu_;  // verifier_, the queue, the counters
-  std::condition_variable cv_;
-  std::deque<Job> jobs_;
-  uint64_t submitted_ = 0, done_ = 0;
-  bool stop_ = false;
-  std::exception_ptr failure_;  // the checking thread's, for finish_start()
-  std::thread worker_;
-  struct Stage {
-    std::vector<uint8_t> bytes;
-    uint64_t seq = 0;  // the CRC job that reads it
-  };
-  std::vector<Stage> stages_;
-  size_t next_stage_ = 0;
+  mutable std::mutex mu_;  // verifier_, the counters, failure_
+  std::exception_ptr failure_;  // a worker's, for finish_start()
   uint64_t host_bytes_ = 0, gpu_bytes_ = 0;
   double cpu_seconds_ = 0, wall_seconds_ = 0, start_seconds_ = 0;
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();

@@ -5,6 +5,7 @@
 
 #include "host/device_lock.h"
 #include "host/open_device.h"
+#include "host/text/escape.h"
 #include "runtime/io/cpu_block_io.h"
 #include "runtime/model/checked_header.h"
 #include "runtime/model/tensor_names.h"
@@ -29,6 +30,7 @@ ModelOnDevice open_model(std::span<const NamespaceIo> members) {
     m.io = m.set->logical();
   }
   for (const NamespaceIo& n : members) m.device_args += (m.device_args.empty() ? "--device " : " --device ") + n.controller->transport().name();
+  m.members.assign(members.begin(), members.end());
   m.detected = model::detect_model(m.io);
   model::CheckedHeader h = model::read_checked_header(m.io, m.detected, m.device_args);
   m.file = std::make_unique<gguf::GgufFile>(std::move(h.file));
@@ -127,9 +129,24 @@ std::vector<LayerBytes> layer_bytes(const ModelOnDevice& m) {
 
 void read_model_bytes(const ModelOnDevice& m, uint64_t file_offset, uint64_t len, uint8_t* dst) {
   model::DeviceByteSource src(m.io, m.map->start_lba(), m.file->data_end());
-  if (src.read(file_offset, dst, len) != len)
-    throw std::runtime_error("model bytes " + std::to_string(file_offset) + ".." + std::to_string(file_offset + len) +
-                             " lie past the model's end on the device");
+  if (src.read(file_offset, dst, len) != len) throw std::runtime_error(past_end_message(file_offset, len));
+}
+
+std::string past_end_message(uint64_t file_offset, uint64_t len) {
+  return "model bytes " + std::to_string(file_offset) + ".." + std::to_string(file_offset + len) +
+         " lie past the model's end on the device";
+}
+
+std::string bytes_hold(const ModelOnDevice& m, uint64_t begin, uint64_t end) {
+  std::vector<std::string> held;
+  if (begin < m.file->data_offset()) held.push_back("the GGUF header");
+  for (const gguf::TensorInfo& t : m.file->tensors())
+    if (t.file_offset < end && t.file_end() > begin && t.size_bytes) held.push_back(text::printable(t.name));
+  std::string what;
+  for (size_t i = 0; i < held.size() && i < 4; ++i) what += (i ? ", " : "") + held[i];
+  if (held.size() > 4) what += " and " + std::to_string(held.size() - 4) + " more tensors";
+  if (held.empty()) what = "no tensor (padding between tensors or after the last)";
+  return what;
 }
 
 }  // namespace gpunvme::llm

@@ -21,6 +21,12 @@
 
 namespace gpunvme::llm {
 
+// A namespace the model lies on (or a striped set's member): its controller and its CPU queue.
+struct NamespaceIo {
+  host::Controller* controller = nullptr;
+  host::CpuIo* io = nullptr;
+};
+
 struct ModelOnDevice {
   // One namespace, or a striped set's logical volume (model/stripe.h): every LBA below (detected,
   // map) is then a logical one, and `stripe` says how it is laid over the members.
@@ -39,6 +45,9 @@ struct ModelOnDevice {
   uint64_t header_bytes_checked = 0;
   double header_check_seconds = 0;
   std::string device_args;  // "--device A [--device B ...]": how a fix names the device(s)
+  // The namespaces in order (one, or the set's members): the start's reader opens queues of its own
+  // on their controllers (model_reader.h). Valid while what open_model was given lives.
+  std::vector<NamespaceIo> members;
 
   uint32_t lba_size() const { return map->lba_size(); }
   // Byte offset on the namespace of the model file's byte `file_offset`.
@@ -51,10 +60,6 @@ ModelOnDevice open_model(host::Controller& c, host::CpuIo& io);
 // The same on a striped set: its members in order, each with a CPU queue (clear errors for members in
 // the wrong order, missing, twice, of another set, or not members: model/stripe.h). One member that is
 // no set member is the one-namespace case.
-struct NamespaceIo {
-  host::Controller* controller = nullptr;
-  host::CpuIo* io = nullptr;
-};
 ModelOnDevice open_model(std::span<const NamespaceIo> members);
 
 // The namespaces a model lives on, opened for reading: one, or a striped set's members in order
@@ -82,9 +87,14 @@ PackedRanges dense_part(const ModelOnDevice& m, const LayerWeights& l);
 // What the residency plan needs to know of every layer (dense_part's buffer; the experts' bytes).
 std::vector<LayerBytes> layer_bytes(const ModelOnDevice& m);
 
-// Reads bytes [file_offset, file_offset + len) of the model into `dst` through the CPU queue (for
-// resident weights and the CPU executor): model::DeviceByteSource over m.io. Throws when the device
-// holds fewer bytes.
+// Reads bytes [file_offset, file_offset + len) of the model into `dst` through the CPU queue, one
+// command at a time (small reads: finite_weights.h, tests): model::DeviceByteSource over m.io. The
+// start's loads go through model_reader.h. Throws when the device holds fewer bytes.
 void read_model_bytes(const ModelOnDevice& m, uint64_t file_offset, uint64_t len, uint8_t* dst);
+// "model bytes A..B lie past the model's end on the device": for [file_offset, file_offset + len).
+std::string past_end_message(uint64_t file_offset, uint64_t len);
+// What model bytes [begin, end) hold, for messages: "the GGUF header", up to four tensor names ("and N
+// more tensors"), or "no tensor (padding between tensors or after the last)".
+std::string bytes_hold(const ModelOnDevice& m, uint64_t begin, uint64_t end);
 
 }  // namespace gpunvme::llm
