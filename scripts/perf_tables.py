@@ -55,12 +55,16 @@ def recs(src, data_dir, tool=None):
 
 
 def where(records, cond):
-    """The records whose fields equal cond's values (a dotted key reaches into a dict: 'tags.round')."""
+    """The records whose fields equal cond's values (a dotted key reaches into a dict: 'tags.round'), less
+    those whose fields equal every value of cond's "not" (a source's cells that a newer source measures)."""
     def get(r, key):
         for k in key.split("."):
             r = r.get(k) if isinstance(r, dict) else None
         return r
-    return [r for r in records if all(get(r, k) == v for k, v in (cond or {}).items())]
+    cond = dict(cond or {})
+    out = cond.pop("not", None)
+    return [r for r in records if all(get(r, k) == v for k, v in cond.items())
+            and not (out and all(get(r, k) == v for k, v in out.items()))]
 
 
 # ---- 1. GPU command rate ---------------------------------------------------------------------------

@@ -184,6 +184,10 @@ def moe_rows_cases(tmp):
           "a cell whose emulator fed less than the drive's bound quotes the emulator's rate and its share of it")
     check(by[("22G:0", "— (no I/O)")][5] == "140.00" and by[("22G:0", "— (no I/O)")][6] == "—",
           "a model held whole in VRAM: its tok/s, no bound")
+    _, rows = perf_tables.tokens_moe([{"files": ["cells.json"], "where": {"budget": "8G:0", "not": {"drive": "pcie5"}}}],
+                                     os.path.join(tmp, "moe"))
+    check(sorted((r[1], r[2]) for _, r in rows) == [("8G:0", "2 × pcie4"), ("8G:0", "pcie4")],
+          "a source's where: its budget, less the cells of its \"not\" (a drive a newer source measures)")
 
 
 def import_cases(tmp):
