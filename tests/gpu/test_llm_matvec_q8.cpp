@@ -75,7 +75,7 @@ TEST_CASE("8-bit x matrix-vector product: the CPU twin's bits, within x's roundi
   // 37 and 1000 rows: one row a warp; 4096: two (staged_launch's rule); 14336 wide: Llama-3-8B's down.
   const Shape sh = GENERATE(Shape{37, 256}, Shape{1000, 4096}, Shape{4096, 4096}, Shape{300, 14336}, Shape{70, 2816});
   const bool unaligned = GENERATE(false, true);  // rows at 8 bytes past a 16-byte boundary: the word loads
-  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q8_0);
+  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0);
   CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, unaligned);
   std::mt19937 rng(sh.rows * 7 + sh.cols + uint32_t(t));
   const auto w = llm::test::random_rows(t, sh.cols, sh.rows, rng);

@@ -31,7 +31,7 @@ TEST_CASE("8-bit x: blocks by hand (amax / 127, ties away from zero, a zero bloc
 }
 
 TEST_CASE("8-bit x twin: the exact product of the dequantised weights and x's 8-bit values") {
-  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q8_0);
+  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0);
   const uint32_t cols = GENERATE(256u, 4096u, 14336u);
   std::mt19937 rng(cols + uint32_t(t));
   const uint32_t rows = 24;

@@ -1,5 +1,5 @@
 // The one-token matrix-vector products with 8-bit activations and integer dot products (issue 36's
-// trial of llama.cpp's mmvq idea, behind GPUNVME_MATVEC_Q8=1 / gpu_set_matvec_q8): Q4_K and Q8_0 rows.
+// trial of llama.cpp's mmvq idea, behind GPUNVME_MATVEC_Q8=1 / gpu_set_matvec_q8): Q4_K, Q6_K and Q8_0 rows.
 //
 // Each block quantises x (or x's RMS norm times norm_w: the norm kernel's values, rms_scale's scale) to
 // 8-bit blocks in shared memory once (quant/q8_dot.h's rule), then its warps take R rows each and stride
@@ -8,7 +8,7 @@
 // super-blocks l / 8, l / 8 + 4, ...: a warp reads 4 whole consecutive super-blocks (576 bytes) a step, a
 // lane's weights as two 16-byte loads (the block's header and its slice), x's side as two 16-byte
 // shared loads laid out so that 8 consecutive lanes read 128 consecutive bytes (no bank conflict).
-// Q8_0: lane l takes blocks l, l + 32, ... The arithmetic is q8_dot.h's (q4k_slice_dot, q8_0_block_dot);
+// Q6_K: Q4_K's lanes, its slices q8_dot.h's. Q8_0: lane l takes blocks l, l + 32, ... The arithmetic is q8_dot.h's (q4k_slice_dot, q8_0_block_dot);
 // its row functions are the CPU twins, bit for bit.
 #pragma once
 #include <cuda_runtime.h>
@@ -36,11 +36,19 @@ constexpr uint64_t q8_shared_bytes(uint32_t groups) { return uint64_t(groups) * 
 // so that the 8 lanes of a quarter-warp read 8 consecutive entries of one array (conflict-free). Q4_K:
 // block G = 8b + k of super-block b is the low (k even) or high (k odd) side of slice (k - k % 2) + i / 16
 // of super-block b, entry G - G % 2 + i / 16. Q8_0: a lane's block's first 16 values in lo, the others
-// in hi, entry G. The byte offset of element i of block G:
+// in hi, entry G. Q6_K: 8-byte entries instead, lane s's elements of group k of super-block b at entry
+// (k * blocks + b) * 8 + s, so that a half-warp reads 128 consecutive bytes. The byte offset of element i
+// of block G:
 template <GgmlType T>
 __device__ inline uint32_t q8_slot(uint32_t G, uint32_t i, uint32_t groups) {
-  if constexpr (T == GgmlType::Q4_K) return (G % 2) * 16 * groups + 16 * (G - G % 2 + i / 16) + i % 16;
-  else return (i / 16) * 16 * groups + 16 * G + i % 16;
+  if constexpr (T == GgmlType::Q4_K) {
+    return (G % 2) * 16 * groups + 16 * (G - G % 2 + i / 16) + i % 16;
+  } else if constexpr (T == GgmlType::Q6_K) {
+    const uint32_t b = G / 8, n = (G % 8) / 4, k = G % 4;
+    return 8 * (((k * (groups / 8) + b) * 8) + 4 * n + i / 8) + i % 8;
+  } else {
+    return (i / 16) * 16 * groups + 16 * G + i % 16;
+  }
 }
 
 // The block quantises x (groups x 32 floats, 16-byte aligned) into `sm`, then a barrier. A lane holds 4
@@ -123,6 +131,22 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
         part[r] += q4k_slice_dot(head, q, x, s);
       }
     }
+  } else if constexpr (T == GgmlType::Q6_K) {
+    const uint32_t s = lane % 8, blocks = groups / 8;
+    const uint2* xe = reinterpret_cast<const uint2*>(sm);
+    const float* ds = reinterpret_cast<const float*>(sm + 32 * uint64_t(groups));
+#pragma unroll 2
+    for (uint32_t b = lane / 8; b < blocks; b += 4) {
+      Q8Slice6 x;
+#pragma unroll
+      for (uint32_t k = 0; k < 4; ++k) {
+        const uint2 v = xe[(k * blocks + b) * 8 + s];
+        x.x[k][0] = v.x, x.x[k][1] = v.y;
+        x.d[k] = ds[8 * b + 4 * (s / 4) + k];
+      }
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) part[r] += q6k_slice_dot(q6k_slice(row[r] + uint64_t(b) * sizeof(BlockQ6_K), s), x);
+    }
   } else {
     static_assert(T == GgmlType::Q8_0);
     const uint4* lo = reinterpret_cast<const uint4*>(sm);
@@ -164,10 +188,10 @@ __global__ void __launch_bounds__(kQ8Warps * 32) matvec_q8_kernel(Rows rows, uin
   }
 }
 
-// Whether the 8-bit path takes one-token products of type t, cols wide (Q4_K and Q8_0 rows, x within
+// Whether the 8-bit path takes one-token products of type t, cols wide (Q4_K, Q6_K and Q8_0 rows, x within
 // the default 48 KB of a block's shared memory).
 inline bool q8_rows_take(GgmlType t, uint32_t cols) {
-  return (t == GgmlType::Q4_K || t == GgmlType::Q8_0) && cols > 0 && cols % gguf::ggml_traits(t).block_size == 0 &&
+  return (t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0) && cols > 0 && cols % gguf::ggml_traits(t).block_size == 0 &&
          q8_shared_bytes(cols / kQ8Block) <= 48 * 1024;
 }
 
@@ -184,6 +208,7 @@ void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t co
     K<<<blocks, kQ8Warps * 32, bytes, s>>>(rows, groups, x, norm_w, eps);
     };
     if (type == GgmlType::Q4_K) go.template operator()<GgmlType::Q4_K>();
+    else if (type == GgmlType::Q6_K) go.template operator()<GgmlType::Q6_K>();
     else go.template operator()<GgmlType::Q8_0>();
   };
   constexpr bool kPairs = [] {  // a set of pairs (GluRows) stores two rows a warp

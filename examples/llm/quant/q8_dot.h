@@ -158,9 +158,80 @@ inline float q8_0_row_dot_q8(const uint8_t* row, uint32_t cols, const Q8Vector& 
   return warp_sum_twin(part);
 }
 
-// The CPU twin of the kernel's row of type t (Q4_K or Q8_0).
+// ---- Q6_K against 8-bit x. Slice s (0..7) of a super-block: half n = s / 4 and elements l0 .. l0 + 7
+// (l0 = 8 (s % 4)) of its four 32-element groups k = 0..3 (dequant_group's (n, k)): the low 4 bits from ql
+// bytes 64n + l0 .. (k = 0, 2: low, high nibble) and 64n + 32 + l0 .. (k = 1, 3), the high 2 from qh bytes
+// 32n + l0 .. (bits 2k), the 16-element scale sc[8n + 2k + l0 / 16]. 8 lanes take a super-block.
+struct Q6kSlice {
+  uint32_t qa[2], qb[2], qh[2];
+  int32_t sc[4];
+  uint16_t d;
+};
+GPUNVME_HD inline Q6kSlice q6k_slice(const uint8_t* blk, uint32_t s) {
+  const BlockQ6_K* b = reinterpret_cast<const BlockQ6_K*>(blk);
+  const uint32_t n = s / 4, l0 = 8 * (s % 4), h = l0 / 16;
+  Q6kSlice w;
+  uint32_t sw[2];
+  load_words_any<2>(b->ql + 64 * n + l0, w.qa);  // 210-byte blocks: 2-byte aligned
+  load_words_any<2>(b->ql + 64 * n + 32 + l0, w.qb);
+  load_words_any<2>(b->qh + 32 * n + l0, w.qh);
+  load_words_any<2>(reinterpret_cast<const uint8_t*>(b->scales) + 8 * n, sw);
+  for (uint32_t k = 0; k < 4; ++k) w.sc[k] = int32_t(int8_t(sw[(h + 2 * k) / 4] >> (8 * ((h + 2 * k) % 4))));
+#if defined(__CUDA_ARCH__)
+  w.d = b->d;
+#else
+  std::memcpy(&w.d, &b->d, 2);
+#endif
+  return w;
+}
+// x's side: group k's 8 int8 values (two words) and its block's scale.
+struct Q8Slice6 {
+  uint32_t x[4][2];
+  float d[4];
+};
+// d * (dx0 * (sc0 * dot0) + dx1 * (sc1 * dot1) + dx2 * (...) + dx3 * (...)), added in that order, each
+// dot the exact sum of 8 products of (q - 32) and x's int8.
+GPUNVME_HD inline float q6k_slice_dot(const Q6kSlice& w, const Q8Slice6& x) {
+  float t[4];
+  for (uint32_t k = 0; k < 4; ++k) {
+    int32_t dot = 0;
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t lo = ((k & 1) ? w.qb[j] : w.qa[j]) >> (k < 2 ? 0 : 4);
+      const uint32_t q = (lo & 0x0F0F0F0Fu) | (((w.qh[j] >> (2 * k)) & 0x03030303u) << 4);
+      const uint32_t qs = ((q | 0x80808080u) - 0x20202020u) ^ 0x80808080u;  // each byte q - 32, signed
+      dot = dot4_i8(qs, x.x[k][j], dot);
+    }
+    t[k] = float(dot * w.sc[k]);
+  }
+  const float sum = fmaf(x.d[3], t[3], fmaf(x.d[2], t[2], fmaf(x.d[1], t[1], x.d[0] * t[0])));
+  return half_to_float(w.d) * sum;
+}
+inline Q8Slice6 q8_slice6(const Q8Vector& x, uint32_t b, uint32_t s) {
+  Q8Slice6 r;
+  const uint32_t n = s / 4, l0 = 8 * (s % 4);
+  for (uint32_t k = 0; k < 4; ++k) {
+    const uint32_t G = 8 * b + 4 * n + k;
+    std::memcpy(r.x[k], x.q.data() + uint64_t(G) * kQ8Block + l0, 8);
+    r.d[k] = x.d[G];
+  }
+  return r;
+}
+// The CPU twin of the kernel's Q6_K row: q4k_row_dot_q8's lanes and order, with Q6_K's slices.
+inline float q6k_row_dot_q8(const uint8_t* row, uint32_t cols, const Q8Vector& x) {
+  float part[32];
+  for (uint32_t l = 0; l < 32; ++l) {
+    part[l] = 0.0f;
+    for (uint32_t b = l / 8; b < cols / kQK_K; b += 4)
+      part[l] += q6k_slice_dot(q6k_slice(row + uint64_t(b) * sizeof(BlockQ6_K), l % 8), q8_slice6(x, b, l % 8));
+  }
+  return warp_sum_twin(part);
+}
+
+// The CPU twin of the kernel's row of type t (Q4_K, Q6_K or Q8_0).
 inline float row_dot_q8(GgmlType t, const uint8_t* row, uint32_t cols, const Q8Vector& x) {
-  return t == GgmlType::Q8_0 ? q8_0_row_dot_q8(row, cols, x) : q4k_row_dot_q8(row, cols, x);
+  return t == GgmlType::Q8_0 ? q8_0_row_dot_q8(row, cols, x)
+         : t == GgmlType::Q6_K ? q6k_row_dot_q8(row, cols, x)
+                               : q4k_row_dot_q8(row, cols, x);
 }
 
 }  // namespace gpunvme::llm
