@@ -518,6 +518,12 @@ int run(const cli::Args& args, bool tokenize_only) {
   } catch (const llm::NonFiniteLogits& e) {
     std::printf("\n");
     throw std::runtime_error(e.what() + explain_non_finite(m));
+  } catch (...) {
+    // The text printed so far ends its line, so the error (stderr) starts one of its own on a terminal;
+    // no tokens: line follows (a run that failed, e.g. a GPU lost mid-run, is not reported as complete).
+    std::printf("\n");
+    std::fflush(stdout);
+    throw;
   }
   std::printf("\ntokens:");
   for (uint32_t id : r.tokens) std::printf(" %u", id);

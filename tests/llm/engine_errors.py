@@ -175,7 +175,8 @@ def run_checks(a, d, write_variant, device_with):
                           (named in r.stderr or "--path gpu: " in r.stderr), f"exit {r.returncode}: {r.stderr.strip()}"))
     # Where 2 GPUs are (else refused as above, naming GPU 1 or --path gpu): a budget leaving GPU 0 no layer is
     # refused naming it; GPU 1 failing at the fourth pass (the test hook GPUNVME_TEST_GPU_FAIL=ID:PASS,
-    # multi_gpu_executor.cpp) ends the run with exit 1 naming GPU 1, no tokens: line, no JSON, bounded.
+    # multi_gpu_executor.cpp) ends the run with exit 1 naming GPU 1, no tokens: line, no JSON, bounded; the
+    # tokens printed before it end their line.
     two = ("no GPU 1: CUDA sees", "--path gpu: ")
     js = os.path.join(d, "failed-run.json")
     for what, extra, env, want in (
@@ -186,6 +187,7 @@ def run_checks(a, d, write_variant, device_with):
         r = subprocess.run([a.llm, "--device", device_with(p, deploy=False), "--prompt-ids", "1,2", "-n", "8", "--ignore-eos",
                             "--path", "gpu", "--gpus", "2"] + extra, capture_output=True, text=True, timeout=120, env=env)
         out.append(report(f"--gpus 2, {what}", r.returncode == 1 and "tokens:" not in r.stdout and not os.path.exists(js) and
+                          (r.stdout == "" or r.stdout.endswith("\n")) and
                           (all(w in r.stderr for w in want) or any(w in r.stderr for w in two)), f"exit {r.returncode}: {r.stderr.strip()}"))
     # A name with a terminal escape and a newline: every tool prints it escaped (\e, \n), never raw.
     p = os.path.join(d, "evil.gguf"); write_variant(p, name="evil\x1b[2Jname\nforged line")

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -42,13 +43,61 @@ constexpr auto kAbortTimeout = std::chrono::seconds(30);
 // NVMe queues per GPU on a shared controller: the streamer's, the expert fetcher's and pre-gating's.
 constexpr uint32_t kQueueSetsPerGpu = 3;
 
+// The hand-off between GPU g and g + 1: how many sends GPU g has enqueued. GPU g + 1 enqueues a pass's
+// recv only after the matching send: a recv kernel enqueued first would spin on its GPU while the
+// sending GPU's thread still launches the pass's kernels, and a launch that loads a kernel's module
+// (CUDA's lazy loading, the default) may wait for the GPUs' work to drain: the recv waits for the send,
+// the send's launch for the recv, both threads wedged (NCCL's documented hazard of CUDA calls beside
+// its kernels; the likely cause of a first 2-GPU pass that hung once on 2 H200s). Enqueued after its
+// send, a recv's kernel waits only for work already queued. NcclComms connects the
+// pairs at start, so a send returns once enqueued (the first send/recv of a pair waits for its peer).
+class Handoff {
+ public:
+  void sent() {
+    {
+      std::lock_guard l(mu_);
+      ++sent_;
+    }
+    cv_.notify_all();
+  }
+  // Waits until `count` sends were enqueued; false at the deadline. Wakes every few ms to let `stop` (an
+  // abort) end the wait.
+  bool wait(uint64_t count, Clock::time_point deadline, const std::function<void()>& stop) {
+    std::unique_lock l(mu_);
+    while (sent_ < count) {
+      if (Clock::now() > deadline) return false;
+      l.unlock();
+      stop();
+      l.lock();
+      cv_.wait_for(l, std::chrono::milliseconds(5), [&] { return sent_ >= count; });
+    }
+    return true;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t sent_ = 0;
+};
+
 // GPU `rank`'s ends of the hidden state's way (pipeline_stage.h), over the process's communicators;
-// `id` and `next_id` the CUDA devices of it and of the next rank (the messages name them).
+// `id`, `prev_id` and `next_id` the CUDA devices of it and of its neighbours (the messages name them);
+// `in` the hand-off from the previous GPU (none on the first), `out` to the next (none on the last).
 class NcclLink final : public HiddenLink {
  public:
-  NcclLink(NcclComms& comms, int rank, int id, int next_id) : comms_(comms), rank_(rank), id_(id), next_id_(next_id) {}
-  void receive(float* x, size_t n, gpu_stream_t s) override { comms_.recv(rank_, x, n, rank_ - 1, cuda(s)); }
-  void send(const float* x, size_t n, gpu_stream_t s) override { comms_.send(rank_, x, n, rank_ + 1, cuda(s)); }
+  NcclLink(NcclComms& comms, int rank, int id, int prev_id, int next_id, Handoff* in, Handoff* out)
+      : comms_(comms), rank_(rank), id_(id), prev_id_(prev_id), next_id_(next_id), in_(in), out_(out) {}
+  void receive(float* x, size_t n, gpu_stream_t s) override {
+    if (!in_->wait(received_ + 1, Clock::now() + kPassTimeout, [&] { comms_.check(rank_); }))
+      throw std::runtime_error("GPU " + std::to_string(id_) + ": GPU " + std::to_string(prev_id_) + " did not send its hidden state within " +
+                               std::to_string(kPassTimeout.count()) + " s");
+    comms_.recv(rank_, x, n, rank_ - 1, cuda(s));
+    ++received_;
+  }
+  void send(const float* x, size_t n, gpu_stream_t s) override {
+    comms_.send(rank_, x, n, rank_ + 1, cuda(s));
+    out_->sent();
+  }
   // Polls the stream and the communicator's error until the send ended, at most kPassTimeout.
   void wait_sent(gpu_stream_t s) override {
     const auto deadline = Clock::now() + kPassTimeout;
@@ -70,7 +119,9 @@ class NcclLink final : public HiddenLink {
  private:
   static cudaStream_t cuda(gpu_stream_t s) { return reinterpret_cast<cudaStream_t>(s); }
   NcclComms& comms_;
-  int rank_, id_, next_id_;
+  int rank_, id_, prev_id_, next_id_;
+  Handoff *in_, *out_;
+  uint64_t received_ = 0;  // passes whose recv this GPU enqueued
 };
 
 // The test hook of a GPU failing mid-run (tests/gpu/test_llm_multi_gpu_passes.cpp, engine_errors.py):
@@ -152,8 +203,10 @@ class MultiGpuExecutor final : public Executor {
       split_ += ")";
     }
     comms_ = std::make_unique<NcclComms>(ids_);
+    for (uint32_t g = 0; g + 1 < o.gpus; ++g) handoffs_.push_back(std::make_unique<Handoff>());
     for (uint32_t g = 0; g < o.gpus; ++g)
-      links_.push_back(std::make_unique<NcclLink>(*comms_, int(g), ids_[g], g + 1 < o.gpus ? ids_[g + 1] : -1));
+      links_.push_back(std::make_unique<NcclLink>(*comms_, int(g), ids_[g], g > 0 ? ids_[g - 1] : -1, g + 1 < o.gpus ? ids_[g + 1] : -1,
+                                                  g > 0 ? handoffs_[g - 1].get() : nullptr, g + 1 < o.gpus ? handoffs_[g].get() : nullptr));
     stages_.resize(o.gpus);
     // One GPU at a time: each reads its share through the shared controller's CPU queue and makes its
     // NVMe queues on it (admin commands), which are not made for concurrent callers.
@@ -315,6 +368,7 @@ class MultiGpuExecutor final : public Executor {
   std::vector<std::string> devices_;  // [gpu]: the namespace it streams from
   uint32_t n_ctx_, n_vocab_;
   std::unique_ptr<NcclComms> comms_;
+  std::vector<std::unique_ptr<Handoff>> handoffs_;  // [g]: between GPU g and g + 1
   std::vector<std::unique_ptr<NcclLink>> links_;
   std::vector<std::unique_ptr<GpuWorker>> workers_;  // declared after comms_: joined first
   std::vector<std::unique_ptr<Executor>> stages_;    // each made and destroyed on its GPU's thread

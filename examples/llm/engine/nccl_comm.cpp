@@ -4,11 +4,16 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "examples/llm/engine/nccl_env.h"
 
 namespace gpunvme::llm {
 namespace {
+
+void check_cuda(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
+}
 
 void check_nccl(ncclResult_t r, const std::string& what) {
   if (r != ncclSuccess && r != ncclInProgress)
@@ -21,6 +26,65 @@ NcclComms::NcclComms(std::span<const int> devices) : comms_(devices.size(), null
   disable_nvls();  // before any communicator exists: NCCL reads it at init
   check_nccl(ncclCommInitAll(comms_.data(), int(devices.size()), devices.data()),
              "NCCL communicators over " + std::to_string(devices.size()) + " GPUs");
+  try {
+    connect_neighbours(devices);
+  } catch (...) {
+    abort();  // frees the communicators: no destructor runs for an object whose constructor threw
+    throw;
+  }
+}
+
+void NcclComms::connect_neighbours(std::span<const int> devices) {
+  if (devices.size() < 2) return;
+  int current = 0;
+  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  struct Side {
+    float* buf = nullptr;
+    cudaStream_t s = nullptr;
+  };
+  std::vector<Side> side(devices.size());
+  const auto release = [&] {
+    for (size_t r = 0; r < side.size(); ++r) {
+      cudaSetDevice(devices[r]);
+      if (side[r].s) cudaStreamDestroy(side[r].s);
+      if (side[r].buf) cudaFree(side[r].buf);
+    }
+    cudaSetDevice(current);
+  };
+  try {
+    for (size_t r = 0; r < side.size(); ++r) {
+      const std::string gpu = "GPU " + std::to_string(devices[r]);
+      check_cuda(cudaSetDevice(devices[r]), gpu + ": cudaSetDevice");
+      check_cuda(cudaMalloc(reinterpret_cast<void**>(&side[r].buf), 2 * sizeof(float)), gpu + ": cudaMalloc");
+      check_cuda(cudaStreamCreateWithFlags(&side[r].s, cudaStreamNonBlocking), gpu + ": cudaStreamCreate");
+    }
+    check_nccl(ncclGroupStart(), "NCCL group");
+    ncclResult_t r = ncclSuccess;
+    for (size_t k = 0; k + 1 < side.size() && (r == ncclSuccess || r == ncclInProgress); ++k) {
+      r = ncclSend(side[k].buf, 1, ncclFloat32, int(k + 1), comms_[k], side[k].s);
+      if (r == ncclSuccess || r == ncclInProgress) r = ncclRecv(side[k + 1].buf + 1, 1, ncclFloat32, int(k), comms_[k + 1], side[k + 1].s);
+    }
+    const ncclResult_t end = ncclGroupEnd();
+    check_nccl(r, "NCCL first send/recv between neighbouring GPUs");
+    check_nccl(end, "NCCL first send/recv between neighbouring GPUs");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (size_t k = 0; k < side.size();) {
+      check_cuda(cudaSetDevice(devices[k]), "cudaSetDevice");
+      const cudaError_t e = cudaStreamQuery(side[k].s);
+      if (e == cudaSuccess) {
+        ++k;
+        continue;
+      }
+      if (e != cudaErrorNotReady) check_cuda(e, "GPU " + std::to_string(devices[k]) + ": NCCL first send/recv");
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("GPU " + std::to_string(devices[k]) + ": the NCCL connection to its neighbours did not complete within 60 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  release();
 }
 
 NcclComms::~NcclComms() {

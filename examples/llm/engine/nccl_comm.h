@@ -18,6 +18,8 @@ namespace gpunvme::llm {
 
 class NcclComms {
  public:
+  // Made, then each neighbouring pair connected (connect_neighbours): every later send and recv only
+  // enqueues.
   explicit NcclComms(std::span<const int> devices);
   ~NcclComms();
   NcclComms(const NcclComms&) = delete;
@@ -35,6 +37,11 @@ class NcclComms {
   bool aborted() const { return aborted_; }
 
  private:
+  // Rank r sends rank r + 1 one float, every pair in one NCCL group from this thread, and waits for it
+  // (bounded). NCCL connects a pair (and may load its kernels) at the pair's first send/recv, which waits
+  // for the peer to take part: done here, a pass's send returns once enqueued, which the multi-GPU
+  // executor's hand-off of each pass's recv after the matching send relies on.
+  void connect_neighbours(std::span<const int> devices);
   // Runs an NCCL enqueue on rank's communicator unless abort() came first; abort() waits (bounded) for
   // those under way, so that no thread enqueues on a communicator it frees.
   void enqueue(int rank, const std::function<ncclResult_t(ncclComm_t)>& op, const std::string& what);
