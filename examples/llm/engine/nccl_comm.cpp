@@ -26,18 +26,13 @@ NcclComms::NcclComms(std::span<const int> devices) : comms_(devices.size(), null
   disable_nvls();  // before any communicator exists: NCCL reads it at init
   check_nccl(ncclCommInitAll(comms_.data(), int(devices.size()), devices.data()),
              "NCCL communicators over " + std::to_string(devices.size()) + " GPUs");
-  try {
-    connect_neighbours(devices);
-  } catch (...) {
-    abort();  // frees the communicators: no destructor runs for an object whose constructor threw
-    throw;
-  }
+  connect_neighbours(devices);  // aborts (frees) the communicators if it fails: no destructor runs then
 }
 
 void NcclComms::connect_neighbours(std::span<const int> devices) {
   if (devices.size() < 2) return;
   int current = 0;
-  check_cuda(cudaGetDevice(&current), "cudaGetDevice");
+  cudaGetDevice(&current);  // made current again at the end
   struct Side {
     float* buf = nullptr;
     cudaStream_t s = nullptr;
@@ -81,6 +76,7 @@ void NcclComms::connect_neighbours(std::span<const int> devices) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
   } catch (...) {
+    abort();  // first: a send/recv still running ends, so that the frees below do not wait for it
     release();
     throw;
   }
