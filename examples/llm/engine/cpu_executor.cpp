@@ -41,7 +41,7 @@ class CpuExecutor final : public Executor {
  public:
   CpuExecutor(const ModelOnDevice& m, uint32_t n_ctx, const CpuExecOptions& o)
       : bytes_(m.file->data_end()), fwd_(m.config, m.weights, bytes_, n_ctx, o.max_seqs, o.max_batch), max_batch_(o.max_batch) {
-    LoadCheck check(m, o.verify);  // every byte CRC'd on a host thread while the next is read
+    LoadCheck check(m, o.verify);  // read by the start's reader (model_reader.h), every piece CRC'd by its worker
     check.read(0, bytes_.size(), bytes_.data());
     check.finish_start();
     verify_ = check.stats();

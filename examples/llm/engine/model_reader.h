@@ -1,8 +1,8 @@
 // The start's reads of model bytes, many at once: the VRAM tier's copies, the RAM tier, the CPU
 // executor's whole model and the bytes only the load check reads (load_check.h) all come through here.
 // One command at a time on the one CPU queue held a namespace to a fraction of its rate (0.5-0.7 GB/s
-// on an H200 host whose emulated namespace gives 59 GB/s: the emulator serves each queue on one of its
-// threads, and a drive wants many commands in flight). So: N workers, each a host thread with an NVMe
+// on an H200 host: the emulator serves each queue on one of its threads, 1.85 GB/s each there, and a
+// drive wants many commands in flight). So: N workers, each a host thread with an NVMe
 // I/O queue of its own (one on every member of a striped set, read through a model::StripeSet of its
 // own) and a staging buffer in DMA memory that its reads land in, take the pieces of the ranges asked
 // for in turn; each piece goes to the caller's callback on the worker's thread, so that one worker's

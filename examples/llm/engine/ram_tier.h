@@ -1,6 +1,6 @@
 // The RAM tier of the GPU executor: the dense bytes of the plan's RAM layers in pinned host memory,
-// read once at start from the namespace (through the CPU queue, as resident layers are), and copied to
-// the GPU for every token by DMA (cudaMemcpyAsync) on a stream of their own into one of `depth` GPU
+// read once at start from the namespace (by the start's reader, model_reader.h, as resident layers
+// are), and copied to the GPU for every token by DMA (cudaMemcpyAsync) on a stream of their own into one of `depth` GPU
 // buffers. Copies run `depth` RAM layers ahead of the compute, across token boundaries (the layer
 // order does not depend on the token), so they overlap the compute and the NVMe streaming:
 //   copy stream:    wait free[b] -> copy layer j into buffer b -> record ready[b]
