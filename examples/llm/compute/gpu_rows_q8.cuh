@@ -8,8 +8,9 @@
 // super-blocks l / 8, l / 8 + 4, ...: a warp reads 4 whole consecutive super-blocks (576 bytes) a step, a
 // lane's weights as two 16-byte loads (the block's header and its slice), x's side as two 16-byte
 // shared loads laid out so that 8 consecutive lanes read 128 consecutive bytes (no bank conflict).
-// Q6_K: Q4_K's lanes, its slices q8_dot.h's. Q8_0: lane l takes blocks l, l + 32, ... The arithmetic is q8_dot.h's (q4k_slice_dot, q8_0_block_dot);
-// its row functions are the CPU twins, bit for bit.
+// Q6_K: Q4_K's lanes, its slices q8_dot.h's. Q8_0: lane l takes blocks l, l + 32, ... The arithmetic
+// is q8_dot.h's (q4k_slice_dot, q6k_slice_dot, q8_0_block_dot); its row functions are the CPU twins, bit
+// for bit.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -25,6 +26,10 @@
 namespace gpunvme::llm::gpu {
 
 inline constexpr uint32_t kQ8Warps = 8;  // warps a block: kNormThreads threads, as rms_scale sums
+// Blocks an SM the launch bounds ask for: registers capped at 64 a thread (no spills; ptxas -v). Without the
+// bound and with 8 loads ahead in stage_q8, 88 registers left room for 2 blocks (16 warps) an SM; at 6 and
+// 8 blocks ptxas spills.
+inline constexpr uint32_t kQ8MinBlocks = 4;
 static_assert(kQ8Warps * 32 == kNormThreads && kQ8Warps == kStagedWarps,
               "the norm's scale must be summed as the norm kernel sums it; resident_cap counts kStagedWarps a block");
 
@@ -54,11 +59,11 @@ __device__ inline uint32_t q8_slot(uint32_t G, uint32_t i, uint32_t groups) {
 // The block quantises x (groups x 32 floats, 16-byte aligned) into `sm`, then a barrier. A lane holds 4
 // consecutive elements (a float4; 8 lanes a block), so a warp load takes 4 blocks and 512 consecutive
 // bytes; the block's largest magnitude by a butterfly over its 8 lanes (a max: exact in any order).
-// kAhead loads are in flight before the first is used (one after another, each an L2 latency, the
-// prologue of a 14336-wide x took several microseconds in every block).
+// kAhead loads (x's and norm_w's) are in flight before the first is used (one after another, each an L2
+// latency, a 14336-wide x's prologue would take microseconds in every block); 8 took 24 more registers.
 template <GgmlType T>
 __device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, const float* norm_w, float eps) {
-  constexpr uint32_t kAhead = 8;
+  constexpr uint32_t kAhead = 4;
   __shared__ double partial[kNormThreads / 32];
   const float scale = norm_w ? rms_scale(x, groups * kQ8Block, eps, partial) : 1.0f;
   uint8_t* lo = sm;
@@ -172,8 +177,8 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
 
 // Every row of `rows` (type T, groups 32-element groups wide) times x, or x's RMS norm times norm_w.
 template <GgmlType T, uint32_t R, class Rows>
-__global__ void __launch_bounds__(kQ8Warps * 32) matvec_q8_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w,
-                                                               float eps) {
+__global__ void __launch_bounds__(kQ8Warps * 32, kQ8MinBlocks)
+    matvec_q8_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ uint4 q8_units[];
   uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_units);
   stage_q8<T>(x, groups, sm, norm_w, eps);
@@ -191,14 +196,16 @@ __global__ void __launch_bounds__(kQ8Warps * 32) matvec_q8_kernel(Rows rows, uin
 // Whether the 8-bit path takes one-token products of type t, cols wide (Q4_K, Q6_K and Q8_0 rows, x within
 // the default 48 KB of a block's shared memory).
 inline bool q8_rows_take(GgmlType t, uint32_t cols) {
-  return (t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0) && cols > 0 && cols % gguf::ggml_traits(t).block_size == 0 &&
+  const bool typed = t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0;
+  return typed && cols > 0 && cols % gguf::ggml_traits(t).block_size == 0 &&
          q8_shared_bytes(cols / kQ8Block) <= 48 * 1024;
 }
 
 // Launches matvec_q8_kernel over `rows`: R = 2 where `two_rows`, blocks capped at what the device holds
 // at once (each block quantises x once, however many rows it takes).
 template <class Rows>
-void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w, float eps, bool two_rows) {
+void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w,
+                    float eps, bool two_rows) {
   const uint32_t groups = cols / kQ8Block, bytes = uint32_t(q8_shared_bytes(groups));
   auto launch = [&]<uint32_t R>() {
     auto go = [&]<GgmlType T>() {
