@@ -77,12 +77,16 @@ double DriveControllers::read_bandwidth() const {
   return m ? m->params().read_bytes_per_s : 0;
 }
 
-EngineCpuTimer::EngineCpuTimer(const DriveControllers* drive)
-    : drive_(drive), process0_(host::process_cpu_seconds()), drive0_(drive ? drive->thread_cpu_seconds() : 0) {}
+EngineCpuTimer::EngineCpuTimer(std::vector<const DriveControllers*> drives)
+    : drives_(std::move(drives)), process0_(host::process_cpu_seconds()), drives0_(drives_cpu()) {}
 
-double EngineCpuTimer::seconds() const {
-  return host::process_cpu_seconds() - process0_ - (drive_ ? drive_->thread_cpu_seconds() - drive0_ : 0);
+double EngineCpuTimer::drives_cpu() const {
+  double s = 0;
+  for (const DriveControllers* d : drives_) s += d ? d->thread_cpu_seconds() : 0;
+  return s;
 }
+
+double EngineCpuTimer::seconds() const { return host::process_cpu_seconds() - process0_ - (drives_cpu() - drives0_); }
 
 double measure_h2d() {
 #if GPUNVME_HAVE_CUDA

@@ -44,16 +44,19 @@ class DriveControllers {
   std::vector<pid_t> threads_;
 };
 
-// The process's CPU time (user + system) from construction on, less that of the drive's threads (none:
-// the whole process's).
+// The process's CPU time (user + system) from construction on, less that of the drives' threads (none:
+// the whole process's). Several drives: a bench with a modeled drive per GPU (llm_tokens --drive-per-gpu),
+// whose threads are each drive's work, not the engine's.
 class EngineCpuTimer {
  public:
-  explicit EngineCpuTimer(const DriveControllers* drive = nullptr);
+  explicit EngineCpuTimer(const DriveControllers* drive = nullptr) : EngineCpuTimer(std::vector<const DriveControllers*>{drive}) {}
+  explicit EngineCpuTimer(std::vector<const DriveControllers*> drives);
   double seconds() const;
 
  private:
-  const DriveControllers* drive_;
-  double process0_, drive0_;
+  double drives_cpu() const;
+  std::vector<const DriveControllers*> drives_;
+  double process0_, drives0_;
 };
 
 // Host-to-GPU copy bandwidth from pinned memory (bytes/s): the RAM tier's link. Needs a GPU (CUDA

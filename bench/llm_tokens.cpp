@@ -259,7 +259,9 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   // modeled drive, capped streaming near 4.5 GB/s on the H100 (70B, pcie4: 64 % of the bound where mmap
   // reached 85 %). A striped set: one controller per member, each with as many threads (every member
   // serves its share of the streamed layers and of the fetched experts).
-  const bench::DriveControllers drive_ctrls(spec.devices, drive, 2 * rs.queues * rs.gpus, rs.emu_opts);
+  // With --drive-per-gpu the GPUs read through their own drives below: this one keeps a thread per member
+  // (the deploy record's reads), not a thread per queue that would poll beside theirs on the same cores.
+  const bench::DriveControllers drive_ctrls(spec.devices, drive, rs.drive_per_gpu ? 1 : 2 * rs.queues * rs.gpus, rs.emu_opts);
   llm::GpuExecOptions o;
   o.vram_budget = budget.b.vram;
   o.ram_budget = budget.b.ram;
@@ -317,7 +319,9 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
     return v;
   };
   const std::vector<uint64_t> served0 = served_now();
-  const bench::EngineCpuTimer cpu(&drive_ctrls);
+  std::vector<const bench::DriveControllers*> all_drives{&drive_ctrls};
+  for (const auto& g : gpu_drives) all_drives.push_back(g.get());
+  const bench::EngineCpuTimer cpu(all_drives);
   const uint64_t faults0 = source ? source->page_faults() : 0;
   const auto t0 = std::chrono::steady_clock::now();
   uint64_t h = 0xCBF29CE484222325ull;
