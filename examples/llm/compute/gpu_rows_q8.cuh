@@ -150,7 +150,7 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
         x.d[k] = ds[8 * b + 4 * (s / 4) + k];
       }
 #pragma unroll
-      for (uint32_t r = 0; r < R; ++r) part[r] += q6k_slice_dot(q6k_slice(row[r] + uint64_t(b) * sizeof(BlockQ6_K), s), x);
+      for (uint32_t r = 0; r < R; ++r) part[r] = q6k_slice_dot(q6k_slice(row[r] + uint64_t(b) * sizeof(BlockQ6_K), s), x, part[r]);
     }
   } else {
     static_assert(T == GgmlType::Q8_0);
@@ -167,7 +167,7 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
         const uint8_t* blk = row[r] + uint64_t(g) * sizeof(BlockQ8_0);
         uint32_t q[8];
         load_words_any<8>(blk + 2, q);
-        part[r] += q8_0_block_dot(*reinterpret_cast<const uint16_t*>(blk), q, xv, dx);
+        part[r] = q8_0_block_dot(*reinterpret_cast<const uint16_t*>(blk), q, xv, dx, part[r]);
       }
     }
   }

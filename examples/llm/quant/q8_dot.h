@@ -132,12 +132,14 @@ inline float q4k_row_dot_q8(const uint8_t* row, uint32_t cols, const Q8Vector& x
 }
 
 // ---- Q8_0 against 8-bit x: a block is 32 weights, one of x's blocks; lane l takes blocks l, l + 32, ...
-// Its part: (d_w * d_x) * (the exact sum of the 32 integer products).
-GPUNVME_HD inline float q8_0_block_dot(uint16_t dw, const uint32_t (&q)[8], const uint32_t (&x)[8], float dx) {
+// Returns the lane's sum `acc` plus the block's part, (d_w * d_x) * (the exact sum of the 32 integer
+// products), in one explicit fmaf: written as acc + d * sum, nvcc contracted it into an FMA and the host
+// did not (the GPU one ulp off the twin on an H200, call 3 of session 26). Q6_K's likewise.
+GPUNVME_HD inline float q8_0_block_dot(uint16_t dw, const uint32_t (&q)[8], const uint32_t (&x)[8], float dx, float acc) {
   int32_t sum = 0;
   for (int k = 0; k < 8; ++k) sum = dot4_i8(q[k], x[k], sum);
   const float d = half_to_float(dw) * dx;
-  return d * float(sum);
+  return fmaf(d, float(sum), acc);
 }
 
 // The CPU twin of the kernel's Q8_0 row (the GPU's bits).
@@ -152,7 +154,7 @@ inline float q8_0_row_dot_q8(const uint8_t* row, uint32_t cols, const Q8Vector& 
       std::memcpy(&dw, blk, 2);
       std::memcpy(q, blk + 2, 32);
       std::memcpy(xv, x.q.data() + uint64_t(g) * kQ8Block, 32);
-      part[l] += q8_0_block_dot(dw, q, xv, x.d[g]);
+      part[l] = q8_0_block_dot(dw, q, xv, x.d[g], part[l]);
     }
   }
   return warp_sum_twin(part);
@@ -189,9 +191,10 @@ struct Q8Slice6 {
   uint32_t x[4][2];
   float d[4];
 };
-// d * (dx0 * (sc0 * dot0) + dx1 * (sc1 * dot1) + dx2 * (...) + dx3 * (...)), added in that order, each
-// dot the exact sum of 8 products of (q - 32) and x's int8.
-GPUNVME_HD inline float q6k_slice_dot(const Q6kSlice& w, const Q8Slice6& x) {
+// acc + d * (dx0 * (sc0 * dot0) + dx1 * (sc1 * dot1) + dx2 * (...) + dx3 * (...)), added in that order
+// (the last step one fmaf: q8_0_block_dot's why), each dot the exact sum of 8 products of (q - 32) and
+// x's int8.
+GPUNVME_HD inline float q6k_slice_dot(const Q6kSlice& w, const Q8Slice6& x, float acc) {
   float t[4];
   for (uint32_t k = 0; k < 4; ++k) {
     int32_t dot = 0;
@@ -204,7 +207,7 @@ GPUNVME_HD inline float q6k_slice_dot(const Q6kSlice& w, const Q8Slice6& x) {
     t[k] = float(dot * w.sc[k]);
   }
   const float sum = fmaf(x.d[3], t[3], fmaf(x.d[2], t[2], fmaf(x.d[1], t[1], x.d[0] * t[0])));
-  return half_to_float(w.d) * sum;
+  return fmaf(half_to_float(w.d), sum, acc);
 }
 inline Q8Slice6 q8_slice6(const Q8Vector& x, uint32_t b, uint32_t s) {
   Q8Slice6 r;
@@ -222,7 +225,7 @@ inline float q6k_row_dot_q8(const uint8_t* row, uint32_t cols, const Q8Vector& x
   for (uint32_t l = 0; l < 32; ++l) {
     part[l] = 0.0f;
     for (uint32_t b = l / 8; b < cols / kQK_K; b += 4)
-      part[l] += q6k_slice_dot(q6k_slice(row + uint64_t(b) * sizeof(BlockQ6_K), l % 8), q8_slice6(x, b, l % 8));
+      part[l] = q6k_slice_dot(q6k_slice(row + uint64_t(b) * sizeof(BlockQ6_K), l % 8), q8_slice6(x, b, l % 8), part[l]);
   }
   return warp_sum_twin(part);
 }
