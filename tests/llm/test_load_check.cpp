@@ -268,6 +268,11 @@ TEST_CASE("load check: several reads in flight give the bytes of one read at a t
   llm::ModelReader r(m, small_pieces(5));
   CHECK(r.workers() == 5);
   CHECK(r.own_queues());
+  // Staging pinned for CUDA where a GPU is, plain DMA memory where none is: the same bytes either way.
+  llm::ModelReader pinned(m, {.workers = 3, .gpu_mapped = true, .piece_bytes = kSmallPiece});
+  std::vector<uint8_t> got(want.size(), 0xEE);
+  pinned.read(0, got.size(), [&](const uint8_t* data, uint64_t off, uint64_t n) { std::memcpy(got.data() + off, data, n); });
+  CHECK(got == want);
 }
 
 TEST_CASE("load check: a CRC mismatch found by one of several workers still names the chunk and the tensor") {

@@ -112,7 +112,13 @@ ModelReader::ModelReader(const ModelOnDevice& m, const ModelReaderOptions& o)
     } else {
       w->io = std::make_unique<host::CpuIo>(*ctrls[0], *w->queues[0].second, m.members[0].io->nsid());
     }
-    w->stage = host::DmaBuffer(ctrls[0]->transport(), stage_bytes, mem);
+    try {
+      w->stage = host::DmaBuffer(ctrls[0]->transport(), stage_bytes, mem);
+    } catch (const Error& e) {
+      if (!mem.gpu_mapped || e.kind() != ErrorKind::kUnsupported) throw;
+      mem.gpu_mapped = false;  // CUDA would not pin it: the copies stage through the driver instead
+      w->stage = host::DmaBuffer(ctrls[0]->transport(), stage_bytes, mem);
+    }
     workers_.push_back(std::move(w));
   }
   own_queues_ = !workers_.empty();
