@@ -26,10 +26,9 @@
 namespace gpunvme::llm::gpu {
 
 inline constexpr uint32_t kQ8Warps = 8;  // warps a block: kNormThreads threads, as rms_scale sums
-// Blocks an SM the launch bounds ask for: registers capped at 64 a thread (no spills; ptxas -v). Without the
-// bound and with 8 loads ahead in stage_q8, 88 registers left room for 2 blocks (16 warps) an SM; at 6 and
-// 8 blocks ptxas spills.
-inline constexpr uint32_t kQ8MinBlocks = 4;
+// No register cap: the kernels take 86-88 registers a thread (ptxas -v), room for 2 blocks (16 warps) an
+// SM; the measured kernel (session 26, tree 16ecbfc). Not yet measured: launch bounds of 4 blocks an SM
+// with 4 loads ahead in stage_q8 (60-64 registers, no spills; at 6 and 8 blocks ptxas spills).
 static_assert(kQ8Warps * 32 == kNormThreads && kQ8Warps == kStagedWarps,
               "the norm's scale must be summed as the norm kernel sums it; resident_cap counts kStagedWarps a block");
 
@@ -60,10 +59,10 @@ __device__ inline uint32_t q8_slot(uint32_t G, uint32_t i, uint32_t groups) {
 // consecutive elements (a float4; 8 lanes a block), so a warp load takes 4 blocks and 512 consecutive
 // bytes; the block's largest magnitude by a butterfly over its 8 lanes (a max: exact in any order).
 // kAhead loads (x's and norm_w's) are in flight before the first is used (one after another, each an L2
-// latency, a 14336-wide x's prologue would take microseconds in every block); 8 took 24 more registers.
+// latency, a 14336-wide x's prologue would take microseconds in every block).
 template <GgmlType T>
 __device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, const float* norm_w, float eps) {
-  constexpr uint32_t kAhead = 4;
+  constexpr uint32_t kAhead = 8;
   __shared__ double partial[kNormThreads / 32];
   const float scale = norm_w ? rms_scale(x, groups * kQ8Block, eps, partial) : 1.0f;
   uint8_t* lo = sm;
@@ -150,7 +149,8 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
         x.d[k] = ds[8 * b + 4 * (s / 4) + k];
       }
 #pragma unroll
-      for (uint32_t r = 0; r < R; ++r) part[r] = q6k_slice_dot(q6k_slice(row[r] + uint64_t(b) * sizeof(BlockQ6_K), s), x, part[r]);
+      for (uint32_t r = 0; r < R; ++r)
+        part[r] = q6k_slice_dot(q6k_slice(row[r] + uint64_t(b) * sizeof(BlockQ6_K), s), x, part[r]);
     }
   } else {
     static_assert(T == GgmlType::Q8_0);
@@ -177,7 +177,7 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
 
 // Every row of `rows` (type T, groups 32-element groups wide) times x, or x's RMS norm times norm_w.
 template <GgmlType T, uint32_t R, class Rows>
-__global__ void __launch_bounds__(kQ8Warps * 32, kQ8MinBlocks)
+__global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_q8_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ uint4 q8_units[];
   uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_units);
