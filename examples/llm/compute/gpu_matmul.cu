@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
+#include <string>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_rows.cuh"
@@ -27,6 +30,42 @@ constexpr uint32_t kPad = kGroup + 1;  // a group in shared memory, padded: the 
                                        // groups lane, lane+32, ... at once, one bank each
 constexpr uint32_t kChunk = 32;        // batched: groups of the tokens' vectors staged at once (one per lane)
 constexpr uint32_t kStageFloats = kTile * kChunk * kPad;  // 33.8 KB: under the default 48 KB, no opt-in
+
+// GPUNVME_MATVEC_Q8 (gpu_matmul.h): the types whose one-token products take 8-bit x, bit i for kQ8Types[i];
+// -1 until read. By type, because a file of one nominal type mixes them (Q4_K_M holds Q6_K matrices too)
+// and the path is faster for some types only (docs/performance.md §8).
+constexpr GgmlType kQ8Types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
+std::atomic<int> q8_mask{-1};
+
+// "1": every type of kQ8Types; "0" or unset: none; else a comma-separated list of their names (q6_k,q8_0).
+int q8_types_on() {
+  int v = q8_mask.load(std::memory_order_relaxed);
+  if (v >= 0) return v;
+  const char* e = std::getenv("GPUNVME_MATVEC_Q8");
+  const std::string list = e ? e : "";
+  v = list == "1" ? (1 << std::size(kQ8Types)) - 1 : 0;
+  for (size_t at = 0; list != "1" && list != "0" && at < list.size();) {
+    const size_t end = std::min(list.find(',', at), list.size());
+    std::string name = list.substr(at, end - at);
+    for (char& c : name) c = char(std::toupper(static_cast<unsigned char>(c)));
+    int bit = -1;
+    for (size_t i = 0; i < std::size(kQ8Types); ++i)
+      if (gguf::ggml_type_name(uint32_t(kQ8Types[i])) == name) bit = int(i);
+    if (bit < 0) throw std::invalid_argument("GPUNVME_MATVEC_Q8: '" + name + "' is not 1, 0 or one of q4_k, q6_k, q8_0");
+    v |= 1 << bit;
+    at = end + 1;
+  }
+  q8_mask.store(v, std::memory_order_relaxed);
+  return v;
+}
+
+// Whether a one-token product of type t, cols wide, takes the 8-bit path (switched on for t, and taken).
+bool q8_takes(GgmlType t, uint32_t cols) {
+  const int on = q8_types_on();
+  for (size_t i = 0; i < std::size(kQ8Types); ++i)
+    if (kQ8Types[i] == t) return ((on >> i) & 1) != 0 && gpu::q8_rows_take(t, cols);
+  return false;
+}
 
 // y[r] = W[r] . x (+ bias[r]); one warp per row, x read from global memory: the fallback for rows too wide
 // for x to fit in shared memory, and the reference the staged kernel is held equal to.
@@ -258,7 +297,7 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  if (count == 1 && !m.sel && allow_staged && gpu_matvec_q8() && gpu::q8_rows_take(m.type, m.cols))
+  if (count == 1 && !m.sel && allow_staged && q8_takes(m.type, m.cols))
     return gpu::launch_rows_q8(s, m.type, gpu::MatrixRows{m.w, m.row_bytes, m.rows, bias, y}, m.cols, x, nullptr, 0.0f,
                                gpu::staged_launch(m.rows, m.cols, 1, m.type).two_rows);
   const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
@@ -300,7 +339,7 @@ template <class Rows>
 bool launch_rows(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w = nullptr,
                  float eps = 0.0f) {
   gpu::StagedLaunch g = gpu::staged_launch(rows.count, cols, 1, type);
-  if (gpu_matvec_q8() && gpu::q8_rows_take(type, cols)) {
+  if (q8_takes(type, cols)) {
     gpu::launch_rows_q8(s, type, rows, cols, x, norm_w, eps, g.two_rows);
     return true;
   }
@@ -474,7 +513,7 @@ bool gpu_matvec_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, con
 
 bool gpu_matvec_norm_add(gpu_stream_t stream, const GpuMatrix& m, const float* x, const float* bias, float* tmp, const float* norm_w,
                          float eps, float* y, uint32_t* done) {
-  if (m.sel || !norm_w || !done || (gpu_matvec_q8() && gpu::q8_rows_take(m.type, m.cols))) return false;  // the 8-bit product, then the norm_add kernel
+  if (m.sel || !norm_w || !done || q8_takes(m.type, m.cols)) return false;  // the 8-bit product, then the norm_add kernel
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   const gpu::StagedLaunch g = gpu::staged_launch(m.rows, m.cols, 1, m.type);
   if (!g.staged) return false;
@@ -515,21 +554,9 @@ void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x
   matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0, false);
 }
 
-namespace {
-std::atomic<int> q8_switch{-1};  // -1: not yet read from the environment
-}  // namespace
+bool gpu_matvec_q8() { return q8_types_on() != 0; }
 
-bool gpu_matvec_q8() {
-  int v = q8_switch.load(std::memory_order_relaxed);
-  if (v < 0) {
-    const char* e = std::getenv("GPUNVME_MATVEC_Q8");
-    v = e && e[0] == '1' ? 1 : 0;
-    q8_switch.store(v, std::memory_order_relaxed);
-  }
-  return v == 1;
-}
-
-void gpu_set_matvec_q8(bool on) { q8_switch.store(on ? 1 : 0, std::memory_order_relaxed); }
+void gpu_set_matvec_q8(bool on) { q8_mask.store(on ? (1 << std::size(kQ8Types)) - 1 : 0, std::memory_order_relaxed); }
 
 void gpu_matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   if (n == 1) return matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0);

@@ -105,9 +105,10 @@ void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct ac
 // Issue 36's trial, off by default: the one-token products of Q4_K, Q6_K and Q8_0 rows (gpu_matmul with
 // n = 1, gpu_matvecs and its normed form, gpu_matvec_glu, gpu_matvec_add) with x quantised to 8-bit blocks
 // and integer dot products (gpu_rows_q8.cuh, quant/q8_dot.h): other bits than the FP32 kernels' (x's
-// rounding), the same bits fused and unfused; gpu_matvec_norm_add declines them. On where
-// GPUNVME_MATVEC_Q8=1 (read at the first product) or after gpu_set_matvec_q8(true). Passes of several
-// tokens keep the FP32 kernels.
+// rounding), the same bits fused and unfused; gpu_matvec_norm_add declines them. On for the types
+// GPUNVME_MATVEC_Q8 names (read at the first product): 1 (all three) or a list, e.g. q6_k,q8_0; for all
+// after gpu_set_matvec_q8(true). gpu_matvec_q8: on for any type. Passes of several tokens keep the FP32
+// kernels.
 bool gpu_matvec_q8();
 void gpu_set_matvec_q8(bool on);
 
