@@ -6,14 +6,11 @@
 #include <thread>
 #include <vector>
 
+#include "device/cuda_check.h"
 #include "examples/llm/engine/nccl_env.h"
 
 namespace gpunvme::llm {
 namespace {
-
-void check_cuda(cudaError_t e, const std::string& what) {
-  if (e != cudaSuccess) throw std::runtime_error(what + ": " + cudaGetErrorString(e));
-}
 
 void check_nccl(ncclResult_t r, const std::string& what) {
   if (r != ncclSuccess && r != ncclInProgress)
@@ -49,9 +46,9 @@ void NcclComms::connect_neighbours(std::span<const int> devices) {
   try {
     for (size_t r = 0; r < side.size(); ++r) {
       const std::string gpu = "GPU " + std::to_string(devices[r]);
-      check_cuda(cudaSetDevice(devices[r]), gpu + ": cudaSetDevice");
-      check_cuda(cudaMalloc(reinterpret_cast<void**>(&side[r].buf), 2 * sizeof(float)), gpu + ": cudaMalloc");
-      check_cuda(cudaStreamCreateWithFlags(&side[r].s, cudaStreamNonBlocking), gpu + ": cudaStreamCreate");
+      device::check_cuda(cudaSetDevice(devices[r]), (gpu + ": cudaSetDevice").c_str());
+      device::check_cuda(cudaMalloc(reinterpret_cast<void**>(&side[r].buf), 2 * sizeof(float)), (gpu + ": cudaMalloc").c_str());
+      device::check_cuda(cudaStreamCreateWithFlags(&side[r].s, cudaStreamNonBlocking), (gpu + ": cudaStreamCreate").c_str());
     }
     check_nccl(ncclGroupStart(), "NCCL group");
     ncclResult_t r = ncclSuccess;
@@ -64,13 +61,13 @@ void NcclComms::connect_neighbours(std::span<const int> devices) {
     check_nccl(end, "NCCL first send/recv between neighbouring GPUs");
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (size_t k = 0; k < side.size();) {
-      check_cuda(cudaSetDevice(devices[k]), "cudaSetDevice");
+      device::check_cuda(cudaSetDevice(devices[k]), "cudaSetDevice");
       const cudaError_t e = cudaStreamQuery(side[k].s);
       if (e == cudaSuccess) {
         ++k;
         continue;
       }
-      if (e != cudaErrorNotReady) check_cuda(e, "GPU " + std::to_string(devices[k]) + ": NCCL first send/recv");
+      if (e != cudaErrorNotReady) device::check_cuda(e, ("GPU " + std::to_string(devices[k]) + ": NCCL first send/recv").c_str());
       if (std::chrono::steady_clock::now() > deadline)
         throw std::runtime_error("GPU " + std::to_string(devices[k]) + ": the NCCL connection to its neighbours did not complete within 60 s");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
