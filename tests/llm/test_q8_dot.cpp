@@ -5,13 +5,16 @@
 // 8-bit x, in double: float rounding apart, the same number. The GPU's bits are held to the twin by
 // tests/gpu/test_llm_matvec_q8.cpp.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
 #include <cmath>
+#include <stdexcept>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "examples/llm/compute/q8_types.h"
 #include "examples/llm/quant/q8_dot.h"
 #include "tests/llm/tiny_model.h"
 
@@ -55,4 +58,17 @@ TEST_CASE("8-bit x twin: the exact product of the dequantised weights and x's 8-
     CAPTURE(gpunvme::gguf::ggml_type_name(uint32_t(t)), cols, r, got, exact, mag);
     REQUIRE(std::fabs(double(got) - exact) <= 1e-6 * mag);
   }
+}
+
+TEST_CASE("GPUNVME_MATVEC_Q8's grammar: 1, 0, a list of type names in any case; an unknown name or empty item refused") {
+  REQUIRE(parse_q8_types("1") == kAllQ8Types);
+  REQUIRE(parse_q8_types("0") == 0);
+  REQUIRE(parse_q8_types("") == 0);
+  REQUIRE(parse_q8_types("q6_k,q8_0") == 0b110u);  // kQ8Types: Q4_K, Q6_K, Q8_0
+  REQUIRE(parse_q8_types("Q4_K") == 0b001u);
+  REQUIRE(parse_q8_types("q8_0,q4_k,q6_k") == kAllQ8Types);
+  REQUIRE_THROWS_WITH(parse_q8_types("q6_k,q5_k"),
+                      Catch::Matchers::Equals("GPUNVME_MATVEC_Q8: 'Q5_K' is not 1, 0 or one of q4_k, q6_k, q8_0"));
+  REQUIRE_THROWS_AS(parse_q8_types("q6_k,,q8_0"), std::invalid_argument);
+  REQUIRE_THROWS_AS(parse_q8_types("q6_k,"), std::invalid_argument);
 }

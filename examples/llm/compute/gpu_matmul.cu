@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdlib>
 #include <iterator>
 #include <stdexcept>
@@ -15,6 +14,7 @@
 #include "examples/llm/compute/gpu_rows_q8.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
+#include "examples/llm/compute/q8_types.h"
 
 namespace gpunvme::llm {
 namespace {
@@ -31,30 +31,14 @@ constexpr uint32_t kPad = kGroup + 1;  // a group in shared memory, padded: the 
 constexpr uint32_t kChunk = 32;        // batched: groups of the tokens' vectors staged at once (one per lane)
 constexpr uint32_t kStageFloats = kTile * kChunk * kPad;  // 33.8 KB: under the default 48 KB, no opt-in
 
-// GPUNVME_MATVEC_Q8 (gpu_matmul.h): the types whose one-token products take 8-bit x, bit i for kQ8Types[i];
-// -1 until read. By type, because a file of one nominal type mixes them (Q4_K_M holds Q6_K matrices too)
-// and the path is faster for some types only (docs/performance.md §8).
-constexpr GgmlType kQ8Types[] = {GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0};
+// GPUNVME_MATVEC_Q8 (gpu_matmul.h, its grammar in q8_types.h): bit i for kQ8Types[i]; -1 until read.
 std::atomic<int> q8_mask{-1};
 
-// "1": every type of kQ8Types; "0" or unset: none; else a comma-separated list of their names (q6_k,q8_0).
 int q8_types_on() {
   int v = q8_mask.load(std::memory_order_relaxed);
   if (v >= 0) return v;
   const char* e = std::getenv("GPUNVME_MATVEC_Q8");
-  const std::string list = e ? e : "";
-  v = list == "1" ? (1 << std::size(kQ8Types)) - 1 : 0;
-  for (size_t at = 0; list != "1" && list != "0" && at < list.size();) {
-    const size_t end = std::min(list.find(',', at), list.size());
-    std::string name = list.substr(at, end - at);
-    for (char& c : name) c = char(std::toupper(static_cast<unsigned char>(c)));
-    int bit = -1;
-    for (size_t i = 0; i < std::size(kQ8Types); ++i)
-      if (gguf::ggml_type_name(uint32_t(kQ8Types[i])) == name) bit = int(i);
-    if (bit < 0) throw std::invalid_argument("GPUNVME_MATVEC_Q8: '" + name + "' is not 1, 0 or one of q4_k, q6_k, q8_0");
-    v |= 1 << bit;
-    at = end + 1;
-  }
+  v = int(parse_q8_types(e ? e : ""));
   q8_mask.store(v, std::memory_order_relaxed);
   return v;
 }
@@ -556,7 +540,7 @@ void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x
 
 bool gpu_matvec_q8() { return q8_types_on() != 0; }
 
-void gpu_set_matvec_q8(bool on) { q8_mask.store(on ? (1 << std::size(kQ8Types)) - 1 : 0, std::memory_order_relaxed); }
+void gpu_set_matvec_q8(bool on) { q8_mask.store(on ? int(kAllQ8Types) : 0, std::memory_order_relaxed); }
 
 void gpu_matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   if (n == 1) return matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0);

@@ -1,0 +1,20 @@
+// Which weight types' one-token products take 8-bit x (gpu_matmul.h, GPUNVME_MATVEC_Q8): by type,
+// because a file of one nominal type mixes them (Q4_K_M holds Q6_K matrices too) and the 8-bit path is
+// faster for some types only (docs/performance.md §8). Host code, so that the CPU tests hold the grammar.
+#pragma once
+#include <cstdint>
+#include <string_view>
+
+#include "runtime/gguf/ggml_types.h"
+
+namespace gpunvme::llm {
+
+inline constexpr gguf::GgmlType kQ8Types[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0};
+inline constexpr uint32_t kAllQ8Types = (1u << std::size(kQ8Types)) - 1;
+
+// Bit i for kQ8Types[i]: "1" every type, "0" or "" none, else a comma-separated list of their names in
+// any case (q6_k,q8_0). Throws std::invalid_argument naming GPUNVME_MATVEC_Q8 for an unknown name or an
+// empty item.
+uint32_t parse_q8_types(std::string_view text);
+
+}  // namespace gpunvme::llm
