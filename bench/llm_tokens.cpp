@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench/baselines/pacing.h"
+#include "bench/chain_bound.h"
 #include "bench/llm_modeled_drive.h"
 #include "bench/llm_tokens_mmap.h"
 #include "bench/served_bound.h"
@@ -96,6 +97,12 @@ const cli::Help kHelp = {
     "               hits / experts it read, and the time layers waited for their experts (stall). A random-\n"
     "               weight router is the worst case for caching and prediction: uniform choices, so these are\n"
     "               floors. The JSON has the wasted prefetch bytes and the stall of every layer\n"
+    "  chain        MoE cells that ran with no prefetch (off, or auto that chose none): a layer's expert reads\n"
+    "               start once its router ran, so the drive idles for what the token does outside its reads\n"
+    "               (attention, routers, the experts' compute after the reads, the head). A second floor: that\n"
+    "               time (the timed tokens' wall time less the fetches' stall, measured) plus the expert bytes at\n"
+    "               the drives' rated rate (bench/chain_bound.h), as tok/s and eff; us/fetch: each fetch's wait\n"
+    "               beyond that rate. JSON: chain_bound_tokens_per_second, chain_efficiency, chain_*\n"
     "Loaders for the NVMe tier: gpunvme (GPU-issued reads into slots, LayerStreamer) and mmap (the\n"
     "ntransformer-style pipeline: mmap + one memcpy worker + pinned staging + copy to the GPU, paced like\n"
     "the modeled drive). mmap keeps every page it touched mapped, as when the model fits in the page\n"
@@ -190,6 +197,7 @@ struct Cell {
   double nvme_bytes_per_token = 0, plan_nvme_bytes_per_token = 0, plan_bound_tps = 0;
   std::optional<uint64_t> loader_faults;  // mmap loaders: the worker's page faults over the timed tokens
   std::optional<llm::gen::GenerationRate> generator;  // emu:gen: the generator's own rate, measured at start
+  std::optional<bench::ChainBound> chain;  // MoE cells that ran with no prefetch: the dependent chain's floor
   double lower_tps() const { return emu_tps > 0 && emu_tps < bound_tps ? emu_tps : bound_tps; }
   std::string drive_label() const { return members > 1 ? std::to_string(members) + "x" + drive : drive; }
   uint32_t tokens = 0;
@@ -306,6 +314,8 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   uint32_t pos = 0, tok = 1;
   auto next = [&](std::span<const float> logits) { return uint32_t(std::max_element(logits.begin(), logits.end()) - logits.begin()); };
   for (uint32_t i = 0; i < warmup; ++i) tok = next(ex->step(tok, pos++));
+  // The fetcher's clocks and counts so far: the chain bound counts the timed tokens' fetches only.
+  const llm::ExecStats warm = ex->stats();
   // What each modeled drive has served so far: the controllers' (a striped set's members in order, then
   // each GPU's own drive with --drive-per-gpu); an mmap loader's paced reads count as their member's (its
   // pacer stands for the same drive, which also serves the expert fetcher's reads).
@@ -350,6 +360,20 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
                                              : llm::gpus_bound_seconds(c.stats.gpus, drive_bw * c.members, rs.h2d, rs.drive_per_gpu);
   c.plan_bound_tps = plan_s > 0 ? 1 / plan_s : 0;
   c.plan_nvme_bytes_per_token = c.stats.plan.nvme_bytes_per_token();
+  // No prefetch ran (off, or auto that chose none): each layer's reads waited for its router, so the
+  // dependent chain bounds the cell too (bench/chain_bound.h). With a prefetch the reads overlap the
+  // compute and the chain is no floor.
+  const llm::ExecStats& s = c.stats;
+  if (s.has_experts && !s.expert_prefetch && !s.expert_pregate && bound_s > 0) {
+    bench::ChainTimes t;
+    t.wall_seconds = c.seconds;
+    t.stall_seconds = bench::added_seconds(warm.prefetch.stall_seconds, s.prefetch.stall_seconds);
+    t.read_seconds = std::min(t.stall_seconds, bench::added_seconds(warm.prefetch.read_seconds, s.prefetch.read_seconds));
+    t.after_reads_seconds = bench::added_seconds(warm.prefetch.tail_seconds, s.prefetch.tail_seconds);
+    t.expert_bytes = s.experts.bytes_read - warm.experts.bytes_read;
+    t.fetches = s.experts.tokens - warm.experts.tokens;
+    c.chain = bench::chain_bound(t, tokens, drive_bw * double(c.served.size()), bound_s);
+  }
   return c;
 }
 
@@ -359,6 +383,23 @@ std::string json_number(double v, int digits) {
   if (v <= 0) return "null";
   char b[48];
   std::snprintf(b, sizeof b, "%.*f", digits, v);
+  return b;
+}
+
+// The chain bound's members (null where it does not apply: a prefetch ran, no experts fetched, an error).
+std::string chain_json(const Cell& c) {
+  const auto& x = c.chain;
+  if (!x)
+    return "\"chain_bound_tokens_per_second\":null,\"chain_efficiency\":null,\"chain_outside_reads_seconds_per_token\":null,"
+           "\"chain_after_reads_seconds_per_token\":null,\"chain_read_floor_seconds_per_token\":null,\"chain_stall_seconds_per_token\":null,"
+           "\"chain_stall_read_seconds_per_token\":null,\"chain_fetches_per_token\":null,\"chain_overhead_seconds_per_fetch\":null,";
+  char b[640];
+  std::snprintf(b, sizeof b,
+                "\"chain_bound_tokens_per_second\":%s,\"chain_efficiency\":%s,\"chain_outside_reads_seconds_per_token\":%.6f,"
+                "\"chain_after_reads_seconds_per_token\":%.6f,\"chain_read_floor_seconds_per_token\":%.6f,\"chain_stall_seconds_per_token\":%.6f,"
+                "\"chain_stall_read_seconds_per_token\":%.6f,\"chain_fetches_per_token\":%.3f,\"chain_overhead_seconds_per_fetch\":%.7f,",
+                json_number(x->tokens_per_second(), 6).c_str(), json_number(c.tps * x->seconds, 4).c_str(), x->outside_seconds,
+                x->after_reads_seconds, x->read_floor_seconds, x->stall_seconds, x->read_seconds, x->fetches, x->overhead_per_fetch_seconds);
   return b;
 }
 
@@ -406,7 +447,7 @@ std::string cell_json(const Cell& c, double h2d) {
   served += "],\"nvme_bytes_per_token\":" + bytes(c.nvme_bytes_per_token) + ",\"plan_nvme_bytes_per_token\":" +
             bytes(c.plan_nvme_bytes_per_token) + ",\"plan_bound_tokens_per_second\":" + json_number(c.plan_bound_tps, 6) +
             ",\"plan_efficiency\":" + json_number(c.plan_bound_tps > 0 ? c.tps / c.plan_bound_tps : 0, 4) + ",";
-  return b + served + prefetch + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
+  return b + served + prefetch + chain_json(c) + emu + faults + gen + verify + "\"emu_opts\":" + text::json_string(c.emu_opts) + "," + ("\"error\":" + (c.error.empty() ? std::string("null") : text::json_string(c.error))) + ",\"plan\":" +
          (e.plan.layers.empty() ? std::string("null") : llm::plan_json(e.plan)) + ",\"gpus\":" +
          std::to_string(std::max<size_t>(1, e.gpus.size())) + ",\"drive_per_gpu\":" + (c.drive_per_gpu ? "true" : "false") + ",\"gpu_plans\":" + (e.gpus.empty() ? std::string("null") : llm::gpus_json(e.gpus)) +
          "}\n";
@@ -423,11 +464,15 @@ void print_cell(const Cell& c, int pf) {
     const auto& p = c.stats.prefetch;
     double stall = 0;
     for (double v : p.stall_seconds) stall += v;
-    char experts[160] = "-";
-    if (c.stats.has_experts)
-      std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%; prefetch %llu/%llu; stall %.3f s",
-                    (unsigned long long)x.hits, (unsigned long long)x.requested, 100 * c.stats.lag.hit_rate(),
-                    (unsigned long long)p.hits, (unsigned long long)p.reads, stall);
+    char experts[256] = "-";
+    if (c.stats.has_experts) {
+      const int n = std::snprintf(experts, sizeof experts, "%llu/%llu; lag %.0f %%; prefetch %llu/%llu; stall %.3f s",
+                                  (unsigned long long)x.hits, (unsigned long long)x.requested, 100 * c.stats.lag.hit_rate(),
+                                  (unsigned long long)p.hits, (unsigned long long)p.reads, stall);
+      if (const auto& ch = c.chain; ch && n > 0 && size_t(n) < sizeof experts)
+        std::snprintf(experts + n, sizeof experts - n, "; chain %.3f tok/s %.0f %% (outside reads %.1f ms/tok, %+.0f us/fetch over the rate)",
+                      ch->tokens_per_second(), 100 * c.tps * ch->seconds, 1e3 * ch->outside_seconds, 1e6 * ch->overhead_per_fetch_seconds);
+    }
     else if (c.loader_faults)
       std::snprintf(experts, sizeof experts, "loader page faults %.0f a token", double(*c.loader_faults) / std::max(c.tokens, 1u));
     char emu[48] = "        -      -";
@@ -545,7 +590,7 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   int pf_width = 4;
   for (const std::string& p : prefetches) pf_width = std::max(pf_width, int(p.size()));
   std::printf("%-22s %-10s %-7s %-10s %-3s %-*s %11s %9s %9s %6s %10s %9s %6s %10s %s\n", "model", "VRAM:RAM", "drive", "loader", "vfy", pf_width, "pf",
-              "V/R/N lay", "tok/s", "bound", "eff", "NVMe/tok", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall. mmap: page faults");
+              "V/R/N lay", "tok/s", "bound", "eff", "NVMe/tok", "emu", "eff<", "host CPU", "MoE: expert cache hits; lag prediction; prefetch hits/read; stall[; chain bound, eff]. mmap: page faults");
   std::vector<std::string> run_devices;  // every device: --json-out may be none of them (runtime/guard/output_file.h)
   for (const ModelSpec& spec : models) run_devices.insert(run_devices.end(), spec.devices.begin(), spec.devices.end());
   guard::OutputFile json = args.has("json-out") ? guard::OutputFile::open(args.get("json-out"), run_devices, "--json-out") : guard::OutputFile();

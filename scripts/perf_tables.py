@@ -311,13 +311,23 @@ def _eff_emu(c):
     return pct(e)
 
 
+def _eff_off(c):
+    """A prefetch-off cell's efficiency; where its JSON has the dependent chain's floor (llm_tokens'
+    chain_bound_tokens_per_second, bench/chain_bound.h: the time the token spent outside its expert reads,
+    measured, plus the expert bytes at the drives' rate), also its efficiency against that floor."""
+    e = _eff_emu(c)
+    if not c.get("error") and c.get("chain_efficiency"):
+        e += f" (chain {pct(c['chain_efficiency'])} of {c['chain_bound_tokens_per_second']:.2f} tok/s)"
+    return e
+
+
 def tokens_moe(srcs, data_dir):
     head = ["model", "VRAM:RAM", "drive", "prefetch off", "default (auto)", "tok/s (default)", "bound tok/s",
             "host CPU s per token", "expert hits (default)", "wrong predictions cut", "bytes read for wrong ones",
             "bytes the cut spared"]
     rows = []
     for i, (model, budget, drive), v in moe_groups(srcs, data_dir):
-        eff_off, eff_on = joined(v["off"], _eff_emu), joined(v["default"], _eff_emu)
+        eff_off, eff_on = joined(v["off"], _eff_off), joined(v["default"], _eff_emu)
         on = [c for c in v["default"] if not c.get("error")]
         per_tok = joined([c["host_cpu_seconds"] / c["tokens"] for c in on], lambda x: f"{x:.3f}")
         if drive == "—":  # held whole in VRAM: nothing read, no bound
