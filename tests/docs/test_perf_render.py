@@ -165,13 +165,14 @@ def served_bound_cases(tmp):
 
 
 def moe_rows_cases(tmp):
-    def cell(drive, drives=1, pf="pregate", tps=10.0, bound=12.5, emu=None, routed=100, budget="8G:0"):
-        return {"tool": "llm_tokens", "model": "m", "budget": budget, "drive": drive, "drives": drives, "mode": "gpunvme",
+    def cell(drive, drives=1, pf="pregate", tps=10.0, bound=12.5, emu=None, routed=100, budget="8G:0", chain=None):
+        return {**({"chain_bound_tokens_per_second": chain, "chain_efficiency": tps / chain} if chain else {}),"tool": "llm_tokens", "model": "m", "budget": budget, "drive": drive, "drives": drives, "mode": "gpunvme",
                 "prefetch_kind": pf, "prefetch": pf != "off", "tokens": 4, "tokens_per_second": tps,
                 "bound_tokens_per_second": bound, "efficiency": tps / bound if bound else None, "host_cpu_seconds": 0.4,
                 "expert_hits": routed // 2, "experts_routed": routed, "emulator_tokens_per_second": emu}
     cells = [cell("none", pf="off", tps=20.0, bound=40.0), cell("none", tps=20.0, bound=40.0),
              cell("pcie4", pf="off", tps=9.0), cell("pcie4", tps=12.0),
+             cell("pcie5", pf="off", tps=15.0, bound=25.0, emu=20.0, chain=16.0),
              cell("pcie5", tps=18.0, bound=25.0, emu=20.0), cell("pcie4", drives=2, tps=18.0, bound=25.0, emu=20.0),
              cell("none", pf=None, tps=140.0, bound=None, routed=0, budget="22G:0")]
     write(os.path.join(tmp, "moe", "cells.json"), "".join(json.dumps(c) + "\n" for c in cells))
@@ -182,6 +183,8 @@ def moe_rows_cases(tmp):
     check(by[("8G:0", "pcie4")][3] == "72.0 %" and by[("8G:0", "pcie4")][4] == "**96.0 %**", "off and auto of one drive in one row")
     check(by[("8G:0", "pcie5")][4] == "**72.0 % (emulator 20.0: 90 %)**",
           "a cell whose emulator fed less than the drive's bound quotes the emulator's rate and its share of it")
+    check(by[("8G:0", "pcie5")][3] == "60.0 % (emulator 20.0: 75 %) (chain 93.8 % of 16.00 tok/s)",
+          "an off cell whose JSON has the dependent chain's bound adds its efficiency against it (bench/chain_bound.h)")
     check(by[("22G:0", "— (no I/O)")][5] == "140.00" and by[("22G:0", "— (no I/O)")][6] == "—",
           "a model held whole in VRAM: its tok/s, no bound")
     _, rows = perf_tables.tokens_moe([{"files": ["cells.json"], "where": {"budget": "8G:0", "not": {"drive": "pcie5"}}}],
