@@ -166,7 +166,8 @@ def served_bound_cases(tmp):
 
 def moe_rows_cases(tmp):
     def cell(drive, drives=1, pf="pregate", tps=10.0, bound=12.5, emu=None, routed=100, budget="8G:0", chain=None):
-        return {**({"chain_bound_tokens_per_second": chain, "chain_efficiency": tps / chain} if chain else {}),"tool": "llm_tokens", "model": "m", "budget": budget, "drive": drive, "drives": drives, "mode": "gpunvme",
+        chained = {"chain_bound_tokens_per_second": chain, "chain_efficiency": tps / chain} if chain else {}
+        return {**chained, "tool": "llm_tokens", "model": "m", "budget": budget, "drive": drive, "drives": drives, "mode": "gpunvme",
                 "prefetch_kind": pf, "prefetch": pf != "off", "tokens": 4, "tokens_per_second": tps,
                 "bound_tokens_per_second": bound, "efficiency": tps / bound if bound else None, "host_cpu_seconds": 0.4,
                 "expert_hits": routed // 2, "experts_routed": routed, "emulator_tokens_per_second": emu}
