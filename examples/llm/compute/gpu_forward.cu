@@ -21,6 +21,7 @@
 #include "examples/llm/compute/gpu_route.h"
 #include "examples/llm/compute/gpu_expert_stage.h"
 #include "examples/llm/compute/gpu_rows.cuh"
+#include "examples/llm/compute/gpu_rows_q8_batch.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
 #include "runtime/model/tensor_names.h"
@@ -41,8 +42,8 @@ using gpu::warp_sum;
 // `total_rows` (a slice the fetcher said is in: gpu_fetch_types.h), into y[0, rows); read where `st`
 // copied it (gpu_expert_stage.h) or, without, in the scratchpad. R rows per warp with x staged in
 // shared memory (gpu_rows.cuh); R = 0: a warp per row reading x from global memory (rows too wide to
-// stage x for).
-template <GgmlType T, uint32_t R>
+// stage x for). kQ8: x staged as 8-bit blocks, the one-token 8-bit products (gpu_rows_q8_batch.cuh).
+template <GgmlType T, uint32_t R, bool kQ8 = false>
 __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks) matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
                                       uint32_t rows, uint32_t cols, const float* x, float* y, uint32_t row_begin,
@@ -58,7 +59,11 @@ __global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks)
     return;  // the whole block returns: every thread reads the same expert
   }
   const uint8_t* w = (st.base ? st.base + stream::staged_offset(st, d, e, off) : scratch + off) + uint64_t(row_begin) * row_bytes;
-  if constexpr (R > 0) {
+  if constexpr (kQ8) {
+    uint8_t* const sm = reinterpret_cast<uint8_t*>(xs);
+    gpu::stage_q8<T>(x, cols / kQ8Block, sm, nullptr, 0.0f);
+    gpu::q8_matrix_rows<T, R>(gpu::MatrixRows{w, row_bytes, rows, nullptr, y}, cols / kQ8Block, sm);
+  } else if constexpr (R > 0) {
     gpu::block_rows<T, R>(w, row_bytes, rows, cols / kGroup, x, xs, nullptr, y);
   } else {
     const uint32_t row = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;  // kRowsPerBlock warps
@@ -331,6 +336,20 @@ uint32_t blocks_for(uint64_t n, uint32_t per_block) { return uint32_t((n + per_b
 void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, uint32_t k, model::Projection proj,
                          const float* x, float* y, uint32_t row_begin, uint32_t rows, const stream::StagedExperts& st) {
   const gpu::StagedLaunch g = gpu::staged_launch(rows, uint32_t(w.cols), 1, w.type);
+  if (gpu_matvec_q8_takes(w.type, uint32_t(w.cols))) {  // the resident experts' 8-bit bits (gpu_matvec_selected's)
+    const uint32_t bytes = uint32_t(gpu::q8_shared_bytes(uint32_t(w.cols) / kQ8Block));
+    gpu::with_q8_type(w.type, [&]<GgmlType T>() {
+      auto run = [&]<uint32_t R>() {
+        constexpr auto K = matvec_fetched_kernel<T, R, true>;
+        const uint32_t blocks = gpu::resident_cap<K>((rows + R * gpu::kQ8Warps - 1) / (R * gpu::kQ8Warps), 1, bytes);
+        K<<<blocks, gpu::kQ8Warps * 32, bytes, s>>>(src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(),
+                                                    rows, uint32_t(w.cols), x, y + row_begin, row_begin, uint32_t(w.rows), st);
+      };
+      if (g.two_rows) run.template operator()<2>();
+      else run.template operator()<1>();
+    });
+    return;
+  }
   gpu::with_weight_type(w.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     auto run = [&]<uint32_t R>(uint32_t blocks, uint32_t shared) {

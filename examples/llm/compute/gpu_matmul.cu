@@ -12,6 +12,7 @@
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_rows.cuh"
 #include "examples/llm/compute/gpu_rows_q8.cuh"
+#include "examples/llm/compute/gpu_rows_q8_batch.cuh"
 #include "examples/llm/compute/gpu_warp.cuh"
 #include "examples/llm/compute/ops.h"
 #include "examples/llm/compute/q8_types.h"
@@ -31,19 +32,18 @@ constexpr uint32_t kPad = kGroup + 1;  // a group in shared memory, padded: the 
 constexpr uint32_t kChunk = 32;        // batched: groups of the tokens' vectors staged at once (one per lane)
 constexpr uint32_t kStageFloats = kTile * kChunk * kPad;  // 33.8 KB: under the default 48 KB, no opt-in
 
-// GPUNVME_MATVEC_Q8 (gpu_matmul.h, its grammar in q8_types.h): bit i for kQ8Types[i]; -1 until read.
+// GPUNVME_MATVEC_Q8 (gpu_matmul.h, its grammar and default in q8_types.h): bit i for kQ8Types[i]; -1 until read.
 std::atomic<int> q8_mask{-1};
 
 int q8_types_on() {
   int v = q8_mask.load(std::memory_order_relaxed);
   if (v >= 0) return v;
-  const char* e = std::getenv("GPUNVME_MATVEC_Q8");
-  v = int(parse_q8_types(e ? e : ""));
+  v = int(q8_types_setting(std::getenv("GPUNVME_MATVEC_Q8")));
   q8_mask.store(v, std::memory_order_relaxed);
   return v;
 }
 
-// Whether a one-token product of type t, cols wide, takes the 8-bit path (switched on for t, and taken).
+// Whether products of type t, cols wide, take the 8-bit path (switched on for t, and taken).
 bool q8_takes(GgmlType t, uint32_t cols) {
   const int on = q8_types_on();
   for (size_t i = 0; i < std::size(kQ8Types); ++i)
@@ -281,9 +281,13 @@ void matvec(cudaStream_t s, const GpuMatrix& m, uint32_t count, const float* x, 
             float* y, uint64_t y_stride, bool allow_staged = true) {
   gpu::check_vector_alignment(x, "GPU matrix-vector kernel");
   if (count > 1) gpu::check_vector_alignment(x + x_stride, "GPU matrix-vector kernel (the second vector)");
-  if (count == 1 && !m.sel && allow_staged && q8_takes(m.type, m.cols))
-    return gpu::launch_rows_q8(s, m.type, gpu::MatrixRows{m.w, m.row_bytes, m.rows, bias, y}, m.cols, x, nullptr, 0.0f,
-                               gpu::staged_launch(m.rows, m.cols, 1, m.type).two_rows);
+  if (allow_staged && q8_takes(m.type, m.cols)) {
+    const bool two = gpu::staged_launch(m.rows, m.cols, count, m.type).two_rows;
+    if (count == 1 && !m.sel)
+      return gpu::launch_rows_q8(s, m.type, gpu::MatrixRows{m.w, m.row_bytes, m.rows, bias, y}, m.cols, x, nullptr, 0.0f, two);
+    return gpu::launch_matvec_q8_selected(s, m.type, m.w, m.row_bytes, m.rows, m.cols, count, x, x_stride, bias, m.sel, m.mat_bytes, y,
+                                          y_stride, two);
+  }
   const gpu::StagedLaunch g = allow_staged ? gpu::staged_launch(m.rows, m.cols, count, m.type) : gpu::StagedLaunch{};
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
@@ -420,6 +424,11 @@ StagedLaunch staged_launch(uint32_t rows, uint32_t cols, uint32_t count, GgmlTyp
 }  // namespace gpu
 
 void gpu_matmul_batched(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
+  if (q8_takes(m.type, m.cols)) {  // the one-token products' arithmetic, token by token (gpu_rows_q8_batch.cuh)
+    gpu::check_vector_alignment(x, "GPU 8-bit matrix kernel");
+    return gpu::launch_matmul_q8(reinterpret_cast<cudaStream_t>(stream), m.type, m.w, m.row_bytes, m.rows, m.cols, x, n, bias, m.sel,
+                                 m.mat_bytes, y);
+  }
   with_weight_type(m.type, [&](auto type) {
     constexpr GgmlType T = decltype(type)::value;
     constexpr uint32_t kShared = batched_stage_bytes(T);
@@ -541,6 +550,12 @@ void gpu_matvec_unstaged(gpu_stream_t stream, const GpuMatrix& m, const float* x
 bool gpu_matvec_q8() { return q8_types_on() != 0; }
 
 void gpu_set_matvec_q8(bool on) { q8_mask.store(on ? int(kAllQ8Types) : 0, std::memory_order_relaxed); }
+
+uint32_t gpu_matvec_q8_types() { return uint32_t(q8_types_on()); }
+
+void gpu_set_matvec_q8_types(uint32_t types) { q8_mask.store(int(types & kAllQ8Types), std::memory_order_relaxed); }
+
+bool gpu_matvec_q8_takes(GgmlType t, uint32_t cols) { return q8_takes(t, cols); }
 
 void gpu_matmul(gpu_stream_t stream, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y) {
   if (n == 1) return matvec(reinterpret_cast<cudaStream_t>(stream), m, 1, x, 0, bias, y, 0);

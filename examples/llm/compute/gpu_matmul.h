@@ -102,15 +102,21 @@ bool gpu_matvec_norm_add(gpu_stream_t s, const GpuMatrix& m, const float* x, con
 // single token's dense FFN (which gpu_matvec_glu computes in its epilogue, with these bits).
 void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct act);
 
-// Issue 36's trial, off by default: the one-token products of Q4_K, Q6_K and Q8_0 rows (gpu_matmul with
-// n = 1, gpu_matvecs and its normed form, gpu_matvec_glu, gpu_matvec_add) with x quantised to 8-bit blocks
-// and integer dot products (gpu_rows_q8.cuh, quant/q8_dot.h): other bits than the FP32 kernels' (x's
-// rounding), the same bits fused and unfused; gpu_matvec_norm_add declines them. On for the types
-// GPUNVME_MATVEC_Q8 names (read at the first product): 1 (all three) or a list, e.g. q6_k,q8_0; for all
-// after gpu_set_matvec_q8(true). gpu_matvec_q8: on for any type. Passes of several tokens keep the FP32
-// kernels.
+// Issue 36: products of Q4_K, Q6_K and Q8_0 rows with x quantised to 8-bit blocks and integer dot
+// products (gpu_rows_q8.cuh, quant/q8_dot.h): other bits than the FP32 kernels' (x's rounding). Every entry
+// takes them for the types switched on, with one token's bits for each token and row: one token
+// (gpu_matmul with n = 1, gpu_matvecs and its normed form, gpu_matvec_glu, gpu_matvec_add), passes of
+// several (gpu_matmul, gpu_matmul_batched: gpu_rows_q8_batch.cuh) and a stack's selected matrices
+// (gpu_matvec_selected); gpu_matvec_norm_add and the fused MoE token (gpu_moe_token.h) decline them, so
+// their callers' unfused operations take them. On for the types GPUNVME_MATVEC_Q8 names (read at the first
+// product; unset: q8_types.h's kDefaultQ8Types): 1 (all three), 0 or a list, e.g. q6_k,q8_0.
+// gpu_set_matvec_q8(on): all or none; gpu_matvec_q8: on for any type; the _types forms: bit i for
+// kQ8Types[i]; gpu_matvec_q8_takes: whether products of type t, cols wide, take the 8-bit kernels.
 bool gpu_matvec_q8();
 void gpu_set_matvec_q8(bool on);
+uint32_t gpu_matvec_q8_types();
+void gpu_set_matvec_q8_types(uint32_t types);
+bool gpu_matvec_q8_takes(GgmlType t, uint32_t cols);
 
 // The batched kernel for any n (n == 1 included, for the tests) and any row width.
 void gpu_matmul_batched(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);

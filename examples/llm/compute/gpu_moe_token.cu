@@ -177,6 +177,10 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
       w.gate.cols != E || w.up.cols != E || w.gate.row_bytes != w.up.row_bytes || w.gate.mat_bytes != w.up.mat_bytes ||
       w.down.rows != E || w.down.cols != F || E % kGroup != 0 || F % kGroup != 0 || uint64_t(2) * k * F >= (1u << 31))
     return false;
+  // Its kernels multiply in FP32: where a matrix's type takes 8-bit x (gpu_matmul.h), the unfused
+  // operations do, with the bits of every other pass shape.
+  if (gpu_matvec_q8_takes(w.router.type, E) || gpu_matvec_q8_takes(w.gate.type, E) || gpu_matvec_q8_takes(w.down.type, F))
+    return false;
   // Every launch must fit before the first is enqueued: a refusal enqueues nothing.
   const gpu::StagedLaunch a = gpu::staged_launch(n_expert, E, 1, w.router.type), b = gpu::staged_launch(2 * k * F, E, 1, w.gate.type);
   constexpr uint32_t kStatic = 4 * kMaxRoutedExperts * 4 + 64 + 16;  // route_norm_kernel's p, lg, id, wt, the norm's partials, last

@@ -23,4 +23,8 @@ uint32_t parse_q8_types(std::string_view text) {
   return v;
 }
 
+uint32_t q8_types_setting(const char* env) {
+  return env == nullptr || *env == '\0' ? kDefaultQ8Types : parse_q8_types(env);
+}
+
 }  // namespace gpunvme::llm

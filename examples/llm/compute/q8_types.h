@@ -12,9 +12,15 @@ namespace gpunvme::llm {
 inline constexpr gguf::GgmlType kQ8Types[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0};
 inline constexpr uint32_t kAllQ8Types = (1u << std::size(kQ8Types)) - 1;
 
+// The types 8-bit without GPUNVME_MATVEC_Q8 (none yet).
+inline constexpr uint32_t kDefaultQ8Types = 0;
+
 // Bit i for kQ8Types[i]: "1" every type, "0" or "" none, else a comma-separated list of their names in
 // any case (q6_k,q8_0). Throws std::invalid_argument naming GPUNVME_MATVEC_Q8 for an unknown name or an
 // empty item.
 uint32_t parse_q8_types(std::string_view text);
+
+// GPUNVME_MATVEC_Q8's value (null where unset): kDefaultQ8Types where unset or empty, else parse_q8_types.
+uint32_t q8_types_setting(const char* env);
 
 }  // namespace gpunvme::llm
