@@ -28,11 +28,11 @@ using gpunvme::test::DeviceArray;
 
 namespace {
 
-// Turns the 8-bit path on for a test's scope.
+// Turns the 8-bit path on for every type for a test's scope, the previous types back after it.
 struct Q8On {
-  bool was = gpu_matvec_q8();
+  uint32_t was = gpu_matvec_q8_types();
   Q8On() { gpu_set_matvec_q8(true); }
-  ~Q8On() { gpu_set_matvec_q8(was); }
+  ~Q8On() { gpu_set_matvec_q8_types(was); }
 };
 
 std::vector<float> twin(const std::vector<uint8_t>& w, uint32_t rows, uint32_t cols, const std::vector<float>& x,

@@ -26,6 +26,7 @@
 #include "examples/llm/compute/cpu_forward.h"
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_gemm.h"
+#include "examples/llm/compute/q8_types.h"
 #include "gpu_rig.h"
 #include "runtime/gguf/ggml_types.h"
 #include "tests/llm/tiny_model.h"
@@ -51,16 +52,27 @@ struct DeviceBytes {
   DeviceBytes& operator=(const DeviceBytes&) = delete;
 };
 
-// One model in both backends; every call goes to both.
+// The 8-bit-activation types (gpu_matmul.h) for an object's lifetime, the previous ones back after it.
+struct Q8Types {
+  uint32_t was = gpu_matvec_q8_types();
+  explicit Q8Types(uint32_t types) { gpu_set_matvec_q8_types(types); }
+  ~Q8Types() { gpu_set_matvec_q8_types(was); }
+  Q8Types(const Q8Types&) = delete;
+  Q8Types& operator=(const Q8Types&) = delete;
+};
+
+// One model in both backends; every call goes to both. The GPU's products in FP32 (the CPU's arithmetic
+// up to rounding) unless q8 names 8-bit types (kQ8Types' bits): then only the GPU's own bits are compared.
 struct Twins {
+  Q8Types q8_types;
   llm::test::TinyModel m;
   DeviceBytes d;
   PackedRanges whole;
   CpuForward cpu;
   GpuForward gpu;
   std::mt19937 rng{7};
-  explicit Twins(llm::test::TinyModel model, uint32_t ctx = kCtx, uint32_t max_batch = 8)
-      : m(std::move(model)), d(m.bytes), whole(PackedRanges::span(0, m.bytes.size())), cpu(m.c, m.w, m.bytes, ctx),
+  explicit Twins(llm::test::TinyModel model, uint32_t ctx = kCtx, uint32_t max_batch = 8, uint32_t q8 = 0)
+      : q8_types(q8), m(std::move(model)), d(m.bytes), whole(PackedRanges::span(0, m.bytes.size())), cpu(m.c, m.w, m.bytes, ctx),
         gpu(m.c, m.w, ctx, GlobalWeights{at(m.w.token_embd), at(m.w.output_norm), at(m.w.output)}, nullptr, max_batch) {
     gpu.use_layer(WeightView{d.p, &whole});
   }
@@ -557,20 +569,21 @@ TEST_CASE("block ops: one token's norm + MoE + add in three launches: fused = un
 // and the CPU's within float rounding.
 TEST_CASE("block ops: a prompt pass's MoE with the experts grouped, the token path's bits, GPU = CPU", "[gpu][llm][ops]") {
   REQUIRE_GPU();
-  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::MXFP4);
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::MXFP4);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
-  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  const uint32_t q8 = GENERATE(0u, kAllQ8Types);  // and with 8-bit x: grouped = token path still, to the bit
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape), q8);
   constexpr uint32_t n = 100, part = 25;
   struct Unset {
     ~Unset() { ::unsetenv("GPUNVME_MOE_MMA"); }
   } unset;
   ::setenv("GPUNVME_MOE_MMA", "0", 1);  // read when the GPU forward pass is made
-  Twins t(llm::test::make_tiny(shape, type), 128, 128);  // 4 experts, top 2
+  Twins t(llm::test::make_tiny(shape, type), 128, 128, q8);  // 4 experts, top 2
   t.pass(0, n);
   t.random(Act::kXn, n);
   t.poison(Act::kTmp, n);
   for (Backend* b : t.both) b->moe(t.m.w.layers[0], Act::kXn, Act::kTmp);
-  t.expect_close(Act::kTmp, 5e-4f);
+  if (q8 == 0) t.expect_close(Act::kTmp, 5e-4f);
   const std::vector<float> x = t.gpu.read(Act::kXn), grouped = t.gpu.read(Act::kTmp);
   const size_t w = t.width(Act::kXn);
   for (uint32_t p0 = 0; p0 < n; p0 += part) {
@@ -695,18 +708,20 @@ TEST_CASE("block ops: a prompt pass's MoE on the tensor cores, GPU = CPU, fetche
 // GPUNVME_MOE_GROUP_FETCHED=1: a pass of 2..32 tokens (several sequences' decode) whose experts are
 // fetched goes grouped on the FP32 kernels, each used expert fetched once for the pass (K at a time) and
 // copied to a stage the batched kernel reads: the resident token path's bits, in 2 fetches where the
-// token path made one per token.
+// token path made one per token. With 8-bit x (gpu_matmul.h) too: the batched 8-bit kernel, the selected
+// experts' and the fetched experts' one-token 8-bit products.
 TEST_CASE("block ops: a small pass's fetched experts grouped on the FP32 kernels, the token path's bits", "[gpu][llm][ops]") {
   REQUIRE_GPU();
-  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q4_K, GgmlType::MXFP4);
+  const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q4_K, GgmlType::MXFP4, GgmlType::Q6_K, GgmlType::Q8_0);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);
-  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape));
+  const uint32_t q8 = GENERATE(0u, kAllQ8Types);
+  CAPTURE(gguf::ggml_type_name(uint32_t(type)), int(shape), q8);
   struct Unset {
     ~Unset() { ::unsetenv("GPUNVME_MOE_GROUP_FETCHED"); }
   } unset;
   ::setenv("GPUNVME_MOE_GROUP_FETCHED", "1", 1);  // read when the GPU forward pass is made
   constexpr uint32_t n = 25;
-  Twins t(llm::test::make_tiny(shape, type), 64, 32);  // 4 experts, top 2
+  Twins t(llm::test::make_tiny(shape, type), 64, 32, q8);  // 4 experts, top 2
   const LayerWeights& l = t.m.w.layers[0];
   t.pass(0, n);
   t.random(Act::kXn, n);

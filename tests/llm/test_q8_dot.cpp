@@ -64,6 +64,11 @@ TEST_CASE("GPUNVME_MATVEC_Q8's grammar: 1, 0, a list of type names in any case; 
   REQUIRE(parse_q8_types("1") == kAllQ8Types);
   REQUIRE(parse_q8_types("0") == 0);
   REQUIRE(parse_q8_types("") == 0);
+  // Unset (or empty): the default list, held in one place.
+  REQUIRE(q8_types_setting(nullptr) == kDefaultQ8Types);
+  REQUIRE(q8_types_setting("") == kDefaultQ8Types);
+  REQUIRE(q8_types_setting("0") == 0);
+  REQUIRE(q8_types_setting("Q8_0") == 0b100u);
   REQUIRE(parse_q8_types("q6_k,q8_0") == 0b110u);  // kQ8Types: Q4_K, Q6_K, Q8_0
   REQUIRE(parse_q8_types("Q4_K") == 0b001u);
   REQUIRE(parse_q8_types("q8_0,q4_k,q6_k") == kAllQ8Types);
