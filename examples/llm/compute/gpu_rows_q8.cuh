@@ -201,11 +201,18 @@ inline bool q8_rows_take(GgmlType t, uint32_t cols) {
          q8_shared_bytes(cols / kQ8Block) <= 48 * 1024;
 }
 
-// Launches matvec_q8_kernel over `rows`: R = 2 where `two_rows`, blocks capped at what the device holds
-// at once (each block quantises x once, however many rows it takes).
+// Q4_K's own kernel (gpu_rows_q4k_q8.cuh, included at the end of this file): launches it and returns true,
+// or false where it does not take the product (then matvec_q8_kernel does).
+template <class Rows>
+bool launch_rows_q4k_q8(cudaStream_t s, const Rows& rows, uint32_t cols, const float* x, const float* norm_w, float eps,
+                        bool two_rows);
+
+// Launches matvec_q8_kernel over `rows` (Q4_K rows: launch_rows_q4k_q8): R = 2 where `two_rows`, blocks
+// capped at what the device holds at once (each block quantises x once, however many rows it takes).
 template <class Rows>
 void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w,
                     float eps, bool two_rows) {
+  if (type == GgmlType::Q4_K && launch_rows_q4k_q8(s, rows, cols, x, norm_w, eps, two_rows)) return;
   const uint32_t groups = cols / kQ8Block, bytes = uint32_t(q8_shared_bytes(groups));
   auto launch = [&]<uint32_t R>() {
     auto go = [&]<GgmlType T>() {
@@ -228,3 +235,5 @@ void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t co
 }
 
 }  // namespace gpunvme::llm::gpu
+
+#include "examples/llm/compute/gpu_rows_q4k_q8.cuh"  // launch_rows_q4k_q8

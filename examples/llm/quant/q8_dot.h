@@ -54,8 +54,15 @@ GPUNVME_HD inline void q8_slice_sums(Q8Slice& x) {
 
 // A slice's part of the row's dot product: with the slice's two sub-blocks' 6-bit scales sc and mins m,
 // d * (dlo * (sc_lo * dot_lo) + dhi * (sc_hi * dot_hi)) - dmin * (dlo * (m_lo * sum_lo) + dhi * (m_hi * sum_hi)),
-// the integer products exact, the float ones in this order. head: the block's first 16 bytes as words
-// (d and dmin, then the 12 scale bytes); q: the slice's 16 quant bytes.
+// the integer products exact, the float ones in this order (q4k_slice_sum, the float part, shared by
+// the kernels that find the integers their own way: compute/gpu_rows_q4k_q8.cuh). head: the block's
+// first 16 bytes as words (d and dmin, then the 12 scale bytes); q: the slice's 16 quant bytes.
+GPUNVME_HD inline float q4k_slice_sum(int32_t dlo, int32_t dhi, int32_t sclo, int32_t schi, int32_t mlo, int32_t mhi, float d,
+                                      float dmin, const Q8Slice& x) {
+  const float fd = fmaf(x.dhi, float(dhi * schi), x.dlo * float(dlo * sclo));
+  const float fm = fmaf(x.dhi, float(x.shi * mhi), x.dlo * float(x.slo * mlo));
+  return fmaf(d, fd, -(dmin * fm));
+}
 GPUNVME_HD inline float q4k_slice_dot(const uint32_t (&head)[4], const uint32_t (&q)[4], const Q8Slice& x, uint32_t s) {
   int32_t dlo = 0, dhi = 0;
   for (int k = 0; k < 4; ++k) {
@@ -67,9 +74,7 @@ GPUNVME_HD inline float q4k_slice_dot(const uint32_t (&head)[4], const uint32_t 
   scale_min_k4(int(2 * (s / 2)), Q4kScaleBytes{sw}, &sclo, &mlo);
   scale_min_k4(int(2 * (s / 2) + 1), Q4kScaleBytes{sw}, &schi, &mhi);
   const float d = half_to_float(uint16_t(head[0] & 0xFFFFu)), dmin = half_to_float(uint16_t(head[0] >> 16));
-  const float fd = fmaf(x.dhi, float(dhi * int32_t(schi)), x.dlo * float(dlo * int32_t(sclo)));
-  const float fm = fmaf(x.dhi, float(x.shi * int32_t(mhi)), x.dlo * float(x.slo * int32_t(mlo)));
-  return fmaf(d, fd, -(dmin * fm));
+  return q4k_slice_sum(dlo, dhi, sclo, schi, mlo, mhi, d, dmin, x);
 }
 
 // x quantised to 8-bit blocks, as the kernel holds it: q[i] and d[i / 32].
