@@ -130,6 +130,16 @@ std::vector<uint8_t> make_rows(uint32_t type, uint32_t cols, uint32_t rows, uint
   return out;
 }
 
+// The 8-bit-activation types (gpu_matmul.h) for a scope: 0 where a figure is the FP32 kernels' (held to
+// the warp-per-row kernel or the tensor cores' bound), the previous types back after it.
+struct Q8Scope {
+  uint32_t was = gpu_matvec_q8_types();
+  explicit Q8Scope(uint32_t types) { gpu_set_matvec_q8_types(types); }
+  ~Q8Scope() { gpu_set_matvec_q8_types(was); }
+  Q8Scope(const Q8Scope&) = delete;
+  Q8Scope& operator=(const Q8Scope&) = delete;
+};
+
 GpuMatrix view(const Matrix& m, uint32_t type) {
   return {GgmlType(type), m.w, m.row_bytes, m.rows, m.cols, nullptr, 0};
 }
@@ -302,6 +312,7 @@ int time_prompt_passes(const Options& o, const gen::Shape& s, const std::vector<
   const uint32_t n_max = *std::max_element(o.tokens.begin(), o.tokens.end());
   DeviceBuffer y(uint64_t(n_max) * tallest * 4), ref(uint64_t(n_max) * tallest * 4);
   TensorGemm gemm(n_max, widest);
+  const Q8Scope fp32(0);  // the FP32 batched kernel
   auto tensor = [&](const Matrix& m, uint32_t n, float* out) {
     gpu_matmul_pass(nullptr, &gemm, view(m, o.type), x, n, nullptr, out);
   };
@@ -418,6 +429,7 @@ class CapturedLaunches {
 // --decode: GB/s of weight bytes of the single-token kernel (gpu_matmul, n = 1) per type and matrix, beside
 // a device-to-device copy timed in the same run (read + write bytes). Returns the exit status.
 int time_decode(const Options& o, FILE* json) {
+  const Q8Scope fp32(0);  // the FP32 kernel, checked against the warp-per-row kernel
   // The copy: 1 GiB to another GiB, median of the repetitions.
   const uint64_t copy_bytes = 1ull << 30;
   double copy_gbps = 0;
@@ -647,12 +659,12 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
     pass();
   }
   b.set_pass(kPos, 1);
-  const bool q8_default = gpu_matvec_q8();
+  const Q8Scope q8_default(gpu_matvec_q8_types());  // the setting back after --q8's two tables
   std::string rows_json, q8_json;
   std::vector<float> fp32_hidden;
   for (int q8 = 0; q8 < (o.q8 ? 2 : 1); ++q8) {
     if (o.q8) gpu_set_matvec_q8(q8 == 1);
-    const char* path = gpu_matvec_q8() ? "8-bit x" : "FP32";
+    const char* path = gpu_matvec_q8_takes(GgmlType(o.type), c.n_embd) ? "8-bit x" : "FP32";
     std::vector<float> hidden[2];  // [fused]
     for (int fused = 0; fused < 2; ++fused) {
       b.fused = fused;
@@ -709,7 +721,6 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
       q8_json = row;
     }
   }
-  gpu_set_matvec_q8(q8_default);
   std::string parts_json;
   if (c.is_moe()) parts_json = ",\"parts\":[" + time_moe_parts(o, c, g, b, pass, st) + "]";
   const std::string line = "{\"tool\":\"llm_pass_compute\",\"mode\":\"decode-pass\",\"model\":" + text::json_string(name) +
@@ -852,8 +863,9 @@ int main(int argc, char** argv) {
       if (rc == 0 && json) json.commit();
       return rc;
     }
-    std::printf("%s, %s matrices, %u layers (%.2f G weights per layer); matrix kernels per pass:\n",
-                s.name.c_str(), gguf::ggml_type_name(o.type).c_str(), s.layers, weights / 1e9);
+    std::printf("%s, %s matrices, %u layers (%.2f G weights per layer); matrix kernels per pass (%s):\n",
+                s.name.c_str(), gguf::ggml_type_name(o.type).c_str(), s.layers, weights / 1e9,
+                gpu_matvec_q8_takes(GgmlType(o.type), ms[0].cols) ? "8-bit x" : "FP32");
     std::printf("%7s | %12s | %14s | %9s | %14s\n", "tokens", "s per pass", "extra over 1", "TFLOP/s", "weight GB/s");
     std::string rows_json;
     double one = 0;
@@ -877,7 +889,8 @@ int main(int argc, char** argv) {
                     n, pass, tflops, gbps);
       rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
     }
-    // The single-token kernel against the warp-per-row kernel it replaced, same matrices, same run.
+    // The single-token FP32 kernel against the warp-per-row kernel it replaced, same matrices, same run.
+    const Q8Scope fp32(0);
     double staged = 0, unstaged = 0;
     for (const Matrix& m : ms) {
       if (!same_bits_unstaged(m, o.type, x.as<float>(), y.as<float>(), ref.as<float>())) {
