@@ -3,6 +3,7 @@
 // faster for some types only (docs/performance.md §8). Host code, so that the CPU tests hold the grammar.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "runtime/gguf/ggml_types.h"
@@ -12,8 +13,17 @@ namespace gpunvme::llm {
 inline constexpr gguf::GgmlType kQ8Types[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0};
 inline constexpr uint32_t kAllQ8Types = (1u << std::size(kQ8Types)) - 1;
 
-// The types 8-bit without GPUNVME_MATVEC_Q8 (none yet).
-inline constexpr uint32_t kDefaultQ8Types = 0;
+// The types 8-bit without GPUNVME_MATVEC_Q8: those whose 8-bit kernels beat their FP32 ones on an H200
+// (Q6_K, Q8_0: docs/performance.md §8). Q4_K's is slower so far; its own kernel is issue 36's next step.
+inline constexpr gguf::GgmlType kDefaultQ8TypeList[] = {gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0};
+constexpr uint32_t q8_type_bits(std::span<const gguf::GgmlType> types) {
+  uint32_t v = 0;
+  for (gguf::GgmlType t : types)
+    for (size_t i = 0; i < std::size(kQ8Types); ++i)
+      if (kQ8Types[i] == t) v |= 1u << i;
+  return v;
+}
+inline constexpr uint32_t kDefaultQ8Types = q8_type_bits(kDefaultQ8TypeList);
 
 // Bit i for kQ8Types[i]: "1" every type, "0" or "" none, else a comma-separated list of their names in
 // any case (q6_k,q8_0). Throws std::invalid_argument naming GPUNVME_MATVEC_Q8 for an unknown name or an
