@@ -16,6 +16,7 @@
 #include "bench/llm_modeled_drive.h"
 #include "examples/example_model.h"
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/slots_flag.h"
 #include "host/text/escape.h"
 #include "host/text/human_bytes.h"
 #include "host/text/numbers.h"
@@ -72,7 +73,7 @@ const cli::Help kHelp = {
     "                   every logit as token by token, which the check needs; fast takes the tensor cores\n"
     "                   and flash attention (the engine's default) and may change greedy tokens\n"
     "  --queues N       the GPU executor's NVMe queues (default 8; the emulated controller gets 2N threads)\n"
-    "  --slots N        the GPU executor's streaming slots (default 2)\n"
+    "  --slots auto|N   the GPU executor's streaming slots (the engine's --slots; auto, the default: 2 here)\n"
     "  --no-verify      skip the engine's checks of loaded bytes against the deploy record\n"
     "  --kv-host        the KV cache in pinned host memory, read by attention over the host link (sequences\n"
     "                   beyond what VRAM holds caches for: FlexGen's trade)\n"
@@ -296,7 +297,7 @@ std::unique_ptr<llm::Executor> make_executor(const cli::Args& args, const llm::M
   llm::GpuExecOptions o;
   if (args.has("vram-budget")) o.vram_budget = args.get_size("vram-budget", 0);
   o.ram_budget = args.get_size("ram-budget", 0);
-  o.slots = args.get_u32("slots", 2);
+  o.slots = llm::parse_slots_flag(args);
   o.queues = args.get_u32("queues", 8);
   o.max_batch = max_batch;
   o.max_seqs = requested;

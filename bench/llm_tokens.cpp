@@ -27,6 +27,7 @@
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/engine/expert_io_flags.h"
 #include "examples/llm/engine/gpu_ids.h"
+#include "examples/llm/engine/slots_flag.h"
 #include "host/device_lock.h"
 #include "host/open_device.h"
 #include "runtime/model/stripe.h"
@@ -46,7 +47,7 @@ namespace {
 const cli::Help kHelp = {
     "usage: llm_tokens (--image PATH[,PATH...] | --device emu:...)... [--budgets VRAM:RAM,...] [--drives sn530,...]\n"
     "                  [--modes gpunvme,mmap,mmap-evict] [--verify on,off] [--expert-prefetch auto,on,off,pregate:N[+first:M]]\n"
-    "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots N]\n"
+    "                  [--expert-overlap auto|on|off] [--tokens N] [--warmup N] [--slots auto|N]\n"
     "                  [--expert-window SIZE] [--expert-read SIZE] [--queues N] [--emu-opts KEYS]\n"
     "                  [--gpus N|IDS [--drive-per-gpu]] [--json-out FILE]\n"
     "\n"
@@ -121,7 +122,7 @@ const cli::Help kHelp = {
     "JSON (generator_bytes_per_second, generator_cpu_seconds_per_gb): it must stay above the drives' rates\n"
     "for the emulator, not the generator, to be the limit. No mmap cells (no image file to map).\n"
     "Other options:\n"
-    "  --slots N      the engine's streaming slots (its --slots; default 2)\n"
+    "  --slots auto|N the engine's streaming slots (its --slots; default auto)\n"
     "  --expert-prefetch  MoE models whose plan fetches experts: the prefetch per cell, a list of auto (the\n"
     "                 engine's default: the one-token lag when the expert cache holds two fetches, pre-gating of\n"
     "                 k/2 experts when it is 0), on (one-token lag), off (neither); default\n"
@@ -149,7 +150,8 @@ const cli::Help kHelp = {
     "                 gpunvme mode only): each budget is each GPU's, the drive(s) shared by them; the bound\n"
     "                 is the drive's for all GPUs' NVMe bytes and each GPU's own host link's\n"
     "  --drive-per-gpu  with --gpus N: each GPU streams through a modeled drive of its own over the image (N\n"
-    "                 drives holding a copy each); the bound is then the busiest GPU's drive or link\n"
+    "                 drives holding a copy each); the bound is then the busiest GPU's drive or link, or the\n"
+    "                 bytes the GPUs' streaming slots cannot hold ahead, read in their turns (turns_floor_seconds)\n"
     "  --emu-opts KEYS  extra keys for every cell's emulated controllers, e.g. poll=spin (the README's\n"
     "                 emulator grammar; drive= and threads= come from --drives and --queues)\n"
     "Striped sets: --image /dev/shm/s0.img,/dev/shm/s1.img --drives none,pcie4 gives 2xnone and 2xpcie4 cells;\n"
@@ -208,7 +210,7 @@ struct Cell {
 struct RunSettings {
   std::optional<bool> overlap;  // --expert-overlap; nullopt: the engine's auto
   llm::ExpertIoFlags expert_io;  // --expert-window, --expert-read
-  uint32_t warmup = 1, tokens = 3, slots = 2;
+  uint32_t warmup = 1, tokens = 3, slots = 0;  // slots 0: the engine's auto (stream_slots.h)
   uint32_t queues = 8;  // the engine's GPU queues (the streamer's; as many again for the expert fetcher)
   uint32_t gpus = 1;    // --gpus: the engine's GPUs (each with its own queues on the drive's controller)
   std::vector<int> gpu_ids;  // --gpus 0,2 / device=1: their CUDA ids (empty: the first `gpus`)
@@ -353,7 +355,10 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
   // in VRAM crosses the link, cache hit or not. The drives' floor is what they served.
   const double drive_bw = c.drive_bw = drive_ctrls.read_bandwidth();  // the profile's, or --emu-opts' bw=
   const double link_s = c.stats.gpus.empty() ? c.stats.plan.bound_seconds(0, rs.h2d) : llm::gpus_bound_seconds(c.stats.gpus, 0, rs.h2d, true);
-  const double bound_s = bench::served_bound_seconds(c.served, tokens, drive_bw, link_s);
+  // A drive per GPU: no token ends before each GPU's drive read, in its own turn, what its slots could not
+  // hold ahead (turns_floor_seconds; 0 where the slots hold every streamed layer, the engine's auto).
+  const double turns_s = rs.drive_per_gpu ? llm::turns_floor_seconds(c.stats.gpus, drive_bw * c.members) : 0;
+  const double bound_s = bench::served_bound_seconds(c.served, tokens, drive_bw, std::max(link_s, turns_s));
   c.bound_tps = bound_s > 0 ? 1 / bound_s : 0;
   c.nvme_bytes_per_token = bench::served_bytes_per_token(c.served, tokens);
   const double plan_s = c.stats.gpus.empty() ? c.stats.plan.bound_seconds(drive_bw * c.members, rs.h2d)
@@ -558,7 +563,7 @@ int run(const cli::Args& args, const std::vector<ModelSpec>& models) {
   rs.overlap = overlap_arg == "auto" ? std::nullopt : std::optional<bool>(overlap_arg == "on");
   rs.tokens = args.get_u32("tokens", 3);
   rs.warmup = args.get_u32("warmup", 1);
-  rs.slots = args.get_u32("slots", 2);
+  rs.slots = llm::parse_slots_flag(args);
   rs.queues = args.get_u32("queues", 8);
   try {
     const llm::GpuChoice gpus = llm::parse_gpus(args.get("gpus", "1"));

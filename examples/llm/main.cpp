@@ -21,6 +21,7 @@
 #include "examples/llm/engine/gpu_ids.h"
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/loaded_model.h"
+#include "examples/llm/engine/slots_flag.h"
 #include "examples/llm/engine/trace.h"
 #include "examples/llm/tokenizer/tokenizer.h"
 #include "host/device_lock.h"
@@ -69,7 +70,8 @@ const cli::Help kHelp = {
     "                      to the GPU per token; MoE: then the expert cache (default 0)\n"
     "  --resident all|none|N  instead of the budgets: the first N layers in GPU memory (at most the model's\n"
     "                      layers), the rest read from the namespace for every token (none: every layer streams)\n"
-    "  --slots N           streaming slots, 1..64 (default 2: layer i+1 is read while layer i computes)\n"
+    "  --slots auto|N      streaming slots, 1..64 (auto: 2 on one GPU, layer i+1 read while layer i computes; each\n"
+    "                      GPU of several a slot per streamed layer, within a quarter of the free host memory)\n"
     "  --gpus N|IDS        split the layers over the first N GPUs, or those listed by CUDA id in order (0,2; one:\n"
     "                      device=1), in contiguous ranges (default 1), each with its own plan, queues and streaming;\n"
     "                      embeddings on the first, head on the last, the hidden state passed on by NCCL.\n"
@@ -482,12 +484,11 @@ int run(const cli::Args& args, bool tokenize_only) {
   o.gpus = gpus.count;
   o.gpu_ids = gpus.ids;
   parse_residency(args, m.config.n_layer, o);
-  o.slots = args.get_u32("slots", 2);
+  o.slots = llm::parse_slots_flag(args);
   const std::string kernels = args.get("prompt-kernels", "fast");
   if (kernels != "fast" && kernels != "exact")
     throw cli::UsageError("--prompt-kernels must be fast or exact, not '" + text::printable(kernels) + "'");
   o.fast_prompt = kernels == "fast";
-  if (o.slots == 0 || o.slots > 64) throw cli::UsageError("--slots must be 1..64");
   o.verify = !args.has("no-verify");
   const std::vector<std::unique_ptr<llm::DeviceSet>> copies = per_gpu ? open_gpu_copies(devices, m) : decltype(open_gpu_copies(devices, m)){};
   if (per_gpu) {

@@ -1,7 +1,8 @@
 // Several GPUs (issue 35), the parts that need none: the layers split into contiguous ranges, each
 // range's plan by its own budget, a range's plan as the model-wide plan its executor indexes, the GPUs'
 // plans joined, the per-GPU JSON; --gpus read as a count or CUDA ids and held to the GPUs CUDA sees (a
-// fake count); the split by each GPU's free memory (fake numbers); NVLink multicast kept off before any
+// fake count); the split by each GPU's free memory (fake numbers); each GPU's streaming slots
+// (stream_slots.h) and the bound a drive per GPU gives with them; NVLink multicast kept off before any
 // NCCL communicator exists.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -14,6 +15,8 @@
 #include "examples/llm/engine/gpu_ids.h"
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/nccl_env.h"
+#include "examples/llm/engine/stream_slots.h"
+#include "examples/llm/engine/vram_reserve.h"
 
 using namespace gpunvme::llm;
 
@@ -215,7 +218,7 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   CHECK((s.gpus[1].prefetch_hits == 9 && s.gpus[1].prefetch_wasted == 3 && s.gpus[1].lag.routed == 36));
   const std::string j = gpus_json(s.gpus);
   CHECK(j.find("\"experts_requested\":40,\"expert_hits\":30,\"prefetch_reads\":12,\"prefetch_hits\":9,\"prefetch_wasted\":3,"
-               "\"lag_tokens\":9,\"lag_routed\":36,\"lag_predicted_hits\":20,\"device\":\"\"}") != std::string::npos);
+               "\"lag_tokens\":9,\"lag_routed\":36,\"lag_predicted_hits\":20,\"stream_slots\":0,\"slot_bytes\":0,\"device\":\"\"}") != std::string::npos);
   ExecStats named = s;
   named.gpus[1].device = "emu:/tmp/b\"\n.img";  // escaped in both
   CHECK(gpus_json(named.gpus).find("\"device\":\"emu:/tmp/b\\\"\\n.img\"}]") != std::string::npos);
@@ -235,6 +238,70 @@ TEST_CASE("gpus_bound_seconds: one shared drive sums the GPUs' NVMe bytes, a dri
   CHECK(gpus_bound_seconds(g, 1000, 50, true) == 4.0);    // GPU 0's 200 over its own host link at 50 B/s, not 300
   CHECK(gpus_bound_seconds({g[0]}, 100, 50, false) == g[0].plan.bound_seconds(100, 50));  // one GPU: the plan's
   CHECK(gpus_bound_seconds({g[0]}, 100, 50, true) == g[0].plan.bound_seconds(100, 50));
+}
+
+TEST_CASE("turns_floor_seconds: a drive per GPU reads in its own turn what its slots cannot hold ahead") {
+  // 8 layers, 2 GPUs, nothing in VRAM: each streams 4 layers of 100, 300, 100, 100 bytes (600), at 100 B/s.
+  const std::vector<LayerBytes> all{{100}, {300}, {100}, {100}, {100}, {300}, {100}, {100}};
+  const std::vector<LayerRange> r = split_layers(8, 2);
+  std::vector<GpuShare> g{{0, r[0], plan_range(all, r[0], {.vram = 0})}, {1, r[1], plan_range(all, r[1], {.vram = 0})}};
+  CHECK(turns_floor_seconds(g, 100) == 0.0);          // slots not known: nothing added
+  CHECK(gpus_bound_seconds(g, 100, 0, true) == 6.0);  // the busiest drive: 600 / 100
+  g[0].stream_slots = g[1].stream_slots = 4;          // a slot per streamed layer (auto): no floor past the drives
+  CHECK(turns_floor_seconds(g, 100) == 0.0);
+  g[0].stream_slots = g[1].stream_slots = 1;  // each holds its largest (300) ahead, reads 300 in its own turn
+  CHECK(turns_floor_seconds(g, 100) == 6.0);
+  CHECK(turns_floor_seconds(g, 0) == 0.0);    // an unthrottled drive bounds nothing
+  g[0].stream_slots = 2;                      // GPU 0: 200 in its turn, GPU 1: 300
+  CHECK(turns_floor_seconds(g, 100) == 5.0);
+  CHECK(gpus_bound_seconds(g, 100, 0, true) == 6.0);  // 500 in turns, 600 on the busiest drive
+  // 3 GPUs, one slot each: 300 + 300 + 300 read in turn, past the 600 of the busiest drive.
+  g[0].stream_slots = 1;
+  std::vector<GpuShare> three = g;
+  three.push_back(g[1]);
+  CHECK(gpus_bound_seconds(three, 100, 0, true) == 9.0);
+  CHECK(gpus_bound_seconds(three, 100, 0, false) == 18.0);  // one shared drive: all 1800 bytes, turns or not
+}
+
+TEST_CASE("stream_slots: 2 on one GPU; a slot per streamed layer on each GPU of several, within host memory and VRAM") {
+  const StreamSlotInputs one{.streamed_layers = 40, .slot_bytes = 700, .template_bytes = 1, .host_share = 1000000};
+  CHECK(stream_slots(one) == 2);
+  StreamSlotInputs in = one;
+  in.pipeline = true, in.streamed_layers = 7;
+  CHECK(stream_slots(in) == 7);  // 70B-shaped 22G:0 on 2 GPUs: 7 streamed each
+  in.streamed_layers = 1;
+  CHECK(stream_slots(in) == 2);  // never below the default
+  in.streamed_layers = 200;
+  CHECK(stream_slots(in) == kMaxStreamSlots);  // the streamer's most
+  in.streamed_layers = 40, in.host_share = 700 * 12 + 699;
+  CHECK(stream_slots(in) == 12);  // 12 slots of 700 bytes fit the host share
+  in.host_share = 100;
+  CHECK(stream_slots(in) == 2);  // no share to spare: the default
+  in.host_share = 1000000, in.template_bytes = kSlotTemplateVram / 5;
+  CHECK(stream_slots(in) == 7);  // the 5 past the default two hold their templates in kSlotTemplateVram
+  in.asked = 3;
+  CHECK(stream_slots(in) == 3);  // --slots N wins
+  CHECK(stream_slots({.asked = 9}) == 9);
+  // The RAM tier's GPU buffers keep the default under auto; an explicit count sets them.
+  CHECK(ram_tier_depth(0) == 2);
+  CHECK(ram_tier_depth(5) == 5);
+  const std::vector<LayerBytes> layers{{100}, {300}};
+  CHECK(vram_kept_back(layers, 0, 1) == 2 * 300 + kVramReserve);
+  CHECK(vram_kept_back(layers, 4, 1) == 4 * 300 + kVramReserve);
+}
+
+TEST_CASE("gpu_share: a GPU's streaming slots in its entry, the table and the JSON; the sum keeps them per GPU") {
+  const std::vector<LayerBytes> all(4, LayerBytes{100, 0, 0, 0});
+  const std::vector<LayerRange> r = split_layers(4, 2);
+  ExecStats a, b;
+  a.plan = plan_range(all, r[0], {.vram = 0}), b.plan = plan_range(all, r[1], {.vram = 200});
+  a.stream_slots = 2, a.slot_bytes = 4096;
+  const ExecStats s = sum_gpu_stats({a, b}, r);
+  CHECK((s.stream_slots == 0 && s.slot_bytes == 0));
+  REQUIRE(s.gpus.size() == 2);
+  CHECK((s.gpus[0].stream_slots == 2 && s.gpus[0].slot_bytes == 4096 && s.gpus[1].stream_slots == 0));
+  CHECK(gpus_json(s.gpus).find("\"stream_slots\":2,\"slot_bytes\":4096,\"device\"") != std::string::npos);
+  CHECK(gpus_table(s.gpus).find("weights in GPU memory 0 B, 2 streaming slot(s) of 4.00 KiB in pinned host memory\n") != std::string::npos);
 }
 
 TEST_CASE("disable_nvls: NCCL_NVLS_ENABLE is 0 before NCCL starts; a user's other value is refused, 0 kept") {

@@ -1,27 +1,15 @@
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "examples/llm/compute/cpu_forward.h"
 #include "examples/llm/engine/executor.h"
+#include "examples/llm/engine/host_memory.h"
 #include "host/text/human_bytes.h"
 
 namespace gpunvme::llm {
 namespace {
-
-// /proc/meminfo's MemAvailable: what the kernel can give without swapping; nullopt where unknown.
-std::optional<uint64_t> available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kib = 0;
-  while (in >> key >> kib) {
-    if (key == "MemAvailable:") return kib << 10;
-    in.ignore(64, '\n');
-  }
-  return std::nullopt;
-}
 
 // The CPU executor holds the whole model and an f32 KV cache in host memory. What cannot fit is refused
 // up front, naming what takes how much (--ctx sizes the cache), instead of a bad_alloc or the OOM killer.

@@ -60,6 +60,8 @@ struct ExecStats {
   VerifyStats verify;                // the checks of the loaded bytes against the deploy record (load_check.h)
   uint64_t vram_budget = 0;          // GPU executor: the VRAM budget its plan was made with (0: --resident N)
   uint64_t graph_replays = 0;        // GPU executor: one-token passes whose layers were a graph's replay (decode_graph)
+  uint32_t stream_slots = 0;         // GPU executor: its NVMe tier's streaming slots (stream_slots.h; 0: no streamer)
+  uint64_t slot_bytes = 0;           // and one slot's bytes of pinned host memory
   std::vector<GpuShare> gpus;        // --gpus N or ids: each GPU's layers and plan (plan above: the GPUs' joined)
 };
 
@@ -146,7 +148,10 @@ struct GpuExecOptions {
   // RAM tier's buffers and a reserve.
   std::optional<uint64_t> vram_budget;
   uint64_t ram_budget = 0;
-  uint32_t slots = 2;            // streaming slots (double buffering: 2)
+  // Streaming slots (--slots): 0, auto: 2 on one GPU (double buffering), on each GPU of several a slot
+  // per streamed layer within its share of host memory (stream_slots.h, the one decision); N (1..64):
+  // N, and as many RAM-tier buffers.
+  uint32_t slots = 0;
   uint32_t queues = 4;           // GPU-driven NVMe queues (the streamer's; MoE: as many again for the expert fetcher)
   std::optional<uint64_t> expert_cache_bytes;  // MoE: LRU cache of fetched experts (default: the plan's, from the RAM budget)
   std::optional<bool> expert_prefetch;  // MoE: one-token-lag prefetch (default: on when the cache holds 2 fetches)

@@ -9,7 +9,8 @@
 //     slot on the `io` stream while the previous layer computes on the `compute` stream; the compute
 //     stream waits on the GPU for exactly its layer, the slot is refilled only after the layer's
 //     kernels ran (release on `compute`). Loads run ahead across token boundaries: the layer order
-//     does not depend on the token.
+//     does not depend on the token. How many slots: stream_slots.h (2 on one GPU; on each GPU of
+//     several, a slot per streamed layer, so its drive reads on through the other GPUs' turns).
 //   - MoE models: the streamer reads only a streamed layer's dense part (attention, norms, router); the
 //     router's top-k ids stay in GPU memory and the GPU expert fetcher reads just those experts (with an
 //     optional LRU cache in GPU-mapped pinned memory) before the expert kernels run, on the compute
@@ -38,7 +39,9 @@
 #include "examples/llm/engine/host_lead.h"
 #include "examples/llm/engine/multi_gpu_executor.h"
 #include "examples/llm/engine/ram_tier.h"
+#include "examples/llm/engine/stream_slots.h"
 #include "examples/llm/engine/vram_reserve.h"
+#include "driver/commands.h"
 #include "runtime/plan/command_plan.h"
 #include "runtime/stream/gpu_expert_fetcher.h"
 #include "runtime/stream/gpu_queues.h"
@@ -634,6 +637,8 @@ class GpuExecutor final : public Executor {
       s.ram_copied_bytes = ram_->copied_bytes();
     }
     if (streamer_) {
+      s.stream_slots = slots_;
+      s.slot_bytes = streamer_->slot_bytes();
       const auto& st = streamer_->stats();
       s.streamed_bytes = st.bytes;
       s.io_seconds = st.io_seconds;
@@ -764,7 +769,7 @@ class GpuExecutor final : public Executor {
       if (at.dense == Tier::kVram) vram_[l.index] = std::make_unique<DeviceCopy>(*check_, std::move(r));
       else ram.push_back(std::move(r));
     }
-    if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), std::max<uint32_t>(1, o.slots), check_.get());
+    if (!ram.empty()) ram_ = std::make_unique<RamTier>(m_, std::move(ram), ram_tier_depth(o.slots), check_.get());
   }
 
   // The end of start's checks (load_check.h): what the GPU readers will check later is planned (the
@@ -822,8 +827,10 @@ class GpuExecutor final : public Executor {
       stream_index_[i] = uint32_t(streamed.size());
       streamed.push_back(all[i]);
     }
-    slots_ = std::max<uint32_t>(1, o.slots);
     const uint32_t n = uint32_t(streamed.size());
+    StreamSlotInputs want = slot_costs(c, streamed);
+    want.asked = o.slots, want.pipeline = pipe_.link != nullptr, want.streamed_layers = n, want.host_share = pipe_.slot_host_bytes;
+    slots_ = stream_slots(want);
     if (m_.stripe) {
       open_striped_streamer(o, std::move(streamed));
     } else {
@@ -838,6 +845,21 @@ class GpuExecutor final : public Executor {
       }
     n_streamed_ = n;
     for (uint32_t k = 0; k < slots_; ++k) begin_next();
+  }
+
+  // What one streaming slot costs (stream_slots' inputs): its pinned host bytes, the widest streamed
+  // layer packed as the streamer packs it, and its command templates in GPU memory, every streamed
+  // layer's commands (an extent's blocks cut by the controller's per-command limit; a striped set's
+  // members share them out).
+  StreamSlotInputs slot_costs(const host::Controller& c, const std::vector<std::vector<model::Extent>>& streamed) const {
+    const uint64_t page = c.page_bytes(), lba = m_.lba_size();
+    const uint64_t per_command = std::clamp<uint64_t>(c.max_blocks_per_command(1), 1, nvme::kMaxBlocksPerCommand);
+    StreamSlotInputs in;
+    for (const std::vector<model::Extent>& l : streamed) {
+      in.slot_bytes = std::max(in.slot_bytes, (plan::packed_bytes(l, uint32_t(lba), page) + page - 1) / page * page);
+      for (const model::Extent& e : l) in.template_bytes += (e.lba_count + per_command - 1) / per_command * sizeof(nvme::SubmissionEntry);
+    }
+    return in;
   }
 
   // A striped set: per member its GPU queues and submitter, and (members 1..N-1) an I/O stream of its

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <stdexcept>
@@ -242,7 +243,7 @@ void add(LagCounts& a, const LagCounts& b) {
 
 GpuShare gpu_share(const ExecStats& p, int gpu, LayerRange r) {
   return {uint32_t(gpu), r, p.plan, p.vram_budget, p.resident_bytes, p.experts.requested, p.experts.hits, p.prefetch.reads,
-          p.prefetch.hits, p.prefetch.wasted, p.lag};
+          p.prefetch.hits, p.prefetch.wasted, p.lag, "", p.stream_slots, p.slot_bytes};
 }
 
 ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<LayerRange>& ranges) {
@@ -254,6 +255,7 @@ ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<Lay
   s.streamed_bytes = 0, s.io_seconds = 0, s.stall_seconds = 0, s.resident_bytes = 0, s.bytes_per_step = 0;
   s.ram_bytes = 0, s.ram_bytes_per_step = 0, s.ram_copied_bytes = 0, s.resident_layers = 0, s.ram_layers = 0, s.streamed_layers = 0;
   s.recovery = {}, s.experts = {}, s.prefetch = {}, s.lag = {}, s.has_experts = false, s.pregate_passes = 0;
+  s.stream_slots = 0, s.slot_bytes = 0;  // each GPU's own, in gpus
   s.gpus.clear();
   std::vector<ResidencyPlan> plans;
   for (uint32_t g = 0; g < per.size(); ++g) {
@@ -280,7 +282,22 @@ double gpus_bound_seconds(const std::vector<GpuShare>& g, double drive_bytes_per
     nvme += n;
     worst = std::max(worst, io_bound_seconds(drive_per_gpu ? n : 0, x.plan.link_bytes_per_token(), drive_bytes_per_s, h2d_bytes_per_s));
   }
-  return drive_per_gpu ? worst : std::max(worst, io_bound_seconds(nvme, 0, drive_bytes_per_s, h2d_bytes_per_s));
+  return drive_per_gpu ? std::max(worst, turns_floor_seconds(g, drive_bytes_per_s))
+                       : std::max(worst, io_bound_seconds(nvme, 0, drive_bytes_per_s, h2d_bytes_per_s));
+}
+
+double turns_floor_seconds(const std::vector<GpuShare>& g, double drive_bytes_per_s) {
+  if (drive_bytes_per_s <= 0) return 0;
+  double own_turns = 0;
+  for (const GpuShare& x : g) {
+    if (!x.stream_slots) continue;
+    std::vector<uint64_t> streamed;
+    for (size_t i = 0; i < x.plan.layers.size(); ++i)
+      if (x.plan.layers[i].dense == Tier::kNvme) streamed.push_back(x.plan.bytes[i].dense);
+    std::sort(streamed.begin(), streamed.end(), std::greater<>());
+    for (size_t i = x.stream_slots; i < streamed.size(); ++i) own_turns += double(streamed[i]);
+  }
+  return own_turns / drive_bytes_per_s;
 }
 
 std::string gpus_table(const std::vector<GpuShare>& g) {
@@ -291,7 +308,10 @@ std::string gpus_table(const std::vector<GpuShare>& g) {
     std::snprintf(b, sizeof b, "GPU %u: layers %u-%u (its plan numbers them from 0), VRAM budget %s, weights in GPU memory %s",
                   x.gpu, x.layers.begin, x.layers.end - 1, x.vram_budget ? text::human_bytes(double(x.vram_budget)).c_str() : "(--resident)",
                   text::human_bytes(double(x.resident_bytes)).c_str());
-    s += b + (x.device.empty() ? std::string() : ", streams from " + text::printable(x.device)) + "\n";
+    s += b;
+    if (x.stream_slots)
+      s += ", " + std::to_string(x.stream_slots) + " streaming slot(s) of " + text::human_bytes(double(x.slot_bytes)) + " in pinned host memory";
+    s += (x.device.empty() ? std::string() : ", streams from " + text::printable(x.device)) + "\n";
     if (x.experts_requested) {
       std::snprintf(b, sizeof b, "  its experts: %llu routed, %llu cache hits; prefetched %llu (%llu used, %llu wasted)\n",
                     (unsigned long long)x.experts_requested, (unsigned long long)x.expert_hits, (unsigned long long)x.prefetch_reads,
@@ -314,6 +334,7 @@ std::string gpus_json(const std::vector<GpuShare>& g) {
          ",\"prefetch_reads\":" + std::to_string(x.prefetch_reads) + ",\"prefetch_hits\":" + std::to_string(x.prefetch_hits) +
          ",\"prefetch_wasted\":" + std::to_string(x.prefetch_wasted) + ",\"lag_tokens\":" + std::to_string(x.lag.tokens) +
          ",\"lag_routed\":" + std::to_string(x.lag.routed) + ",\"lag_predicted_hits\":" + std::to_string(x.lag.predicted_hits) +
+         ",\"stream_slots\":" + std::to_string(x.stream_slots) + ",\"slot_bytes\":" + std::to_string(x.slot_bytes) +
          ",\"device\":" + text::json_string(x.device) + "}";
   }
   return s + "]";

@@ -92,6 +92,8 @@ struct GpuShare {
   uint64_t experts_requested = 0, expert_hits = 0, prefetch_reads = 0, prefetch_hits = 0, prefetch_wasted = 0;
   LagCounts lag;
   std::string device;  // the namespace it streams from (its controller's name)
+  uint32_t stream_slots = 0;  // its streaming slots (stream_slots.h; 0: it streams nothing, or not known)
+  uint64_t slot_bytes = 0;    // one slot's pinned host bytes
 };
 struct ExecStats;
 // GPU `gpu`'s share from its executor's stats (the JSON's and the table's entry), of layers r.
@@ -104,9 +106,19 @@ ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<Lay
 
 // The I/O floor of a token over the GPUs' plans, in seconds (residency_plan.h's rule per GPU): each GPU
 // has a host link of its own (link bytes / h2d each); the NVMe bytes of all of them cross one drive
-// (`drive_per_gpu` false: their sum / the drive's rate) or each GPU's its own drive (the most of any GPU).
-// The GPUs' stages overlap their reads, so the slowest bounds the token. Of one GPU: its plan's bound.
+// (`drive_per_gpu` false: their sum / the drive's rate) or each GPU's its own drive (the most of any GPU,
+// and at least turns_floor_seconds). The GPUs' stages overlap their reads, so the slowest bounds the
+// token. Of one GPU: its plan's bound.
 double gpus_bound_seconds(const std::vector<GpuShare>& g, double drive_bytes_per_s, double h2d_bytes_per_s, bool drive_per_gpu);
+
+// The pipeline's floor with a drive per GPU, in seconds: one sequence's pass runs the GPUs' ranges in
+// turn, and during the other GPUs' turns a GPU's drive reads ahead only into its streaming slots (at most
+// its `stream_slots` largest streamed dense parts); the rest of its streamed dense bytes is read in its
+// own turn. The turns do not overlap, so a token takes at least the sum over the GPUs of those bytes /
+// the drive's rate. 0 where every GPU's slots hold its streamed layers (auto's aim, stream_slots.h). A
+// GPU whose slots are not known (0) adds nothing; MoE experts fetched after routing are not counted (a
+// prefetch may read them in the other turns).
+double turns_floor_seconds(const std::vector<GpuShare>& g, double drive_bytes_per_s);
 
 std::string gpus_table(const std::vector<GpuShare>& g);
 std::string gpus_json(const std::vector<GpuShare>& g);

@@ -26,6 +26,7 @@ struct PipelineStage {
   LayerRange layers;       // this GPU's: embeddings when it starts at 0, the head when it ends at n_layer
   uint32_t first_qid = 2;  // its NVMe queues from here (each GPU its own on a shared controller)
   HiddenLink* link = nullptr;  // required unless the range is the whole model; outlives the executor
+  uint64_t slot_host_bytes = 0;  // host memory its streaming slots may pin (stream_slots.h's host_share)
 };
 
 }  // namespace gpunvme::llm
