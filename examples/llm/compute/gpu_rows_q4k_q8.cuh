@@ -13,10 +13,12 @@
 // rows' loads before any row's sums); the lane's scale and min bytes are picked from the header words by
 // shifts fixed per lane (both of its sub-blocks at once); d and dmin convert by one instruction each
 // unless one is a NaN; x's sums are computed once per block after staging (stage_q4k_sums). Rows that are
-// not 16-byte aligned take gpu_rows_q8.cuh's loop (the same bits).
+// not 16-byte aligned take gpu_rows_q8.cuh's loop (the same bits). warp_dot_rows_q8 itself takes the lean
+// loop (one step ahead, x's sums computed) for aligned Q4_K rows, so the other 8-bit kernels (passes of
+// 2-32 tokens, selected experts: gpu_rows_q8_batch.cuh) get it too.
 //
-// Variants (GPUNVME_Q4K_VARIANT, read once; issue 36's trial, one GPU call measures them all): 0 the old
-// loop for every row; 1: one step ahead, no register bound; 2: two steps ahead, no register bound; 3: one
+// Variants (GPUNVME_Q4K_VARIANT, read once; issue 36's trial, one GPU call measures them all): 0 one step
+// ahead, x's sums computed per slice (warp_dot_rows_q8's, which the other 8-bit kernels take); 1: one step ahead, no register bound; 2: two steps ahead, no register bound; 3: one
 // step ahead at 3 blocks an SM (85 registers); 4: two steps ahead at 3 blocks an SM.
 #pragma once
 #include <cuda_runtime.h>
@@ -94,8 +96,9 @@ __device__ inline float q4k_q8_lean_dot(const uint4& head, const uint4& q, const
 
 // R 16-byte aligned Q4_K rows times the staged x by one warp, q4k_row_dot_q8's order (lane l: slice l % 8
 // of super-blocks l / 8, l / 8 + 4, ... in order, then the butterfly); out[r] in every lane. The rows'
-// headers and slices of the next D steps (4 super-blocks a step) are loaded before a step's sums.
-template <uint32_t R, uint32_t D>
+// headers and slices of the next D steps (4 super-blocks a step) are loaded before a step's sums. Summed:
+// x's slice sums from stage_q4k_sums (else computed, staged_slice): the same integers.
+template <uint32_t R, uint32_t D, bool Summed>
 __device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
                                                  uint32_t lane, float (&out)[R]) {
   const Q4kQ8Lane c(lane);
@@ -131,7 +134,7 @@ __device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R],
           qn[r] = blk[1 + c.s];
         }
       }
-      const Q8Slice x = staged_slice_summed(sm, groups, bk, c.s);
+      const Q8Slice x = Summed ? staged_slice_summed(sm, groups, bk, c.s) : staged_slice(sm, groups, bk, c.s);
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[k][r], q[k][r], x, c);
       if (more) {
@@ -145,8 +148,9 @@ __device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R],
 }
 
 // matvec_q8_kernel for Q4_K rows: stage_q8, the slices' sums, then each warp's row sets by the lean loop
-// (D steps ahead) where the set's rows are 16-byte aligned, else gpu_rows_q8.cuh's loop; V 0: the latter
-// for every set. MinBlocks: the launch bounds' blocks an SM (1: no register bound).
+// (D steps ahead, x's sums from stage_q4k_sums) where the set's rows are 16-byte aligned, else
+// warp_dot_rows_q8 (which takes the lean loop one step ahead with x's sums computed, or for rows not
+// 16-byte aligned the old loop); V 0: the latter for every set. MinBlocks: the launch bounds' blocks an SM (1: no register bound).
 template <uint32_t R, class Rows, uint32_t V, uint32_t D, uint32_t MinBlocks>
 __global__ void __launch_bounds__(kQ8Warps * 32, MinBlocks)
     matvec_q4k_q8_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
@@ -161,7 +165,7 @@ __global__ void __launch_bounds__(kQ8Warps * 32, MinBlocks)
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));  // a partial last set repeats the last row
     float dot[R];
     if (V != 0 && rows_aligned16(p))
-      warp_dot_rows_q4k_q8_lean<R, D>(p, groups, sm, lane, dot);
+      warp_dot_rows_q4k_q8_lean<R, D, true>(p, groups, sm, lane, dot);
     else
       warp_dot_rows_q8<GgmlType::Q4_K, R>(p, groups, sm, lane, dot);
     if (lane == 0) rows.template store<R>(first, dot);

@@ -111,13 +111,23 @@ __device__ inline Q8Slice staged_slice(const uint8_t* sm, uint32_t groups, uint3
   return x;
 }
 
+// Q4_K's lean loop for 16-byte aligned rows (gpu_rows_q4k_q8.cuh, included at the end of this file): the
+// bits of warp_dot_rows_q8's Q4_K loop below. Summed: x's slice sums read from after x (stage_q4k_sums).
+template <uint32_t R, uint32_t D, bool Summed>
+__device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
+                                                 uint32_t lane, float (&out)[R]);
+
 // R rows of type T times the staged 8-bit x by one warp, in the CPU twin's order (q4k_row_dot_q8,
 // q8_0_row_dot_q8); out[r] in every lane. Q4_K: lane l takes slice l % 8 of super-blocks l / 8, l / 8 + 4,
-// ... (the header and the slice as 16-byte loads). Q8_0: lane l takes blocks l, l + 32, ... (34-byte
-// blocks, 2-byte aligned: the quants as words by funnel shifts, load_words_any).
+// ... (the header and the slice as 16-byte loads; 16-byte aligned rows by the lean loop). Q8_0: lane l
+// takes blocks l, l + 32, ... (34-byte blocks, 2-byte aligned: the quants as words by funnel shifts,
+// load_words_any).
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm, uint32_t lane,
                                         float (&out)[R]) {
+  if constexpr (T == GgmlType::Q4_K) {
+    if (rows_aligned16(row)) return warp_dot_rows_q4k_q8_lean<R, 1, false>(row, groups, sm, lane, out);
+  }
   float part[R];
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
@@ -236,4 +246,4 @@ void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t co
 
 }  // namespace gpunvme::llm::gpu
 
-#include "examples/llm/compute/gpu_rows_q4k_q8.cuh"  // launch_rows_q4k_q8
+#include "examples/llm/compute/gpu_rows_q4k_q8.cuh"  // warp_dot_rows_q4k_q8_lean, launch_rows_q4k_q8
