@@ -26,6 +26,7 @@
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_gemm.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/q8_scope.h"
 #include "examples/llm/quant/weight_types.h"
 #include "examples/llm/model/config.h"
 #include "examples/llm/model/weights.h"
@@ -129,16 +130,6 @@ std::vector<uint8_t> make_rows(uint32_t type, uint32_t cols, uint32_t rows, uint
   for (uint32_t r = distinct; r < rows; ++r) std::memcpy(&out[r * row_bytes], &out[(r % distinct) * row_bytes], row_bytes);
   return out;
 }
-
-// The 8-bit-activation types (gpu_matmul.h) for a scope: 0 where a figure is the FP32 kernels' (held to
-// the warp-per-row kernel or the tensor cores' bound), the previous types back after it.
-struct Q8Scope {
-  uint32_t was = gpu_matvec_q8_types();
-  explicit Q8Scope(uint32_t types) { gpu_set_matvec_q8_types(types); }
-  ~Q8Scope() { gpu_set_matvec_q8_types(was); }
-  Q8Scope(const Q8Scope&) = delete;
-  Q8Scope& operator=(const Q8Scope&) = delete;
-};
 
 GpuMatrix view(const Matrix& m, uint32_t type) {
   return {GgmlType(type), m.w, m.row_bytes, m.rows, m.cols, nullptr, 0};
@@ -312,7 +303,7 @@ int time_prompt_passes(const Options& o, const gen::Shape& s, const std::vector<
   const uint32_t n_max = *std::max_element(o.tokens.begin(), o.tokens.end());
   DeviceBuffer y(uint64_t(n_max) * tallest * 4), ref(uint64_t(n_max) * tallest * 4);
   TensorGemm gemm(n_max, widest);
-  const Q8Scope fp32(0);  // the FP32 batched kernel
+  const ScopedQ8Types fp32(0);  // the FP32 batched kernel (8-bit x off)
   auto tensor = [&](const Matrix& m, uint32_t n, float* out) {
     gpu_matmul_pass(nullptr, &gemm, view(m, o.type), x, n, nullptr, out);
   };
@@ -429,7 +420,7 @@ class CapturedLaunches {
 // --decode: GB/s of weight bytes of the single-token kernel (gpu_matmul, n = 1) per type and matrix, beside
 // a device-to-device copy timed in the same run (read + write bytes). Returns the exit status.
 int time_decode(const Options& o, FILE* json) {
-  const Q8Scope fp32(0);  // the FP32 kernel, checked against the warp-per-row kernel
+  const ScopedQ8Types fp32(0);  // the FP32 kernel (8-bit x off), checked against the warp-per-row kernel
   // The copy: 1 GiB to another GiB, median of the repetitions.
   const uint64_t copy_bytes = 1ull << 30;
   double copy_gbps = 0;
@@ -659,7 +650,7 @@ int time_decode_pass(const Options& o, const gen::Shape& s, FILE* json) {
     pass();
   }
   b.set_pass(kPos, 1);
-  const Q8Scope q8_default(gpu_matvec_q8_types());  // the setting back after --q8's two tables
+  const ScopedQ8Types q8_default(gpu_matvec_q8_types());  // the setting back after --q8's two tables
   std::string rows_json, q8_json;
   std::vector<float> fp32_hidden;
   for (int q8 = 0; q8 < (o.q8 ? 2 : 1); ++q8) {
@@ -890,7 +881,7 @@ int main(int argc, char** argv) {
       rows_json += (rows_json.empty() ? "" : ",") + std::string(row);
     }
     // The single-token FP32 kernel against the warp-per-row kernel it replaced, same matrices, same run.
-    const Q8Scope fp32(0);
+    const ScopedQ8Types fp32(0);
     double staged = 0, unstaged = 0;
     for (const Matrix& m : ms) {
       if (!same_bits_unstaged(m, o.type, x.as<float>(), y.as<float>(), ref.as<float>())) {

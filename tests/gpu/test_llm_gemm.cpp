@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "examples/llm/compute/gpu_gemm.h"
+#include "examples/llm/compute/q8_scope.h"
 #include "examples/llm/engine/executor.h"
 #include "examples/llm/quant/weight_types.h"
 #include "device_array.h"
@@ -55,12 +56,7 @@ Problem make_problem(GgmlType t, uint32_t rows, uint32_t cols, uint32_t n, uint3
 // Each output within gemm_error_bound (gpu_gemm.h says what it counts) of the batched kernel's.
 TEST_CASE("tensor-core product: within 16-bit input rounding of the FP32 batched kernel, every type", "[gpu][llm][gemm]") {
   REQUIRE_GPU();
-  const uint32_t q8_was = gpu_matvec_q8_types();  // the FP32 batched kernel: the 8-bit path (gpu_matmul.h) off
-  gpu_set_matvec_q8_types(0);
-  struct Restore {
-    uint32_t v;
-    ~Restore() { gpu_set_matvec_q8_types(v); }
-  } restore{q8_was};
+  const ScopedQ8Types fp32(0);  // the FP32 batched kernel: the 8-bit path (gpu_matmul.h) off
   const GgmlType t = GENERATE(from_range(kTypes));
   const uint32_t n = GENERATE(33u, 64u, 512u);
   struct Shape { uint32_t rows, cols; };

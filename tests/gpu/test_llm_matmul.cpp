@@ -21,6 +21,7 @@
 
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/q8_scope.h"
 #include "examples/llm/compute/ops.h"
 #include "examples/llm/quant/weight_types.h"
 #include "device_array.h"
@@ -40,18 +41,14 @@ using gpunvme::test::DeviceArray;
 const std::vector<GgmlType> kTypes(kComputedTypes.begin(), kComputedTypes.end());
 
 // These cases hold the FP32 kernels to each other and to the CPU: the 8-bit path (on by default for some
-// types, gpu_matmul.h) off for their scope. Its own bits: test_llm_matvec_q8.cpp, test_llm_matmul_q8_batch.cpp.
-struct Fp32Kernels {
-  uint32_t was = gpu_matvec_q8_types();
-  Fp32Kernels() { gpu_set_matvec_q8_types(0); }
-  ~Fp32Kernels() { gpu_set_matvec_q8_types(was); }
-};
+// types, gpu_matmul.h) off for their scope (`fp32`). Its own bits: test_llm_matvec_q8.cpp,
+// test_llm_matmul_q8_batch.cpp.
 
 }  // namespace
 
 TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every token", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, n, mats; };
   const Shape sh = GENERATE(Shape{37, 512, 1, 1}, Shape{37, 512, 7, 1}, Shape{37, 512, 9, 1}, Shape{64, 256, 33, 1},
@@ -98,7 +95,7 @@ TEST_CASE("batched matrix kernel: the matrix-vector kernel's bits for every toke
 // stack picked by a device-side id. The unstaged kernel must agree too.
 TEST_CASE("matrix kernels: every pass of 1..32 tokens has the single-token bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   const uint32_t cols = GENERATE(2048u, 768u);
   const uint32_t rows = 45, mats = 2, n_max = 32;
@@ -143,7 +140,7 @@ TEST_CASE("matrix kernels: every pass of 1..32 tokens has the single-token bits"
 // rows too wide to stage x for (the fallback), and k selected matrices of a stack in one launch.
 TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, mats, count, offset; };
   const Shape sh = GENERATE(Shape{37, 512, 1, 1, 0}, Shape{4501, 256, 1, 1, 0}, Shape{700, 1024, 4, 3, 0},
@@ -184,7 +181,7 @@ TEST_CASE("staged matrix-vector kernel: the warp-per-row kernel's bits", "[gpu][
 // product is 0 * x), so each must equal dequant_group's value on the CPU.
 TEST_CASE("matrix-vector kernel: the GPU dequantizes every weight to the CPU's value", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   CAPTURE(gguf::ggml_type_name(uint32_t(t)));
   const uint32_t rows = 300, cols = 512;  // two K-quant super-blocks a row: every sub-block position
@@ -217,7 +214,7 @@ TEST_CASE("matrix-vector kernel: the GPU dequantizes every weight to the CPU's v
 // kernel (and the batched one), which must equal the CPU's dot product, all exactly.
 TEST_CASE("MXFP4: hand-made blocks through the GPU matrix kernels give ggml's values", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const float kKvalues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
   const uint8_t kE[3][2] = {{128, 126}, {130, 127}, {0, 1}};
   const float kScale[3][2] = {{1.0f, 0.25f}, {4.0f, 0.5f}, {std::ldexp(1.0f, -128), std::ldexp(1.0f, -127)}};
@@ -264,7 +261,7 @@ TEST_CASE("MXFP4: hand-made blocks through the GPU matrix kernels give ggml's va
 // and for rows too wide to stage x for (one launch each).
 TEST_CASE("fused Q, K and V products: each output has its own launch's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t q_rows, kv_rows, cols, v_offset; bool v_other_type; };
   const Shape sh = GENERATE(Shape{64, 16, 512, 0, false}, Shape{4096, 1024, 4096, 0, false}, Shape{37, 5, 2048, 0, false},
@@ -314,7 +311,7 @@ TEST_CASE("fused Q, K and V products: each output has its own launch's bits", "[
 // for two types, two shapes, or rows too wide to stage x for.
 TEST_CASE("fused gate, up and GLU: the products' and the GLU kernel's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   const FfnAct act = GENERATE(FfnAct::kSilu, FfnAct::kGelu, FfnAct::kSwigluOai);
   struct Shape { uint32_t rows, cols; };
@@ -377,7 +374,7 @@ std::vector<float> gpu_rms_norm_on_host(const std::vector<float>& x, const std::
 // ones; refused for two types and for norm weights in host memory.
 TEST_CASE("norm in the Q/K/V and gate/up launches: the products of the normed vector, bit for bit", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   const uint32_t cols = GENERATE(4096u, 2048u, 768u);
   const uint32_t q_rows = 512, kv_rows = 128;
@@ -434,7 +431,7 @@ TEST_CASE("norm in the Q/K/V and gate/up launches: the products of the normed ve
 // for every type, with and without a bias, staged rows and direct ones.
 TEST_CASE("product with the residual add in its epilogue: the product's and the add's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols; bool bias; };
   const Shape sh = GENERATE(Shape{4096, 1024, false}, Shape{37, 2048, true}, Shape{640, 768, false});
@@ -461,7 +458,7 @@ TEST_CASE("product with the residual add in its epilogue: the product's and the 
 
 TEST_CASE("fused gate, up and GLU: refused for rows too wide to stage x for", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const uint32_t cols = 1u << 17, rows = 2;  // x: 512 KiB, beyond any block's shared memory
   std::mt19937 rng(5);
   const auto w = llm::test::random_rows(GgmlType::Q8_0, cols, rows, rng);
@@ -583,7 +580,7 @@ void require_same_bits(const std::vector<float>& got, const std::vector<float>& 
 // down row) and rows that are not 16-byte aligned (2 bytes off: gpu_rows.cuh's loops instead of the lean ones).
 TEST_CASE("single-token entries at odd shapes and alignments: the warp-per-row kernel's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const Fp32Kernels fp32;
+  const ScopedQ8Types fp32(0);
   const GgmlType t = GENERATE(from_range(kTypes));
   struct Shape { uint32_t rows, cols, offset; };
   const Shape sh = GENERATE(Shape{1, 256, 0}, Shape{37, 1280, 0}, Shape{4097, 256, 0}, Shape{300, 4096, 0},

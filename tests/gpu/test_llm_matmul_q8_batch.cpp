@@ -14,40 +14,21 @@
 #include <vector>
 
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/q8_scope.h"
 #include "examples/llm/compute/q8_types.h"  // kAllQ8Types
 #include "examples/llm/quant/q8_dot.h"
 #include "device_array.h"
 #include "gpu_rig.h"
+#include "q8_vectors.h"
 #include "tests/llm/tiny_model.h"
 
 using namespace gpunvme;
 using namespace gpunvme::llm;
 using gpunvme::test::DeviceArray;
+using gpunvme::test::random_x;
+using gpunvme::test::require_bits;
 
 namespace {
-
-// Every type on for a test's scope, the previous setting back after it.
-struct AllQ8 {
-  uint32_t was = gpu_matvec_q8_types();
-  AllQ8() { gpu_set_matvec_q8_types(kAllQ8Types); }
-  ~AllQ8() { gpu_set_matvec_q8_types(was); }
-};
-
-void require_bits(const std::vector<float>& got, const std::vector<float>& ref) {
-  REQUIRE(got.size() == ref.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i, got[i], ref[i]);
-    REQUIRE(std::memcmp(&got[i], &ref[i], sizeof(float)) == 0);
-  }
-}
-
-std::vector<float> random_x(uint64_t n, std::mt19937& rng) {
-  std::vector<float> x(n);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (float& e : x) e = d(rng);
-  x[n / 3] = 40.0f;  // an outlier: its block's scale is coarse
-  return x;
-}
 
 // Token k's CPU twin (one row at a time) plus the bias, as MatrixRows stores it.
 std::vector<float> twin(GgmlType t, const uint8_t* w, uint64_t rb, uint32_t rows, uint32_t cols, const float* x, const float* bias) {
@@ -78,7 +59,7 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
   DeviceArray<uint8_t> dw(padded);
   DeviceArray<float> dx(x), db(bias);
   const GpuMatrix m{t, dw.p + (unaligned ? 8 : 0), rb, sh.rows, sh.cols, nullptr, 0};
-  AllQ8 on;
+  const ScopedQ8Types on(kAllQ8Types);
   REQUIRE(gpu_matvec_q8_takes(t, sh.cols));
   // Each token alone (the one-token kernel), and its CPU twin.
   DeviceArray<float> dref(std::vector<float>(size_t(kMax) * sh.rows, NAN));
@@ -117,7 +98,7 @@ TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bi
   DeviceArray<uint8_t> dw(w);
   DeviceArray<float> dx(x);
   DeviceArray<uint32_t> ds(sel);
-  AllQ8 on;
+  const ScopedQ8Types on(kAllQ8Types);
   auto one = [&](uint32_t e, const float* xv, float* y) {
     gpu_matmul(nullptr, GpuMatrix{t, dw.p + e * mat, rb, rows, cols, nullptr, 0}, xv, 1, nullptr, y);
   };

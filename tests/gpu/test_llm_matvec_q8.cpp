@@ -17,22 +17,25 @@
 #include <vector>
 
 #include "examples/llm/compute/gpu_matmul.h"
+#include "examples/llm/compute/q8_scope.h"
+#include "examples/llm/compute/q8_types.h"
 #include "examples/llm/quant/q8_dot.h"
 #include "device_array.h"
 #include "gpu_rig.h"
+#include "q8_vectors.h"
 #include "tests/llm/tiny_model.h"
 
 using namespace gpunvme;
 using namespace gpunvme::llm;
 using gpunvme::test::DeviceArray;
+using gpunvme::test::random_x;
+using gpunvme::test::require_bits;
 
 namespace {
 
-// Turns the 8-bit path on for every type for a test's scope, the previous types back after it.
-struct Q8On {
-  uint32_t was = gpu_matvec_q8_types();
-  Q8On() { gpu_set_matvec_q8(true); }
-  ~Q8On() { gpu_set_matvec_q8_types(was); }
+// The 8-bit path on for every type for a test's scope.
+struct Q8On : ScopedQ8Types {
+  Q8On() : ScopedQ8Types(kAllQ8Types) {}
 };
 
 std::vector<float> twin(const std::vector<uint8_t>& w, uint32_t rows, uint32_t cols, const std::vector<float>& x,
@@ -49,22 +52,6 @@ std::vector<float> dequant_row(GgmlType t, const uint8_t* row, uint32_t cols) {
   std::vector<float> out(cols);
   for (uint32_t g = 0; g < cols / kGroup; ++g) dequant_group(t, row, g, out.data() + g * kGroup);
   return out;
-}
-
-void require_bits(const std::vector<float>& got, const std::vector<float>& ref) {
-  REQUIRE(got.size() == ref.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    CAPTURE(i, got[i], ref[i]);
-    REQUIRE(std::memcmp(&got[i], &ref[i], sizeof(float)) == 0);
-  }
-}
-
-std::vector<float> random_x(uint32_t n, std::mt19937& rng) {
-  std::vector<float> x(n);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  for (float& e : x) e = d(rng);
-  x[n / 3] = 40.0f;  // an outlier, as real activations have: its block's scale is coarse
-  return x;
 }
 
 }  // namespace

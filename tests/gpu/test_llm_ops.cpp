@@ -26,6 +26,7 @@
 #include "examples/llm/compute/cpu_forward.h"
 #include "examples/llm/compute/gpu_forward.h"
 #include "examples/llm/compute/gpu_gemm.h"
+#include "examples/llm/compute/q8_scope.h"
 #include "examples/llm/compute/q8_types.h"
 #include "gpu_rig.h"
 #include "runtime/gguf/ggml_types.h"
@@ -52,19 +53,10 @@ struct DeviceBytes {
   DeviceBytes& operator=(const DeviceBytes&) = delete;
 };
 
-// The 8-bit-activation types (gpu_matmul.h) for an object's lifetime, the previous ones back after it.
-struct Q8Types {
-  uint32_t was = gpu_matvec_q8_types();
-  explicit Q8Types(uint32_t types) { gpu_set_matvec_q8_types(types); }
-  ~Q8Types() { gpu_set_matvec_q8_types(was); }
-  Q8Types(const Q8Types&) = delete;
-  Q8Types& operator=(const Q8Types&) = delete;
-};
-
 // One model in both backends; every call goes to both. The GPU's products in FP32 (the CPU's arithmetic
 // up to rounding) unless q8 names 8-bit types (kQ8Types' bits): then only the GPU's own bits are compared.
 struct Twins {
-  Q8Types q8_types;
+  ScopedQ8Types q8_types;  // first: for the object's lifetime
   llm::test::TinyModel m;
   DeviceBytes d;
   PackedRanges whole;
