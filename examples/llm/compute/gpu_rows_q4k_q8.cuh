@@ -182,36 +182,26 @@ inline uint32_t q4k_q8_variant() {
   return v;
 }
 
-// Launches the variant's kernel over Q4_K `rows` (R = 2 where `two_rows` or the set is of pairs, blocks
-// capped as launch_rows_q8 caps them); false where x's bytes and sums pass the default 48 KB of shared memory.
+// Launches the variant's kernel over Q4_K `rows` (R = 2 where `two_rows`, as launch_rows_q8 does); false
+// where x's bytes and sums pass the default 48 KB of shared memory.
 template <class Rows>
 bool launch_rows_q4k_q8(cudaStream_t s, const Rows& rows, uint32_t cols, const float* x, const float* norm_w, float eps,
                         bool two_rows) {
   const uint32_t groups = cols / kQ8Block;
   if (q4k_q8_shared_bytes(groups) > 48 * 1024) return false;
   const uint32_t bytes = uint32_t(q4k_q8_shared_bytes(groups));
-  auto go = [&]<uint32_t R, uint32_t V, uint32_t D, uint32_t MinBlocks>() {
-    constexpr auto K = matvec_q4k_q8_kernel<R, Rows, V, D, MinBlocks>;
-    const uint64_t needed = (uint64_t(rows.count) + R * kQ8Warps - 1) / (R * kQ8Warps);
-    const uint32_t blocks = resident_cap<K>(uint32_t(std::min<uint64_t>(needed, 1u << 30)), 1, bytes);
-    K<<<blocks, kQ8Warps * 32, bytes, s>>>(rows, groups, x, norm_w, eps);
-  };
-  auto by_variant = [&]<uint32_t R>() {
+  with_rows_per_warp<Rows>(two_rows, [&]<uint32_t R>() {
+    auto go = [&]<uint32_t V, uint32_t D, uint32_t MinBlocks>() {
+      launch_q8_rows<matvec_q4k_q8_kernel<R, Rows, V, D, MinBlocks>, R>(s, rows, groups, bytes, x, norm_w, eps);
+    };
     switch (q4k_q8_variant()) {
-      case 0: return go.template operator()<R, 0, 1, 1>();
-      case 1: return go.template operator()<R, 1, 1, 1>();
-      case 2: return go.template operator()<R, 2, 2, 1>();
-      case 3: return go.template operator()<R, 3, 1, 3>();
-      default: return go.template operator()<R, 4, 2, 3>();
+      case 0: return go.template operator()<0, 1, 1>();
+      case 1: return go.template operator()<1, 1, 1>();
+      case 2: return go.template operator()<2, 2, 1>();
+      case 3: return go.template operator()<3, 1, 3>();
+      default: return go.template operator()<4, 2, 3>();
     }
-  };
-  constexpr bool kPairs = [] {  // a set of pairs (GluRows) stores two rows a warp
-    if constexpr (requires { Rows::kPairs; }) return Rows::kPairs;
-    return false;
-  }();
-  if constexpr (kPairs) by_variant.template operator()<2>();
-  else if (two_rows) by_variant.template operator()<2>();
-  else by_variant.template operator()<1>();
+  });
   return true;
 }
 

@@ -211,37 +211,47 @@ inline bool q8_rows_take(GgmlType t, uint32_t cols) {
          q8_shared_bytes(cols / kQ8Block) <= 48 * 1024;
 }
 
+// Runs f.template operator()<R>() with R the rows a warp takes: 2 for a set of pairs (GluRows stores two
+// rows a warp) or where `two_rows`, else 1.
+template <class Rows, class F>
+void with_rows_per_warp(bool two_rows, F&& f) {
+  constexpr bool kPairs = [] {
+    if constexpr (requires { Rows::kPairs; }) return Rows::kPairs;
+    return false;
+  }();
+  if constexpr (kPairs) f.template operator()<2>();
+  else if (two_rows) f.template operator()<2>();
+  else f.template operator()<1>();
+}
+
+// Launches K (R rows a warp) over `rows` with `bytes` of dynamic shared memory, blocks capped at what the
+// device holds at once (each block quantises x once, however many rows it takes).
+template <auto K, uint32_t R, class Rows>
+void launch_q8_rows(cudaStream_t s, const Rows& rows, uint32_t groups, uint32_t bytes, const float* x, const float* norm_w,
+                    float eps) {
+  const uint64_t needed = (uint64_t(rows.count) + R * kQ8Warps - 1) / (R * kQ8Warps);
+  const uint32_t blocks = resident_cap<K>(uint32_t(std::min<uint64_t>(needed, 1u << 30)), 1, bytes);
+  K<<<blocks, kQ8Warps * 32, bytes, s>>>(rows, groups, x, norm_w, eps);
+}
+
 // Q4_K's own kernel (gpu_rows_q4k_q8.cuh, included at the end of this file): launches it and returns true,
 // or false where it does not take the product (then matvec_q8_kernel does).
 template <class Rows>
 bool launch_rows_q4k_q8(cudaStream_t s, const Rows& rows, uint32_t cols, const float* x, const float* norm_w, float eps,
                         bool two_rows);
 
-// Launches matvec_q8_kernel over `rows` (Q4_K rows: launch_rows_q4k_q8): R = 2 where `two_rows`, blocks
-// capped at what the device holds at once (each block quantises x once, however many rows it takes).
+// Launches matvec_q8_kernel over `rows` (Q4_K rows: launch_rows_q4k_q8), R = 2 where `two_rows`.
 template <class Rows>
 void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t cols, const float* x, const float* norm_w,
                     float eps, bool two_rows) {
   if (type == GgmlType::Q4_K && launch_rows_q4k_q8(s, rows, cols, x, norm_w, eps, two_rows)) return;
   const uint32_t groups = cols / kQ8Block, bytes = uint32_t(q8_shared_bytes(groups));
-  auto launch = [&]<uint32_t R>() {
-    auto go = [&]<GgmlType T>() {
-    constexpr auto K = matvec_q8_kernel<T, R, Rows>;
-    const uint64_t needed = (uint64_t(rows.count) + R * kQ8Warps - 1) / (R * kQ8Warps);
-    const uint32_t blocks = resident_cap<K>(uint32_t(std::min<uint64_t>(needed, 1u << 30)), 1, bytes);
-    K<<<blocks, kQ8Warps * 32, bytes, s>>>(rows, groups, x, norm_w, eps);
-    };
+  with_rows_per_warp<Rows>(two_rows, [&]<uint32_t R>() {
+    auto go = [&]<GgmlType T>() { launch_q8_rows<matvec_q8_kernel<T, R, Rows>, R>(s, rows, groups, bytes, x, norm_w, eps); };
     if (type == GgmlType::Q4_K) go.template operator()<GgmlType::Q4_K>();
     else if (type == GgmlType::Q6_K) go.template operator()<GgmlType::Q6_K>();
     else go.template operator()<GgmlType::Q8_0>();
-  };
-  constexpr bool kPairs = [] {  // a set of pairs (GluRows) stores two rows a warp
-    if constexpr (requires { Rows::kPairs; }) return Rows::kPairs;
-    return false;
-  }();
-  if constexpr (kPairs) launch.template operator()<2>();
-  else if (two_rows) launch.template operator()<2>();
-  else launch.template operator()<1>();
+  });
 }
 
 }  // namespace gpunvme::llm::gpu
