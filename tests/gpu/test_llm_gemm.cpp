@@ -91,7 +91,7 @@ TEST_CASE("tensor-core product: within 16-bit input rounding of the FP32 batched
   REQUIRE(differs);  // the product did run on the tensor cores: rounded inputs leave some result's last bits
 }
 
-// Passes of 1..kSmallPassTokens tokens keep the FP32 kernels even where a tensor-core product exists:
+// Passes of 1..kSmallPassTokens tokens keep the small-pass kernels even where a tensor-core product exists:
 // each token's outputs have the bits of a one-token pass (speculative = greedy, streamed = resident).
 TEST_CASE("tensor-core product: passes of up to 32 tokens keep the matrix-vector kernel's bits", "[gpu][llm][gemm]") {
   REQUIRE_GPU();

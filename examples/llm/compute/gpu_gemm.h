@@ -6,7 +6,8 @@
 // with FP32 accumulation into the FP32 outputs; the bias is added after.
 //
 // Why a size threshold: a pass of 1..kSmallPassTokens tokens (decode, speculative verification) keeps
-// the FP32 kernels, whose (row, token) results have the same bits whatever the pass's size; speculative
+// the small-pass kernels (FP32, or 8-bit x for the types gpu_matmul.h's 8-bit path takes), whose (row,
+// token) results have the same bits whatever the pass's size; speculative
 // decoding's output is plain greedy decoding's and streamed = resident to the bit rely on that. A prompt
 // pass on tensor cores differs from token-by-token passes in the last bits, as llama.cpp's do.
 //
@@ -28,7 +29,7 @@
 
 namespace gpunvme::llm {
 
-// Passes of at most this many tokens stay on the FP32 kernels (bitwise as single-token passes); longer
+// Passes of at most this many tokens stay on the small-pass kernels (bitwise as single-token passes); longer
 // ones take the tensor cores (a speculative pass is the draft + 1, at most 32 rows of logits).
 inline constexpr uint32_t kSmallPassTokens = 32;
 
@@ -105,7 +106,7 @@ class TensorGemm {
 // grouped MoE's expert products (gpu_expert_mma.h) take their inputs from here too.
 void gpu_gemm_inputs(gpu_stream_t s, GemmElem e, const float* x, uint32_t n, uint32_t cols, void* xh, float* scale);
 
-// A pass's matrix product: the FP32 kernels (gpu_matmul) for n <= kSmallPassTokens, without `gemm`, or
+// A pass's matrix product: the small-pass kernels (gpu_matmul) for n <= kSmallPassTokens, without `gemm`, or
 // for a stack picked by a device-side id; the tensor cores otherwise.
 void gpu_matmul_pass(gpu_stream_t s, TensorGemm* gemm, const GpuMatrix& m, const float* x, uint32_t n, const float* bias,
                      float* y);

@@ -5,8 +5,8 @@
 // and its three products run once over them, one GLU over every row, and each token's outputs summed in
 // its routing order.
 //
-// The token path's bits, to the bit: every product is the FP32 batched kernel, whose (row, token)
-// results are the matrix-vector kernel's (gpu_matmul.h); biases are added after it as the token path
+// The token path's bits, to the bit: every product is the batched kernel (FP32, or 8-bit x for the types
+// gpu_matmul.h's 8-bit path takes), whose (row, token) results are the matrix-vector kernel's; biases are added after it as the token path
 // adds them; the GLU is element by element; the sum is the token path's, in the same order. So streamed
 // experts (fetched, token by token) and resident ones (grouped) keep giving the same logits, which the
 // reference check's residency pair and tiers hold to the bit. Not the tensor cores: their 16-bit inputs
