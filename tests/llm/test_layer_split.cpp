@@ -282,6 +282,10 @@ TEST_CASE("stream_slots: 2 on one GPU; a slot per streamed layer on each GPU of 
   in.asked = 3;
   CHECK(stream_slots(in) == 3);  // --slots N wins
   CHECK(stream_slots({.asked = 9}) == 9);
+  // Each GPU's host share: a quarter of what is available past the RAM budget, split evenly; unknown: none.
+  CHECK(slot_host_share(1000, 200, 2) == 100);
+  CHECK(slot_host_share(1000, 1000, 2) == 0);
+  CHECK(slot_host_share(std::nullopt, 0, 2) == 0);
   // The RAM tier's GPU buffers keep the default under auto; an explicit count sets them.
   CHECK(ram_tier_depth(0) == 2);
   CHECK(ram_tier_depth(5) == 5);

@@ -24,6 +24,7 @@
 #include "examples/llm/engine/layer_split.h"
 #include "examples/llm/engine/model_on_device.h"
 #include "examples/llm/engine/nccl_comm.h"
+#include "examples/llm/engine/stream_slots.h"
 #include "examples/llm/engine/vram_reserve.h"
 #include "host/text/human_bytes.h"
 #include "host/text/escape.h"
@@ -175,15 +176,6 @@ SplitInputs split_inputs(const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOp
   return in;
 }
 
-// The host memory each GPU's streaming slots may pin (stream_slots.h), read once before any GPU starts:
-// a quarter of what the kernel can give past the RAM budget (its tier and expert cache are pinned as the
-// GPUs start), split evenly. A quarter: pinned memory cannot be paged out, and the rest stays the page
-// cache's, a generated drive's and other processes'. Unknown: none (each GPU keeps the default slots).
-uint64_t slot_host_share(const GpuExecOptions& o) {
-  const std::optional<uint64_t> avail = available_memory();
-  return avail && *avail > o.ram_budget ? (*avail - o.ram_budget) / 4 / o.gpus : 0;
-}
-
 class MultiGpuExecutor final : public Executor {
  public:
   MultiGpuExecutor(std::span<host::Controller* const> ctrls, const ModelOnDevice& m, uint32_t n_ctx, const GpuExecOptions& o)
@@ -218,7 +210,8 @@ class MultiGpuExecutor final : public Executor {
       links_.push_back(std::make_unique<NcclLink>(*comms_, int(g), ids_[g], g > 0 ? ids_[g - 1] : -1, g + 1 < o.gpus ? ids_[g + 1] : -1,
                                                   g > 0 ? handoffs_[g - 1].get() : nullptr, g + 1 < o.gpus ? handoffs_[g].get() : nullptr));
     stages_.resize(o.gpus);
-    const uint64_t slot_host = slot_host_share(o);
+    // What each GPU's streaming slots may pin (stream_slots.h), read once before any GPU starts.
+    const uint64_t slot_host = slot_host_share(available_memory(), o.ram_budget, o.gpus);
     // One GPU at a time: each reads its share through the shared controller's CPU queue and makes its
     // NVMe queues on it (admin commands), which are not made for concurrent callers.
     try {

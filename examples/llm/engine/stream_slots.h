@@ -15,8 +15,7 @@
 // a slot really costs:
 //  - host memory: a slot is the widest streamed layer in pinned, GPU-mapped host memory (the GPU reads
 //    it over its link; no VRAM), so the slots take at most the executor's share of host memory
-//    (`host_share`; the multi-GPU executor gives each GPU a quarter of what is available past the RAM
-//    budget, split evenly: pinned memory cannot be paged out);
+//    (`host_share`: slot_host_share, below);
 //  - GPU memory: the streamer keeps every (streamed layer, slot)'s NVMe command templates in GPU memory
 //    (64 bytes per command: 7 layers of 0.7 GB in 128 KiB commands, 2.4 MB a slot), so the slots past
 //    the default two take at most kSlotTemplateVram, a part of the executor's reserve (vram_reserve.h);
@@ -27,6 +26,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 
 namespace gpunvme::llm {
 
@@ -51,6 +51,15 @@ inline uint32_t stream_slots(const StreamSlotInputs& in) {
   if (in.slot_bytes) n = std::min<uint64_t>(n, in.host_share / in.slot_bytes);
   if (in.template_bytes) n = std::min<uint64_t>(n, kDefaultStreamSlots + kSlotTemplateVram / in.template_bytes);
   return uint32_t(std::max<uint64_t>(n, kDefaultStreamSlots));
+}
+
+// The host memory each of `gpus` GPUs' streaming slots may pin, from what the kernel can give before
+// any GPU starts (`available`, MemAvailable; nullopt: unknown, none) and the RAM budget (its tier and
+// expert cache are pinned as the GPUs start): a quarter of what is past the budget, split evenly. A
+// quarter: pinned memory cannot be paged out, and the rest stays the page cache's, a generated drive's
+// and other processes'.
+inline uint64_t slot_host_share(std::optional<uint64_t> available, uint64_t ram_budget, uint32_t gpus) {
+  return available && *available > ram_budget && gpus ? (*available - ram_budget) / 4 / gpus : 0;
 }
 
 // The RAM tier's GPU buffers (RamTier's depth) for `--slots` (0: auto): each holds a widest layer in
