@@ -5,7 +5,10 @@ the dense parts and a RAM expert cache of half the experts), the prefetch off an
 must hold the served bytes (drive_bytes_served / tokens = nvme_bytes_per_token) and the plan's figures
 beside them; the bound must stand above the measured rate (efficiency at most 1.05: the timing window's
 edges); the drive must serve less once the dense parts leave it, and less again once the expert cache hits
-(prefetch off, so no read is wasted). Exit 77 without a GPU (llm_tokens refuses before opening a model).
+(prefetch off, so no read is wasted). A cell where no prefetch ran has the dependent chain's bound
+(bench/chain_bound.h) and only such a cell: never above the bytes bound, the rate at most 1.05 of it, and
+equal to max(the bytes bound's time, the time outside the reads + the expert bytes at the drive's rate).
+Exit 77 without a GPU (llm_tokens refuses before opening a model).
   llm_tokens_served.py --llm-tokens BUILD/bench/llm_tokens
 """
 import argparse
@@ -30,6 +33,30 @@ def cells(exe, budgets, prefetch, out):
         with open(out) as f:
             found = [json.loads(line) for line in f if line.strip()]
     return rc, text, found
+
+
+def chain_failures(what, c):
+    """The chain bound's members of one cell: present exactly where no prefetch ran, and consistent."""
+    chain, ran = c.get("chain_bound_tokens_per_second"), c.get("prefetch")
+    if ran is False and chain is None:
+        return [f"{what}: no prefetch ran, yet no chain_bound_tokens_per_second"]
+    if ran and chain is not None:
+        return [f"{what}: a prefetch ran, yet a chain bound (no floor then)"]
+    if chain is None:
+        return []
+    out = []
+    bound = c["bound_tokens_per_second"]
+    if chain > bound * (1 + 1e-6):
+        out.append(f"{what}: chain bound {chain} tok/s above the bytes bound {bound}")
+    if c["chain_efficiency"] > 1.05:
+        out.append(f"{what}: {c['tokens_per_second']:.1f} tok/s is {100 * c['chain_efficiency']:.0f} % of the chain bound")
+    outside, floor = c["chain_outside_reads_seconds_per_token"], c["chain_read_floor_seconds_per_token"]
+    if outside < 0 or floor < 0 or (floor == 0 and c.get("drive_bytes_per_second")) or c["chain_fetches_per_token"] <= 0:
+        out.append(f"{what}: chain members outside {outside}, read floor {floor}, fetches {c['chain_fetches_per_token']}")
+    want = max(1 / bound, outside + floor)
+    if abs(1 / chain - want) > 2e-6 + 1e-4 * want:
+        out.append(f"{what}: chain bound {1 / chain:.6f} s a token, not max(bytes {1 / bound:.6f}, outside + floor {outside + floor:.6f})")
+    return out
 
 
 def main():
@@ -69,6 +96,7 @@ def main():
             if len(served) != 1 or abs(sum(served) / c["tokens"] - c["nvme_bytes_per_token"]) > 1:
                 failures.append(f"{what}: drive_bytes_served {served} over {c['tokens']} tokens is not nvme_bytes_per_token "
                                 f"{c['nvme_bytes_per_token']}")
+            failures += chain_failures(what, c)
             if c.get("efficiency") is not None and c["efficiency"] > 1.05:
                 failures.append(f"{what}: {c['tokens_per_second']:.1f} tok/s is {100 * c['efficiency']:.0f} % of the served bound")
             print(f"{what}: {c['tokens_per_second']:.1f} tok/s, bound {c['bound_tokens_per_second']}, NVMe "
