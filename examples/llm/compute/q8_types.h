@@ -14,8 +14,8 @@ inline constexpr gguf::GgmlType kQ8Types[] = {gguf::GgmlType::Q4_K, gguf::GgmlTy
 inline constexpr uint32_t kAllQ8Types = (1u << std::size(kQ8Types)) - 1;
 
 // The types 8-bit without GPUNVME_MATVEC_Q8: those whose 8-bit kernels beat their FP32 ones on an H200
-// (Q6_K, Q8_0: docs/performance.md §8). Q4_K's is slower so far; its own kernel is issue 36's next step.
-inline constexpr gguf::GgmlType kDefaultQ8TypeList[] = {gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0};
+// (all three since Q4_K's lean loop, gpu_rows_q4k_q8.cuh: docs/performance.md §8).
+inline constexpr gguf::GgmlType kDefaultQ8TypeList[] = {gguf::GgmlType::Q4_K, gguf::GgmlType::Q6_K, gguf::GgmlType::Q8_0};
 constexpr uint32_t q8_type_bits(std::span<const gguf::GgmlType> types) {
   uint32_t v = 0;
   for (gguf::GgmlType t : types)
