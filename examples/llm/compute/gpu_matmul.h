@@ -107,8 +107,8 @@ void gpu_glu(gpu_stream_t s, float* gate, const float* up, uint32_t n, FfnAct ac
 // takes them for the types switched on, with one token's bits for each token and row: one token
 // (gpu_matmul with n = 1, gpu_matvecs and its normed form, gpu_matvec_glu, gpu_matvec_add), passes of
 // several (gpu_matmul, gpu_matmul_batched: gpu_rows_q8_batch.cuh) and a stack's selected matrices
-// (gpu_matvec_selected); gpu_matvec_norm_add and the fused MoE token (gpu_moe_token.h) decline them, so
-// their callers' unfused operations take them. On for the types GPUNVME_MATVEC_Q8 names (read at the first
+// (gpu_matvec_selected), and the fused MoE token's experts (gpu_moe_token.h); gpu_matvec_norm_add and
+// the fused MoE token with an 8-bit router decline them, so their callers' unfused operations take them. On for the types GPUNVME_MATVEC_Q8 names (read at the first
 // product; unset: q8_types.h's kDefaultQ8Types): 1 (all three), 0 or a list, e.g. q6_k,q8_0.
 // gpu_set_matvec_q8(on): all or none; gpu_matvec_q8: on for any type; the _types forms: bit i for
 // kQ8Types[i]; gpu_matvec_q8_takes: whether products of type t, cols wide, take the 8-bit kernels.

@@ -8,6 +8,7 @@
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_route_lanes.cuh"
 #include "examples/llm/compute/gpu_rows.cuh"
+#include "examples/llm/compute/gpu_rows_q8_batch.cuh"
 #include "examples/llm/compute/ops.h"
 #include "examples/llm/compute/route.h"
 
@@ -131,6 +132,34 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
   }
 }
 
+// 3, with 8-bit x (the down matrices' type taken by gpu_matmul.h's 8-bit path): the k GLU outputs
+// quantised to 8-bit blocks in shared memory (stage_q8, each as the selected product quantises it), a
+// warp per output row taking its k experts' rows one after another (warp_dot_rows_q8: the selected
+// product's row bits), the same epilogue as down_rows_kernel's.
+template <GgmlType T>
+__global__ void __launch_bounds__(kStagedWarps * 32)
+    down_rows_q8_kernel(const uint8_t* w, uint64_t row_bytes, uint64_t mat_bytes, const uint32_t* routes, uint32_t k, uint32_t rows,
+                        uint32_t groups, const float* hidden, const float* bias, float* x) {
+  extern __shared__ uint4 q8_hidden[];  // [k][q8_token_stride(groups)]
+  uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_hidden);
+  const uint64_t stride = gpu::q8_token_stride(groups);
+  for (uint32_t j = 0; j < k; ++j) gpu::stage_q8<T>(hidden + uint64_t(j) * groups * kQ8Block, groups, sm + j * stride, nullptr, 0.0f);
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* weights = reinterpret_cast<const float*>(routes + k);
+  for (uint32_t i = blockIdx.x * kStagedWarps + warp; i < rows; i += gridDim.x * kStagedWarps) {
+    float a = 0.0f;
+    for (uint32_t j = 0; j < k; ++j) {
+      const uint8_t* row[1] = {w + uint64_t(routes[j]) * mat_bytes + uint64_t(i) * row_bytes};
+      float dot[1];
+      gpu::warp_dot_rows_q8<T, 1>(row, groups, sm + j * stride, lane, dot);
+      float v = dot[0] + 0.0f;
+      if (bias) v += bias[uint64_t(routes[j]) * rows + i];
+      a = a + weights[j] * v;
+    }
+    if (lane == 0) x[i] += a;
+  }
+}
+
 // The launch of a staged kernel K<T, R> over `rows` rows `cols` wide (count of them along y): false where x
 // does not fit beside K's static shared memory.
 // Pairs: the rows come two a warp whatever their count.
@@ -155,6 +184,19 @@ bool staged(GgmlType type, uint32_t rows, uint32_t cols, uint32_t count, Launch 
 // Launches down_rows_kernel: one warp a row of x, the blocks the device holds at once (each stages the k
 // vectors once).
 bool down_rows(cudaStream_t s, const ExpertStacks& w, uint32_t k, uint32_t shared, float* x, const MoeTokenScratch& m) {
+  if (gpu_matvec_q8_takes(w.down.type, w.down.cols)) {
+    const uint32_t groups = w.down.cols / kQ8Block, bytes = uint32_t(k * gpu::q8_token_stride(groups));
+    bool launched = false;
+    gpu::with_q8_type(w.down.type, [&]<GgmlType T>() {
+      constexpr auto K = down_rows_q8_kernel<T>;
+      if (bytes > gpu::allow_staged_shared<K>()) return;
+      const uint32_t blocks = gpu::resident_cap<K>((w.down.rows + kStagedWarps - 1) / kStagedWarps, 1, bytes);
+      K<<<blocks, kStagedWarps * 32, bytes, s>>>(w.down.w, w.down.row_bytes, w.down.mat_bytes, m.routes, k, w.down.rows, groups,
+                                                 m.hidden, w.down_bias, x);
+      launched = true;
+    });
+    return launched;
+  }
   bool launched = false;
   gpu::with_weight_type(w.down.type, [&](auto t) {
     constexpr GgmlType T = decltype(t)::value;
@@ -177,10 +219,12 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
       w.gate.cols != E || w.up.cols != E || w.gate.row_bytes != w.up.row_bytes || w.gate.mat_bytes != w.up.mat_bytes ||
       w.down.rows != E || w.down.cols != F || E % kGroup != 0 || F % kGroup != 0 || uint64_t(2) * k * F >= (1u << 31))
     return false;
-  // Its kernels multiply in FP32: where a matrix's type takes 8-bit x (gpu_matmul.h), the unfused
-  // operations do, with the bits of every other pass shape.
-  if (gpu_matvec_q8_takes(w.router.type, E) || gpu_matvec_q8_takes(w.gate.type, E) || gpu_matvec_q8_takes(w.down.type, F))
-    return false;
+  // The router's launch multiplies in FP32 (its normed x is written for the experts): a router whose type
+  // takes 8-bit x (gpu_matmul.h) leaves the layer to the unfused operations. The experts' launches take
+  // 8-bit x where their types do, with the selected products' bits.
+  if (gpu_matvec_q8_takes(w.router.type, E)) return false;
+  const bool glu_q8 = gpu_matvec_q8_takes(w.gate.type, E), down_q8 = gpu_matvec_q8_takes(w.down.type, F);
+  if (down_q8 && k * gpu::q8_token_stride(F / kQ8Block) + 256 > gpu::staged_shared_limit()) return false;  // down_rows_q8_kernel's k vectors
   // Every launch must fit before the first is enqueued: a refusal enqueues nothing.
   const gpu::StagedLaunch a = gpu::staged_launch(n_expert, E, 1, w.router.type), b = gpu::staged_launch(2 * k * F, E, 1, w.gate.type);
   constexpr uint32_t kStatic = 4 * kMaxRoutedExperts * 4 + 64 + 16;  // route_norm_kernel's p, lg, id, wt, the norm's partials, last
@@ -200,12 +244,13 @@ bool gpu_moe_token(gpu_stream_t stream, const ExpertStacks& w, const float* norm
     return true;
   });
   if (!routed) return false;
-  const bool glu_done = staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
+  const SelectedGluRows glu_rows{w.gate.w, w.up.w, w.gate.row_bytes, w.gate.mat_bytes, ids, F, 2 * k * F, w.gate_bias, w.up_bias, act, m.hidden};
+  if (glu_q8) gpu::launch_rows_q8(s, w.gate.type, glu_rows, E, m.xn, nullptr, 0.0f, b.two_rows);
+  const bool glu_done = glu_q8 || staged<true>(w.gate.type, 2 * k * F, E, 1, [&]<GgmlType T, uint32_t R>(const gpu::StagedLaunch& g) {
     constexpr auto K = selected_glu_kernel<T, R>;
     if (g.shared_bytes > gpu::allow_staged_shared<K>()) return false;
     const uint32_t blocks = gpu::resident_cap<K>(g.blocks, 1, g.shared_bytes);
-    const SelectedGluRows rows{w.gate.w, w.up.w, w.gate.row_bytes, w.gate.mat_bytes, ids, F, 2 * k * F, w.gate_bias, w.up_bias, act, m.hidden};
-    K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(rows, E / kGroup, m.xn);
+    K<<<blocks, kStagedWarps * 32, g.shared_bytes, s>>>(glu_rows, E / kGroup, m.xn);
     return true;
   });
   const bool summed = glu_done && down_rows(s, w, k, down_shared, x, m);

@@ -14,7 +14,9 @@
 //      staged in shared memory), adds the k results in routing order and the sum into x.
 // Each value is the one the separate kernels computed (the same row sums, `+ 0.0f`, bias adds, GLU,
 // weighted sum and add, in the same order), so the fused token has the unfused token's bits, and those
-// of a pass of several tokens (tests/gpu/test_llm_ops.cpp holds them equal).
+// of a pass of several tokens (tests/gpu/test_llm_ops.cpp holds them equal). Experts whose types take
+// 8-bit x (gpu_matmul.h) take it in 2 and 3 too (their vectors quantised as the selected products do);
+// a router of such a type declines the fusion.
 #pragma once
 #include <cstdint>
 
