@@ -5,12 +5,14 @@
 // gives.
 //
 // Why the same bits: a (row, token) result is made of the same per-lane steps in the same order as the
-// one-token kernel's warp_dot_rows_q8 (lane l: Q6_K slice l % 8 of super-blocks l / 8, l / 8 + 4, ...;
-// Q8_0 blocks l, l + 32, ...; each step q8_dot.h's q6k_slice_dot / q8_0_block_dot on that lane's sum),
+// one-token kernel's warp_dot_rows_q8 (lane l: Q4_K / Q6_K slice l % 8 of super-blocks l / 8, l / 8 + 4,
+// ...; Q8_0 blocks l, l + 32, ...; each step q8_dot.h's q4k_slice_dot / q6k_slice_dot / q8_0_block_dot on
+// that lane's sum),
 // then the same butterfly (warp_sum), and x is quantised per token by the same stage_q8 into the same
-// layout. What differs is only which warp computes it and that a Q6_K / Q8_0 weight slice, read once,
-// serves every token of a tile (a streamed layer's weights are read once a tile over the link, not once a
-// token). Other types the one-token kernel takes (Q4_K) run its own row function token by token.
+// layout. What differs is only which warp computes it and that a weight slice, read once, serves every
+// token of a tile (a streamed layer's weights are read once a tile over the link, not once a token). Q4_K:
+// the steps of warp_dot_rows_q8's loop for rows that are not 16-byte aligned, whose bits its lean loop
+// for aligned rows has too (gpu_rows_q4k_q8.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -46,47 +48,48 @@ __device__ inline Q8Slice6 staged_slice6(const uint8_t* sm, uint32_t groups, uin
 template <GgmlType T>
 __device__ inline void warp_dot_tokens_q8(const uint8_t* row, uint32_t groups, const uint8_t* sm, uint64_t stride, uint32_t m,
                                           uint32_t lane, float (&out)[kQ8TileTokens]) {
-  if constexpr (T != GgmlType::Q6_K && T != GgmlType::Q8_0) {  // the one-token kernel's own row function, a token at a time
+  float part[kQ8TileTokens];
 #pragma unroll
-    for (uint32_t j = 0; j < kQ8TileTokens; ++j) {
-      if (j >= m) break;
-      const uint8_t* p[1] = {row};
-      float d[1];
-      warp_dot_rows_q8<T, 1>(p, groups, sm + j * stride, lane, d);
-      out[j] = d[0];
+  for (uint32_t j = 0; j < kQ8TileTokens; ++j) part[j] = 0.0f;
+  if constexpr (T == GgmlType::Q4_K) {  // warp_dot_rows_q8's Q4_K steps (its lean loop has their bits)
+    const uint32_t s = lane % 8, blocks = groups / 8;
+    for (uint32_t b = lane / 8; b < blocks; b += 4) {
+      const uint8_t* blk = row + uint64_t(b) * sizeof(BlockQ4_K);
+      uint32_t head[4], q[4];
+      load_words<4>(blk, head);
+      load_words<4>(blk + 16 * (1 + s), q);
+#pragma unroll
+      for (uint32_t j = 0; j < kQ8TileTokens; ++j)
+        if (j < m) part[j] += q4k_slice_dot(head, q, staged_slice(sm + j * stride, groups, b, s), s);
+    }
+  } else if constexpr (T == GgmlType::Q6_K) {
+    const uint32_t s = lane % 8, blocks = groups / 8;
+    for (uint32_t b = lane / 8; b < blocks; b += 4) {
+      const Q6kSlice w = q6k_slice(row + uint64_t(b) * sizeof(BlockQ6_K), s);
+#pragma unroll
+      for (uint32_t j = 0; j < kQ8TileTokens; ++j)
+        if (j < m) part[j] = q6k_slice_dot(w, staged_slice6(sm + j * stride, groups, b, s), part[j]);
     }
   } else {
-    float part[kQ8TileTokens];
+    static_assert(T == GgmlType::Q8_0);
+    for (uint32_t g = lane; g < groups; g += 32) {
+      const uint8_t* blk = row + uint64_t(g) * sizeof(BlockQ8_0);
+      uint32_t q[8];
+      load_words_any<8>(blk + 2, q);
+      const uint16_t dw = *reinterpret_cast<const uint16_t*>(blk);
 #pragma unroll
-    for (uint32_t j = 0; j < kQ8TileTokens; ++j) part[j] = 0.0f;
-    if constexpr (T == GgmlType::Q6_K) {
-      const uint32_t s = lane % 8, blocks = groups / 8;
-      for (uint32_t b = lane / 8; b < blocks; b += 4) {
-        const Q6kSlice w = q6k_slice(row + uint64_t(b) * sizeof(BlockQ6_K), s);
-#pragma unroll
-        for (uint32_t j = 0; j < kQ8TileTokens; ++j)
-          if (j < m) part[j] = q6k_slice_dot(w, staged_slice6(sm + j * stride, groups, b, s), part[j]);
-      }
-    } else {
-      for (uint32_t g = lane; g < groups; g += 32) {
-        const uint8_t* blk = row + uint64_t(g) * sizeof(BlockQ8_0);
-        uint32_t q[8];
-        load_words_any<8>(blk + 2, q);
-        const uint16_t dw = *reinterpret_cast<const uint16_t*>(blk);
-#pragma unroll
-        for (uint32_t j = 0; j < kQ8TileTokens; ++j) {
-          if (j >= m) break;
-          const uint8_t* t = sm + j * stride;
-          const uint4 a = reinterpret_cast<const uint4*>(t)[g], c = reinterpret_cast<const uint4*>(t + 16 * uint64_t(groups))[g];
-          const uint32_t xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
-          part[j] = q8_0_block_dot(dw, q, xv, reinterpret_cast<const float*>(t + 32 * uint64_t(groups))[g], part[j]);
-        }
+      for (uint32_t j = 0; j < kQ8TileTokens; ++j) {
+        if (j >= m) break;
+        const uint8_t* t = sm + j * stride;
+        const uint4 a = reinterpret_cast<const uint4*>(t)[g], c = reinterpret_cast<const uint4*>(t + 16 * uint64_t(groups))[g];
+        const uint32_t xv[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+        part[j] = q8_0_block_dot(dw, q, xv, reinterpret_cast<const float*>(t + 32 * uint64_t(groups))[g], part[j]);
       }
     }
-#pragma unroll
-    for (uint32_t j = 0; j < kQ8TileTokens; ++j)
-      if (j < m) out[j] = warp_sum(part[j]);  // m is the same for the whole warp
   }
+#pragma unroll
+  for (uint32_t j = 0; j < kQ8TileTokens; ++j)
+    if (j < m) out[j] = warp_sum(part[j]);  // m is the same for the whole warp
 }
 
 // Y[n x rows] = X[n x cols] W^T (+ bias), W matrix *sel of a stack (mat_bytes apart) where sel is given:
