@@ -111,6 +111,21 @@ __device__ inline Q8Slice staged_slice(const uint8_t* sm, uint32_t groups, uint3
   return x;
 }
 
+// Q6_K: x's side of slice s of super-block b from the staged layout (q8_slot's Q6_K entries).
+__device__ inline Q8Slice6 staged_slice6(const uint8_t* sm, uint32_t groups, uint32_t b, uint32_t s) {
+  const uint2* xe = reinterpret_cast<const uint2*>(sm);
+  const float* ds = reinterpret_cast<const float*>(sm + 32 * uint64_t(groups));
+  const uint32_t blocks = groups / 8;
+  Q8Slice6 x;
+#pragma unroll
+  for (uint32_t k = 0; k < 4; ++k) {
+    const uint2 v = xe[(k * blocks + b) * 8 + s];
+    x.x[k][0] = v.x, x.x[k][1] = v.y;
+    x.d[k] = ds[8 * b + 4 * (s / 4) + k];
+  }
+  return x;
+}
+
 // Q4_K's lean loop for 16-byte aligned rows (gpu_rows_q4k_q8.cuh, included at the end of this file): the
 // bits of warp_dot_rows_q8's Q4_K loop below, in 2.207 instead of 3.511 ms of Llama-3-8B Q4_K products.
 template <uint32_t R>
@@ -147,17 +162,9 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
     }
   } else if constexpr (T == GgmlType::Q6_K) {
     const uint32_t s = lane % 8, blocks = groups / 8;
-    const uint2* xe = reinterpret_cast<const uint2*>(sm);
-    const float* ds = reinterpret_cast<const float*>(sm + 32 * uint64_t(groups));
 #pragma unroll 2
     for (uint32_t b = lane / 8; b < blocks; b += 4) {
-      Q8Slice6 x;
-#pragma unroll
-      for (uint32_t k = 0; k < 4; ++k) {
-        const uint2 v = xe[(k * blocks + b) * 8 + s];
-        x.x[k][0] = v.x, x.x[k][1] = v.y;
-        x.d[k] = ds[8 * b + 4 * (s / 4) + k];
-      }
+      const Q8Slice6 x = staged_slice6(sm, groups, b, s);
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r)
         part[r] = q6k_slice_dot(q6k_slice(row[r] + uint64_t(b) * sizeof(BlockQ6_K), s), x, part[r]);

@@ -28,21 +28,6 @@ inline constexpr uint32_t kQ8TileTokens = 8;  // tokens whose sums a lane keeps 
 // A token's staged 8-bit x in a tile: q8_shared_bytes rounded up to 16 bytes (the 16-byte shared loads).
 constexpr uint64_t q8_token_stride(uint32_t groups) { return (q8_shared_bytes(groups) + 15) / 16 * 16; }
 
-// Q6_K: x's side of slice s of super-block b from a staged x (warp_dot_rows_q8's reads).
-__device__ inline Q8Slice6 staged_slice6(const uint8_t* sm, uint32_t groups, uint32_t b, uint32_t s) {
-  const uint2* xe = reinterpret_cast<const uint2*>(sm);
-  const float* ds = reinterpret_cast<const float*>(sm + 32 * uint64_t(groups));
-  const uint32_t blocks = groups / 8;
-  Q8Slice6 x;
-#pragma unroll
-  for (uint32_t k = 0; k < 4; ++k) {
-    const uint2 v = xe[(k * blocks + b) * 8 + s];
-    x.x[k][0] = v.x, x.x[k][1] = v.y;
-    x.d[k] = ds[8 * b + 4 * (s / 4) + k];
-  }
-  return x;
-}
-
 // One row of type T times the m (<= kQ8TileTokens) staged vectors at sm + j * stride, by one warp:
 // out[j] for j < m in every lane, each with warp_dot_rows_q8's bits for that vector.
 template <GgmlType T>
