@@ -25,8 +25,6 @@
 using namespace gpunvme;
 using namespace gpunvme::llm;
 using gpunvme::test::DeviceArray;
-using gpunvme::test::random_x;
-using gpunvme::test::require_bits;
 
 namespace {
 
@@ -53,7 +51,7 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
   const uint64_t rb = w.size() / sh.rows;
   std::vector<uint8_t> padded(w.size() + 8);
   std::memcpy(padded.data() + (unaligned ? 8 : 0), w.data(), w.size());
-  const auto x = random_x(uint64_t(kMax) * sh.cols, rng);
+  const auto x = gpunvme::test::random_x(uint64_t(kMax) * sh.cols, rng);
   std::vector<float> bias(sh.rows);
   for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
   DeviceArray<uint8_t> dw(padded);
@@ -69,7 +67,7 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
   for (uint32_t k : {0u, 13u, kMax - 1}) {
     CAPTURE(k);
     const auto tw = twin(t, w.data(), rb, sh.rows, sh.cols, x.data() + size_t(k) * sh.cols, bias.data());
-    require_bits(std::vector<float>(ref.begin() + size_t(k) * sh.rows, ref.begin() + size_t(k + 1) * sh.rows), tw);
+    gpunvme::test::require_bits(std::vector<float>(ref.begin() + size_t(k) * sh.rows, ref.begin() + size_t(k + 1) * sh.rows), tw);
   }
   // Passes of n tokens, through gpu_matmul and the batched entry (n = 1 included); a pass's tiles (8
   // tokens) and their partial last ones.
@@ -80,8 +78,8 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
     gpu_matmul_batched(nullptr, m, dx.p, n, db.p, dyb.p);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     const std::vector<float> want(ref.begin(), ref.begin() + size_t(n) * sh.rows);
-    require_bits(dy.get(size_t(n) * sh.rows), want);
-    require_bits(dyb.get(size_t(n) * sh.rows), want);
+    gpunvme::test::require_bits(dy.get(size_t(n) * sh.rows), want);
+    gpunvme::test::require_bits(dyb.get(size_t(n) * sh.rows), want);
   }
 }
 
@@ -93,7 +91,7 @@ TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bi
   std::mt19937 rng(4242 + uint32_t(t));
   const auto w = llm::test::random_rows(t, cols, uint64_t(rows) * mats, rng);
   const uint64_t rb = w.size() / (uint64_t(rows) * mats), mat = rb * rows;
-  const auto x = random_x(uint64_t(4) * cols, rng);
+  const auto x = gpunvme::test::random_x(uint64_t(4) * cols, rng);
   const std::vector<uint32_t> sel{2, 0, 2, 1};
   DeviceArray<uint8_t> dw(w);
   DeviceArray<float> dx(x);
@@ -107,23 +105,23 @@ TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bi
     gpu_matvec_selected(nullptr, GpuMatrix{t, dw.p, rb, rows, cols, ds.p, mat}, 4, dx.p, cols, dy.p, rows);
     for (uint32_t j = 0; j < 4; ++j) one(sel[j], dx.p + size_t(j) * cols, dr.p + size_t(j) * rows);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
+    gpunvme::test::require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
     const auto y = dy.get(size_t(4) * rows);
     const auto tw = twin(t, w.data() + sel[3] * mat, rb, rows, cols, x.data() + size_t(3) * cols, nullptr);
-    require_bits(std::vector<float>(y.begin() + size_t(3) * rows, y.end()), tw);
+    gpunvme::test::require_bits(std::vector<float>(y.begin() + size_t(3) * rows, y.end()), tw);
   }
   SECTION("one vector (gate and up)") {
     DeviceArray<float> dy(std::vector<float>(size_t(4) * rows, NAN)), dr(std::vector<float>(size_t(4) * rows, NAN));
     gpu_matvec_selected(nullptr, GpuMatrix{t, dw.p, rb, rows, cols, ds.p, mat}, 4, dx.p, 0, dy.p, rows);
     for (uint32_t j = 0; j < 4; ++j) one(sel[j], dx.p, dr.p + size_t(j) * rows);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
+    gpunvme::test::require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
   }
   SECTION("a pass through a selected matrix (the grouped experts' entry)") {
     DeviceArray<float> dy(std::vector<float>(size_t(4) * rows, NAN)), dr(std::vector<float>(size_t(4) * rows, NAN));
     gpu_matmul(nullptr, GpuMatrix{t, dw.p, rb, rows, cols, ds.p + 3, mat}, dx.p, 4, nullptr, dy.p);  // matrix sel[3]
     for (uint32_t j = 0; j < 4; ++j) one(sel[3], dx.p + size_t(j) * cols, dr.p + size_t(j) * rows);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
+    gpunvme::test::require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
   }
 }
