@@ -140,6 +140,10 @@ TEST_CASE("tensor-core product: refuses passes and rows beyond its sizes, and st
 // token may differ only at a tie the rounding can flip). Resident and streamed give the same bits.
 TEST_CASE("tensor-core product in the engine: a 100-token prompt gives the CPU executor's greedy tokens", "[gpu][llm][gemm]") {
   REQUIRE_GPU();
+  // The FP32 products against the FP32 CPU executor: with 8-bit x (the default) step 1's logits moved by
+  // 1.1 % of their largest (0.0316 of 2.86; H200, a7fc8d1), over this rule's 1 %, the same token; the
+  // 8-bit decode is held to llama.cpp's tokens by reference_check.py and to its CPU twin by "8-bit*".
+  const ScopedQ8Types fp32(0);
   gpunvme::test::DeployedModel d(0, "gemm-test");
   gpunvme::test::Opened o(d.device);
   const uint32_t n_prompt = 100, steps = 8, n_ctx = 128;
