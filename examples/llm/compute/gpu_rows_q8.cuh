@@ -1,5 +1,6 @@
-// The one-token matrix-vector products with 8-bit activations and integer dot products (issue 36's
-// trial of llama.cpp's mmvq idea, behind GPUNVME_MATVEC_Q8=1 / gpu_set_matvec_q8): Q4_K, Q6_K and Q8_0 rows.
+// The one-token matrix-vector products with 8-bit activations and integer dot products (llama.cpp's
+// mmvq idea; the default for q8_types.h's kDefaultQ8Types, GPUNVME_MATVEC_Q8=0 or
+// gpu_set_matvec_q8_types(0) takes the FP32 kernels): Q4_K, Q6_K and Q8_0 rows.
 //
 // Each block quantises x (or x's RMS norm times norm_w: the norm kernel's values, rms_scale's scale) to
 // 8-bit blocks in shared memory once (quant/q8_dot.h's rule), then its warps take R rows each and stride
