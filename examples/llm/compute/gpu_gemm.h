@@ -1,5 +1,5 @@
 // The tensor-core product for prompt passes (issue 36): a pass of more than kSmallPassTokens tokens
-// multiplies each matrix on the tensor cores instead of the FP32 batched kernel (gpu_matmul.h, about
+// multiplies each matrix on the tensor cores instead of the small passes' batched kernel (gpu_matmul.h, about
 // 4.4 TFLOP/s on an H200). The matrix is dequantized on the GPU, a chunk of rows at a time, into a 16-bit
 // scratch buffer by the kernels' own per-type unpacking (dequant.h's dequant_group, the one decoder of
 // every type), the tokens' vectors are converted to the same 16-bit type, and cuBLASLt multiplies them
@@ -83,7 +83,7 @@ class TensorGemm {
   TensorGemm& operator=(const TensorGemm&) = delete;
 
   // y[t * rows + r] = W[r] . x[t * cols ..] (+ bias[r]) for t < n, enqueued on `s`. m.sel must be null
-  // (a stack picked by a device-side id: gpu_matmul_pass keeps those on the FP32 kernels). Throws
+  // (a stack picked by a device-side id: gpu_matmul_pass keeps those on the small-pass kernels). Throws
   // std::logic_error for n or cols beyond the sizes given at construction.
   void matmul(gpu_stream_t s, const GpuMatrix& m, const float* x, uint32_t n, const float* bias, float* y);
 

@@ -5,17 +5,18 @@
 // and its three products run once over them, one GLU over every row, and each token's outputs summed in
 // its routing order.
 //
-// The token path's bits, to the bit: every product is the batched kernel (FP32, or 8-bit x for the types
-// gpu_matmul.h's 8-bit path takes), whose (row, token) results are the matrix-vector kernel's; biases are added after it as the token path
-// adds them; the GLU is element by element; the sum is the token path's, in the same order. So streamed
-// experts (fetched, token by token) and resident ones (grouped) keep giving the same logits, which the
-// reference check's residency pair and tiers hold to the bit. Not the tensor cores: their 16-bit inputs
+// The token path's bits, to the bit: every product is the batched kernel of the small passes (FP32, or
+// 8-bit x for the types gpu_matmul.h's 8-bit path takes: "the small-pass kernels" below), whose (row,
+// token) results are the matrix-vector kernel's; biases are added after it as the token path adds them;
+// the GLU is element by element; the sum is the token path's, in the same order. So streamed experts
+// (fetched, token by token) and resident ones (grouped) keep giving the same logits, which the reference
+// check's residency pair and tiers hold to the bit. Not the tensor cores: their 16-bit inputs
 // would make a resident layer's prompt pass differ from a streamed one's.
 //
 // Why only passes of more than kSmallPassTokens tokens: below that an expert rarely gets more than one
 // row, and the token path's one launch per projection for all k experts is fewer launches; except for
 // fetched experts with GPUNVME_MOE_GROUP_FETCHED=1 (several sequences' decode: each expert fetched once
-// for the pass, K at a time, instead of once per token; its parts copied to a stage the FP32 batched
+// for the pass, K at a time, instead of once per token; its parts copied to a stage the batched
 // kernel reads as a resident stack, so the token path's bits).
 //
 // On the tensor cores (issue 36; tensor_cores() says when): in a prompt pass of the fast kernels the
@@ -26,12 +27,12 @@
 // has the same bits as the resident expert's (the kernel's tile depends only on its expert's bytes and
 // tokens). The rule, resident or streamed alike: a pass of more than kSmallPassTokens tokens with the fast
 // kernels on and GPUNVME_MOE_MMA not 0 multiplies every expert on the tensor cores, where the layer's
-// gate and up share a 16-bit type (gemm_elem_for); every other pass keeps the FP32 kernels' bits (decode
+// gate and up share a 16-bit type (gemm_elem_for); every other pass keeps the small-pass kernels' bits (decode
 // and speculative passes among them). GPUNVME_MOE_MMA=0 is the A/B switch until it is measured.
 //
 // Resident experts on the tensor cores are grouped on the device (gpu_moe_group.h: no wait, the products
 // launched over a bound on the tiles); every other pass's grouping is made on the host from the routing
-// copied back (one stream wait per MoE layer): its products (the FP32 kernels' launches per expert, the
+// copied back (one stream wait per MoE layer): its products (the small-pass kernels' launches per expert, the
 // fetches K experts at a time) are launched by the host, which must know each one's row count.
 #pragma once
 #include <cstdint>
@@ -60,16 +61,16 @@ class GroupedMoe {
   // Whether a layer whose gate and up are of these types multiplies its experts on the tensor cores.
   bool tensor_cores(GgmlType gate, GgmlType up) const { return tensor_ && gemm_elem_for(gate) == gemm_elem_for(up); }
   // Whether a small group of `n` tokens (several sequences' decode) with fetched experts goes grouped, on
-  // the FP32 kernels: each expert fetched once per pass, not once per token, with the token path's bits.
+  // the small-pass kernels: each expert fetched once per pass, not once per token, with the token path's bits.
   // From 4 tokens (GPUNVME_MOE_GROUP_FETCHED=1: from 2; =0: never; gpu_moe_grouped.cu says why).
   bool groups_fetched(uint32_t n) const { return fetched_small_min_ && n >= fetched_small_min_; }
   // That fewest count of tokens of a GroupedMoe made now (0: never; read from the environment).
   static uint32_t fetched_min_tokens();
 
   // acc[t] = the MoE FFN of the normed token xn[t], t < n, enqueued on `s` (waits for the routing); on
-  // the tensor cores where `fast` (a pass of the fast kernels) and tensor_cores(), else the FP32 kernels.
+  // the tensor cores where `fast` (a pass of the fast kernels) and tensor_cores(), else the small-pass kernels.
   // With `src`, layer `layer`'s experts are fetched through it (st's gate, up and down give only their
-  // types and shapes): on the tensor cores, or with groups_fetched_small(). On the FP32 kernels, the
+  // types and shapes): on the tensor cores, or with groups_fetched_small(). On the small-pass kernels, the
   // experts of `first` (pre-gating's prediction for this layer, best first) that the pass uses are
   // fetched first, the others in order of id: with a cache of two fetches, the predicted experts read
   // ahead are then hits of the first fetch, before a later one's faults could evict them (the order
@@ -88,7 +89,7 @@ class GroupedMoe {
   // The tensor cores' products of the gathered rows xs_ (rows of them), outputs into xs_: the used
   // experts all at once, or through src K at a time.
   void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer, bool on_device);
-  // The FP32 kernels' products of fetched experts, K at a time through a copy of their parts (stage_).
+  // The small-pass kernels' products of fetched experts, K at a time through a copy of their parts (stage_).
   void run_fetched_fp32(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
                         const std::function<void()>& after_fetches);
 
@@ -113,7 +114,7 @@ class GroupedMoe {
   ExpertTile *tiles_ = nullptr, *tiles_host_ = nullptr;
   uint32_t *used_ = nullptr, *used_host_ = nullptr;
   uint32_t used_n_ = 0, max_tiles_ = 0;
-  // Fetched experts on the FP32 kernels: a group's parts copied here (allocated at first use), and
+  // Fetched experts on the small-pass kernels: a group's parts copied here (allocated at first use), and
   // failed[j]: routing index j's read failed or lacks a part.
   uint8_t* stage_ = nullptr;
   uint64_t stage_bytes_ = 0;

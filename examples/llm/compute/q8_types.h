@@ -1,6 +1,7 @@
-// Which weight types' one-token products take 8-bit x (gpu_matmul.h, GPUNVME_MATVEC_Q8): by type,
-// because a file of one nominal type mixes them (Q4_K_M holds Q6_K matrices too) and the 8-bit path is
-// faster for some types only (docs/performance.md §8). Host code, so that the CPU tests hold the grammar.
+// Which weight types' small-pass products (passes of 1-32 tokens, selected and fetched experts) take 8-bit
+// x (gpu_matmul.h, GPUNVME_MATVEC_Q8): by type, because a file of one nominal type mixes them (Q4_K_M
+// holds Q6_K matrices too) and whether the 8-bit path is faster is measured per type (docs/performance.md
+// §8). Host code, so that the CPU tests hold the grammar.
 #pragma once
 #include <cstdint>
 #include <span>

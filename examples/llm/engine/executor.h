@@ -183,7 +183,7 @@ struct GpuExecOptions {
   uint32_t max_batch = 1;        // tokens per pass at most (the GPU forward pass's activations are sized for it)
   // Passes of more than kSmallPassTokens (32) tokens on the fast kernels: matrices on the tensor cores
   // (compute/gpu_gemm.h), flash attention (compute/gpu_flash_attention.cuh); their last bits differ from
-  // token by token. false: the small passes' FP32 kernels, every logit as token by token to the bit.
+  // token by token. false: the small passes' kernels, every logit as token by token to the bit.
   bool fast_prompt = true;
   // One-token passes over a model all in GPU memory (one GPU) replay a CUDA graph of their layers
   // (compute/gpu_graph.h: the same kernels, the same bits, one launch; GPUNVME_LLM_DECODE_GRAPH=0: off).
