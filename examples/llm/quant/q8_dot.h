@@ -1,6 +1,8 @@
-// 8-bit activations and integer dot products for the one-token products (issue 36), written once for the
-// CPU and the GPU: the GPU kernel (compute/gpu_rows_q8.cuh) calls these per slice, and the CPU twin below
-// repeats the kernel's lane order, so the two agree to the bit (tests/gpu/test_llm_matvec_q8.cpp).
+// 8-bit activations and integer dot products for the small passes' products (issue 36), written once for
+// the CPU and the GPU: the GPU kernels (compute/gpu_rows_q8.cuh, and gpu_rows_q8_batch.cuh's passes of
+// several tokens and experts, in the one-token kernel's lane order) call these per slice, and the CPU twin
+// below repeats that lane order, so the two agree to the bit (tests/gpu/test_llm_matvec_q8.cpp,
+// test_llm_matmul_q8_batch.cpp).
 //
 // Why: the FP32 kernels dequantise every weight and multiply in FP32, about 4.5 instructions a weight,
 // which bounds Llama-3-8B Q4_K's products at 2.97 ms a token on an H200 (0.94x llama.cpp). As llama.cpp's
