@@ -63,7 +63,7 @@ const cli::Help kHelp = {
     "  --types LIST    --decode: weight types (default q4_k,q5_k,q6_k,q8_0,q4_0,mxfp4,f16)\n"
     "  --matrices LIST --decode: ROWSxCOLS shapes (default Llama-3-70B's and -8B's)\n"
     "  --decode-pass   one token's pass over the shape's (first N --layers) layers: ms per token, by part\n"
-    "  --q8            --decode-pass: also with 8-bit x and integer dot products (gpu_matvec_q8), beside\n"
+    "  --q8            --decode-pass: the FP32 products beside the 8-bit x ones (the default; gpu_matvec_q8)\n"
     "  --attention     a layer's attention alone at --positions (default 64,2048), --tokens 1,4,32\n"
     "  --json-out F    also write the rows as one JSON object\n",
     "\n"
@@ -284,7 +284,7 @@ Options parse(int argc, char** argv) {
     for (uint32_t n : o.tokens)
       if (n <= kSmallPassTokens)
         throw cli::UsageError("--gemm times prompt passes: each --tokens count must be above " + std::to_string(kSmallPassTokens) +
-                              " (smaller passes keep the FP32 kernels)");
+                              " (smaller passes keep the matrix-vector kernels)");
   o.layers = args.get_u32("layers", 0);
   if (args.has("layers") && (!o.decode_pass || o.layers == 0)) throw cli::UsageError("--layers N (N >= 1) goes with --decode-pass");
   o.reps = args.get_u32("reps", o.reps);

@@ -374,7 +374,7 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
     bound_s = std::max(bound_s, plan_s);
     if (c.nvme_bytes_per_token < 0.95 * c.plan_nvme_bytes_per_token)
       std::fprintf(stderr, "llm_tokens: note: %s %s: the drives served %s a timed token, the plan streams %s: reads ran ahead "
-                   "of the timed tokens (deep --slots); the bound is the plan's: give more --tokens\n",
+                   "of the timed tokens (deep streaming slots); the bound is the plan's: give more --tokens\n",
                    c.budget.c_str(), c.drive_label().c_str(), text::human_bytes(c.nvme_bytes_per_token).c_str(),
                    text::human_bytes(c.plan_nvme_bytes_per_token).c_str());
   }

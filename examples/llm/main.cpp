@@ -113,7 +113,7 @@ const cli::Help kHelp = {
     "  --draft-k K         with --draft lookup: tokens drafted per pass at most (1..31, default 8)\n"
     "  --prompt-kernels fast|exact  GPU path, passes of more than 32 tokens: fast (default: matrices on the\n"
     "                      tensor cores, FP16/BF16 inputs and FP32 sums, flash attention; the last bits differ from\n"
-    "                      token by token, as llama.cpp's do) or exact (the small passes' FP32 kernels: every logit\n"
+    "                      token by token, as llama.cpp's do) or exact (the small passes' kernels: every logit\n"
     "                      bit for bit as token by token, several times slower)\n"
     "  --trace FILE        per generated token: its id and the top-5 logits, one JSON line each\n"
     "  --logits-out FILE   per generated token: all logits, raw float32 (bitwise comparisons)\n"

@@ -700,11 +700,11 @@ TEST_CASE("block ops: a prompt pass's MoE on the tensor cores, GPU = CPU, fetche
 }
 
 // GPUNVME_MOE_GROUP_FETCHED=1: a pass of 2..32 tokens (several sequences' decode) whose experts are
-// fetched goes grouped on the FP32 kernels, each used expert fetched once for the pass (K at a time) and
+// fetched goes grouped on the small passes' kernels, each used expert fetched once for the pass (K at a time) and
 // copied to a stage the batched kernel reads: the resident token path's bits, in 2 fetches where the
 // token path made one per token. With 8-bit x (gpu_matmul.h) too: the batched 8-bit kernel, the selected
 // experts' and the fetched experts' one-token 8-bit products.
-TEST_CASE("block ops: a small pass's fetched experts grouped on the FP32 kernels, the token path's bits", "[gpu][llm][ops]") {
+TEST_CASE("block ops: a small pass's fetched experts grouped on the small passes' kernels, the token path's bits", "[gpu][llm][ops]") {
   REQUIRE_GPU();
   const GgmlType type = GENERATE(GgmlType::F16, GgmlType::Q4_K, GgmlType::MXFP4, GgmlType::Q6_K, GgmlType::Q8_0);
   const Shape shape = GENERATE(Shape::kMoe, Shape::kGptOss);

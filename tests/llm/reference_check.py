@@ -188,7 +188,7 @@ def check_gpus(a, device, case, steps, workdir, resident, base_logits, announce)
 
 # On the GPU path a pass of more than 32 tokens takes the tensor cores by default, whose last bits differ
 # from token by token's (as llama.cpp's do; its tokens are checked against the default run): the bitwise
-# variants compare runs with the small passes' FP32 kernels for every pass (--prompt-kernels exact).
+# variants compare runs with the small passes' kernels for every pass (--prompt-kernels exact).
 EXACT_GPU = ["--prompt-kernels", "exact"]
 
 
