@@ -23,6 +23,12 @@ uint32_t command_block_limit(const host::Controller& controller, uint32_t nsid, 
   return uint32_t(std::clamp<uint64_t>(blocks, 1, nvme::kMaxBlocksPerCommand));
 }
 
+uint64_t slot_bytes_for(std::span<const std::vector<model::Extent>> layers, uint32_t lba_bytes, uint64_t align, uint64_t page) {
+  uint64_t widest = 0;
+  for (const auto& L : layers) widest = std::max(widest, plan::packed_bytes(L, lba_bytes, align));
+  return std::max<uint64_t>((widest + page - 1) / page * page, page);
+}
+
 LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
                              std::vector<std::vector<model::Extent>> layers, const StreamerOptions& options)
     : controller_(controller), submitter_(submitter), layers_(std::move(layers)), options_(options) {
@@ -53,8 +59,7 @@ LayerStreamer::LayerStreamer(host::Controller& controller, Submitter& submitter,
 
 void LayerStreamer::allocate_slots(host::Controller& controller, uint64_t align) {
   const uint64_t page = controller.page_bytes();
-  for (const auto& L : layers_) slot_bytes_ = std::max(slot_bytes_, plan::packed_bytes(L, geometry_.lba_bytes, align));
-  slot_bytes_ = std::max<uint64_t>((slot_bytes_ + page - 1) / page * page, page);
+  slot_bytes_ = slot_bytes_for(layers_, geometry_.lba_bytes, align, page);
   host::DmaOptions mem{options_.hugepages};
   mem.gpu_mapped = options_.gpu_mapped && host::cuda_device_available();
   slots_.resize(options_.slots);

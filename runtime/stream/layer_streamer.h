@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "host/controller.h"
@@ -211,5 +212,9 @@ class LayerStreamer {
 
 // Per-command block limit for a namespace: MDTS, NLB, and an optional byte cap.
 uint32_t command_block_limit(const host::Controller& controller, uint32_t nsid, uint64_t max_command_bytes);
+
+// One slot's bytes for these layers: the widest layer packed at `align`, rounded up to whole pages (at
+// least one). The streamer sizes its slots by it; a caller choosing how many slots to pin asks it first.
+uint64_t slot_bytes_for(std::span<const std::vector<model::Extent>> layers, uint32_t lba_bytes, uint64_t align, uint64_t page);
 
 }  // namespace gpunvme::stream

@@ -847,18 +847,18 @@ class GpuExecutor final : public Executor {
     for (uint32_t k = 0; k < slots_; ++k) begin_next();
   }
 
-  // What one streaming slot costs (stream_slots' inputs): its pinned host bytes, the widest streamed
-  // layer packed as the streamer packs it, and its command templates in GPU memory, every streamed
-  // layer's commands (an extent's blocks cut by the controller's per-command limit; a striped set's
-  // members share them out).
+  // What one streaming slot costs (stream_slots' inputs): its pinned host bytes, as the streamer sizes
+  // them (stream::slot_bytes_for, with the streamer's default options the executor uses), and its command
+  // templates in GPU memory, every streamed layer's commands (an extent's blocks cut by the streamer's
+  // per-command limit; a striped set's members share them out).
   StreamSlotInputs slot_costs(const host::Controller& c, const std::vector<std::vector<model::Extent>>& streamed) const {
-    const uint64_t page = c.page_bytes(), lba = m_.lba_size();
-    const uint64_t per_command = std::clamp<uint64_t>(c.max_blocks_per_command(1), 1, nvme::kMaxBlocksPerCommand);
+    const stream::StreamerOptions so;
+    const uint64_t page = c.page_bytes();
+    const uint64_t per_command = stream::command_block_limit(c, so.nsid, so.max_command_bytes);
     StreamSlotInputs in;
-    for (const std::vector<model::Extent>& l : streamed) {
-      in.slot_bytes = std::max(in.slot_bytes, (plan::packed_bytes(l, uint32_t(lba), page) + page - 1) / page * page);
+    in.slot_bytes = stream::slot_bytes_for(streamed, uint32_t(m_.lba_size()), so.align ? so.align : page, page);
+    for (const std::vector<model::Extent>& l : streamed)
       for (const model::Extent& e : l) in.template_bytes += (e.lba_count + per_command - 1) / per_command * sizeof(nvme::SubmissionEntry);
-    }
     return in;
   }
 
