@@ -52,7 +52,8 @@ __global__ void add_bias_rows_kernel(float* y, const float* bias, uint32_t width
 }
 
 // Rows [r0, r0 + count) of y = expert e's matrix (at w: of m's type and shape) times rows of x, then
-// expert e's bias row where the stack has biases: the FP32 batched kernel (see the header).
+// expert e's bias row where the stack has biases: the small passes' batched kernel, 8-bit x or FP32 by
+// type as gpu_matmul chooses (see the header).
 void expert_product(cudaStream_t s, const GpuMatrix& m, const uint8_t* w, const float* bias, uint32_t e, const float* x,
                     uint64_t r0, uint32_t count, float* y) {
   GpuMatrix me = m;
@@ -100,7 +101,7 @@ __global__ void poison_rows_kernel(float* y, uint32_t width, const uint32_t* fai
 uint64_t align_up(uint64_t n) { return (n + 255) / 256 * 256; }
 
 // The fewest tokens of a small group (several sequences' decode) whose fetched experts go grouped, on
-// the FP32 kernels; 0: never. Measured (llm_seqs, Qwen3-30B-A3B at 8 GiB, pcie4, H200): grouped, 2
+// the small-pass kernels; 0: never. Measured (llm_seqs, Qwen3-30B-A3B at 8 GiB, pcie4, H200): grouped, 2
 // sequences made 5.3 passes/s against the token path's 6.3 (whose expert cache still hit), 4 made 5.1
 // against 4.8, 16 made 4.3 against 2.0. So from 4 tokens by default; GPUNVME_MOE_GROUP_FETCHED=1: from
 // 2, =0: never (the A/B switch).
@@ -110,7 +111,7 @@ uint32_t group_fetched_min_tokens() {
   return v && std::strcmp(v, "1") == 0 ? 2 : 4;
 }
 
-// GPUNVME_MOE_MMA=0 keeps prompt passes' experts on the FP32 kernels (the A/B switch, until measured).
+// GPUNVME_MOE_MMA=0 keeps prompt passes' experts on the small-pass kernels (the A/B switch, until measured).
 bool mma_enabled() {
   const char* v = std::getenv("GPUNVME_MOE_MMA");
   return !v || std::strcmp(v, "0") != 0;
@@ -282,12 +283,12 @@ void GroupedMoe::run_tensor(gpu_stream_t gs, const ExpertStacks& st, uint32_t ro
   }
 }
 
-// The FP32 kernels over fetched experts, K at a time: each group's parts copied from the scratchpad to
-// the stage (a few MB, microseconds), where the batched kernel reads them as it reads a resident stack:
-// the same bytes through the same kernel, so the resident grouped path's bits, which are the token
-// path's.
-void GroupedMoe::run_fetched_fp32(gpu_stream_t gs, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
-                                  const std::function<void()>& after_fetches) {
+// The small-pass kernels (8-bit x or FP32 by type, gpu_matmul's choice) over fetched experts, K at a
+// time: each group's parts copied from the scratchpad to the stage (a few MB, microseconds), where the
+// batched kernel reads them as it reads a resident stack: the same bytes through the same kernel, so the
+// resident grouped path's bits, which are the token path's.
+void GroupedMoe::run_fetched_small(gpu_stream_t gs, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
+                                   const std::function<void()>& after_fetches) {
   using model::Projection;
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t F = c_.n_ff, K = c_.n_expert_used;
@@ -333,7 +334,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
   if (n == 0 || n > max_tokens_) throw std::logic_error("GroupedMoe::run: " + std::to_string(n) + " tokens, sized for " + std::to_string(max_tokens_));
   const bool tensor = fast && tensor_cores(st.gate.type, st.up.type);
   if (src && !tensor && fetched_small_min_ == 0)
-    throw std::logic_error("GroupedMoe::run: fetched experts go grouped on the tensor cores, or on the FP32 kernels unless GPUNVME_MOE_GROUP_FETCHED=0");
+    throw std::logic_error("GroupedMoe::run: fetched experts go grouped on the tensor cores, or on the small-pass kernels unless GPUNVME_MOE_GROUP_FETCHED=0");
   cudaStream_t s = reinterpret_cast<cudaStream_t>(gs);
   const uint32_t E = c_.n_embd, F = c_.n_ff, K = c_.n_expert_used;
   const uint64_t rows = uint64_t(n) * K;
@@ -367,7 +368,7 @@ void GroupedMoe::run(gpu_stream_t gs, const ExpertStacks& st, const float* xn, u
                        "grouped MoE tiles");
     run_tensor(gs, st, uint32_t(rows), src, layer, false);
   } else if (src) {
-    run_fetched_fp32(gs, st, *src, layer, after_fetches);
+    run_fetched_small(gs, st, *src, layer, after_fetches);
   } else {
     for (uint32_t e = 0; e < c_.n_expert; ++e) {
       if (!count_[e]) continue;

@@ -89,9 +89,10 @@ class GroupedMoe {
   // The tensor cores' products of the gathered rows xs_ (rows of them), outputs into xs_: the used
   // experts all at once, or through src K at a time.
   void run_tensor(gpu_stream_t s, const ExpertStacks& st, uint32_t rows, ExpertSource* src, uint32_t layer, bool on_device);
-  // The small-pass kernels' products of fetched experts, K at a time through a copy of their parts (stage_).
-  void run_fetched_fp32(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
-                        const std::function<void()>& after_fetches);
+  // The small-pass kernels' products (8-bit x or FP32 by type) of fetched experts, K at a time through a
+  // copy of their parts (stage_).
+  void run_fetched_small(gpu_stream_t s, const ExpertStacks& st, ExpertSource& src, uint32_t layer,
+                         const std::function<void()>& after_fetches);
 
   ModelConfig c_;
   uint32_t max_tokens_;
