@@ -391,7 +391,18 @@ Cell run_cell(const ModelSpec& spec, const llm::ModelOnDevice& m, const Budget& 
     t.after_reads_seconds = bench::added_seconds(warm.prefetch.tail_seconds, s.prefetch.tail_seconds);
     t.expert_bytes = s.experts.bytes_read - warm.experts.bytes_read;
     t.fetches = s.experts.tokens - warm.experts.tokens;
-    c.chain = bench::chain_bound(t, tokens, drive_bw * double(c.served.size()), bound_s);
+    // Each fetch reads one drive set, its members at once: the shared one's, or with --drive-per-gpu its
+    // GPU's own, whose bytes count at that drive's rate while the others idle (the GPUs' ranges run in
+    // turn). Not every served counter's rate at once: that counted the shared controller, idle for the
+    // experts then, and the GPUs' drives as if they read together.
+    const double set_bw = drive_bw * c.members;
+    std::vector<bench::ChainReads> reads;
+    if (rs.drive_per_gpu && s.gpus.size() == warm.gpus.size()) {
+      for (size_t g = 0; g < s.gpus.size(); ++g) reads.push_back({s.gpus[g].expert_bytes_read - warm.gpus[g].expert_bytes_read, set_bw});
+    } else {
+      reads.push_back({t.expert_bytes, set_bw});
+    }
+    c.chain = bench::chain_bound(t, tokens, reads, bound_s);
   }
   return c;
 }

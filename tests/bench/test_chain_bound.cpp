@@ -1,5 +1,6 @@
 // bench/llm_tokens' second floor for MoE cells with no prefetch (bench/chain_bound.h): the dependent
-// chain's arithmetic, on the numbers of a Qwen3-30B-A3B 8G:0 pcie5 off cell in round figures.
+// chain's arithmetic, on the numbers of a Qwen3-30B-A3B 8G:0 pcie5 off cell in round figures, and with a
+// drive per GPU.
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -49,6 +50,29 @@ TEST_CASE("the chain is never below the bytes floor, and counts every drive at o
   t.stall_seconds = t.read_seconds = 1.001;
   CHECK(bench::chain_bound(t, 1, 2000, 0).outside_seconds == 0);
   CHECK(bench::chain_bound(t, 1, 2000, 0).seconds == 0.5);
+}
+
+TEST_CASE("a drive per GPU: each GPU's expert bytes at its own drive's rate, in turn", "[bench]") {
+  // Two GPUs, each with a drive of 1000 B/s (--drive-per-gpu), plus the shared controller, which reads no
+  // experts then. GPU 0's layers fetched 300 B, GPU 1's 700 B: the GPUs' ranges run in turn, so 0.3 +
+  // 0.7 s, not 1000 B over the three drives' 3000 B/s (0.33 s) as counting every served drive at once gave.
+  bench::ChainTimes t;
+  t.wall_seconds = 2.0, t.stall_seconds = 1.5, t.read_seconds = 1.2, t.expert_bytes = 1000, t.fetches = 4;
+  const std::vector<bench::ChainReads> per_gpu{{300, 1000.0}, {700, 1000.0}};
+  const bench::ChainBound b = bench::chain_bound(t, 1, per_gpu, 0);
+  CHECK(b.read_floor_seconds == Approx(1.0));
+  CHECK(b.seconds == Approx(1.5));  // 0.5 s outside + 1.0 s of reads
+  CHECK(b.overhead_per_fetch_seconds == Approx(0.5 / 4));
+  // Drives of other rates: each GPU's bytes at its own (300 B at 3000 B/s, 700 B at 700 B/s).
+  CHECK(bench::chain_bound(t, 1, std::vector<bench::ChainReads>{{300, 3000.0}, {700, 700.0}}, 0).read_floor_seconds == Approx(1.1));
+  // An unthrottled drive adds no floor; the one-set form is one part of every byte.
+  CHECK(bench::chain_bound(t, 1, std::vector<bench::ChainReads>{{300, 0.0}, {700, 1000.0}}, 0).read_floor_seconds == Approx(0.7));
+  CHECK(bench::chain_bound(t, 1, 1000.0, 0).read_floor_seconds == Approx(bench::chain_bound(t, 1, std::vector<bench::ChainReads>{{1000, 1000.0}}, 0).read_floor_seconds));
+  // The parts must be the fetches' bytes: a GPU's share lost or counted twice is refused.
+  CHECK_THROWS_WITH(bench::chain_bound(t, 1, std::vector<bench::ChainReads>{{300, 1000.0}}, 0),
+                    Catch::Matchers::ContainsSubstring("sum to 300 expert bytes, the fetches read 1000"));
+  CHECK_THROWS_WITH(bench::chain_bound(t, 1, std::vector<bench::ChainReads>{{300, -1.0}, {700, 1000.0}}, 0),
+                    Catch::Matchers::ContainsSubstring("negative"));
 }
 
 TEST_CASE("the chain refuses what cannot be", "[bench]") {

@@ -194,7 +194,7 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   a.streamed_bytes = 10, b.streamed_bytes = 32, a.resident_layers = 2, b.streamed_layers = 2;
   // GPU 0 holds its experts whole (no fetch, no prefetch); GPU 1 fetches and prefetches.
   b.has_experts = true, b.expert_prefetch = true, b.expert_pregate = 4;
-  b.experts.requested = 40, b.experts.hits = 30, b.experts.tokens = 20;
+  b.experts.requested = 40, b.experts.hits = 30, b.experts.tokens = 20, b.experts.bytes_read = 5000;
   b.prefetch.reads = 12, b.prefetch.hits = 9, b.prefetch.wasted = 3, b.prefetch.stall_seconds = {0, 0, 1.5, 2.5};
   a.pregate_passes = 2, b.pregate_passes = 5;  // passes of several tokens predicted on each GPU
   b.lag = {.tokens = 9, .routed = 36, .predicted_hits = 20, .wasted = 16, .wasted_bytes = 1600};
@@ -216,6 +216,7 @@ TEST_CASE("sum_gpu_stats: every GPU's bytes and MoE counters summed, per GPU in 
   CHECK((s.gpus[0].experts_requested == 0 && s.gpus[0].prefetch_reads == 0));
   CHECK((s.gpus[1].experts_requested == 40 && s.gpus[1].expert_hits == 30 && s.gpus[1].prefetch_reads == 12));
   CHECK((s.gpus[1].prefetch_hits == 9 && s.gpus[1].prefetch_wasted == 3 && s.gpus[1].lag.routed == 36));
+  CHECK((s.gpus[0].expert_bytes_read == 0 && s.gpus[1].expert_bytes_read == 5000));  // each GPU's own (the chain floor's, llm_tokens)
   const std::string j = gpus_json(s.gpus);
   CHECK(j.find("\"experts_requested\":40,\"expert_hits\":30,\"prefetch_reads\":12,\"prefetch_hits\":9,\"prefetch_wasted\":3,"
                "\"lag_tokens\":9,\"lag_routed\":36,\"lag_predicted_hits\":20,\"stream_slots\":0,\"slot_bytes\":0,\"device\":\"\"}") != std::string::npos);

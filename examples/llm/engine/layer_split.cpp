@@ -243,7 +243,7 @@ void add(LagCounts& a, const LagCounts& b) {
 
 GpuShare gpu_share(const ExecStats& p, int gpu, LayerRange r) {
   return {uint32_t(gpu), r, p.plan, p.vram_budget, p.resident_bytes, p.experts.requested, p.experts.hits, p.prefetch.reads,
-          p.prefetch.hits, p.prefetch.wasted, p.lag, "", p.stream_slots, p.slot_bytes};
+          p.prefetch.hits, p.prefetch.wasted, p.lag, "", p.stream_slots, p.slot_bytes, p.experts.bytes_read};
 }
 
 ExecStats sum_gpu_stats(const std::vector<ExecStats>& per, const std::vector<LayerRange>& ranges) {

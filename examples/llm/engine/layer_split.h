@@ -94,6 +94,7 @@ struct GpuShare {
   std::string device;  // the namespace it streams from (its controller's name)
   uint32_t stream_slots = 0;  // its streaming slots (stream_slots.h; 0: it streams nothing, or not known)
   uint64_t slot_bytes = 0;    // one slot's pinned host bytes
+  uint64_t expert_bytes_read = 0;  // what its own layers' expert fetches read (its drive's, with a drive per GPU)
 };
 struct ExecStats;
 // GPU `gpu`'s share from its executor's stats (the JSON's and the table's entry), of layers r.
