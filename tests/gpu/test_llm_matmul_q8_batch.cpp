@@ -1,7 +1,8 @@
 // The 8-bit-activation products beside the one-token kernel (gpu_rows_q8_batch.cuh, issue 36): a pass
 // of 1 to 32 tokens (gpu_matmul, gpu_matmul_batched) and a stack's selected matrices (gpu_matvec_selected,
 // the MoE experts' products) must give every token the bits of the one-token product of that token alone,
-// and the CPU twin's (quant/q8_dot.h), for every type the 8-bit path takes, aligned and unaligned rows.
+// and the CPU twin's (quant/q8_dot.h), for every type the 8-bit path takes, aligned and unaligned rows
+// (the selected matrices: every type, aligned rows), each launch checked for a refusal.
 // That is what keeps speculative decoding's output plain greedy decoding's and streamed = resident.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -36,6 +37,11 @@ std::vector<float> twin(GgmlType t, const uint8_t* w, uint64_t rb, uint32_t rows
   return y;
 }
 
+// A refused launch (too much shared memory, a bad grid) is reported by cudaGetLastError, not by the
+// synchronize after it: without this check the comparisons would read the NaN-filled or the last
+// launch's outputs and the failure would show as wrong bits, or, where both sides were refused, not at all.
+void require_launched() { REQUIRE(cudaGetLastError() == cudaSuccess); }
+
 }  // namespace
 
 TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's and the CPU twin's bits", "[gpu][llm]") {
@@ -62,6 +68,7 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
   // Each token alone (the one-token kernel), and its CPU twin.
   DeviceArray<float> dref(std::vector<float>(size_t(kMax) * sh.rows, NAN));
   for (uint32_t k = 0; k < kMax; ++k) gpu_matmul(nullptr, m, dx.p + size_t(k) * sh.cols, 1, db.p, dref.p + size_t(k) * sh.rows);
+  require_launched();
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   const auto ref = dref.get(size_t(kMax) * sh.rows);
   for (uint32_t k : {0u, 13u, kMax - 1}) {
@@ -76,6 +83,7 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
     DeviceArray<float> dy(std::vector<float>(size_t(n) * sh.rows, NAN)), dyb(std::vector<float>(size_t(n) * sh.rows, NAN));
     gpu_matmul(nullptr, m, dx.p, n, db.p, dy.p);
     gpu_matmul_batched(nullptr, m, dx.p, n, db.p, dyb.p);
+    require_launched();
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     const std::vector<float> want(ref.begin(), ref.begin() + size_t(n) * sh.rows);
     gpunvme::test::require_bits(dy.get(size_t(n) * sh.rows), want);
@@ -85,7 +93,7 @@ TEST_CASE("8-bit x passes of 1 to 32 tokens: each token the one-token product's 
 
 TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bits", "[gpu][llm]") {
   REQUIRE_GPU();
-  const GgmlType t = GENERATE(GgmlType::Q6_K, GgmlType::Q8_0);
+  const GgmlType t = GENERATE(GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q4_K);
   const uint32_t rows = 768, cols = 2048, mats = 3;
   CAPTURE(gguf::ggml_type_name(uint32_t(t)));
   std::mt19937 rng(4242 + uint32_t(t));
@@ -104,6 +112,7 @@ TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bi
     DeviceArray<float> dy(std::vector<float>(size_t(4) * rows, NAN)), dr(std::vector<float>(size_t(4) * rows, NAN));
     gpu_matvec_selected(nullptr, GpuMatrix{t, dw.p, rb, rows, cols, ds.p, mat}, 4, dx.p, cols, dy.p, rows);
     for (uint32_t j = 0; j < 4; ++j) one(sel[j], dx.p + size_t(j) * cols, dr.p + size_t(j) * rows);
+    require_launched();
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     gpunvme::test::require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
     const auto y = dy.get(size_t(4) * rows);
@@ -114,6 +123,7 @@ TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bi
     DeviceArray<float> dy(std::vector<float>(size_t(4) * rows, NAN)), dr(std::vector<float>(size_t(4) * rows, NAN));
     gpu_matvec_selected(nullptr, GpuMatrix{t, dw.p, rb, rows, cols, ds.p, mat}, 4, dx.p, 0, dy.p, rows);
     for (uint32_t j = 0; j < 4; ++j) one(sel[j], dx.p, dr.p + size_t(j) * rows);
+    require_launched();
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     gpunvme::test::require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
   }
@@ -121,6 +131,7 @@ TEST_CASE("8-bit x selected matrices of a stack: each the one-token product's bi
     DeviceArray<float> dy(std::vector<float>(size_t(4) * rows, NAN)), dr(std::vector<float>(size_t(4) * rows, NAN));
     gpu_matmul(nullptr, GpuMatrix{t, dw.p, rb, rows, cols, ds.p + 3, mat}, dx.p, 4, nullptr, dy.p);  // matrix sel[3]
     for (uint32_t j = 0; j < 4; ++j) one(sel[3], dx.p + size_t(j) * cols, dr.p + size_t(j) * rows);
+    require_launched();
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     gpunvme::test::require_bits(dy.get(size_t(4) * rows), dr.get(size_t(4) * rows));
   }
