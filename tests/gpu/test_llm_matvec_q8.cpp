@@ -167,3 +167,34 @@ TEST_CASE("8-bit x fused entries: Q/K/V, gate/up+GLU and +add give the CPU twin'
     require_bits(dy.get(cols), ref);
   }
 }
+
+// The 8-bit kernels launch without the shared-memory opt-in, so x (36 bytes a 32-wide group) and
+// stage_q8's 64 static bytes must fit 48 KB together: Q8_0 1363 groups wide (49,068 + 64 bytes) takes the
+// 8-bit path with the twin's bits; 1364 (49,104 + 64 > 49,152) must be left to the FP32 kernels (their
+// bits, no refused launch), where counting x alone took it and the launch failed ("invalid argument").
+TEST_CASE("8-bit x at the shared-memory limit: x and the static bytes within 48 KB, wider goes FP32", "[gpu][llm]") {
+  REQUIRE_GPU();
+  const uint32_t groups = GENERATE(1363u, 1364u), cols = groups * kQ8Block, rows = 40;
+  const bool taken = groups == 1363;
+  CAPTURE(cols);
+  std::mt19937 rng(cols);
+  const auto w = llm::test::random_rows(GgmlType::Q8_0, cols, rows, rng);
+  const auto x = random_x(cols, rng);
+  DeviceArray<uint8_t> dw(w);
+  DeviceArray<float> dx(x), dy(std::vector<float>(rows, NAN)), dfp(std::vector<float>(rows, NAN));
+  const GpuMatrix m{GgmlType::Q8_0, dw.p, w.size() / rows, rows, cols, nullptr, 0};
+  {
+    Q8On on;
+    CHECK(gpu_matvec_q8_takes(GgmlType::Q8_0, cols) == taken);
+    gpu_matmul(nullptr, m, dx.p, 1, nullptr, dy.p);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+  }
+  {
+    const ScopedQ8Types off(0);  // the FP32 kernels
+    gpu_matmul(nullptr, m, dx.p, 1, nullptr, dfp.p);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  if (taken) require_bits(dy.get(rows), twin(w, rows, cols, x, GgmlType::Q8_0));
+  else require_bits(dy.get(rows), dfp.get(rows));
+}

@@ -341,6 +341,7 @@ void launch_fetched_rows(cudaStream_t s, const TensorRef& w, ExpertSource* src, 
     gpu::with_q8_type(w.type, [&]<GgmlType T>() {
       auto run = [&]<uint32_t R>() {
         constexpr auto K = matvec_fetched_kernel<T, R, true>;
+        gpu::require_q8_static<K>();
         const uint32_t blocks = gpu::resident_cap<K>((rows + R * gpu::kQ8Warps - 1) / (R * gpu::kQ8Warps), 1, bytes);
         K<<<blocks, gpu::kQ8Warps * 32, bytes, s>>>(src->scratch(), src->experts(), src->selection(), k, uint32_t(proj), w.row_bytes(),
                                                     rows, uint32_t(w.cols), x, y + row_begin, row_begin, uint32_t(w.rows), st);

@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "device/cuda_check.h"
 #include "examples/llm/compute/gpu_norm.cuh"
@@ -36,6 +38,13 @@ static_assert(kQ8Warps * 32 == kNormThreads && kQ8Warps == kStagedWarps,
 // Shared bytes for x of `groups` 8-bit blocks: the low-nibble and high-nibble slice halves (16 bytes
 // each per slice, a slice per group) and a float scale per block.
 constexpr uint64_t q8_shared_bytes(uint32_t groups) { return uint64_t(groups) * (16 + 16 + 4); }
+
+// The one-token 8-bit kernels' static shared memory: stage_q8's norm partial sums (kNormThreads / 32
+// doubles). Their launches take no opt-in, so x's dynamic bytes and these must fit the default 48 KB
+// together (a launch asking more is refused: "invalid argument"); q8_rows_take counts both, and
+// require_q8_static checks each kernel's real static size against this once.
+inline constexpr uint32_t kQ8StaticShared = kNormThreads / 32 * sizeof(double);
+inline constexpr uint32_t kQ8SharedLimit = 48 * 1024;  // a block's shared memory without the opt-in
 
 // x's 8-bit values are two arrays of 16-byte entries, `lo` then `hi` (16 * groups bytes each), laid out
 // so that the 8 lanes of a quarter-warp read 8 consecutive entries of one array (conflict-free). Q4_K:
@@ -65,6 +74,7 @@ template <GgmlType T>
 __device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, const float* norm_w, float eps) {
   constexpr uint32_t kAhead = 8;
   __shared__ double partial[kNormThreads / 32];
+  static_assert(sizeof(partial) == kQ8StaticShared, "q8_rows_take counts this static shared memory");
   const float scale = norm_w ? rms_scale(x, groups * kQ8Block, eps, partial) : 1.0f;
   uint8_t* lo = sm;
   float* ds = reinterpret_cast<float*>(sm + 32 * uint64_t(groups));
@@ -211,12 +221,29 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
   }
 }
 
-// Whether the 8-bit path takes one-token products of type t, cols wide (Q4_K, Q6_K and Q8_0 rows, x within
-// the default 48 KB of a block's shared memory).
+// Whether the 8-bit path takes one-token products of type t, cols wide (Q4_K, Q6_K and Q8_0 rows, x
+// beside the kernels' static shared memory within the default 48 KB of a block's: Q8_0 1364 groups wide,
+// 49,104 bytes of x, fits 48 KB alone but not with the 64 static bytes).
 inline bool q8_rows_take(GgmlType t, uint32_t cols) {
   const bool typed = t == GgmlType::Q4_K || t == GgmlType::Q6_K || t == GgmlType::Q8_0;
   return typed && cols > 0 && cols % gguf::ggml_traits(t).block_size == 0 &&
-         q8_shared_bytes(cols / kQ8Block) <= 48 * 1024;
+         q8_shared_bytes(cols / kQ8Block) + kQ8StaticShared <= kQ8SharedLimit;
+}
+
+// Checks once per kernel that K's static shared memory (CUDA's count) is no more than kQ8StaticShared,
+// which q8_rows_take leaves beside x: a kernel that grew some would otherwise have its widest launches
+// refused with a bare "invalid argument".
+template <auto K>
+void require_q8_static() {
+  static const bool ok = [] {
+    cudaFuncAttributes a{};
+    device::check_cuda(cudaFuncGetAttributes(&a, K), "cudaFuncGetAttributes (an 8-bit kernel)");
+    if (a.sharedSizeBytes > kQ8StaticShared)
+      throw std::logic_error("an 8-bit kernel has " + std::to_string(a.sharedSizeBytes) + " static shared bytes, q8_rows_take leaves " +
+                             std::to_string(kQ8StaticShared));
+    return true;
+  }();
+  (void)ok;
 }
 
 // Runs f.template operator()<R>() with R the rows a warp takes: 2 for a set of pairs (GluRows stores two
@@ -237,6 +264,7 @@ void with_rows_per_warp(bool two_rows, F&& f) {
 template <auto K, uint32_t R, class Rows>
 void launch_q8_rows(cudaStream_t s, const Rows& rows, uint32_t groups, uint32_t bytes, const float* x, const float* norm_w,
                     float eps) {
+  require_q8_static<K>();
   const uint64_t needed = (uint64_t(rows.count) + R * kQ8Warps - 1) / (R * kQ8Warps);
   const uint32_t blocks = resident_cap<K>(uint32_t(std::min<uint64_t>(needed, 1u << 30)), 1, bytes);
   K<<<blocks, kQ8Warps * 32, bytes, s>>>(rows, groups, x, norm_w, eps);

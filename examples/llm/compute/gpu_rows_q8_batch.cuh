@@ -164,6 +164,7 @@ inline void launch_matvec_q8_selected(cudaStream_t s, GgmlType type, const uint8
   with_q8_type(type, [&]<GgmlType T>() {
     auto go = [&]<uint32_t R>() {
       constexpr auto K = matvec_q8_selected_kernel<T, R>;
+      require_q8_static<K>();
       const uint32_t blocks = resident_cap<K>((rows + R * kQ8Warps - 1) / (R * kQ8Warps), count, bytes);
       K<<<dim3(blocks, count), kQ8Warps * 32, bytes, s>>>(w, row_bytes, rows, groups, x, x_stride, bias, sel, mat_bytes, y, y_stride);
     };
