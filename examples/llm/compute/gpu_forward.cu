@@ -43,8 +43,22 @@ using gpu::warp_sum;
 // copied it (gpu_expert_stage.h) or, without, in the scratchpad. R rows per warp with x staged in
 // shared memory (gpu_rows.cuh); R = 0: a warp per row reading x from global memory (rows too wide to
 // stage x for). kQ8: x staged as 8-bit blocks, the one-token 8-bit products (gpu_rows_q8_batch.cuh).
+//
+// Launch bounds: the staged kernels' three blocks an SM (kStagedMinBlocks: 80 registers a thread as ptxas
+// allocates them), except the variants that spilled under that cap, which get two (128 registers).
+// ptxas -v, sm_90, CUDA 13.0 (session 28): spilled at 80 registers the 8-bit Q4_K two-row variant (16
+// bytes stored, 28 loaded a thread), and of the FP32 ones F32 (one row 8/12, two rows 32/36), F16
+// two-row (16/24) and Q4_K two-row (4/4); relaxed, they take 96, 89, 103, 86 and 91 registers, no spills.
+// Every other variant 47-80 registers, no spills (the 8-bit ones 68-71). resident_cap asks CUDA how many
+// blocks fit, so a relaxed variant launches no more than its registers allow. Not yet timed on a GPU.
+constexpr uint32_t fetched_min_blocks(GgmlType t, uint32_t r, bool q8) {
+  const bool spilled = q8 ? (t == GgmlType::Q4_K && r == 2)
+                          : (t == GgmlType::F32 && r > 0) || (r == 2 && (t == GgmlType::F16 || t == GgmlType::Q4_K));
+  return spilled ? 2 : gpu::kStagedMinBlocks;
+}
+
 template <GgmlType T, uint32_t R, bool kQ8 = false>
-__global__ void __launch_bounds__(gpu::kStagedWarps * 32, gpu::kStagedMinBlocks) matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
+__global__ void __launch_bounds__(gpu::kStagedWarps * 32, fetched_min_blocks(T, R, kQ8)) matvec_fetched_kernel(const uint8_t* scratch, const stream::GpuFetchedExpert* ex,
                                       const uint32_t* selection, uint32_t k, uint32_t proj, uint64_t row_bytes,
                                       uint32_t rows, uint32_t cols, const float* x, float* y, uint32_t row_begin,
                                       uint32_t total_rows, stream::StagedExperts st) {
