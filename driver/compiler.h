@@ -12,3 +12,11 @@
 #else
 #define GPUNVME_ON_DEVICE 0
 #endif
+
+// `#pragma unroll` in code compiled for both sides: the device compiler unrolls (so a small array indexed
+// by the loop's counter stays in registers); host compilers do not know the pragma and get nothing.
+#if defined(__CUDA_ARCH__)
+#define GPUNVME_UNROLL _Pragma("unroll")
+#else
+#define GPUNVME_UNROLL
+#endif

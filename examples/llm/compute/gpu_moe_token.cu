@@ -133,9 +133,11 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
 }
 
 // 3, with 8-bit x (the down matrices' type taken by gpu_matmul.h's 8-bit path): the k GLU outputs
-// quantised to 8-bit blocks in shared memory (stage_q8, each as the selected product quantises it), a
-// warp per output row taking its k experts' rows one after another (warp_dot_rows_q8: the selected
-// product's row bits), the same epilogue as down_rows_kernel's.
+// quantised to 8-bit blocks in shared memory in one pass (stage_q8_vectors, each as the selected product
+// quantises it), a warp per output row taking its k experts' rows kDownBatch at a time, their loads in
+// flight together (warp_dot_rows_q8_x: each the selected product's row bits), the same epilogue as
+// down_rows_kernel's in routing order. Staged one vector and one expert row at a time, this launch took
+// 17.3 us of a Qwen3-30B-A3B layer on an H200 (ncu), about 2 k latencies in a row.
 template <GgmlType T>
 __global__ void __launch_bounds__(kStagedWarps * 32)
     down_rows_q8_kernel(const uint8_t* w, uint64_t row_bytes, uint64_t mat_bytes, const uint32_t* routes, uint32_t k, uint32_t rows,
@@ -143,18 +145,30 @@ __global__ void __launch_bounds__(kStagedWarps * 32)
   extern __shared__ uint4 q8_hidden[];  // [k][q8_token_stride(groups)]
   uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_hidden);
   const uint64_t stride = gpu::q8_token_stride(groups);
-  for (uint32_t j = 0; j < k; ++j) gpu::stage_q8<T>(hidden + uint64_t(j) * groups * kQ8Block, groups, sm + j * stride, nullptr, 0.0f);
+  gpu::stage_q8_vectors<T>(hidden, uint64_t(groups) * kQ8Block, k, groups, sm, stride, nullptr, 0.0f);
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* weights = reinterpret_cast<const float*>(routes + k);
   for (uint32_t i = blockIdx.x * kStagedWarps + warp; i < rows; i += gridDim.x * kStagedWarps) {
     float a = 0.0f;
-    for (uint32_t j = 0; j < k; ++j) {
-      const uint8_t* row[1] = {w + uint64_t(routes[j]) * mat_bytes + uint64_t(i) * row_bytes};
-      float dot[1];
-      gpu::warp_dot_rows_q8<T, 1>(row, groups, sm + j * stride, lane, dot);
-      float v = dot[0] + 0.0f;
-      if (bias) v += bias[uint64_t(routes[j]) * rows + i];
-      a = a + weights[j] * v;
+    for (uint32_t j0 = 0; j0 < k; j0 += kDownBatch) {
+      const uint8_t* row[kDownBatch];
+      const uint8_t* xs[kDownBatch];
+#pragma unroll
+      for (uint32_t b = 0; b < kDownBatch; ++b) {  // past k: expert j0's row again, its sum unused
+        const uint32_t j = j0 + b < k ? j0 + b : j0;
+        row[b] = w + uint64_t(routes[j]) * mat_bytes + uint64_t(i) * row_bytes;
+        xs[b] = sm + j * stride;
+      }
+      float dot[kDownBatch];
+      gpu::warp_dot_rows_q8_x<T, kDownBatch>(row, groups, xs, lane, dot);
+#pragma unroll
+      for (uint32_t b = 0; b < kDownBatch; ++b) {
+        const uint32_t j = j0 + b;
+        if (j >= k) break;
+        float v = dot[b] + 0.0f;
+        if (bias) v += bias[uint64_t(routes[j]) * rows + i];
+        a = a + weights[j] * v;
+      }
     }
     if (lane == 0) x[i] += a;
   }

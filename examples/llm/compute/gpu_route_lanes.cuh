@@ -11,6 +11,7 @@ namespace gpunvme::llm::gpu {
 
 // Butterfly reductions that give every lane the same value.
 struct WarpLanes {
+  static constexpr uint32_t kSize = 32;
   __device__ uint32_t lane() const { return threadIdx.x % 32; }
   __device__ uint32_t size() const { return 32; }
   __device__ float max(float x) const {

@@ -61,11 +61,13 @@ __device__ inline float q4k_q8_lean_dot(const uint4& head, const uint4& q, const
   return q4k_slice_sum(dlo, dhi, int32_t(sc & 0xFFu), int32_t(sc >> 8), int32_t(m & 0xFFu), int32_t(m >> 8), d, dmin, x);
 }
 
-// R 16-byte aligned Q4_K rows times the staged x by one warp, q4k_row_dot_q8's order (lane l: slice l % 8
-// of super-blocks l / 8, l / 8 + 4, ... in order, then the butterfly); out[r] in every lane.
-template <uint32_t R>
-__device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
-                                                 uint32_t lane, float (&out)[R]) {
+// R 16-byte aligned Q4_K rows times staged 8-bit x by one warp, q4k_row_dot_q8's order (lane l: slice
+// l % 8 of super-blocks l / 8, l / 8 + 4, ... in order, then the butterfly); out[r] in every lane. X: one
+// staged x for every row (kRowX false: sm[0], its slice read once a step), or row r's own at sm[r] (the
+// fused MoE's down rows, one per routed expert: their loads in flight together, each row's sums the same).
+template <uint32_t R, bool kRowX>
+__device__ inline void warp_dot_rows_q4k_q8_lean_x(const uint8_t* const (&row)[R], uint32_t groups,
+                                                   const uint8_t* const (&sm)[kRowX ? R : 1], uint32_t lane, float (&out)[R]) {
   const Q4kQ8Lane c(lane);
   const uint32_t blocks = groups / 8;
   float part[R];
@@ -85,9 +87,14 @@ __device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R],
     uint4 hn[R], qn[R];  // the next step's bytes, in flight during this step's sums
     const bool more = b + 4 < blocks;
     if (more) load(b + 4, hn, qn);
-    const Q8Slice x = staged_slice(sm, groups, b, c.s);
+    if constexpr (kRowX) {
 #pragma unroll
-    for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], x, c);
+      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], staged_slice(sm[r], groups, b, c.s), c);
+    } else {
+      const Q8Slice x = staged_slice(sm[0], groups, b, c.s);
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], x, c);
+    }
     if (more) {
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) head[r] = hn[r], q[r] = qn[r];
@@ -95,6 +102,19 @@ __device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R],
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+template <uint32_t R>
+__device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
+                                                 uint32_t lane, float (&out)[R]) {
+  const uint8_t* const x[1] = {sm};
+  warp_dot_rows_q4k_q8_lean_x<R, false>(row, groups, x, lane, out);
+}
+
+template <uint32_t R>
+__device__ inline void warp_dot_rows_q4k_q8_lean_rows(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* const (&sm)[R],
+                                                      uint32_t lane, float (&out)[R]) {
+  warp_dot_rows_q4k_q8_lean_x<R, true>(row, groups, sm, lane, out);
 }
 
 }  // namespace gpunvme::llm::gpu

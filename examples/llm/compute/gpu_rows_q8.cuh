@@ -65,33 +65,38 @@ __device__ inline uint32_t q8_slot(uint32_t G, uint32_t i, uint32_t groups) {
   }
 }
 
-// The block quantises x (groups x 32 floats, 16-byte aligned) into `sm`, then a barrier. A lane holds 4
-// consecutive elements (a float4; 8 lanes a block), so a warp load takes 4 blocks and 512 consecutive
-// bytes; the block's largest magnitude by a butterfly over its 8 lanes (a max: exact in any order).
-// kAhead loads (x's and norm_w's) are in flight before the first is used (one after another, each an L2
-// latency, a 14336-wide x's prologue would take microseconds in every block).
+// The block quantises `count` vectors x + j * x_stride (groups x 32 floats each, 16-byte aligned) into
+// sm + j * sm_stride, then one barrier. A lane holds 4 consecutive elements (a float4; 8 lanes a block),
+// so a warp load takes 4 blocks and 512 consecutive bytes; the block's largest magnitude by a butterfly
+// over its 8 lanes (a max: exact in any order). The warps take the vectors' quads (4 blocks) in turn as
+// one list, kAhead loads (x's and norm_w's) in flight before the first is used: one after another, each
+// an L2 latency, a 14336-wide x's prologue would take microseconds in every block, and k vectors staged
+// one call at a time (a barrier each) took the fused MoE's down launch k latencies. Each block's bytes and
+// scale are the same whatever the count. With norm_w (count 1): x's RMS norm times norm_w, the norm
+// kernel's expression.
 template <GgmlType T>
-__device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, const float* norm_w, float eps) {
+__device__ inline void stage_q8_vectors(const float* x, uint64_t x_stride, uint32_t count, uint32_t groups, uint8_t* sm,
+                                        uint64_t sm_stride, const float* norm_w, float eps) {
   constexpr uint32_t kAhead = 8;
   __shared__ double partial[kNormThreads / 32];
   static_assert(sizeof(partial) == kQ8StaticShared, "q8_rows_take counts this static shared memory");
   const float scale = norm_w ? rms_scale(x, groups * kQ8Block, eps, partial) : 1.0f;
-  uint8_t* lo = sm;
-  float* ds = reinterpret_cast<float*>(sm + 32 * uint64_t(groups));
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32, quads = (groups + 3) / 4;
-  const float4* x4 = reinterpret_cast<const float4*>(x);
-  for (uint32_t q0 = warp; q0 < quads; q0 += kAhead * warps) {
+  const uint32_t jobs = count * quads;  // (vector, quad) pairs, vector-major
+  for (uint32_t q0 = warp; q0 < jobs; q0 += kAhead * warps) {
     float4 v[kAhead], nw[kAhead];
 #pragma unroll
     for (uint32_t j = 0; j < kAhead; ++j) {
-      const uint32_t G = 4 * (q0 + j * warps) + lane / 8, e = G * kQ8Block + 4 * (lane % 8);
-      v[j] = G < groups ? x4[8 * G + lane % 8] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (norm_w && G < groups) nw[j] = make_float4(norm_w[e], norm_w[e + 1], norm_w[e + 2], norm_w[e + 3]);  // any alignment
+      const uint32_t job = q0 + j * warps, vec = count == 1 ? 0 : job / quads, G = 4 * (job - vec * quads) + lane / 8;
+      const uint32_t e = G * kQ8Block + 4 * (lane % 8);
+      const bool in = job < jobs && G < groups;
+      v[j] = in ? reinterpret_cast<const float4*>(x + vec * x_stride)[8 * G + lane % 8] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (norm_w && in) nw[j] = make_float4(norm_w[e], norm_w[e + 1], norm_w[e + 2], norm_w[e + 3]);  // any alignment
     }
 #pragma unroll
     for (uint32_t j = 0; j < kAhead; ++j) {
-      const uint32_t G = 4 * (q0 + j * warps) + lane / 8, i = 4 * (lane % 8);
-      if (4 * (q0 + j * warps) >= groups) break;  // the same for the whole warp
+      const uint32_t job = q0 + j * warps, vec = count == 1 ? 0 : job / quads, G = 4 * (job - vec * quads) + lane / 8, i = 4 * (lane % 8);
+      if (job >= jobs) break;  // the same for the whole warp
       float e[4] = {v[j].x, v[j].y, v[j].z, v[j].w};
       if (norm_w && G < groups) {  // the norm kernel's expression, x * scale * w
         const float g[4] = {nw[j].x, nw[j].y, nw[j].z, nw[j].w};
@@ -105,11 +110,18 @@ __device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, co
       uint32_t w = 0;
 #pragma unroll
       for (int k = 0; k < 4; ++k) w |= uint32_t(uint8_t(q8_value(e[k], d))) << (8 * k);
-      *reinterpret_cast<uint32_t*>(lo + q8_slot<T>(G, i, groups)) = w;
-      if (lane % 8 == 0) ds[G] = d;
+      uint8_t* const out = sm + vec * sm_stride;
+      *reinterpret_cast<uint32_t*>(out + q8_slot<T>(G, i, groups)) = w;
+      if (lane % 8 == 0) reinterpret_cast<float*>(out + 32 * uint64_t(groups))[G] = d;
     }
   }
   __syncthreads();
+}
+
+// One vector: x (or its RMS norm times norm_w) into sm, then a barrier.
+template <GgmlType T>
+__device__ inline void stage_q8(const float* x, uint32_t groups, uint8_t* sm, const float* norm_w, float eps) {
+  stage_q8_vectors<T>(x, 0, 1, groups, sm, 0, norm_w, eps);
 }
 
 // x's side of slice s of super-block b from the staged layout.
@@ -142,6 +154,11 @@ __device__ inline Q8Slice6 staged_slice6(const uint8_t* sm, uint32_t groups, uin
 template <uint32_t R>
 __device__ inline void warp_dot_rows_q4k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
                                                  uint32_t lane, float (&out)[R]);
+
+// ... and for R rows each with its own staged x (sm[r]; the fused MoE's down rows).
+template <uint32_t R>
+__device__ inline void warp_dot_rows_q4k_q8_lean_rows(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* const (&sm)[R],
+                                                      uint32_t lane, float (&out)[R]);
 
 // R rows of type T times the staged 8-bit x by one warp, in the CPU twin's order (q4k_row_dot_q8,
 // q8_0_row_dot_q8); out[r] in every lane. Q4_K: lane l takes slice l % 8 of super-blocks l / 8, l / 8 + 4,
@@ -201,6 +218,24 @@ __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+}
+
+// R rows of type T, row r times its own staged 8-bit x at sm[r], by one warp: out[r] is
+// warp_dot_rows_q8<T, 1>'s for that row and x, bit for bit. Aligned Q4_K rows go together (their loads in
+// flight at once); the other types and rows one after another.
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows_q8_x(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* const (&sm)[R], uint32_t lane,
+                                          float (&out)[R]) {
+  if constexpr (T == GgmlType::Q4_K) {
+    if (rows_aligned16(row)) return warp_dot_rows_q4k_q8_lean_rows<R>(row, groups, sm, lane, out);
+  }
+#pragma unroll
+  for (uint32_t r = 0; r < R; ++r) {
+    const uint8_t* one[1] = {row[r]};
+    float dot[1];
+    warp_dot_rows_q8<T, 1>(one, groups, sm[r], lane, dot);
+    out[r] = dot[0];
+  }
 }
 
 // Every row of `rows` (type T, groups 32-element groups wide) times x, or x's RMS norm times norm_w.
