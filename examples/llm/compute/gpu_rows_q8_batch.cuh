@@ -18,7 +18,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
+#include "examples/llm/compute/gpu_rows_q4k_q8_batch.cuh"
 #include "examples/llm/compute/gpu_rows_q8.cuh"
 
 namespace gpunvme::llm::gpu {
@@ -80,19 +82,31 @@ __device__ inline void warp_dot_tokens_q8(const uint8_t* row, uint32_t groups, c
 // Y[n x rows] = X[n x cols] W^T (+ bias), W matrix *sel of a stack (mat_bytes apart) where sel is given:
 // blocks along y take tiles of `tile` tokens (<= kQ8TileTokens), stage their 8-bit x side by side, and
 // their warps stride over the rows, a row at a time for every token of the tile.
-template <GgmlType T>
-__global__ void __launch_bounds__(kQ8Warps * 32)
+template <GgmlType T, uint32_t kThreads = kQ8Warps * 32, uint32_t kMinBlocks = 1, bool kNew = true, bool kSums = false>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     matmul_q8_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x, uint32_t n, uint32_t tile,
                      const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   extern __shared__ uint4 q8_tile_units[];
   uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_tile_units);
   const uint32_t groups = cols / kQ8Block, warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const uint64_t stride = q8_token_stride(groups);
+  const uint64_t stride = q4k_tile_stride<kSums>(groups);
   if (sel) w += uint64_t(*sel) * mat_bytes;
+  const bool lean = T == GgmlType::Q4_K && kNew && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
   for (uint32_t t0 = blockIdx.y * tile; t0 < n; t0 += gridDim.y * tile) {
     const uint32_t m = min(tile, n - t0);
     __syncthreads();  // the previous tile's vectors are read
-    for (uint32_t j = 0; j < m; ++j) stage_q8<T>(x + uint64_t(t0 + j) * cols, groups, sm + j * stride, nullptr, 0.0f);
+    if constexpr (!kNew) {
+      for (uint32_t j = 0; j < m; ++j) stage_q8<T>(x + uint64_t(t0 + j) * cols, groups, sm + j * stride, nullptr, 0.0f);
+    } else {
+      stage_q8_vectors<T>(x + uint64_t(t0) * cols, cols, m, groups, sm, stride, nullptr, 0.0f);
+    }
+    if constexpr (T == GgmlType::Q4_K) {
+      if (lean) {
+        if constexpr (kSums) q8_tile_sums(sm, stride, m, groups);
+        q4k_tokens_lean<kQ8TileTokens, kSums>(w, row_bytes, rows, groups, sm, stride, m, bias, y + uint64_t(t0) * rows);
+        continue;
+      }
+    }
     for (uint32_t r = warp * gridDim.x + blockIdx.x; r < rows; r += gridDim.x * warps) {
       float dot[kQ8TileTokens];
       warp_dot_tokens_q8<T>(w + uint64_t(r) * row_bytes, groups, sm, stride, m, lane, dot);
@@ -144,14 +158,28 @@ void with_q8_type(GgmlType t, F&& f) {
 inline void launch_matmul_q8(cudaStream_t s, GgmlType type, const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols,
                              const float* x, uint32_t n, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   if (n == 0 || rows == 0) return;
-  const uint64_t stride = q8_token_stride(cols / kQ8Block);
+  static const uint32_t variant = [] {
+    const char* v = std::getenv("GPUNVME_Q8_BATCH_VARIANT");
+    return v ? uint32_t(std::atoi(v)) : 3u;
+  }();
   with_q8_type(type, [&]<GgmlType T>() {
-    constexpr auto K = matmul_q8_kernel<T>;
-    const uint32_t room = allow_staged_shared<K>();
-    const uint32_t tile = uint32_t(std::clamp<uint64_t>(room / stride, 1, std::min(kQ8TileTokens, n)));
-    const uint32_t tiles = (n + tile - 1) / tile, bytes = uint32_t(tile * stride);
-    const uint32_t blocks = resident_cap<K>((rows + kQ8Warps - 1) / kQ8Warps, tiles, bytes);
-    K<<<dim3(blocks, tiles), kQ8Warps * 32, bytes, s>>>(w, row_bytes, rows, cols, x, n, tile, bias, sel, mat_bytes, y);
+    auto go = [&]<uint32_t kThreads, uint32_t kMinBlocks, bool kNew = true, bool kSums = false>() {
+      constexpr auto K = matmul_q8_kernel<T, kThreads, kMinBlocks, kNew, kSums>;
+      const uint64_t stride = q4k_tile_stride<kSums>(cols / kQ8Block);
+      const uint32_t room = allow_staged_shared<K>();
+      const uint32_t tile = uint32_t(std::clamp<uint64_t>(room / stride, 1, std::min(kQ8TileTokens, n)));
+      const uint32_t tiles = (n + tile - 1) / tile, bytes = uint32_t(tile * stride);
+      if (kThreads == 256 && variant == 5 && resident_cap<K>(1u << 30, 1, bytes) <= device_sms()) return false;
+      const uint32_t blocks = resident_cap<K>((rows + kThreads / 32 - 1) / (kThreads / 32), tiles, bytes);
+      K<<<dim3(blocks, tiles), kThreads, bytes, s>>>(w, row_bytes, rows, cols, x, n, tile, bias, sel, mat_bytes, y);
+      return true;
+    };
+    if (variant == 0) go.template operator()<256, 1, false>();
+    else if (T != GgmlType::Q4_K) go.template operator()<256, 1>();
+    else if (variant == 2) go.template operator()<256, 2>();
+    else if (variant == 4) go.template operator()<256, 4>();
+    else if (variant == 6) go.template operator()<256, 3, true, true>();
+    else if (!go.template operator()<256, 3>()) go.template operator()<512, 1>();
   });
 }
 
