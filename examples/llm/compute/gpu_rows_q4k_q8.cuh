@@ -82,19 +82,24 @@ __device__ inline void warp_dot_rows_q4k_q8_lean_x(const uint8_t* const (&row)[R
   };
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) part[r] = 0.0f;
+  if constexpr (kRowX) {  // R rows' loads in flight already: no next step's beside them (registers: 2 blocks an SM)
+    for (uint32_t b = lane / 8; b < blocks; b += 4) {
+      load(b, head, q);
+#pragma unroll
+      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], staged_slice(sm[r], groups, b, c.s), c);
+    }
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) out[r] = warp_sum(part[r]);
+    return;
+  }
   if (lane / 8 < blocks) load(lane / 8, head, q);
   for (uint32_t b = lane / 8; b < blocks; b += 4) {
     uint4 hn[R], qn[R];  // the next step's bytes, in flight during this step's sums
     const bool more = b + 4 < blocks;
     if (more) load(b + 4, hn, qn);
-    if constexpr (kRowX) {
+    const Q8Slice x = staged_slice(sm[0], groups, b, c.s);
 #pragma unroll
-      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], staged_slice(sm[r], groups, b, c.s), c);
-    } else {
-      const Q8Slice x = staged_slice(sm[0], groups, b, c.s);
-#pragma unroll
-      for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], x, c);
-    }
+    for (uint32_t r = 0; r < R; ++r) part[r] += q4k_q8_lean_dot(head[r], q[r], x, c);
     if (more) {
 #pragma unroll
       for (uint32_t r = 0; r < R; ++r) head[r] = hn[r], q[r] = qn[r];
