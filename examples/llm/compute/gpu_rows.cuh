@@ -420,8 +420,8 @@ uint32_t allow_staged_shared() {
 // rows: Llama-3-8B's gate/up launch had 1,056 blocks, each reading 16 KB of x and 32 KB for the norm beside
 // its 37 KB of weights. Capped, each block strides over more rows (block_rows) after staging x once. Asked
 // of CUDA once per kernel, device and shared size (a launch's host time must not grow); the GPUs' threads
-// may launch at once, hence the lock.
-template <auto K>
+// may launch at once, hence the lock. kThreads: K's block size (the 8-bit batch kernel's 512 too).
+template <auto K, uint32_t kThreads = kStagedWarps * 32>
 uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
   static std::mutex lock;
   static std::map<std::pair<int, uint32_t>, uint32_t> per_sm;  // (device, shared bytes) -> blocks an SM
@@ -433,7 +433,7 @@ uint32_t resident_cap(uint32_t blocks, uint32_t count, uint32_t shared_bytes) {
     auto it = per_sm.find({dev, shared_bytes});
     if (it == per_sm.end()) {
       int b = 0;
-      device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, kStagedWarps * 32, shared_bytes),
+      device::check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, K, kThreads, shared_bytes),
                          "cudaOccupancyMaxActiveBlocksPerMultiprocessor (a staged kernel)");
       it = per_sm.emplace(std::make_pair(dev, shared_bytes), uint32_t(std::max(b, 1))).first;
     }

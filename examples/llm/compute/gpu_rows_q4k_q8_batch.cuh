@@ -2,13 +2,20 @@
 // it where the rows are 16-byte aligned): the one-token lean loop's steps (gpu_rows_q4k_q8.cuh) for every
 // token of a tile, so that each (row, token) has the bits of warp_dot_rows_q8 for that token alone.
 //
-// Why: the tile's Q4_K loop read a row's header and slice by load_words (an alignment branch at every load)
-// and only then computed, so no load was in flight during a step's sums of up to 8 tokens, and each token
-// decoded the slice's scales and mins and converted d and dmin again: 8 tokens of Llama-3-8B Q4_K took
-// 21.0 ms a pass against 19.6 with the FP32 kernels (docs/performance.md §8). Here a slice's bytes are
-// decoded once for the tile's tokens (q4k_q8_weights, the lean loop's fixed shifts), and the warp walks its
-// rows' steps as one list, the next step's plain 16-byte loads issued before this step's sums, across a
-// row's end too (a warp's row of a 4096-wide matrix is only 4 steps).
+// Why: the tile's Q4_K loop read a row's header and slice by load_words (an alignment branch at every
+// load) and only then computed, so no load was in flight during a step's sums of up to 8 tokens, and each
+// token decoded the slice's scales and mins and converted d and dmin again: 8 tokens of Llama-3-8B Q4_K
+// took 20.9 ms a pass against 19.6 with the FP32 kernels. Here a slice's bytes are decoded once for the
+// tile's tokens (q4k_q8_weights, the lean loop's fixed shifts), and the warp walks its rows' steps as one
+// list, the next step's plain 16-byte loads issued before this step's sums, across a row's end too (a
+// warp's row of a 4096-wide matrix is only 4 steps). Measured (session 28, call C, tree 95f80c8, H200,
+// `llm_pass_compute --shape llama3-8b --type q4_k`, ms a pass for 2/4/8/32 tokens; FP32 8.6/12.1/19.6/69.9,
+// the old tile 7.5/11.4/20.9/62.6): this loop at 2 blocks an SM (115 registers) 6.6/8.9/13.6/32.4, at 3
+// (80, spilling 40 bytes) 7.2/9.7/15.0/35.3, at 4 (64) 7.6/10.8/17.7/40.8; at 3 with 512-thread blocks
+// where one 256-thread block fills an SM's shared memory (the 14336-wide down projection's 8 vectors,
+// 129 KB) 7.1/9.8/13.6/30.2; at 3 with x's slice sums computed once a tile (8 dp4a fewer a token and
+// step, 4 bytes more a group) 7.2/10.0/15.3/36.2, not kept. Kept: 2 blocks an SM, and 512-thread blocks
+// where they hold more warps an SM than 256-thread ones (launch_matmul_q8).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -53,39 +60,15 @@ __device__ inline float q4k_q8_weights_dot(const Q4kQ8Weights& w, const Q8Slice&
   return q4k_slice_sum(dlo, dhi, w.sclo, w.schi, w.mlo, w.mhi, w.d, w.dmin, x);
 }
 
-// x's side of slice s of super-block b from a staged vector t (staged_slice's values): d for both blocks
-// in one 8-byte load; with kSums the slice's two sums from q8_tile_sums' word instead of 8 dp4a.
-template <bool kSums>
+// x's side of slice s of super-block b from a staged vector t: staged_slice's values, d of both blocks
+// in one 8-byte load.
 __device__ inline Q8Slice tile_slice(const uint8_t* t, uint32_t groups, uint32_t b, uint32_t s) {
   const uint32_t e = 8 * b + s;
   const uint4 l = reinterpret_cast<const uint4*>(t)[e], h = reinterpret_cast<const uint4*>(t + 16 * uint64_t(groups))[e];
   const float2 d = reinterpret_cast<const float2*>(t + 32 * uint64_t(groups))[4 * b + s / 2];
   Q8Slice x{{l.x, l.y, l.z, l.w}, {h.x, h.y, h.z, h.w}, d.x, d.y, 0, 0};
-  if constexpr (kSums) {
-    const uint32_t v = reinterpret_cast<const uint32_t*>(t + 36 * uint64_t(groups))[e];
-    x.slo = int32_t(v << 16) >> 16, x.shi = int32_t(v) >> 16;
-  } else {
-    q8_slice_sums(x);
-  }
+  q8_slice_sums(x);
   return x;
-}
-
-// Bytes a staged vector takes in a tile: with kSums, a word of slice sums per group after the 36 bytes.
-template <bool kSums>
-constexpr uint64_t q4k_tile_stride(uint32_t groups) { return (uint64_t(groups) * (kSums ? 40 : 36) + 15) / 16 * 16; }
-
-// After staging: each of the m vectors' slices' sums of their 16 low-side and 16 high-side values
-// (q8_slice_sums' integers, |sum| <= 16 * 127), as two 16-bit halves of a word, then a barrier.
-__device__ inline void q8_tile_sums(uint8_t* sm, uint64_t stride, uint32_t m, uint32_t groups) {
-  for (uint32_t i = threadIdx.x; i < m * groups; i += blockDim.x) {
-    uint8_t* t = sm + (i / groups) * stride;
-    const uint32_t e = i % groups;
-    const uint4 l = reinterpret_cast<const uint4*>(t)[e], h = reinterpret_cast<const uint4*>(t + 16 * uint64_t(groups))[e];
-    Q8Slice x{{l.x, l.y, l.z, l.w}, {h.x, h.y, h.z, h.w}, 0.0f, 0.0f, 0, 0};
-    q8_slice_sums(x);
-    reinterpret_cast<uint32_t*>(t + 36 * uint64_t(groups))[e] = (uint32_t(x.slo) & 0xFFFFu) | (uint32_t(x.shi) << 16);
-  }
-  __syncthreads();
 }
 
 // The block's warps over `rows` 16-byte aligned Q4_K rows (w, row_bytes apart) times the m (<= kTokens)
@@ -93,7 +76,7 @@ __device__ inline void q8_tile_sums(uint8_t* sm, uint64_t stride, uint32_t m, ui
 // warp_dot_rows_q8's bits for that vector alone (lane l: slice l % 8 of super-blocks l / 8, l / 8 + 4, ...
 // in order, then the butterfly). Warp rows as matmul_q8_kernel deals them; a row's step k is super-block
 // l / 8 + 4k, every lane taking the row's ceil(blocks / 4) steps, adding nothing past the row's end.
-template <uint32_t kTokens, bool kSums>
+template <uint32_t kTokens>
 __device__ inline void q4k_tokens_lean(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t groups, const uint8_t* sm,
                                        uint64_t stride, uint32_t m, const float* bias, float* y) {
   const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -121,7 +104,7 @@ __device__ inline void q4k_tokens_lean(const uint8_t* w, uint64_t row_bytes, uin
       const Q4kQ8Weights wt = q4k_q8_weights(head, q, c);
 #pragma unroll
       for (uint32_t j = 0; j < kTokens; ++j)
-        if (j < m) part[j] += q4k_q8_weights_dot(wt, tile_slice<kSums>(sm + j * stride, groups, b, c.s));
+        if (j < m) part[j] += q4k_q8_weights_dot(wt, tile_slice(sm + j * stride, groups, b, c.s));
     }
     if (end) {
       float dot[kTokens];

@@ -11,14 +11,14 @@
 // then the same butterfly (warp_sum), and x is quantised per token by the same stage_q8 into the same
 // layout. What differs is only which warp computes it and that a weight slice, read once, serves every
 // token of a tile (a streamed layer's weights are read once a tile over the link, not once a token). Q4_K:
-// the steps of warp_dot_rows_q8's loop for rows that are not 16-byte aligned, whose bits its lean loop
-// for aligned rows has too (gpu_rows_q4k_q8.cuh).
+// 16-byte aligned rows by the lean loop's steps (gpu_rows_q4k_q8_batch.cuh: 8 tokens of Llama-3-8B 13.6
+// instead of 20.9 ms a pass), others by those of warp_dot_rows_q8's loop for unaligned rows, whose bits
+// its lean loop has too (gpu_rows_q4k_q8.cuh).
 #pragma once
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "examples/llm/compute/gpu_rows_q4k_q8_batch.cuh"
 #include "examples/llm/compute/gpu_rows_q8.cuh"
@@ -82,30 +82,27 @@ __device__ inline void warp_dot_tokens_q8(const uint8_t* row, uint32_t groups, c
 // Y[n x rows] = X[n x cols] W^T (+ bias), W matrix *sel of a stack (mat_bytes apart) where sel is given:
 // blocks along y take tiles of `tile` tokens (<= kQ8TileTokens), stage their 8-bit x side by side, and
 // their warps stride over the rows, a row at a time for every token of the tile.
-template <GgmlType T, uint32_t kThreads = kQ8Warps * 32, uint32_t kMinBlocks = 1, bool kNew = true, bool kSums = false>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <GgmlType T, uint32_t kThreads = kQ8Warps * 32>
+__global__ void __launch_bounds__(kThreads, T == GgmlType::Q4_K ? 512 / kThreads : 1)
     matmul_q8_kernel(const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols, const float* x, uint32_t n, uint32_t tile,
                      const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   extern __shared__ uint4 q8_tile_units[];
   uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_tile_units);
   const uint32_t groups = cols / kQ8Block, warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  const uint64_t stride = q4k_tile_stride<kSums>(groups);
+  const uint64_t stride = q8_token_stride(groups);
   if (sel) w += uint64_t(*sel) * mat_bytes;
-  const bool lean = T == GgmlType::Q4_K && kNew && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
+  const bool lean = T == GgmlType::Q4_K && (reinterpret_cast<uintptr_t>(w) | row_bytes) % 16 == 0;
   for (uint32_t t0 = blockIdx.y * tile; t0 < n; t0 += gridDim.y * tile) {
     const uint32_t m = min(tile, n - t0);
     __syncthreads();  // the previous tile's vectors are read
-    if constexpr (!kNew) {
-      for (uint32_t j = 0; j < m; ++j) stage_q8<T>(x + uint64_t(t0 + j) * cols, groups, sm + j * stride, nullptr, 0.0f);
-    } else {
+    if constexpr (T == GgmlType::Q4_K) {  // the tile in one pass (measured for Q4_K only)
       stage_q8_vectors<T>(x + uint64_t(t0) * cols, cols, m, groups, sm, stride, nullptr, 0.0f);
-    }
-    if constexpr (T == GgmlType::Q4_K) {
       if (lean) {
-        if constexpr (kSums) q8_tile_sums(sm, stride, m, groups);
-        q4k_tokens_lean<kQ8TileTokens, kSums>(w, row_bytes, rows, groups, sm, stride, m, bias, y + uint64_t(t0) * rows);
+        q4k_tokens_lean<kQ8TileTokens>(w, row_bytes, rows, groups, sm, stride, m, bias, y + uint64_t(t0) * rows);
         continue;
       }
+    } else {  // a vector at a time (Q6_K 8 tokens: 16.5 ms a pass, 17.4 in one pass; call C)
+      for (uint32_t j = 0; j < m; ++j) stage_q8<T>(x + uint64_t(t0 + j) * cols, groups, sm + j * stride, nullptr, 0.0f);
     }
     for (uint32_t r = warp * gridDim.x + blockIdx.x; r < rows; r += gridDim.x * warps) {
       float dot[kQ8TileTokens];
@@ -158,28 +155,29 @@ void with_q8_type(GgmlType t, F&& f) {
 inline void launch_matmul_q8(cudaStream_t s, GgmlType type, const uint8_t* w, uint64_t row_bytes, uint32_t rows, uint32_t cols,
                              const float* x, uint32_t n, const float* bias, const uint32_t* sel, uint64_t mat_bytes, float* y) {
   if (n == 0 || rows == 0) return;
-  static const uint32_t variant = [] {
-    const char* v = std::getenv("GPUNVME_Q8_BATCH_VARIANT");
-    return v ? uint32_t(std::atoi(v)) : 3u;
-  }();
+  const uint64_t stride = q8_token_stride(cols / kQ8Block);
   with_q8_type(type, [&]<GgmlType T>() {
-    auto go = [&]<uint32_t kThreads, uint32_t kMinBlocks, bool kNew = true, bool kSums = false>() {
-      constexpr auto K = matmul_q8_kernel<T, kThreads, kMinBlocks, kNew, kSums>;
-      const uint64_t stride = q4k_tile_stride<kSums>(cols / kQ8Block);
+    // Launches K with kThreads a block, unless `wider` and its blocks would not put more warps on an SM.
+    auto go = [&]<uint32_t kThreads>(bool wider) {
+      constexpr auto K = matmul_q8_kernel<T, kThreads>;
       const uint32_t room = allow_staged_shared<K>();
       const uint32_t tile = uint32_t(std::clamp<uint64_t>(room / stride, 1, std::min(kQ8TileTokens, n)));
       const uint32_t tiles = (n + tile - 1) / tile, bytes = uint32_t(tile * stride);
-      if (kThreads == 256 && variant == 5 && resident_cap<K>(1u << 30, 1, bytes) <= device_sms()) return false;
-      const uint32_t blocks = resident_cap<K>((rows + kThreads / 32 - 1) / (kThreads / 32), tiles, bytes);
+      if (wider) {
+        constexpr auto narrow = matmul_q8_kernel<T>;
+        const uint64_t held = uint64_t(resident_cap<K, kThreads>(1u << 30, 1, bytes)) * kThreads;  // threads on the device
+        if (held <= uint64_t(resident_cap<narrow>(1u << 30, 1, bytes)) * kQ8Warps * 32) return false;
+      }
+      const uint32_t blocks = resident_cap<K, kThreads>((rows + kThreads / 32 - 1) / (kThreads / 32), tiles, bytes);
       K<<<dim3(blocks, tiles), kThreads, bytes, s>>>(w, row_bytes, rows, cols, x, n, tile, bias, sel, mat_bytes, y);
       return true;
     };
-    if (variant == 0) go.template operator()<256, 1, false>();
-    else if (T != GgmlType::Q4_K) go.template operator()<256, 1>();
-    else if (variant == 2) go.template operator()<256, 2>();
-    else if (variant == 4) go.template operator()<256, 4>();
-    else if (variant == 6) go.template operator()<256, 3, true, true>();
-    else if (!go.template operator()<256, 3>()) go.template operator()<512, 1>();
+    // Q4_K: 512-thread blocks where they hold more warps an SM (x's tile fills its shared memory for one
+    // 256-thread block: 8 vectors of a 14336-wide down projection).
+    if constexpr (T == GgmlType::Q4_K) {
+      if (go.template operator()<512>(true)) return;
+    }
+    go.template operator()<kQ8Warps * 32>(false);
   });
 }
 
