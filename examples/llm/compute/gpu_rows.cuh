@@ -32,8 +32,9 @@ namespace gpunvme::llm::gpu {
 
 inline constexpr uint32_t kStagedWarps = 8;  // warps per block of the staged kernels
 // Their launch bounds' blocks per SM: registers capped at 85 a thread so that three blocks fit instead of
-// two (no spills in matvec_kernel for any type; gpu_forward.cu's matvec_fetched_kernel gives the variants
-// that spilled under the cap two blocks' registers instead, its comment lists them). On the H100, 2-7 % faster for Q4_K and Q6_K in one run, within the
+// two. Under the cap some FP32 variants spill a few bytes (ptxas -v, CUDA 13.0, sm_90: gpu_matmul.cu's
+// two-row F32, F16 and Q4_K kernels 4-36 bytes; not measured slower); gpu_forward.cu's
+// matvec_fetched_kernel gives its spilling variants two blocks' registers instead (its comment lists them). On the H100, 2-7 % faster for Q4_K and Q6_K in one run, within the
 // noise in another; four rows per warp, blocks capped at two per SM and an unrolled group loop measured
 // no better (docs/performance.md, session 8).
 inline constexpr uint32_t kStagedMinBlocks = 3;
