@@ -13,7 +13,6 @@ namespace gpunvme::llm::gpu {
 struct WarpLanes {
   static constexpr uint32_t kSize = 32;
   __device__ uint32_t lane() const { return threadIdx.x % 32; }
-  __device__ uint32_t size() const { return 32; }
   __device__ float max(float x) const {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;

@@ -24,7 +24,6 @@ inline constexpr uint32_t kMaxRoutedExperts = 256;
 struct OneLane {
   static constexpr uint32_t kSize = 1;
   GPUNVME_HD uint32_t lane() const { return 0; }
-  GPUNVME_HD uint32_t size() const { return 1; }
   GPUNVME_HD float max(float x) const { return x; }        // the largest x of all lanes (fmaxf)
   GPUNVME_HD float from_first(float x) const { return x; }  // lane 0's x, on every lane
   // The larger p of all lanes and its id; on equal p the lower id.
