@@ -61,8 +61,9 @@ Help deploy_help() {
               "  --device DEVICE   repeated: each member gets a stripe record at LBA 0 naming the set and its\n"
               "                    place; ls, verify and the engine then take the same --device list (a wrong\n"
               "                    order, a missing or repeated member is refused)\n"
-              "  --stripe-unit SIZE  striped set: bytes per member before the next (default 1M; a multiple of the\n"
-              "                    LBA size). --print-dd and --record-only write one namespace only\n"
+              "  --stripe-unit SIZE  striped set: bytes per member before the next. Default: a set laid in this\n"
+              "                    order keeps its unit; a new one gets the model's: a quarter of its smallest\n"
+              "                    expert slice, 128K-1M (1M dense). --print-dd, --record-only: one namespace only\n"
               "  --nsid N          namespace id (default 1)\n"
               "  --start-lba N     default LBA 2048 with 512-byte blocks, 256 with 4 KiB blocks; N >= 1\n"
               "  --allow-write     the same rule as every other tool that writes (--print-dd too)\n"
@@ -205,12 +206,15 @@ int cmd_deploy(int argc, char** argv) {
   const bool record_only = args.has("record-only");
   // Before any device is opened: a stop from here on is reported, whatever it interrupts.
   if (!record_only && !args.has("print-dd")) deploy::report_stop_signals("gpunvme deploy");
-  const std::unique_ptr<deploy::Device> owned =
-      c.devices.size() > 1
-          ? deploy::Device::create_stripe(c.devices, args.get_size("stripe-unit", model::kDefaultStripeUnitBytes), c.force, c.nsid)
-          : std::make_unique<deploy::Device>(c.device, c.nsid);
+  deploy::StripeUnit unit{std::nullopt, c.devices.size() > 1 ? model::default_stripe_unit(file) : 0};
+  if (args.has("stripe-unit")) unit.given = args.get_size("stripe-unit", 0);
+  const std::unique_ptr<deploy::Device> owned = c.devices.size() > 1
+                                                    ? deploy::Device::create_stripe(c.devices, unit, c.force, c.nsid)
+                                                    : std::make_unique<deploy::Device>(c.device, c.nsid);
   deploy::Device& dev = *owned;
   if (args.has("print-dd")) return print_dd(c, file, dev);
+  if (dev.striped())
+    std::printf("striped set of %zu members, stripe unit %s\n", c.devices.size(), dev.stripe_unit_text().c_str());
 
   deploy::DeployOptions opt;
   opt.start_lba = c.start;

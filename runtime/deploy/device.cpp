@@ -1,6 +1,8 @@
 #include "runtime/deploy/device.h"
 
 #include <algorithm>
+#include <span>
+#include <string>
 #include <utility>
 
 #include "host/emulator/config.h"
@@ -66,6 +68,7 @@ Device::Device(std::vector<std::unique_ptr<Device>> members, const std::optional
                    : std::make_unique<model::StripeSet>(std::move(ios));
   layout_pending_ = layout.has_value();
   retire_pending_ = layout && layout->replaces_other;
+  if (layout) unit_text_ = layout->unit_text;
   bio_ = stripe_->logical();
   name_ = "striped set of " + std::to_string(members_.size()) + " (" + members_[0]->name();
   for (size_t i = 1; i < members_.size(); ++i) name_ += ", " + members_[i]->name();
@@ -135,31 +138,60 @@ struct StripePlan {
   model::StripeGeometry geometry;
   model::StripeGeneration generation;
   bool replaces_other;
+  std::string unit_text;
 };
-StripePlan plan_stripe(const std::vector<std::unique_ptr<Device>>& members, uint64_t unit_bytes, bool force) {
+
+// A unit as --stripe-unit takes it: "128K", "1M".
+std::string unit_arg(uint64_t bytes) {
+  if (bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes % 1024 == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+// The unit a new layout gets (StripeUnit) and the words that say why. Without --stripe-unit, members
+// that already form one set in this order keep its unit: a re-deploy of another model, or of the same
+// one after the rule changed, replaces the model without re-laying the set (which check_stripe_layout
+// would refuse without --force). Members that form no such set get the model's unit.
+std::pair<uint64_t, std::string> choose_unit(std::span<const model::BlockIo> ios, const StripeUnit& unit) {
+  if (unit.given) return {*unit.given, unit_arg(*unit.given) + " (--stripe-unit)"};
+  const std::string model_unit = unit_arg(unit.model_default);
+  uint64_t kept = 0;
+  try {
+    kept = model::read_member_records(ios).at(0).geometry.unit_bytes();
+  } catch (const model::ModelError&) {  // not one set in this order: a new set
+    return {unit.model_default, model_unit + " (the model's default)"};
+  }
+  if (kept == unit.model_default) return {kept, model_unit + " (the set's and the model's default)"};
+  return {kept, unit_arg(kept) + " (the set's, kept; the model's default is " + model_unit + ": --stripe-unit " +
+                    model_unit + " --force re-lays the set)"};
+}
+
+StripePlan plan_stripe(const std::vector<std::unique_ptr<Device>>& members, const StripeUnit& unit, bool force) {
   check_one_block_size(members);
+  std::vector<model::BlockIo> ios;
+  for (const auto& m : members) ios.push_back(m->block_io());
+  const auto [unit_bytes, unit_text] = choose_unit(ios, unit);
   uint64_t smallest = UINT64_MAX;
   for (const auto& m : members) smallest = std::min(smallest, m->n_lbas());
   model::StripeGeometry g = model::make_stripe_geometry(uint32_t(members.size()), members[0]->lba_size(), smallest,
                                                         unit_bytes, model::random_stripe_id());
   for (const auto& m : members) check_member(*m, g.data_start_lba, force);
-  std::vector<model::BlockIo> ios;
-  for (const auto& m : members) ios.push_back(m->block_io());
   // The set these members already form in this very layout keeps its id and moves on a generation.
   const auto same = check_stripe_layout(ios, g.unit_blocks, force);
   if (same) g.set_id = same->geometry.set_id;
-  return {g, model::next_generation(same ? std::optional(same->generation) : std::nullopt), !same};
+  return {g, model::next_generation(same ? std::optional(same->generation) : std::nullopt), !same, unit_text};
 }
 
 }  // namespace
 
-std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes, bool force,
+std::unique_ptr<Device> Device::create_stripe(const std::vector<std::string>& devices, const StripeUnit& unit, bool force,
                                               uint32_t nsid) {
   if (devices.size() < 2) throw Error(ErrorKind::kInvalidArgument, "a striped set needs 2 or more --device");
   for (const std::string& d : devices) check_keeps_data(d, nsid);
   std::vector<std::unique_ptr<Device>> members = open_members(devices, nsid, host::Access::kReadWrite);
-  const StripePlan p = plan_stripe(members, unit_bytes, force);
-  return std::unique_ptr<Device>(new Device(std::move(members), Layout{p.geometry, p.generation, p.replaces_other}));
+  const StripePlan p = plan_stripe(members, unit, force);
+  return std::unique_ptr<Device>(
+      new Device(std::move(members), Layout{p.geometry, p.generation, p.replaces_other, p.unit_text}));
 }
 
 void Device::retire_previous_layout() {

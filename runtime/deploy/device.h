@@ -21,6 +21,14 @@
 
 namespace gpunvme::deploy {
 
+// A new striped set's unit: `given` (--stripe-unit), else the unit of the set the members already form
+// in this order (a re-deploy never re-lays a set unasked), else `model_default`
+// (model::default_stripe_unit of the model about to be written).
+struct StripeUnit {
+  std::optional<uint64_t> given;
+  uint64_t model_default = model::kDefaultStripeUnitBytes;
+};
+
 class Device {
  public:
   // `device`: emu:... or vfio:BDF (host/open_device.h). Throws gpunvme::Error when the controller
@@ -40,8 +48,8 @@ class Device {
   // the set's data starts, as deploy does; a member with a model of its own, or members of a set laid
   // otherwise (another order, unit or membership: layout_check.h). The set they already form in this
   // layout keeps its id; every call gives the set a new generation (model/stripe.h), so the members
-  // written by this deploy never open together with one saved before it.
-  static std::unique_ptr<Device> create_stripe(const std::vector<std::string>& devices, uint64_t unit_bytes,
+  // written by this deploy never open together with one saved before it. The unit: StripeUnit above.
+  static std::unique_ptr<Device> create_stripe(const std::vector<std::string>& devices, const StripeUnit& unit,
                                                bool force, uint32_t nsid = 1);
   // A set from create_stripe laid over members that did not form it in this layout (another set or
   // order or unit, a model of their own, anything with --force): zeroes every member's LBA 0 (the
@@ -53,6 +61,9 @@ class Device {
   // them; a no-op for anything else and once done. Until then the members hold what they held.
   void write_layout();
   bool layout_pending() const { return layout_pending_; }
+  // A set from create_stripe: its stripe unit and where it came from, for the tools' summary
+  // ("stripe unit 128.00 KiB (the model's default)"); "" for anything else.
+  const std::string& stripe_unit_text() const { return unit_text_; }
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -89,6 +100,7 @@ class Device {
     model::StripeGeometry geometry;
     model::StripeGeneration generation;
     bool replaces_other = false;  // the members did not form this set in this layout
+    std::string unit_text;        // stripe_unit_text()
   };
   // A striped set over opened members: as their records say, or as `layout` lays it out (not written yet).
   Device(std::vector<std::unique_ptr<Device>> members, const std::optional<Layout>& layout);
@@ -102,6 +114,7 @@ class Device {
   bool discards_writes_ = false;
   bool layout_pending_ = false;
   bool retire_pending_ = false;
+  std::string unit_text_;
   host::LockedController locked_;  // the device's lock, taken before the controller opened, released after it closed
   host::Controller* ctrl_ = nullptr;
   std::unique_ptr<host::QueuePair> qp_;

@@ -55,7 +55,7 @@ std::string layout_difference(std::span<const model::BlockIo> members, uint32_t 
     }
     return "its stripe unit is " + std::to_string(g.unit_bytes()) + " bytes, not " +
            std::to_string(uint64_t(unit_blocks) * g.lba_size) + "; --stripe-unit " + std::to_string(g.unit_bytes()) +
-           " keeps it";
+           ", or none, keeps it";
   } catch (const model::ModelError& e) {
     return e.what();
   }

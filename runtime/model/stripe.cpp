@@ -120,6 +120,19 @@ StripeGeneration next_generation(std::optional<StripeGeneration> previous) {
   return {previous ? previous->number + 1 : 1, random_stripe_id()};
 }
 
+uint64_t default_stripe_unit(const gguf::GgufFile& file) {
+  uint64_t smallest = UINT64_MAX;
+  try {
+    const LbaMap map(file, 512, 0);  // slice sizes do not depend on the block size
+    for (const ExpertExtent& e : map.experts())
+      if (e.extent.byte_length) smallest = std::min(smallest, e.extent.byte_length);
+  } catch (const ModelError&) {
+    return kDefaultStripeUnitBytes;  // experts it cannot cut: no slices to spread
+  }
+  if (smallest == UINT64_MAX) return kDefaultStripeUnitBytes;
+  return std::clamp<uint64_t>(std::bit_floor(smallest / 4), kMinDefaultStripeUnitBytes, kDefaultStripeUnitBytes);
+}
+
 StripeGeometry make_stripe_geometry(uint32_t members, uint32_t lba_size, uint64_t member_blocks, uint64_t unit_bytes,
                                     uint64_t set_id) {
   check_lba_size(lba_size);

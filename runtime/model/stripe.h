@@ -61,7 +61,8 @@ inline constexpr uint64_t kStripeDataOffsetBytes = 1u << 20;
 // 4 KiB-aligned (the drives' page), not 1 MiB in as on one namespace: the members' own 1 MiB already
 // lies before their data, so a second MiB would only be lost (a model of N x (member - 1 MiB) fits).
 inline constexpr uint64_t kStripedModelStartBytes = 4096;
-inline constexpr uint64_t kDefaultStripeUnitBytes = 1u << 20;
+inline constexpr uint64_t kDefaultStripeUnitBytes = 1u << 20;  // dense models; the largest default_stripe_unit gives
+inline constexpr uint64_t kMinDefaultStripeUnitBytes = 128u << 10;  // the smallest it gives
 inline constexpr uint32_t kMaxStripeMembers = 16;
 
 struct StripeHeader {
@@ -126,6 +127,21 @@ struct StripeRecord {
   uint32_t member_index = 0;
   StripeGeneration generation;
 };
+
+// The stripe unit a new set gets for `file` when none is asked for (gpunvme deploy, llm_make_model,
+// emu:gen): a quarter of the model's smallest routed-expert slice (one expert's part of an
+// ffn_*_exps tensor, or a whole per-expert tensor: LbaMap::experts()), rounded down to a power of
+// two and kept within [128 KiB, 1 MiB]; 1 MiB for a model without routed experts, or one whose experts
+// LbaMap cannot cut (the engine refuses that file anyway). Why: a token fetches its experts slice by
+// slice, and a slice not much larger than the unit lies on one member or two, so a layer's slices
+// split unevenly over the drives and the layer waits for the busier one. Qwen3-30B-A3B's 0.88 MB
+// slices reached 81 % of the 2 x PCIe 4 bound with 1 MiB units and 91 % with 128 KiB, while
+// Qwen3-235B-A22B's 3.5 MB slices did as well with either (docs/performance.md section 3): four units
+// a slice or more spread it over the members. Dense layers are hundreds of MB and keep 1 MiB, the
+// drives' transfer size; 128 KiB is the smallest unit measured. Every result is a power of two of
+// 128 KiB or more, so a multiple of the LBA size (a power of two: 512 B or 4 KiB on NVMe; a larger one
+// is refused by make_stripe_geometry, naming --stripe-unit). Qwen3-30B-A3B Q4_K: 128 KiB; Qwen3-235B-A22B Q4_K: 512 KiB; Mixtral-8x7B, gpt-oss: 1 MiB.
+uint64_t default_stripe_unit(const gguf::GgufFile& file);
 
 // One block of geometry.lba_size bytes.
 std::vector<uint8_t> serialize_stripe_record(const StripeRecord& r);

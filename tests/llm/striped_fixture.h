@@ -38,7 +38,7 @@ inline void write_model(const std::vector<std::string>& devices, uint64_t unit, 
   using namespace gpunvme;
   const auto layout = llm::gen::model_layout(shape, uint32_t(gguf::GgmlType::Q4_K), shape.name);
   llm::gen::GeneratedModel model(layout, seed, 2);
-  auto dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, unit, false)
+  auto dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, {unit}, false)
                                 : std::make_unique<deploy::Device>(devices[0]);
   deploy::deploy_source(*dev, model, shape.name, {});
 }

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "runtime/gguf/ggml_types.h"
 #include "runtime/guard/write_guard.h"
 #include "runtime/model/detect.h"
+#include "runtime/model/lba_map.h"
+#include "runtime/model/stripe.h"
 #include "tests/llm/greedy_steps.h"
 #include "tests/test_files.h"
 
@@ -109,7 +112,7 @@ TEST_CASE("emu:gen is the image llm_make_model deploys, byte for byte, and the e
 }
 
 TEST_CASE("emu:gen members=N,member=I: a striped set of the model, which the engine reads as one") {
-  // tiny-qwen3moe (2 MB) over 3 members of 1 MiB stripe units: every member holds units of the model.
+  // tiny-qwen3moe (2 MB) over 3 members of 128 KiB stripe units (its default): every member holds units of it.
   const std::string gen = "emu:gen,shape=tiny-qwen3moe,type=q4_k";
   std::vector<std::string> members;
   for (int i = 1; i <= 3; ++i) members.push_back(gen + ",members=3,member=" + std::to_string(i));
@@ -119,6 +122,51 @@ TEST_CASE("emu:gen members=N,member=I: a striped set of the model, which the eng
   CHECK_THROWS(decode({members[1], members[0], members[2]}));
   CHECK_THAT(refused(gen + ",members=2"), ContainsSubstring("member=1..2"));
   CHECK_THAT(refused(gen + ",members=2,member=3"), ContainsSubstring("past members=2"));
+}
+
+TEST_CASE("the default stripe unit of the generated shapes: a quarter of the smallest expert slice, 128K-1M") {
+  struct Case {
+    const char* shape;
+    const char* type;
+    uint64_t slice;  // the smallest expert slice; 0: no routed experts
+    uint64_t unit;
+  };
+  for (const Case& c : {Case{"qwen3-30b-a3b", "q4_k", 884736, 128u << 10},      // 768 x 2048 Q4_K
+                        Case{"qwen3-30b-a3b", "q6_k", 1290240, 256u << 10},     // the same in Q6_K
+                        Case{"qwen3-235b-a22b", "q4_k", 3538944, 512u << 10},   // 1536 x 4096
+                        Case{"gpt-oss-20b", "mxfp4", 4406400, 1u << 20},        // 2880 x 2880 MXFP4
+                        Case{"gpt-oss-120b", "mxfp4", 4406400, 1u << 20},
+                        Case{"mixtral-8x7b", "q4_k", 33030144, 1u << 20},       // 14336 x 4096
+                        Case{"llama3-70b", "q6_k", 0, 1u << 20}}) {
+    INFO(c.shape << " " << c.type);
+    const llm::gen::Shape shape = llm::gen::shape_named(c.shape);
+    const uint32_t type = llm::gen::type_named(c.type);
+    llm::gen::GeneratedModel m(llm::gen::model_layout(shape, type, "unit"), 1, 1);
+    const gguf::GgufFile header = gguf::GgufFile::read(m);  // the header only: nothing generated
+    const model::LbaMap map(header, 512, 0);
+    uint64_t smallest = 0;
+    for (const model::ExpertExtent& e : map.experts())
+      smallest = smallest ? std::min(smallest, e.extent.byte_length) : e.extent.byte_length;
+    CHECK(smallest == c.slice);
+    CHECK(model::default_stripe_unit(header) == c.unit);
+  }
+}
+
+TEST_CASE("emu:gen members=N without stripe_unit= lays the set with the model's default unit") {
+  // The stripe record says the unit; the members are byte for byte those of the unit given explicitly
+  // (set ids included: the default is resolved before the keys are hashed), and not those of another.
+  auto unit_of = [](const std::string& device) {
+    const std::vector<uint8_t> b = read_device(device);
+    return model::parse_stripe_record(std::span(b).first(512), device).geometry.unit_bytes();
+  };
+  const std::string moe = "emu:gen,shape=tiny-qwen3moe,type=q4_k,members=2,member=";
+  CHECK(unit_of(moe + "1") == 128u << 10);  // slices of 36864 bytes
+  for (const char* member : {"1", "2"}) {
+    CHECK(read_device(moe + member) == read_device(moe + member + ",stripe_unit=131072"));
+    CHECK(read_device(moe + member) != read_device(moe + member + ",stripe_unit=1048576"));
+  }
+  CHECK(unit_of("emu:gen,shape=tiny,type=q4_k,members=2,member=2") == 1u << 20);  // dense
+  CHECK(unit_of("emu:gen,shape=tiny-gpt-oss,type=mxfp4,members=2,member=1") == 128u << 10);
 }
 
 TEST_CASE("the parallel CRC pass is deploy's, over pieces and chunks") {

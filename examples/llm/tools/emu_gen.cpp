@@ -17,6 +17,7 @@
 #include "host/emulator/config.h"
 #include "host/text/human_bytes.h"
 #include "host/text/numbers.h"
+#include "runtime/gguf/gguf_file.h"
 #include "runtime/model/crc32c.h"
 
 namespace gpunvme::llm::gen {
@@ -51,7 +52,7 @@ struct GenParams {
   uint32_t type = 0;
   uint64_t seed = 1;  // llm_make_model's --seed default
   uint32_t members = 1, member = 1;  // a striped set's size and this namespace's place in it (1-based)
-  uint64_t stripe_unit = model::kDefaultStripeUnitBytes;  // a striped set's unit (llm_make_model --stripe-unit)
+  uint64_t stripe_unit = 0;  // a striped set's unit: stripe_unit=, else the model's (resolved by parse_keys)
 };
 
 uint64_t parse_number(const std::string& key, const std::string& value, uint64_t lo, uint64_t hi) {
@@ -64,6 +65,12 @@ uint64_t parse_number(const std::string& key, const std::string& value, uint64_t
   if (v < lo || v > hi)
     throw std::invalid_argument(key + "=" + value + " is not in " + std::to_string(lo) + ".." + std::to_string(hi));
   return v;
+}
+
+// model::default_stripe_unit of the generated model, from its header alone.
+uint64_t default_unit(const Shape& shape, uint32_t type) {
+  GeneratedModel m(model_layout(shape, type, model_name(shape, type)), 1, 1);
+  return model::default_stripe_unit(gguf::GgufFile::read(m));
 }
 
 GenParams parse_keys(const emu::GenKeys& keys) {
@@ -94,6 +101,9 @@ GenParams parse_keys(const emu::GenKeys& keys) {
                                 ": each namespace is one member of the set, given in order");
   if (p.member > p.members)
     throw std::invalid_argument("member=" + std::to_string(p.member) + " is past members=" + std::to_string(p.members));
+  // Without stripe_unit=, the unit llm_make_model and deploy give a new set of this model, resolved
+  // here, before set_hash and the layout use it: the bytes stay a function of the keys.
+  if (p.members > 1 && !p.stripe_unit) p.stripe_unit = default_unit(p.shape, p.type);
   return p;
 }
 
@@ -156,7 +166,7 @@ std::shared_ptr<const emu::GeneratedBytes> open_namespace(const GenParams& p, ui
     {"shape", "type", "model_seed", "members", "member", "stripe_unit"},
     "shape=NAME (" + shape_names() + "), type=q4_k|q6_k|q8_0|mxfp4, model_seed=S (default 1): the model llm_make_model "
     "--shape NAME --type T --seed S writes, with its deploy record; members=N,member=I: member I of a striped set "
-    "of it over N namespaces (stripe_unit=BYTES, default 1 MiB)",
+    "of it over N namespaces (stripe_unit=BYTES, default the model's: 128 KiB-1 MiB, llm_make_model's)",
     [](const emu::GenKeys& keys, uint32_t lba) {
       const GenParams p = parse_keys(keys);
       const uint64_t bytes = logical_bytes(p, lba);

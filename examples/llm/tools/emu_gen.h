@@ -56,7 +56,8 @@ class DeployedModelImage final : public emu::GeneratedBytes {
 };
 
 // emu:gen,...,members=N,member=I[,stripe_unit=BYTES]: member I (1..N) of a striped set over N generated
-// namespaces with stripe units of BYTES (default 1 MiB, as llm_make_model --stripe-unit), laid as
+// namespaces with stripe units of BYTES (default: the model's, model::default_stripe_unit, as
+// llm_make_model gives a new set), laid as
 // llm_make_model --device x N lays the model (runtime/model/stripe.h): its stripe record at LBA 0 (set id
 // and generation fixed by the keys, so the members agree), zeros up to its data region (1 MiB in), then
 // its stripe units of the set's logical volume: a DeployedModelImage with the model 4 KiB in. Not the

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -30,8 +31,10 @@
 #include "runtime/deploy/safety.h"
 #include "runtime/deploy/stop_signal.h"
 #include "runtime/gguf/ggml_types.h"
+#include "runtime/gguf/gguf_file.h"
 #include "runtime/guard/output_file.h"
 #include "runtime/guard/write_guard.h"
+#include "runtime/model/stripe.h"
 
 using namespace gpunvme;
 
@@ -63,7 +66,9 @@ const cli::Help kHelp = {
     "                 record at LBA 0 naming the set and its place, the model is laid unit by unit over their\n"
     "                 data (1 MiB in); `llm --device M1 --device M2 ...` streams from all at once. Each member\n"
     "                 needs 1/N of the model plus 1 MiB (size=30G each for llama3-70b Q6_K over 2)\n"
-    "  --stripe-unit SIZE  bytes per member before the next one (default 1M; a multiple of the LBA size)\n"
+    "  --stripe-unit SIZE  bytes per member before the next one (a multiple of the LBA size). Default: a set\n"
+    "                 laid in this order keeps its unit; a new one gets the model's: a quarter of its smallest\n"
+    "                 expert slice, 128K-1M (1M dense; model::default_stripe_unit)\n"
     "  --vocab-from FILE  the vocabulary of another GGUF: every tokenizer.* key (tokens, scores, merges, special\n"
     "                 ids, chat template) copied, so text goes in and out as with that model (default: none,\n"
     "                 prompts are token ids). Its token count must equal the shape's vocabulary\n"
@@ -152,7 +157,6 @@ int run(const cli::Args& args) {
   const std::vector<std::string> devices = args.all("device");
   if (args.has("stripe-unit") && devices.size() < 2)
     throw cli::UsageError("--stripe-unit needs a striped set: give --device once per member (2 or more)");
-  const uint64_t unit = args.get_size("stripe-unit", model::kDefaultStripeUnitBytes);
   llm::gen::Shape shape;
   try {
     shape = llm::gen::shape_named(args.get("shape"));
@@ -194,11 +198,16 @@ int run(const cli::Args& args) {
       guard::check_write_allowed(device, {args.has("allow-write"), args.has("force")},
                                  devices.size() > 1 ? "llm_make_model writes a stripe record at LBA 0 and model stripes"
                                                     : "llm_make_model writes a model and a deploy record at LBA 0");
-    std::unique_ptr<deploy::Device> dev = devices.size() > 1 ? deploy::Device::create_stripe(devices, unit, args.has("force"))
-                                                             : std::make_unique<deploy::Device>(devices[0]);
-    if (dev->striped())
+    std::unique_ptr<deploy::Device> dev;
+    if (devices.size() > 1) {
+      deploy::StripeUnit unit{std::nullopt, model::default_stripe_unit(gguf::GgufFile::read(model))};
+      if (args.has("stripe-unit")) unit.given = args.get_size("stripe-unit", 0);
+      dev = deploy::Device::create_stripe(devices, unit, args.has("force"));
       std::printf("striped set of %zu members, stripe unit %s, %s of logical volume\n", devices.size(),
-                  text::human_bytes(double(unit)).c_str(), text::human_bytes(double(dev->capacity_bytes())).c_str());
+                  dev->stripe_unit_text().c_str(), text::human_bytes(double(dev->capacity_bytes())).c_str());
+    } else {
+      dev = std::make_unique<deploy::Device>(devices[0]);
+    }
     deploy::DeployOptions opt;
     opt.force = args.has("force");
     opt.piece_bytes = 64u << 20;
