@@ -59,22 +59,25 @@ std::vector<float> dequant_row(GgmlType t, const uint8_t* row, uint32_t cols) {
 TEST_CASE("8-bit x matrix-vector product: the CPU twin's bits, within x's rounding of the FP32 product", "[gpu][llm]") {
   REQUIRE_GPU();
   struct Shape { uint32_t rows, cols; };
-  // 37 and 1000 rows: one row a warp; 4096: two (staged_launch's rule); 14336 wide: Llama-3-8B's down.
-  const Shape sh = GENERATE(Shape{37, 256}, Shape{1000, 4096}, Shape{4096, 4096}, Shape{300, 14336}, Shape{70, 2816});
-  const bool unaligned = GENERATE(false, true);  // rows at 8 bytes past a 16-byte boundary: the word loads
+  // 37 and 1000 rows: one row a warp; 4096: two (staged_launch's rule); 14336 wide: Llama-3-8B's down;
+  // 3300 x 32768: two rows a warp where Q6_K's lean loop's scratch does not fit beside x (its old loop).
+  const Shape sh = GENERATE(Shape{37, 256}, Shape{1000, 4096}, Shape{4096, 4096}, Shape{300, 14336}, Shape{70, 2816},
+                            Shape{3300, 32768});
+  // Rows at 8 bytes past a 16-byte boundary (the word loads; Q6_K's lean loop still) or 2 (Q6_K's old loop).
+  const uint32_t offset = GENERATE(0u, 8u, 2u);
   const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0);
-  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, unaligned);
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, offset);
   std::mt19937 rng(sh.rows * 7 + sh.cols + uint32_t(t));
   const auto w = llm::test::random_rows(t, sh.cols, sh.rows, rng);
   const uint64_t rb = w.size() / sh.rows;
   std::vector<uint8_t> padded(w.size() + 8);
-  std::memcpy(padded.data() + (unaligned ? 8 : 0), w.data(), w.size());
+  std::memcpy(padded.data() + offset, w.data(), w.size());
   const auto x = random_x(sh.cols, rng);
   std::vector<float> bias(sh.rows);
   for (float& b : bias) b = std::uniform_real_distribution<float>(-1, 1)(rng);
   DeviceArray<uint8_t> dw(padded);
   DeviceArray<float> dx(x), db(bias), dy(std::vector<float>(sh.rows, NAN));
-  const GpuMatrix m{t, dw.p + (unaligned ? 8 : 0), rb, sh.rows, sh.cols, nullptr, 0};
+  const GpuMatrix m{t, dw.p + offset, rb, sh.rows, sh.cols, nullptr, 0};
   {
     Q8On on;
     gpu_matmul(nullptr, m, dx.p, 1, db.p, dy.p);
@@ -109,13 +112,15 @@ TEST_CASE("8-bit x matrix-vector product: the CPU twin's bits, within x's roundi
     worst = std::max(worst, err);
     worst_rel = std::max(worst_rel, err / std::max(mag, 1e-30));
   }
-  std::printf("q8 matvec %s %ux%u%s: largest |8-bit - FP32-exact| %.3g (%.3g of sum |w x|)\n", gguf::ggml_type_name(uint32_t(t)).c_str(), sh.rows,
-              sh.cols, unaligned ? " unaligned" : "", worst, worst_rel);
+  std::printf("q8 matvec %s %ux%u at +%u: largest |8-bit - FP32-exact| %.3g (%.3g of sum |w x|)\n", gguf::ggml_type_name(uint32_t(t)).c_str(),
+              sh.rows, sh.cols, offset, worst, worst_rel);
 }
 
 TEST_CASE("8-bit x fused entries: Q/K/V, gate/up+GLU and +add give the CPU twin's bits", "[gpu][llm]") {
   REQUIRE_GPU();
   const uint32_t cols = 4096, rows[3] = {4096, 1024, 1024}, ffn = 1400;
+  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K);  // Q6_K: its lean loop in every row set
+  CAPTURE(gguf::ggml_type_name(uint32_t(t)));
   std::mt19937 rng(36);
   const auto x = random_x(cols, rng);
   DeviceArray<float> dx(x);
@@ -126,42 +131,42 @@ TEST_CASE("8-bit x fused entries: Q/K/V, gate/up+GLU and +add give the CPU twin'
     std::vector<std::unique_ptr<DeviceArray<float>>> dy;
     std::vector<GpuProduct> ps;
     for (uint32_t p = 0; p < 3; ++p) {
-      w.push_back(llm::test::random_rows(GgmlType::Q4_K, cols, rows[p], rng));
+      w.push_back(llm::test::random_rows(t, cols, rows[p], rng));
       dw.push_back(std::make_unique<DeviceArray<uint8_t>>(w[p]));
       dy.push_back(std::make_unique<DeviceArray<float>>(std::vector<float>(rows[p], NAN)));
-      ps.push_back({GpuMatrix{GgmlType::Q4_K, dw[p]->p, w[p].size() / rows[p], rows[p], cols, nullptr, 0}, nullptr, dy[p]->p});
+      ps.push_back({GpuMatrix{t, dw[p]->p, w[p].size() / rows[p], rows[p], cols, nullptr, 0}, nullptr, dy[p]->p});
     }
     gpu_matvecs(nullptr, ps, dx.p);
     REQUIRE(cudaGetLastError() == cudaSuccess);
     for (uint32_t p = 0; p < 3; ++p) {
-      auto ref = twin(w[p], rows[p], cols, x);
+      auto ref = twin(w[p], rows[p], cols, x, t);
       for (float& v : ref) v = v + 0.0f;  // MatrixRows's dot + 0 (no bias)
       require_bits(dy[p]->get(rows[p]), ref);
     }
   }
   SECTION("gate and up with the GLU") {
-    const auto wg = llm::test::random_rows(GgmlType::Q4_K, cols, ffn, rng), wu = llm::test::random_rows(GgmlType::Q4_K, cols, ffn, rng);
+    const auto wg = llm::test::random_rows(t, cols, ffn, rng), wu = llm::test::random_rows(t, cols, ffn, rng);
     DeviceArray<uint8_t> dg(wg), du(wu);
     DeviceArray<float> dy(std::vector<float>(ffn, NAN));
-    const GpuMatrix gate{GgmlType::Q4_K, dg.p, wg.size() / ffn, ffn, cols, nullptr, 0};
+    const GpuMatrix gate{t, dg.p, wg.size() / ffn, ffn, cols, nullptr, 0};
     GpuMatrix up = gate;
     up.w = du.p;
     REQUIRE(gpu_matvec_glu(nullptr, gate, up, dx.p, FfnAct::kSilu, dy.p));
     // The GLU of the twin's products by the GPU's GLU kernel (the host's expf may round otherwise).
-    auto g = twin(wg, ffn, cols, x), u = twin(wu, ffn, cols, x);
+    auto g = twin(wg, ffn, cols, x, t), u = twin(wu, ffn, cols, x, t);
     for (uint32_t r = 0; r < ffn; ++r) g[r] = g[r] + 0.0f, u[r] = u[r] + 0.0f;
     DeviceArray<float> rg(g), ru(u);
     gpu_glu(nullptr, rg.p, ru.p, ffn, FfnAct::kSilu);
     require_bits(dy.get(ffn), rg.get(ffn));
   }
   SECTION("a product with the residual add") {
-    const auto w = llm::test::random_rows(GgmlType::Q4_K, cols, cols, rng);
+    const auto w = llm::test::random_rows(t, cols, cols, rng);
     std::vector<float> y0(cols);
     for (float& v : y0) v = std::normal_distribution<float>(0, 1)(rng);
     DeviceArray<uint8_t> dw(w);
     DeviceArray<float> dy(y0);
-    REQUIRE(gpu_matvec_add(nullptr, GpuMatrix{GgmlType::Q4_K, dw.p, w.size() / cols, cols, cols, nullptr, 0}, dx.p, nullptr, dy.p));
-    const auto d = twin(w, cols, cols, x);
+    REQUIRE(gpu_matvec_add(nullptr, GpuMatrix{t, dw.p, w.size() / cols, cols, cols, nullptr, 0}, dx.p, nullptr, dy.p));
+    const auto d = twin(w, cols, cols, x, t);
     std::vector<float> ref(cols);
     for (uint32_t r = 0; r < cols; ++r) ref[r] = y0[r] + (d[r] + 0.0f);
     require_bits(dy.get(cols), ref);
