@@ -27,13 +27,18 @@
 
 namespace gpunvme::llm::gpu {
 
-// Whether every row of a set starts 16-byte aligned (the lean loops' wide loads need it).
-template <uint32_t R>
-__device__ inline bool rows_aligned16(const uint8_t* const (&row)[R]) {
+// Whether every row of a set starts A-byte aligned (the lean loops' wide loads need it: 16 bytes, or 8
+// for Q6_K's 8-byte loads).
+template <uint32_t A, uint32_t R>
+__device__ inline bool rows_aligned(const uint8_t* const (&row)[R]) {
   uintptr_t any = 0;
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) any |= reinterpret_cast<uintptr_t>(row[r]);
-  return any % 16 == 0;
+  return any % A == 0;
+}
+template <uint32_t R>
+__device__ inline bool rows_aligned16(const uint8_t* const (&row)[R]) {
+  return rows_aligned<16>(row);
 }
 
 // IEEE half -> float for a half that is not a NaN: half_to_float's device route without its test.

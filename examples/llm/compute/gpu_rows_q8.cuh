@@ -258,14 +258,6 @@ __host__ __device__ constexpr bool q6k_lean_fits(uint32_t groups, uint32_t r) {
 }
 
 template <uint32_t R>
-__device__ inline bool rows_aligned8(const uint8_t* const (&row)[R]) {
-  uintptr_t any = 0;
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) any |= reinterpret_cast<uintptr_t>(row[r]);
-  return any % 8 == 0;
-}
-
-template <uint32_t R>
 __device__ inline void warp_dot_rows_q6k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
                                                  uint8_t* scratch, uint32_t lane, float (&out)[R]);
 
@@ -283,7 +275,7 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));  // a partial last set repeats the last row
     float dot[R];
     if constexpr (T == GgmlType::Q6_K) {
-      if (q6k_lean_fits(groups, R) && rows_aligned8(p)) {
+      if (q6k_lean_fits(groups, R) && rows_aligned<8>(p)) {
         uint8_t* const scratch = sm + q8_shared_bytes(groups) + warp * R * kQ6StepBytes;
         warp_dot_rows_q6k_q8_lean<R>(p, groups, sm, scratch, lane, dot);
       } else {
