@@ -60,10 +60,10 @@ TEST_CASE("8-bit x matrix-vector product: the CPU twin's bits, within x's roundi
   REQUIRE_GPU();
   struct Shape { uint32_t rows, cols; };
   // 37 and 1000 rows: one row a warp; 4096: two (staged_launch's rule); 14336 wide: Llama-3-8B's down;
-  // 3300 x 32768: two rows a warp where Q6_K's lean loop's scratch does not fit beside x (its old loop).
+  // 3300 x 32768: two rows a warp where Q6_K's and Q8_0's scratch does not fit beside x (their old loop).
   const Shape sh = GENERATE(Shape{37, 256}, Shape{1000, 4096}, Shape{4096, 4096}, Shape{300, 14336}, Shape{70, 2816},
                             Shape{3300, 32768});
-  // Rows at 8 bytes past a 16-byte boundary (the word loads; Q6_K's lean loop still) or 2 (Q6_K's old loop).
+  // Rows at 8 bytes past a 16-byte boundary (the word loads; Q6_K's and Q8_0's scratch still) or 2 (their old loop).
   const uint32_t offset = GENERATE(0u, 8u, 2u);
   const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0);
   CAPTURE(gguf::ggml_type_name(uint32_t(t)), sh.rows, sh.cols, offset);
@@ -119,7 +119,7 @@ TEST_CASE("8-bit x matrix-vector product: the CPU twin's bits, within x's roundi
 TEST_CASE("8-bit x fused entries: Q/K/V, gate/up+GLU and +add give the CPU twin's bits", "[gpu][llm]") {
   REQUIRE_GPU();
   const uint32_t cols = 4096, rows[3] = {4096, 1024, 1024}, ffn = 1400;
-  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K);  // Q6_K: its lean loop in every row set
+  const GgmlType t = GENERATE(GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0);  // Q6_K, Q8_0: through scratch in every row set
   CAPTURE(gguf::ggml_type_name(uint32_t(t)));
   std::mt19937 rng(36);
   const auto x = random_x(cols, rng);

@@ -238,28 +238,35 @@ __device__ inline void warp_dot_rows_q8_x(const uint8_t* const (&row)[R], uint32
   }
 }
 
-// Q6_K's lean loop (gpu_rows_q6k_q8.cuh, included at the end of this file): warp_dot_rows_q8<Q6_K, R>'s bits
-// from coalesced loads through the warp's shared scratch, a step (kQ6StepBlocks super-blocks a row) at a time.
-inline constexpr uint32_t kQ6StepBlocks = 4;                                  // super-blocks of a row a warp step
-inline constexpr uint32_t kQ6StepBytes = kQ6StepBlocks * sizeof(BlockQ6_K);  // 840
-inline constexpr uint32_t kQ6StepWords = kQ6StepBytes / 8;                    // 105 8-byte words
-inline constexpr uint32_t kQ6LaneWords = (kQ6StepWords + 31) / 32;            // 4 loads a lane a row
-static_assert(kQ6StepBytes % 8 == 0);
+// Q6_K's and Q8_0's rows through shared scratch (gpu_rows_q8_scratch.cuh, included at the end of this
+// file): warp_dot_rows_q8's bits from coalesced 8-byte loads, a step of 32 groups of a row (4 Q6_K
+// super-blocks, 840 bytes; 32 Q8_0 blocks, 1088 bytes) at a time through the warp's own scratch.
+template <GgmlType T>
+constexpr uint32_t q8_step_bytes() {
+  return T == GgmlType::Q6_K ? 4 * sizeof(BlockQ6_K) : T == GgmlType::Q8_0 ? 32 * sizeof(BlockQ8_0) : 0;
+}
+static_assert(q8_step_bytes<GgmlType::Q6_K>() % 8 == 0 && q8_step_bytes<GgmlType::Q8_0>() % 8 == 0);
 
-// Shared scratch of a block for R rows a warp.
-constexpr uint32_t q6k_scratch_bytes(uint32_t r) { return kQ8Warps * r * kQ6StepBytes; }
+// A row's scratch: a step and 8 bytes for load_words_any's word past the last lane's bytes (Q8_0's). A
+// block's: R rows a warp.
+template <GgmlType T>
+constexpr uint32_t q8_scratch_row_bytes() { return q8_step_bytes<T>() + 8; }
+template <GgmlType T>
+constexpr uint32_t q8_scratch_bytes(uint32_t r) { return kQ8Warps * r * q8_scratch_row_bytes<T>(); }
 
-// Whether a launch of groups-wide Q6_K rows, R a warp, takes the lean loop: whole steps, and x with the
-// scratch within the default 48 KB with the static bytes. The launch sizes its shared memory by it and
-// the kernel reads it, so both decide the same.
-__host__ __device__ constexpr bool q6k_lean_fits(uint32_t groups, uint32_t r) {
-  return groups % (8 * kQ6StepBlocks) == 0 &&
-         q8_shared_bytes(groups) + q6k_scratch_bytes(r) + kQ8StaticShared <= kQ8SharedLimit;
+// Whether a launch of groups-wide rows of type T, R a warp, goes through scratch: a type with steps, whole
+// steps, and x with the scratch within the default 48 KB with the static bytes. The launch sizes its
+// shared memory by it and the kernel reads it, so both decide the same (the kernel also needs its rows
+// 8-byte aligned, else warp_dot_rows_q8's loop).
+template <GgmlType T>
+__host__ __device__ constexpr bool q8_scratch_fits(uint32_t groups, uint32_t r) {
+  return q8_step_bytes<T>() != 0 && groups % 32 == 0 &&
+         q8_shared_bytes(groups) + q8_scratch_bytes<T>(r) + kQ8StaticShared <= kQ8SharedLimit;
 }
 
-template <uint32_t R>
-__device__ inline void warp_dot_rows_q6k_q8_lean(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
-                                                 uint8_t* scratch, uint32_t lane, float (&out)[R]);
+template <GgmlType T, uint32_t R>
+__device__ inline void warp_dot_rows_q8_scratch(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
+                                                uint8_t* scratch, uint32_t lane, float (&out)[R]);
 
 // Every row of `rows` (type T, groups 32-element groups wide) times x, or x's RMS norm times norm_w.
 template <GgmlType T, uint32_t R, class Rows>
@@ -274,16 +281,14 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
 #pragma unroll
     for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));  // a partial last set repeats the last row
     float dot[R];
-    if constexpr (T == GgmlType::Q6_K) {
-      if (q6k_lean_fits(groups, R) && rows_aligned<8>(p)) {
-        uint8_t* const scratch = sm + q8_shared_bytes(groups) + warp * R * kQ6StepBytes;
-        warp_dot_rows_q6k_q8_lean<R>(p, groups, sm, scratch, lane, dot);
-      } else {
-        warp_dot_rows_q8<T, R>(p, groups, sm, lane, dot);
+    bool done = false;
+    if constexpr (q8_step_bytes<T>() != 0) {
+      if (q8_scratch_fits<T>(groups, R) && rows_aligned<8>(p)) {
+        warp_dot_rows_q8_scratch<T, R>(p, groups, sm, sm + q8_shared_bytes(groups) + warp * R * q8_scratch_row_bytes<T>(), lane, dot);
+        done = true;
       }
-    } else {
-      warp_dot_rows_q8<T, R>(p, groups, sm, lane, dot);
     }
+    if (!done) warp_dot_rows_q8<T, R>(p, groups, sm, lane, dot);
     if (lane == 0) rows.template store<R>(first, dot);
   }
 }
@@ -344,8 +349,8 @@ void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t co
   const uint32_t groups = cols / kQ8Block;
   with_rows_per_warp<Rows>(two_rows, [&]<uint32_t R>() {
     auto go = [&]<GgmlType T>() {
-      const bool lean = T == GgmlType::Q6_K && q6k_lean_fits(groups, R);  // the kernel's own test: its scratch
-      const uint32_t bytes = uint32_t(q8_shared_bytes(groups) + (lean ? q6k_scratch_bytes(R) : 0));
+      const bool scratch = q8_scratch_fits<T>(groups, R);  // the kernel's own test
+      const uint32_t bytes = uint32_t(q8_shared_bytes(groups) + (scratch ? q8_scratch_bytes<T>(R) : 0));
       launch_q8_rows<matvec_q8_kernel<T, R, Rows>, R>(s, rows, groups, bytes, x, norm_w, eps);
     };
     if (type == GgmlType::Q4_K) go.template operator()<GgmlType::Q4_K>();
@@ -357,4 +362,4 @@ void launch_rows_q8(cudaStream_t s, GgmlType type, const Rows& rows, uint32_t co
 }  // namespace gpunvme::llm::gpu
 
 #include "examples/llm/compute/gpu_rows_q4k_q8.cuh"  // warp_dot_rows_q4k_q8_lean
-#include "examples/llm/compute/gpu_rows_q6k_q8.cuh"  // warp_dot_rows_q6k_q8_lean
+#include "examples/llm/compute/gpu_rows_q8_scratch.cuh"  // warp_dot_rows_q8_scratch
