@@ -267,8 +267,6 @@ __host__ __device__ constexpr bool q8_scratch_fits(uint32_t groups, uint32_t r) 
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_q8_scratch(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
                                                 uint8_t* scratch, uint32_t lane, float (&out)[R]);
-template <uint32_t Bytes, uint32_t R>
-__device__ inline void prefetch_first_steps(const uint8_t* const (&row)[R], uint32_t steps, uint32_t lane);
 
 // Every row of `rows` (type T, groups 32-element groups wide) times x, or x's RMS norm times norm_w.
 template <GgmlType T, uint32_t R, class Rows>
@@ -276,23 +274,12 @@ __global__ void __launch_bounds__(kQ8Warps * 32)
     matvec_q8_kernel(Rows rows, uint32_t groups, const float* x, const float* norm_w, float eps) {
   extern __shared__ uint4 q8_units[];
   uint8_t* const sm = reinterpret_cast<uint8_t*>(q8_units);
-  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32), n = rows.count;
-  auto row_set = [&](uint32_t first, const uint8_t* (&p)[R]) {
-#pragma unroll
-    for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));  // a partial last set repeats the last row
-  };
-  if constexpr (q8_step_bytes<T>() != 0) {  // the first row set's first steps on their way while x is staged
-    const uint32_t first = (warp * gridDim.x + blockIdx.x) * R;
-    if (first < n && q8_scratch_fits<T>(groups, R)) {
-      const uint8_t* p[R];
-      row_set(first, p);
-      prefetch_first_steps<q8_step_bytes<T>(), R>(p, groups / 32, lane);
-    }
-  }
   stage_q8<T>(x, groups, sm, norm_w, eps);
+  const uint32_t warp = threadIdx.x / 32, lane = threadIdx.x % 32, per_block = R * (blockDim.x / 32), n = rows.count;
   for (uint32_t first = (warp * gridDim.x + blockIdx.x) * R; first < n; first += gridDim.x * per_block) {
     const uint8_t* p[R];
-    row_set(first, p);
+#pragma unroll
+    for (uint32_t r = 0; r < R; ++r) p[r] = rows.row(min(first + r, n - 1));  // a partial last set repeats the last row
     float dot[R];
     bool done = false;
     if constexpr (q8_step_bytes<T>() != 0) {

@@ -64,23 +64,6 @@ __device__ inline void warp_steps_through_scratch(const uint8_t* const (&row)[R]
   }
 }
 
-// The first kQ8PrefetchSteps steps of R rows into L2 (a hint: no byte changes), issued by matvec_q8_kernel
-// for a warp's first row set before its block stages x. Why: the staging (x's RMS norm and 8-bit blocks,
-// several L2 round trips and barriers) comes before any weight load, so every launch began with the
-// card's memory idle for microseconds: 400 launches a Llama-3-70B token. ncu at 941f525 (H200): the
-// gate/up launch (385 MB) read at 3.0 TB/s, the Q/K/V (69 MB) at 2.0 and O + down at 2.5: the smaller the
-// launch, the more its start weighs.
-inline constexpr uint32_t kQ8PrefetchSteps = 4;
-template <uint32_t Bytes, uint32_t R>
-__device__ inline void prefetch_first_steps(const uint8_t* const (&row)[R], uint32_t steps, uint32_t lane) {
-  const uint32_t bytes = min(steps, kQ8PrefetchSteps) * Bytes;
-#pragma unroll
-  for (uint32_t r = 0; r < R; ++r) {
-    for (uint32_t off = 128 * lane; off < bytes + 127; off += 128 * 32)  // every 128-byte line the bytes touch
-      asm volatile("prefetch.global.L2 [%0];\n" ::"l"(row[r] + min(off, bytes - 1)));
-  }
-}
-
 template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_q8_scratch(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm,
                                                 uint8_t* scratch, uint32_t lane, float (&out)[R]) {
