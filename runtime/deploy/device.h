@@ -62,7 +62,7 @@ class Device {
   void write_layout();
   bool layout_pending() const { return layout_pending_; }
   // A set from create_stripe: its stripe unit and where it came from, for the tools' summary
-  // ("stripe unit 128.00 KiB (the model's default)"); "" for anything else.
+  // ("128K (the model's default)"); "" for anything else.
   const std::string& stripe_unit_text() const { return unit_text_; }
   ~Device();
   Device(const Device&) = delete;

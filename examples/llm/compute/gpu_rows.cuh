@@ -244,10 +244,10 @@ __device__ inline void warp_dot_rows(const uint8_t* const (&row)[R], uint32_t gr
     if (stage) return warp_dot_rows_staged<T, R>(row, groups, xs, lane, buf, started, out);
   }
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
+    if (rows_aligned<16>(row)) return warp_dot_rows_q4k_lean<R>(row, groups, xs, lane, out);
   }
   if constexpr (kPlainLean<T>) {
-    if (rows_aligned16(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
+    if (rows_aligned<16>(row)) return warp_dot_rows_plain_lean<T, R>(row, groups, xs, lane, out);
   }
   if constexpr (T == GgmlType::Q4_K)
     warp_dot_rows_q4k<R>(row, groups, xs, lane, out);

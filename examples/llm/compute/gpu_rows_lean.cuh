@@ -36,10 +36,6 @@ __device__ inline bool rows_aligned(const uint8_t* const (&row)[R]) {
   for (uint32_t r = 0; r < R; ++r) any |= reinterpret_cast<uintptr_t>(row[r]);
   return any % A == 0;
 }
-template <uint32_t R>
-__device__ inline bool rows_aligned16(const uint8_t* const (&row)[R]) {
-  return rows_aligned<16>(row);
-}
 
 // IEEE half -> float for a half that is not a NaN: half_to_float's device route without its test.
 __device__ inline float finite_half_to_float(uint32_t h16) {

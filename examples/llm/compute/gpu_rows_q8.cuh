@@ -169,7 +169,7 @@ template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_q8(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* sm, uint32_t lane,
                                         float (&out)[R]) {
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) return warp_dot_rows_q4k_q8_lean<R>(row, groups, sm, lane, out);
+    if (rows_aligned<16>(row)) return warp_dot_rows_q4k_q8_lean<R>(row, groups, sm, lane, out);
   }
   float part[R];
 #pragma unroll
@@ -227,7 +227,7 @@ template <GgmlType T, uint32_t R>
 __device__ inline void warp_dot_rows_q8_x(const uint8_t* const (&row)[R], uint32_t groups, const uint8_t* const (&sm)[R], uint32_t lane,
                                           float (&out)[R]) {
   if constexpr (T == GgmlType::Q4_K) {
-    if (rows_aligned16(row)) return warp_dot_rows_q4k_q8_lean_rows<R>(row, groups, sm, lane, out);
+    if (rows_aligned<16>(row)) return warp_dot_rows_q4k_q8_lean_rows<R>(row, groups, sm, lane, out);
   }
 #pragma unroll
   for (uint32_t r = 0; r < R; ++r) {
